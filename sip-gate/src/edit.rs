@@ -1,0 +1,351 @@
+//! Splicing: the bytes a proxy forwards are the received bytes plus a few
+//! non-overlapping edits in the header section (Via, Max-Forwards, Route,
+//! Record-Route). Nothing is re-serialised, so headers the proxy does not
+//! understand travel untouched, and the body is never touched.
+
+use std::ops::Range;
+
+use bytes::{Bytes, BytesMut};
+use thiserror::Error;
+
+use crate::message::SipMessage;
+
+/// Why a set of edits cannot be applied.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum EditError {
+    /// A range is reversed or reaches past the header section: edits may
+    /// only touch `0..=header_end` so the body is forwarded as received.
+    #[error("edit {start}..{end} outside the header section (ends at {header_end})")]
+    OutOfHeaders {
+        /// Start of the offending range.
+        start: usize,
+        /// End of the offending range.
+        end: usize,
+        /// Where the header section ends.
+        header_end: usize,
+    },
+    /// Two edits touch the same bytes (or an insertion falls inside a
+    /// replaced range); the result would depend on their order.
+    #[error("edits {first:?} and {second:?} overlap")]
+    Overlap {
+        /// The earlier edit's range.
+        first: Range<usize>,
+        /// The later edit's range.
+        second: Range<usize>,
+    },
+    /// No such header line, or the element is not one of its list elements,
+    /// or the line's list cannot be split.
+    #[error("no such header element")]
+    NoSuchElement,
+}
+
+/// One edit: replace `range` with `bytes` (an insertion has an empty range).
+#[derive(Debug, Clone)]
+struct Edit {
+    range: Range<usize>,
+    bytes: Bytes,
+}
+
+/// Collects edits against one message and applies them in one allocation.
+#[derive(Debug, Clone)]
+pub struct Splice<'m> {
+    msg: &'m SipMessage,
+    edits: Vec<Edit>,
+}
+
+impl<'m> Splice<'m> {
+    /// Starts a splice with no edits.
+    pub fn new(msg: &'m SipMessage) -> Self {
+        Splice {
+            msg,
+            edits: Vec::new(),
+        }
+    }
+
+    /// The message being edited.
+    pub fn message(&self) -> &'m SipMessage {
+        self.msg
+    }
+
+    /// Inserts `bytes` before offset `at`. Several insertions at the same
+    /// offset keep the order in which they were added.
+    pub fn insert(&mut self, at: usize, bytes: impl Into<Bytes>) {
+        self.replace(at..at, bytes);
+    }
+
+    /// Replaces `range` with `bytes`.
+    pub fn replace(&mut self, range: Range<usize>, bytes: impl Into<Bytes>) {
+        self.edits.push(Edit {
+            range,
+            bytes: bytes.into(),
+        });
+    }
+
+    /// Removes `range`.
+    pub fn remove(&mut self, range: Range<usize>) {
+        self.replace(range, Bytes::new());
+    }
+
+    /// Inserts a complete header line (with its CRLF) above every existing
+    /// header, e.g. the proxy's own Via or Record-Route.
+    pub fn prepend_header(&mut self, line: impl Into<Bytes>) {
+        self.insert(self.msg.headers_start(), line);
+    }
+
+    /// Inserts a complete header line (with its CRLF) after every existing
+    /// header, e.g. a missing Max-Forwards.
+    pub fn append_header(&mut self, line: impl Into<Bytes>) {
+        self.insert(self.msg.header_end(), line);
+    }
+
+    /// Removes a whole header line, folded continuation lines included.
+    pub fn remove_header(&mut self, field_index: usize) -> Result<(), EditError> {
+        let f = self
+            .msg
+            .headers()
+            .get(field_index)
+            .ok_or(EditError::NoSuchElement)?;
+        self.remove(f.line.clone());
+        Ok(())
+    }
+
+    /// Replaces the value of a header line, keeping its name and line end.
+    pub fn replace_value(
+        &mut self,
+        field_index: usize,
+        bytes: impl Into<Bytes>,
+    ) -> Result<(), EditError> {
+        let f = self
+            .msg
+            .headers()
+            .get(field_index)
+            .ok_or(EditError::NoSuchElement)?;
+        self.replace(f.value.clone(), bytes);
+        Ok(())
+    }
+
+    /// Removes one element of a comma-joined list (Via, Route,
+    /// Record-Route, Contact) given its line and its exact range (as in
+    /// [`crate::message::Via::range`] or [`crate::message::NameAddr::range`]).
+    ///
+    /// The comma goes with it: the first of `a, b` leaves `b`, the last
+    /// leaves `a`. The only element removes the whole line, folded
+    /// continuations included, so no empty header is left behind.
+    pub fn remove_element(
+        &mut self,
+        field_index: usize,
+        element: Range<usize>,
+    ) -> Result<(), EditError> {
+        let elems = self
+            .msg
+            .elements(field_index)
+            .ok_or(EditError::NoSuchElement)?;
+        let pos = elems
+            .iter()
+            .position(|e| *e == element)
+            .ok_or(EditError::NoSuchElement)?;
+        if elems.len() == 1 {
+            return self.remove_header(field_index);
+        }
+        let range = match (
+            pos.checked_sub(1).and_then(|p| elems.get(p)),
+            elems.get(pos.saturating_add(1)),
+        ) {
+            // Not the first: take the separator before it.
+            (Some(prev), _) => prev.end..element.end,
+            // The first of several: take the separator after it.
+            (None, Some(next)) => element.start..next.start,
+            (None, None) => return self.remove_header(field_index),
+        };
+        self.remove(range);
+        Ok(())
+    }
+
+    /// Removes the topmost via-value (what a proxy does to a response
+    /// before sending it upstream).
+    pub fn remove_top_via(&mut self) -> Result<(), EditError> {
+        let via = self.msg.top_via().ok_or(EditError::NoSuchElement)?;
+        self.remove_element(via.field_index, via.range)
+    }
+
+    /// Applies the edits and returns the new message bytes.
+    ///
+    /// Edits are sorted by position (stably, so insertions at one offset
+    /// keep their order); overlapping edits and edits outside the header
+    /// section are errors.
+    pub fn finish(mut self) -> Result<Bytes, EditError> {
+        let raw = self.msg.raw();
+        if self.edits.is_empty() {
+            return Ok(raw.clone());
+        }
+        let header_end = self.msg.header_end();
+        for e in &self.edits {
+            if e.range.start > e.range.end || e.range.end > header_end {
+                return Err(EditError::OutOfHeaders {
+                    start: e.range.start,
+                    end: e.range.end,
+                    header_end,
+                });
+            }
+        }
+        self.edits.sort_by_key(|e| (e.range.start, e.range.end));
+        let mut len = raw.len();
+        let mut prev_end = 0usize;
+        let mut prev: Option<&Range<usize>> = None;
+        for e in &self.edits {
+            if let Some(p) = prev {
+                if e.range.start < prev_end {
+                    return Err(EditError::Overlap {
+                        first: p.clone(),
+                        second: e.range.clone(),
+                    });
+                }
+            }
+            prev_end = e.range.end;
+            prev = Some(&e.range);
+            // Ranges are inside raw (checked above), so this cannot wrap;
+            // saturating keeps it panic-free regardless.
+            len = len
+                .saturating_sub(e.range.len())
+                .saturating_add(e.bytes.len());
+        }
+
+        let mut out = BytesMut::with_capacity(len);
+        let mut pos = 0usize;
+        for e in &self.edits {
+            out.extend_from_slice(raw.get(pos..e.range.start).unwrap_or_default());
+            out.extend_from_slice(&e.bytes);
+            pos = e.range.end;
+        }
+        out.extend_from_slice(raw.get(pos..).unwrap_or_default());
+        Ok(out.freeze())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::HeaderName;
+
+    fn msg(s: &[u8]) -> SipMessage {
+        SipMessage::parse(Bytes::copy_from_slice(s)).unwrap()
+    }
+
+    const BODY: &[u8] = b"\r\n\r\nVia: x\0\xff\r\n";
+
+    fn response() -> Vec<u8> {
+        let mut v = b"SIP/2.0 200 OK\r\n\
+Via: SIP/2.0/UDP proxy.example.com;branch=z9hG4bKp, SIP/2.0/UDP client.example.com;branch=z9hG4bKc\r\n\
+Via: SIP/2.0/UDP\r\n  far.example.com;branch=z9hG4bKf\r\n\
+From: <sip:a@b>;tag=1\r\nTo: <sip:c@d>;tag=2\r\nCall-ID: x\r\nCSeq: 1 INVITE\r\n\
+Content-Length: 14\r\n\r\n"
+            .to_vec();
+        v.extend_from_slice(BODY);
+        v
+    }
+
+    #[test]
+    fn no_edits_is_identity() {
+        let raw = response();
+        let m = msg(&raw);
+        assert_eq!(&Splice::new(&m).finish().unwrap()[..], &raw[..]);
+    }
+
+    #[test]
+    fn remove_first_of_two_vias() {
+        let m = msg(&response());
+        let mut s = Splice::new(&m);
+        s.remove_top_via().unwrap();
+        let out = s.finish().unwrap();
+        let text = String::from_utf8_lossy(&out);
+        assert!(text.contains("\r\nVia: SIP/2.0/UDP client.example.com;branch=z9hG4bKc\r\n"));
+        let m2 = msg(&out);
+        assert_eq!(m2.top_via().unwrap().branch, Some(&b"z9hG4bKc"[..]));
+        assert_eq!(m2.body(), BODY);
+    }
+
+    #[test]
+    fn remove_last_and_only_element() {
+        let m = msg(&response());
+        let vias: Vec<_> = m.vias().collect();
+        // Second element of the first line: the comma before it goes too.
+        let mut s = Splice::new(&m);
+        s.remove_element(vias[1].field_index, vias[1].range.clone())
+            .unwrap();
+        let out = s.finish().unwrap();
+        assert!(String::from_utf8_lossy(&out)
+            .contains("Via: SIP/2.0/UDP proxy.example.com;branch=z9hG4bKp\r\nVia:"));
+        // Only element of a folded line: the whole line goes.
+        let mut s = Splice::new(&m);
+        s.remove_element(vias[2].field_index, vias[2].range.clone())
+            .unwrap();
+        let out = s.finish().unwrap();
+        let m2 = msg(&out);
+        assert_eq!(m2.vias().count(), 2);
+        assert!(!String::from_utf8_lossy(&out).contains("far.example.com"));
+        assert_eq!(m2.body(), BODY);
+        assert_eq!(
+            out.len(),
+            m.raw().len() - m.headers()[vias[2].field_index].line.len()
+        );
+    }
+
+    #[test]
+    fn insert_replace_and_errors() {
+        let m = msg(&response());
+        let mut s = Splice::new(&m);
+        s.prepend_header(&b"Via: SIP/2.0/UDP me;branch=z9hG4bKme\r\n"[..]);
+        s.append_header(&b"Max-Forwards: 69\r\n"[..]);
+        let cid = m
+            .headers()
+            .iter()
+            .position(|f| f.name == HeaderName::CallId)
+            .unwrap();
+        s.replace_value(cid, &b"y"[..]).unwrap();
+        let out = s.finish().unwrap();
+        let m2 = msg(&out);
+        assert_eq!(m2.top_via().unwrap().branch, Some(&b"z9hG4bKme"[..]));
+        assert_eq!(m2.max_forwards(), Some(Ok(69)));
+        assert_eq!(m2.call_id(), Some(&b"y"[..]));
+        assert_eq!(m2.body(), BODY);
+
+        // Overlap is an error, not a panic.
+        let mut s = Splice::new(&m);
+        s.remove(20..30);
+        s.insert(25, &b"x"[..]);
+        assert!(matches!(s.finish(), Err(EditError::Overlap { .. })));
+        let mut s = Splice::new(&m);
+        s.remove(20..30);
+        s.replace(29..31, &b"x"[..]);
+        assert!(matches!(s.finish(), Err(EditError::Overlap { .. })));
+        // Adjacent edits are fine.
+        let mut s = Splice::new(&m);
+        s.remove(20..30);
+        s.insert(30, &b"x"[..]);
+        s.insert(20, &b"y"[..]);
+        assert!(s.finish().is_ok());
+        // The body is off limits, and so are reversed ranges.
+        let mut s = Splice::new(&m);
+        s.remove(m.header_end()..m.header_end() + 1);
+        assert!(matches!(s.finish(), Err(EditError::OutOfHeaders { .. })));
+        let mut s = Splice::new(&m);
+        #[allow(clippy::reversed_empty_ranges)]
+        s.remove(10..5);
+        assert!(matches!(s.finish(), Err(EditError::OutOfHeaders { .. })));
+        let mut s = Splice::new(&m);
+        assert_eq!(s.remove_element(0, 0..1), Err(EditError::NoSuchElement));
+        assert_eq!(s.remove_header(999), Err(EditError::NoSuchElement));
+    }
+
+    #[test]
+    fn insertions_at_same_offset_keep_order() {
+        let m = msg(&response());
+        let mut s = Splice::new(&m);
+        s.prepend_header(&b"Record-Route: <sip:a;lr>\r\n"[..]);
+        s.prepend_header(&b"Via: SIP/2.0/UDP me;branch=z9hG4bKme\r\n"[..]);
+        let out = s.finish().unwrap();
+        assert!(out.starts_with(
+            b"SIP/2.0 200 OK\r\nRecord-Route: <sip:a;lr>\r\nVia: SIP/2.0/UDP me;branch=z9hG4bKme\r\n"
+        ));
+    }
+}
