@@ -1,0 +1,118 @@
+//! `sip-gate --config SITE.toml`: the drain-aware SIP proxy.
+//!
+//! Thin on purpose: config, tracing, metrics, store, gate, signal, drain.
+#![forbid(unsafe_code)]
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+use metrics_exporter_prometheus::PrometheusBuilder;
+use ringsync::config::SiteConfig;
+use ringsync::state::DrainState;
+use sip_gate::Gate;
+use tokio_util::sync::CancellationToken;
+
+/// Drain-aware inline SIP proxy.
+#[derive(Parser, Debug)]
+#[command(version, about)]
+struct Args {
+    /// Site configuration file.
+    #[arg(long, short)]
+    config: PathBuf,
+    /// Validate the configuration and exit (non-zero with the error).
+    #[arg(long)]
+    check: bool,
+    /// Admin HTTP address (/metrics, /v1/work); overrides `admin.gate_bind`.
+    #[arg(long)]
+    admin: Option<std::net::SocketAddr>,
+    /// How long a graceful stop may take.
+    #[arg(long, default_value_t = 10)]
+    drain_deadline_s: u64,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+
+    let config = match SiteConfig::load(&args.config) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::exit(2);
+        }
+    };
+    if args.check {
+        println!(
+            "{}: ok ({} instances, {} listeners)",
+            args.config.display(),
+            config.instances.len(),
+            config.listeners.len()
+        );
+        return Ok(());
+    }
+
+    let prometheus = PrometheusBuilder::new()
+        .install_recorder()
+        .context("installing the metrics recorder")?;
+    let shutdown = CancellationToken::new();
+    let store = ringsync::store::open(&config)
+        .await
+        .context("opening the profile store")?;
+    let drain = DrainState::new(Arc::new(config.clone()));
+    drain.set_profiles(store.list().await.context("reading profiles")?);
+    let follower = drain.follow(store, shutdown.clone());
+
+    let admin_addr = args.admin.unwrap_or(config.admin.gate_bind);
+    let gate = Gate::start(config, drain, shutdown.clone()).await?;
+    let admin = tokio::net::TcpListener::bind(admin_addr)
+        .await
+        .with_context(|| format!("binding admin endpoint {admin_addr}"))?;
+    tracing::info!(%admin_addr, "admin endpoint (/metrics, /v1/work)");
+    let admin_task = tokio::spawn(sip_gate::admin::serve(
+        admin,
+        gate.core().clone(),
+        Some(prometheus),
+        shutdown.clone(),
+    ));
+
+    wait_for_signal().await;
+    tracing::info!("stopping: no new messages, finishing what is in flight");
+    let clean = gate
+        .shutdown(Duration::from_secs(args.drain_deadline_s))
+        .await;
+    let _ = admin_task.await;
+    let _ = follower.await;
+    if !clean {
+        tracing::warn!("some tasks did not finish before the deadline");
+    }
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = match signal(SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = tokio::signal::ctrl_c().await;
+}

@@ -1,0 +1,65 @@
+//! Metric names and labels in one place, so dashboards have one list to read.
+//!
+//! Labels are `&'static str`, so recording never allocates on the hot path.
+
+use crate::message::Method;
+
+/// Requests by method and outcome (`forwarded`, `retransmission`,
+/// `drain_503`, `bad_request`, `bad_token`, `foreign_route`, ...).
+pub const REQUESTS: &str = "sipgate_requests_total";
+/// Responses relayed or refused (`forwarded`, `not_ours`).
+pub const RESPONSES: &str = "sipgate_responses_total";
+/// Messages dropped without an answer, by reason.
+pub const DROPPED: &str = "sipgate_dropped_total";
+/// Drain refusals (503) by the rule that decided them.
+pub const DRAIN_REFUSALS: &str = "sipgate_drain_refusals_total";
+/// Live entries in the transaction table.
+pub const TRANSACTIONS: &str = "sipgate_transactions";
+/// Work per instance: `kind` = `invites` (open INVITE transactions) or `dialogs`.
+pub const INSTANCE_WORK: &str = "sipgate_instance_work";
+/// Drain state per instance, 1 for the current state.
+pub const INSTANCE_STATE: &str = "sipgate_instance_state";
+/// Open TCP connections.
+pub const TCP_CONNECTIONS: &str = "sipgate_tcp_connections";
+
+pub(crate) fn request(method: &'static str, outcome: &'static str) {
+    metrics::counter!(REQUESTS, "method" => method, "outcome" => outcome).increment(1);
+}
+
+pub(crate) fn response(outcome: &'static str) {
+    metrics::counter!(RESPONSES, "outcome" => outcome).increment(1);
+}
+
+pub(crate) fn dropped(reason: &'static str) {
+    metrics::counter!(DROPPED, "reason" => reason).increment(1);
+}
+
+pub(crate) fn refused(rule: &'static str) {
+    metrics::counter!(DRAIN_REFUSALS, "rule" => rule).increment(1);
+}
+
+pub(crate) fn transactions(n: usize) {
+    metrics::gauge!(TRANSACTIONS).set(n as f64);
+}
+
+/// A bounded label for a method: extension methods share one label so a
+/// client cannot blow up the metric cardinality.
+pub(crate) fn method_label(m: Method) -> &'static str {
+    match m {
+        Method::Invite => "INVITE",
+        Method::Ack => "ACK",
+        Method::Bye => "BYE",
+        Method::Cancel => "CANCEL",
+        Method::Register => "REGISTER",
+        Method::Subscribe => "SUBSCRIBE",
+        Method::Notify => "NOTIFY",
+        Method::Options => "OPTIONS",
+        Method::Update => "UPDATE",
+        Method::Prack => "PRACK",
+        Method::Info => "INFO",
+        Method::Message => "MESSAGE",
+        Method::Refer => "REFER",
+        Method::Publish => "PUBLISH",
+        Method::Other => "other",
+    }
+}

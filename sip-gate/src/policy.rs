@@ -1,0 +1,285 @@
+//! The drain policy: whether a new dialog or registration may go to the
+//! instance routing chose, or gets `503 Service Unavailable` on its behalf.
+//!
+//! Only `guard` listeners refuse: a `balance` listener never picks a draining
+//! member while a normal one is up (R-AA-1, in the ring), and serves draining
+//! members when all drain (R-AA-4). The rules, in the order they are checked:
+//! R-SG-1 (what counts as new work), R-ESG-1/2 (provider leg, multi-instance
+//! account), R-SG-3/R-ESG-3 (exceptions), R-SG-2 (another instance is up in the
+//! normal zone), R-SG-5 (Retry-After).
+
+use std::net::IpAddr;
+
+use rand::Rng;
+use ringsync::config::{Account, Exception, Leg, Service, SiteConfig};
+use ringsync::view::DrainView;
+
+use crate::message::{Method, SipMessage};
+use crate::proxy::{ListenerCtx, Mode};
+use crate::reply::Reply;
+use crate::txn::Inbound;
+use crate::uri::SipUri;
+
+/// The policy's verdict.
+#[derive(Debug, Clone)]
+pub enum Admission {
+    /// Forward it.
+    Pass,
+    /// Answer on the instance's behalf.
+    Refuse {
+        /// The response.
+        reply: Reply<'static>,
+        /// The rule that decided, for logs and metrics (`R-SG-1`, ...).
+        rule: &'static str,
+    },
+}
+
+/// Drain policy of a site.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    retry_after: u32,
+    jitter: u32,
+    options_503: bool,
+    exceptions: Vec<Vec<Exception>>,
+    accounts: Vec<Account>,
+    homes: Vec<Option<usize>>,
+}
+
+/// What the exception and account matchers look at in a request.
+struct Subject<'a> {
+    source: IpAddr,
+    method: &'a [u8],
+    aor: Option<SipUri<'a>>,
+    aor_raw: &'a [u8],
+}
+
+impl<'a> Subject<'a> {
+    fn of(msg: &'a SipMessage, method: Method, source: IpAddr) -> Subject<'a> {
+        // The address of record: To for REGISTER/SUBSCRIBE/PUBLISH (what is
+        // being registered or watched), From for the rest (who calls).
+        let aor_raw = match method {
+            Method::Register | Method::Subscribe | Method::Publish => msg.to_uri(),
+            _ => msg.from_uri(),
+        }
+        .unwrap_or_default();
+        Subject {
+            source,
+            method: msg.method_bytes(),
+            aor: SipUri::parse(aor_raw),
+            aor_raw,
+        }
+    }
+
+    fn matches(&self, e: &Exception) -> bool {
+        if e.all {
+            return true;
+        }
+        let host = self.aor.as_ref().map(|u| u.host);
+        let user = self.aor.as_ref().and_then(|u| u.user);
+        e.source.is_none_or(|n| n.contains(&self.source))
+            && e.method
+                .as_ref()
+                .is_none_or(|m| m.as_bytes().eq_ignore_ascii_case(self.method))
+            && e.domain
+                .as_ref()
+                .is_none_or(|d| host.is_some_and(|h| h.eq_ignore_ascii_case(d.as_bytes())))
+            && e.user.as_ref().is_none_or(|u| user == Some(u.as_bytes()))
+            && e.aor
+                .as_ref()
+                .is_none_or(|a| same_aor(a.as_bytes(), self.aor_raw))
+    }
+}
+
+/// AOR comparison: scheme and host case-insensitive, user exact, no params.
+fn same_aor(configured: &[u8], got: &[u8]) -> bool {
+    match (SipUri::parse(configured), SipUri::parse(got)) {
+        (Some(a), Some(b)) => {
+            a.secure == b.secure
+                && a.user == b.user
+                && a.host.eq_ignore_ascii_case(b.host)
+                && a.port == b.port
+        }
+        _ => configured.eq_ignore_ascii_case(got),
+    }
+}
+
+impl Policy {
+    /// The policy of a site.
+    pub fn new(config: &SiteConfig) -> Policy {
+        let index = |id: &str| config.instances.iter().position(|i| i.id == id);
+        Policy {
+            retry_after: config.timers.retry_after_s,
+            jitter: config.timers.retry_after_jitter_s,
+            options_503: config.drain.options_503,
+            exceptions: config
+                .instances
+                .iter()
+                .map(|i| i.exceptions.clone())
+                .collect(),
+            homes: config
+                .accounts
+                .iter()
+                .map(|a| a.home.as_deref().and_then(index))
+                .collect(),
+            accounts: config.accounts.clone(),
+        }
+    }
+
+    /// The esg account a request belongs to, on a listener's leg: on the
+    /// provider leg by source network or the From host; inside, by the
+    /// Request-URI host (where the call goes).
+    fn account(&self, leg: Leg, msg: &SipMessage, source: IpAddr) -> Option<usize> {
+        let host_of = |b: Option<&[u8]>| b.and_then(SipUri::parse).map(|u| u.host.to_vec());
+        let host = match leg {
+            Leg::Provider => host_of(msg.from_uri()),
+            Leg::Inside => host_of(msg.request_uri()),
+            Leg::Subscriber => return None,
+        };
+        self.accounts.iter().position(|a| {
+            (leg == Leg::Provider && ringsync::config::in_networks(source, &a.matcher.source))
+                || host.as_ref().is_some_and(|h| {
+                    a.matcher
+                        .domain
+                        .iter()
+                        .any(|d| d.as_bytes().eq_ignore_ascii_case(h))
+                })
+        })
+    }
+
+    /// R-ESG-5: the home esg of a single-instance account, which a balancer
+    /// keeps the account's traffic on, drain or not.
+    pub fn home_instance(
+        &self,
+        listener: &ListenerCtx,
+        msg: &SipMessage,
+        source: IpAddr,
+    ) -> Option<usize> {
+        if listener.mode != Mode::Balance(Service::Esg) {
+            return None;
+        }
+        let a = self.account(listener.leg, msg, source)?;
+        if self.accounts[a].multi_instance {
+            return None;
+        }
+        self.homes[a]
+    }
+
+    /// Decides whether a new dialog, registration or out-of-dialog request
+    /// routed to instance `idx` goes through.
+    pub fn admit(
+        &self,
+        view: &DrainView,
+        inbound: Inbound,
+        listener: &ListenerCtx,
+        idx: usize,
+        msg: &SipMessage,
+        method: Method,
+    ) -> Admission {
+        // Balance listeners steer instead of refusing (R-AA-1, R-AA-4).
+        if !matches!(listener.mode, Mode::Guard(_)) {
+            return Admission::Pass;
+        }
+        if !is_new_work(msg, method, self.options_503) || !view.is_draining(idx) {
+            return Admission::Pass;
+        }
+        let source = inbound.peer().ip();
+        let subject = Subject::of(msg, method, source);
+        let service = &view.instances()[idx].service;
+        match service {
+            Service::Esg => {
+                // R-ESG-1: only on the leg that faces providers.
+                if listener.leg != Leg::Provider {
+                    return Admission::Pass;
+                }
+                // R-ESG-2: only for multi-instance accounts.
+                let Some(a) = self.account(listener.leg, msg, source) else {
+                    return Admission::Pass;
+                };
+                if !self.accounts[a].multi_instance {
+                    return Admission::Pass;
+                }
+                // R-ESG-3: account exceptions.
+                if self.accounts[a]
+                    .exceptions
+                    .iter()
+                    .any(|e| subject.matches(e))
+                {
+                    return Admission::Pass;
+                }
+            }
+            Service::Sg => {}
+            _ => return Admission::Pass,
+        }
+        // R-SG-3 / R-ESG-3: exceptions of the instance.
+        if self
+            .exceptions
+            .get(idx)
+            .is_some_and(|ex| ex.iter().any(|e| subject.matches(e)))
+        {
+            return Admission::Pass;
+        }
+        // R-SG-2: only if another instance can take the work.
+        if !view.other_normal_up(idx) {
+            return Admission::Pass;
+        }
+        let rule = if *service == Service::Esg {
+            "R-ESG-1"
+        } else {
+            "R-SG-1"
+        };
+        tracing::info!(
+            rule,
+            instance = %view.instances()[idx].id,
+            method = %String::from_utf8_lossy(msg.method_bytes()),
+            call_id = %String::from_utf8_lossy(msg.call_id().unwrap_or_default()),
+            source = %inbound.peer(),
+            "refused new work for a draining instance with 503"
+        );
+        crate::metrics::refused(rule);
+        // R-SG-5: Retry-After, with jitter so a drained population does not
+        // come back at one instant.
+        let jitter = if self.jitter == 0 {
+            0
+        } else {
+            rand::rng().random_range(0..=self.jitter)
+        };
+        Admission::Refuse {
+            reply: Reply {
+                code: 503,
+                reason: Some("Service Unavailable (draining)"),
+                retry_after: Some(self.retry_after + jitter),
+                extra: &[],
+            },
+            rule,
+        }
+    }
+}
+
+/// R-SG-1: REGISTER, SUBSCRIBE and INVITE that start something new. Removing
+/// a binding or ending a subscription is cleanup, not new work; OPTIONS is
+/// new work only when the operator says so (providers pick trunks by it).
+pub fn is_new_work(msg: &SipMessage, method: Method, options_503: bool) -> bool {
+    match method {
+        Method::Register => !is_deregister(msg),
+        Method::Subscribe => msg.to_tag().is_none() && msg.expires() != Some(0),
+        Method::Invite => msg.to_tag().is_none(),
+        Method::Options => options_503 && msg.to_tag().is_none(),
+        _ => false,
+    }
+}
+
+/// `Expires: 0`, `Contact: *`, or every contact with `expires=0`.
+fn is_deregister(msg: &SipMessage) -> bool {
+    let contacts = msg.contacts();
+    if contacts.iter().any(|c| c.star) {
+        return true;
+    }
+    if contacts.is_empty() {
+        // A fetch of bindings: harmless, but it is not new work either.
+        return true;
+    }
+    contacts.iter().all(|c| match c.expires {
+        Some(e) => e == 0,
+        None => msg.expires() == Some(0),
+    })
+}

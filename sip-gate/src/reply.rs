@@ -1,0 +1,245 @@
+//! Responses the gate generates itself (400, 403, 481, 483, 503, and the 200
+//! to OPTIONS addressed to the gate), built with rsip's typed headers.
+//!
+//! Forwarded messages never go through rsip: it would re-serialise them. A
+//! generated response is new text, so there rsip is the right tool.
+
+use std::hash::Hasher;
+use std::net::SocketAddr;
+
+use bytes::Bytes;
+use rsip::headers::{self, UntypedHeader};
+use rsip::{Header, Headers, Response, StatusCode, Version};
+use siphasher::sip::SipHasher13;
+
+use crate::message::{HeaderName, SipMessage};
+
+/// A response to generate.
+#[derive(Debug, Clone)]
+pub struct Reply<'r> {
+    /// Status code.
+    pub code: u16,
+    /// Reason phrase; the standard one for the code when `None`.
+    pub reason: Option<&'r str>,
+    /// `Retry-After` seconds (R-SG-5).
+    pub retry_after: Option<u32>,
+    /// Extra header lines, `Name: value`, without CRLF.
+    pub extra: &'r [(&'r str, String)],
+}
+
+impl<'r> Reply<'r> {
+    /// A response with the standard reason phrase and nothing extra.
+    pub fn new(code: u16) -> Self {
+        Reply {
+            code,
+            reason: None,
+            retry_after: None,
+            extra: &[],
+        }
+    }
+    /// The same with a reason phrase.
+    pub fn reason(code: u16, reason: &'r str) -> Self {
+        Reply {
+            code,
+            reason: Some(reason),
+            retry_after: None,
+            extra: &[],
+        }
+    }
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// A To tag that is the same for every retransmission of the request, so a
+/// UAC that sees the response twice sees one dialog (RFC 3261 8.2.6.2).
+fn to_tag(msg: &SipMessage) -> String {
+    let mut h = SipHasher13::new_with_keys(0x6761_7465, 0x0074_6167);
+    h.write(msg.call_id().unwrap_or_default());
+    h.write(msg.from_tag().unwrap_or_default());
+    if let Some((n, _)) = msg.cseq() {
+        h.write_u32(n);
+    }
+    if let Some(v) = msg.top_via() {
+        h.write(v.branch.unwrap_or_default());
+    }
+    format!("gw{:012x}", h.finish() & 0xffff_ffff_ffff)
+}
+
+/// Builds the response to `req`, received from `source`: every Via copied in
+/// order (the top one with `received`/`rport` per RFC 3581), From, To (with a
+/// tag added when the request had none), Call-ID, CSeq, `Content-Length: 0`.
+pub fn build(req: &SipMessage, source: SocketAddr, reply: &Reply<'_>) -> Bytes {
+    let mut hs: Vec<Header> = Vec::with_capacity(10);
+    for (i, via) in req.vias().enumerate() {
+        let raw = req.raw().get(via.range.clone()).unwrap_or_default();
+        let mut value = text(raw);
+        if i == 0 {
+            value = stamp_via(&value, via.rport.is_some(), source);
+        }
+        hs.push(headers::Via::new(value).into());
+    }
+    for f in req.fields(HeaderName::From).take(1) {
+        hs.push(headers::From::new(text(req.value(f))).into());
+    }
+    for f in req.fields(HeaderName::To).take(1) {
+        let mut to = text(req.value(f));
+        if req.to_tag().is_none() && reply.code > 100 {
+            to.push_str(";tag=");
+            to.push_str(&to_tag(req));
+        }
+        hs.push(headers::To::new(to).into());
+    }
+    if let Some(id) = req.call_id() {
+        hs.push(headers::CallId::new(text(id)).into());
+    }
+    for f in req.fields(HeaderName::CSeq).take(1) {
+        hs.push(headers::CSeq::new(text(req.value(f))).into());
+    }
+    if let Some(secs) = reply.retry_after {
+        hs.push(headers::RetryAfter::new(secs.to_string()).into());
+    }
+    for (name, value) in reply.extra {
+        hs.push(Header::Other((*name).to_owned(), value.clone()));
+    }
+    hs.push(headers::Server::new(concat!("sip-gate/", env!("CARGO_PKG_VERSION"))).into());
+    hs.push(headers::ContentLength::new("0").into());
+    // Always our own phrase: rsip prints its known codes as Rust names
+    // ("ServiceUnavailable"), which is not the RFC 3261 reason phrase.
+    let reason = reply.reason.unwrap_or_else(|| standard_reason(reply.code));
+    let status_code = StatusCode::Other(reply.code, reason.to_owned());
+    let resp = Response {
+        status_code,
+        version: Version::V2,
+        headers: Headers::from(hs),
+        body: Vec::new(),
+    };
+    Bytes::from(resp.to_string())
+}
+
+/// RFC 3261 21 reason phrases of the codes the gate generates.
+fn standard_reason(code: u16) -> &'static str {
+    match code {
+        100 => "Trying",
+        200 => "OK",
+        400 => "Bad Request",
+        403 => "Forbidden",
+        404 => "Not Found",
+        481 => "Call/Transaction Does Not Exist",
+        483 => "Too Many Hops",
+        500 => "Server Internal Error",
+        503 => "Service Unavailable",
+        505 => "Version Not Supported",
+        _ => "Unknown",
+    }
+}
+
+/// Adds `received` (when the source differs from sent-by) and fills `rport`
+/// (when the client asked for it), RFC 3261 18.2.1 and RFC 3581 4.
+pub fn stamp_via(value: &str, wants_rport: bool, source: SocketAddr) -> String {
+    let mut out = String::with_capacity(value.len() + 40);
+    // Drop an empty `;rport` (to be filled) and any stale `received`.
+    for (i, part) in value.split(';').enumerate() {
+        let p = part.trim();
+        let name = p.split('=').next().unwrap_or("").trim();
+        if i > 0 && (name.eq_ignore_ascii_case("rport") || name.eq_ignore_ascii_case("received")) {
+            continue;
+        }
+        if i > 0 {
+            out.push(';');
+        }
+        out.push_str(if i == 0 { part.trim_end() } else { p });
+    }
+    out.push_str(";received=");
+    out.push_str(&source.ip().to_string());
+    if wants_rport {
+        out.push_str(";rport=");
+        out.push_str(&source.port().to_string());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const INVITE: &[u8] = b"INVITE sip:bob@example.com SIP/2.0\r\n\
+v: SIP/2.0/UDP 10.0.0.1:5060;branch=z9hG4bK1;rport\r\n\
+Via: SIP/2.0/UDP 10.0.0.2;branch=z9hG4bK0, SIP/2.0/TCP 10.0.0.3;branch=z9hG4bKx\r\n\
+f: Alice <sip:alice@example.com>;tag=a1\r\n\
+To: <sip:bob@example.com>\r\n\
+i: abc@10.0.0.1\r\n\
+CSeq: 7 INVITE\r\n\
+Max-Forwards: 70\r\n\
+l: 4\r\n\r\nbody";
+
+    #[test]
+    fn copies_vias_and_adds_to_tag_and_retry_after() {
+        let req = SipMessage::parse(Bytes::from_static(INVITE)).unwrap();
+        let src: SocketAddr = "192.0.2.9:40000".parse().unwrap();
+        let out = build(
+            &req,
+            src,
+            &Reply {
+                code: 503,
+                reason: None,
+                retry_after: Some(30),
+                extra: &[],
+            },
+        );
+        let text = std::str::from_utf8(&out).unwrap();
+        assert!(
+            text.starts_with("SIP/2.0 503 Service Unavailable\r\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "Via: SIP/2.0/UDP 10.0.0.1:5060;branch=z9hG4bK1;received=192.0.2.9;rport=40000\r\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("Via: SIP/2.0/UDP 10.0.0.2;branch=z9hG4bK0\r\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("Via: SIP/2.0/TCP 10.0.0.3;branch=z9hG4bKx\r\n"),
+            "{text}"
+        );
+        assert!(text.contains("To: <sip:bob@example.com>;tag=gw"), "{text}");
+        assert!(
+            text.contains("From: Alice <sip:alice@example.com>;tag=a1\r\n"),
+            "{text}"
+        );
+        assert!(text.contains("Call-ID: abc@10.0.0.1\r\n"), "{text}");
+        assert!(text.contains("CSeq: 7 INVITE\r\n"), "{text}");
+        assert!(text.contains("Retry-After: 30\r\n"), "{text}");
+        assert!(text.ends_with("Content-Length: 0\r\n\r\n"), "{text}");
+        // The response parses with our own scanner, and the tag is stable.
+        let resp = SipMessage::parse(out.clone()).unwrap();
+        assert_eq!(resp.code(), Some(503));
+        let again = build(
+            &req,
+            src,
+            &Reply {
+                code: 503,
+                reason: None,
+                retry_after: Some(30),
+                extra: &[],
+            },
+        );
+        assert_eq!(out, again);
+    }
+
+    #[test]
+    fn custom_reason() {
+        let req = SipMessage::parse(Bytes::from_static(INVITE)).unwrap();
+        let out = build(
+            &req,
+            "10.0.0.1:5060".parse().unwrap(),
+            &Reply::reason(400, "Bad CSeq"),
+        );
+        assert!(out.starts_with(b"SIP/2.0 400 Bad CSeq\r\n"));
+    }
+}

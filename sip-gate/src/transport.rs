@@ -1,0 +1,452 @@
+//! Sockets: UDP receive workers, TCP accept and connect, and the table of
+//! open TCP connections. Everything here moves bytes; what to send where is
+//! the core's business ([`crate::proxy::Core::handle`]).
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::{Buf, Bytes, BytesMut};
+use dashmap::DashMap;
+use ringsync::config::{SiteConfig, Transport};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpSocket, TcpStream, UdpSocket};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::frame::{self, Frame};
+use crate::metrics as m;
+use crate::proxy::{Action, Core, Out};
+use crate::txn::{ConnId, Inbound};
+
+/// Largest SIP message accepted on a stream (and the UDP receive buffer).
+pub const MAX_MESSAGE: usize = 65_535;
+/// Messages queued for one TCP connection before new ones are dropped.
+const TCP_QUEUE: usize = 1024;
+/// A TCP connection with no traffic this long is closed.
+const TCP_IDLE: Duration = Duration::from_secs(600);
+/// A connect that takes longer fails.
+const TCP_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// The sockets of one listener, already bound.
+#[derive(Debug)]
+pub struct BoundListener {
+    /// UDP socket, when the listener serves UDP.
+    pub udp: Option<Arc<UdpSocket>>,
+    /// TCP listener, when the listener serves TCP.
+    pub tcp: Option<TcpListener>,
+}
+
+/// Binds every listener of a site. A port of 0 is replaced by the port the
+/// system chose (the same one for UDP and TCP), and the returned config has
+/// the actual addresses in `bind` and `advertise`, so tests bind
+/// `127.0.0.1:0` and read back where the gate listens.
+pub async fn bind(mut config: SiteConfig) -> io::Result<(SiteConfig, Vec<BoundListener>)> {
+    let mut bound = Vec::new();
+    for l in &mut config.listeners {
+        let want_udp = l.transports.contains(&Transport::Udp);
+        let want_tcp = l.transports.contains(&Transport::Tcp);
+        let mut attempt = 0;
+        let (udp, tcp) = loop {
+            attempt += 1;
+            let udp = if want_udp {
+                Some(UdpSocket::bind(l.bind).await?)
+            } else {
+                None
+            };
+            let addr = match &udp {
+                Some(u) => u.local_addr()?,
+                None => l.bind,
+            };
+            let tcp = if want_tcp {
+                match bind_tcp(addr) {
+                    Ok(t) => Some(t),
+                    // The port the system gave UDP may be taken for TCP; try again.
+                    Err(e)
+                        if l.bind.port() == 0
+                            && attempt < 20
+                            && e.kind() == io::ErrorKind::AddrInUse =>
+                    {
+                        continue
+                    }
+                    Err(e) => {
+                        return Err(io::Error::new(
+                            e.kind(),
+                            format!("listener `{}`: tcp {addr}: {e}", l.name),
+                        ))
+                    }
+                }
+            } else {
+                None
+            };
+            break (udp, tcp);
+        };
+        let actual = match (&udp, &tcp) {
+            (Some(u), _) => u.local_addr()?,
+            (None, Some(t)) => t.local_addr()?,
+            (None, None) => l.bind,
+        };
+        if l.advertise == l.bind {
+            l.advertise = actual;
+        } else if l.advertise.port() == 0 {
+            l.advertise.set_port(actual.port());
+        }
+        l.bind = actual;
+        bound.push(BoundListener {
+            udp: udp.map(Arc::new),
+            tcp,
+        });
+    }
+    Ok((config, bound))
+}
+
+fn bind_tcp(addr: SocketAddr) -> io::Result<TcpListener> {
+    let s = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    s.set_reuseaddr(true)?;
+    s.set_nodelay(true)?;
+    s.bind(addr)?;
+    s.listen(1024)
+}
+
+/// Runs the gate on bound listeners until `shutdown` is cancelled. Every
+/// task it starts is tracked by `tracker`, so the caller can wait for them.
+pub fn spawn(
+    core: Arc<Core>,
+    listeners: Vec<BoundListener>,
+    shutdown: CancellationToken,
+    tracker: &TaskTracker,
+) {
+    let workers = std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .clamp(1, 4);
+    let udp: Vec<Option<Arc<UdpSocket>>> = listeners.iter().map(|l| l.udp.clone()).collect();
+    let net = Arc::new(Net {
+        udp,
+        core: core.clone(),
+        conns: DashMap::new(),
+        by_peer: DashMap::new(),
+        next: AtomicU64::new(1),
+        shutdown: shutdown.clone(),
+        tracker: tracker.clone(),
+    });
+
+    let mut probe_socket = None;
+    for (idx, l) in listeners.into_iter().enumerate() {
+        if let Some(sock) = l.udp {
+            if probe_socket.is_none() {
+                probe_socket = Some((idx, sock.clone()));
+            }
+            // Several tasks receive on one socket: a datagram is handled
+            // where it was received, with no hand-off between tasks.
+            for _ in 0..workers {
+                tracker.spawn(udp_worker(
+                    core.clone(),
+                    net.clone(),
+                    idx,
+                    sock.clone(),
+                    shutdown.clone(),
+                ));
+            }
+        }
+        if let Some(tcp) = l.tcp {
+            tracker.spawn(accept_loop(net.clone(), idx, tcp, shutdown.clone()));
+        }
+    }
+    if let Some((idx, sock)) = probe_socket {
+        tracker.spawn(crate::health::run(
+            core.clone(),
+            idx,
+            sock,
+            shutdown.clone(),
+        ));
+    }
+    let sweeper_core = core;
+    let sweeper_stop = shutdown;
+    tracker.spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tokio::select! {
+                _ = sweeper_stop.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            sweeper_core.sweep(Instant::now());
+            sweeper_core.publish_work();
+        }
+    });
+}
+
+/// The sockets and open connections, shared by every task.
+struct Net {
+    udp: Vec<Option<Arc<UdpSocket>>>,
+    core: Arc<Core>,
+    conns: DashMap<ConnId, mpsc::Sender<Bytes>>,
+    by_peer: DashMap<SocketAddr, ConnId>,
+    next: AtomicU64,
+    shutdown: CancellationToken,
+    tracker: TaskTracker,
+}
+
+impl Net {
+    async fn execute(self: &Arc<Net>, action: Action) {
+        let Action::Send(out, bytes) = action else {
+            return;
+        };
+        match out {
+            Out::Udp { listener, to } => match self.udp.get(listener).and_then(Option::as_ref) {
+                Some(sock) => {
+                    if let Err(e) = sock.send_to(&bytes, to).await {
+                        tracing::debug!(%to, error = %e, "udp send failed");
+                        m::dropped("udp_send_error");
+                    }
+                }
+                // A listener without UDP: the message goes over TCP instead.
+                None => self.tcp_send(listener, None, to, bytes),
+            },
+            Out::Tcp { listener, conn, to } => self.tcp_send(listener, conn, to, bytes),
+        }
+    }
+}
+
+async fn udp_worker(
+    core: Arc<Core>,
+    net: Arc<Net>,
+    listener: usize,
+    sock: Arc<UdpSocket>,
+    shutdown: CancellationToken,
+) {
+    let mut buf = BytesMut::with_capacity(MAX_MESSAGE * 4);
+    loop {
+        if buf.capacity() < MAX_MESSAGE {
+            buf.reserve(MAX_MESSAGE * 4);
+        }
+        // Receive into a zeroed tail of the shared buffer; `split` below
+        // hands the datagram out without a copy.
+        buf.resize(MAX_MESSAGE, 0);
+        let res = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            r = sock.recv_from(&mut buf[..]) => r,
+        };
+        let (n, peer) = match res {
+            Ok(x) => x,
+            Err(e) => {
+                // ICMP port unreachable from a previous send shows up here on
+                // some systems; it is not fatal for the socket.
+                tracing::debug!(error = %e, "udp recv error");
+                buf.clear();
+                continue;
+            }
+        };
+        buf.truncate(n);
+        let data = buf.split().freeze();
+        if data.iter().all(|&b| b == b'\r' || b == b'\n' || b == 0) {
+            continue; // keep-alive datagram (RFC 5626 4.4.1 style) or empty
+        }
+        let action = core.handle(Inbound::Udp { listener, peer }, data, Instant::now());
+        net.execute(action).await;
+    }
+}
+
+// === TCP ===
+
+impl Net {
+    /// Queues bytes for a connection: the given one if still open, else any
+    /// open one to `to`, else a new one (RFC 3261 18.2.2: a response whose
+    /// connection is gone goes on a new connection to the Via's address).
+    fn tcp_send(
+        self: &Arc<Net>,
+        listener: usize,
+        conn: Option<ConnId>,
+        to: SocketAddr,
+        bytes: Bytes,
+    ) {
+        let tx = conn
+            .and_then(|c| self.conns.get(&c).map(|t| t.clone()))
+            .or_else(|| {
+                self.by_peer
+                    .get(&to)
+                    .and_then(|c| self.conns.get(&*c).map(|t| t.clone()))
+            });
+        let tx = match tx {
+            Some(tx) => tx,
+            None => self.connect(listener, to),
+        };
+        if tx.try_send(bytes).is_err() {
+            m::dropped("tcp_queue_full");
+        }
+    }
+
+    fn register(&self, peer: SocketAddr) -> (ConnId, mpsc::Sender<Bytes>, mpsc::Receiver<Bytes>) {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = mpsc::channel(TCP_QUEUE);
+        self.conns.insert(id, tx.clone());
+        self.by_peer.insert(peer, id);
+        metrics::gauge!(m::TCP_CONNECTIONS).increment(1.0);
+        (id, tx, rx)
+    }
+
+    fn unregister(&self, id: ConnId, peer: SocketAddr) {
+        if self.conns.remove(&id).is_some() {
+            metrics::gauge!(m::TCP_CONNECTIONS).decrement(1.0);
+        }
+        self.by_peer.remove_if(&peer, |_, v| *v == id);
+    }
+
+    /// Registers a connection to `to` at once (so messages queue behind the
+    /// connect instead of racing it) and connects in the background.
+    fn connect(self: &Arc<Net>, listener: usize, to: SocketAddr) -> mpsc::Sender<Bytes> {
+        let (id, tx, rx) = self.register(to);
+        let local_ip = self
+            .core
+            .listeners()
+            .get(listener)
+            .map(|l| l.advertise.ip());
+        let net = self.clone();
+        self.tracker.spawn(async move {
+            let stream = async {
+                let sock = if to.is_ipv4() {
+                    TcpSocket::new_v4()?
+                } else {
+                    TcpSocket::new_v6()?
+                };
+                if let Some(ip) =
+                    local_ip.filter(|ip| ip.is_ipv4() == to.is_ipv4() && !ip.is_unspecified())
+                {
+                    sock.bind(SocketAddr::new(ip, 0))?;
+                }
+                tokio::time::timeout(TCP_CONNECT_TIMEOUT, sock.connect(to))
+                    .await
+                    .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))?
+            }
+            .await;
+            match stream {
+                Ok(s) => {
+                    let _ = s.set_nodelay(true);
+                    connection(net, listener, id, to, s, rx).await;
+                }
+                Err(e) => {
+                    tracing::info!(%to, error = %e, "tcp connect failed");
+                    m::dropped("tcp_connect_failed");
+                    net.unregister(id, to);
+                }
+            }
+        });
+        tx
+    }
+}
+
+async fn accept_loop(
+    net: Arc<Net>,
+    listener: usize,
+    tcp: TcpListener,
+    shutdown: CancellationToken,
+) {
+    loop {
+        let (stream, peer) = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            r = tcp.accept() => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    // EMFILE and friends: back off instead of spinning.
+                    tracing::warn!(error = %e, "tcp accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = stream.set_nodelay(true);
+        let (id, _tx, rx) = net.register(peer);
+        net.tracker
+            .spawn(connection(net.clone(), listener, id, peer, stream, rx));
+    }
+}
+
+/// One TCP connection: a reader that frames messages (RFC 3261 18.3) and
+/// hands them to the core, and a writer fed by the connection's queue.
+async fn connection(
+    net: Arc<Net>,
+    listener: usize,
+    id: ConnId,
+    peer: SocketAddr,
+    stream: TcpStream,
+    mut rx: mpsc::Receiver<Bytes>,
+) {
+    let (mut rd, mut wr) = stream.into_split();
+    let stop = net.shutdown.child_token();
+    let writer_stop = stop.clone();
+    let writer = async move {
+        loop {
+            let msg = tokio::select! {
+                _ = writer_stop.cancelled() => break,
+                m = rx.recv() => match m { Some(m) => m, None => break },
+            };
+            if wr.write_all(&msg).await.is_err() {
+                break;
+            }
+        }
+        writer_stop.cancel();
+    };
+    let reader_net = net.clone();
+    let reader_stop = stop.clone();
+    let reader = async move {
+        let mut buf = BytesMut::with_capacity(16 * 1024);
+        loop {
+            // Frame everything already buffered before reading more.
+            loop {
+                match frame::check(&buf, MAX_MESSAGE) {
+                    Ok(Some(Frame::KeepAlive { len, ping })) => {
+                        buf.advance(len.min(buf.len()));
+                        if ping {
+                            reader_net.tcp_send(
+                                listener,
+                                Some(id),
+                                peer,
+                                Bytes::from_static(b"\r\n"),
+                            );
+                        }
+                    }
+                    Ok(Some(Frame::Message { len })) => {
+                        let data = buf.split_to(len.min(buf.len())).freeze();
+                        let action = reader_net.core.handle(
+                            Inbound::Tcp {
+                                listener,
+                                conn: id,
+                                peer,
+                            },
+                            data,
+                            Instant::now(),
+                        );
+                        reader_net.execute(action).await;
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        // A stream that lost its framing cannot be resynchronised.
+                        tracing::info!(%peer, error = %e, "closing tcp connection: bad framing");
+                        m::dropped("tcp_framing");
+                        reader_stop.cancel();
+                        return;
+                    }
+                }
+            }
+            let read = tokio::select! {
+                _ = reader_stop.cancelled() => return,
+                r = tokio::time::timeout(TCP_IDLE, rd.read_buf(&mut buf)) => r,
+            };
+            match read {
+                Ok(Ok(0)) | Ok(Err(_)) | Err(_) => {
+                    reader_stop.cancel();
+                    return;
+                }
+                Ok(Ok(_)) => {}
+            }
+        }
+    };
+    tokio::join!(writer, reader);
+    net.unregister(id, peer);
+}

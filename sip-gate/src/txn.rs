@@ -1,0 +1,259 @@
+//! The short-lived transaction table.
+//!
+//! The gate is dialog-stateless (the Record-Route token carries the
+//! instance), but it remembers for a transaction's lifetime where each
+//! request went, keyed by the branch it computed from the client's branch. So
+//! a retransmitted INVITE, the CANCEL and the ACK of a non-2xx follow the
+//! original request even if the ring changed in between, and a retransmitted
+//! INVITE never reaches a second instance. Responses find the connection the
+//! request came in on (RFC 3261 18.2.2). Entries expire on RFC 3261 timers, and
+//! the table is bounded: when it is full, new transactions are refused (503)
+//! rather than letting memory grow without limit.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use dashmap::mapref::entry::Entry;
+use dashmap::DashMap;
+
+/// Timer F / Timer H: 64 * T1 (RFC 3261 17.1.2.2, 17.2.1).
+pub const NON_INVITE_LIFETIME: Duration = Duration::from_secs(32);
+/// Timer C is at least 3 minutes (RFC 3261 16.6 step 11); an INVITE without a
+/// final response is kept a little longer than that.
+pub const INVITE_PENDING_LIFETIME: Duration = Duration::from_secs(200);
+/// After a final response to an INVITE: time for retransmissions of the
+/// final response and the ACK of a non-2xx (Timer D is at least 32 s).
+pub const INVITE_DONE_LIFETIME: Duration = Duration::from_secs(32);
+
+/// Identifier of a TCP connection held by the transport layer.
+pub type ConnId = u64;
+
+/// Where a request came from, so its responses can go back the same way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Inbound {
+    /// A datagram on a listener's UDP socket.
+    Udp {
+        /// Index of the listener in the site config.
+        listener: usize,
+        /// Source address of the datagram.
+        peer: SocketAddr,
+    },
+    /// A message on a TCP connection.
+    Tcp {
+        /// Index of the listener in the site config.
+        listener: usize,
+        /// The connection it came in on.
+        conn: ConnId,
+        /// Remote address of the connection.
+        peer: SocketAddr,
+    },
+}
+
+impl Inbound {
+    /// Index of the listener the message arrived on.
+    pub fn listener(&self) -> usize {
+        match *self {
+            Inbound::Udp { listener, .. } | Inbound::Tcp { listener, .. } => listener,
+        }
+    }
+    /// The remote address.
+    pub fn peer(&self) -> SocketAddr {
+        match *self {
+            Inbound::Udp { peer, .. } | Inbound::Tcp { peer, .. } => peer,
+        }
+    }
+}
+
+/// Where a request was sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hop {
+    /// The instance, when the request went to a configured instance.
+    pub instance: Option<usize>,
+    /// The address it was sent to.
+    pub addr: SocketAddr,
+    /// True when it was sent over TCP.
+    pub tcp: bool,
+}
+
+/// One remembered transaction.
+#[derive(Debug, Clone, Copy)]
+pub struct TxnEntry {
+    /// Where the request came from.
+    pub inbound: Inbound,
+    /// Where it was sent.
+    pub hop: Hop,
+    /// An INVITE transaction (lives until its final response).
+    pub invite: bool,
+    /// An INVITE that starts a dialog (no To tag), for work accounting.
+    pub initial: bool,
+    /// When the entry expires.
+    pub expires: Instant,
+    /// A final response was seen.
+    pub finished: bool,
+}
+
+/// What [`TxnTable::begin`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Begin {
+    /// A new transaction: route it.
+    New,
+    /// A retransmission (or CANCEL / non-2xx ACK) of a known transaction: it
+    /// goes to the same hop.
+    Known(Hop),
+    /// The table is full.
+    Full,
+}
+
+/// The bounded transaction table.
+#[derive(Debug)]
+pub struct TxnTable {
+    map: DashMap<u64, TxnEntry>,
+    capacity: usize,
+}
+
+impl TxnTable {
+    /// A table that holds at most `capacity` transactions.
+    pub fn new(capacity: usize) -> TxnTable {
+        TxnTable {
+            map: DashMap::new(),
+            capacity,
+        }
+    }
+
+    /// Number of live entries.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// True when no transaction is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// Looks a transaction up without changing it.
+    pub fn get(&self, key: u64) -> Option<TxnEntry> {
+        self.map.get(&key).map(|e| *e)
+    }
+
+    /// Records that a request with this key is about to be routed, unless it
+    /// is already known. Atomic per key, so two copies of an INVITE arriving
+    /// at once on two worker tasks cannot both be routed.
+    pub fn begin(&self, key: u64, now: Instant, make: impl FnOnce() -> Option<TxnEntry>) -> Begin {
+        if self.map.len() >= self.capacity && !self.map.contains_key(&key) {
+            return Begin::Full;
+        }
+        match self.map.entry(key) {
+            Entry::Occupied(e) => Begin::Known(e.get().hop),
+            Entry::Vacant(v) => {
+                if let Some(mut entry) = make() {
+                    entry.expires = now
+                        + if entry.invite {
+                            INVITE_PENDING_LIFETIME
+                        } else {
+                            NON_INVITE_LIFETIME
+                        };
+                    v.insert(entry);
+                }
+                Begin::New
+            }
+        }
+    }
+
+    /// Notes a final response for the transaction; returns the entry as it
+    /// was before (so the caller can tell the first final from a
+    /// retransmission).
+    pub fn finish(&self, key: u64, now: Instant) -> Option<TxnEntry> {
+        let mut e = self.map.get_mut(&key)?;
+        let before = *e;
+        if !e.finished {
+            e.finished = true;
+            if e.invite {
+                e.expires = now + INVITE_DONE_LIFETIME;
+            }
+        }
+        Some(before)
+    }
+
+    /// Removes expired entries; returns those that expired without a final
+    /// response (so work counts can be corrected).
+    pub fn sweep(&self, now: Instant) -> Vec<TxnEntry> {
+        let mut unfinished = Vec::new();
+        self.map.retain(|_, e| {
+            if e.expires > now {
+                return true;
+            }
+            if !e.finished {
+                unfinished.push(*e);
+            }
+            false
+        });
+        unfinished
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(invite: bool) -> TxnEntry {
+        TxnEntry {
+            inbound: Inbound::Udp {
+                listener: 0,
+                peer: "127.0.0.10:5060".parse().unwrap(),
+            },
+            hop: Hop {
+                instance: Some(1),
+                addr: "127.0.1.1:5060".parse().unwrap(),
+                tcp: false,
+            },
+            invite,
+            initial: invite,
+            expires: Instant::now(),
+            finished: false,
+        }
+    }
+
+    #[test]
+    fn retransmission_follows_first_hop() {
+        let t = TxnTable::new(10);
+        let now = Instant::now();
+        assert_eq!(t.begin(7, now, || Some(entry(true))), Begin::New);
+        assert_eq!(
+            t.begin(7, now, || panic!("must not build twice")),
+            Begin::Known(entry(true).hop)
+        );
+        assert_eq!(t.len(), 1);
+    }
+
+    #[test]
+    fn expiry_follows_rfc3261_timers() {
+        let t = TxnTable::new(10);
+        let now = Instant::now();
+        t.begin(1, now, || Some(entry(true)));
+        t.begin(2, now, || Some(entry(false)));
+        // Non-INVITE goes after Timer F; a pending INVITE stays.
+        assert!(
+            t.sweep(now + NON_INVITE_LIFETIME + Duration::from_millis(1))
+                .len()
+                == 1
+        );
+        assert!(t.get(1).is_some() && t.get(2).is_none());
+        // A final response shortens the INVITE's life to Timer D.
+        let later = now + Duration::from_secs(40);
+        assert!(!t.finish(1, later).unwrap().finished);
+        assert!(t.finish(1, later).unwrap().finished);
+        assert!(t
+            .sweep(later + INVITE_DONE_LIFETIME + Duration::from_millis(1))
+            .is_empty());
+        assert!(t.is_empty());
+    }
+
+    #[test]
+    fn full_table_refuses_new_but_serves_known() {
+        let t = TxnTable::new(1);
+        let now = Instant::now();
+        assert_eq!(t.begin(1, now, || Some(entry(false))), Begin::New);
+        assert_eq!(t.begin(2, now, || Some(entry(false))), Begin::Full);
+        assert!(matches!(t.begin(1, now, || None), Begin::Known(_)));
+    }
+}

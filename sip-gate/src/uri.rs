@@ -1,0 +1,171 @@
+//! Just enough of a SIP URI to route: user, host, port and the `transport`
+//! and `lr` parameters. Works on the bytes of the message, no allocation.
+
+use std::net::{IpAddr, SocketAddr};
+
+/// The parts of a `sip:`/`sips:` URI the gate routes on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SipUri<'a> {
+    /// `sips` scheme.
+    pub secure: bool,
+    /// User part, if any (still escaped).
+    pub user: Option<&'a [u8]>,
+    /// Host (without IPv6 brackets).
+    pub host: &'a [u8],
+    /// Port, if written.
+    pub port: Option<u16>,
+    /// `transport=` parameter, if any.
+    pub transport: Option<&'a [u8]>,
+    /// `lr` parameter present.
+    pub lr: bool,
+}
+
+impl<'a> SipUri<'a> {
+    /// Parses a `sip:` or `sips:` URI; `None` for other schemes (tel:, ...) or
+    /// malformed input.
+    pub fn parse(uri: &'a [u8]) -> Option<SipUri<'a>> {
+        let (secure, rest) = if let Some(r) = strip_prefix_ci(uri, b"sips:") {
+            (true, r)
+        } else {
+            (false, strip_prefix_ci(uri, b"sip:")?)
+        };
+        // Headers (`?...`) never matter for routing.
+        let rest = rest.split(|&b| b == b'?').next().unwrap_or(rest);
+        let (userinfo, hostpart) = match memchr::memrchr(b'@', rest) {
+            Some(at) => (Some(&rest[..at]), &rest[at + 1..]),
+            None => (None, rest),
+        };
+        let user = userinfo.map(|u| u.split(|&b| b == b':').next().unwrap_or(u));
+        let mut parts = hostpart.split(|&b| b == b';');
+        let hostport = parts.next()?;
+        let (host, port) = split_hostport(hostport)?;
+        let mut transport = None;
+        let mut lr = false;
+        for p in parts {
+            let mut kv = p.splitn(2, |&b| b == b'=');
+            let k = kv.next().unwrap_or_default();
+            if k.eq_ignore_ascii_case(b"transport") {
+                transport = kv.next();
+            } else if k.eq_ignore_ascii_case(b"lr") {
+                lr = true;
+            }
+        }
+        Some(SipUri {
+            secure,
+            user,
+            host,
+            port,
+            transport,
+            lr,
+        })
+    }
+
+    /// True if `transport=tcp` (or tls, which we do not serve) is asked for.
+    pub fn wants_tcp(&self) -> bool {
+        self.transport
+            .is_some_and(|t| t.eq_ignore_ascii_case(b"tcp"))
+    }
+
+    /// The socket address, when the host is an IP literal.
+    pub fn socket_addr(&self) -> Option<SocketAddr> {
+        let ip: IpAddr = std::str::from_utf8(self.host).ok()?.parse().ok()?;
+        Some(SocketAddr::new(
+            ip,
+            self.port.unwrap_or(if self.secure { 5061 } else { 5060 }),
+        ))
+    }
+}
+
+/// Splits `host[:port]`, `[v6][:port]`.
+pub fn split_hostport(hp: &[u8]) -> Option<(&[u8], Option<u16>)> {
+    let hp = trim(hp);
+    if hp.is_empty() {
+        return None;
+    }
+    if hp[0] == b'[' {
+        let close = memchr::memchr(b']', hp)?;
+        let host = &hp[1..close];
+        let after = &hp[close + 1..];
+        let port = match after {
+            [] => None,
+            [b':', p @ ..] => Some(parse_port(p)?),
+            _ => return None,
+        };
+        return Some((host, port));
+    }
+    match memchr::memchr(b':', hp) {
+        Some(c) => Some((&hp[..c], Some(parse_port(&hp[c + 1..])?))),
+        None => Some((hp, None)),
+    }
+}
+
+fn parse_port(p: &[u8]) -> Option<u16> {
+    if p.is_empty() || p.len() > 5 || !p.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(p).ok()?.parse().ok()
+}
+
+fn trim(b: &[u8]) -> &[u8] {
+    let start = b
+        .iter()
+        .position(|c| !c.is_ascii_whitespace())
+        .unwrap_or(b.len());
+    let end = b
+        .iter()
+        .rposition(|c| !c.is_ascii_whitespace())
+        .map_or(start, |e| e + 1);
+    &b[start..end]
+}
+
+fn strip_prefix_ci<'a>(b: &'a [u8], prefix: &[u8]) -> Option<&'a [u8]> {
+    if b.len() >= prefix.len() && b[..prefix.len()].eq_ignore_ascii_case(prefix) {
+        Some(&b[prefix.len()..])
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_route_uris() {
+        let u =
+            SipUri::parse(b"sip:g1.sg-a.0011223344556677@127.0.0.1:5060;lr;transport=TCP").unwrap();
+        assert_eq!(u.user, Some(&b"g1.sg-a.0011223344556677"[..]));
+        assert_eq!(u.host, b"127.0.0.1");
+        assert_eq!(u.port, Some(5060));
+        assert!(u.lr && u.wants_tcp());
+        assert_eq!(u.socket_addr(), Some("127.0.0.1:5060".parse().unwrap()));
+
+        let u = SipUri::parse(b"SIP:[::1]:5070;lr").unwrap();
+        assert_eq!(u.socket_addr(), Some("[::1]:5070".parse().unwrap()));
+        let u = SipUri::parse(b"sip:alice:secret@example.com?subject=x").unwrap();
+        assert_eq!(u.user, Some(&b"alice"[..]));
+        assert_eq!(u.host, b"example.com");
+        assert_eq!(u.socket_addr(), None);
+        assert_eq!(SipUri::parse(b"sips:h").unwrap().socket_addr(), None);
+    }
+
+    #[test]
+    fn rejects_garbage_without_panic() {
+        for bad in [
+            &b"tel:+12345"[..],
+            b"sip:",
+            b"sip:[::1",
+            b"sip:h:99999",
+            b"sip:h:",
+            b"sip:[::1]x",
+            b"",
+            b"sip:@",
+        ] {
+            assert!(
+                SipUri::parse(bad).is_none(),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
+}
