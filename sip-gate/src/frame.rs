@@ -228,7 +228,10 @@ impl Iterator for HeaderLines<'_> {
         };
         let colon = start.saturating_add(colon);
         let name = trim(self.buf, start..colon);
+        // A first header line that starts with whitespace would be a fold of
+        // the start line, which RFC 3261 does not allow.
         let name_ok = !name.is_empty()
+            && name.start == start
             && self
                 .buf
                 .get(name.clone())
@@ -474,5 +477,9 @@ mod tests {
         assert!(!lines[1].well_formed);
         assert!(lines[2].well_formed);
         assert!(lines[2].value.is_empty());
+        let m = b"X\r\n Via: a\r\n\r\n";
+        let lines: Vec<_> = header_lines(m, 3..m.len() - 2).collect();
+        assert_eq!(lines.len(), 1);
+        assert!(!lines[0].well_formed);
     }
 }
