@@ -19,7 +19,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use ringsync::config::{Leg, ListenerMode, Service, SiteConfig, Transport};
 use ringsync::state::DrainState;
-use ringsync::view::DrainView;
+use ringsync::view::{DrainView, InstanceState};
 use siphasher::sip::SipHasher13;
 
 use crate::edit::Splice;
@@ -232,6 +232,13 @@ impl Core {
     /// Hands the work counts to the drain state (so it can tell `draining`
     /// from `drained`) and to the metrics; call about once a second.
     pub fn publish_work(&self) {
+        let view = self.drain.view();
+        for (iv, inst) in view.instances().iter().zip(&self.config.instances) {
+            for state in [InstanceState::Up, InstanceState::Down, InstanceState::Draining, InstanceState::Drained, InstanceState::DrainingDown] {
+                let v = if iv.state == state { 1.0 } else { 0.0 };
+                metrics::gauge!(m::INSTANCE_STATE, "instance" => inst.id.clone(), "state" => state.as_str()).set(v);
+            }
+        }
         for (i, inst) in self.config.instances.iter().enumerate() {
             if !inst.service.is_sip() {
                 continue;
@@ -734,10 +741,11 @@ impl Core {
         match msg {
             msg if msg.is_request() && msg.has_mandatory() => {
                 let mname = m::method_label(msg.method().unwrap_or(Method::Other));
+                let code = if e == ParseError::UnsupportedVersion { 505 } else { 400 };
                 self.reply_to(
                     inbound,
                     msg,
-                    &Reply::reason(400, e.reason()),
+                    &Reply::reason(code, e.reason()),
                     mname,
                     "bad_request",
                 )

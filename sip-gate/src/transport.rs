@@ -221,17 +221,14 @@ async fn udp_worker(
     sock: Arc<UdpSocket>,
     shutdown: CancellationToken,
 ) {
-    let mut buf = BytesMut::with_capacity(MAX_MESSAGE * 4);
+    // One receive buffer per worker, reused; each datagram is then copied
+    // once into a right-sized `Bytes` (a SIP datagram is ~0.5-2 KB, so the
+    // copy is cheaper than zeroing or re-allocating a 64 KB buffer).
+    let mut buf = vec![0u8; MAX_MESSAGE];
     loop {
-        if buf.capacity() < MAX_MESSAGE {
-            buf.reserve(MAX_MESSAGE * 4);
-        }
-        // Receive into a zeroed tail of the shared buffer; `split` below
-        // hands the datagram out without a copy.
-        buf.resize(MAX_MESSAGE, 0);
         let res = tokio::select! {
             _ = shutdown.cancelled() => return,
-            r = sock.recv_from(&mut buf[..]) => r,
+            r = sock.recv_from(&mut buf) => r,
         };
         let (n, peer) = match res {
             Ok(x) => x,
@@ -239,12 +236,10 @@ async fn udp_worker(
                 // ICMP port unreachable from a previous send shows up here on
                 // some systems; it is not fatal for the socket.
                 tracing::debug!(error = %e, "udp recv error");
-                buf.clear();
                 continue;
             }
         };
-        buf.truncate(n);
-        let data = buf.split().freeze();
+        let data = Bytes::copy_from_slice(&buf[..n]);
         if data.iter().all(|&b| b == b'\r' || b == b'\n' || b == 0) {
             continue; // keep-alive datagram (RFC 5626 4.4.1 style) or empty
         }
