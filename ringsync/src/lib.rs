@@ -1,11 +1,20 @@
 //! ringsync: the drain model of a site.
 //!
-//! Site configuration ([`config`]), deservice profiles, the drain view,
-//! consistent hash rings and the stores profiles live in. Every other crate
-//! loads its site through [`config::SiteConfig::load`], so there is one schema
-//! and one set of errors.
+//! Site configuration ([`config`]), deservice profiles ([`profile`]), the
+//! stores profiles live in ([`store`]), consistent hash rings ([`ring`]), the
+//! immutable drain view ([`view`]) and the live handle every process holds
+//! ([`state`]). The operator's interfaces are [`cli`] and the admin HTTP
+//! [`api`]. Every other crate loads its site through
+//! [`config::SiteConfig::load`], so there is one schema and one set of errors.
 #![forbid(unsafe_code)]
 
 pub mod config;
+pub mod profile;
+pub mod ring;
+pub mod state;
+pub mod store;
+pub mod view;
 
 pub use config::{ConfigError, SiteConfig};
+pub use profile::{NewProfile, Profile, ProfilePatch, ProfileSet, ProfileState};
+pub use store::{Store, StoreError};

@@ -1,0 +1,184 @@
+//! Deservice (drain) profiles: the operator's objects, and the set of them
+//! that a store holds.
+//!
+//! This module is plain data. Validation against the site (R-PR-1) lives in
+//! [`crate::store`], so every backend applies the same checks.
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+
+/// Whether a profile's drain is applied.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProfileState {
+    /// Stored, not applied.
+    #[default]
+    Inactive,
+    /// Drain applied: its servers are in the drain zone (R-PR-3).
+    Active,
+}
+
+impl ProfileState {
+    /// The name used in files, the API and reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProfileState::Inactive => "inactive",
+            ProfileState::Active => "active",
+        }
+    }
+}
+
+impl std::fmt::Display for ProfileState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A deservice profile: a named set of servers to drain.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Profile {
+    /// Stable identifier, e.g. `p-1a2b3c4d`.
+    pub id: String,
+    /// Name, unique on the site.
+    pub name: String,
+    /// Free text.
+    #[serde(default)]
+    pub description: String,
+    /// Server names; every one exists in the site configuration (R-PR-1).
+    pub servers: Vec<String>,
+    /// Applied or not.
+    #[serde(default)]
+    pub state: ProfileState,
+}
+
+/// What an operator gives to create a profile.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewProfile {
+    /// Name, unique on the site.
+    pub name: String,
+    /// Free text.
+    #[serde(default)]
+    pub description: String,
+    /// Server names (at least one).
+    pub servers: Vec<String>,
+    /// Initial state; `inactive` unless given.
+    #[serde(default)]
+    pub state: ProfileState,
+}
+
+/// A partial update of a profile: fields that are `None` are kept.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProfilePatch {
+    /// New name.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// New description.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// New server list (replaces the old one).
+    #[serde(default)]
+    pub servers: Option<Vec<String>>,
+}
+
+/// Every profile of a site at one revision: what a store holds and publishes.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProfileSet {
+    /// Incremented by every change; 0 for a store never written.
+    pub revision: u64,
+    /// The profiles, in creation order.
+    pub profiles: Vec<Profile>,
+}
+
+impl ProfileSet {
+    /// The drain zone: the union of the servers of all active profiles.
+    /// A server stays in it while any active profile names it (R-PR-3).
+    pub fn drain_zone(&self) -> BTreeSet<String> {
+        self.profiles
+            .iter()
+            .filter(|p| p.state == ProfileState::Active)
+            .flat_map(|p| p.servers.iter().cloned())
+            .collect()
+    }
+
+    /// The position of the profile with this id, or else with this name
+    /// (ids win, so a name that looks like another profile's id is not ambiguous).
+    pub fn position(&self, id_or_name: &str) -> Option<usize> {
+        self.profiles
+            .iter()
+            .position(|p| p.id == id_or_name)
+            .or_else(|| self.profiles.iter().position(|p| p.name == id_or_name))
+    }
+
+    /// The profile with this id, or else with this name.
+    pub fn find(&self, id_or_name: &str) -> Option<&Profile> {
+        self.position(id_or_name).map(|i| &self.profiles[i])
+    }
+
+    /// Number of active profiles.
+    pub fn active_count(&self) -> usize {
+        self.profiles
+            .iter()
+            .filter(|p| p.state == ProfileState::Active)
+            .count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(id: &str, servers: &[&str], state: ProfileState) -> Profile {
+        Profile {
+            id: id.into(),
+            name: format!("name-{id}"),
+            description: String::new(),
+            servers: servers.iter().map(|s| s.to_string()).collect(),
+            state,
+        }
+    }
+
+    #[test]
+    fn r_pr_3_server_in_two_active_profiles_stays_drained_until_both_inactive() {
+        let mut set = ProfileSet {
+            revision: 1,
+            profiles: vec![
+                p("p-1", &["srv-a", "srv-b"], ProfileState::Active),
+                p("p-2", &["srv-b"], ProfileState::Active),
+                p("p-3", &["srv-c"], ProfileState::Inactive),
+            ],
+        };
+        let zone = |s: &ProfileSet| s.drain_zone().into_iter().collect::<Vec<_>>();
+        assert_eq!(zone(&set), ["srv-a", "srv-b"]);
+        set.profiles[0].state = ProfileState::Inactive;
+        assert_eq!(zone(&set), ["srv-b"], "srv-b still named by active p-2");
+        set.profiles[1].state = ProfileState::Inactive;
+        assert!(set.drain_zone().is_empty());
+    }
+
+    #[test]
+    fn find_by_id_then_name() {
+        let mut a = p("p-1", &["srv-a"], ProfileState::Inactive);
+        a.name = "p-2".into();
+        let b = p("p-2", &["srv-b"], ProfileState::Inactive);
+        let set = ProfileSet {
+            revision: 0,
+            profiles: vec![a, b],
+        };
+        assert_eq!(set.find("p-2").unwrap().servers, ["srv-b"]);
+        assert_eq!(set.find("name-p-2").unwrap().id, "p-2");
+        assert!(set.find("nope").is_none());
+    }
+
+    #[test]
+    fn serde_shape() {
+        let json = r#"{"revision":3,"profiles":[{"id":"p-1","name":"n","description":"d","servers":["srv-a"],"state":"active"}]}"#;
+        let set: ProfileSet = serde_json::from_str(json).unwrap();
+        assert_eq!(set.profiles[0].state, ProfileState::Active);
+        assert_eq!(serde_json::to_string(&set).unwrap(), json);
+    }
+}

@@ -1,0 +1,266 @@
+//! The live drain state every process holds.
+//!
+//! Readers call [`DrainState::view`]: one arc-swap load, no lock, no I/O.
+//! Writers (the store follower, health probes, work reporters) update the
+//! inputs under a `std::sync::Mutex` that is never held across an `.await`,
+//! build a new [`DrainView`] and publish it through arc-swap and a watch
+//! channel.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use arc_swap::ArcSwap;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::SiteConfig;
+use crate::profile::ProfileSet;
+use crate::store::Store;
+use crate::view::{DrainView, Health, InstanceView};
+
+/// Marks "no count reported" in the work atomics.
+const NO_WORK: u64 = u64::MAX;
+
+/// The live handle: the current view plus what it is built from.
+pub struct DrainState {
+    config: Arc<SiteConfig>,
+    current: ArcSwap<DrainView>,
+    tx: watch::Sender<Arc<DrainView>>,
+    inputs: Mutex<Inputs>,
+    /// Exact work counts, updated on every report without a rebuild.
+    work: Box<[AtomicU64]>,
+}
+
+struct Inputs {
+    generation: u64,
+    profiles: Arc<ProfileSet>,
+    health: Vec<Health>,
+    /// Work as of the last rebuild; only its zero/non-zero-ness is kept fresh.
+    work: Vec<Option<u64>>,
+}
+
+impl DrainState {
+    /// A state with no profiles (everything in the normal zone) and unknown health.
+    pub fn new(config: Arc<SiteConfig>) -> Arc<DrainState> {
+        let n = config.instances.len();
+        let inputs = Inputs {
+            generation: 1,
+            profiles: Arc::new(ProfileSet::default()),
+            health: vec![Health::Unknown; n],
+            work: vec![None; n],
+        };
+        let view = Arc::new(
+            DrainView::build(
+                config.clone(),
+                &inputs.profiles,
+                &inputs.health,
+                &inputs.work,
+            )
+            .with_generation(inputs.generation),
+        );
+        let (tx, _) = watch::channel(view.clone());
+        Arc::new(DrainState {
+            current: ArcSwap::new(view),
+            tx,
+            inputs: Mutex::new(inputs),
+            work: (0..n).map(|_| AtomicU64::new(NO_WORK)).collect(),
+            config,
+        })
+    }
+
+    /// The current view. Lock-free; never waits on I/O (hot path).
+    #[inline]
+    pub fn view(&self) -> Arc<DrainView> {
+        self.current.load_full()
+    }
+
+    /// Every new view, as it is published.
+    pub fn subscribe(&self) -> watch::Receiver<Arc<DrainView>> {
+        self.tx.subscribe()
+    }
+
+    /// The site configuration.
+    pub fn config(&self) -> &Arc<SiteConfig> {
+        &self.config
+    }
+
+    /// Applies a new profile set (R-PR-2). Ignored if it is the one applied.
+    pub fn set_profiles(&self, p: Arc<ProfileSet>) {
+        let mut inputs = self.lock();
+        if *inputs.profiles == *p {
+            return;
+        }
+        inputs.profiles = p;
+        self.rebuild(&mut inputs);
+    }
+
+    /// Records an instance's health; rebuilds only if it changed.
+    pub fn set_health(&self, idx: usize, h: Health) {
+        let mut inputs = self.lock();
+        match inputs.health.get_mut(idx) {
+            Some(cur) if *cur != h => *cur = h,
+            _ => return,
+        }
+        self.rebuild(&mut inputs);
+    }
+
+    /// Records the work an instance holds. The exact count is kept in an
+    /// atomic ([`DrainState::work`]); the view is rebuilt only when the count
+    /// crosses zero, which is what turns `draining` into `drained` (R-ST-1).
+    pub fn set_work(&self, idx: usize, work: u64) {
+        let Some(slot) = self.work.get(idx) else {
+            return;
+        };
+        slot.store(work.min(NO_WORK - 1), Ordering::Relaxed);
+        let mut inputs = self.lock();
+        let Some(cur) = inputs.work.get_mut(idx) else {
+            return;
+        };
+        let crosses = match *cur {
+            None => true,
+            Some(old) => (old == 0) != (work == 0),
+        };
+        *cur = Some(work);
+        if crosses {
+            self.rebuild(&mut inputs);
+        }
+    }
+
+    /// The last work count reported for an instance.
+    pub fn work(&self, idx: usize) -> Option<u64> {
+        let w = self.work.get(idx)?.load(Ordering::Relaxed);
+        (w != NO_WORK).then_some(w)
+    }
+
+    /// The instances of the current view with live work counts (R-ST-1 reports).
+    pub fn report(&self) -> Vec<InstanceView> {
+        let view = self.view();
+        view.instances()
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                let mut v = v.clone();
+                if let Some(w) = self.work(i) {
+                    v.work = Some(w);
+                }
+                v
+            })
+            .collect()
+    }
+
+    /// Follows a store: applies its current snapshot, then every new one,
+    /// until `shutdown` (R-PR-2).
+    pub fn follow(
+        self: &Arc<Self>,
+        store: Arc<dyn Store>,
+        shutdown: CancellationToken,
+    ) -> JoinHandle<()> {
+        let state = self.clone();
+        tokio::spawn(async move {
+            let mut rx = store.watch();
+            loop {
+                let set = rx.borrow_and_update().clone();
+                state.set_profiles(set);
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    changed = rx.changed() => {
+                        if changed.is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inputs> {
+        // A panic elsewhere while holding the lock leaves consistent inputs
+        // (every update is a single assignment), so poisoning is not fatal.
+        self.inputs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn rebuild(&self, inputs: &mut Inputs) {
+        inputs.generation += 1;
+        let view = Arc::new(
+            DrainView::build(
+                self.config.clone(),
+                &inputs.profiles,
+                &inputs.health,
+                &inputs.work,
+            )
+            .with_generation(inputs.generation),
+        );
+        self.current.store(view.clone());
+        self.tx.send_replace(view);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::profile::{Profile, ProfileState};
+    use crate::view::InstanceState;
+    use std::path::Path;
+
+    fn state() -> Arc<DrainState> {
+        let c = SiteConfig::from_str_at(
+            "[site]\nname = \"t\"\n[[server]]\nname = \"srv-a\"\n[[server]]\nname = \"srv-b\"\n\
+             [[instance]]\nid = \"sg-a\"\nservice = \"sg\"\nserver = \"srv-a\"\nsip = \"127.0.0.1:1\"\n\
+             [[instance]]\nid = \"sg-b\"\nservice = \"sg\"\nserver = \"srv-b\"\nsip = \"127.0.0.1:2\"\n",
+            Path::new("/t.toml"),
+        )
+        .unwrap();
+        DrainState::new(Arc::new(c))
+    }
+
+    fn drain_a() -> Arc<ProfileSet> {
+        Arc::new(ProfileSet {
+            revision: 1,
+            profiles: vec![Profile {
+                id: "p-1".into(),
+                name: "a".into(),
+                description: String::new(),
+                servers: vec!["srv-a".into()],
+                state: ProfileState::Active,
+            }],
+        })
+    }
+
+    #[test]
+    fn r_st_1_work_counts_drive_drained_without_rebuilding_per_count() {
+        let s = state();
+        s.set_profiles(drain_a());
+        let g = s.view().generation();
+        assert_eq!(s.view().instances()[0].state, InstanceState::Draining);
+        s.set_work(0, 7);
+        let g1 = s.view().generation();
+        assert!(g1 > g, "first report rebuilds");
+        s.set_work(0, 3);
+        s.set_work(0, 12);
+        assert_eq!(s.view().generation(), g1, "count changes do not rebuild");
+        assert_eq!(s.work(0), Some(12));
+        assert_eq!(s.report()[0].work, Some(12));
+        s.set_work(0, 0);
+        assert_eq!(s.view().instances()[0].state, InstanceState::Drained);
+        s.set_health(0, Health::Down);
+        assert_eq!(s.view().instances()[0].state, InstanceState::DrainingDown);
+        let g2 = s.view().generation();
+        s.set_health(0, Health::Down);
+        assert_eq!(s.view().generation(), g2, "same health: no rebuild");
+        s.set_health(99, Health::Down);
+        s.set_work(99, 1);
+        assert_eq!(s.work(99), None);
+    }
+
+    #[test]
+    fn subscribers_see_each_new_view() {
+        let s = state();
+        let mut rx = s.subscribe();
+        s.set_profiles(drain_a());
+        assert!(rx.has_changed().unwrap());
+        assert!(rx.borrow_and_update().is_draining(0));
+        s.set_profiles(drain_a());
+        assert!(!rx.has_changed().unwrap(), "same profiles: no new view");
+    }
+}

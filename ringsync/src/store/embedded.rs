@@ -1,0 +1,322 @@
+//! The embedded store: one JSON file per site, replaced atomically (R-PR-4).
+//!
+//! Every change takes an exclusive `flock` on `<file>.lock`, re-reads the file
+//! (another process may have written it), applies the change, writes
+//! `<file>.tmp`, fsyncs it, renames it over the file and fsyncs the
+//! directory. Concurrent writers, threads or processes, therefore lose
+//! nothing, and a kill -9 leaves the old or the new file, never a torn one.
+//! A file that does not parse is reported and never overwritten.
+//!
+//! Other processes' changes are noticed by polling the file's identity
+//! (inode, size, mtime) every [`POLL_INTERVAL`] (R-PR-2).
+
+use std::ffi::OsString;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use futures::future::BoxFuture;
+use tokio::sync::watch;
+use tokio_util::sync::{CancellationToken, DropGuard};
+
+use super::{new_id, Change, Store, StoreError};
+use crate::config::{SiteConfig, StoreConfig};
+use crate::profile::{NewProfile, Profile, ProfilePatch, ProfileSet, ProfileState};
+
+/// How often the file is checked for changes by other processes.
+pub const POLL_INTERVAL: Duration = Duration::from_millis(200);
+
+/// A profile store in a local JSON file.
+pub struct EmbeddedStore {
+    inner: Arc<Inner>,
+    _poller: DropGuard,
+}
+
+struct Inner {
+    config: Arc<SiteConfig>,
+    path: PathBuf,
+    lock_path: PathBuf,
+    tmp_path: PathBuf,
+    tx: watch::Sender<Arc<ProfileSet>>,
+}
+
+/// What identifies a version of the file without reading it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Fingerprint {
+    ino: u64,
+    len: u64,
+    mtime: Option<SystemTime>,
+}
+
+impl EmbeddedStore {
+    /// Opens the store of `config` (which must be `kind = "embedded"`): reads
+    /// the file (missing → empty set; malformed → [`StoreError::Corrupt`], the
+    /// file untouched) and starts the poller. Needs a tokio runtime.
+    pub async fn open(config: Arc<SiteConfig>) -> Result<EmbeddedStore, StoreError> {
+        let path = match &config.store {
+            StoreConfig::Embedded { path } => path.clone(),
+            StoreConfig::Etcd { .. } => {
+                return Err(StoreError::Unsupported(
+                    "EmbeddedStore::open on a site configured for etcd".into(),
+                ))
+            }
+        };
+        Self::open_at(config, path).await
+    }
+
+    /// Opens a store file at `path`, validating changes against `config`.
+    pub async fn open_at(
+        config: Arc<SiteConfig>,
+        path: PathBuf,
+    ) -> Result<EmbeddedStore, StoreError> {
+        let p = path.clone();
+        let (set, fp) = blocking(move || read_file(&p)).await??;
+        let (tx, _) = watch::channel(Arc::new(set));
+        let inner = Arc::new(Inner {
+            config,
+            lock_path: sibling(&path, ".lock"),
+            tmp_path: sibling(&path, ".tmp"),
+            path,
+            tx,
+        });
+        let token = CancellationToken::new();
+        tokio::spawn(poll(inner.clone(), fp, token.clone()));
+        Ok(EmbeddedStore {
+            inner,
+            _poller: token.drop_guard(),
+        })
+    }
+
+    /// The file this store writes.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    fn change(
+        &self,
+        make: impl FnOnce(&ProfileSet) -> Change + Send + 'static,
+    ) -> BoxFuture<'_, Result<Profile, StoreError>> {
+        let inner = self.inner.clone();
+        Box::pin(async move {
+            let (set, profile) = blocking(move || inner.mutate(make)).await??;
+            self.inner.publish(set);
+            Ok(profile)
+        })
+    }
+}
+
+impl Store for EmbeddedStore {
+    fn list(&self) -> BoxFuture<'_, Result<Arc<ProfileSet>, StoreError>> {
+        Box::pin(async move {
+            let path = self.inner.path.clone();
+            let (set, _) = blocking(move || read_file(&path)).await??;
+            let set = Arc::new(set);
+            self.inner.publish(set.clone());
+            Ok(set)
+        })
+    }
+
+    fn create(&self, new: NewProfile) -> BoxFuture<'_, Result<Profile, StoreError>> {
+        self.change(move |set| Change::Create {
+            id: new_id(set),
+            new,
+        })
+    }
+
+    fn update(&self, id: &str, patch: ProfilePatch) -> BoxFuture<'_, Result<Profile, StoreError>> {
+        let id = id.to_owned();
+        self.change(move |_| Change::Update { id, patch })
+    }
+
+    fn delete(&self, id: &str) -> BoxFuture<'_, Result<Profile, StoreError>> {
+        let id = id.to_owned();
+        self.change(move |_| Change::Delete { id })
+    }
+
+    fn set_state(
+        &self,
+        id: &str,
+        state: ProfileState,
+    ) -> BoxFuture<'_, Result<Profile, StoreError>> {
+        let id = id.to_owned();
+        self.change(move |_| Change::SetState { id, state })
+    }
+
+    fn watch(&self) -> watch::Receiver<Arc<ProfileSet>> {
+        self.inner.tx.subscribe()
+    }
+}
+
+// === impl Inner ===
+
+impl Inner {
+    /// Publishes a set if it differs from the current one, so watchers see
+    /// each version once whether it came from us or from the poller.
+    fn publish(&self, set: Arc<ProfileSet>) {
+        self.tx.send_if_modified(|cur| {
+            if **cur == *set {
+                false
+            } else {
+                *cur = set;
+                true
+            }
+        });
+    }
+
+    /// The locked read-modify-write cycle (R-PR-4). Blocking.
+    fn mutate(
+        &self,
+        make: impl FnOnce(&ProfileSet) -> Change,
+    ) -> Result<(Arc<ProfileSet>, Profile), StoreError> {
+        let io = |path: &Path| {
+            let path = path.to_owned();
+            move |source| StoreError::Io { path, source }
+        };
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(&self.lock_path)
+            .map_err(io(&self.lock_path))?;
+        // The lock is released when `lock` is closed, also when the process dies.
+        fs4::FileExt::lock(&lock).map_err(io(&self.lock_path))?;
+
+        let (mut set, _) = read_file(&self.path)?;
+        let change = make(&set);
+        let profile = change.apply(&self.config, &mut set)?;
+        set.revision += 1;
+
+        let mut bytes =
+            serde_json::to_vec_pretty(&set).map_err(|e| StoreError::Task(e.to_string()))?;
+        bytes.push(b'\n');
+        {
+            let mut tmp = File::create(&self.tmp_path).map_err(io(&self.tmp_path))?;
+            tmp.write_all(&bytes).map_err(io(&self.tmp_path))?;
+            tmp.sync_all().map_err(io(&self.tmp_path))?;
+        }
+        fs::rename(&self.tmp_path, &self.path).map_err(io(&self.path))?;
+        let dir = parent_dir(&self.path);
+        File::open(&dir)
+            .and_then(|d| d.sync_all())
+            .map_err(io(&dir))?;
+        drop(lock);
+        Ok((Arc::new(set), profile))
+    }
+}
+
+/// Polls the file for changes made by other processes (R-PR-2).
+async fn poll(inner: Arc<Inner>, mut last: Option<Fingerprint>, token: CancellationToken) {
+    let mut tick = tokio::time::interval(POLL_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut reported_error = false;
+    loop {
+        tokio::select! {
+            _ = token.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let path = inner.path.clone();
+        let now = match blocking(move || fingerprint(&path)).await {
+            Ok(Ok(fp)) => fp,
+            Ok(Err(_)) | Err(_) => continue,
+        };
+        if now == last {
+            continue;
+        }
+        let path = inner.path.clone();
+        match blocking(move || read_file(&path)).await {
+            Ok(Ok((set, fp))) => {
+                last = fp;
+                reported_error = false;
+                inner.publish(Arc::new(set));
+            }
+            Ok(Err(e)) | Err(e) => {
+                // Keep serving the last good snapshot; say so once per bad version.
+                if !reported_error {
+                    tracing::error!(error = %e, "profile store changed but cannot be read; keeping the last good profiles");
+                    metrics::counter!("ringsync_store_errors_total").increment(1);
+                    reported_error = true;
+                }
+                last = now;
+            }
+        }
+    }
+}
+
+/// Reads and parses the file. Missing → empty set, fingerprint `None`.
+fn read_file(path: &Path) -> Result<(ProfileSet, Option<Fingerprint>), StoreError> {
+    let file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((ProfileSet::default(), None)),
+        Err(source) => {
+            return Err(StoreError::Io {
+                path: path.to_owned(),
+                source,
+            })
+        }
+    };
+    let io = |source| StoreError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    // Fingerprint of the very version we read (rename replaces, never edits in place).
+    let fp = Some(fp_of(&file.metadata().map_err(io)?));
+    let bytes = io::read_to_string(file).map_err(|e| {
+        if e.kind() == io::ErrorKind::InvalidData {
+            StoreError::Corrupt {
+                path: path.to_owned(),
+                detail: "not UTF-8 text".into(),
+            }
+        } else {
+            io(e)
+        }
+    })?;
+    let set: ProfileSet = serde_json::from_str(&bytes).map_err(|e| StoreError::Corrupt {
+        path: path.to_owned(),
+        detail: e.to_string(),
+    })?;
+    Ok((set, fp))
+}
+
+fn fingerprint(path: &Path) -> io::Result<Option<Fingerprint>> {
+    match fs::metadata(path) {
+        Ok(m) => Ok(Some(fp_of(&m))),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+fn fp_of(m: &fs::Metadata) -> Fingerprint {
+    #[cfg(unix)]
+    let ino = std::os::unix::fs::MetadataExt::ino(m);
+    #[cfg(not(unix))]
+    let ino = 0;
+    Fingerprint {
+        ino,
+        len: m.len(),
+        mtime: m.modified().ok(),
+    }
+}
+
+fn sibling(path: &Path, suffix: &str) -> PathBuf {
+    let mut s = OsString::from(path.as_os_str());
+    s.push(suffix);
+    PathBuf::from(s)
+}
+
+fn parent_dir(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
+        _ => PathBuf::from("."),
+    }
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, StoreError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| StoreError::Task(e.to_string()))
+}

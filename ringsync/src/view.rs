@@ -1,0 +1,507 @@
+//! The drain view: an immutable snapshot of the site's drain state.
+//!
+//! Built from the site config, the profiles, and what is known of each
+//! instance's health and work. Consumers hold an `Arc<DrainView>` and never
+//! wait on anything to read it; a change builds a new view ([`crate::state`]).
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::{Service, SiteConfig};
+use crate::profile::ProfileSet;
+use crate::ring::Ring;
+
+/// Which zone an instance is in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Zone {
+    /// Takes new work.
+    Normal,
+    /// Its server is named by an active profile: no new work (R-AA-1).
+    Drain,
+}
+
+/// What the health probe says of an instance.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Health {
+    /// Not probed (yet); treated as up.
+    #[default]
+    Unknown,
+    /// Probe answers.
+    Up,
+    /// Probe fails.
+    Down,
+}
+
+/// An instance's state as operators see it (R-ST-1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InstanceState {
+    /// Normal zone, not known to be down.
+    Up,
+    /// Normal zone, probe failing.
+    Down,
+    /// Drain zone, still has (or may have) work.
+    Draining,
+    /// Drain zone, no work left: safe to stop.
+    Drained,
+    /// Drain zone, probe failing.
+    DrainingDown,
+}
+
+impl InstanceState {
+    /// Every state, in report order.
+    pub const ALL: [InstanceState; 5] = [
+        InstanceState::Up,
+        InstanceState::Down,
+        InstanceState::Draining,
+        InstanceState::Drained,
+        InstanceState::DrainingDown,
+    ];
+
+    /// The name used in reports, the API and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InstanceState::Up => "up",
+            InstanceState::Down => "down",
+            InstanceState::Draining => "draining",
+            InstanceState::Drained => "drained",
+            InstanceState::DrainingDown => "draining_down",
+        }
+    }
+
+    /// R-ST-1: the state from zone, health and work.
+    pub fn of(zone: Zone, health: Health, work: Option<u64>) -> InstanceState {
+        match (zone, health) {
+            (Zone::Normal, Health::Down) => InstanceState::Down,
+            (Zone::Normal, _) => InstanceState::Up,
+            (Zone::Drain, Health::Down) => InstanceState::DrainingDown,
+            (Zone::Drain, _) if work == Some(0) => InstanceState::Drained,
+            (Zone::Drain, _) => InstanceState::Draining,
+        }
+    }
+}
+
+impl std::fmt::Display for InstanceState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Zone {
+    /// The name used in reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Zone::Normal => "normal",
+            Zone::Drain => "drain",
+        }
+    }
+}
+
+impl Health {
+    /// The name used in reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Health::Unknown => "unknown",
+            Health::Up => "up",
+            Health::Down => "down",
+        }
+    }
+}
+
+/// One instance in a view.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InstanceView {
+    /// Instance id.
+    pub id: String,
+    /// Its service.
+    pub service: Service,
+    /// Its server.
+    pub server: String,
+    /// Its effective zone. `bgmg` and `ws` are always `normal` (R-BG-1, R-WS-1).
+    pub zone: Zone,
+    /// Last known health.
+    pub health: Health,
+    /// State (R-ST-1).
+    pub state: InstanceState,
+    /// Work (dialogs, calls) it holds, where known, as of the view's build.
+    /// Live counts: [`crate::state::DrainState::work`].
+    pub work: Option<u64>,
+}
+
+/// An immutable snapshot of the site's drain state.
+#[derive(Debug, Clone)]
+pub struct DrainView {
+    generation: u64,
+    revision: u64,
+    config: Arc<SiteConfig>,
+    drain_zone: BTreeSet<String>,
+    instances: Vec<InstanceView>,
+    by_id: HashMap<String, usize>,
+    /// Per instance: R-SG-2 holds (precomputed so the hot path is O(1)).
+    other_normal_up: Vec<bool>,
+    rings: Vec<(Service, Ring)>,
+}
+
+impl DrainView {
+    /// Builds a view. `health` and `work` are indexed like
+    /// `config.instances`; missing entries count as unknown.
+    pub fn build(
+        config: Arc<SiteConfig>,
+        profiles: &ProfileSet,
+        health: &[Health],
+        work: &[Option<u64>],
+    ) -> DrainView {
+        let drain_zone = profiles.drain_zone();
+        let instances: Vec<InstanceView> = config
+            .instances
+            .iter()
+            .enumerate()
+            .map(|(i, inst)| {
+                // R-BG-1, R-WS-1: bgmg and ws are never drained.
+                let zone = if drain_zone.contains(&inst.server) && !inst.service.never_drained() {
+                    Zone::Drain
+                } else {
+                    Zone::Normal
+                };
+                let health = health.get(i).copied().unwrap_or_default();
+                let work = work.get(i).copied().flatten();
+                InstanceView {
+                    id: inst.id.clone(),
+                    service: inst.service.clone(),
+                    server: inst.server.clone(),
+                    zone,
+                    health,
+                    state: InstanceState::of(zone, health, work),
+                    work,
+                }
+            })
+            .collect();
+        let by_id = instances
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (v.id.clone(), i))
+            .collect();
+
+        let mut normal_up: HashMap<&Service, usize> = HashMap::new();
+        for v in &instances {
+            if counts_as_normal_up(v) {
+                *normal_up.entry(&v.service).or_default() += 1;
+            }
+        }
+        let other_normal_up = instances
+            .iter()
+            .map(|v| {
+                normal_up.get(&v.service).copied().unwrap_or(0)
+                    > usize::from(counts_as_normal_up(v))
+            })
+            .collect();
+
+        let mut services: Vec<&Service> = instances
+            .iter()
+            .map(|v| &v.service)
+            .filter(|s| s.is_active_active())
+            .collect();
+        services.sort();
+        services.dedup();
+        let rings = services
+            .into_iter()
+            .map(|s| (s.clone(), ring_for(&instances, s)))
+            .collect();
+
+        DrainView {
+            generation: 0,
+            revision: profiles.revision,
+            config,
+            drain_zone,
+            instances,
+            by_id,
+            other_normal_up,
+            rings,
+        }
+    }
+
+    pub(crate) fn with_generation(mut self, generation: u64) -> DrainView {
+        self.generation = generation;
+        self
+    }
+
+    /// Increases with every view a [`crate::state::DrainState`] publishes (0 for a bare build).
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// The profile revision the view was built from.
+    pub fn revision(&self) -> u64 {
+        self.revision
+    }
+
+    /// The site configuration.
+    pub fn config(&self) -> &Arc<SiteConfig> {
+        &self.config
+    }
+
+    /// Servers in the drain zone (R-PR-3).
+    pub fn drain_zone(&self) -> &BTreeSet<String> {
+        &self.drain_zone
+    }
+
+    /// Every instance, in the order (and with the indexes) of `config.instances`.
+    pub fn instances(&self) -> &[InstanceView] {
+        &self.instances
+    }
+
+    /// The index of the instance with this id.
+    pub fn index_of(&self, id: &str) -> Option<usize> {
+        self.by_id.get(id).copied()
+    }
+
+    /// True if the instance must take no new work. Always false for bgmg and
+    /// ws (R-BG-1, R-WS-1) and for unknown indexes.
+    #[inline]
+    pub fn is_draining(&self, idx: usize) -> bool {
+        self.instances
+            .get(idx)
+            .is_some_and(|v| v.zone == Zone::Drain)
+    }
+
+    /// R-SG-2: another instance of the same service is in the normal zone and
+    /// not down (unknown health counts as up).
+    #[inline]
+    pub fn other_normal_up(&self, idx: usize) -> bool {
+        self.other_normal_up.get(idx).copied().unwrap_or(false)
+    }
+
+    /// The instance that takes new work with this key (Call-ID, AoR).
+    /// R-AA-1: the ring of normal-zone members that are not down; R-AA-4: if
+    /// there are none, the ring of all members that are not down (the
+    /// draining ones); if all are down, all members. `None` if the service
+    /// has no instance or is not Active-Active.
+    #[inline]
+    pub fn pick(&self, service: &Service, key: &[u8]) -> Option<usize> {
+        self.ring(service)?.get(key)
+    }
+
+    /// The ring [`DrainView::pick`] uses for this service.
+    pub fn ring(&self, service: &Service) -> Option<&Ring> {
+        self.rings
+            .iter()
+            .find(|(s, _)| s == service)
+            .map(|(_, r)| r)
+    }
+}
+
+fn counts_as_normal_up(v: &InstanceView) -> bool {
+    v.zone == Zone::Normal && v.health != Health::Down
+}
+
+fn ring_for(instances: &[InstanceView], service: &Service) -> Ring {
+    let members = |keep: &dyn Fn(&InstanceView) -> bool| {
+        instances
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| &v.service == service && keep(v))
+            .map(|(i, v)| (i, v.id.as_str()))
+            .collect::<Vec<_>>()
+    };
+    // R-AA-1: normal zone and not down.
+    let mut m = members(&counts_as_normal_up);
+    if m.is_empty() {
+        // R-AA-4: everyone is draining (or down): the draining ones still serve.
+        m = members(&|v| v.health != Health::Down);
+    }
+    if m.is_empty() {
+        // All down: keep routing somewhere rather than refusing outright.
+        m = members(&|_| true);
+    }
+    let configured = instances.iter().filter(|v| &v.service == service).count();
+    Ring::with_vnodes(m, crate::ring::vnodes_for_pool(configured))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::profile::{Profile, ProfileState};
+    use std::path::Path;
+
+    const SITE: &str = r#"
+[site]
+name = "t"
+[[server]]
+name = "srv-a"
+[[server]]
+name = "srv-b"
+[[server]]
+name = "srv-c"
+[[instance]]
+id = "sg-a"
+service = "sg"
+server = "srv-a"
+sip = "127.0.0.1:5001"
+[[instance]]
+id = "sg-b"
+service = "sg"
+server = "srv-b"
+sip = "127.0.0.1:5002"
+[[instance]]
+id = "sg-c"
+service = "sg"
+server = "srv-c"
+sip = "127.0.0.1:5003"
+[[instance]]
+id = "bgmg-a"
+service = "bgmg"
+server = "srv-a"
+ng = "127.0.0.1:6001"
+[[instance]]
+id = "ws-a"
+service = "ws"
+server = "srv-a"
+[[instance]]
+id = "esg-a"
+service = "esg"
+server = "srv-a"
+sip = "127.0.0.1:5011"
+"#;
+
+    fn config() -> Arc<SiteConfig> {
+        Arc::new(SiteConfig::from_str_at(SITE, Path::new("/t/site.toml")).unwrap())
+    }
+
+    fn drain(servers: &[&str]) -> ProfileSet {
+        ProfileSet {
+            revision: 1,
+            profiles: vec![Profile {
+                id: "p-1".into(),
+                name: "d".into(),
+                description: String::new(),
+                servers: servers.iter().map(|s| s.to_string()).collect(),
+                state: ProfileState::Active,
+            }],
+        }
+    }
+
+    fn keys() -> impl Iterator<Item = String> {
+        (0..5000).map(|i| format!("call-{i}@host"))
+    }
+
+    #[test]
+    fn r_st_1_states() {
+        let c = config();
+        let h = [
+            Health::Up,
+            Health::Down,
+            Health::Down,
+            Health::Up,
+            Health::Up,
+            Health::Unknown,
+        ];
+        let w = [Some(5), None, None, None, None, Some(0)];
+        let v = DrainView::build(c.clone(), &drain(&["srv-a", "srv-b"]), &h, &w);
+        let states: Vec<_> = v.instances().iter().map(|i| i.state).collect();
+        use InstanceState::*;
+        // sg-a draining with work, sg-b drain+down, sg-c normal+down,
+        // bgmg/ws never drained (R-BG-1, R-WS-1), esg-a drained (work 0).
+        assert_eq!(states, [Draining, DrainingDown, Down, Up, Up, Drained]);
+        let w2 = [None; 6];
+        let v = DrainView::build(c, &drain(&["srv-a"]), &[], &w2);
+        assert_eq!(
+            v.instances()[0].state,
+            Draining,
+            "unknown work: still draining"
+        );
+        assert_eq!(
+            serde_json::to_string(&InstanceState::DrainingDown).unwrap(),
+            "\"draining_down\""
+        );
+    }
+
+    #[test]
+    fn r_bg_1_r_ws_1_never_draining() {
+        let v = DrainView::build(config(), &drain(&["srv-a"]), &[], &[]);
+        assert!(v.is_draining(0));
+        assert!(!v.is_draining(v.index_of("bgmg-a").unwrap()));
+        assert!(!v.is_draining(v.index_of("ws-a").unwrap()));
+        assert!(!v.is_draining(99));
+        assert_eq!(v.drain_zone().len(), 1);
+    }
+
+    #[test]
+    fn r_sg_2_other_normal_up() {
+        let c = config();
+        let v = DrainView::build(c.clone(), &drain(&["srv-a"]), &[], &[]);
+        assert!(
+            v.other_normal_up(0),
+            "sg-b, sg-c are normal, unknown health counts as up"
+        );
+        let down = [Health::Unknown, Health::Down, Health::Down];
+        let v = DrainView::build(c.clone(), &drain(&["srv-a"]), &down, &[]);
+        assert!(!v.other_normal_up(0), "the others are down");
+        let v = DrainView::build(c, &drain(&["srv-a"]), &[], &[]);
+        assert!(!v.other_normal_up(5), "esg-a is the only esg");
+        assert!(!v.other_normal_up(99));
+    }
+
+    #[test]
+    fn r_aa_1_draining_member_leaves_the_ring() {
+        let c = config();
+        let v = DrainView::build(c.clone(), &drain(&["srv-a"]), &[], &[]);
+        assert_eq!(v.ring(&Service::Sg).unwrap().members(), [1, 2]);
+        for k in keys() {
+            assert_ne!(v.pick(&Service::Sg, k.as_bytes()), Some(0));
+        }
+        // Down members leave it too.
+        let v = DrainView::build(c, &drain(&["srv-a"]), &[Health::Up, Health::Down], &[]);
+        assert_eq!(v.ring(&Service::Sg).unwrap().members(), [2]);
+        assert_eq!(v.pick(&Service::Ws, b"k"), None, "ws has no ring");
+        assert_eq!(v.pick(&Service::Mg, b"k"), None, "no mg configured");
+    }
+
+    #[test]
+    fn r_aa_4_all_draining_still_served() {
+        let c = config();
+        let v = DrainView::build(c.clone(), &drain(&["srv-a", "srv-b", "srv-c"]), &[], &[]);
+        assert_eq!(v.ring(&Service::Sg).unwrap().members(), [0, 1, 2]);
+        assert!(v.pick(&Service::Sg, b"k").is_some());
+        // Draining and one down: the non-down draining ones serve.
+        let h = [Health::Down];
+        let v = DrainView::build(c.clone(), &drain(&["srv-a", "srv-b", "srv-c"]), &h, &[]);
+        assert_eq!(v.ring(&Service::Sg).unwrap().members(), [1, 2]);
+        // Everything down: all members rather than nothing.
+        let h = [Health::Down; 3];
+        let v = DrainView::build(c, &ProfileSet::default(), &h, &[]);
+        assert_eq!(v.ring(&Service::Sg).unwrap().members(), [0, 1, 2]);
+        // The single esg, draining, still takes new work.
+        let v = DrainView::build(config(), &drain(&["srv-a"]), &[], &[]);
+        assert_eq!(v.pick(&Service::Esg, b"k"), Some(5));
+    }
+
+    #[test]
+    fn r_aa_3_lifting_the_drain_brings_the_old_keys_back() {
+        let c = config();
+        let before = DrainView::build(c.clone(), &ProfileSet::default(), &[], &[]);
+        let during = DrainView::build(c.clone(), &drain(&["srv-b"]), &[], &[]);
+        let after = DrainView::build(c, &ProfileSet::default(), &[], &[]);
+        let mut owned_by_b = 0;
+        for k in keys() {
+            let k = k.as_bytes();
+            let b = before.pick(&Service::Sg, k);
+            let d = during.pick(&Service::Sg, k);
+            if b == Some(1) {
+                owned_by_b += 1;
+                assert_ne!(d, Some(1));
+            } else {
+                assert_eq!(b, d, "R-AA-2: keys of other members stay");
+            }
+            assert_eq!(
+                after.pick(&Service::Sg, k),
+                b,
+                "R-AA-3: exactly the old keys"
+            );
+        }
+        assert!(owned_by_b > 1000);
+    }
+}
