@@ -8,7 +8,10 @@
 //! [`config::SiteConfig::load`], so there is one schema and one set of errors.
 #![forbid(unsafe_code)]
 
+pub mod api;
+pub mod cli;
 pub mod config;
+pub mod gate;
 pub mod profile;
 pub mod ring;
 pub mod state;

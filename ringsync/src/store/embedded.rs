@@ -236,7 +236,7 @@ async fn poll(inner: Arc<Inner>, mut last: Option<Fingerprint>, token: Cancellat
                 // Keep serving the last good snapshot; say so once per bad version.
                 if !reported_error {
                     tracing::error!(error = %e, "profile store changed but cannot be read; keeping the last good profiles");
-                    metrics::counter!("ringsync_store_errors_total").increment(1);
+                    super::count_error(&e);
                     reported_error = true;
                 }
                 last = now;

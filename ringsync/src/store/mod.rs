@@ -7,6 +7,7 @@
 
 use std::collections::HashSet;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
@@ -117,6 +118,21 @@ pub trait Store: Send + Sync + 'static {
     /// A new snapshot on every change, including changes made by other
     /// processes (R-PR-2).
     fn watch(&self) -> watch::Receiver<Arc<ProfileSet>>;
+}
+
+static ERRORS: AtomicU64 = AtomicU64::new(0);
+
+/// Store failures (not bad requests) seen by this process: reads of a
+/// corrupt file, I/O errors. Exported as `ringsync_store_errors_total`.
+pub fn error_count() -> u64 {
+    ERRORS.load(Ordering::Relaxed)
+}
+
+/// Counts a store failure (see [`error_count`]); client errors are not counted.
+pub fn count_error(e: &StoreError) {
+    if !e.is_client_error() {
+        ERRORS.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// Opens the store the site configures.

@@ -1,0 +1,308 @@
+//! The admin HTTP API (`ringsync serve`): profile CRUD, status, metrics.
+//!
+//! JSON in and out. Bad input gets a 4xx with `{"error": "..."}` and stores
+//! nothing (R-PR-1); store failures get 503. The entry point takes a bound
+//! listener and a shutdown token, so tests bind `127.0.0.1:0`.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusRecorder};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::profile::{NewProfile, ProfilePatch, ProfileState};
+use crate::state::DrainState;
+use crate::store::{self, Store, StoreError};
+use crate::view::{InstanceState, InstanceView};
+
+/// What the handlers share.
+pub struct AdminApi {
+    store: Arc<dyn Store>,
+    drain: Arc<DrainState>,
+    recorder: PrometheusRecorder,
+    ready: AtomicBool,
+}
+
+/// Body of every error response.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// What went wrong.
+    pub error: String,
+}
+
+/// Body of `GET /v1/status`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatusBody {
+    /// Site name.
+    pub site: String,
+    /// Profile revision the view was built from.
+    pub revision: u64,
+    /// View generation.
+    pub generation: u64,
+    /// Servers in the drain zone.
+    pub drain_zone: BTreeSet<String>,
+    /// Every instance, in config order (R-ST-1).
+    pub instances: Vec<InstanceView>,
+}
+
+/// An error answer.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    message: String,
+}
+
+impl ApiError {
+    fn bad_request(message: impl Into<String>) -> ApiError {
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> ApiError {
+        store::count_error(&e);
+        let status = match &e {
+            StoreError::NotFound { .. } => StatusCode::NOT_FOUND,
+            StoreError::DuplicateName { .. } => StatusCode::CONFLICT,
+            e if e.is_client_error() => StatusCode::BAD_REQUEST,
+            _ => StatusCode::SERVICE_UNAVAILABLE,
+        };
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            tracing::error!(error = %e, "profile store failed");
+        }
+        ApiError {
+            status,
+            message: e.to_string(),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (
+            self.status,
+            Json(ErrorBody {
+                error: self.message,
+            }),
+        )
+            .into_response()
+    }
+}
+
+type ApiResult<T> = Result<T, ApiError>;
+
+impl AdminApi {
+    /// Handlers over a store and the drain state that follows it.
+    pub fn new(store: Arc<dyn Store>, drain: Arc<DrainState>) -> Arc<AdminApi> {
+        Arc::new(AdminApi {
+            store,
+            drain,
+            recorder: PrometheusBuilder::new().build_recorder(),
+            ready: AtomicBool::new(false),
+        })
+    }
+
+    /// True once the store has been read.
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Relaxed)
+    }
+
+    /// Reads the store until it succeeds (readiness), retrying every second.
+    async fn become_ready(&self, shutdown: &CancellationToken) {
+        loop {
+            match self.store.list().await {
+                Ok(set) => {
+                    self.drain.set_profiles(set);
+                    self.ready.store(true, Ordering::Relaxed);
+                    return;
+                }
+                Err(e) => {
+                    store::count_error(&e);
+                    tracing::error!(error = %e, "profile store not readable; not ready");
+                }
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            }
+        }
+    }
+
+    /// Prometheus text: per-instance state, work, profile counts, store errors.
+    pub fn render_metrics(&self) -> String {
+        let view = self.drain.view();
+        let report = self.drain.report();
+        let set = self.store.watch().borrow().clone();
+        metrics::with_local_recorder(&self.recorder, || {
+            for inst in &report {
+                for st in InstanceState::ALL {
+                    metrics::gauge!(
+                        "ringsync_instance_state",
+                        "instance" => inst.id.clone(),
+                        "service" => inst.service.to_string(),
+                        "server" => inst.server.clone(),
+                        "state" => st.as_str(),
+                    )
+                    .set(if inst.state == st { 1.0 } else { 0.0 });
+                }
+                if let Some(w) = inst.work {
+                    metrics::gauge!("ringsync_instance_work", "instance" => inst.id.clone())
+                        .set(w as f64);
+                }
+            }
+            let active = set.active_count();
+            metrics::gauge!("ringsync_profiles", "state" => "active").set(active as f64);
+            metrics::gauge!("ringsync_profiles", "state" => "inactive")
+                .set((set.profiles.len() - active) as f64);
+            metrics::gauge!("ringsync_profile_revision").set(set.revision as f64);
+            metrics::gauge!("ringsync_drain_zone_servers").set(view.drain_zone().len() as f64);
+            metrics::gauge!("ringsync_view_generation").set(view.generation() as f64);
+            metrics::counter!("ringsync_store_errors_total").absolute(store::error_count());
+        });
+        self.recorder.handle().render()
+    }
+}
+
+/// The API's routes.
+pub fn router(api: Arc<AdminApi>) -> Router {
+    Router::new()
+        .route("/v1/profiles", get(list_profiles).post(create_profile))
+        .route(
+            "/v1/profiles/{id}",
+            get(get_profile)
+                .patch(update_profile)
+                .delete(delete_profile),
+        )
+        .route("/v1/profiles/{id}/activate", post(activate))
+        .route("/v1/profiles/{id}/deactivate", post(deactivate))
+        .route("/v1/status", get(status))
+        .route("/metrics", get(metrics_text))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .fallback(|| async {
+            ApiError {
+                status: StatusCode::NOT_FOUND,
+                message: "no such endpoint".into(),
+            }
+        })
+        .with_state(api)
+}
+
+/// Serves the API on `listener` until `shutdown`; in-flight requests finish.
+pub async fn serve(
+    listener: TcpListener,
+    api: Arc<AdminApi>,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
+    let ready = {
+        let api = api.clone();
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move { api.become_ready(&shutdown).await })
+    };
+    let result = axum::serve(listener, router(api))
+        .with_graceful_shutdown(shutdown.clone().cancelled_owned())
+        .await;
+    ready.abort();
+    result
+}
+
+// === handlers ===
+
+fn parse<T: DeserializeOwned>(body: &Bytes) -> ApiResult<T> {
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
+}
+
+async fn list_profiles(State(api): State<Arc<AdminApi>>) -> ApiResult<Response> {
+    let set = api.store.list().await?;
+    Ok(Json(&*set).into_response())
+}
+
+async fn create_profile(State(api): State<Arc<AdminApi>>, body: Bytes) -> ApiResult<Response> {
+    let new: NewProfile = parse(&body)?;
+    let p = api.store.create(new).await?;
+    Ok((StatusCode::CREATED, Json(p)).into_response())
+}
+
+async fn get_profile(
+    State(api): State<Arc<AdminApi>>,
+    Path(id): Path<String>,
+) -> ApiResult<Response> {
+    let set = api.store.list().await?;
+    match set.find(&id) {
+        Some(p) => Ok(Json(p).into_response()),
+        None => Err(StoreError::NotFound { id }.into()),
+    }
+}
+
+async fn update_profile(
+    State(api): State<Arc<AdminApi>>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> ApiResult<Response> {
+    let patch: ProfilePatch = parse(&body)?;
+    Ok(Json(api.store.update(&id, patch).await?).into_response())
+}
+
+async fn delete_profile(
+    State(api): State<Arc<AdminApi>>,
+    Path(id): Path<String>,
+) -> ApiResult<Response> {
+    Ok(Json(api.store.delete(&id).await?).into_response())
+}
+
+async fn activate(State(api): State<Arc<AdminApi>>, Path(id): Path<String>) -> ApiResult<Response> {
+    Ok(Json(api.store.set_state(&id, ProfileState::Active).await?).into_response())
+}
+
+async fn deactivate(
+    State(api): State<Arc<AdminApi>>,
+    Path(id): Path<String>,
+) -> ApiResult<Response> {
+    Ok(Json(api.store.set_state(&id, ProfileState::Inactive).await?).into_response())
+}
+
+async fn status(State(api): State<Arc<AdminApi>>) -> Json<StatusBody> {
+    let view = api.drain.view();
+    Json(StatusBody {
+        site: view.config().site.name.clone(),
+        revision: view.revision(),
+        generation: view.generation(),
+        drain_zone: view.drain_zone().clone(),
+        instances: api.drain.report(),
+    })
+}
+
+async fn metrics_text(State(api): State<Arc<AdminApi>>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        api.render_metrics(),
+    )
+        .into_response()
+}
+
+async fn readyz(State(api): State<Arc<AdminApi>>) -> Response {
+    if api.is_ready() {
+        (StatusCode::OK, "ready\n").into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "profile store not read yet\n",
+        )
+            .into_response()
+    }
+}
