@@ -1,1 +1,68 @@
+//! Harness that starts and stops real SIP peers on loopback for tests and
+//! benchmarks: SIPp ([`Sipp`]), Kamailio ([`Kamailio`]) and a blind UDP
+//! relay ([`relay::BlindRelay`]), plus the helpers benchmarks need
+//! ([`free_port`], [`ProcStats`]).
+//!
+//! Every peer is a real process bound to an explicit `127.0.0.x` address,
+//! is bounded in time (SIPp always gets a global timeout) and is killed when
+//! its handle drops, so a failing test never leaves load running.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use testbed::{Scenario, Sipp, Transport};
+//!
+//! # fn main() -> Result<(), testbed::Error> {
+//! let uas = Sipp::new(Scenario::repo("uas_call"))
+//!     .local("127.0.0.20".parse().unwrap(), 5060)
+//!     .calls(10)
+//!     .spawn()?;
+//! let uac = Sipp::new(Scenario::repo("uac_call"))
+//!     .local("127.0.0.10".parse().unwrap(), 5061)
+//!     .remote(uas.local_addr())
+//!     .transport(Transport::Udp)
+//!     .calls(10)
+//!     .rate(10)
+//!     .spawn()?;
+//! let report = uac.wait(Duration::from_secs(30))?;
+//! assert_eq!(report.failed, 0);
+//! # Ok(())
+//! # }
+//! ```
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+use std::path::PathBuf;
+
+mod error;
+mod process;
+pub mod kamailio;
+pub mod net;
+pub mod proc_stats;
+pub mod relay;
+pub mod sipp;
+
+pub use error::Error;
+pub use kamailio::{Kamailio, KamailioHandle};
+pub use net::{free_port, wait_listening, Transport};
+pub use proc_stats::ProcStats;
+pub use sipp::{Scenario, Sipp, SippHandle, SippReport};
+
+/// `Result` with the testbed [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The repository's `sipp-scenarios/` directory (found through
+/// `CARGO_MANIFEST_DIR`, so it works from any crate's tests and benches).
+pub fn scenarios_dir() -> PathBuf {
+    repo_root().join("sipp-scenarios")
+}
+
+/// The repository's `bench/` directory (Kamailio reference config).
+pub fn bench_dir() -> PathBuf {
+    repo_root().join("bench")
+}
+
+fn repo_root() -> PathBuf {
+    // testbed/ sits directly under the workspace root.
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    manifest.parent().map(PathBuf::from).unwrap_or(manifest)
+}

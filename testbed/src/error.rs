@@ -1,0 +1,80 @@
+use std::{io, path::PathBuf, time::Duration};
+
+/// What went wrong while starting, watching or stopping a peer.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A program could not be started (not installed, not executable).
+    #[error("cannot start {program}: {source}")]
+    Spawn {
+        /// The program name.
+        program: String,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// A peer exited before it was ready (bad config, port taken, ...).
+    #[error("{program} exited early with {status}: {stderr}")]
+    ExitedEarly {
+        /// The program name.
+        program: String,
+        /// Its exit status, as printed by std.
+        status: String,
+        /// The end of what it wrote on stderr.
+        stderr: String,
+    },
+    /// A peer did not start listening in time.
+    #[error("{program} not listening on {addr} after {after:?}")]
+    NotListening {
+        /// The program name.
+        program: String,
+        /// The address it should listen on (`proto:ip:port`).
+        addr: String,
+        /// How long we waited.
+        after: Duration,
+    },
+    /// A peer did not finish in time; it has been killed.
+    #[error("{program} still running after {after:?}; killed")]
+    Timeout {
+        /// The program name.
+        program: String,
+        /// How long we waited.
+        after: Duration,
+    },
+    /// A file the harness reads or writes could not be used.
+    #[error("{path}: {source}")]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// SIPp's statistics file was missing or not in the expected format.
+    #[error("SIPp statistics {path}: {reason}")]
+    Stats {
+        /// The CSV file.
+        path: PathBuf,
+        /// What was wrong with it.
+        reason: String,
+    },
+    /// A `/proc` entry could not be read or parsed (process gone, ...).
+    #[error("/proc/{pid}: {reason}")]
+    Proc {
+        /// The process id.
+        pid: u32,
+        /// What was wrong.
+        reason: String,
+    },
+    /// No free port could be found on an address.
+    #[error("no free port on {ip}: {source}")]
+    NoFreePort {
+        /// The address.
+        ip: std::net::IpAddr,
+        /// The last bind error.
+        #[source]
+        source: io::Error,
+    },
+    /// Other socket or process I/O.
+    #[error(transparent)]
+    Io(#[from] io::Error),
+}

@@ -1,0 +1,186 @@
+//! Ports and listening checks on loopback.
+//!
+//! SIPp and Kamailio give no readiness signal on UDP, so "ready" means "the
+//! kernel shows a socket bound to the address", read from `/proc/net/*`.
+
+use std::{
+    fmt, fs,
+    net::{IpAddr, SocketAddr, TcpListener, UdpSocket},
+    thread,
+    time::{Duration, Instant},
+};
+
+use crate::{Error, Result};
+
+/// SIP transport of a peer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum Transport {
+    /// UDP (SIPp `-t u1`).
+    #[default]
+    Udp,
+    /// TCP (SIPp `-t t1`).
+    Tcp,
+}
+
+impl Transport {
+    /// The lowercase name used in SIP URIs and Kamailio listen specs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Transport::Udp => "udp",
+            Transport::Tcp => "tcp",
+        }
+    }
+
+    /// SIPp's `-t` value: one socket for all calls.
+    pub fn sipp_mode(self) -> &'static str {
+        match self {
+            Transport::Udp => "u1",
+            Transport::Tcp => "t1",
+        }
+    }
+}
+
+impl fmt::Display for Transport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A port on `ip` that is free for both UDP and TCP right now.
+///
+/// The port is released before returning, so another process may take it;
+/// on loopback with per-test addresses that race is negligible.
+pub fn free_port(ip: IpAddr) -> Result<u16> {
+    let mut last = None;
+    for _ in 0..64 {
+        let udp = match UdpSocket::bind((ip, 0)) {
+            Ok(s) => s,
+            Err(e) => {
+                last = Some(e);
+                continue;
+            }
+        };
+        let port = udp.local_addr()?.port();
+        match TcpListener::bind((ip, port)) {
+            Ok(_tcp) => return Ok(port),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(Error::NoFreePort {
+        ip,
+        source: last.unwrap_or_else(|| std::io::Error::other("no port")),
+    })
+}
+
+/// Whether a socket is bound to `addr` (UDP) or listening on it (TCP),
+/// including a wildcard bind on the same port.
+pub fn is_listening(addr: SocketAddr, transport: Transport) -> bool {
+    let (v4, v6) = match transport {
+        Transport::Udp => ("/proc/net/udp", "/proc/net/udp6"),
+        Transport::Tcp => ("/proc/net/tcp", "/proc/net/tcp6"),
+    };
+    [v4, v6].iter().any(|path| {
+        fs::read_to_string(path)
+            .map(|table| table_has(&table, addr, transport))
+            .unwrap_or(false)
+    })
+}
+
+/// Polls [`is_listening`] until it is true or `timeout` passes.
+pub fn wait_listening(addr: SocketAddr, transport: Transport, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if is_listening(addr, transport) {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+// === /proc/net parsing ===
+
+const TCP_LISTEN: &str = "0A";
+
+fn table_has(table: &str, addr: SocketAddr, transport: Transport) -> bool {
+    table.lines().skip(1).any(|line| {
+        let mut cols = line.split_whitespace();
+        let (Some(local), Some(_remote), Some(state)) = (cols.nth(1), cols.next(), cols.next())
+        else {
+            return false;
+        };
+        if transport == Transport::Tcp && state != TCP_LISTEN {
+            return false;
+        }
+        match parse_hex_addr(local) {
+            Some((ip, port)) => port == addr.port() && (ip == addr.ip() || ip.is_unspecified()),
+            None => false,
+        }
+    })
+}
+
+/// `0100007F:13C4` (IPv4) or the 32-digit IPv6 form; the address words are
+/// in host byte order (little-endian here), the port is big-endian hex.
+fn parse_hex_addr(s: &str) -> Option<(IpAddr, u16)> {
+    let (ip_hex, port_hex) = s.split_once(':')?;
+    let port = u16::from_str_radix(port_hex, 16).ok()?;
+    let ip = match ip_hex.len() {
+        8 => {
+            let word = u32::from_str_radix(ip_hex, 16).ok()?;
+            IpAddr::from(word.to_le_bytes())
+        }
+        32 => {
+            let mut bytes = [0u8; 16];
+            for (i, chunk) in bytes.chunks_mut(4).enumerate() {
+                let word = u32::from_str_radix(&ip_hex[i * 8..i * 8 + 8], 16).ok()?;
+                chunk.copy_from_slice(&word.to_le_bytes());
+            }
+            let v6 = std::net::Ipv6Addr::from(bytes);
+            // A v4-mapped bind serves the v4 address too.
+            v6.to_ipv4_mapped()
+                .map(IpAddr::V4)
+                .unwrap_or(IpAddr::V6(v6))
+        }
+        _ => return None,
+    };
+    Some((ip, port))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_proc_net_addresses() {
+        assert_eq!(
+            parse_hex_addr("0100007F:13C4"),
+            Some(("127.0.0.1".parse().unwrap(), 5060))
+        );
+        assert_eq!(
+            parse_hex_addr("00000000000000000000000001000000:0016"),
+            Some(("::1".parse().unwrap(), 22))
+        );
+        assert_eq!(parse_hex_addr("zz"), None);
+    }
+
+    #[test]
+    fn sees_a_bound_udp_socket_and_a_tcp_listener() {
+        let ip: IpAddr = "127.0.0.1".parse().unwrap();
+        let udp = UdpSocket::bind((ip, 0)).unwrap();
+        assert!(is_listening(udp.local_addr().unwrap(), Transport::Udp));
+        let tcp = TcpListener::bind((ip, 0)).unwrap();
+        let addr = tcp.local_addr().unwrap();
+        assert!(is_listening(addr, Transport::Tcp));
+        drop(tcp);
+        assert!(!wait_listening(addr, Transport::Tcp, Duration::from_millis(50)));
+    }
+
+    #[test]
+    fn free_port_is_bindable() {
+        let ip: IpAddr = "127.0.0.1".parse().unwrap();
+        let port = free_port(ip).unwrap();
+        UdpSocket::bind((ip, port)).unwrap();
+    }
+}
