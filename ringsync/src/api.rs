@@ -142,6 +142,15 @@ impl AdminApi {
         }
     }
 
+    /// Applies the store's latest snapshot at once, so a status read right
+    /// after a write shows it (the follower task would, a moment later).
+    fn after_write<T>(&self, r: Result<T, StoreError>) -> ApiResult<T> {
+        let v = r?;
+        let set = self.store.watch().borrow().clone();
+        self.drain.set_profiles(set);
+        Ok(v)
+    }
+
     /// Prometheus text: per-instance state, work, profile counts, store errors.
     pub fn render_metrics(&self) -> String {
         let view = self.drain.view();
@@ -234,7 +243,7 @@ async fn list_profiles(State(api): State<Arc<AdminApi>>) -> ApiResult<Response> 
 
 async fn create_profile(State(api): State<Arc<AdminApi>>, body: Bytes) -> ApiResult<Response> {
     let new: NewProfile = parse(&body)?;
-    let p = api.store.create(new).await?;
+    let p = api.after_write(api.store.create(new).await)?;
     Ok((StatusCode::CREATED, Json(p)).into_response())
 }
 
@@ -255,25 +264,31 @@ async fn update_profile(
     body: Bytes,
 ) -> ApiResult<Response> {
     let patch: ProfilePatch = parse(&body)?;
-    Ok(Json(api.store.update(&id, patch).await?).into_response())
+    Ok(Json(api.after_write(api.store.update(&id, patch).await)?).into_response())
 }
 
 async fn delete_profile(
     State(api): State<Arc<AdminApi>>,
     Path(id): Path<String>,
 ) -> ApiResult<Response> {
-    Ok(Json(api.store.delete(&id).await?).into_response())
+    Ok(Json(api.after_write(api.store.delete(&id).await)?).into_response())
 }
 
 async fn activate(State(api): State<Arc<AdminApi>>, Path(id): Path<String>) -> ApiResult<Response> {
-    Ok(Json(api.store.set_state(&id, ProfileState::Active).await?).into_response())
+    Ok(
+        Json(api.after_write(api.store.set_state(&id, ProfileState::Active).await)?)
+            .into_response(),
+    )
 }
 
 async fn deactivate(
     State(api): State<Arc<AdminApi>>,
     Path(id): Path<String>,
 ) -> ApiResult<Response> {
-    Ok(Json(api.store.set_state(&id, ProfileState::Inactive).await?).into_response())
+    Ok(
+        Json(api.after_write(api.store.set_state(&id, ProfileState::Inactive).await)?)
+            .into_response(),
+    )
 }
 
 async fn status(State(api): State<Arc<AdminApi>>) -> Json<StatusBody> {
