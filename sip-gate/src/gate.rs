@@ -31,6 +31,7 @@ pub struct Gate {
     config: Arc<SiteConfig>,
     shutdown: CancellationToken,
     tracker: TaskTracker,
+    threads: Vec<std::thread::JoinHandle<()>>,
 }
 
 impl Gate {
@@ -55,7 +56,7 @@ impl Gate {
     ) -> Result<Gate, GateError> {
         let core = Arc::new(Core::new(config.clone(), drain)?);
         let tracker = TaskTracker::new();
-        transport::spawn(core.clone(), bound, shutdown.clone(), &tracker);
+        let threads = transport::spawn(core.clone(), bound, shutdown.clone(), &tracker)?;
         tracker.close();
         for l in &config.listeners {
             tracing::info!(listener = %l.name, bind = %l.bind, advertise = %l.advertise, transports = ?l.transports, mode = ?l.mode, leg = ?l.leg, "listening");
@@ -65,6 +66,7 @@ impl Gate {
             config,
             shutdown,
             tracker,
+            threads,
         })
     }
 
@@ -79,15 +81,18 @@ impl Gate {
     }
 
     /// Stops taking new messages and waits for the tasks to end, at most `deadline`.
+    /// Returns false if something was still running at the deadline.
     pub async fn shutdown(self, deadline: Duration) -> bool {
         self.shutdown.cancel();
-        tokio::time::timeout(deadline, self.tracker.wait())
-            .await
-            .is_ok()
-    }
-
-    /// Waits until the gate's tasks have ended (after the token was cancelled).
-    pub async fn stopped(&self) {
-        self.tracker.wait().await;
+        let threads = self.threads;
+        let join = async {
+            self.tracker.wait().await;
+            // UDP workers notice the token within their poll interval.
+            let _ = tokio::task::spawn_blocking(move || {
+                threads.into_iter().for_each(|t| drop(t.join()))
+            })
+            .await;
+        };
+        tokio::time::timeout(deadline, join).await.is_ok()
     }
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use ringsync::view::Health;
-use tokio::net::UdpSocket;
+use std::net::UdpSocket;
 use tokio_util::sync::CancellationToken;
 
 use crate::proxy::{Core, PROBE_PREFIX};
@@ -115,7 +115,7 @@ pub async fn run(
         seq += 1;
         for &idx in &targets {
             if let Some((bytes, to)) = probe(&core, listener, idx, seq) {
-                let _ = socket.send_to(&bytes, to).await;
+                let _ = socket.send_to(&bytes, to);
             }
         }
         tokio::select! {

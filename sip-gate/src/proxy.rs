@@ -234,7 +234,13 @@ impl Core {
     pub fn publish_work(&self) {
         let view = self.drain.view();
         for (iv, inst) in view.instances().iter().zip(&self.config.instances) {
-            for state in [InstanceState::Up, InstanceState::Down, InstanceState::Draining, InstanceState::Drained, InstanceState::DrainingDown] {
+            for state in [
+                InstanceState::Up,
+                InstanceState::Down,
+                InstanceState::Draining,
+                InstanceState::Drained,
+                InstanceState::DrainingDown,
+            ] {
                 let v = if iv.state == state { 1.0 } else { 0.0 };
                 metrics::gauge!(m::INSTANCE_STATE, "instance" => inst.id.clone(), "state" => state.as_str()).set(v);
             }
@@ -348,7 +354,16 @@ impl Core {
         let key = self.txn_key(msg, &top_via);
         let listener = &self.listeners[inbound.listener()];
         let view = self.drain.view();
-        let inside = self.inside_instance(inbound.peer());
+        // Only an instance this listener fronts (a member of its pool, or the
+        // guarded instance) sends outward through it. Any other instance, e.g.
+        // an sg calling out through the esg's inside leg, is a client here:
+        // its new dialogs are new work for the listener's instances.
+        let inside = self
+            .inside_instance(inbound.peer())
+            .filter(|&i| match &listener.mode {
+                Mode::Balance(pool) => self.config.instances[i].service == *pool,
+                Mode::Guard(g) => i == *g,
+            });
 
         // The gate's own Routes at the top of the route set (we insert one
         // Record-Route, but a UA may also preload the gate as outbound proxy).
@@ -508,7 +523,12 @@ impl Core {
             ),
             Begin::Known(hop) => {
                 m::request(mname, "retransmission");
-                self.forward(inbound, msg, &top_via, max_forwards, ours, hop, None, key)
+                // Forwarded exactly as the first copy, Record-Route included:
+                // if the first copy was lost, this one creates the dialog.
+                let rr = (!to_tag && creates_dialog(method))
+                    .then(|| inside.or(hop.instance))
+                    .flatten();
+                self.forward(inbound, msg, &top_via, max_forwards, ours, hop, rr, key)
             }
             Begin::New => match decided {
                 Some(Ok((hop, rr))) => {
@@ -741,7 +761,11 @@ impl Core {
         match msg {
             msg if msg.is_request() && msg.has_mandatory() => {
                 let mname = m::method_label(msg.method().unwrap_or(Method::Other));
-                let code = if e == ParseError::UnsupportedVersion { 505 } else { 400 };
+                let code = if e == ParseError::UnsupportedVersion {
+                    505
+                } else {
+                    400
+                };
                 self.reply_to(
                     inbound,
                     msg,
@@ -812,7 +836,15 @@ impl Core {
                 before
             }
         } else {
-            self.txns.get(key)
+            let e = self.txns.get(key);
+            // A provisional response after the final one (reordered on the
+            // way, or a late retransmission) would confuse the UAC: like a
+            // stateful proxy, do not forward it (RFC 3261 16.7 step 5).
+            if e.is_some_and(|e| e.finished) && cseq_method != Some(Method::Cancel) {
+                m::response("late_provisional");
+                return Action::None;
+            }
+            e
         };
 
         // Drop our Via; the next one says where the response goes.

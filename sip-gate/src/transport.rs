@@ -1,6 +1,13 @@
 //! Sockets: UDP receive workers, TCP accept and connect, and the table of
 //! open TCP connections. Everything here moves bytes; what to send where is
 //! the core's business ([`crate::proxy::Core::handle`]).
+//!
+//! UDP is served by plain OS threads doing blocking `recvfrom`/`sendto` on
+//! one shared socket, like Kamailio's UDP workers: the kernel hands each
+//! datagram to one sleeping thread, and the message is handled and sent from
+//! that thread with no hand-off. Measured against tokio tasks sharing the
+//! socket (every readiness event woke every task), this halved the gate's
+//! CPU per call (docs/benchmarks.md). TCP stays on tokio.
 
 use std::io;
 use std::net::SocketAddr;
@@ -11,8 +18,9 @@ use std::time::{Duration, Instant};
 use bytes::{Buf, Bytes, BytesMut};
 use dashmap::DashMap;
 use ringsync::config::{SiteConfig, Transport};
+use std::net::UdpSocket;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpSocket, TcpStream, UdpSocket};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -24,6 +32,11 @@ use crate::txn::{ConnId, Inbound};
 
 /// Largest SIP message accepted on a stream (and the UDP receive buffer).
 pub const MAX_MESSAGE: usize = 65_535;
+/// Kernel receive buffer asked for on UDP sockets: bursts of a few thousand
+/// datagrams must not be dropped while the workers are busy.
+const UDP_RCVBUF: usize = 4 << 20;
+/// How often a blocked UDP worker wakes to check for shutdown.
+const UDP_POLL: Duration = Duration::from_millis(200);
 /// Messages queued for one TCP connection before new ones are dropped.
 const TCP_QUEUE: usize = 1024;
 /// A TCP connection with no traffic this long is closed.
@@ -34,8 +47,9 @@ const TCP_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// The sockets of one listener, already bound.
 #[derive(Debug)]
 pub struct BoundListener {
-    /// UDP socket, when the listener serves UDP.
-    pub udp: Option<Arc<UdpSocket>>,
+    /// UDP sockets (one per worker, all on the listener's address with
+    /// `SO_REUSEPORT`); empty when the listener does not serve UDP.
+    pub udp: Vec<Arc<UdpSocket>>,
     /// TCP listener, when the listener serves TCP.
     pub tcp: Option<TcpListener>,
 }
@@ -53,7 +67,7 @@ pub async fn bind(mut config: SiteConfig) -> io::Result<(SiteConfig, Vec<BoundLi
         let (udp, tcp) = loop {
             attempt += 1;
             let udp = if want_udp {
-                Some(UdpSocket::bind(l.bind).await?)
+                Some(bind_udp(l.bind)?)
             } else {
                 None
             };
@@ -95,12 +109,44 @@ pub async fn bind(mut config: SiteConfig) -> io::Result<(SiteConfig, Vec<BoundLi
             l.advertise.set_port(actual.port());
         }
         l.bind = actual;
-        bound.push(BoundListener {
-            udp: udp.map(Arc::new),
-            tcp,
-        });
+        // The other workers' sockets join the first one's address: the
+        // kernel then hashes each peer to one socket, so one peer's messages
+        // are handled in order while different peers spread over the cores.
+        let mut sockets = Vec::new();
+        if let Some(first) = udp {
+            sockets.push(Arc::new(first));
+            for _ in 1..udp_workers() {
+                sockets.push(Arc::new(bind_udp(actual)?));
+            }
+        }
+        bound.push(BoundListener { udp: sockets, tcp });
     }
     Ok((config, bound))
+}
+
+/// UDP workers per listener: one per core, so a burst from many peers uses
+/// every core, while each peer's messages stay on one worker (in order).
+fn udp_workers() -> usize {
+    std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .clamp(1, 8)
+}
+
+fn bind_udp(addr: SocketAddr) -> io::Result<UdpSocket> {
+    let domain = if addr.is_ipv4() {
+        socket2::Domain::IPV4
+    } else {
+        socket2::Domain::IPV6
+    };
+    let s = socket2::Socket::new(domain, socket2::Type::DGRAM, Some(socket2::Protocol::UDP))?;
+    s.set_reuse_port(true)?;
+    // Best effort: the kernel caps it at net.core.rmem_max.
+    let _ = s.set_recv_buffer_size(UDP_RCVBUF);
+    let _ = s.set_send_buffer_size(UDP_RCVBUF);
+    s.bind(&addr.into())?;
+    let s: UdpSocket = s.into();
+    s.set_read_timeout(Some(UDP_POLL))?;
+    Ok(s)
 }
 
 fn bind_tcp(addr: SocketAddr) -> io::Result<TcpListener> {
@@ -115,18 +161,17 @@ fn bind_tcp(addr: SocketAddr) -> io::Result<TcpListener> {
     s.listen(1024)
 }
 
-/// Runs the gate on bound listeners until `shutdown` is cancelled. Every
-/// task it starts is tracked by `tracker`, so the caller can wait for them.
+/// Runs the gate on bound listeners until `shutdown` is cancelled. Tokio
+/// tasks are tracked by `tracker`; the UDP worker threads are returned so the
+/// caller can join them.
 pub fn spawn(
     core: Arc<Core>,
     listeners: Vec<BoundListener>,
     shutdown: CancellationToken,
     tracker: &TaskTracker,
-) {
-    let workers = std::thread::available_parallelism()
-        .map_or(2, |n| n.get())
-        .clamp(1, 4);
-    let udp: Vec<Option<Arc<UdpSocket>>> = listeners.iter().map(|l| l.udp.clone()).collect();
+) -> io::Result<Vec<std::thread::JoinHandle<()>>> {
+    let udp: Vec<Option<Arc<UdpSocket>>> =
+        listeners.iter().map(|l| l.udp.first().cloned()).collect();
     let net = Arc::new(Net {
         udp,
         core: core.clone(),
@@ -135,25 +180,23 @@ pub fn spawn(
         next: AtomicU64::new(1),
         shutdown: shutdown.clone(),
         tracker: tracker.clone(),
+        runtime: tokio::runtime::Handle::current(),
     });
 
+    let mut threads = Vec::new();
     let mut probe_socket = None;
     for (idx, l) in listeners.into_iter().enumerate() {
-        if let Some(sock) = l.udp {
+        for (w, sock) in l.udp.into_iter().enumerate() {
             if probe_socket.is_none() {
                 probe_socket = Some((idx, sock.clone()));
             }
-            // Several tasks receive on one socket: a datagram is handled
-            // where it was received, with no hand-off between tasks.
-            for _ in 0..workers {
-                tracker.spawn(udp_worker(
-                    core.clone(),
-                    net.clone(),
-                    idx,
-                    sock.clone(),
-                    shutdown.clone(),
-                ));
-            }
+            let (net, stop) = (net.clone(), shutdown.clone());
+            let name = format!("udp-{idx}-{w}");
+            threads.push(
+                std::thread::Builder::new()
+                    .name(name)
+                    .spawn(move || udp_worker(net, idx, sock, stop))?,
+            );
         }
         if let Some(tcp) = l.tcp {
             tracker.spawn(accept_loop(net.clone(), idx, tcp, shutdown.clone()));
@@ -180,6 +223,7 @@ pub fn spawn(
             sweeper_core.publish_work();
         }
     });
+    Ok(threads)
 }
 
 /// The sockets and open connections, shared by every task.
@@ -191,17 +235,20 @@ struct Net {
     next: AtomicU64,
     shutdown: CancellationToken,
     tracker: TaskTracker,
+    runtime: tokio::runtime::Handle,
 }
 
 impl Net {
-    async fn execute(self: &Arc<Net>, action: Action) {
+    /// Sends what the core decided. Never blocks for long: a UDP send only
+    /// waits when the kernel buffer is full, TCP only queues.
+    fn execute(self: &Arc<Net>, action: Action) {
         let Action::Send(out, bytes) = action else {
             return;
         };
         match out {
             Out::Udp { listener, to } => match self.udp.get(listener).and_then(Option::as_ref) {
                 Some(sock) => {
-                    if let Err(e) = sock.send_to(&bytes, to).await {
+                    if let Err(e) = sock.send_to(&bytes, to) {
                         tracing::debug!(%to, error = %e, "udp send failed");
                         m::dropped("udp_send_error");
                     }
@@ -214,24 +261,24 @@ impl Net {
     }
 }
 
-async fn udp_worker(
-    core: Arc<Core>,
-    net: Arc<Net>,
-    listener: usize,
-    sock: Arc<UdpSocket>,
-    shutdown: CancellationToken,
-) {
+fn udp_worker(net: Arc<Net>, listener: usize, sock: Arc<UdpSocket>, shutdown: CancellationToken) {
     // One receive buffer per worker, reused; each datagram is then copied
     // once into a right-sized `Bytes` (a SIP datagram is ~0.5-2 KB, so the
     // copy is cheaper than zeroing or re-allocating a 64 KB buffer).
     let mut buf = vec![0u8; MAX_MESSAGE];
-    loop {
-        let res = tokio::select! {
-            _ = shutdown.cancelled() => return,
-            r = sock.recv_from(&mut buf) => r,
-        };
-        let (n, peer) = match res {
+    while !shutdown.is_cancelled() {
+        let (n, peer) = match sock.recv_from(&mut buf) {
             Ok(x) => x,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock
+                        | io::ErrorKind::TimedOut
+                        | io::ErrorKind::Interrupted
+                ) =>
+            {
+                continue
+            }
             Err(e) => {
                 // ICMP port unreachable from a previous send shows up here on
                 // some systems; it is not fatal for the socket.
@@ -239,12 +286,18 @@ async fn udp_worker(
                 continue;
             }
         };
-        let data = Bytes::copy_from_slice(&buf[..n]);
-        if data.iter().all(|&b| b == b'\r' || b == b'\n' || b == 0) {
+        let Some(datagram) = buf.get(..n) else {
+            continue;
+        };
+        if datagram.iter().all(|&b| b == b'\r' || b == b'\n' || b == 0) {
             continue; // keep-alive datagram (RFC 5626 4.4.1 style) or empty
         }
-        let action = core.handle(Inbound::Udp { listener, peer }, data, Instant::now());
-        net.execute(action).await;
+        let action = net.core.handle(
+            Inbound::Udp { listener, peer },
+            Bytes::copy_from_slice(datagram),
+            Instant::now(),
+        );
+        net.execute(action);
     }
 }
 
@@ -303,7 +356,9 @@ impl Net {
             .get(listener)
             .map(|l| l.advertise.ip());
         let net = self.clone();
-        self.tracker.spawn(async move {
+        let tracker = self.tracker.clone();
+        let _guard = self.runtime.enter();
+        tracker.spawn(async move {
             let stream = async {
                 let sock = if to.is_ipv4() {
                     TcpSocket::new_v4()?
@@ -417,7 +472,7 @@ async fn connection(
                             data,
                             Instant::now(),
                         );
-                        reader_net.execute(action).await;
+                        reader_net.execute(action);
                     }
                     Ok(None) => break,
                     Err(e) => {
