@@ -797,6 +797,19 @@ fn fwd_tcp_record_route_names_tcp_and_goes_out_tcp() {
     assert!(INSTANCE_ADDR[..3].iter().any(|a| addr(a) == to));
     assert_eq!(text(m.top_via().unwrap().transport), "TCP");
     assert!(rr_uris(&m)[0].ends_with("@127.0.0.1:5060;transport=tcp;lr"));
+    // The response goes back on the connection the request came in on
+    // (RFC 3261 18.2.2), whatever the instance answered over.
+    let resp = response_to(&m, 180, "Ringing", "uas-tcp");
+    let (out, r) = sent(handle(&g.core, L_SG_BAL, &to.to_string(), &resp));
+    assert_eq!(
+        out,
+        Out::Tcp {
+            listener: L_SG_BAL,
+            conn: Some(7),
+            to: addr("203.0.113.10:5062"),
+        }
+    );
+    assert_eq!(via_values(&r), via_values(&m)[1..]);
 }
 
 // === responses ===
@@ -918,6 +931,14 @@ fn r_sg_4_retransmitted_invite_cancel_and_ack_follow_the_first_hop_across_a_drai
     assert!(rr_uris(&c).is_empty());
     assert_untouched(&cancel, &c);
 
+    // The 200 to the CANCEL goes back to the UA and does not end the INVITE.
+    let resp = response_to(&c, 200, "OK", "uas-rtx");
+    let (out, r) = sent(g.udp(L_SG_BAL, INSTANCE_ADDR[SG_B], &resp));
+    assert_eq!(out, udp_out(L_SG_BAL, addr(UA)));
+    assert_eq!(r.cseq_method_bytes(), Some(&b"CANCEL"[..]));
+    let ringing = response_to(&first, 180, "Ringing", "uas-rtx");
+    let (out, _) = sent(g.udp(L_SG_BAL, INSTANCE_ADDR[SG_B], &ringing));
+    assert_eq!(out, udp_out(L_SG_BAL, addr(UA)), "INVITE still pending");
     // 487 for the INVITE, then the ACK of that non-2xx follows the INVITE.
     let resp = response_to(&first, 487, "Request Terminated", "uas-rtx");
     let (out, _) = sent(g.udp(L_SG_BAL, INSTANCE_ADDR[SG_B], &resp));
