@@ -31,8 +31,9 @@ impl HealthBook {
     }
 }
 
-/// Records the answer to a probe; `branch` is `z9hG4bK-p<idx>-<seq>`.
-pub(crate) fn probe_answer(core: &Core, branch: &[u8], _code: u16) {
+/// Records the answer to a probe; `branch` is `z9hG4bK-p<idx>-<seq>`. Only
+/// an answer from the probed instance's own address counts.
+pub(crate) fn probe_answer(core: &Core, branch: &[u8], from: std::net::SocketAddr) {
     let Some(rest) = branch.strip_prefix(PROBE_PREFIX.as_bytes()) else {
         return;
     };
@@ -45,6 +46,9 @@ pub(crate) fn probe_answer(core: &Core, branch: &[u8], _code: u16) {
     let (Ok(idx), Ok(seq)) = (idx.parse::<usize>(), seq.parse::<u64>()) else {
         return;
     };
+    if core.config().instances.get(idx).and_then(|i| i.sip) != Some(from) {
+        return;
+    }
     if let Some(a) = core.health_book().answered.get(idx) {
         a.fetch_max(seq, Ordering::Relaxed);
     }

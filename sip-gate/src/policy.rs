@@ -45,28 +45,30 @@ pub struct Policy {
     homes: Vec<Option<usize>>,
 }
 
-/// What the exception and account matchers look at in a request.
+/// What the exception matchers look at in a request.
 struct Subject<'a> {
     source: IpAddr,
     method: &'a [u8],
-    aor: Option<SipUri<'a>>,
-    aor_raw: &'a [u8],
+    /// Addresses of record the request is about: To for REGISTER, SUBSCRIBE
+    /// and PUBLISH (what is registered or watched); From and To for the rest
+    /// (who calls and who is called, so an exception for an emergency
+    /// number lets calls *to* it through a draining instance).
+    aors: [Option<(&'a [u8], Option<SipUri<'a>>)>; 2],
 }
 
 impl<'a> Subject<'a> {
     fn of(msg: &'a SipMessage, method: Method, source: IpAddr) -> Subject<'a> {
-        // The address of record: To for REGISTER/SUBSCRIBE/PUBLISH (what is
-        // being registered or watched), From for the rest (who calls).
-        let aor_raw = match method {
-            Method::Register | Method::Subscribe | Method::Publish => msg.to_uri(),
-            _ => msg.from_uri(),
-        }
-        .unwrap_or_default();
+        let with_uri = |raw: Option<&'a [u8]>| raw.map(|r| (r, SipUri::parse(r)));
+        let aors = match method {
+            Method::Register | Method::Subscribe | Method::Publish => {
+                [with_uri(msg.to_uri()), None]
+            }
+            _ => [with_uri(msg.from_uri()), with_uri(msg.to_uri())],
+        };
         Subject {
             source,
             method: msg.method_bytes(),
-            aor: SipUri::parse(aor_raw),
-            aor_raw,
+            aors,
         }
     }
 
@@ -74,19 +76,22 @@ impl<'a> Subject<'a> {
         if e.all {
             return true;
         }
-        let host = self.aor.as_ref().map(|u| u.host);
-        let user = self.aor.as_ref().and_then(|u| u.user);
-        e.source.is_none_or(|n| n.contains(&self.source))
+        let about_aor = e.aor.is_some() || e.user.is_some() || e.domain.is_some();
+        let aor_ok = !about_aor
+            || self.aors.iter().flatten().any(|(raw, uri)| {
+                let host = uri.as_ref().map(|u| u.host);
+                let user = uri.as_ref().and_then(|u| u.user);
+                e.domain
+                    .as_ref()
+                    .is_none_or(|d| host.is_some_and(|h| h.eq_ignore_ascii_case(d.as_bytes())))
+                    && e.user.as_ref().is_none_or(|u| user == Some(u.as_bytes()))
+                    && e.aor.as_ref().is_none_or(|a| same_aor(a.as_bytes(), raw))
+            });
+        aor_ok
+            && e.source.is_none_or(|n| n.contains(&self.source))
             && e.method
                 .as_ref()
                 .is_none_or(|m| m.as_bytes().eq_ignore_ascii_case(self.method))
-            && e.domain
-                .as_ref()
-                .is_none_or(|d| host.is_some_and(|h| h.eq_ignore_ascii_case(d.as_bytes())))
-            && e.user.as_ref().is_none_or(|u| user == Some(u.as_bytes()))
-            && e.aor
-                .as_ref()
-                .is_none_or(|a| same_aor(a.as_bytes(), self.aor_raw))
     }
 }
 

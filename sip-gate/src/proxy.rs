@@ -432,12 +432,17 @@ impl Core {
                     // guarded instance, or the ring by Call-ID, as the INVITE went.
                     None => match &listener.mode {
                         Mode::Guard(idx) => *idx,
-                        Mode::Balance(pool) => {
-                            view.pick(pool, msg.call_id().unwrap_or_default()).ok_or((
+                        // The call this gate saw set up (its work book), so a
+                        // drain since then does not move it (R-SG-4); only
+                        // when the gate has not seen it (another node, a
+                        // restart), the ring by Call-ID as the INVITE went.
+                        Mode::Balance(pool) => match self.work.dialog_instance(msg) {
+                            Some(idx) => idx,
+                            None => view.pick(pool, msg.call_id().unwrap_or_default()).ok_or((
                                 Reply::reason(503, "No Instance Available"),
                                 "no_instance",
-                            ))?
-                        }
+                            ))?,
+                        },
                     },
                 };
                 if let Some(r) = next_route {
@@ -580,6 +585,7 @@ impl Core {
         head.push_str(";branch=");
         head.push_str(BRANCH_PREFIX);
         push_hex(&mut head, key);
+        push_hex(&mut head, self.branch_mac(key));
         head.push_str(";rport\r\n");
         if let Some(idx) = record_route {
             head.push_str("Record-Route: <sip:");
@@ -721,6 +727,13 @@ impl Core {
         h.finish()
     }
 
+    /// MAC of a branch key (see [`Core::response`]).
+    fn branch_mac(&self, key: u64) -> u64 {
+        let mut h = SipHasher13::new_with_keys(self.branch_keys.1, self.branch_keys.0);
+        h.write_u64(key);
+        h.finish()
+    }
+
     fn reply_to(
         &self,
         inbound: Inbound,
@@ -732,6 +745,11 @@ impl Core {
         m::request(mname, outcome);
         if msg.method() == Some(Method::Ack) {
             return Action::None; // never answer an ACK
+        }
+        if msg.top_via().is_none() {
+            // A response the client cannot match to its request helps nobody.
+            m::dropped("unanswerable");
+            return Action::None;
         }
         let bytes = reply::build(msg, inbound.peer(), r);
         Action::Send(self.back(inbound), bytes)
@@ -799,16 +817,19 @@ impl Core {
             )
             .is_some_and(|(p, ip)| self.own.contains(&SocketAddr::new(ip, p)));
         if ours && branch.starts_with(PROBE_PREFIX.as_bytes()) {
-            crate::health::probe_answer(self, branch, code);
+            crate::health::probe_answer(self, branch, inbound.peer());
             return Action::None;
         }
-        let key = match branch
-            .strip_prefix(BRANCH_PREFIX.as_bytes())
-            .and_then(parse_hex)
-        {
+        // Only responses to what the gate sent travel back (R-SEC-1): the
+        // branch carries a MAC, so a forged response cannot make the gate
+        // relay it to the address in its second Via.
+        let key = match branch.strip_prefix(BRANCH_PREFIX.as_bytes()).and_then(|b| {
+            let (k, mac) = (b.get(..16)?, b.get(16..)?);
+            let k = parse_hex(k)?;
+            (parse_hex(mac)? == self.branch_mac(k)).then_some(k)
+        }) {
             Some(k) if ours => k,
             _ => {
-                // Only responses to what the gate sent travel back (R-SEC-1).
                 m::response("not_ours");
                 return Action::None;
             }

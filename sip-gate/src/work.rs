@@ -91,6 +91,12 @@ impl WorkBook {
         }
     }
 
+    /// The instance serving the call this message belongs to, if this gate
+    /// saw it set up and has not seen it end.
+    pub(crate) fn dialog_instance(&self, msg: &SipMessage) -> Option<usize> {
+        self.open.get(&dialog_key(msg)).map(|e| e.0)
+    }
+
     /// Forgets calls older than [`DIALOG_MAX_AGE`].
     pub fn sweep(&self, now: Instant) {
         self.open.retain(|_, (i, since)| {

@@ -1966,3 +1966,82 @@ Content-Length: 0\n\n", b""),
         }
     }
 }
+
+// === follow-ups: branch MAC, route-less BYE under drain, callee exceptions ===
+
+#[test]
+fn r_sec_1_response_with_a_forged_branch_mac_is_dropped() {
+    let g = Gate::std();
+    let input = Req::ua("INVITE", "mac-1@ua", "z9hG4bKua-mac1").bytes();
+    let (out, fwd) = sent(g.udp(L_SG_BAL, UA, &input));
+    let Out::Udp { to: instance, .. } = out else {
+        panic!()
+    };
+    let resp = response_to(&fwd, 180, "Ringing", "uasm");
+    // The branch the gate made: prefix, 16 hex digits of key, 16 of MAC.
+    let branch = fwd.top_via().unwrap().branch.map(text).unwrap();
+    assert_eq!(branch.len(), "z9hG4bK-g".len() + 32, "{branch}");
+    let last = branch.chars().last().unwrap();
+    let flipped = format!(
+        "{}{}",
+        &branch[..branch.len() - 1],
+        if last == '0' { '1' } else { '0' }
+    );
+    let forged = Bytes::from(text(&resp).replace(&branch, &flipped));
+    assert_eq!(
+        handle(&g.core, L_SG_BAL, &instance.to_string(), &forged),
+        Action::None
+    );
+    // A restarted gate (no transaction) still recognises its own branch.
+    let fresh = g.restarted();
+    let (out, _) = sent(handle(&fresh, L_SG_BAL, &instance.to_string(), &resp));
+    assert_eq!(out, udp_out(L_SG_BAL, addr(UA)));
+}
+
+#[test]
+fn r_sg_4_route_less_bye_of_a_call_set_up_before_the_drain_reaches_its_instance() {
+    let g = Gate::std();
+    let call = call_id_for(&g, SG_B, "rl-drain");
+    let invite = Req::ua("INVITE", &call, "z9hG4bKrl-inv").bytes();
+    let fwd = forwarded(g.udp(L_SG_BAL, UA, &invite), L_SG_BAL, inst(SG_B));
+    let ok = response_to(&fwd, 200, "OK", "uas-rl");
+    sent(handle(&g.core, L_SG_BAL, INSTANCE_ADDR[SG_B], &ok));
+    // sg-b drains: the ring would now send this Call-ID elsewhere...
+    g.drain_servers(&["srv-b"]);
+    assert_ne!(
+        g.drain
+            .view()
+            .pick(&ringsync::config::Service::Sg, call.as_bytes()),
+        Some(SG_B)
+    );
+    // ...but the BYE of a UA that keeps no route set still reaches sg-b.
+    let bye = Req::ua("BYE", &call, "z9hG4bKrl-bye")
+        .tagged("uas-rl")
+        .set("CSeq", "2 BYE")
+        .bytes();
+    forwarded(g.udp(L_SG_BAL, UA, &bye), L_SG_BAL, inst(SG_B));
+}
+
+#[test]
+fn r_sg_3_aor_exception_matches_the_callee_of_an_invite() {
+    let g = Gate::new(&SiteOpts {
+        sg_a_exceptions: r#"[{ aor = "sip:112@example.com" }]"#,
+        ..SiteOpts::default()
+    });
+    g.drain_servers(&["srv-a"]);
+    // A call to the emergency number passes the draining sg-a...
+    let to_112 = Req::ua("INVITE", "em-1@ua", "z9hG4bKem1").to("sip:112@example.com");
+    forwarded(
+        g.udp(L_SG_GUARD, UA, &to_112.bytes()),
+        L_SG_GUARD,
+        inst(SG_A),
+    );
+    // ...a call to anyone else does not, and neither does a REGISTER of
+    // another AOR whose From happens to be 112 (REGISTER is about its To).
+    let other = Req::ua("INVITE", "em-2@ua", "z9hG4bKem2").to("sip:113@example.com");
+    replied(g.udp(L_SG_GUARD, UA, &other.bytes()), L_SG_GUARD, UA, 503);
+    let reg = Req::ua("REGISTER", "em-3@ua", "z9hG4bKem3")
+        .from("sip:112@example.com")
+        .to("sip:alice@example.com");
+    replied(g.udp(L_SG_GUARD, UA, &reg.bytes()), L_SG_GUARD, UA, 503);
+}
