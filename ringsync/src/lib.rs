@@ -7,6 +7,7 @@
 //! [`api`]. Every other crate loads its site through
 //! [`config::SiteConfig::load`], so there is one schema and one set of errors.
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod api;
 pub mod cli;
