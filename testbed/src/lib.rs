@@ -34,10 +34,10 @@
 use std::path::PathBuf;
 
 mod error;
-mod process;
 pub mod kamailio;
 pub mod net;
 pub mod proc_stats;
+mod process;
 pub mod relay;
 pub mod sipp;
 

@@ -174,7 +174,11 @@ mod tests {
         let addr = tcp.local_addr().unwrap();
         assert!(is_listening(addr, Transport::Tcp));
         drop(tcp);
-        assert!(!wait_listening(addr, Transport::Tcp, Duration::from_millis(50)));
+        assert!(!wait_listening(
+            addr,
+            Transport::Tcp,
+            Duration::from_millis(50)
+        ));
     }
 
     #[test]

@@ -97,14 +97,18 @@ pub(crate) fn descendants(pid: u32) -> Vec<u32> {
     let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
     if let Ok(dir) = fs::read_dir("/proc") {
         for entry in dir.flatten() {
-            let Some(p) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            let Some(p) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<u32>().ok())
+            else {
                 continue;
             };
             let Ok(stat) = fs::read_to_string(format!("/proc/{p}/stat")) else {
                 continue;
             };
-            if let Some(ppid) = stat_fields(&stat)
-                .and_then(|f| f.get(1).and_then(|v| v.parse::<u32>().ok()))
+            if let Some(ppid) =
+                stat_fields(&stat).and_then(|f| f.get(1).and_then(|v| v.parse::<u32>().ok()))
             {
                 children.entry(ppid).or_default().push(p);
             }

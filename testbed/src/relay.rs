@@ -178,11 +178,8 @@ mod tests {
         server
             .set_read_timeout(Some(Duration::from_secs(2)))
             .unwrap();
-        let relay = BlindRelay::start(
-            "127.0.0.1:0".parse().unwrap(),
-            server.local_addr().unwrap(),
-        )
-        .unwrap();
+        let relay = BlindRelay::start("127.0.0.1:0".parse().unwrap(), server.local_addr().unwrap())
+            .unwrap();
         let client = UdpSocket::bind("127.0.0.1:0").unwrap();
         client
             .set_read_timeout(Some(Duration::from_secs(2)))

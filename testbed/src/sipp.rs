@@ -342,9 +342,11 @@ impl SippHandle {
         }
     }
 
-    /// Asks SIPp to quit now (SIGUSR1: no new calls, final statistics
-    /// written) and reads its report; for a server run without
-    /// [`Sipp::calls`].
+    /// Asks SIPp to quit now (SIGUSR1: final statistics written) and reads
+    /// its report; for a server run without [`Sipp::calls`]. Calls still in
+    /// progress (including a scenario's final `timewait`) are abandoned and
+    /// counted neither successful nor failed; [`SippReport::created`]
+    /// counts them.
     pub fn stop(mut self) -> Result<SippReport> {
         if self.proc.try_wait()?.is_none() {
             self.proc.signal("USR1");
@@ -415,8 +417,10 @@ fn parse_stats(path: &Path) -> Result<SippReport> {
         source,
     })?;
     let mut lines = text.lines().filter(|l| !l.trim().is_empty());
-    let header: Vec<&str> = lines.next().ok_or_else(|| bad("empty"))?.split(';').collect();
-    let last: Vec<&str> = lines.last().ok_or_else(|| bad("no data line"))?.split(';').collect();
+    let header = lines.next().ok_or_else(|| bad("empty"))?;
+    let last = lines.next_back().ok_or_else(|| bad("no data line"))?;
+    let header: Vec<&str> = header.split(';').collect();
+    let last: Vec<&str> = last.split(';').collect();
     let value = |name: &str| -> Result<u64> {
         let i = header
             .iter()

@@ -1,0 +1,466 @@
+//! `sip-bench`: the load benchmark of sip-gate against Kamailio and a blind
+//! UDP relay, side by side on the same SIPp load, in one run.
+//!
+//! For every rate, every system gets the same stock SIPp `uac` load (calls
+//! for `--seconds` at the rate) toward three stock `uas` servers, in rounds
+//! that interleave the systems so machine noise hits them alike. For each
+//! run it records calls ok/failed, the proxy's CPU per call (user+sys of its
+//! whole process tree over the run, divided by the calls) and its peak RSS;
+//! the table reports medians over rounds and the ratio to Kamailio.
+//!
+//! Systems: `relay` (the floor: one recv and one send per datagram, no
+//! parsing), `kamailio` (bench/kamailio/kamailio.cfg: tm + rr + dispatcher),
+//! `sip-gate`, and `sip-gate+drain` (the same with one of the three sg in an
+//! active drain profile).
+//!
+//! ```text
+//! cargo build --release -p sip-gate -p testbed
+//! target/release/sip-bench --rates 1000,2000 --seconds 10 --rounds 3
+//! ```
+#![forbid(unsafe_code)]
+
+use std::fmt::Write as _;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use testbed::{wait_listening, Kamailio, ProcStats, Scenario, Sipp, SippHandle, Transport};
+
+const USAGE: &str = "usage: sip-bench [--rates 1000,2000] [--seconds 10] [--rounds 3] \
+[--systems relay,kamailio,sip-gate,sip-gate+drain] [--gate PATH] [--relay PATH] [--out DIR]";
+
+/// The benchmark's own loopback network: 127.77.0.0/24.
+fn ip(host: u8) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(127, 77, 0, host))
+}
+
+fn uas_addr(i: u8) -> SocketAddr {
+    SocketAddr::new(ip(11 + i), 5060)
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum System {
+    Relay,
+    Kamailio,
+    Gate,
+    GateDrain,
+}
+
+impl System {
+    fn name(self) -> &'static str {
+        match self {
+            System::Relay => "relay",
+            System::Kamailio => "kamailio",
+            System::Gate => "sip-gate",
+            System::GateDrain => "sip-gate+drain",
+        }
+    }
+    fn parse(s: &str) -> Option<System> {
+        [
+            System::Relay,
+            System::Kamailio,
+            System::Gate,
+            System::GateDrain,
+        ]
+        .into_iter()
+        .find(|x| x.name() == s)
+    }
+    /// Each system listens on its own address, so a straggler of one run
+    /// never reaches the next system.
+    fn addr(self) -> SocketAddr {
+        let host = match self {
+            System::Relay => 2,
+            System::Kamailio => 3,
+            System::Gate => 4,
+            System::GateDrain => 5,
+        };
+        SocketAddr::new(ip(host), 5060)
+    }
+}
+
+struct Opts {
+    rates: Vec<u32>,
+    seconds: u32,
+    rounds: u32,
+    systems: Vec<System>,
+    gate: PathBuf,
+    relay: PathBuf,
+    out: PathBuf,
+}
+
+fn parse_args() -> Result<Opts, String> {
+    let exe_dir = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(Path::to_path_buf))
+        .unwrap_or_default();
+    let mut o = Opts {
+        rates: vec![1000, 2000],
+        seconds: 10,
+        rounds: 3,
+        systems: vec![
+            System::Relay,
+            System::Kamailio,
+            System::Gate,
+            System::GateDrain,
+        ],
+        gate: exe_dir.join("sip-gate"),
+        relay: exe_dir.join("blind-relay"),
+        out: PathBuf::from("bench-out"),
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        let v = args
+            .next()
+            .ok_or_else(|| format!("{flag} needs a value\n{USAGE}"))?;
+        match flag.as_str() {
+            "--rates" => {
+                o.rates = v
+                    .split(',')
+                    .map(|r| r.trim().parse().map_err(|_| format!("bad rate `{r}`")))
+                    .collect::<Result<_, _>>()?
+            }
+            "--seconds" => o.seconds = v.parse().map_err(|_| format!("bad --seconds `{v}`"))?,
+            "--rounds" => o.rounds = v.parse().map_err(|_| format!("bad --rounds `{v}`"))?,
+            "--systems" => {
+                o.systems = v
+                    .split(',')
+                    .map(|s| System::parse(s.trim()).ok_or_else(|| format!("unknown system `{s}`")))
+                    .collect::<Result<_, _>>()?
+            }
+            "--gate" => o.gate = PathBuf::from(v),
+            "--relay" => o.relay = PathBuf::from(v),
+            "--out" => o.out = PathBuf::from(v),
+            _ => return Err(format!("unknown flag {flag}\n{USAGE}")),
+        }
+    }
+    if o.rates.is_empty() || o.seconds == 0 || o.rounds == 0 || o.systems.is_empty() {
+        return Err(USAGE.into());
+    }
+    if o.rates.iter().any(|&r| r == 0 || r > 5000) || o.seconds > 60 {
+        // Every load is bounded: this machine is shared.
+        return Err("rates must be 1..=5000 calls/s and --seconds at most 60".into());
+    }
+    Ok(o)
+}
+
+/// One measured run.
+#[derive(Clone, Debug)]
+struct Run {
+    system: System,
+    rate: u32,
+    ok: u64,
+    failed: u64,
+    cpu_us_per_call: f64,
+    peak_rss_kb: u64,
+}
+
+/// A proxy process under test; killed on drop.
+struct Proxy {
+    child: Option<Child>,
+    kamailio: Option<testbed::KamailioHandle>,
+    _dir: tempfile::TempDir,
+}
+
+impl Proxy {
+    fn pid(&self) -> u32 {
+        match (&self.child, &self.kamailio) {
+            (Some(c), _) => c.id(),
+            (None, Some(k)) => k.pid(),
+            _ => 0,
+        }
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        if let Some(k) = self.kamailio.take() {
+            k.stop();
+        }
+    }
+}
+
+fn gate_site(dir: &Path, listen: SocketAddr, drain: bool) -> Result<PathBuf, String> {
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "[site]\nname = \"bench\"\nsecret = \"sip-bench-secret-0123456789\"\n"
+    );
+    let _ = writeln!(
+        t,
+        "[store]\nkind = \"embedded\"\npath = \"bench.profiles.json\"\n"
+    );
+    let _ = writeln!(t, "[admin]\ngate_bind = \"{}:19091\"\n", listen.ip());
+    for i in 0..3u8 {
+        let _ = writeln!(t, "[[server]]\nname = \"srv-{i}\"");
+    }
+    for i in 0..3u8 {
+        let _ = writeln!(
+            t,
+            "[[instance]]\nid = \"sg-{i}\"\nservice = \"sg\"\nserver = \"srv-{i}\"\nsip = \"{}\"",
+            uas_addr(i)
+        );
+    }
+    let _ = writeln!(t, "[[listener]]\nname = \"subs\"\nbind = \"{listen}\"\ntransports = [\"udp\"]\nmode = \"balance\"\npool = \"sg\"\nleg = \"subscriber\"");
+    let site = dir.join("site.toml");
+    std::fs::write(&site, t).map_err(|e| format!("writing {}: {e}", site.display()))?;
+    if drain {
+        // The embedded store's file, as `ringsync profile create/activate` writes it.
+        let profiles = r#"{"revision":1,"profiles":[{"id":"p-bench","name":"bench-drain","description":"one of three sg drains","servers":["srv-1"],"state":"active"}]}"#;
+        std::fs::write(dir.join("bench.profiles.json"), profiles)
+            .map_err(|e| format!("writing profiles: {e}"))?;
+    }
+    Ok(site)
+}
+
+fn start(system: System, o: &Opts) -> Result<Proxy, String> {
+    let dir = tempfile::Builder::new()
+        .prefix("sip-bench-")
+        .tempdir()
+        .map_err(|e| e.to_string())?;
+    let addr = system.addr();
+    let (child, kamailio) = match system {
+        System::Relay => {
+            let c = Command::new(&o.relay)
+                .args([
+                    "--listen",
+                    &addr.to_string(),
+                    "--upstream",
+                    &uas_addr(0).to_string(),
+                ])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .map_err(|e| {
+                    format!(
+                        "starting {}: {e} (cargo build --release -p testbed)",
+                        o.relay.display()
+                    )
+                })?;
+            (Some(c), None)
+        }
+        System::Kamailio => {
+            let mut k = Kamailio::new()
+                .listen(addr)
+                .transports(&[Transport::Udp])
+                .workers(2);
+            for i in 0..3 {
+                k = k.destination(uas_addr(i), Transport::Udp);
+            }
+            (
+                None,
+                Some(k.start().map_err(|e| format!("starting kamailio: {e}"))?),
+            )
+        }
+        System::Gate | System::GateDrain => {
+            let site = gate_site(dir.path(), addr, system == System::GateDrain)?;
+            let c = Command::new(&o.gate)
+                .arg("--config")
+                .arg(&site)
+                .env("RUST_LOG", "warn")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .map_err(|e| {
+                    format!(
+                        "starting {}: {e} (cargo build --release -p sip-gate)",
+                        o.gate.display()
+                    )
+                })?;
+            (Some(c), None)
+        }
+    };
+    let proxy = Proxy {
+        child,
+        kamailio,
+        _dir: dir,
+    };
+    if !wait_listening(addr, Transport::Udp, Duration::from_secs(10)) {
+        return Err(format!("{} did not listen on {addr}", system.name()));
+    }
+    // Let the gate read its profiles and probe its instances once.
+    std::thread::sleep(Duration::from_millis(1500));
+    Ok(proxy)
+}
+
+fn servers() -> Result<Vec<SippHandle>, String> {
+    (0..3)
+        .map(|i| {
+            Sipp::new(Scenario::builtin("uas"))
+                .local(uas_addr(i).ip(), uas_addr(i).port())
+                .timeout(Duration::from_secs(600))
+                .spawn()
+                .map_err(|e| format!("starting uas {i}: {e}"))
+        })
+        .collect()
+}
+
+fn measure(system: System, rate: u32, o: &Opts) -> Result<Run, String> {
+    let proxy = start(system, o)?;
+    let calls = u64::from(rate) * u64::from(o.seconds);
+    let before = ProcStats::sample(proxy.pid()).map_err(|e| e.to_string())?;
+    let report = Sipp::new(Scenario::builtin("uac"))
+        .local_ip(ip(100))
+        .remote(system.addr())
+        .calls(calls)
+        .rate(rate)
+        .timeout(Duration::from_secs(u64::from(o.seconds) + 30))
+        .spawn()
+        .map_err(|e| format!("starting uac: {e}"))?
+        .wait(Duration::from_secs(u64::from(o.seconds) + 60))
+        .map_err(|e| format!("uac: {e}"))?;
+    let after = ProcStats::sample(proxy.pid()).map_err(|e| e.to_string())?;
+    let done = report.successful + report.failed;
+    Ok(Run {
+        system,
+        rate,
+        ok: report.successful,
+        failed: report.failed.max(calls.saturating_sub(done)),
+        cpu_us_per_call: after.cpu_since(&before).as_micros() as f64 / calls as f64,
+        peak_rss_kb: after.peak_rss_kb,
+    })
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+fn table(runs: &[Run], o: &Opts) -> String {
+    let mut t = String::new();
+    let _ = writeln!(t, "| rate (calls/s) | system | calls ok | failed | CPU µs/call (median of {}) | min..max | vs Kamailio | peak RSS (MiB) |", o.rounds);
+    let _ = writeln!(t, "|---:|---|---:|---:|---:|---|---:|---:|");
+    for &rate in &o.rates {
+        let med = |s: System| {
+            median(
+                runs.iter()
+                    .filter(|r| r.rate == rate && r.system == s)
+                    .map(|r| r.cpu_us_per_call)
+                    .collect(),
+            )
+        };
+        let kam = med(System::Kamailio);
+        for &s in &o.systems {
+            let rs: Vec<&Run> = runs
+                .iter()
+                .filter(|r| r.rate == rate && r.system == s)
+                .collect();
+            if rs.is_empty() {
+                continue;
+            }
+            let ok: u64 = rs.iter().map(|r| r.ok).sum();
+            let failed: u64 = rs.iter().map(|r| r.failed).sum();
+            let cpu = med(s);
+            let lo = rs
+                .iter()
+                .map(|r| r.cpu_us_per_call)
+                .fold(f64::INFINITY, f64::min);
+            let hi = rs.iter().map(|r| r.cpu_us_per_call).fold(0.0, f64::max);
+            let ratio = if kam.is_finite() && kam > 0.0 {
+                format!("{:.2}x", cpu / kam)
+            } else {
+                "-".into()
+            };
+            let rss = rs.iter().map(|r| r.peak_rss_kb).max().unwrap_or(0) as f64 / 1024.0;
+            let _ = writeln!(t, "| {rate} | {} | {ok} | {failed} | {cpu:.1} | {lo:.1}..{hi:.1} | {ratio} | {rss:.1} |", s.name());
+        }
+    }
+    t
+}
+
+fn main() -> ExitCode {
+    let o = match parse_args() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    for (what, path) in [("sip-gate", &o.gate), ("blind-relay", &o.relay)] {
+        if !path.exists() {
+            eprintln!(
+                "sip-bench: {what} not found at {} (cargo build --release -p sip-gate -p testbed)",
+                path.display()
+            );
+            return ExitCode::FAILURE;
+        }
+    }
+    let servers = match servers() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("sip-bench: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let total = o.rates.len() * o.systems.len() * o.rounds as usize;
+    let started = Instant::now();
+    let mut runs = Vec::new();
+    let mut n = 0;
+    for round in 1..=o.rounds {
+        for &rate in &o.rates {
+            for &system in &o.systems {
+                n += 1;
+                eprint!(
+                    "[{n}/{total}] round {round}, {rate} calls/s x {} s, {:<15} ",
+                    o.seconds,
+                    system.name()
+                );
+                match measure(system, rate, &o) {
+                    Ok(r) => {
+                        eprintln!(
+                            "ok {:>6} failed {:>4}  {:>7.1} µs/call  peak {:>6} KiB",
+                            r.ok, r.failed, r.cpu_us_per_call, r.peak_rss_kb
+                        );
+                        runs.push(r);
+                    }
+                    Err(e) => {
+                        eprintln!("error: {e}");
+                        return ExitCode::FAILURE;
+                    }
+                }
+            }
+        }
+    }
+    drop(servers);
+    let cmd = std::env::args().collect::<Vec<_>>().join(" ");
+    let mut out = format!(
+        "Command: `{cmd}` ({:.0} s, {} cores)\n\n",
+        started.elapsed().as_secs_f64(),
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    out.push_str(&table(&runs, &o));
+    println!("{out}");
+    if std::fs::create_dir_all(&o.out).is_ok() {
+        let _ = std::fs::write(o.out.join("results.md"), &out);
+        let mut csv =
+            String::from("round_index,rate,system,ok,failed,cpu_us_per_call,peak_rss_kb\n");
+        for (i, r) in runs.iter().enumerate() {
+            let _ = writeln!(
+                csv,
+                "{i},{},{},{},{},{:.2},{}",
+                r.rate,
+                r.system.name(),
+                r.ok,
+                r.failed,
+                r.cpu_us_per_call,
+                r.peak_rss_kb
+            );
+        }
+        let _ = std::fs::write(o.out.join("runs.csv"), csv);
+    }
+    let failed: u64 = runs.iter().map(|r| r.failed).sum();
+    if failed > 0 {
+        eprintln!("sip-bench: {failed} failed calls in total");
+    }
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,108 @@
+//! Every UAC/UAS pair of sipp-scenarios/ back to back, no proxy between:
+//! proves the scenarios themselves are sound before anything is measured
+//! through them.
+
+use std::{net::IpAddr, time::Duration};
+
+use testbed::{Scenario, Sipp, SippReport, Transport};
+
+const UAC_IP: &str = "127.0.0.10";
+const UAS_IP: &str = "127.0.0.20";
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+/// Runs `uac` against `uas` for `calls` calls and returns both reports.
+fn run_pair(uac: &str, uas: &str, transport: Transport, calls: u64) -> (SippReport, SippReport) {
+    let server = Sipp::new(Scenario::repo(uas))
+        .local_ip(ip(UAS_IP))
+        .transport(transport)
+        .calls(calls)
+        .timeout(Duration::from_secs(30))
+        .spawn()
+        .unwrap_or_else(|e| panic!("{uas} over {transport}: {e}"));
+    let client = Sipp::new(Scenario::repo(uac))
+        .local_ip(ip(UAC_IP))
+        .remote(server.local_addr())
+        .transport(transport)
+        .calls(calls)
+        .rate(20)
+        .duration(Duration::from_millis(100))
+        .timeout(Duration::from_secs(30))
+        .spawn()
+        .unwrap_or_else(|e| panic!("{uac} over {transport}: {e}"));
+    let c = client.wait(Duration::from_secs(40)).unwrap();
+    let s = server.wait(Duration::from_secs(10)).unwrap();
+    (c, s)
+}
+
+fn assert_all_ok(what: &str, calls: u64, (uac, uas): (SippReport, SippReport)) {
+    assert_eq!(uac.successful, calls, "{what} uac: {uac:#?}");
+    assert_eq!(uac.failed, 0, "{what} uac: {uac:#?}");
+    assert!(uac.all_ok(), "{what} uac: {uac:#?}");
+    assert_eq!(uas.successful, calls, "{what} uas: {uas:#?}");
+    assert!(uas.all_ok(), "{what} uas: {uas:#?}");
+}
+
+#[test]
+fn call_pair_over_udp() {
+    assert_all_ok(
+        "call/udp",
+        20,
+        run_pair("uac_call", "uas_call", Transport::Udp, 20),
+    );
+}
+
+#[test]
+fn call_pair_over_tcp() {
+    assert_all_ok(
+        "call/tcp",
+        20,
+        run_pair("uac_call", "uas_call", Transport::Tcp, 20),
+    );
+}
+
+#[test]
+fn other_pairs_over_udp_and_tcp() {
+    let pairs = [
+        ("uac_register", "uas_register"),
+        ("uac_unregister", "uas_register"),
+        ("uac_subscribe", "uas_subscribe"),
+        ("uac_options", "uas_options"),
+        ("uac_options_ping", "uas_options"),
+        ("uac_cancel", "uas_cancel"),
+    ];
+    for transport in [Transport::Udp, Transport::Tcp] {
+        for (uac, uas) in pairs {
+            let what = format!("{uac}/{uas} over {transport}");
+            assert_all_ok(&what, 5, run_pair(uac, uas, transport, 5));
+        }
+    }
+}
+
+#[test]
+fn builtin_scenarios_and_failure_reporting() {
+    // Stock SIPp uac against nothing: every call must be reported failed,
+    // which is what makes the zero-failure assertions above meaningful.
+    let nobody = std::net::UdpSocket::bind((ip(UAS_IP), 0)).unwrap();
+    let uac = Sipp::new(Scenario::builtin("uac"))
+        .local_ip(ip(UAC_IP))
+        .remote(nobody.local_addr().unwrap())
+        .calls(2)
+        .rate(20)
+        .arg("-max_retrans")
+        .arg("1")
+        .timeout(Duration::from_secs(20))
+        .spawn()
+        .unwrap();
+    let report = uac.wait(Duration::from_secs(30)).unwrap();
+    assert_eq!(report.failed, 2, "{report:#?}");
+    assert_eq!(report.exit_code, Some(1), "{report:#?}");
+    assert_eq!(
+        report.failures.get("MaxUDPRetrans"),
+        Some(&2),
+        "{report:#?}"
+    );
+    assert!(report.retransmissions > 0, "{report:#?}");
+}
