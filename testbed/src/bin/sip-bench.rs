@@ -153,6 +153,8 @@ struct Run {
     failed: u64,
     cpu_us_per_call: f64,
     peak_rss_kb: u64,
+    /// SIPp's failure reasons, when any call failed.
+    why: String,
 }
 
 /// A proxy process under test; killed on drop.
@@ -245,10 +247,14 @@ fn start(system: System, o: &Opts) -> Result<Proxy, String> {
             (Some(c), None)
         }
         System::Kamailio => {
+            // 256 MB of shared memory: at 1000+ calls/s the default 64 MB
+            // runs out of room for transactions and t_relay answers 500.
             let mut k = Kamailio::new()
                 .listen(addr)
                 .transports(&[Transport::Udp])
-                .workers(2);
+                .workers(2)
+                .arg("-m")
+                .arg("256");
             for i in 0..3 {
                 k = k.destination(uas_addr(i), Transport::Udp);
             }
@@ -324,6 +330,18 @@ fn measure(system: System, rate: u32, o: &Opts) -> Result<Run, String> {
         failed: report.failed.max(calls.saturating_sub(done)),
         cpu_us_per_call: after.cpu_since(&before).as_micros() as f64 / calls as f64,
         peak_rss_kb: after.peak_rss_kb,
+        why: if report.failed > 0 || report.successful < calls {
+            format!(
+                "created={} exit={:?} {:?} retrans={} {}",
+                report.created,
+                report.exit_code,
+                report.failures,
+                report.retransmissions,
+                report.errors.chars().take(600).collect::<String>()
+            )
+        } else {
+            String::new()
+        },
     })
 }
 
@@ -421,6 +439,9 @@ fn main() -> ExitCode {
                             "ok {:>6} failed {:>4}  {:>7.1} µs/call  peak {:>6} KiB",
                             r.ok, r.failed, r.cpu_us_per_call, r.peak_rss_kb
                         );
+                        if !r.why.is_empty() {
+                            eprintln!("    failures: {}", r.why);
+                        }
                         runs.push(r);
                     }
                     Err(e) => {
