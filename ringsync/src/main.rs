@@ -15,6 +15,8 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,ringsync=info")),
         )
         .with_writer(std::io::stderr)
+        // Colours only on a terminal: log files and journald get plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
