@@ -398,6 +398,18 @@ impl Core {
                 m::request(mname, "forwarded");
                 return self.forward(inbound, msg, &top_via, max_forwards, ours, e.hop, None, key);
             }
+            // The ACK of a final response the gate generated itself (the 503
+            // of a drain, 403, 483...) ends that transaction here (RFC 3261
+            // 17.2.1): the instance never saw the INVITE, so it must not get
+            // the ACK (a draining instance would see one stray ACK per refusal).
+            if method == Method::Ack
+                && msg
+                    .to_tag()
+                    .is_some_and(|t| t == reply::to_tag(msg).as_bytes())
+            {
+                m::request(mname, "absorbed");
+                return Action::None;
+            }
         }
 
         let to_tag = msg.to_tag().is_some();
@@ -573,20 +585,10 @@ impl Core {
         let mut s = Splice::new(msg);
         let at = msg.headers_start();
 
-        // Our Via on top, with a branch derived from the client's, so a
-        // retransmission or CANCEL carries the same branch downstream.
+        // Record-Route and Max-Forwards first, then our Via right above the
+        // client's: the Via stack stays contiguous, so a UAS that copies the
+        // INVITE's Via lines as one block (uas_cancel.xml's 487) keeps them all.
         let mut head = String::with_capacity(160);
-        head.push_str(if hop.tcp {
-            "Via: SIP/2.0/TCP "
-        } else {
-            "Via: SIP/2.0/UDP "
-        });
-        head.push_str(&listener.host);
-        head.push_str(";branch=");
-        head.push_str(BRANCH_PREFIX);
-        push_hex(&mut head, key);
-        push_hex(&mut head, self.branch_mac(key));
-        head.push_str(";rport\r\n");
         if let Some(idx) = record_route {
             head.push_str("Record-Route: <sip:");
             head.push_str(&self.tokens.seal(&self.config.instances[idx].id));
@@ -602,6 +604,19 @@ impl Core {
             head.push_str(&DEFAULT_MAX_FORWARDS.to_string());
             head.push_str("\r\n");
         }
+        // Our Via on top of the Via stack, with a branch derived from the
+        // client's, so a retransmission or CANCEL carries the same branch downstream.
+        head.push_str(if hop.tcp {
+            "Via: SIP/2.0/TCP "
+        } else {
+            "Via: SIP/2.0/UDP "
+        });
+        head.push_str(&listener.host);
+        head.push_str(";branch=");
+        head.push_str(BRANCH_PREFIX);
+        push_hex(&mut head, key);
+        push_hex(&mut head, self.branch_mac(key));
+        head.push_str(";rport\r\n");
         s.insert(at, Bytes::from(head));
 
         // received / rport on the client's Via (RFC 3261 18.2.1, RFC 3581).

@@ -54,7 +54,10 @@ fn text(b: &[u8]) -> String {
 
 /// A To tag that is the same for every retransmission of the request, so a
 /// UAC that sees the response twice sees one dialog (RFC 3261 8.2.6.2).
-fn to_tag(msg: &SipMessage) -> String {
+/// The ACK of a non-2xx keeps the INVITE's Call-ID, From tag, CSeq number
+/// and branch (RFC 3261 17.1.1.3), so it carries this same tag: that is how
+/// the core recognises the ACK of a response it generated.
+pub(crate) fn to_tag(msg: &SipMessage) -> String {
     let mut h = SipHasher13::new_with_keys(0x6761_7465, 0x0074_6167);
     h.write(msg.call_id().unwrap_or_default());
     h.write(msg.from_tag().unwrap_or_default());
