@@ -8,8 +8,10 @@ use crate::{Error, Result};
 /// Resource use of a process and all its descendants at one instant.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ProcStats {
-    /// User + system CPU time in microseconds, summed over the tree: every
-    /// thread of every process, plus children already reaped by them.
+    /// CPU time in microseconds, summed over the tree: every thread of every
+    /// live process (nanosecond run time from `/proc/<pid>/task/*/schedstat`,
+    /// clock ticks from `stat` where that is missing), plus children already
+    /// reaped by them (`cutime + cstime`, clock ticks).
     pub cpu_us: u64,
     /// Sum of each process's peak resident set (`VmHWM`), in KiB. Shared
     /// memory (Kamailio's shm) is counted once per process that touched it,
@@ -43,7 +45,7 @@ impl ProcStats {
     }
 
     fn add(&mut self, one: One) {
-        self.cpu_us += one.ticks * 1_000_000 / clock_ticks();
+        self.cpu_us += one.cpu_us;
         self.peak_rss_kb += one.hwm_kb;
         self.rss_kb += one.rss_kb;
         self.processes += 1;
@@ -51,7 +53,7 @@ impl ProcStats {
 }
 
 struct One {
-    ticks: u64,
+    cpu_us: u64,
     hwm_kb: u64,
     rss_kb: u64,
 }
@@ -67,14 +69,47 @@ fn read_one(pid: u32) -> Result<One> {
             .and_then(|f| f.parse().ok())
             .ok_or_else(|| err(format!("stat field {i} missing")))
     };
-    let ticks = num(14)? + num(15)? + num(16)? + num(17)?;
+    let ticks_to_us = |t: u64| t * 1_000_000 / clock_ticks();
+    // Ticks are 10 ms: a worker that handled a few calls shows 0. The
+    // scheduler's run time is exact, so prefer it for live threads.
+    let own_us = match run_time_ns(pid) {
+        Some(ns) => ns / 1_000,
+        None => ticks_to_us(num(14)? + num(15)?),
+    };
+    let cpu_us = own_us + ticks_to_us(num(16)? + num(17)?);
     let status =
         fs::read_to_string(format!("/proc/{pid}/status")).map_err(|e| err(e.to_string()))?;
     Ok(One {
-        ticks,
+        cpu_us,
         hwm_kb: status_kb(&status, "VmHWM:"),
         rss_kb: status_kb(&status, "VmRSS:"),
     })
+}
+
+/// Sum of the on-CPU time (first `schedstat` field, ns) of every thread.
+fn run_time_ns(pid: u32) -> Option<u64> {
+    let first = |path: String| -> Option<u64> {
+        fs::read_to_string(path)
+            .ok()?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
+    };
+    let tasks = fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut total = 0;
+    let mut any = false;
+    for task in tasks.flatten() {
+        let tid = task.file_name();
+        if let Some(ns) = first(format!(
+            "/proc/{pid}/task/{}/schedstat",
+            tid.to_string_lossy()
+        )) {
+            total += ns;
+            any = true;
+        }
+    }
+    any.then_some(total)
 }
 
 /// Fields after `pid (comm)`; comm may hold spaces and parentheses.

@@ -49,7 +49,6 @@ fn stock_uac_through_kamailio_to_two_stock_uas() {
         Transport::Udp,
         ["127.0.77.21", "127.0.77.22"],
     );
-    let before = proxy.stats().unwrap();
     let uac = Sipp::new(Scenario::builtin("uac"))
         .local_ip(ip(UAC_IP))
         .remote(proxy.addr())
@@ -87,7 +86,7 @@ fn stock_uac_through_kamailio_to_two_stock_uas() {
     let after = proxy.stats().unwrap();
     assert!(after.processes >= 3, "{after:?}");
     assert!(after.peak_rss_kb > 0, "{after:?}");
-    assert!(after.cpu_us >= before.cpu_us, "{before:?} {after:?}");
+    assert!(after.cpu_us > 0, "{after:?}");
     proxy.stop();
 }
 

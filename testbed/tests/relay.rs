@@ -40,22 +40,22 @@ fn uac(addr: &str, relay: SocketAddr) -> testbed::SippReport {
 #[test]
 fn stock_call_through_the_in_process_relay() {
     let server = uas("127.0.78.20");
-    let relay_ip = ip("127.0.78.30");
-    let relay = BlindRelay::start(
-        SocketAddr::new(relay_ip, free_port(relay_ip).unwrap()),
-        server.local_addr(),
-    )
-    .unwrap();
+    // Port 0: the kernel picks a free one atomically.
+    let relay = BlindRelay::start("127.0.78.30:0".parse().unwrap(), server.local_addr()).unwrap();
     let report = uac("127.0.78.10", relay.local_addr());
-    assert_eq!(report.successful, 20, "{report:#?}");
+    assert_eq!(report.successful, 20, "{report:#?} {:?}", relay.counts());
     assert!(report.all_ok(), "{report:#?}");
     let s = server.wait(Duration::from_secs(10)).unwrap();
     assert_eq!(s.successful, 20, "{s:#?}");
-    // INVITE, ACK, BYE per call up; 180, 200, 200 down (no loss, so no
-    // retransmission either way).
+    // At least INVITE, ACK, BYE per call up and 180, 200, 200 down; more
+    // only if a slow machine made a side retransmit.
     let counts = relay.stop();
-    assert_eq!(counts.to_upstream, 60, "{counts:?}");
-    assert_eq!(counts.to_client, 60, "{counts:?}");
+    assert!(counts.to_upstream >= 60, "{counts:?}");
+    assert!(counts.to_client >= 60, "{counts:?}");
+    assert!(
+        counts.to_upstream <= 60 + report.retransmissions + s.retransmissions,
+        "{counts:?}"
+    );
 }
 
 #[test]
