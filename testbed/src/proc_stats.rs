@@ -19,6 +19,11 @@ pub struct ProcStats {
     pub peak_rss_kb: u64,
     /// Sum of current resident sets (`VmRSS`), in KiB.
     pub rss_kb: u64,
+    /// Sum of proportional set sizes (`Pss` in `smaps_rollup`), in KiB: each
+    /// shared page is split among the processes that map it, so a forking
+    /// server's shared memory counts once. Current, not peak (the kernel
+    /// keeps no peak PSS); 0 where the kernel does not expose it.
+    pub pss_kb: u64,
     /// Number of processes in the tree.
     pub processes: usize,
 }
@@ -48,6 +53,7 @@ impl ProcStats {
         self.cpu_us += one.cpu_us;
         self.peak_rss_kb += one.hwm_kb;
         self.rss_kb += one.rss_kb;
+        self.pss_kb += one.pss_kb;
         self.processes += 1;
     }
 }
@@ -56,6 +62,7 @@ struct One {
     cpu_us: u64,
     hwm_kb: u64,
     rss_kb: u64,
+    pss_kb: u64,
 }
 
 fn read_one(pid: u32) -> Result<One> {
@@ -83,6 +90,9 @@ fn read_one(pid: u32) -> Result<One> {
         cpu_us,
         hwm_kb: status_kb(&status, "VmHWM:"),
         rss_kb: status_kb(&status, "VmRSS:"),
+        pss_kb: fs::read_to_string(format!("/proc/{pid}/smaps_rollup"))
+            .map(|t| status_kb(&t, "Pss:"))
+            .unwrap_or(0),
     })
 }
 

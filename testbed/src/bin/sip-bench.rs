@@ -5,7 +5,9 @@
 //! for `--seconds` at the rate) toward three stock `uas` servers, in rounds
 //! that interleave the systems so machine noise hits them alike. For each
 //! run it records calls ok/failed, the proxy's CPU per call (user+sys of its
-//! whole process tree over the run, divided by the calls) and its peak RSS;
+//! whole process tree over the run, divided by the calls), its peak RSS
+//! (summed per process: an upper bound for Kamailio, whose workers share
+//! memory) and its PSS at the end of the run (shared pages counted once);
 //! the table reports medians over rounds and the ratio to Kamailio.
 //!
 //! Systems: `relay` (the floor: one recv and one send per datagram, no
@@ -153,6 +155,7 @@ struct Run {
     failed: u64,
     cpu_us_per_call: f64,
     peak_rss_kb: u64,
+    pss_kb: u64,
     /// SIPp's failure reasons, when any call failed.
     why: String,
 }
@@ -247,14 +250,18 @@ fn start(system: System, o: &Opts) -> Result<Proxy, String> {
             (Some(c), None)
         }
         System::Kamailio => {
-            // 256 MB of shared memory: at 1000+ calls/s the default 64 MB
-            // runs out of room for transactions and t_relay answers 500.
+            // 1 GB of shared and 64 MB of private memory: tm keeps every
+            // transaction for its 5 s wait timer, ~40k at 2000 calls/s, and
+            // with the 64 MB default t_relay answers "500 ... (1/SL)"
+            // (out of memory) for a good share of the calls.
             let mut k = Kamailio::new()
                 .listen(addr)
                 .transports(&[Transport::Udp])
                 .workers(2)
                 .arg("-m")
-                .arg("256");
+                .arg("1024")
+                .arg("-M")
+                .arg("64");
             for i in 0..3 {
                 k = k.destination(uas_addr(i), Transport::Udp);
             }
@@ -330,6 +337,7 @@ fn measure(system: System, rate: u32, o: &Opts) -> Result<Run, String> {
         failed: report.failed.max(calls.saturating_sub(done)),
         cpu_us_per_call: after.cpu_since(&before).as_micros() as f64 / calls as f64,
         peak_rss_kb: after.peak_rss_kb,
+        pss_kb: after.pss_kb,
         why: if report.failed > 0 || report.successful < calls {
             format!(
                 "created={} exit={:?} {:?} retrans={} {}",
@@ -356,8 +364,8 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 fn table(runs: &[Run], o: &Opts) -> String {
     let mut t = String::new();
-    let _ = writeln!(t, "| rate (calls/s) | system | calls ok | failed | CPU µs/call (median of {}) | min..max | vs Kamailio | peak RSS (MiB) |", o.rounds);
-    let _ = writeln!(t, "|---:|---|---:|---:|---:|---|---:|---:|");
+    let _ = writeln!(t, "| rate (calls/s) | system | calls ok | failed | CPU µs/call (median of {}) | min..max | vs Kamailio | peak RSS (MiB) | PSS at end (MiB) |", o.rounds);
+    let _ = writeln!(t, "|---:|---|---:|---:|---:|---|---:|---:|---:|");
     for &rate in &o.rates {
         let med = |s: System| {
             median(
@@ -390,7 +398,8 @@ fn table(runs: &[Run], o: &Opts) -> String {
                 "-".into()
             };
             let rss = rs.iter().map(|r| r.peak_rss_kb).max().unwrap_or(0) as f64 / 1024.0;
-            let _ = writeln!(t, "| {rate} | {} | {ok} | {failed} | {cpu:.1} | {lo:.1}..{hi:.1} | {ratio} | {rss:.1} |", s.name());
+            let pss = rs.iter().map(|r| r.pss_kb).max().unwrap_or(0) as f64 / 1024.0;
+            let _ = writeln!(t, "| {rate} | {} | {ok} | {failed} | {cpu:.1} | {lo:.1}..{hi:.1} | {ratio} | {rss:.1} | {pss:.1} |", s.name());
         }
     }
     t
