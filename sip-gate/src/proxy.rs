@@ -405,7 +405,7 @@ impl Core {
             if method == Method::Ack
                 && msg
                     .to_tag()
-                    .is_some_and(|t| t == reply::to_tag(msg).as_bytes())
+                    .is_some_and(|t| t.starts_with(b"gw") && t == reply::to_tag(msg).as_bytes())
             {
                 m::request(mname, "absorbed");
                 return Action::None;
@@ -617,7 +617,18 @@ impl Core {
         push_hex(&mut head, key);
         push_hex(&mut head, self.branch_mac(key));
         head.push_str(";rport\r\n");
-        s.insert(at, Bytes::from(head));
+        // Right above the client's top Via line, wherever that line is.
+        let via_at = msg
+            .headers()
+            .get(top_via.field_index)
+            .map_or(at, |f| f.line.start);
+        if via_at == at {
+            s.insert(at, Bytes::from(head));
+        } else {
+            let via_line = head.split_off(head.rfind("Via: ").unwrap_or(0));
+            s.insert(at, Bytes::from(head));
+            s.insert(via_at, Bytes::from(via_line));
+        }
 
         // received / rport on the client's Via (RFC 3261 18.2.1, RFC 3581).
         let peer = inbound.peer();

@@ -2045,3 +2045,32 @@ fn r_sg_3_aor_exception_matches_the_callee_of_an_invite() {
         .to("sip:alice@example.com");
     replied(g.udp(L_SG_GUARD, UA, &reg.bytes()), L_SG_GUARD, UA, 503);
 }
+
+#[test]
+fn fwd_gate_via_sits_right_above_the_clients_via_wherever_it_is() {
+    let g = Gate::std();
+    // A client that writes Via after other headers: move the Via line last.
+    let req = Req::ua("INVITE", "via-pos@ua", "z9hG4bKviapos");
+    let via = req
+        .headers
+        .iter()
+        .find(|(n, _)| n == "Via")
+        .cloned()
+        .unwrap();
+    let req = req.without("Via").add("Via", &via.1);
+    let input = req.bytes();
+    let (_, fwd) = sent(g.udp(L_SG_BAL, UA, &input));
+    let out = fwd.raw().clone();
+    let text = text(&out);
+    let lines: Vec<&str> = text.split("\r\n").collect();
+    let ours = lines
+        .iter()
+        .position(|l| l.starts_with("Via: SIP/2.0/UDP ") && l.contains("branch=z9hG4bK-g"))
+        .unwrap();
+    assert!(
+        lines[ours + 1].starts_with("Via: ") && lines[ours + 1].contains("z9hG4bKviapos"),
+        "{text}"
+    );
+    // Record-Route is still the first header line.
+    assert!(lines[1].starts_with("Record-Route: <sip:g1."), "{text}");
+}
