@@ -360,7 +360,7 @@ impl Core {
         // its new dialogs are new work for the listener's instances.
         let inside = self
             .inside_instance(inbound.peer())
-            .filter(|&i| match &listener.mode {
+            .filter(|&(i, _)| match &listener.mode {
                 Mode::Balance(pool) => self.config.instances[i].service == *pool,
                 Mode::Guard(g) => i == *g,
             });
@@ -391,6 +391,27 @@ impl Core {
             }
         }
         let next_route = routes.get(ours);
+        // A match by IP alone (only over TCP: an instance's own connection
+        // comes from an ephemeral port) is weaker than where the request is going: a
+        // request whose next hop is the gate itself or a configured instance
+        // comes from a client that shares the instance's address (one IPv6
+        // loopback, a UA on an sg's host), not from the instance.
+        let inside = inside
+            .filter(|&(_, exact)| {
+                // Over UDP an instance sends from the address it listens on.
+                exact
+                    || matches!(inbound, Inbound::Tcp { .. }) && {
+                        let target = match next_route {
+                            Some(r) => msg.raw().get(r.uri.clone()),
+                            None => msg.request_uri(),
+                        };
+                        let target = target.and_then(SipUri::parse).and_then(|u| u.socket_addr());
+                        !target.is_some_and(|a| {
+                            self.own.contains(&a) || self.inside_by_addr.contains_key(&a)
+                        })
+                    }
+            })
+            .map(|(i, _)| i);
 
         // Retransmissions, CANCEL and the ACK of a non-2xx follow the first hop.
         if matches!(method, Method::Ack | Method::Cancel) {
@@ -632,9 +653,7 @@ impl Core {
 
         // received / rport on the client's Via (RFC 3261 18.2.1, RFC 3581).
         let peer = inbound.peer();
-        let sent_by_ip = std::str::from_utf8(top_via.host)
-            .ok()
-            .and_then(|h| h.parse::<IpAddr>().ok());
+        let sent_by_ip = host_ip(top_via.host);
         if top_via.rport.is_some() || sent_by_ip != Some(peer.ip()) {
             if let Some(raw) = msg.raw().get(top_via.range.clone()) {
                 let stamped =
@@ -723,11 +742,13 @@ impl Core {
         uri.socket_addr().is_some_and(|a| self.own.contains(&a))
     }
 
-    fn inside_instance(&self, peer: SocketAddr) -> Option<usize> {
-        self.inside_by_addr
-            .get(&peer)
-            .or_else(|| self.inside_by_ip.get(&peer.ip()))
-            .copied()
+    /// The instance a message comes from, and whether by its exact address
+    /// (`true`) or by IP alone (`false`).
+    fn inside_instance(&self, peer: SocketAddr) -> Option<(usize, bool)> {
+        match self.inside_by_addr.get(&peer) {
+            Some(&i) => Some((i, true)),
+            None => self.inside_by_ip.get(&peer.ip()).map(|&i| (i, false)),
+        }
     }
 
     /// The transaction key: RFC 3261 branch when the client sent one with the
@@ -836,11 +857,7 @@ impl Core {
         let branch = via.branch.unwrap_or_default();
         let ours = via
             .port
-            .zip(
-                std::str::from_utf8(via.host)
-                    .ok()
-                    .and_then(|h| h.parse::<IpAddr>().ok()),
-            )
+            .zip(host_ip(via.host))
             .is_some_and(|(p, ip)| self.own.contains(&SocketAddr::new(ip, p)));
         if ours && branch.starts_with(PROBE_PREFIX.as_bytes()) {
             crate::health::probe_answer(self, branch, inbound.peer());
@@ -960,6 +977,15 @@ fn via_destination(v: &crate::message::Via<'_>) -> Option<SocketAddr> {
         _ => v.port.unwrap_or(5060),
     };
     Some(SocketAddr::new(ip, port))
+}
+
+/// The IP of a Via host, IPv6 with or without its brackets (`[::1]`).
+fn host_ip(host: &[u8]) -> Option<IpAddr> {
+    let host = host
+        .strip_prefix(b"[")
+        .and_then(|h| h.strip_suffix(b"]"))
+        .unwrap_or(host);
+    std::str::from_utf8(host).ok()?.parse().ok()
 }
 
 fn push_hex(s: &mut String, v: u64) {

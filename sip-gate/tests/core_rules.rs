@@ -2074,3 +2074,16 @@ fn fwd_gate_via_sits_right_above_the_clients_via_wherever_it_is() {
     // Record-Route is still the first header line.
     assert!(lines[1].starts_with("Record-Route: <sip:g1."), "{text}");
 }
+
+#[test]
+fn a_client_sharing_an_instances_ip_is_still_a_client() {
+    let g = Gate::std();
+    // sg-a listens on INSTANCE_ADDR[0]; a UA on the same host, another port.
+    let ip = addr(INSTANCE_ADDR[SG_A]).ip();
+    let ua = std::net::SocketAddr::new(ip, 40_123).to_string();
+    let call = call_id_for(&g, SG_B, "shared-ip");
+    let invite = Req::ua("INVITE", &call, "z9hG4bKshared").bytes();
+    // A new dialog addressed to the gate goes by policy, not "outward" by its
+    // Request-URI (which is the gate itself).
+    forwarded(g.udp(L_SG_BAL, &ua, &invite), L_SG_BAL, inst(SG_B));
+}

@@ -251,3 +251,41 @@ async fn bye_through_a_restarted_gate() {
     );
     assert!(gate2.shutdown(Duration::from_secs(5)).await);
 }
+
+/// The same calls over IPv6 (UDP and TCP). The only IPv6 loopback address
+/// is ::1, so the simulated servers differ by port.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_over_ipv6() {
+    let v6: std::net::IpAddr = "::1".parse().unwrap();
+    if std::net::UdpSocket::bind((v6, 0)).is_err() {
+        // Every Debian kernel has ::1; a machine without IPv6 cannot run this.
+        panic!("no IPv6 loopback on this machine");
+    }
+    for transport in [UDP, TCP] {
+        let ports: Vec<u16> = (0..2).map(|_| testbed::free_port(v6).unwrap()).collect();
+        let mut text = String::from("[site]\nname = \"v6\"\nsecret = \"integration-test-secret-v6\"\n[health]\ninterval_ms = 0\n");
+        for (i, p) in ports.iter().enumerate() {
+            text.push_str(&format!(
+                "[[server]]\nname = \"srv-{i}\"\n[[instance]]\nid = \"sg-{i}\"\nservice = \"sg\"\nserver = \"srv-{i}\"\nsip = \"[::1]:{p}\"\n"
+            ));
+        }
+        text.push_str("[[listener]]\nname = \"subs\"\nbind = \"[::1]:0\"\nmode = \"balance\"\npool = \"sg\"\nleg = \"subscriber\"\n");
+        let servers: Vec<_> = ports
+            .iter()
+            .map(|&p| uas("uas_call", std::net::SocketAddr::new(v6, p), transport))
+            .collect();
+        let (gate, _drain) = start_gate(config(&text)).await;
+        let gw = listener_addr(&gate, "subs");
+        assert!(gw.is_ipv6());
+        let r = run(uac(Scenario::repo("uac_call"), v6, gw, transport, 10, 10)
+            .duration(Duration::from_millis(100)))
+        .await;
+        assert_all_ok(&format!("uac_call over IPv6/{transport}"), &r, 10);
+        let answered: u64 = servers
+            .into_iter()
+            .map(|s| s.stop().expect("uas report").successful)
+            .sum();
+        assert_eq!(answered, 10);
+        assert!(gate.shutdown(Duration::from_secs(5)).await);
+    }
+}
