@@ -1,0 +1,282 @@
+//! The rtpengine ng protocol wire format: one UDP datagram holds a cookie, a
+//! space and a bencoded dictionary (`<cookie> d7:command5:offer...e`). The
+//! reply echoes the cookie, which is how a controller matches replies to
+//! commands and recognises retransmissions.
+//!
+//! Bencode (BitTorrent BEP 3): integers `i42e`, byte strings `4:spam`, lists
+//! `l...e`, dictionaries `d...e` with byte-string keys in sorted order.
+
+use std::collections::BTreeMap;
+
+/// Deepest nesting accepted: ng messages are shallow; a hostile datagram of
+/// `llllll...` must not exhaust the stack.
+const MAX_DEPTH: usize = 32;
+
+/// A bencoded value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Value {
+    /// An integer.
+    Int(i64),
+    /// A byte string (SDP bodies, call ids, tags are not always UTF-8).
+    Bytes(Vec<u8>),
+    /// A list.
+    List(Vec<Value>),
+    /// A dictionary; keys sorted, as bencode requires on output.
+    Dict(BTreeMap<Vec<u8>, Value>),
+}
+
+/// Why a datagram is not an ng message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum NgError {
+    /// No space separates the cookie from the payload.
+    #[error("no cookie")]
+    NoCookie,
+    /// Input ended inside a value.
+    #[error("truncated bencode")]
+    Truncated,
+    /// A byte that starts no bencode value, or a malformed number.
+    #[error("malformed bencode at byte {0}")]
+    Malformed(usize),
+    /// Nested deeper than this decoder accepts.
+    #[error("bencode nested too deep")]
+    TooDeep,
+    /// Bytes left after the top-level value.
+    #[error("trailing bytes after bencode")]
+    Trailing,
+    /// The payload is not a dictionary.
+    #[error("ng payload is not a dictionary")]
+    NotDict,
+}
+
+impl Value {
+    /// A byte-string value from text.
+    pub fn str(s: &str) -> Value {
+        Value::Bytes(s.as_bytes().to_vec())
+    }
+
+    /// The bytes of a byte-string value.
+    pub fn as_bytes(&self) -> Option<&[u8]> {
+        match self {
+            Value::Bytes(b) => Some(b),
+            _ => None,
+        }
+    }
+
+    /// Appends the bencoding of this value.
+    pub fn encode_into(&self, out: &mut Vec<u8>) {
+        match self {
+            Value::Int(i) => {
+                out.push(b'i');
+                out.extend_from_slice(i.to_string().as_bytes());
+                out.push(b'e');
+            }
+            Value::Bytes(b) => {
+                out.extend_from_slice(b.len().to_string().as_bytes());
+                out.push(b':');
+                out.extend_from_slice(b);
+            }
+            Value::List(l) => {
+                out.push(b'l');
+                l.iter().for_each(|v| v.encode_into(out));
+                out.push(b'e');
+            }
+            Value::Dict(d) => {
+                out.push(b'd');
+                for (k, v) in d {
+                    Value::Bytes(k.clone()).encode_into(out);
+                    v.encode_into(out);
+                }
+                out.push(b'e');
+            }
+        }
+    }
+
+    /// Decodes exactly one value filling `input`.
+    pub fn decode(input: &[u8]) -> Result<Value, NgError> {
+        let mut pos = 0;
+        let v = decode_at(input, &mut pos, 0)?;
+        if pos != input.len() {
+            return Err(NgError::Trailing);
+        }
+        Ok(v)
+    }
+}
+
+fn decode_at(input: &[u8], pos: &mut usize, depth: usize) -> Result<Value, NgError> {
+    if depth > MAX_DEPTH {
+        return Err(NgError::TooDeep);
+    }
+    let start = *pos;
+    match input.get(start).copied().ok_or(NgError::Truncated)? {
+        b'i' => {
+            let end = find(input, start + 1, b'e')?;
+            let digits = &input[start + 1..end];
+            // No leading zeros or "-0", as BEP 3 says; i64 range only.
+            let ok = canonical_int(digits);
+            let n = std::str::from_utf8(digits)
+                .ok()
+                .filter(|_| ok)
+                .and_then(|s| s.parse::<i64>().ok())
+                .ok_or(NgError::Malformed(start))?;
+            *pos = end + 1;
+            Ok(Value::Int(n))
+        }
+        b'l' => {
+            *pos += 1;
+            let mut items = Vec::new();
+            while input.get(*pos).copied().ok_or(NgError::Truncated)? != b'e' {
+                items.push(decode_at(input, pos, depth + 1)?);
+            }
+            *pos += 1;
+            Ok(Value::List(items))
+        }
+        b'd' => {
+            *pos += 1;
+            let mut map = BTreeMap::new();
+            while input.get(*pos).copied().ok_or(NgError::Truncated)? != b'e' {
+                let key_at = *pos;
+                let Value::Bytes(k) = decode_at(input, pos, depth + 1)? else {
+                    return Err(NgError::Malformed(key_at));
+                };
+                let v = decode_at(input, pos, depth + 1)?;
+                map.insert(k, v);
+            }
+            *pos += 1;
+            Ok(Value::Dict(map))
+        }
+        b'0'..=b'9' => {
+            let colon = find(input, start, b':')?;
+            let len: usize = std::str::from_utf8(&input[start..colon])
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .ok_or(NgError::Malformed(start))?;
+            let from = colon + 1;
+            let to = from.checked_add(len).ok_or(NgError::Malformed(start))?;
+            let bytes = input.get(from..to).ok_or(NgError::Truncated)?;
+            *pos = to;
+            Ok(Value::Bytes(bytes.to_vec()))
+        }
+        _ => Err(NgError::Malformed(start)),
+    }
+}
+
+/// BEP 3 integers: no leading zeros, no "-0", not empty.
+fn canonical_int(digits: &[u8]) -> bool {
+    let magnitude = digits.strip_prefix(b"-").unwrap_or(digits);
+    match magnitude {
+        [] => false,
+        [b'0'] => digits.len() == 1,
+        [b'0', ..] => false,
+        _ => true,
+    }
+}
+
+fn find(input: &[u8], from: usize, byte: u8) -> Result<usize, NgError> {
+    input
+        .get(from..)
+        .and_then(|s| s.iter().position(|&b| b == byte))
+        .map(|i| from + i)
+        .ok_or(NgError::Truncated)
+}
+
+/// One ng message: the cookie and its dictionary.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NgMessage {
+    /// Chosen by the sender, echoed in the reply.
+    pub cookie: Vec<u8>,
+    /// The command (`command`, `call-id`, `from-tag`, `sdp`...) or reply (`result`...).
+    pub dict: BTreeMap<Vec<u8>, Value>,
+}
+
+impl NgMessage {
+    /// Parses a datagram.
+    pub fn parse(datagram: &[u8]) -> Result<NgMessage, NgError> {
+        let space = datagram
+            .iter()
+            .position(|&b| b == b' ')
+            .ok_or(NgError::NoCookie)?;
+        if space == 0 {
+            return Err(NgError::NoCookie);
+        }
+        match Value::decode(&datagram[space + 1..])? {
+            Value::Dict(dict) => Ok(NgMessage {
+                cookie: datagram[..space].to_vec(),
+                dict,
+            }),
+            _ => Err(NgError::NotDict),
+        }
+    }
+
+    /// The datagram for this message.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.cookie.len() + 64);
+        out.extend_from_slice(&self.cookie);
+        out.push(b' ');
+        Value::Dict(self.dict.clone()).encode_into(&mut out);
+        out
+    }
+
+    /// A string field (`command`, `call-id`...).
+    pub fn get_str(&self, key: &str) -> Option<&[u8]> {
+        self.dict.get(key.as_bytes()).and_then(Value::as_bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_an_rtpengine_offer() {
+        let dgram = b"5323_1 d7:call-id24:a84b4c76e66710@pc33.atla7:command5:offer8:from-tag4:19283:sdp5:v=0\r\ne";
+        let m = NgMessage::parse(dgram).unwrap();
+        assert_eq!(m.cookie, b"5323_1");
+        assert_eq!(m.get_str("command"), Some(&b"offer"[..]));
+        assert_eq!(m.get_str("call-id"), Some(&b"a84b4c76e66710@pc33.atla"[..]));
+        assert_eq!(m.get_str("sdp"), Some(&b"v=0\r\n"[..]));
+        // Dictionaries re-encode with sorted keys: byte-identical here.
+        assert_eq!(m.to_bytes(), dgram.to_vec());
+    }
+
+    #[test]
+    fn round_trips_nested_values() {
+        let mut d = BTreeMap::new();
+        d.insert(b"result".to_vec(), Value::str("ok"));
+        d.insert(b"n".to_vec(), Value::Int(-42));
+        d.insert(
+            b"flags".to_vec(),
+            Value::List(vec![Value::str("trust-address"), Value::Int(0)]),
+        );
+        let m = NgMessage {
+            cookie: b"c1".to_vec(),
+            dict: d,
+        };
+        assert_eq!(NgMessage::parse(&m.to_bytes()).unwrap(), m);
+    }
+
+    #[test]
+    fn hostile_input_is_an_error_not_a_panic() {
+        let deep = [b"x ".to_vec(), vec![b'l'; 10_000]].concat();
+        for bad in [
+            &b"nocookie"[..],
+            b" d1:a1:be",
+            b"c i5e",
+            b"c d1:a",
+            b"c d1:a1:bee",
+            b"c di1e1:ae",
+            b"c d1:ai01ee",
+            b"c d1:ai-0ee",
+            b"c d1:a99999999999999999999:xe",
+            b"c d1:ai99999999999999999999ee",
+            b"c x",
+            &deep,
+        ] {
+            assert!(
+                NgMessage::parse(bad).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+        assert_eq!(NgMessage::parse(&deep), Err(NgError::TooDeep));
+    }
+}
