@@ -115,71 +115,45 @@ async fn stock_scenarios_without_route_sets() {
     assert_all_ok("stock uac", &r, 50);
 }
 
-/// SUBSCRIBE through the gate; the notifier's NOTIFYs come back through it
-/// along the Record-Route (from an instance, outward to the subscriber).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn subscribe_and_notify() {
-    let net = (21, 6);
+/// `calls` of a UAC scenario through a balance listener to two sg running
+/// the matching UAS scenario; every call must succeed.
+async fn through_gate(net: (u8, u8), uas_scenario: &str, uac_scenario: &str, calls: u64) {
     let cfg = config(&site(net, 2, &balance_sg(net)));
     let _servers: Vec<_> = (0..2)
-        .map(|i| uas("uas_subscribe", server_addr(net, i), UDP))
+        .map(|i| uas(uas_scenario, server_addr(net, i), UDP))
         .collect();
     let (gate, _drain) = start_gate(cfg).await;
     let gw = listener_addr(&gate, "subs");
     let r = run(uac(
-        Scenario::repo("uac_subscribe"),
+        Scenario::repo(uac_scenario),
         ip(net, 100),
         gw,
         UDP,
-        10,
+        calls,
         10,
     ))
     .await;
-    assert_all_ok("uac_subscribe", &r, 10);
+    assert_all_ok(uac_scenario, &r, calls);
+    assert!(gate.shutdown(Duration::from_secs(5)).await);
+}
+
+/// SUBSCRIBE through the gate; the notifier's NOTIFYs come back through it
+/// along the Record-Route (from an instance, outward to the subscriber).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscribe_and_notify() {
+    through_gate((21, 6), "uas_subscribe", "uac_subscribe", 10).await;
 }
 
 /// CANCEL follows the INVITE to the same instance; 487 and ACK complete.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel() {
-    let net = (21, 7);
-    let cfg = config(&site(net, 2, &balance_sg(net)));
-    let _servers: Vec<_> = (0..2)
-        .map(|i| uas("uas_cancel", server_addr(net, i), UDP))
-        .collect();
-    let (gate, _drain) = start_gate(cfg).await;
-    let gw = listener_addr(&gate, "subs");
-    let r = run(uac(
-        Scenario::repo("uac_cancel"),
-        ip(net, 100),
-        gw,
-        UDP,
-        10,
-        10,
-    ))
-    .await;
-    assert_all_ok("uac_cancel", &r, 10);
+    through_gate((21, 7), "uas_cancel", "uac_cancel", 10).await;
 }
 
 /// OPTIONS out of dialog through the gate.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn options() {
-    let net = (21, 8);
-    let cfg = config(&site(net, 2, &balance_sg(net)));
-    let _servers: Vec<_> = (0..2)
-        .map(|i| uas("uas_options", server_addr(net, i), UDP))
-        .collect();
-    let (gate, _drain) = start_gate(cfg).await;
-    let gw = listener_addr(&gate, "subs");
-    let r = run(uac(
-        Scenario::repo("uac_options"),
-        ip(net, 100),
-        gw,
-        UDP,
-        10,
-        10,
-    ))
-    .await;
-    assert_all_ok("uac_options", &r, 10);
+    through_gate((21, 8), "uas_options", "uac_options", 10).await;
 }
 
 /// The gate keeps no dialog table: a call set up through one gate process is
