@@ -13,6 +13,9 @@ pub const RESPONSES: &str = "sipgate_responses_total";
 pub const DROPPED: &str = "sipgate_dropped_total";
 /// Drain refusals (503) by the rule that decided them.
 pub const DRAIN_REFUSALS: &str = "sipgate_drain_refusals_total";
+/// New work (REGISTER, new SUBSCRIBE, new INVITE, out-of-dialog OPTIONS)
+/// forwarded to each instance: a draining instance's counter stops moving.
+pub const NEW_WORK: &str = "sipgate_new_work_total";
 /// Live entries in the transaction table.
 pub const TRANSACTIONS: &str = "sipgate_transactions";
 /// Work per instance: `kind` = `invites` (open INVITE transactions) or `dialogs`.

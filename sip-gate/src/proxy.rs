@@ -118,6 +118,9 @@ pub struct Core {
     policy: Policy,
     work: Arc<WorkBook>,
     health: crate::health::HealthBook,
+    /// `sipgate_new_work_total{instance}`, registered once: no label
+    /// allocation per request.
+    new_work: Vec<metrics::Counter>,
 }
 
 impl std::fmt::Debug for Core {
@@ -194,6 +197,11 @@ impl Core {
         bk1.write(config.site.secret.as_bytes());
         let work = Arc::new(WorkBook::new(config.instances.len()));
         let config_len = config.instances.len();
+        let new_work = config
+            .instances
+            .iter()
+            .map(|i| metrics::counter!(m::NEW_WORK, "instance" => i.id.clone()))
+            .collect();
         Ok(Core {
             tokens: TokenKey::new(&config.site.secret),
             branch_keys: (bk0.finish(), bk1.finish()),
@@ -206,6 +214,7 @@ impl Core {
             inside_by_addr,
             inside_by_ip,
             health: crate::health::HealthBook::new(config_len),
+            new_work,
             work,
         })
     }
@@ -570,9 +579,15 @@ impl Core {
             }
             Begin::New => match decided {
                 Some(Ok((hop, rr))) => {
-                    if method == Method::Invite {
-                        if let Some(i) = hop.instance {
+                    if let Some(i) = hop.instance {
+                        if method == Method::Invite {
                             self.work.invite_started(i);
+                        }
+                        // New work handed to an instance (what a drain stops).
+                        if !to_tag && crate::policy::is_new_work(msg, method, true) {
+                            if let Some(c) = self.new_work.get(i) {
+                                c.increment(1);
+                            }
                         }
                     }
                     m::request(mname, "forwarded");

@@ -156,6 +156,8 @@ struct Run {
     cpu_us_per_call: f64,
     peak_rss_kb: u64,
     pss_kb: u64,
+    /// New calls per sg as the gate counted them (gate systems only).
+    spread: String,
     /// SIPp's failure reasons, when any call failed.
     why: String,
 }
@@ -305,8 +307,12 @@ fn start(system: System, o: &Opts) -> Result<Proxy, String> {
 fn servers() -> Result<Vec<SippHandle>, String> {
     (0..3)
         .map(|i| {
+            // -aa: answer the gate's OPTIONS health probes with 200, as a
+            // real sg does; unanswered, every sg would be `down` and the
+            // view would fall back to all members, draining ones included.
             Sipp::new(Scenario::builtin("uas"))
                 .local(uas_addr(i).ip(), uas_addr(i).port())
+                .arg("-aa")
                 .timeout(Duration::from_secs(600))
                 .spawn()
                 .map_err(|e| format!("starting uas {i}: {e}"))
@@ -329,6 +335,13 @@ fn measure(system: System, rate: u32, o: &Opts) -> Result<Run, String> {
         .wait(Duration::from_secs(u64::from(o.seconds) + 60))
         .map_err(|e| format!("uac: {e}"))?;
     let after = ProcStats::sample(proxy.pid()).map_err(|e| e.to_string())?;
+    // Where the gate sent new calls: proves the drain steered (sg-1 gets none).
+    let spread = match system {
+        System::Gate | System::GateDrain => {
+            new_work_spread(SocketAddr::new(system.addr().ip(), 19091))
+        }
+        _ => String::new(),
+    };
     let done = report.successful + report.failed;
     Ok(Run {
         system,
@@ -338,6 +351,7 @@ fn measure(system: System, rate: u32, o: &Opts) -> Result<Run, String> {
         cpu_us_per_call: after.cpu_since(&before).as_micros() as f64 / calls as f64,
         peak_rss_kb: after.peak_rss_kb,
         pss_kb: after.pss_kb,
+        spread,
         why: if report.failed > 0 || report.successful < calls {
             format!(
                 "created={} exit={:?} {:?} retrans={} {}",
@@ -353,6 +367,29 @@ fn measure(system: System, rate: u32, o: &Opts) -> Result<Run, String> {
     })
 }
 
+/// `sg-0 n0 / sg-1 n1 / sg-2 n2` from the gate's `sipgate_new_work_total`.
+fn new_work_spread(admin: SocketAddr) -> String {
+    use std::io::{Read, Write};
+    let Ok(mut conn) = std::net::TcpStream::connect_timeout(&admin, Duration::from_secs(2)) else {
+        return "metrics unreachable".into();
+    };
+    let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
+    let _ = conn.write_all(b"GET /metrics HTTP/1.0\r\nHost: bench\r\n\r\n");
+    let mut body = String::new();
+    let _ = conn.read_to_string(&mut body);
+    (0..3)
+        .map(|i| {
+            let key = format!("sipgate_new_work_total{{instance=\"sg-{i}\"}} ");
+            let n = body
+                .lines()
+                .find_map(|l| l.strip_prefix(key.as_str()))
+                .unwrap_or("0");
+            format!("sg-{i} {n}")
+        })
+        .collect::<Vec<_>>()
+        .join(" / ")
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     match v.len() {
@@ -364,8 +401,8 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 fn table(runs: &[Run], o: &Opts) -> String {
     let mut t = String::new();
-    let _ = writeln!(t, "| rate (calls/s) | system | calls ok | failed | CPU µs/call (median of {}) | min..max | vs Kamailio | peak RSS (MiB) | PSS at end (MiB) |", o.rounds);
-    let _ = writeln!(t, "|---:|---|---:|---:|---:|---|---:|---:|---:|");
+    let _ = writeln!(t, "| rate (calls/s) | system | calls ok | failed | CPU µs/call (median of {}) | min..max | vs Kamailio | peak RSS (MiB) | PSS at end (MiB) | new calls per sg (last round) |", o.rounds);
+    let _ = writeln!(t, "|---:|---|---:|---:|---:|---|---:|---:|---:|---|");
     for &rate in &o.rates {
         let med = |s: System| {
             median(
@@ -399,7 +436,8 @@ fn table(runs: &[Run], o: &Opts) -> String {
             };
             let rss = rs.iter().map(|r| r.peak_rss_kb).max().unwrap_or(0) as f64 / 1024.0;
             let pss = rs.iter().map(|r| r.pss_kb).max().unwrap_or(0) as f64 / 1024.0;
-            let _ = writeln!(t, "| {rate} | {} | {ok} | {failed} | {cpu:.1} | {lo:.1}..{hi:.1} | {ratio} | {rss:.1} | {pss:.1} |", s.name());
+            let spread = rs.last().map_or("", |r| r.spread.as_str());
+            let _ = writeln!(t, "| {rate} | {} | {ok} | {failed} | {cpu:.1} | {lo:.1}..{hi:.1} | {ratio} | {rss:.1} | {pss:.1} | {spread} |", s.name());
         }
     }
     t
@@ -448,6 +486,9 @@ fn main() -> ExitCode {
                             "ok {:>6} failed {:>4}  {:>7.1} µs/call  peak {:>6} KiB",
                             r.ok, r.failed, r.cpu_us_per_call, r.peak_rss_kb
                         );
+                        if !r.spread.is_empty() {
+                            eprintln!("    new calls: {}", r.spread);
+                        }
                         if !r.why.is_empty() {
                             eprintln!("    failures: {}", r.why);
                         }
