@@ -120,7 +120,7 @@ pub struct Core {
     health: crate::health::HealthBook,
     /// `sipgate_new_work_total{instance}`, registered once: no label
     /// allocation per request.
-    new_work: Vec<metrics::Counter>,
+    new_work: Vec<Option<metrics::Counter>>,
 }
 
 impl std::fmt::Debug for Core {
@@ -197,10 +197,15 @@ impl Core {
         bk1.write(config.site.secret.as_bytes());
         let work = Arc::new(WorkBook::new(config.instances.len()));
         let config_len = config.instances.len();
+        // Only SIP instances take new work through the gate.
         let new_work = config
             .instances
             .iter()
-            .map(|i| metrics::counter!(m::NEW_WORK, "instance" => i.id.clone()))
+            .map(|i| {
+                i.service
+                    .is_sip()
+                    .then(|| metrics::counter!(m::NEW_WORK, "instance" => i.id.clone()))
+            })
             .collect();
         Ok(Core {
             tokens: TokenKey::new(&config.site.secret),
@@ -585,7 +590,7 @@ impl Core {
                         }
                         // New work handed to an instance (what a drain stops).
                         if !to_tag && crate::policy::is_new_work(msg, method, true) {
-                            if let Some(c) = self.new_work.get(i) {
+                            if let Some(Some(c)) = self.new_work.get(i) {
                                 c.increment(1);
                             }
                         }
