@@ -39,6 +39,10 @@ const UDP_RCVBUF: usize = 4 << 20;
 const UDP_POLL: Duration = Duration::from_millis(200);
 /// Messages queued for one TCP connection before new ones are dropped.
 const TCP_QUEUE: usize = 1024;
+/// Open TCP connections (in and out) beyond which new inbound ones are
+/// refused: a flood of connections must not exhaust file descriptors that
+/// established calls need.
+const TCP_MAX_CONNECTIONS: usize = 16_384;
 /// A TCP connection with no traffic this long is closed.
 const TCP_IDLE: Duration = Duration::from_secs(600);
 /// A connect that takes longer fails.
@@ -410,6 +414,11 @@ async fn accept_loop(
                 }
             },
         };
+        if net.conns.len() >= TCP_MAX_CONNECTIONS {
+            m::dropped("tcp_connection_limit");
+            drop(stream);
+            continue;
+        }
         let _ = stream.set_nodelay(true);
         let (id, _tx, rx) = net.register(peer);
         net.tracker
