@@ -151,3 +151,86 @@ fn example_site_runs_and_stops_on_sigterm() {
         );
     }
 }
+
+fn http_get(addr: &str, path: &str) -> Option<String> {
+    use std::io::Read;
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
+        .ok()?;
+    let mut b = String::new();
+    s.read_to_string(&mut b).ok()?;
+    Some(b)
+}
+
+/// R-PR-2 through the real binary: a running gate applies a profile that an
+/// operator activates in the store (as `ringsync profile activate` does),
+/// within a second and without a restart, and lifts it the same way.
+#[test]
+fn r_pr_2_running_gate_applies_a_profile_change_within_a_second() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(example())
+        .unwrap()
+        .replace("127.0.0.1:", "127.0.9.2:")
+        .replace("127.0.1.", "127.0.10.");
+    let site = dir.path().join("site.toml");
+    std::fs::write(&site, text).unwrap();
+    let mut child = Command::new(GATE)
+        .arg("--config")
+        .arg(&site)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let admin = "127.0.9.2:9091";
+    let zone_of_sg_a = || -> Option<String> {
+        let body = http_get(admin, "/v1/work")?;
+        let json = body.split("\r\n\r\n").nth(1)?;
+        let v: serde_json::Value = serde_json::from_str(json).ok()?;
+        v["instances"]["sg-a"]["zone"].as_str().map(str::to_owned)
+    };
+    let wait_for = |want: &str| -> Duration {
+        let start = Instant::now();
+        loop {
+            if zone_of_sg_a().as_deref() == Some(want) {
+                return start.elapsed();
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(5),
+                "sg-a never reached zone {want}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    wait_for("normal");
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let config = ringsync::SiteConfig::load(&site).unwrap();
+    let store = rt.block_on(ringsync::store::open(&config)).unwrap();
+    let p = rt
+        .block_on(store.create(ringsync::profile::NewProfile {
+            name: "maint-a".into(),
+            description: "test".into(),
+            servers: vec!["srv-a".into()],
+            state: ringsync::profile::ProfileState::Inactive,
+        }))
+        .unwrap();
+    rt.block_on(store.set_state(&p.id, ringsync::profile::ProfileState::Active))
+        .unwrap();
+    let applied = wait_for("drain");
+    rt.block_on(store.set_state(&p.id, ringsync::profile::ProfileState::Inactive))
+        .unwrap();
+    let lifted = wait_for("normal");
+    eprintln!("drain applied after {applied:?}, lifted after {lifted:?}");
+    // The store polls every 200 ms; one second is the rule.
+    assert!(applied < Duration::from_secs(1), "{applied:?}");
+    assert!(lifted < Duration::from_secs(1), "{lifted:?}");
+
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let _ = child.wait();
+}
