@@ -167,7 +167,9 @@ mod tests {
 
     #[test]
     fn sees_a_bound_udp_socket_and_a_tcp_listener() {
-        let ip: IpAddr = "127.0.0.1".parse().unwrap();
+        // An address no other test uses: on 127.0.0.1 a parallel test could
+        // bind the port freed below and make the negative check fail.
+        let ip: IpAddr = "127.0.250.1".parse().unwrap();
         let udp = UdpSocket::bind((ip, 0)).unwrap();
         assert!(is_listening(udp.local_addr().unwrap(), Transport::Udp));
         let tcp = TcpListener::bind((ip, 0)).unwrap();
