@@ -63,14 +63,8 @@ fn probe(
     let inst = core.config().instances.get(idx)?;
     let to = inst.sip?;
     let l = core.listeners().get(listener)?;
-    let host = match l.advertise {
-        std::net::SocketAddr::V4(a) => a.to_string(),
-        std::net::SocketAddr::V6(a) => format!("[{}]:{}", a.ip(), a.port()),
-    };
-    let target = match to {
-        std::net::SocketAddr::V4(a) => a.to_string(),
-        std::net::SocketAddr::V6(a) => format!("[{}]:{}", a.ip(), a.port()),
-    };
+    let host = l.advertise.to_string();
+    let target = to.to_string();
     let text = format!(
         "OPTIONS sip:{target} SIP/2.0\r\n\
          Via: SIP/2.0/UDP {host};branch={PROBE_PREFIX}{idx}-{seq}\r\n\

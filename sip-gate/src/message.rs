@@ -185,21 +185,21 @@ pub enum Method {
     Other,
 }
 
-const METHODS: &[(&[u8], Method)] = &[
-    (b"INVITE", Method::Invite),
-    (b"ACK", Method::Ack),
-    (b"BYE", Method::Bye),
-    (b"CANCEL", Method::Cancel),
-    (b"REGISTER", Method::Register),
-    (b"SUBSCRIBE", Method::Subscribe),
-    (b"NOTIFY", Method::Notify),
-    (b"OPTIONS", Method::Options),
-    (b"UPDATE", Method::Update),
-    (b"PRACK", Method::Prack),
-    (b"INFO", Method::Info),
-    (b"MESSAGE", Method::Message),
-    (b"REFER", Method::Refer),
-    (b"PUBLISH", Method::Publish),
+const METHODS: &[(&str, Method)] = &[
+    ("INVITE", Method::Invite),
+    ("ACK", Method::Ack),
+    ("BYE", Method::Bye),
+    ("CANCEL", Method::Cancel),
+    ("REGISTER", Method::Register),
+    ("SUBSCRIBE", Method::Subscribe),
+    ("NOTIFY", Method::Notify),
+    ("OPTIONS", Method::Options),
+    ("UPDATE", Method::Update),
+    ("PRACK", Method::Prack),
+    ("INFO", Method::Info),
+    ("MESSAGE", Method::Message),
+    ("REFER", Method::Refer),
+    ("PUBLISH", Method::Publish),
 ];
 
 impl Method {
@@ -207,7 +207,7 @@ impl Method {
     pub fn from_token(token: &[u8]) -> Method {
         METHODS
             .iter()
-            .find(|(name, _)| *name == token)
+            .find(|(name, _)| name.as_bytes() == token)
             .map_or(Method::Other, |&(_, m)| m)
     }
 
@@ -216,7 +216,7 @@ impl Method {
         METHODS
             .iter()
             .find(|(_, m)| m == self)
-            .and_then(|(name, _)| std::str::from_utf8(name).ok())
+            .map(|&(name, _)| name)
     }
 }
 

@@ -29,7 +29,7 @@ use crate::policy::{Admission, Policy};
 use crate::reply::{self, Reply};
 use crate::token::TokenKey;
 use crate::txn::{Begin, ConnId, Hop, Inbound, TxnEntry, TxnTable};
-use crate::uri::{split_hostport, SipUri};
+use crate::uri::{host_ip, SipUri};
 use crate::work::WorkBook;
 
 /// Our branches start with the RFC 3261 magic cookie and a marker, so a
@@ -154,10 +154,8 @@ impl Core {
                         .ok_or_else(|| CoreError::UnknownInstance(l.name.clone()))?,
                 ),
             };
-            let host = match l.advertise.ip() {
-                IpAddr::V4(ip) => format!("{ip}:{}", l.advertise.port()),
-                IpAddr::V6(ip) => format!("[{ip}]:{}", l.advertise.port()),
-            };
+            // SocketAddr's Display writes IPv6 in brackets, as SIP wants.
+            let host = l.advertise.to_string();
             listeners.push(ListenerCtx {
                 name: l.name.clone(),
                 advertise: l.advertise,
@@ -431,7 +429,16 @@ impl Core {
         if matches!(method, Method::Ack | Method::Cancel) {
             if let Some(e) = self.txns.get(key) {
                 m::request(mname, "forwarded");
-                return self.forward(inbound, msg, &top_via, max_forwards, ours, e.hop, None, key);
+                return self.forward(
+                    inbound,
+                    msg,
+                    &top_via,
+                    max_forwards,
+                    &routes[..ours],
+                    e.hop,
+                    None,
+                    key,
+                );
             }
             // The ACK of a final response the gate generated itself (the 503
             // of a drain, 403, 483...) ends that transaction here (RFC 3261
@@ -580,7 +587,16 @@ impl Core {
                 let rr = (!to_tag && creates_dialog(method))
                     .then(|| inside.or(hop.instance))
                     .flatten();
-                self.forward(inbound, msg, &top_via, max_forwards, ours, hop, rr, key)
+                self.forward(
+                    inbound,
+                    msg,
+                    &top_via,
+                    max_forwards,
+                    &routes[..ours],
+                    hop,
+                    rr,
+                    key,
+                )
             }
             Begin::New => match decided {
                 Some(Ok((hop, rr))) => {
@@ -596,7 +612,16 @@ impl Core {
                         }
                     }
                     m::request(mname, "forwarded");
-                    self.forward(inbound, msg, &top_via, max_forwards, ours, hop, rr, key)
+                    self.forward(
+                        inbound,
+                        msg,
+                        &top_via,
+                        max_forwards,
+                        &routes[..ours],
+                        hop,
+                        rr,
+                        key,
+                    )
                 }
                 Some(Err((reply, rule))) => {
                     if method == Method::Ack {
@@ -617,7 +642,7 @@ impl Core {
         msg: &SipMessage,
         top_via: &crate::message::Via<'_>,
         max_forwards: Option<u32>,
-        own_routes: usize,
+        own_routes: &[crate::message::NameAddr],
         hop: Hop,
         record_route: Option<usize>,
         key: u64,
@@ -687,13 +712,10 @@ impl Core {
                 s.replace(f.value.clone(), Bytes::from((n - 1).to_string()));
             }
         }
-        if own_routes > 0 {
-            let routes = msg.routes();
-            for r in routes.iter().take(own_routes) {
-                if s.remove_element(r.field_index, r.range.clone()).is_err() {
-                    m::dropped("edit_conflict");
-                    return Action::None;
-                }
+        for r in own_routes {
+            if s.remove_element(r.field_index, r.range.clone()).is_err() {
+                m::dropped("edit_conflict");
+                return Action::None;
             }
         }
         match s.finish() {
@@ -989,23 +1011,12 @@ fn creates_dialog(m: Method) -> bool {
 
 /// RFC 3261 18.2.2 with RFC 3581: `received` and `rport` when present, else sent-by.
 fn via_destination(v: &crate::message::Via<'_>) -> Option<SocketAddr> {
-    let host = v.received.unwrap_or(v.host);
-    let (host, _) = split_hostport(host)?;
-    let ip: IpAddr = std::str::from_utf8(host).ok()?.parse().ok()?;
+    let ip = host_ip(v.received.unwrap_or(v.host))?;
     let port = match v.rport {
         Some(Some(p)) => p,
         _ => v.port.unwrap_or(5060),
     };
     Some(SocketAddr::new(ip, port))
-}
-
-/// The IP of a Via host, IPv6 with or without its brackets (`[::1]`).
-fn host_ip(host: &[u8]) -> Option<IpAddr> {
-    let host = host
-        .strip_prefix(b"[")
-        .and_then(|h| h.strip_suffix(b"]"))
-        .unwrap_or(host);
-    std::str::from_utf8(host).ok()?.parse().ok()
 }
 
 fn push_hex(s: &mut String, v: u64) {

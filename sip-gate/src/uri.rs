@@ -99,6 +99,17 @@ pub fn split_hostport(hp: &[u8]) -> Option<(&[u8], Option<u16>)> {
     }
 }
 
+/// The IP of a host (a Via sent-by or `received`), IPv6 with or without its
+/// brackets (`[::1]`); `None` for a host name.
+pub fn host_ip(host: &[u8]) -> Option<IpAddr> {
+    let host = trim(host);
+    let host = host
+        .strip_prefix(b"[")
+        .and_then(|h| h.strip_suffix(b"]"))
+        .unwrap_or(host);
+    std::str::from_utf8(host).ok()?.parse().ok()
+}
+
 fn parse_port(p: &[u8]) -> Option<u16> {
     if p.is_empty() || p.len() > 5 || !p.iter().all(u8::is_ascii_digit) {
         return None;
@@ -147,6 +158,15 @@ mod tests {
         assert_eq!(u.host, b"example.com");
         assert_eq!(u.socket_addr(), None);
         assert_eq!(SipUri::parse(b"sips:h").unwrap().socket_addr(), None);
+    }
+
+    #[test]
+    fn host_ips() {
+        assert_eq!(host_ip(b"[::1]"), Some("::1".parse().unwrap()));
+        assert_eq!(host_ip(b"::1"), Some("::1".parse().unwrap()));
+        assert_eq!(host_ip(b" 127.0.0.1 "), Some("127.0.0.1".parse().unwrap()));
+        assert_eq!(host_ip(b"example.com"), None);
+        assert_eq!(host_ip(b"[::1"), None);
     }
 
     #[test]

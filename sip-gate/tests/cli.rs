@@ -87,32 +87,13 @@ fn check_names_file_line_and_field() {
 /// SIGTERM within its deadline.
 #[test]
 fn example_site_runs_and_stops_on_sigterm() {
-    let dir = tempfile::tempdir().unwrap();
-    let text = std::fs::read_to_string(example())
-        .unwrap()
-        .replace("127.0.0.1:", "127.0.9.1:")
-        .replace("127.0.1.", "127.0.9.");
-    let site = dir.path().join("site.toml");
-    std::fs::write(&site, text).unwrap();
-    let mut child = Command::new(GATE)
-        .arg("--config")
-        .arg(&site)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let (_dir, _site, mut child) = example_gate("127.0.9.1", "127.0.9.", Stdio::piped());
     let admin = "127.0.9.1:9091";
     let start = Instant::now();
     let body = loop {
-        if let Ok(mut s) = std::net::TcpStream::connect(admin) {
-            use std::io::Read;
-            s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
-                .unwrap();
-            let mut b = String::new();
-            let _ = s.read_to_string(&mut b);
-            if b.starts_with("HTTP/1.0 200") || b.starts_with("HTTP/1.1 200") {
-                break b;
-            }
+        match http_get(admin, "/metrics") {
+            Some(b) if b.starts_with("HTTP/1.0 200") || b.starts_with("HTTP/1.1 200") => break b,
+            _ => {}
         }
         assert!(
             start.elapsed() < Duration::from_secs(10),
@@ -152,6 +133,30 @@ fn example_site_runs_and_stops_on_sigterm() {
     }
 }
 
+/// The example site, moved to its own addresses (`gate_ip` for the
+/// listeners and admin, `sg_prefix` for the sg), started as the real binary.
+fn example_gate(
+    gate_ip: &str,
+    sg_prefix: &str,
+    stderr: Stdio,
+) -> (tempfile::TempDir, std::path::PathBuf, std::process::Child) {
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(example())
+        .unwrap()
+        .replace("127.0.0.1:", &format!("{gate_ip}:"))
+        .replace("127.0.1.", sg_prefix);
+    let site = dir.path().join("site.toml");
+    std::fs::write(&site, text).unwrap();
+    let child = Command::new(GATE)
+        .arg("--config")
+        .arg(&site)
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .unwrap();
+    (dir, site, child)
+}
+
 fn http_get(addr: &str, path: &str) -> Option<String> {
     use std::io::Read;
     let mut s = std::net::TcpStream::connect(addr).ok()?;
@@ -168,20 +173,7 @@ fn http_get(addr: &str, path: &str) -> Option<String> {
 /// within a second and without a restart, and lifts it the same way.
 #[test]
 fn r_pr_2_running_gate_applies_a_profile_change_within_a_second() {
-    let dir = tempfile::tempdir().unwrap();
-    let text = std::fs::read_to_string(example())
-        .unwrap()
-        .replace("127.0.0.1:", "127.0.9.2:")
-        .replace("127.0.1.", "127.0.10.");
-    let site = dir.path().join("site.toml");
-    std::fs::write(&site, text).unwrap();
-    let mut child = Command::new(GATE)
-        .arg("--config")
-        .arg(&site)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let (_dir, site, mut child) = example_gate("127.0.9.2", "127.0.10.", Stdio::null());
     let admin = "127.0.9.2:9091";
     let zone_of_sg_a = || -> Option<String> {
         let body = http_get(admin, "/v1/work")?;
