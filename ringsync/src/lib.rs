@@ -18,6 +18,7 @@ pub mod ring;
 pub mod state;
 pub mod store;
 pub mod view;
+pub mod work;
 
 pub use config::{ConfigError, SiteConfig};
 pub use profile::{NewProfile, Profile, ProfilePatch, ProfileSet, ProfileState};

@@ -1,0 +1,574 @@
+//! Work reports: what one node (a gate, a media controller) still serves for
+//! each instance it routes to (R-ST-2), and how the reports of every node of
+//! a site add up to one truthful state per instance (R-ST-3).
+//!
+//! One JSON shape for both ends: a gate or media-ctl serves a [`WorkReport`]
+//! at [`WORK_PATH`] (or, with several nodes, publishes it in the store), and
+//! `ringsync status` reads the same type back and sums the reports with
+//! [`sum`]. An instance is `drained` only when every node that routes to it
+//! reported, vouches for its count, and the counts add up to zero; anything
+//! else keeps it `draining` with the reasons and the time when the answer
+//! will be known.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::Service;
+use crate::view::{DrainView, Health, InstanceState, Zone};
+
+/// The path a node serves its report on.
+pub const WORK_PATH: &str = "/v1/work";
+
+/// Milliseconds since the Unix epoch (what reports carry as time stamps).
+pub fn unix_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Now, in Unix milliseconds.
+pub fn now_ms() -> u64 {
+    unix_ms(SystemTime::now())
+}
+
+/// What kind of node wrote a report; it says which instances the node counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NodeKind {
+    /// A sip-gate node: counts dialogs, registrations and subscriptions of
+    /// the SIP instances (`sg`, `esg`).
+    Gate,
+    /// A media-ctl node: counts the calls it placed on `mg` and `bgmg`.
+    MediaCtl,
+}
+
+impl NodeKind {
+    /// The name used in reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NodeKind::Gate => "gate",
+            NodeKind::MediaCtl => "media_ctl",
+        }
+    }
+
+    /// True when nodes of this kind count the work of `service`.
+    pub fn counts(self, service: &Service) -> bool {
+        match self {
+            NodeKind::Gate => service.is_sip(),
+            NodeKind::MediaCtl => matches!(service, Service::Mg | Service::Bgmg),
+        }
+    }
+}
+
+impl std::fmt::Display for NodeKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One node's report (served at [`WORK_PATH`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkReport {
+    /// Site name.
+    pub site: String,
+    /// The node's name (unique on the site; defaults to its admin address).
+    pub node: String,
+    /// Gate or media controller.
+    pub kind: NodeKind,
+    /// What the counts cover, in words (e.g. "dialogs, registrations and
+    /// subscriptions routed through this gate since it started").
+    pub scope: String,
+    /// When the node started (Unix ms).
+    pub started_ms: u64,
+    /// When this report was made (Unix ms).
+    pub generated_ms: u64,
+    /// Profile revision of the node's drain view.
+    pub revision: u64,
+    /// Generation of the node's drain view.
+    pub generation: u64,
+    /// Every instance this node routes to, by id. An instance it does not
+    /// route to is absent: a node never reports a zero it does not know.
+    pub instances: BTreeMap<String, InstanceWork>,
+}
+
+/// What one node knows of one instance.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct InstanceWork {
+    /// The node's health probe result.
+    #[serde(default)]
+    pub health: Health,
+    /// Work held, by kind.
+    #[serde(default)]
+    pub counts: WorkCounts,
+    /// Set while the node cannot vouch for `counts` (it restarted and may
+    /// not have seen work set up before; its table overflowed...). The
+    /// instance is then never `drained` on this node's word (R-ST-3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unknown: Option<Unknown>,
+    /// When the node expects the work to be gone.
+    #[serde(default, skip_serializing_if = "Eta::is_empty")]
+    pub eta: Eta,
+    /// bgmg only: whether it may be turned off (R-BG-2, R-BG-3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stoppable: Option<bool>,
+}
+
+/// Work held for one instance, by kind (R-ST-2). Kinds a node does not
+/// count stay zero.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct WorkCounts {
+    /// INVITE transactions forwarded and not yet answered with a final response.
+    pub transactions: u64,
+    /// Established dialogs (calls), in either direction.
+    pub dialogs: u64,
+    /// Registration bindings that have not expired or been removed.
+    pub registrations: u64,
+    /// Subscriptions that have not expired or terminated.
+    pub subscriptions: u64,
+    /// Media calls placed on an mg or bgmg.
+    pub calls: u64,
+}
+
+impl WorkCounts {
+    /// Everything held.
+    pub fn total(&self) -> u64 {
+        self.transactions
+            .saturating_add(self.dialogs)
+            .saturating_add(self.registrations)
+            .saturating_add(self.subscriptions)
+            .saturating_add(self.calls)
+    }
+
+    /// Adds another node's counts.
+    pub fn add(&mut self, o: &WorkCounts) {
+        self.transactions = self.transactions.saturating_add(o.transactions);
+        self.dialogs = self.dialogs.saturating_add(o.dialogs);
+        self.registrations = self.registrations.saturating_add(o.registrations);
+        self.subscriptions = self.subscriptions.saturating_add(o.subscriptions);
+        self.calls = self.calls.saturating_add(o.calls);
+    }
+}
+
+/// Why a count cannot be trusted yet, and when it can.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unknown {
+    /// In words, for the operator.
+    pub reason: String,
+    /// When the node will know (Unix ms); absent when it cannot say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until_ms: Option<u64>,
+}
+
+/// When the work of an instance is expected to be gone (a drain ETA).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Eta {
+    /// The latest expiry among the registrations and subscriptions routed
+    /// to it (Unix ms): by then they have all expired or moved.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub registrations_until_ms: Option<u64>,
+    /// Estimated end of its open calls (Unix ms), from their ages and the
+    /// hold times seen on the site.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub calls_until_ms: Option<u64>,
+}
+
+impl Eta {
+    /// True when nothing is estimated.
+    pub fn is_empty(&self) -> bool {
+        self.registrations_until_ms.is_none() && self.calls_until_ms.is_none()
+    }
+
+    /// The later of both estimates, field by field.
+    pub fn merge(&mut self, o: &Eta) {
+        self.registrations_until_ms = later(self.registrations_until_ms, o.registrations_until_ms);
+        self.calls_until_ms = later(self.calls_until_ms, o.calls_until_ms);
+    }
+
+    /// When everything estimated is gone.
+    pub fn until_ms(&self) -> Option<u64> {
+        later(self.registrations_until_ms, self.calls_until_ms)
+    }
+}
+
+fn later(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, None) => a,
+        (None, b) => b,
+    }
+}
+
+/// A node that should report, and what came of asking it.
+#[derive(Debug, Clone)]
+pub struct NodeOutcome {
+    /// The node's name (or the address it was asked at).
+    pub node: String,
+    /// Its kind: which instances it is expected to count.
+    pub kind: NodeKind,
+    /// Its report, or why there is none (unreachable, bad answer, lease
+    /// expired...).
+    pub report: Result<WorkReport, String>,
+}
+
+/// The site-wide work and state of one instance.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InstanceStatus {
+    /// Instance id.
+    pub id: String,
+    /// Its service.
+    pub service: Service,
+    /// Its server.
+    pub server: String,
+    /// Its zone.
+    pub zone: Zone,
+    /// Health as the nodes see it: `down` if any node's probe fails, `up`
+    /// if one answers and none fails.
+    pub health: Health,
+    /// State from zone, health and the summed work (R-ST-1, R-ST-3).
+    pub state: InstanceState,
+    /// The summed work, when every node that routes to it vouched for its count.
+    pub work: Option<u64>,
+    /// The summed counts of the nodes that reported (a lower bound when
+    /// `work` is absent).
+    pub counts: WorkCounts,
+    /// Why `work` is absent, one line per cause.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unknown: Vec<String>,
+    /// When every node that could not vouch will know (Unix ms), if they said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub known_at_ms: Option<u64>,
+    /// The drain ETA, merged over the nodes.
+    #[serde(default, skip_serializing_if = "Eta::is_empty")]
+    pub eta: Eta,
+    /// bgmg: stoppable only if every reporting node says so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stoppable: Option<bool>,
+    /// The nodes whose reports cover it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<String>,
+}
+
+/// Sums the reports of every node of the site into one status per instance
+/// (R-ST-3). `outcomes` must list every node expected to report: a node
+/// whose report is missing makes every instance it would count unknown.
+///
+/// An instance that no expected node counts (an Active-Passive service, a
+/// `ws`, or an mg when no media controller is configured) has no known
+/// work: it is never `drained`, and says why.
+pub fn sum(view: &DrainView, outcomes: &[NodeOutcome]) -> Vec<InstanceStatus> {
+    view.instances()
+        .iter()
+        .map(|iv| {
+            let mut st = InstanceStatus {
+                id: iv.id.clone(),
+                service: iv.service.clone(),
+                server: iv.server.clone(),
+                zone: iv.zone,
+                health: Health::Unknown,
+                state: iv.state,
+                work: None,
+                counts: WorkCounts::default(),
+                unknown: Vec::new(),
+                known_at_ms: None,
+                eta: Eta::default(),
+                stoppable: None,
+                nodes: Vec::new(),
+            };
+            let mut expected = 0usize;
+            let mut vouched = true;
+            let (mut any_up, mut any_down) = (false, false);
+            for o in outcomes.iter().filter(|o| o.kind.counts(&iv.service)) {
+                expected += 1;
+                let report = match &o.report {
+                    Ok(r) => r,
+                    Err(e) => {
+                        vouched = false;
+                        st.unknown.push(format!("{} {}: {e}", o.kind, o.node));
+                        continue;
+                    }
+                };
+                let Some(w) = report.instances.get(&iv.id) else {
+                    vouched = false;
+                    st.unknown
+                        .push(format!("{} {}: does not report it", o.kind, o.node));
+                    continue;
+                };
+                st.nodes.push(o.node.clone());
+                st.counts.add(&w.counts);
+                st.eta.merge(&w.eta);
+                match w.health {
+                    Health::Up => any_up = true,
+                    Health::Down => any_down = true,
+                    Health::Unknown => {}
+                }
+                if let Some(s) = w.stoppable {
+                    st.stoppable = Some(st.stoppable.unwrap_or(true) && s);
+                }
+                if let Some(u) = &w.unknown {
+                    vouched = false;
+                    st.unknown
+                        .push(format!("{} {}: {}", o.kind, o.node, u.reason));
+                    st.known_at_ms = match (st.known_at_ms, u.until_ms) {
+                        (Some(a), Some(b)) => Some(a.max(b)),
+                        (_, b) => b,
+                    };
+                }
+            }
+            if expected == 0 {
+                vouched = false;
+                st.unknown.push(format!(
+                    "no node of this site counts the work of `{}` instances",
+                    iv.service
+                ));
+            }
+            st.health = if any_down {
+                Health::Down
+            } else if any_up {
+                Health::Up
+            } else {
+                iv.health
+            };
+            st.work = vouched.then(|| st.counts.total());
+            st.state = InstanceState::of(iv.zone, st.health, st.work);
+            st
+        })
+        .collect()
+}
+
+/// Formats a Unix-ms time as the time left from `now_ms`, e.g. `in 4m 10s`
+/// (or `now` when it has passed): how operators read an ETA.
+pub fn in_words(at_ms: u64, now_ms: u64) -> String {
+    if at_ms <= now_ms {
+        return "now".into();
+    }
+    let d = Duration::from_millis(at_ms - now_ms).as_secs();
+    let (h, m, s) = (d / 3600, (d / 60) % 60, d % 60);
+    match (h, m) {
+        (0, 0) => format!("in {s}s"),
+        (0, _) => format!("in {m}m {s}s"),
+        _ => format!("in {h}h {m}m"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::SiteConfig;
+    use crate::profile::{Profile, ProfileSet, ProfileState};
+    use std::path::Path;
+    use std::sync::Arc;
+
+    const SITE: &str = r#"
+[site]
+name = "t"
+[[server]]
+name = "srv-a"
+[[server]]
+name = "srv-b"
+[[instance]]
+id = "sg-a"
+service = "sg"
+server = "srv-a"
+sip = "127.0.0.1:5071"
+[[instance]]
+id = "sg-b"
+service = "sg"
+server = "srv-b"
+sip = "127.0.0.1:5072"
+[[instance]]
+id = "mg-a"
+service = "mg"
+server = "srv-a"
+ng = "127.0.0.1:22221"
+"#;
+
+    fn view(drain_a: bool) -> DrainView {
+        let config = SiteConfig::from_str_at(SITE, Path::new("/t.toml")).unwrap();
+        let profiles = ProfileSet {
+            revision: 1,
+            profiles: vec![Profile {
+                id: "p-1".into(),
+                name: "a".into(),
+                description: String::new(),
+                servers: vec!["srv-a".into()],
+                state: if drain_a {
+                    ProfileState::Active
+                } else {
+                    ProfileState::Inactive
+                },
+            }],
+        };
+        DrainView::build(Arc::new(config), &profiles, &[], &[])
+    }
+
+    fn report(node: &str, kind: NodeKind, work: &[(&str, InstanceWork)]) -> NodeOutcome {
+        NodeOutcome {
+            node: node.into(),
+            kind,
+            report: Ok(WorkReport {
+                site: "t".into(),
+                node: node.into(),
+                kind,
+                scope: "test".into(),
+                started_ms: 1,
+                generated_ms: 2,
+                revision: 1,
+                generation: 1,
+                instances: work
+                    .iter()
+                    .map(|(id, w)| ((*id).to_owned(), w.clone()))
+                    .collect(),
+            }),
+        }
+    }
+
+    fn counts(dialogs: u64, registrations: u64) -> InstanceWork {
+        InstanceWork {
+            health: Health::Up,
+            counts: WorkCounts {
+                dialogs,
+                registrations,
+                ..WorkCounts::default()
+            },
+            ..InstanceWork::default()
+        }
+    }
+
+    fn find<'a>(s: &'a [InstanceStatus], id: &str) -> &'a InstanceStatus {
+        s.iter().find(|i| i.id == id).unwrap()
+    }
+
+    #[test]
+    fn r_st_3_drained_only_when_every_node_says_zero() {
+        let v = view(true);
+        let g1 = report("g1", NodeKind::Gate, &[("sg-a", counts(0, 0))]);
+        let g2 = report("g2", NodeKind::Gate, &[("sg-a", counts(1, 2))]);
+        let s = sum(&v, &[g1.clone(), g2]);
+        let a = find(&s, "sg-a");
+        assert_eq!(a.work, Some(3));
+        assert_eq!(a.counts.registrations, 2);
+        assert_eq!(a.state, InstanceState::Draining);
+        assert_eq!(a.nodes, ["g1", "g2"]);
+
+        let g2 = report("g2", NodeKind::Gate, &[("sg-a", counts(0, 0))]);
+        let s = sum(&v, &[g1, g2]);
+        assert_eq!(find(&s, "sg-a").state, InstanceState::Drained);
+    }
+
+    #[test]
+    fn r_st_3_a_silent_or_unsure_node_keeps_it_draining_with_the_reason() {
+        let v = view(true);
+        let g1 = report("g1", NodeKind::Gate, &[("sg-a", counts(0, 0))]);
+        let gone = NodeOutcome {
+            node: "g2".into(),
+            kind: NodeKind::Gate,
+            report: Err("lease expired at 12:00:03".into()),
+        };
+        let s = sum(&v, &[g1.clone(), gone]);
+        let a = find(&s, "sg-a");
+        assert_eq!(a.work, None);
+        assert_eq!(a.state, InstanceState::Draining);
+        assert!(a.unknown[0].contains("g2") && a.unknown[0].contains("lease expired"));
+
+        let restarted = report(
+            "g2",
+            NodeKind::Gate,
+            &[(
+                "sg-a",
+                InstanceWork {
+                    unknown: Some(Unknown {
+                        reason: "restarted".into(),
+                        until_ms: Some(99),
+                    }),
+                    ..counts(0, 0)
+                },
+            )],
+        );
+        let s = sum(&v, &[g1.clone(), restarted]);
+        let a = find(&s, "sg-a");
+        assert_eq!(
+            (a.state, a.known_at_ms),
+            (InstanceState::Draining, Some(99))
+        );
+
+        // A node that does not list the instance does not vouch for it.
+        let silent = report("g2", NodeKind::Gate, &[]);
+        let s = sum(&v, &[g1, silent]);
+        assert_eq!(find(&s, "sg-a").state, InstanceState::Draining);
+    }
+
+    #[test]
+    fn r_st_3_nodes_count_only_their_services() {
+        let v = view(true);
+        let g = report("g1", NodeKind::Gate, &[("sg-a", counts(0, 0))]);
+        let s = sum(&v, std::slice::from_ref(&g));
+        // No media controller reports: the mg is never drained on a gate's word.
+        let mg = find(&s, "mg-a");
+        assert_eq!(mg.state, InstanceState::Draining);
+        assert!(mg.unknown[0].contains("no node"));
+        let m = report(
+            "m1",
+            NodeKind::MediaCtl,
+            &[(
+                "mg-a",
+                InstanceWork {
+                    counts: WorkCounts {
+                        calls: 0,
+                        ..WorkCounts::default()
+                    },
+                    ..InstanceWork::default()
+                },
+            )],
+        );
+        let s = sum(&v, &[g, m]);
+        assert_eq!(find(&s, "mg-a").state, InstanceState::Drained);
+        // Normal zone: up, whatever is known of its work.
+        assert_eq!(find(&s, "sg-b").state, InstanceState::Up);
+    }
+
+    #[test]
+    fn eta_and_health_merge() {
+        let v = view(true);
+        let w = |regs: u64, calls: u64, health| InstanceWork {
+            health,
+            eta: Eta {
+                registrations_until_ms: Some(regs),
+                calls_until_ms: Some(calls),
+            },
+            ..counts(1, 1)
+        };
+        let g1 = report("g1", NodeKind::Gate, &[("sg-a", w(10, 50, Health::Up))]);
+        let g2 = report("g2", NodeKind::Gate, &[("sg-a", w(30, 20, Health::Down))]);
+        let s = sum(&v, &[g1, g2]);
+        let a = find(&s, "sg-a");
+        assert_eq!(a.eta.registrations_until_ms, Some(30));
+        assert_eq!(a.eta.calls_until_ms, Some(50));
+        assert_eq!(a.eta.until_ms(), Some(50));
+        assert_eq!(a.health, Health::Down);
+        assert_eq!(a.state, InstanceState::DrainingDown);
+    }
+
+    #[test]
+    fn report_json_round_trips_and_tolerates_missing_fields() {
+        let r = report("g1", NodeKind::Gate, &[("sg-a", counts(2, 3))]);
+        let r = r.report.unwrap();
+        let text = serde_json::to_string(&r).unwrap();
+        let back: WorkReport = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, r);
+        let minimal = r#"{"site":"t","node":"n","kind":"media_ctl","scope":"","started_ms":0,
+            "generated_ms":0,"revision":0,"generation":0,"instances":{"mg-a":{}}}"#;
+        let m: WorkReport = serde_json::from_str(minimal).unwrap();
+        assert_eq!(m.instances["mg-a"].counts.total(), 0);
+    }
+
+    #[test]
+    fn times_in_words() {
+        assert_eq!(in_words(1_000, 2_000), "now");
+        assert_eq!(in_words(46_000, 1_000), "in 45s");
+        assert_eq!(in_words(251_000, 1_000), "in 4m 10s");
+        assert_eq!(in_words(7_201_000, 1_000), "in 2h 0m");
+    }
+}
