@@ -223,6 +223,9 @@ pub struct AdminConfig {
     pub bind: SocketAddr,
     /// Where `sip-gate` exposes /metrics and /status. Default 127.0.0.1:9091.
     pub gate_bind: SocketAddr,
+    /// Where `media-ctl` exposes /metrics, /v1/status and /v1/work.
+    /// Default 127.0.0.1:9092.
+    pub media_bind: SocketAddr,
 }
 
 impl Default for AdminConfig {
@@ -230,6 +233,7 @@ impl Default for AdminConfig {
         AdminConfig {
             bind: SocketAddr::from(([127, 0, 0, 1], 8080)),
             gate_bind: SocketAddr::from(([127, 0, 0, 1], 9091)),
+            media_bind: SocketAddr::from(([127, 0, 0, 1], 9092)),
         }
     }
 }
