@@ -13,9 +13,7 @@ use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use ringsync::config::SiteConfig;
 use ringsync::state::DrainState;
-use sip_gate::proxy::{Action, Core};
-use sip_gate::token::TokenKey;
-use sip_gate::txn::Inbound;
+use sip_gate::{Action, Core, Inbound, TokenKey};
 
 const SITE: &str = r#"
 [site]
@@ -96,7 +94,7 @@ fn handle(c: &mut Criterion) {
         b.iter_batched(
             || {
                 n += 1;
-                if n % 100_000 == 0 {
+                if n.is_multiple_of(100_000) {
                     // Keep the table small: forget every transaction so far.
                     core.sweep(start + Duration::from_secs(3600));
                 }

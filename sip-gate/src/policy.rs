@@ -14,15 +14,15 @@ use rand::Rng;
 use ringsync::config::{Account, Exception, Leg, Service, SiteConfig};
 use ringsync::view::DrainView;
 
+use crate::listener::{ListenerCtx, Mode};
 use crate::message::{Method, SipMessage};
-use crate::proxy::{ListenerCtx, Mode};
 use crate::reply::Reply;
 use crate::txn::Inbound;
 use crate::uri::SipUri;
 
 /// The policy's verdict.
 #[derive(Debug, Clone)]
-pub enum Admission {
+pub(crate) enum Admission {
     /// Forward it.
     Pass,
     /// Answer on the instance's behalf.
@@ -36,7 +36,7 @@ pub enum Admission {
 
 /// Drain policy of a site.
 #[derive(Debug, Clone)]
-pub struct Policy {
+pub(crate) struct Policy {
     retry_after: u32,
     jitter: u32,
     options_503: bool,
@@ -110,7 +110,7 @@ fn same_aor(configured: &[u8], got: &[u8]) -> bool {
 
 impl Policy {
     /// The policy of a site.
-    pub fn new(config: &SiteConfig) -> Policy {
+    pub(crate) fn new(config: &SiteConfig) -> Policy {
         let index = |id: &str| config.instances.iter().position(|i| i.id == id);
         Policy {
             retry_after: config.timers.retry_after_s,
@@ -153,7 +153,7 @@ impl Policy {
 
     /// R-ESG-5: the home esg of a single-instance account, which a balancer
     /// keeps the account's traffic on, drain or not.
-    pub fn home_instance(
+    pub(crate) fn home_instance(
         &self,
         listener: &ListenerCtx,
         msg: &SipMessage,
@@ -171,7 +171,7 @@ impl Policy {
 
     /// Decides whether a new dialog, registration or out-of-dialog request
     /// routed to instance `idx` goes through.
-    pub fn admit(
+    pub(crate) fn admit(
         &self,
         view: &DrainView,
         inbound: Inbound,
@@ -263,7 +263,7 @@ impl Policy {
 /// R-SG-1: REGISTER, SUBSCRIBE and INVITE that start something new. Removing
 /// a binding or ending a subscription is cleanup, not new work; OPTIONS is
 /// new work only when the operator says so (providers pick trunks by it).
-pub fn is_new_work(msg: &SipMessage, method: Method, options_503: bool) -> bool {
+pub(crate) fn is_new_work(msg: &SipMessage, method: Method, options_503: bool) -> bool {
     match method {
         Method::Register => !is_deregister(msg),
         Method::Subscribe => msg.to_tag().is_none() && msg.expires() != Some(0),

@@ -16,20 +16,20 @@ use crate::message::{HeaderName, SipMessage};
 
 /// A response to generate.
 #[derive(Debug, Clone)]
-pub struct Reply<'r> {
+pub(crate) struct Reply<'r> {
     /// Status code.
-    pub code: u16,
+    pub(crate) code: u16,
     /// Reason phrase; the standard one for the code when `None`.
-    pub reason: Option<&'r str>,
+    pub(crate) reason: Option<&'r str>,
     /// `Retry-After` seconds (R-SG-5).
-    pub retry_after: Option<u32>,
+    pub(crate) retry_after: Option<u32>,
     /// Extra header lines, `Name: value`, without CRLF.
-    pub extra: &'r [(&'r str, String)],
+    pub(crate) extra: &'r [(&'r str, String)],
 }
 
 impl<'r> Reply<'r> {
     /// A response with the standard reason phrase and nothing extra.
-    pub fn new(code: u16) -> Self {
+    pub(crate) fn new(code: u16) -> Self {
         Reply {
             code,
             reason: None,
@@ -38,7 +38,7 @@ impl<'r> Reply<'r> {
         }
     }
     /// The same with a reason phrase.
-    pub fn reason(code: u16, reason: &'r str) -> Self {
+    pub(crate) fn reason(code: u16, reason: &'r str) -> Self {
         Reply {
             code,
             reason: Some(reason),
@@ -73,7 +73,7 @@ pub(crate) fn to_tag(msg: &SipMessage) -> String {
 /// Builds the response to `req`, received from `source`: every Via copied in
 /// order (the top one with `received`/`rport` per RFC 3581), From, To (with a
 /// tag added when the request had none), Call-ID, CSeq, `Content-Length: 0`.
-pub fn build(req: &SipMessage, source: SocketAddr, reply: &Reply<'_>) -> Bytes {
+pub(crate) fn build(req: &SipMessage, source: SocketAddr, reply: &Reply<'_>) -> Bytes {
     let mut hs: Vec<Header> = Vec::with_capacity(10);
     for (i, via) in req.vias().enumerate() {
         let raw = req.raw().get(via.range.clone()).unwrap_or_default();
@@ -140,7 +140,7 @@ fn standard_reason(code: u16) -> &'static str {
 
 /// Adds `received` (when the source differs from sent-by) and fills `rport`
 /// (when the client asked for it), RFC 3261 18.2.1 and RFC 3581 4.
-pub fn stamp_via(value: &str, wants_rport: bool, source: SocketAddr) -> String {
+pub(crate) fn stamp_via(value: &str, wants_rport: bool, source: SocketAddr) -> String {
     let mut out = String::with_capacity(value.len() + 40);
     // Drop an empty `;rport` (to be filled) and any stale `received`.
     for (i, part) in value.split(';').enumerate() {

@@ -41,10 +41,7 @@ use ringsync::config::SiteConfig;
 use ringsync::state::DrainState;
 use ringsync::view::Health;
 use ringsync::{Profile, ProfileSet, ProfileState};
-use sip_gate::proxy::{Action, Core, Out};
-use sip_gate::token::TokenKey;
-use sip_gate::txn::Inbound;
-use sip_gate::{HeaderName, SipMessage};
+use sip_gate::{Action, Core, HeaderName, Inbound, Out, SipMessage, TokenKey};
 
 // === the site ===
 
