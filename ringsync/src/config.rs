@@ -293,6 +293,10 @@ pub struct Instance {
     pub ng: Option<SocketAddr>,
     /// Exceptions to the drain 503 for this instance (R-SG-3).
     pub exceptions: Vec<Exception>,
+    /// Source networks whose messages are this instance's own, besides its
+    /// `sip` address (an instance whose TCP connections come from ephemeral
+    /// ports). Empty: only the exact `sip` address is the instance (R-SEC-1).
+    pub sources: Vec<IpNet>,
 }
 
 /// How requests are matched to an esg account.
@@ -553,6 +557,8 @@ struct RawInstance {
     ng: Option<SocketAddr>,
     #[serde(default)]
     exceptions: Vec<Spanned<Exception>>,
+    #[serde(default)]
+    sources: Vec<Spanned<IpNet>>,
 }
 
 #[derive(Deserialize)]
@@ -625,6 +631,38 @@ impl Validator<'_> {
             field: field.into(),
             message: message.into(),
         }
+    }
+
+    /// Instance `sources`: only on SIP instances, and no network in two
+    /// instances (a sender must map to one instance).
+    fn check_sources(&self, raw: &[Spanned<RawInstance>]) -> Result<(), ConfigError> {
+        let mut seen: Vec<(IpNet, usize)> = Vec::new();
+        for (i, spanned) in raw.iter().enumerate() {
+            let r = spanned.get_ref();
+            for (j, net) in r.sources.iter().enumerate() {
+                let field = format!("instance[{i}].sources[{j}]");
+                if r.sip.is_none() {
+                    return Err(self.err(
+                        net.span(),
+                        field,
+                        "only an instance with a `sip` address has sources",
+                    ));
+                }
+                let n = *net.get_ref();
+                if let Some((_, k)) = seen.iter().find(|(m, k)| {
+                    *k != i && (m.contains(&n.network()) || n.contains(&m.network()))
+                }) {
+                    let other = raw[*k].get_ref().id.get_ref();
+                    return Err(self.err(
+                        net.span(),
+                        field,
+                        format!("{n} overlaps a source network of instance `{other}`"),
+                    ));
+                }
+                seen.push((n, i));
+            }
+        }
+        Ok(())
     }
 
     fn validate(&self, raw: RawSite) -> Result<SiteConfig, ConfigError> {
@@ -716,8 +754,10 @@ impl Validator<'_> {
                 sip: r.sip,
                 ng: r.ng,
                 exceptions: r.exceptions.iter().map(|e| e.get_ref().clone()).collect(),
+                sources: r.sources.iter().map(|n| *n.get_ref()).collect(),
             });
         }
+        self.check_sources(&raw.instance)?;
         let service_of = |id: &str| ids.get(id).map(|&i| &instances[i].service);
 
         // Accounts.
@@ -1277,6 +1317,58 @@ leg = "subscriber"
             let e = load(&text).unwrap_err();
             assert_eq!(e.field, field, "{e}");
             assert!(e.line.is_some(), "{e}");
+        }
+    }
+
+    #[test]
+    fn instance_sources_r_sec_1() {
+        let with = |a: &str, b: &str| {
+            GOOD.replace(
+                "sip = \"127.0.0.1:5080\"\n",
+                &format!("sip = \"127.0.0.1:5080\"\nsources = {a}\n"),
+            )
+            .replace(
+                "sip = \"127.0.0.2:5080\"\n",
+                &format!("sip = \"127.0.0.2:5080\"\nsources = {b}\n"),
+            )
+        };
+        let c = load(&with(
+            r#"["10.0.0.5/32", "fd00::/64"]"#,
+            r#"["10.0.0.6/32"]"#,
+        ))
+        .unwrap();
+        assert_eq!(c.instances[0].sources.len(), 2);
+        assert_eq!(
+            c.instances[1].sources,
+            ["10.0.0.6/32".parse::<IpNet>().unwrap()]
+        );
+        assert!(c.instances[2].sources.is_empty(), "default: none");
+        for (text, field, says) in [
+            // One network in two instances: a sender would be two instances.
+            (
+                with(r#"["10.0.0.0/24"]"#, r#"["10.0.0.6/32"]"#),
+                "instance[1].sources[0]",
+                "overlaps",
+            ),
+            (
+                with(r#"["10.0.0.5/32"]"#, r#"["10.0.0.0/8"]"#),
+                "instance[1].sources[0]",
+                "overlaps",
+            ),
+            (with(r#"["not-a-net"]"#, "[]"), "", "invalid IP address"),
+            (
+                GOOD.replace(
+                    "service = \"billing\"\nserver = \"srv-a\"",
+                    "service = \"billing\"\nserver = \"srv-a\"\nsources = [\"10.1.0.0/16\"]",
+                ),
+                "instance[3].sources[0]",
+                "sip",
+            ),
+        ] {
+            let e = load(&text).unwrap_err();
+            assert!(e.field.starts_with(field), "{e}");
+            assert!(e.line.is_some(), "{e}");
+            assert!(e.to_string().contains(says), "{e}");
         }
     }
 

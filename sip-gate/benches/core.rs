@@ -73,12 +73,18 @@ m=audio 4000 RTP/AVP 0 8\r\na=rtpmap:0 PCMU/8000\r\na=sendrecv\r\n"
 
 fn tokens(c: &mut Criterion) {
     let key = TokenKey::new("bench-site-secret-0123456789");
-    let token = key.seal("sg-a");
+    let call_id = b"a84b4c76e66710@pc33.example.com";
+    let token = key.seal("sg-a", call_id);
     c.bench_function("token/seal", |b| {
-        b.iter(|| black_box(key.seal(black_box("sg-a"))))
+        b.iter(|| black_box(key.seal(black_box("sg-a"), black_box(call_id))))
     });
     c.bench_function("token/open", |b| {
-        b.iter(|| black_box(key.open(black_box(token.as_bytes())).is_ok()))
+        b.iter(|| {
+            black_box(
+                key.open(black_box(token.as_bytes()), black_box(call_id))
+                    .is_ok(),
+            )
+        })
     });
 }
 

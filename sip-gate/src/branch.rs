@@ -12,6 +12,7 @@ use std::hash::Hasher;
 
 use siphasher::sip::SipHasher13;
 
+use crate::keys::{self, Key, Purpose};
 use crate::message::{SipMessage, Via};
 
 /// Prefix of the branches of forwarded requests: the RFC 3261 magic cookie
@@ -21,28 +22,20 @@ pub(crate) const BRANCH_PREFIX: &str = "z9hG4bK-g";
 pub(crate) const PROBE_PREFIX: &str = "z9hG4bK-p";
 
 /// Keys for transaction keys and branch MACs, from the site secret.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub(crate) struct BranchKey {
-    k0: u64,
-    k1: u64,
-}
-
-impl std::fmt::Debug for BranchKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("BranchKey(..)")
-    }
+    /// SipHash keys of the transaction table's keys (a client cannot aim
+    /// its branches at one bucket).
+    txn: (u64, u64),
+    mac: Key,
 }
 
 impl BranchKey {
-    /// Derives the keys from the site secret.
+    /// Derives the keys from the site secret ([`crate::keys`]).
     pub(crate) fn new(secret: &str) -> BranchKey {
-        let mut bk0 = SipHasher13::new_with_keys(1, 2);
-        bk0.write(secret.as_bytes());
-        let mut bk1 = SipHasher13::new_with_keys(3, 4);
-        bk1.write(secret.as_bytes());
         BranchKey {
-            k0: bk0.finish(),
-            k1: bk1.finish(),
+            txn: Key::derive(secret, Purpose::TxnKey).words(),
+            mac: Key::derive(secret, Purpose::BranchMac),
         }
     }
 
@@ -50,7 +43,7 @@ impl BranchKey {
     /// magic cookie (17.2.3), else the RFC 2543 matching fields. ACK and
     /// CANCEL of an INVITE share the INVITE's key, as they share its branch.
     pub(crate) fn txn_key(&self, msg: &SipMessage, via: &Via<'_>) -> u64 {
-        let mut h = SipHasher13::new_with_keys(self.k0, self.k1);
+        let mut h = SipHasher13::new_with_keys(self.txn.0, self.txn.1);
         match via.branch {
             Some(b) if b.len() > 7 && b[..7].eq_ignore_ascii_case(b"z9hG4bK") => {
                 h.write(b);
@@ -69,41 +62,26 @@ impl BranchKey {
         h.finish()
     }
 
-    fn mac(&self, key: u64) -> u64 {
-        let mut h = SipHasher13::new_with_keys(self.k1, self.k0);
-        h.write_u64(key);
-        h.finish()
+    fn mac(&self, key: u64) -> [u8; 8] {
+        self.mac.mac(&[&key.to_be_bytes()])
     }
 
     /// Appends the branch for transaction `key` to `out`.
     pub(crate) fn write(&self, key: u64, out: &mut String) {
         out.push_str(BRANCH_PREFIX);
-        push_hex(out, key);
-        push_hex(out, self.mac(key));
+        keys::push_hex(out, &key.to_be_bytes());
+        keys::push_hex(out, &self.mac(key));
     }
 
     /// The transaction key of a branch the gate made; `None` for any other
-    /// branch, a forged one included.
+    /// branch, a forged one included. The MAC is compared in constant time.
     pub(crate) fn open(&self, branch: &[u8]) -> Option<u64> {
         let b = branch.strip_prefix(BRANCH_PREFIX.as_bytes())?;
         let (k, mac) = (b.get(..16)?, b.get(16..)?);
-        let k = parse_hex(k)?;
-        (parse_hex(mac)? == self.mac(k)).then_some(k)
+        let k = u64::from_be_bytes(keys::parse_hex::<8>(k)?);
+        let mac = keys::parse_hex::<8>(mac)?;
+        keys::same(&self.mac(k), &mac).then_some(k)
     }
-}
-
-fn push_hex(s: &mut String, v: u64) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    for i in (0..16).rev() {
-        s.push(HEX[((v >> (i * 4)) & 0xf) as usize] as char);
-    }
-}
-
-fn parse_hex(b: &[u8]) -> Option<u64> {
-    if b.len() != 16 {
-        return None;
-    }
-    u64::from_str_radix(std::str::from_utf8(b).ok()?, 16).ok()
 }
 
 #[cfg(test)]

@@ -24,6 +24,7 @@ pub use message::{
 // === the routing core: keys, site tables, policy, state, decisions ===
 mod branch;
 mod health;
+mod keys;
 mod listener;
 mod metrics;
 mod origin;

@@ -1,6 +1,9 @@
 //! Metric names and labels in one place, so dashboards have one list to read.
 //!
-//! Labels are `&'static str`, so recording never allocates on the hot path.
+//! Label values are `&'static str`, so no label string is copied; the
+//! `metrics` macros still build each call's key (a small vector of labels)
+//! and the recorder looks the counter up by it. Counters known at start
+//! (per instance) are registered once instead ([`crate::proxy::Core`]).
 
 use crate::message::Method;
 

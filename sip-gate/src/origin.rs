@@ -2,53 +2,55 @@
 //!
 //! Requests from an instance that a listener fronts go outward (by their
 //! Route or Request-URI); everything else is a client's and meets the
-//! routing policy, so this decides who may use the gate as a relay (R-SEC-1).
+//! routing policy. So this decides who may use the gate as a relay
+//! (R-SEC-1), and it never guesses: an instance is recognised by
+//!
+//! - its configured `sip` address, exactly (IP and port), over UDP or TCP.
+//!   Over TCP this covers the connections the gate opens to the instance
+//!   (their remote address is the configured one) and a connection the
+//!   instance opens from its listening port;
+//! - a source network the operator configured on the instance (`sources`),
+//!   for an instance whose own connections come from ephemeral ports.
+//!
+//! A client that merely shares an instance's IP (another port on the same
+//! host, one IPv6 loopback) is a client.
 
 use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 
+use ipnet::IpNet;
 use ringsync::config::SiteConfig;
 
-/// The instances' addresses, for recognising them as senders.
+/// The instances' addresses and source networks.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Origins {
     by_addr: HashMap<SocketAddr, usize>,
-    by_ip: HashMap<IpAddr, usize>,
+    /// Configured `sources`; the config loader refuses overlaps, so at most
+    /// one network matches.
+    nets: Vec<(IpNet, usize)>,
 }
 
 impl Origins {
-    /// The SIP addresses of a site's instances.
+    /// The SIP addresses and source networks of a site's instances.
     pub(crate) fn new(config: &SiteConfig) -> Origins {
-        let mut by_addr = HashMap::new();
-        let mut ip_count: HashMap<IpAddr, (usize, usize)> = HashMap::new();
+        let mut o = Origins::default();
         for (idx, inst) in config.instances.iter().enumerate() {
             if let Some(sip) = inst.sip {
-                by_addr.insert(sip, idx);
-                let e = ip_count.entry(sip.ip()).or_insert((idx, 0));
-                e.1 += 1;
+                o.by_addr.insert(sip, idx);
             }
+            o.nets.extend(inst.sources.iter().map(|n| (*n, idx)));
         }
-        // An IP shared by several instances cannot tell which one sent a
-        // request from an ephemeral port; only exact address matches count then.
-        let by_ip = ip_count
-            .into_iter()
-            .filter(|(_, (_, n))| *n == 1)
-            .map(|(ip, (idx, _))| (ip, idx))
-            .collect();
-        Origins { by_addr, by_ip }
+        o
     }
 
-    /// The instance a message comes from, and whether by its exact address
-    /// (`true`) or by IP alone (`false`).
-    pub(crate) fn lookup(&self, peer: SocketAddr) -> Option<(usize, bool)> {
-        match self.by_addr.get(&peer) {
-            Some(&i) => Some((i, true)),
-            None => self.by_ip.get(&peer.ip()).map(|&i| (i, false)),
+    /// The instance a message from `peer` comes from, if any.
+    pub(crate) fn instance(&self, peer: SocketAddr) -> Option<usize> {
+        if let Some(&i) = self.by_addr.get(&peer) {
+            return Some(i);
         }
-    }
-
-    /// Whether `addr` is an instance's configured SIP address.
-    pub(crate) fn is_instance(&self, addr: SocketAddr) -> bool {
-        self.by_addr.contains_key(&addr)
+        self.nets
+            .iter()
+            .find(|(net, _)| net.contains(&peer.ip()))
+            .map(|&(_, i)| i)
     }
 }

@@ -28,7 +28,7 @@ impl Core {
             m::dropped("unanswerable");
             return Action::None;
         }
-        let bytes = reply::build(msg, inbound.peer(), r);
+        let bytes = reply::build(msg, inbound.peer(), r, &self.tags);
         Action::Send(back(inbound), bytes)
     }
 

@@ -92,11 +92,13 @@ impl Core {
         }
     }
 
-    /// `Record-Route: <sip:TOKEN@gate;lr>` naming instance `idx`, with
-    /// `transport=tcp` when the request came over TCP.
+    /// `Record-Route: <sip:TOKEN@gate;lr>` naming instance `idx` for this
+    /// request's dialog (its Call-ID), with `transport=tcp` when the request
+    /// came over TCP.
     fn push_record_route(&self, head: &mut String, req: &Request<'_>, idx: usize) {
         head.push_str("Record-Route: <sip:");
-        head.push_str(&self.tokens.seal(&self.config.instances[idx].id));
+        let call_id = req.msg.call_id().unwrap_or_default();
+        head.push_str(&self.tokens.seal(&self.config.instances[idx].id, call_id));
         head.push('@');
         head.push_str(&req.listener.host);
         if matches!(req.inbound, Inbound::Tcp { .. }) {

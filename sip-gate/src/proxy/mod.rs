@@ -38,6 +38,7 @@ use crate::message::SipMessage;
 use crate::metrics as m;
 use crate::origin::Origins;
 use crate::policy::Policy;
+use crate::reply::TagKey;
 use crate::token::TokenKey;
 use crate::txn::{ConnId, Inbound, TxnTable};
 use crate::work::WorkBook;
@@ -92,6 +93,7 @@ pub struct Core {
     origins: Origins,
     tokens: TokenKey,
     branches: BranchKey,
+    tags: TagKey,
     txns: TxnTable,
     policy: Policy,
     work: Arc<WorkBook>,
@@ -137,6 +139,7 @@ impl Core {
         Ok(Core {
             tokens: TokenKey::new(&config.site.secret),
             branches: BranchKey::new(&config.site.secret),
+            tags: TagKey::new(&config.site.secret),
             txns: TxnTable::new(capacity),
             policy: Policy::new(&config),
             origins: Origins::new(&config),

@@ -16,7 +16,7 @@ use ringsync::view::DrainView;
 use crate::listener::ListenerCtx;
 use crate::message::{HeaderName, Method, NameAddr, SipMessage, Via};
 use crate::metrics as m;
-use crate::reply::{self, Reply};
+use crate::reply::Reply;
 use crate::txn::{Hop, Inbound, Insert, TxnEntry};
 use crate::uri::SipUri;
 
@@ -44,7 +44,8 @@ pub(super) struct Request<'a> {
     /// How many Routes at the top name the gate itself.
     pub(super) ours: usize,
     /// The instance the first token in the gate's Routes names: `Err` when
-    /// the token does not open or names no instance.
+    /// the token does not open (forged, another site's, or another dialog's:
+    /// the MAC covers the Call-ID) or names no instance.
     pub(super) token: Option<Result<usize, ()>>,
     /// The configured instance that sent it, when it is one this listener
     /// fronts (such a request goes outward).
@@ -180,11 +181,7 @@ impl Core {
         // of a drain, 403, 483...) ends that transaction here (RFC 3261
         // 17.2.1): the instance never saw the INVITE, so it must not get
         // the ACK (a draining instance would see one stray ACK per refusal).
-        let own_tag = req
-            .msg
-            .to_tag()
-            .is_some_and(|t| t.starts_with(b"gw") && t == reply::to_tag(req.msg).as_bytes());
-        if req.method == Method::Ack && own_tag {
+        if req.method == Method::Ack && self.tags.is_ours(req.msg) {
             m::request(req.mname, "absorbed");
             return Some(Action::None);
         }
@@ -276,7 +273,7 @@ impl Core {
                 if req.token.is_none() {
                     req.token = Some(
                         self.tokens
-                            .open(user)
+                            .open(user, req.msg.call_id().unwrap_or_default())
                             .ok()
                             .and_then(|id| view.index_of(id))
                             .ok_or(()),
@@ -291,23 +288,8 @@ impl Core {
     /// instance, e.g. an sg calling out through the esg's inside leg, is a
     /// client here: its new dialogs are new work for the listener's instances.
     fn sender(&self, req: &Request<'_>) -> Option<usize> {
-        let (idx, exact) = self.origins.lookup(req.inbound.peer())?;
+        let idx = self.origins.instance(req.inbound.peer())?;
         let service = &self.config.instances.get(idx)?.service;
-        if !req.listener.mode.fronts(idx, service) {
-            return None;
-        }
-        // A match by IP alone (only over TCP: an instance's own connection
-        // comes from an ephemeral port) is weaker than where the request is
-        // going: a request whose next hop is the gate itself or a configured
-        // instance comes from a client that shares the instance's address
-        // (one IPv6 loopback, a UA on an sg's host), not from the instance.
-        // Over UDP an instance sends from the address it listens on.
-        let trusted = exact
-            || matches!(req.inbound, Inbound::Tcp { .. })
-                && !req
-                    .target()
-                    .and_then(|u| u.socket_addr())
-                    .is_some_and(|a| self.listeners.is_own(a) || self.origins.is_instance(a));
-        trusted.then_some(idx)
+        req.listener.mode.fronts(idx, service).then_some(idx)
     }
 }
