@@ -12,6 +12,7 @@
 // === SIP message layer (pure code, no I/O): framing, message view, splicing ===
 mod edit;
 pub mod frame;
+mod lex;
 mod message;
 mod uri;
 
