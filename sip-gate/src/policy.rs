@@ -190,37 +190,7 @@ impl Policy {
         let source = inbound.peer().ip();
         let subject = Subject::of(msg, method, source);
         let service = &view.instances()[idx].service;
-        match service {
-            Service::Esg => {
-                // R-ESG-1: only on the leg that faces providers.
-                if listener.leg != Leg::Provider {
-                    return Admission::Pass;
-                }
-                // R-ESG-2: only for multi-instance accounts.
-                let Some(a) = self.account(listener.leg, msg, source) else {
-                    return Admission::Pass;
-                };
-                if !self.accounts[a].multi_instance {
-                    return Admission::Pass;
-                }
-                // R-ESG-3: account exceptions.
-                if self.accounts[a]
-                    .exceptions
-                    .iter()
-                    .any(|e| subject.matches(e))
-                {
-                    return Admission::Pass;
-                }
-            }
-            Service::Sg => {}
-            _ => return Admission::Pass,
-        }
-        // R-SG-3 / R-ESG-3: exceptions of the instance.
-        if self
-            .exceptions
-            .get(idx)
-            .is_some_and(|ex| ex.iter().any(|e| subject.matches(e)))
-        {
+        if self.exempt(listener, idx, service, msg, &subject) {
             return Admission::Pass;
         }
         // R-SG-2: only if another instance can take the work.
@@ -241,8 +211,50 @@ impl Policy {
             "refused new work for a draining instance with 503"
         );
         crate::metrics::refused(rule);
-        // R-SG-5: Retry-After, with jitter so a drained population does not
-        // come back at one instant.
+        self.refusal(rule)
+    }
+
+    /// Whether new work for draining instance `idx` passes anyway: an esg
+    /// away from the provider leg or for a single-instance account (R-ESG-1,
+    /// R-ESG-2), an exception (R-SG-3, R-ESG-3), or a service that is not
+    /// refused at all.
+    fn exempt(
+        &self,
+        listener: &ListenerCtx,
+        idx: usize,
+        service: &Service,
+        msg: &SipMessage,
+        subject: &Subject<'_>,
+    ) -> bool {
+        match service {
+            Service::Esg => {
+                // R-ESG-1: only on the leg that faces providers.
+                if listener.leg != Leg::Provider {
+                    return true;
+                }
+                // R-ESG-2: only for multi-instance accounts.
+                let Some(a) = self.account(listener.leg, msg, subject.source) else {
+                    return true;
+                };
+                let account = &self.accounts[a];
+                // R-ESG-3: account exceptions.
+                if !account.multi_instance || account.exceptions.iter().any(|e| subject.matches(e))
+                {
+                    return true;
+                }
+            }
+            Service::Sg => {}
+            _ => return true,
+        }
+        // R-SG-3 / R-ESG-3: exceptions of the instance.
+        self.exceptions
+            .get(idx)
+            .is_some_and(|ex| ex.iter().any(|e| subject.matches(e)))
+    }
+
+    /// The 503 of a refusal, with Retry-After (R-SG-5) and jitter so a
+    /// drained population does not come back at one instant.
+    fn refusal(&self, rule: &'static str) -> Admission {
         let jitter = if self.jitter == 0 {
             0
         } else {

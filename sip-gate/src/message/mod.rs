@@ -14,10 +14,10 @@
 //! the mandatory headers, CSeq, Via, From, To, Route, Record-Route, Contact and
 //! Max-Forwards. [`SipMessage::parse`] is both in one call.
 //!
-//! When `parse` fails on a request, the proxy calls `scan`; if that works and
-//! [`SipMessage::has_mandatory`] is true it can build a 400 whose reason
-//! phrase is [`ParseError::reason`] (or 505 for
-//! [`ParseError::UnsupportedVersion`]); otherwise it drops the datagram.
+//! The proxy calls `scan`, then `validate`. When validation fails on a
+//! request for which [`SipMessage::has_mandatory`] is true, it answers 400
+//! with [`ParseError::reason`] as the reason phrase (or 505 for
+//! [`ParseError::UnsupportedVersion`]); otherwise it drops the message.
 
 mod error;
 mod name_addr;
@@ -161,6 +161,29 @@ impl SipMessage {
         if let Some(e) = self.defect {
             return Err(e);
         }
+        self.check_counts()?;
+        if self.call_id().is_none() {
+            return Err(ParseError::MissingCallId);
+        }
+        let (_, cseq_method) = self.cseq_parts().ok_or(ParseError::BadCSeq)?;
+        if self.is_request() && self.slice(cseq_method) != self.method_bytes() {
+            return Err(ParseError::CSeqMethodMismatch);
+        }
+        if self.single_name_addr(HeaderName::From).is_none() {
+            return Err(ParseError::BadFrom);
+        }
+        if self.single_name_addr(HeaderName::To).is_none() {
+            return Err(ParseError::BadTo);
+        }
+        self.check_lists()?;
+        if let Some(Err(e)) = self.max_forwards() {
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// At least one Via; exactly one From, To, Call-ID and CSeq.
+    fn check_counts(&self) -> Result<(), ParseError> {
         let count = |name| self.fields(name).count();
         if count(HeaderName::Via) == 0 {
             return Err(ParseError::MissingVia);
@@ -194,19 +217,11 @@ impl SipMessage {
                 _ => return Err(duplicate),
             }
         }
-        if self.call_id().is_none() {
-            return Err(ParseError::MissingCallId);
-        }
-        let (_, cseq_method) = self.cseq_parts().ok_or(ParseError::BadCSeq)?;
-        if self.is_request() && self.slice(cseq_method) != self.method_bytes() {
-            return Err(ParseError::CSeqMethodMismatch);
-        }
-        if self.single_name_addr(HeaderName::From).is_none() {
-            return Err(ParseError::BadFrom);
-        }
-        if self.single_name_addr(HeaderName::To).is_none() {
-            return Err(ParseError::BadTo);
-        }
+        Ok(())
+    }
+
+    /// Every element of Via, Route, Record-Route and Contact parses.
+    fn check_lists(&self) -> Result<(), ParseError> {
         let mut vias = 0usize;
         for (i, elem) in self.list(HeaderName::Via) {
             match elem {
@@ -233,9 +248,6 @@ impl SipMessage {
             if elem.and_then(|r| parse_contact(&self.raw, r, i)).is_none() {
                 return Err(ParseError::BadContact);
             }
-        }
-        if let Some(Err(e)) = self.max_forwards() {
-            return Err(e);
         }
         Ok(())
     }
