@@ -147,9 +147,11 @@ impl Core {
                     }
                 }
                 m::request(req.mname, "forwarded");
+                tracing::debug!(to = %hop.addr, tcp = hop.tcp, "forwarded");
                 self.forward(req, hop, record_route)
             }
             Decision::Refuse { reply, why } => {
+                tracing::debug!(why, code = reply.code, "refused");
                 if req.method == Method::Ack {
                     m::dropped(why);
                     return Action::None;
@@ -164,6 +166,7 @@ impl Core {
     /// this one creates the dialog.
     fn retransmission(&self, req: &Request<'_>, hop: Hop) -> Action {
         m::request(req.mname, "retransmission");
+        tracing::debug!(to = %hop.addr, "retransmission, to the first copy's hop");
         let rr = (!req.to_tag && creates_dialog(req.method))
             .then(|| req.from_instance.or(hop.instance))
             .flatten();

@@ -75,6 +75,7 @@ impl Core {
             },
         };
         m::response("forwarded");
+        tracing::debug!(code = msg.code(), "response relayed");
         Action::Send(out, bytes)
     }
 
