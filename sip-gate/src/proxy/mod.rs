@@ -10,17 +10,19 @@
 //! that create dialogs, `received`/`rport` stamped on the top Via (18.2.1,
 //! RFC 3581). Responses lose the gate's Via and follow the next one.
 //!
-//! One step per module, in the order a request meets them:
+//! One step per module, each using only the ones before it:
 //! [`request`] checks a request and works out where it stands (sender, route
 //! set, token); [`route`] decides where it goes, a plain function of the
 //! request and the drain view; [`forward`] splices the edits; [`answer`]
-//! builds the gate's own replies; [`response`] sends responses back.
+//! builds the gate's own replies; [`transaction`] runs a request through
+//! these with the transaction table; [`response`] sends responses back.
 
 mod answer;
 mod forward;
 mod request;
 mod response;
 mod route;
+mod transaction;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
