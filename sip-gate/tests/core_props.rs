@@ -378,7 +378,13 @@ fn mutated_and_arbitrary_messages_through_the_core() {
         prop::collection::vec(arb_mutation(), 0..4),
         arb_source(),
     );
-    let mut runner = TestRunner::new(ProptestConfig::with_cases(cases()));
+    let config = ProptestConfig {
+        // Failures print their minimal input; there is no source file to
+        // persist them next to outside the proptest! macro.
+        failure_persistence: None,
+        ..ProptestConfig::with_cases(cases())
+    };
+    let mut runner = TestRunner::new(config);
     let result = runner.run(&strategy, |(base, muts, from)| {
         let n = n.fetch_add(1, Ordering::Relaxed);
         if n % 64 == 63 {

@@ -42,8 +42,13 @@ impl Core {
                 return Action::None;
             }
         };
-        let next = msg.vias().nth(1);
-        let span = txn_span(msg, next.as_ref().and_then(|v| v.branch));
+        // A response whose only Via was the gate's answers nobody
+        // (RFC 3261 16.7 step 3): it is not forwarded.
+        let Some(next) = msg.vias().nth(1) else {
+            m::dropped("no_next_via");
+            return Action::None;
+        };
+        let span = txn_span(msg, next.branch);
         let _entered = span.enter();
 
         let entry = match self.track(msg, key, now) {
@@ -66,7 +71,7 @@ impl Core {
         let out = match entry {
             Some(e) => back(e.inbound),
             // No state (the gate restarted, or the entry expired): the Via.
-            None => match via_out(next.as_ref(), inbound.listener()) {
+            None => match via_out(&next, inbound.listener()) {
                 Ok(out) => out,
                 Err(why) => {
                     m::dropped(why);
@@ -120,8 +125,7 @@ impl Core {
 
 /// Where a response goes by its next Via, when the gate has no state for it;
 /// `Err` names the reason to drop it.
-fn via_out(next: Option<&Via<'_>>, listener: usize) -> Result<Out, &'static str> {
-    let next = next.ok_or("no_next_via")?;
+fn via_out(next: &Via<'_>, listener: usize) -> Result<Out, &'static str> {
     let to = via_destination(next).ok_or("bad_next_via")?;
     Ok(if next.transport.eq_ignore_ascii_case(b"TCP") {
         Out::Tcp {

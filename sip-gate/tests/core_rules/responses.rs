@@ -78,10 +78,39 @@ fn resp_top_via_not_ours_is_dropped_r_sec_1() {
         "127.0.0.1:5060;branch=z9hG4bKclient-made",
     ));
     assert_eq!(g.udp(L_SG_BAL, INSTANCE_ADDR[0], &forged), Action::None);
-    // A response with only our Via has nowhere to go.
+    // A response with only our Via has nowhere to go (RFC 3261 16.7 step 3).
     let lone = Bytes::from(text(&resp).replace(
         "Via: SIP/2.0/UDP 203.0.113.10:5062;branch=z9hG4bKx;received=203.0.113.10;rport=40000\r\n",
         "",
     ).replace("198.18.0.99:5060", "127.0.0.1:5060"));
     assert_eq!(g.udp(L_SG_BAL, INSTANCE_ADDR[0], &lone), Action::None);
+}
+
+#[test]
+fn resp_whose_only_via_is_the_gates_is_not_forwarded() {
+    let g = Gate::std();
+    let input = Req::ua("INVITE", "resp-lone@ua", "z9hG4bKua-lone").bytes();
+    let (out, fwd) = sent(g.udp(L_SG_BAL, UA, &input));
+    let Out::Udp { to: instance, .. } = out else {
+        panic!()
+    };
+    // The instance answers with the gate's Via only (the client's lost, or
+    // turned into another header): the transaction is known, but there is
+    // nobody to send it to (RFC 3261 16.7 step 3).
+    let resp = text(&response_to(&fwd, 180, "Ringing", "uas-lone"));
+    let client_via = format!("Via: {}\r\n", via_values(&fwd)[1]);
+    let lone = Bytes::from(resp.replace(&client_via, &format!("X-{client_via}")));
+    assert_eq!(SipMessage::parse(lone.clone()).unwrap().vias().count(), 1);
+    assert_eq!(
+        handle(&g.core, L_SG_BAL, &instance.to_string(), &lone),
+        Action::None
+    );
+    // With the client's Via, the same response goes back.
+    let (out, _) = sent(handle(
+        &g.core,
+        L_SG_BAL,
+        &instance.to_string(),
+        &Bytes::from(resp),
+    ));
+    assert_eq!(out, udp_out(L_SG_BAL, addr(UA)));
 }
