@@ -12,6 +12,7 @@
 pub mod api;
 pub mod cli;
 pub mod config;
+pub mod fetch;
 pub mod gate;
 pub mod profile;
 pub mod ring;
