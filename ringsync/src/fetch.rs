@@ -137,7 +137,7 @@ impl Fetcher {
             .map_err(|e| Failure::Http(e.to_string()))?;
         let resp = self.client.request(req).await.map_err(|e| {
             if e.is_connect() {
-                Failure::Connect(causes(&e))
+                Failure::Connect(root_cause(&e))
             } else {
                 Failure::Http(causes(&e))
             }
@@ -187,6 +187,15 @@ fn causes(e: &hyper_util::client::legacy::Error) -> String {
     } else {
         parts.join(": ")
     }
+}
+
+/// The OS's word for a failed connect ("Connection refused (os error 111)").
+fn root_cause(e: &hyper_util::client::legacy::Error) -> String {
+    let mut cause: &dyn std::error::Error = e;
+    while let Some(next) = cause.source() {
+        cause = next;
+    }
+    cause.to_string()
 }
 
 /// The first line of a body, at most 200 characters.
