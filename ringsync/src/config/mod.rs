@@ -1,10 +1,10 @@
 //! Site configuration: one TOML file per site, one schema for every binary.
 //!
 //! Loading happens in two steps. `toml` + serde check the shape (types,
-//! unknown fields) into the raw input of [`raw`], with the spans of every
-//! value; then [`validate`] checks the meaning (references between servers,
+//! unknown fields) into the raw input of `raw`, with the spans of every
+//! value; then `validate` checks the meaning (references between servers,
 //! instances, accounts and listeners), one function per section, and builds
-//! the model of [`types`]. Both kinds of error carry the file, the line and
+//! the model of `types`. Both kinds of error carry the file, the line and
 //! the field ([`ConfigError`]).
 
 use std::net::IpAddr;
