@@ -12,6 +12,7 @@ use clap::Parser;
 use metrics_exporter_prometheus::PrometheusBuilder;
 use ringsync::config::SiteConfig;
 use ringsync::state::DrainState;
+use sip_gate::admin::NodeInfo;
 use sip_gate::Gate;
 use tokio_util::sync::CancellationToken;
 
@@ -28,6 +29,9 @@ struct Args {
     /// Admin HTTP address (/metrics, /v1/work); overrides `admin.gate_bind`.
     #[arg(long)]
     admin: Option<std::net::SocketAddr>,
+    /// This gate's name in its work report (default: its admin address).
+    #[arg(long, value_name = "NAME")]
+    node: Option<String>,
     /// How long a graceful stop may take.
     #[arg(long, default_value_t = 10)]
     drain_deadline_s: u64,
@@ -36,6 +40,7 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    let started_ms = ringsync::work::now_ms();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
@@ -78,10 +83,16 @@ async fn main() -> anyhow::Result<()> {
     let admin = tokio::net::TcpListener::bind(admin_addr)
         .await
         .with_context(|| format!("binding admin endpoint {admin_addr}"))?;
-    tracing::info!(%admin_addr, "admin endpoint (/metrics, /v1/work)");
+    let admin_addr = admin.local_addr()?;
+    let node = NodeInfo {
+        name: args.node.unwrap_or_else(|| admin_addr.to_string()),
+        started_ms,
+    };
+    tracing::info!(%admin_addr, node = %node.name, "admin endpoint (/metrics, /v1/work)");
     let admin_task = tokio::spawn(sip_gate::admin::serve(
         admin,
         gate.core().clone(),
+        node,
         Some(prometheus),
         shutdown.clone(),
     ));
