@@ -27,10 +27,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
+use clap::Parser;
 use testbed::{wait_listening, Kamailio, ProcStats, Scenario, Sipp, SippHandle, Transport};
-
-const USAGE: &str = "usage: sip-bench [--rates 1000,2000] [--seconds 10] [--rounds 3] \
-[--systems relay,kamailio,sip-gate,sip-gate+drain] [--gate PATH] [--relay PATH] [--out DIR]";
 
 /// The benchmark's own loopback network: 127.77.0.0/24.
 fn ip(host: u8) -> IpAddr {
@@ -41,11 +39,18 @@ fn uas_addr(i: u8) -> SocketAddr {
     SocketAddr::new(ip(11 + i), 5060)
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// A proxy under test.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 enum System {
+    /// testbed's blind UDP relay: the floor.
     Relay,
+    /// Kamailio with tm, rr and dispatcher (bench/kamailio/kamailio.cfg).
     Kamailio,
+    /// sip-gate balancing over the three sg.
+    #[value(name = "sip-gate")]
     Gate,
+    /// sip-gate with one of the three sg in an active drain profile.
+    #[value(name = "sip-gate+drain")]
     GateDrain,
 }
 
@@ -57,16 +62,6 @@ impl System {
             System::Gate => "sip-gate",
             System::GateDrain => "sip-gate+drain",
         }
-    }
-    fn parse(s: &str) -> Option<System> {
-        [
-            System::Relay,
-            System::Kamailio,
-            System::Gate,
-            System::GateDrain,
-        ]
-        .into_iter()
-        .find(|x| x.name() == s)
     }
     /// Each system listens on its own address, so a straggler of one run
     /// never reaches the next system.
@@ -81,69 +76,65 @@ impl System {
     }
 }
 
+/// The load benchmark: the same stock SIPp call load through each proxy in
+/// turn, in interleaved rounds, reporting CPU per call, memory and failed
+/// calls side by side (medians, and the ratio to Kamailio).
+#[derive(Debug, Parser)]
+#[command(name = "sip-bench", version)]
 struct Opts {
+    /// Call rates to measure, in calls per second (comma-separated, each
+    /// 1..=5000: the machine is shared).
+    #[arg(long, value_name = "N,...", value_delimiter = ',', default_value = "1000,2000",
+          value_parser = clap::value_parser!(u32).range(1..=5000))]
     rates: Vec<u32>,
+    /// Seconds of load per run (1..=60); each run places rate x seconds calls.
+    #[arg(long, value_name = "S", default_value_t = 10,
+          value_parser = clap::value_parser!(u32).range(1..=60))]
     seconds: u32,
+    /// Rounds: every system is measured once per round, systems interleaved,
+    /// so machine noise hits them alike; the table shows medians.
+    #[arg(long, value_name = "N", default_value_t = 3,
+          value_parser = clap::value_parser!(u32).range(1..))]
     rounds: u32,
+    /// Systems to measure, comma-separated.
+    #[arg(
+        long,
+        value_name = "SYSTEM,...",
+        value_delimiter = ',',
+        default_value = "relay,kamailio,sip-gate,sip-gate+drain"
+    )]
     systems: Vec<System>,
-    gate: PathBuf,
-    relay: PathBuf,
+    /// The sip-gate binary (default: `sip-gate` next to this one).
+    #[arg(long, value_name = "PATH")]
+    gate: Option<PathBuf>,
+    /// The blind-relay binary (default: `blind-relay` next to this one).
+    #[arg(long, value_name = "PATH")]
+    relay: Option<PathBuf>,
+    /// Directory for results.md (the table) and runs.csv (every run).
+    #[arg(long, value_name = "DIR", default_value = "bench-out")]
     out: PathBuf,
 }
 
-fn parse_args() -> Result<Opts, String> {
-    let exe_dir = std::env::current_exe()
-        .ok()
-        .and_then(|p| p.parent().map(Path::to_path_buf))
-        .unwrap_or_default();
-    let mut o = Opts {
-        rates: vec![1000, 2000],
-        seconds: 10,
-        rounds: 3,
-        systems: vec![
-            System::Relay,
-            System::Kamailio,
-            System::Gate,
-            System::GateDrain,
-        ],
-        gate: exe_dir.join("sip-gate"),
-        relay: exe_dir.join("blind-relay"),
-        out: PathBuf::from("bench-out"),
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(flag) = args.next() {
-        let v = args
-            .next()
-            .ok_or_else(|| format!("{flag} needs a value\n{USAGE}"))?;
-        match flag.as_str() {
-            "--rates" => {
-                o.rates = v
-                    .split(',')
-                    .map(|r| r.trim().parse().map_err(|_| format!("bad rate `{r}`")))
-                    .collect::<Result<_, _>>()?
-            }
-            "--seconds" => o.seconds = v.parse().map_err(|_| format!("bad --seconds `{v}`"))?,
-            "--rounds" => o.rounds = v.parse().map_err(|_| format!("bad --rounds `{v}`"))?,
-            "--systems" => {
-                o.systems = v
-                    .split(',')
-                    .map(|s| System::parse(s.trim()).ok_or_else(|| format!("unknown system `{s}`")))
-                    .collect::<Result<_, _>>()?
-            }
-            "--gate" => o.gate = PathBuf::from(v),
-            "--relay" => o.relay = PathBuf::from(v),
-            "--out" => o.out = PathBuf::from(v),
-            _ => return Err(format!("unknown flag {flag}\n{USAGE}")),
-        }
+impl Opts {
+    /// A binary named `name` in the directory of this one.
+    fn sibling(name: &str) -> PathBuf {
+        std::env::current_exe()
+            .ok()
+            .and_then(|p| p.parent().map(|d| d.join(name)))
+            .unwrap_or_else(|| PathBuf::from(name))
     }
-    if o.rates.is_empty() || o.seconds == 0 || o.rounds == 0 || o.systems.is_empty() {
-        return Err(USAGE.into());
+
+    fn gate(&self) -> PathBuf {
+        self.gate
+            .clone()
+            .unwrap_or_else(|| Opts::sibling("sip-gate"))
     }
-    if o.rates.iter().any(|&r| r == 0 || r > 5000) || o.seconds > 60 {
-        // Every load is bounded: this machine is shared.
-        return Err("rates must be 1..=5000 calls/s and --seconds at most 60".into());
+
+    fn relay(&self) -> PathBuf {
+        self.relay
+            .clone()
+            .unwrap_or_else(|| Opts::sibling("blind-relay"))
     }
-    Ok(o)
 }
 
 /// One measured run.
@@ -232,7 +223,7 @@ fn start(system: System, o: &Opts) -> Result<Proxy, String> {
     let addr = system.addr();
     let (child, kamailio) = match system {
         System::Relay => {
-            let c = Command::new(&o.relay)
+            let c = Command::new(o.relay())
                 .args([
                     "--listen",
                     &addr.to_string(),
@@ -246,7 +237,7 @@ fn start(system: System, o: &Opts) -> Result<Proxy, String> {
                 .map_err(|e| {
                     format!(
                         "starting {}: {e} (cargo build --release -p testbed)",
-                        o.relay.display()
+                        o.relay().display()
                     )
                 })?;
             (Some(c), None)
@@ -274,7 +265,7 @@ fn start(system: System, o: &Opts) -> Result<Proxy, String> {
         }
         System::Gate | System::GateDrain => {
             let site = gate_site(dir.path(), addr, system == System::GateDrain)?;
-            let c = Command::new(&o.gate)
+            let c = Command::new(o.gate())
                 .arg("--config")
                 .arg(&site)
                 .env("RUST_LOG", "warn")
@@ -285,7 +276,7 @@ fn start(system: System, o: &Opts) -> Result<Proxy, String> {
                 .map_err(|e| {
                     format!(
                         "starting {}: {e} (cargo build --release -p sip-gate)",
-                        o.gate.display()
+                        o.gate().display()
                     )
                 })?;
             (Some(c), None)
@@ -444,14 +435,8 @@ fn table(runs: &[Run], o: &Opts) -> String {
 }
 
 fn main() -> ExitCode {
-    let o = match parse_args() {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(2);
-        }
-    };
-    for (what, path) in [("sip-gate", &o.gate), ("blind-relay", &o.relay)] {
+    let o = Opts::parse();
+    for (what, path) in [("sip-gate", &o.gate()), ("blind-relay", &o.relay())] {
         if !path.exists() {
             eprintln!(
                 "sip-bench: {what} not found at {} (cargo build --release -p sip-gate -p testbed)",
