@@ -434,67 +434,46 @@ fn table(runs: &[Run], o: &Opts) -> String {
     t
 }
 
-fn main() -> ExitCode {
-    let o = Opts::parse();
-    for (what, path) in [("sip-gate", &o.gate()), ("blind-relay", &o.relay())] {
-        if !path.exists() {
-            eprintln!(
-                "sip-bench: {what} not found at {} (cargo build --release -p sip-gate -p testbed)",
-                path.display()
-            );
-            return ExitCode::FAILURE;
-        }
-    }
-    let servers = match servers() {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("sip-bench: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
+/// Every run of every round, systems interleaved, with progress on stderr.
+fn run_all(o: &Opts) -> Result<Vec<Run>, String> {
     let total = o.rates.len() * o.systems.len() * o.rounds as usize;
-    let started = Instant::now();
     let mut runs = Vec::new();
-    let mut n = 0;
     for round in 1..=o.rounds {
         for &rate in &o.rates {
             for &system in &o.systems {
-                n += 1;
                 eprint!(
-                    "[{n}/{total}] round {round}, {rate} calls/s x {} s, {:<15} ",
+                    "[{}/{total}] round {round}, {rate} calls/s x {} s, {:<15} ",
+                    runs.len() + 1,
                     o.seconds,
                     system.name()
                 );
-                match measure(system, rate, &o) {
-                    Ok(r) => {
-                        eprintln!(
-                            "ok {:>6} failed {:>4}  {:>7.1} µs/call  peak {:>6} KiB",
-                            r.ok, r.failed, r.cpu_us_per_call, r.peak_rss_kb
-                        );
-                        if !r.spread.is_empty() {
-                            eprintln!("    new calls: {}", r.spread);
-                        }
-                        if !r.why.is_empty() {
-                            eprintln!("    failures: {}", r.why);
-                        }
-                        runs.push(r);
-                    }
-                    Err(e) => {
-                        eprintln!("error: {e}");
-                        return ExitCode::FAILURE;
-                    }
+                let r = measure(system, rate, o).inspect_err(|e| eprintln!("error: {e}"))?;
+                eprintln!(
+                    "ok {:>6} failed {:>4}  {:>7.1} µs/call  peak {:>6} KiB",
+                    r.ok, r.failed, r.cpu_us_per_call, r.peak_rss_kb
+                );
+                if !r.spread.is_empty() {
+                    eprintln!("    new calls: {}", r.spread);
                 }
+                if !r.why.is_empty() {
+                    eprintln!("    failures: {}", r.why);
+                }
+                runs.push(r);
             }
         }
     }
-    drop(servers);
+    Ok(runs)
+}
+
+/// The table on stdout and in `OUT/results.md`, every run in `OUT/runs.csv`.
+fn write_results(o: &Opts, runs: &[Run], started: Instant) {
     let cmd = std::env::args().collect::<Vec<_>>().join(" ");
     let mut out = format!(
         "Command: `{cmd}` ({:.0} s, {} cores)\n\n",
         started.elapsed().as_secs_f64(),
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
-    out.push_str(&table(&runs, &o));
+    out.push_str(&table(runs, o));
     println!("{out}");
     if std::fs::create_dir_all(&o.out).is_ok() {
         let _ = std::fs::write(o.out.join("results.md"), &out);
@@ -514,6 +493,32 @@ fn main() -> ExitCode {
         }
         let _ = std::fs::write(o.out.join("runs.csv"), csv);
     }
+}
+
+fn main() -> ExitCode {
+    let o = Opts::parse();
+    for (what, path) in [("sip-gate", &o.gate()), ("blind-relay", &o.relay())] {
+        if !path.exists() {
+            eprintln!(
+                "sip-bench: {what} not found at {} (cargo build --release -p sip-gate -p testbed)",
+                path.display()
+            );
+            return ExitCode::FAILURE;
+        }
+    }
+    let servers = match servers() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("sip-bench: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let started = Instant::now();
+    let Ok(runs) = run_all(&o) else {
+        return ExitCode::FAILURE;
+    };
+    drop(servers);
+    write_results(&o, &runs, started);
     let failed: u64 = runs.iter().map(|r| r.failed).sum();
     if failed > 0 {
         eprintln!("sip-bench: {failed} failed calls in total");
