@@ -184,7 +184,8 @@ impl Default for HealthConfig {
 pub struct AdminConfig {
     /// Where `ringsync serve` listens (API, /metrics). Default 127.0.0.1:8080.
     pub bind: SocketAddr,
-    /// Where `sip-gate` exposes /metrics and /status. Default 127.0.0.1:9091.
+    /// Where `sip-gate` exposes /metrics and its work report (/v1/work).
+    /// Default 127.0.0.1:9091.
     pub gate_bind: SocketAddr,
     /// Where `media-ctl` exposes /metrics, /v1/status and /v1/work.
     /// Default 127.0.0.1:9092.
