@@ -53,7 +53,9 @@ pub(super) fn validate(loc: Locator<'_>, raw: RawSite) -> Result<SiteConfig> {
     })
 }
 
-struct Validator<'a> {
+/// Checks sections of one file; section checks in sibling modules take it
+/// to place their errors.
+pub(super) struct Validator<'a> {
     loc: Locator<'a>,
 }
 
@@ -63,7 +65,8 @@ fn service_of<'a>(instances: &'a [Instance], id: &str) -> Option<&'a Service> {
 }
 
 impl Validator<'_> {
-    fn err(
+    /// An error at `span` (`0..0`: no line) in `field`.
+    pub(super) fn err(
         &self,
         span: std::ops::Range<usize>,
         field: impl Into<String>,
