@@ -45,6 +45,7 @@ mod in_dialog;
 mod responses;
 mod security;
 mod transactions;
+mod work_bindings;
 mod work_calls;
 
 /// What every topic module uses.

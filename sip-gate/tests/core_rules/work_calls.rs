@@ -12,13 +12,22 @@ fn r_st_2_a_received_call_ends_with_the_callee_s_own_bye() {
     let fwd = invite_in(&g.core, "callee-bye", "z9hG4bKcb-inv", t0);
     assert_eq!((sg_a(&g.core).transactions, sg_a(&g.core).dialogs), (1, 0));
     answer(&g.core, &fwd, 180, "uas", SG_A_PEER, t0);
-    assert_eq!(sg_a(&g.core).dialogs, 0, "an early dialog is not a call yet");
+    assert_eq!(
+        sg_a(&g.core).dialogs,
+        0,
+        "an early dialog is not a call yet"
+    );
     answer(&g.core, &fwd, 200, "uas", SG_A_PEER, t0);
     assert_eq!((sg_a(&g.core).transactions, sg_a(&g.core).dialogs), (0, 1));
     // The 200 retransmitted (the ACK was lost): still one call.
     answer(&g.core, &fwd, 200, "uas", SG_A_PEER, at(t0, 1));
     assert_eq!(sg_a(&g.core).dialogs, 1);
-    through(&g.core, UA, &ua_in_dialog("ACK", "callee-bye", 1), at(t0, 1));
+    through(
+        &g.core,
+        UA,
+        &ua_in_dialog("ACK", "callee-bye", 1),
+        at(t0, 1),
+    );
 
     // sg-a hangs up: its BYE goes out to the UA...
     let bye = through(
@@ -27,7 +36,11 @@ fn r_st_2_a_received_call_ends_with_the_callee_s_own_bye() {
         &sg_in_dialog("BYE", "callee-bye", 1),
         at(t0, 60),
     );
-    assert_eq!(sg_a(&g.core).dialogs, 1, "counted until the BYE is answered");
+    assert_eq!(
+        sg_a(&g.core).dialogs,
+        1,
+        "counted until the BYE is answered"
+    );
     // ...and the UA's 200 ends the call.
     answer(&g.core, &bye, 200, "", UA, at(t0, 60));
     assert_eq!(sg_a(&g.core).dialogs, 0);
@@ -43,7 +56,12 @@ fn r_st_2_a_call_the_instance_places_is_its_work_until_either_side_hangs_up() {
     call_out(&g.core, "placed-1", t0);
     assert_eq!((sg_a(&g.core).transactions, sg_a(&g.core).dialogs), (0, 1));
     // The far party hangs up: back to sg-a by the gate's Record-Route.
-    let bye = sent(send(&g.core, FAR, &far_in_dialog("BYE", "placed-1", 1), at(t0, 30)));
+    let bye = sent(send(
+        &g.core,
+        FAR,
+        &far_in_dialog("BYE", "placed-1", 1),
+        at(t0, 30),
+    ));
     assert_eq!(bye.0, udp_out(L_SG_GUARD, inst(SG_A)));
     answer(&g.core, &bye.1, 200, "", SG_A_PEER, at(t0, 30));
     assert_eq!(sg_a(&g.core).total(), 0);
@@ -79,7 +97,11 @@ fn r_st_2_a_final_non_2xx_or_cancel_never_makes_a_call() {
     let cancel = Req::ua("CANCEL", "cancelled", "z9hG4bKcancelled").bytes();
     let c = through(&g.core, UA, &cancel, at(t0, 2));
     answer(&g.core, &c, 200, "uas", SG_A_PEER, at(t0, 2));
-    assert_eq!(sg_a(&g.core).transactions, 1, "the INVITE is open until its 487");
+    assert_eq!(
+        sg_a(&g.core).transactions,
+        1,
+        "the INVITE is open until its 487"
+    );
     answer(&g.core, &fwd, 487, "uas", SG_A_PEER, at(t0, 2));
     assert_eq!(sg_a(&g.core).total(), 0);
 }
@@ -104,7 +126,12 @@ fn r_st_2_an_idle_call_ends_after_the_maximum_age_and_refreshes_restart_it() {
     call_in(&g.core, "idle", t0);
     call_in(&g.core, "refreshed", t0);
     // A session refresh (UPDATE) 500 s in, from the UA.
-    let upd = through(&g.core, UA, &ua_in_dialog("UPDATE", "refreshed", 2), at(t0, 500));
+    let upd = through(
+        &g.core,
+        UA,
+        &ua_in_dialog("UPDATE", "refreshed", 2),
+        at(t0, 500),
+    );
     answer(&g.core, &upd, 200, "", SG_A_PEER, at(t0, 500));
     g.core.sweep(at(t0, 599));
     assert_eq!(sg_a(&g.core).dialogs, 2);
@@ -123,12 +150,22 @@ fn r_st_2_bye_challenged_unanswered_481_and_408() {
     let g = fresh("");
     let t0 = Instant::now();
     call_in(&g.core, "challenged", t0);
-    let bye = through(&g.core, UA, &ua_in_dialog("BYE", "challenged", 2), at(t0, 10));
+    let bye = through(
+        &g.core,
+        UA,
+        &ua_in_dialog("BYE", "challenged", 2),
+        at(t0, 10),
+    );
     answer(&g.core, &bye, 407, "", SG_A_PEER, at(t0, 10));
     g.core.sweep(at(t0, 100));
     assert_eq!(sg_a(&g.core).dialogs, 1, "still up after the challenge");
     // The BYE again, never answered.
-    through(&g.core, UA, &ua_in_dialog("BYE", "challenged", 3), at(t0, 200));
+    through(
+        &g.core,
+        UA,
+        &ua_in_dialog("BYE", "challenged", 3),
+        at(t0, 200),
+    );
     g.core.sweep(at(t0, 231));
     assert_eq!(sg_a(&g.core).dialogs, 1);
     g.core.sweep(at(t0, 232));
@@ -143,7 +180,12 @@ fn r_st_2_bye_challenged_unanswered_481_and_408() {
     }
     // A 481 to a re-INVITE: the dialog does not exist at the instance.
     call_in(&g.core, "reinvite-481", t0);
-    let re = through(&g.core, UA, &ua_in_dialog("INVITE", "reinvite-481", 2), at(t0, 20));
+    let re = through(
+        &g.core,
+        UA,
+        &ua_in_dialog("INVITE", "reinvite-481", 2),
+        at(t0, 20),
+    );
     answer(&g.core, &re, 481, "", SG_A_PEER, at(t0, 20));
     assert_eq!(sg_a(&g.core).total(), 0);
 }
@@ -173,7 +215,12 @@ fn r_st_2_a_call_set_up_before_the_gate_started_is_learned_from_its_traffic() {
     assert_eq!(sg_a(&g.core).dialogs, 1, "learned from the re-INVITE");
     answer(&g.core, &re, 200, "", SG_A_PEER, at(t0, 5));
     assert_eq!(sg_a(&g.core).dialogs, 1, "its 2xx does not count it again");
-    let bye = through(&g.core, SG_A_PEER, &sg_in_dialog("BYE", "before", 3), at(t0, 9));
+    let bye = through(
+        &g.core,
+        SG_A_PEER,
+        &sg_in_dialog("BYE", "before", 3),
+        at(t0, 9),
+    );
     answer(&g.core, &bye, 200, "", UA, at(t0, 9));
     assert_eq!(sg_a(&g.core).total(), 0);
 }

@@ -40,9 +40,14 @@ pub fn sg_a(core: &Core) -> WorkCounts {
 
 /// `msg` from `peer` on sg-a's guard listener at `now`.
 pub fn send(core: &Core, peer: &str, msg: &Bytes, now: Instant) -> Action {
+    send_on(core, L_SG_GUARD, peer, msg, now)
+}
+
+/// `msg` from `peer` on `listener` at `now`.
+pub fn send_on(core: &Core, listener: usize, peer: &str, msg: &Bytes, now: Instant) -> Action {
     core.handle(
         Inbound::Udp {
-            listener: L_SG_GUARD,
+            listener,
             peer: addr(peer),
         },
         msg.clone(),
@@ -70,10 +75,15 @@ pub fn answer_with(
     peer: &str,
     now: Instant,
 ) {
+    let a = send(core, peer, &response_extra(fwd, code, tag, extra), now);
+    assert!(matches!(a, Action::Send(..)), "response relayed");
+}
+
+/// A response to `fwd` with extra header lines.
+pub fn response_extra(fwd: &SipMessage, code: u16, tag: &str, extra: &str) -> Bytes {
     let plain = response_to(fwd, code, "Reason", tag);
     let text = text(&plain).replacen("Content-Length: 0", &format!("{extra}Content-Length: 0"), 1);
-    let a = send(core, peer, &Bytes::from(text), now);
-    assert!(matches!(a, Action::Send(..)), "response relayed");
+    Bytes::from(text)
 }
 
 /// The UA's INVITE of `call` to sg-a, forwarded at `now`.
@@ -86,6 +96,18 @@ pub fn call_in(core: &Core, call: &str, now: Instant) -> SipMessage {
     let fwd = invite_in(core, call, &format!("z9hG4bK{call}-inv"), now);
     answer(core, &fwd, 200, "uas", SG_A_PEER, now);
     fwd
+}
+
+/// A REGISTER of the UA for `aor` with these Contact lines (and headers).
+pub fn register(aor: &str, branch: &str, cseq: u32, headers: &[(&str, &str)]) -> Bytes {
+    let mut r = Req::ua("REGISTER", "reg@ua", branch)
+        .to(aor)
+        .set("CSeq", &format!("{cseq} REGISTER"))
+        .without("Contact");
+    for (n, v) in headers {
+        r = r.add(n, v);
+    }
+    r.bytes()
 }
 
 /// A request of the UA inside `call` (tags a1/uas), routed by the gate's
