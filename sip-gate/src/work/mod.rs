@@ -36,7 +36,7 @@ mod hash;
 mod holds;
 mod snapshot;
 
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -129,6 +129,8 @@ pub struct WorkBook {
     started_ms: u64,
     /// Since when every piece of work routed through this gate is in the book.
     known_since_ms: AtomicU64,
+    /// A work snapshot was taken in.
+    restored: AtomicBool,
     /// Drain ETAs per instance, as of the last sweep.
     etas: Mutex<Vec<Eta>>,
     counters: Counters,
@@ -155,6 +157,7 @@ impl WorkBook {
             holds: Holds::default(),
             started_ms,
             known_since_ms: AtomicU64::new(started_ms),
+            restored: AtomicBool::new(false),
             etas: Mutex::new(vec![Eta::default(); n]),
             counters: Counters {
                 full: ["calls", "registrations", "subscriptions"]
@@ -223,7 +226,7 @@ impl WorkBook {
     }
 
     fn blind_reason(&self, since: u64) -> String {
-        if since >= self.started_ms {
+        if !self.restored.load(Ordering::Relaxed) {
             format!(
                 "gate started at {}; registrations, subscriptions and calls set up before then are not known",
                 utc_text(since)

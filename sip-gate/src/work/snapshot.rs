@@ -233,6 +233,7 @@ impl WorkBook {
         }
         self.known_since_ms
             .fetch_min(s.known_since_ms, Ordering::Relaxed);
+        self.restored.store(true, Ordering::Relaxed);
         self.sweep(now);
         Ok(())
     }

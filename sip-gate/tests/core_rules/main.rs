@@ -47,6 +47,7 @@ mod security;
 mod transactions;
 mod work_bindings;
 mod work_calls;
+mod work_known;
 
 /// What every topic module uses.
 mod prelude {
