@@ -12,6 +12,7 @@
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use dashmap::DashMap;
+use smallvec::SmallVec;
 
 /// One binding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,10 +25,14 @@ pub(crate) struct Binding {
     pub(crate) expires_ms: u64,
 }
 
+/// The bindings of one AoR: most have one contact, kept inline (no heap
+/// allocation per AoR).
+type Held = SmallVec<[Binding; 1]>;
+
 /// Bindings by AoR key, bounded, with a count per instance.
 #[derive(Debug)]
 pub(crate) struct Bindings {
-    map: DashMap<u64, Vec<Binding>>,
+    map: DashMap<u64, Held>,
     capacity: usize,
     total: AtomicUsize,
     live: Box<[AtomicU64]>,
