@@ -174,22 +174,15 @@ impl Validator<'_> {
             for (j, net) in r.sources.iter().enumerate() {
                 let field = format!("instance[{i}].sources[{j}]");
                 if r.sip.is_none() {
-                    return Err(self.err(
-                        net.span(),
-                        field,
-                        "only an instance with a `sip` address has sources",
-                    ));
+                    let why = "only an instance with a `sip` address has sources";
+                    return Err(self.err(net.span(), field, why));
                 }
                 let n = *net.get_ref();
-                if let Some((_, k)) = seen.iter().find(|(m, k)| {
-                    *k != i && (m.contains(&n.network()) || n.contains(&m.network()))
-                }) {
+                let overlaps = |m: &IpNet| m.contains(&n.network()) || n.contains(&m.network());
+                if let Some((_, k)) = seen.iter().find(|(m, k)| *k != i && overlaps(m)) {
                     let other = raw[*k].get_ref().id.get_ref();
-                    return Err(self.err(
-                        net.span(),
-                        field,
-                        format!("{n} overlaps a source network of instance `{other}`"),
-                    ));
+                    let why = format!("{n} overlaps a source network of instance `{other}`");
+                    return Err(self.err(net.span(), field, why));
                 }
                 seen.push((n, i));
             }
