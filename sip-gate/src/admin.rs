@@ -19,18 +19,22 @@ use tokio_util::sync::CancellationToken;
 use crate::proxy::Core;
 
 /// What the work report covers, exactly as the gate counts (R-ST-2, R-ST-3).
-pub const SCOPE: &str = "per SIP instance, what this gate routed: INVITE transactions to or from \
-the instance without a final response, until Timer C (transactions); calls the instance received \
-or placed through this gate, from the 2xx of the INVITE (one per dialog) until the answer to a BYE \
-from either side, a 481, Timer F after an unanswered BYE, or [work] max_call_age_s without a request \
-in the call (dialogs); bindings of REGISTERs routed to the instance, as its 2xx lists them, until \
-they expire, are listed by another instance's 2xx or are no longer listed (registrations); \
-subscriptions of the instance either way, from the 2xx of the SUBSCRIBE until they expire, are \
-refreshed to 0, a NOTIFY says terminated, or a 481 answers a request in it (subscriptions). Calls and subscriptions set up before \
-this gate started count from the first request seen in them. Not counted: work routed through \
-other gate nodes, REGISTERs the instance sends out. While the gate cannot know (it started less \
-than [work] max_expires_s or max_call_age_s ago without a work snapshot, or a table was full), \
-each instance says why in `unknown`.";
+pub const SCOPE: &str = "per SIP instance, what this gate routed: INVITE transactions to or from the instance without a \
+final response, until Timer C (transactions); calls the instance received or placed through \
+this gate, from each 2xx of the initial INVITE (one per dialog) until a BYE from either side is \
+answered 2xx, 481 or 408, Timer F after a BYE without an answer, a 481 to a request in the \
+call, or [work] max_call_age_s without a request in it (dialogs); bindings of REGISTERs routed \
+to the instance, as its 2xx lists them, until they expire, are listed by another instance's 2xx \
+or are no longer listed (registrations); subscriptions of the instance either way, from the 2xx \
+of the SUBSCRIBE until they expire, are refreshed to 0, a NOTIFY says terminated, or a 481 \
+answers a request in them (subscriptions). Calls and subscriptions set up before this gate \
+started count from the first re-INVITE, UPDATE, PRACK, INFO or REFER (calls), NOTIFY or \
+refreshed SUBSCRIBE (subscriptions) seen in them. Not counted: work routed through other gate \
+nodes, REGISTERs the instance sends out. While the gate cannot know (the work it knows began, \
+at its start or as far back as its work snapshot covered, less than the longer of [work] \
+max_expires_s and max_call_age_s ago; or its call table was full less than max_call_age_s ago, \
+or its registration or subscription table less than max_expires_s ago), each instance says why \
+in `unknown`.";
 
 /// Who this gate is in its reports.
 #[derive(Debug, Clone, PartialEq, Eq)]

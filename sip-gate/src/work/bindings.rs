@@ -140,12 +140,14 @@ impl Bindings {
         }
     }
 
-    /// Drops the bindings expired at `now_ms`.
-    pub(crate) fn sweep(&self, now_ms: u64) {
+    /// Drops the bindings expired at `now_ms`, handing every other to `kept`.
+    pub(crate) fn sweep(&self, now_ms: u64, mut kept: impl FnMut(&Binding)) {
         self.map.retain(|_, held| {
             held.retain(|b| {
                 let keep = b.expires_ms > now_ms;
-                if !keep {
+                if keep {
+                    kept(b);
+                } else {
                     self.count(b.instance, false);
                     self.total.fetch_sub(1, Ordering::Relaxed);
                 }
@@ -182,9 +184,9 @@ mod tests {
         t.confirm(7, 0, &[], 200);
         assert_eq!((t.live(0), t.live(1), t.len()), (0, 1, 1));
         // Expiry.
-        t.sweep(8999);
+        t.sweep(8999, |_| {});
         assert_eq!(t.live(1), 1);
-        t.sweep(9000);
+        t.sweep(9000, |_| {});
         assert_eq!((t.live(1), t.len()), (0, 0));
         // The bound.
         t.confirm(8, 0, &[(1, 10), (2, 10), (3, 10), (4, 10)], 300);

@@ -261,53 +261,43 @@ impl WorkBook {
 
     /// Ends what has timed out at `now` (calls idle past the maximum age or
     /// whose BYE went unanswered, expired registrations and subscriptions,
-    /// old tombstones) and updates the drain ETAs. The core calls it about
-    /// once a second.
+    /// old tombstones) and, in the same pass, updates the drain ETAs per
+    /// instance: the latest expiry of its registrations and subscriptions,
+    /// and the expected end of its last call ([`holds`]). The core calls it
+    /// about once a second.
     pub(crate) fn sweep(&self, now: Instant) {
-        let now_ms = self.clock.ms(now);
-        let age = self.limits.max_call_age_ms;
-        self.calls.sweep(
-            now_ms,
-            |d| {
-                now_ms >= d.seen_ms.saturating_add(age) || (d.until_ms != 0 && now_ms >= d.until_ms)
-            },
-            |_| {},
-        );
-        self.subs.sweep(now_ms, |d| now_ms >= d.until_ms, |_| {});
-        self.regs.sweep(now_ms);
-        let etas = self.etas(now_ms);
-        *self.etas.lock().unwrap_or_else(|e| e.into_inner()) = etas;
-    }
-
-    /// Per instance: the latest expiry of its registrations and
-    /// subscriptions, and the expected end of its last call ([`holds`]).
-    fn etas(&self, now_ms: u64) -> Vec<Eta> {
         fn later(slot: &mut Option<u64>, t: u64) {
             *slot = Some(slot.map_or(t, |s| s.max(t)));
         }
-        let mut out = vec![Eta::default(); self.ids.len()];
+        let now_ms = self.clock.ms(now);
+        let age = self.limits.max_call_age_ms;
         let est = self.holds.estimator(self.limits.typical_ms);
-        self.calls.for_each_live(|_, d| {
-            if let Some(e) = out.get_mut(d.instance as usize) {
-                let end = if d.until_ms != 0 {
-                    d.until_ms
-                } else {
-                    est.end_ms(d.since_ms, now_ms)
+        let mut etas = vec![Eta::default(); self.ids.len()];
+        self.calls.sweep(now_ms, |d| {
+            let bye_unanswered = d.until_ms != 0 && now_ms >= d.until_ms;
+            let over = now_ms >= d.seen_ms.saturating_add(age) || bye_unanswered;
+            if let (false, Some(e)) = (over, etas.get_mut(d.instance as usize)) {
+                let end = match d.until_ms {
+                    0 => est.end_ms(d.since_ms, now_ms),
+                    bye => bye,
                 };
                 later(&mut e.calls_until_ms, end);
             }
+            over
         });
-        self.subs.for_each_live(|_, d| {
-            if let Some(e) = out.get_mut(d.instance as usize) {
+        self.subs.sweep(now_ms, |d| {
+            let over = now_ms >= d.until_ms;
+            if let (false, Some(e)) = (over, etas.get_mut(d.instance as usize)) {
                 later(&mut e.registrations_until_ms, d.until_ms);
             }
+            over
         });
-        self.regs.for_each(|_, b| {
-            if let Some(e) = out.get_mut(b.instance as usize) {
+        self.regs.sweep(now_ms, |b| {
+            if let Some(e) = etas.get_mut(b.instance as usize) {
                 later(&mut e.registrations_until_ms, b.expires_ms);
             }
         });
-        out
+        *self.etas.lock().unwrap_or_else(|e| e.into_inner()) = etas;
     }
 }
 

@@ -260,3 +260,13 @@ fn r_st_2_eta_from_expiries_and_hold_times() {
     let regs = eta(t0).registrations_until_ms.unwrap();
     assert!(regs.abs_diff(now_ms() + 600_000) < 2_000, "{regs}");
 }
+
+/// The scope the admin API documents is the one the gate serves.
+#[test]
+fn r_st_3_the_documented_scope_is_the_served_one() {
+    let api = include_str!("../../../docs/api.md");
+    assert!(
+        api.contains(&format!("\"scope\":\"{SCOPE}\"")),
+        "docs/api.md"
+    );
+}
