@@ -77,7 +77,7 @@ impl From<StoreError> for ApiError {
         store::count_error(&e);
         let status = match &e {
             StoreError::NotFound { .. } => StatusCode::NOT_FOUND,
-            StoreError::DuplicateName { .. } => StatusCode::CONFLICT,
+            StoreError::DuplicateName { .. } | StoreError::Conflict { .. } => StatusCode::CONFLICT,
             e if e.is_client_error() => StatusCode::BAD_REQUEST,
             _ => StatusCode::SERVICE_UNAVAILABLE,
         };

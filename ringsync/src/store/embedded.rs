@@ -21,7 +21,7 @@ use futures::future::BoxFuture;
 use tokio::sync::watch;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-use super::{new_id, Change, Store, StoreError};
+use super::{new_id, Change, Freshness, Store, StoreError};
 use crate::config::{SiteConfig, StoreConfig};
 use crate::profile::{NewProfile, Profile, ProfilePatch, ProfileSet, ProfileState};
 
@@ -40,6 +40,7 @@ struct Inner {
     lock_path: PathBuf,
     tmp_path: PathBuf,
     tx: watch::Sender<Arc<ProfileSet>>,
+    fresh: watch::Sender<Freshness>,
 }
 
 /// What identifies a version of the file without reading it.
@@ -73,8 +74,10 @@ impl EmbeddedStore {
     ) -> Result<EmbeddedStore, StoreError> {
         let p = path.clone();
         let (set, fp) = blocking(move || read_file(&p)).await??;
+        let (fresh, _) = watch::channel(Freshness::fresh(set.revision));
         let (tx, _) = watch::channel(Arc::new(set));
         let inner = Arc::new(Inner {
+            fresh,
             config,
             lock_path: sibling(&path, ".lock"),
             tmp_path: sibling(&path, ".tmp"),
@@ -147,6 +150,10 @@ impl Store for EmbeddedStore {
     fn watch(&self) -> watch::Receiver<Arc<ProfileSet>> {
         self.inner.tx.subscribe()
     }
+
+    fn freshness(&self) -> watch::Receiver<Freshness> {
+        self.inner.fresh.subscribe()
+    }
 }
 
 // === impl Inner ===
@@ -155,6 +162,15 @@ impl Inner {
     /// Publishes a set if it differs from the current one, so watchers see
     /// each version once whether it came from us or from the poller.
     fn publish(&self, set: Arc<ProfileSet>) {
+        let fresh = Freshness::fresh(set.revision);
+        self.fresh.send_if_modified(|cur| {
+            if *cur == fresh {
+                false
+            } else {
+                *cur = fresh;
+                true
+            }
+        });
         self.tx.send_if_modified(|cur| {
             if **cur == *set {
                 false
@@ -238,6 +254,11 @@ async fn poll(inner: Arc<Inner>, mut last: Option<Fingerprint>, token: Cancellat
                     tracing::error!(error = %e, "profile store changed but cannot be read; keeping the last good profiles");
                     super::count_error(&e);
                     reported_error = true;
+                    // R-MN-2: fail-static, and say so.
+                    inner.fresh.send_modify(|f| {
+                        f.stale_since_ms = Some(crate::work::now_ms());
+                        f.reason = Some(e.to_string());
+                    });
                 }
                 last = now;
             }
