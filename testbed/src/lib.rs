@@ -37,6 +37,7 @@ mod error;
 pub mod etcd;
 pub mod kamailio;
 pub mod net;
+pub mod partition;
 pub mod proc_stats;
 mod process;
 pub mod relay;
@@ -46,6 +47,7 @@ pub use error::Error;
 pub use etcd::Etcd;
 pub use kamailio::{Kamailio, KamailioHandle};
 pub use net::{free_port, wait_listening, Transport};
+pub use partition::TcpPartition;
 pub use proc_stats::ProcStats;
 pub use sipp::{Scenario, Sipp, SippHandle, SippReport};
 

@@ -6,6 +6,8 @@ use std::sync::Arc;
 
 use ringsync::SiteConfig;
 
+pub mod etcd;
+
 /// A site file with three servers, sg on each, and its embedded store next to it.
 pub const SITE: &str = r#"
 [site]
