@@ -105,6 +105,8 @@ pub(crate) struct Inner {
     applied: Mutex<u64>,
     relists: AtomicU64,
     registry: registry::Registry,
+    /// Cancelled when the [`EtcdStore`] is dropped: every task of the store ends.
+    token: CancellationToken,
 }
 
 impl EtcdStore {
@@ -148,7 +150,9 @@ impl EtcdStore {
             })?;
         let (tx, _) = watch::channel(Arc::new(ProfileSet::default()));
         let (fresh, _) = watch::channel(Freshness::default());
+        let token = CancellationToken::new();
         let inner = Arc::new(Inner {
+            token: token.clone(),
             config,
             client,
             endpoints: joined,
@@ -173,7 +177,6 @@ impl EtcdStore {
             }
             Err(e) => return Err(e),
         };
-        let token = CancellationToken::new();
         tokio::spawn(follow::run(inner.clone(), start, token.clone()));
         tokio::spawn(follow::save_cache(inner.clone(), token.clone()));
         Ok(EtcdStore {

@@ -58,7 +58,9 @@ pub(super) async fn publish(inner: Arc<Inner>, record: NodeRecord) -> Result<(),
     let mut st = inner.registry.state.lock().await;
     st.last = Some(record.clone());
     if st.keeper.is_none() {
-        let token = CancellationToken::new();
+        // A child of the store's token: dropping the store ends the keeper,
+        // so a node that vanishes lets its lease expire.
+        let token = inner.token.child_token();
         tokio::spawn(keeper(inner.clone(), token.clone()));
         st.keeper = Some(token.drop_guard());
     }
