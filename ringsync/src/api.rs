@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::profile::{NewProfile, ProfilePatch, ProfileState};
 use crate::state::DrainState;
-use crate::store::{self, Store, StoreError};
+use crate::store::{self, Freshness, Store, StoreError};
 use crate::view::{InstanceState, InstanceView};
 
 /// What the handlers share.
@@ -54,6 +54,9 @@ pub struct StatusBody {
     pub drain_zone: BTreeSet<String>,
     /// Every instance, in config order (R-ST-1).
     pub instances: Vec<InstanceView>,
+    /// Whether the profiles are current (R-MN-2).
+    #[serde(default)]
+    pub store: Freshness,
 }
 
 /// An error answer.
@@ -122,11 +125,20 @@ impl AdminApi {
     }
 
     /// Reads the store until it succeeds (readiness), retrying every second.
+    /// A store that is unreachable but serves a last-known view (R-MN-2:
+    /// fail-static, e.g. etcd down and the view cache loaded) is ready too:
+    /// serving that view is correct, and `/readyz` says it is stale.
     async fn become_ready(&self, shutdown: &CancellationToken) {
         loop {
             match self.store.list().await {
                 Ok(set) => {
                     self.drain.set_profiles(set);
+                    self.ready.store(true, Ordering::Relaxed);
+                    return;
+                }
+                Err(e) if self.store.freshness().borrow().is_stale() => {
+                    tracing::warn!(error = %e, "profile store unreachable; serving the last known view");
+                    self.drain.set_profiles(self.store.watch().borrow().clone());
                     self.ready.store(true, Ordering::Relaxed);
                     return;
                 }
@@ -181,6 +193,13 @@ impl AdminApi {
             metrics::gauge!("ringsync_drain_zone_servers").set(view.drain_zone().len() as f64);
             metrics::gauge!("ringsync_view_generation").set(view.generation() as f64);
             metrics::counter!("ringsync_store_errors_total").absolute(store::error_count());
+            let f = self.drain.freshness();
+            metrics::gauge!("ringsync_store_stale").set(if f.is_stale() { 1.0 } else { 0.0 });
+            metrics::gauge!("ringsync_store_stale_since_seconds")
+                .set(f.stale_since_ms.map_or(0.0, |ms| ms as f64 / 1000.0));
+            metrics::gauge!("ringsync_store_revision").set(f.store_revision as f64);
+            metrics::counter!("ringsync_profile_updates_applied_total")
+                .absolute(self.drain.profile_updates());
         });
         self.recorder.handle().render()
     }
@@ -299,6 +318,7 @@ async fn status(State(api): State<Arc<AdminApi>>) -> Json<StatusBody> {
         generation: view.generation(),
         drain_zone: view.drain_zone().clone(),
         instances: api.drain.report(),
+        store: (*api.drain.freshness()).clone(),
     })
 }
 
@@ -312,7 +332,9 @@ async fn metrics_text(State(api): State<Arc<AdminApi>>) -> Response {
 
 async fn readyz(State(api): State<Arc<AdminApi>>) -> Response {
     if api.is_ready() {
-        (StatusCode::OK, "ready\n").into_response()
+        // R-MN-2: still ready when stale; the detail says so.
+        let detail = api.drain.freshness().describe(crate::work::now_ms());
+        (StatusCode::OK, format!("ready\n{detail}\n")).into_response()
     } else {
         (
             StatusCode::SERVICE_UNAVAILABLE,

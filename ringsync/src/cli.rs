@@ -17,6 +17,8 @@ use tokio_util::sync::CancellationToken;
 use crate::api::AdminApi;
 use crate::config::{ConfigError, SiteConfig};
 use crate::gate::{self, GateError};
+use crate::migrate;
+use crate::node::{NodeIdentity, NodeRole};
 use crate::profile::{NewProfile, Profile, ProfilePatch, ProfileSet, ProfileState};
 use crate::state::DrainState;
 use crate::store::{self, StoreError};
@@ -47,6 +49,47 @@ pub enum Command {
     Status(StatusArgs),
     /// Serve the admin HTTP API.
     Serve(ServeArgs),
+    /// Copy the site's profiles from one store to another (idempotent).
+    Migrate(MigrateArgs),
+    /// The site's node registry (etcd store).
+    #[command(subcommand)]
+    Node(NodeCommand),
+}
+
+/// `migrate` options.
+#[derive(Debug, Args)]
+pub struct MigrateArgs {
+    /// The store to copy from.
+    #[arg(long, value_enum)]
+    pub from: migrate::Kind,
+    /// The store to copy to.
+    #[arg(long, value_enum)]
+    pub to: migrate::Kind,
+    /// The embedded file, when the site file names etcd (default
+    /// `<site>.profiles.json` next to the site file).
+    #[arg(long, value_name = "FILE")]
+    pub path: Option<PathBuf>,
+    /// An etcd client URL, when the site file names the embedded store (repeat for several).
+    #[arg(long = "endpoint", value_name = "URL")]
+    pub endpoints: Vec<String>,
+    /// The etcd key prefix (default: the site file's, or `/drain/<site>`).
+    #[arg(long)]
+    pub prefix: Option<String>,
+    /// Replace a target that already holds other profiles.
+    #[arg(long)]
+    pub overwrite: bool,
+}
+
+/// `node` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum NodeCommand {
+    /// List the registered nodes, live or not.
+    List,
+    /// Remove a node that is gone for good (its work no longer counts).
+    Forget {
+        /// The node's name.
+        node: String,
+    },
 }
 
 /// `profile` subcommands. Profiles are named by id or name.
@@ -159,6 +202,82 @@ pub async fn run(
         Command::Profile(cmd) => profile(&config, cmd, cli.json, out).await,
         Command::Status(args) => status(&config, args, cli.json, out).await,
         Command::Serve(args) => serve(config, args, out, shutdown).await,
+        Command::Migrate(args) => run_migrate(&config, args, out).await,
+        Command::Node(cmd) => node(&config, cmd, cli.json, out).await,
+    }
+}
+
+async fn run_migrate(
+    config: &Arc<SiteConfig>,
+    args: MigrateArgs,
+    out: &mut (dyn Write + Send),
+) -> Result<(), CliError> {
+    let at = migrate::Locations {
+        path: args.path,
+        endpoints: args.endpoints,
+        prefix: args.prefix,
+    };
+    let m = migrate::run(config, args.from, args.to, &at, args.overwrite).await?;
+    match m.outcome {
+        store::Imported::Copied { profiles } => writeln!(
+            out,
+            "copied {profiles} profile(s) at revision {} from {} to {}",
+            m.revision, m.from, m.to
+        )?,
+        store::Imported::AlreadyThere { profiles } => writeln!(
+            out,
+            "{} already holds these {profiles} profile(s); nothing written",
+            m.to
+        )?,
+    }
+    Ok(())
+}
+
+async fn node(
+    config: &SiteConfig,
+    cmd: NodeCommand,
+    json: bool,
+    out: &mut (dyn Write + Send),
+) -> Result<(), CliError> {
+    let store = store::open(config).await?;
+    let no_registry = || {
+        CliError::Usage(
+            "this site's store keeps no node registry (only the etcd store does)".into(),
+        )
+    };
+    match cmd {
+        NodeCommand::List => {
+            let nodes = store.nodes().await?.ok_or_else(no_registry)?;
+            if json {
+                return write_json(out, &nodes);
+            }
+            let now = crate::work::now_ms();
+            let rows: Vec<Vec<String>> = nodes
+                .iter()
+                .map(|n| {
+                    vec![
+                        n.id.node.clone(),
+                        n.id.role.to_string(),
+                        n.id.address.clone(),
+                        n.describe(now),
+                    ]
+                })
+                .collect();
+            write_table(out, &["NODE", "ROLE", "ADDRESS", "STATE"], &rows)
+        }
+        NodeCommand::Forget { node } => {
+            if !store.keeps_nodes() {
+                return Err(no_registry());
+            }
+            if store.forget_node(&node).await? {
+                writeln!(out, "forgot node {node}")?;
+                Ok(())
+            } else {
+                Err(CliError::Usage(format!(
+                    "no node named `{node}` is registered"
+                )))
+            }
+        }
     }
 }
 
@@ -308,6 +427,14 @@ async fn status(
     let set = store.list().await?;
     let state = DrainState::new(config.clone());
     state.set_profiles(set.clone());
+    // Several nodes (etcd): their registered reports, summed (R-ST-3).
+    if let Some(site) = crate::sitewide::read(store.as_ref(), &state, &set).await? {
+        return if json {
+            write_json(out, &site)
+        } else {
+            crate::sitewide::write_text(&site, out).map_err(CliError::Io)
+        };
+    }
     let addr = args.gate.unwrap_or(config.admin.gate_bind);
     let gate_err: Option<GateError> = match gate::fetch(addr, gate::DEFAULT_TIMEOUT).await {
         Ok(report) => {
@@ -378,6 +505,10 @@ async fn serve(
 ) -> Result<(), CliError> {
     let store = store::open(&config).await?;
     let state = DrainState::new(config.clone());
+    // What the store opened with (R-MN-2: possibly the view cache), before
+    // anything is served or published.
+    state.set_profiles(store.watch().borrow().clone());
+    state.set_freshness(store.freshness().borrow().clone());
     let follower = state.follow(store.clone(), shutdown.clone());
     let addr = args.bind.unwrap_or(config.admin.bind);
     let listener = tokio::net::TcpListener::bind(addr)
@@ -392,13 +523,35 @@ async fn serve(
     out.flush()?;
     tracing::info!(%local, site = %config.site.name, "serving admin API");
 
-    let gate_addr = args.gate.unwrap_or(config.admin.gate_bind);
-    let poller = tokio::spawn(poll_gate(gate_addr, state.clone(), shutdown.clone()));
+    let poller = if store.keeps_nodes() {
+        tokio::spawn(poll_registry(
+            store.clone(),
+            state.clone(),
+            shutdown.clone(),
+        ))
+    } else {
+        let gate_addr = args.gate.unwrap_or(config.admin.gate_bind);
+        tokio::spawn(poll_gate(gate_addr, state.clone(), shutdown.clone()))
+    };
+    let identity = NodeIdentity {
+        node: local.to_string(),
+        role: NodeRole::Ringsync,
+        address: local.to_string(),
+        started_ms: crate::work::now_ms(),
+    };
+    let publisher = crate::publish::spawn(
+        store.clone(),
+        state.clone(),
+        identity,
+        || None,
+        shutdown.clone(),
+    );
     let api = AdminApi::new(store, state);
     let result = crate::api::serve(listener, api, shutdown.clone()).await;
     shutdown.cancel();
     let _ = follower.await;
     let _ = poller.await;
+    let _ = publisher.await;
     result.map_err(CliError::Io)
 }
 
@@ -423,6 +576,37 @@ async fn poll_gate(addr: SocketAddr, state: Arc<DrainState>, shutdown: Cancellat
         was_ok = Some(ok);
     }
 }
+
+/// On a site with a node registry: the site-wide health and work of every
+/// instance, summed over the nodes' reports, every [`REGISTRY_POLL`] (R-ST-1).
+async fn poll_registry(
+    store: Arc<dyn store::Store>,
+    state: Arc<DrainState>,
+    shutdown: CancellationToken,
+) {
+    let mut tick = tokio::time::interval(REGISTRY_POLL);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let Ok(Some(nodes)) = store.nodes().await else {
+            continue;
+        };
+        let view = state.view();
+        let outcomes = crate::node::outcomes(&nodes, crate::work::now_ms());
+        for (i, st) in crate::work::sum(&view, &outcomes).iter().enumerate() {
+            state.set_health(i, st.health);
+            if let Some(w) = st.work {
+                state.set_work(i, w);
+            }
+        }
+    }
+}
+
+/// How often `serve` reads the node registry: slow enough that an idle
+/// `ringsync serve` stays well under one request a second on etcd.
+const REGISTRY_POLL: Duration = Duration::from_secs(5);
 
 fn write_table(
     out: &mut (dyn Write + Send),

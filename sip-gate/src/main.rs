@@ -1,6 +1,7 @@
 //! `sip-gate --config SITE.toml`: the drain-aware SIP proxy.
 //!
-//! Thin on purpose: config, tracing, metrics, store, gate, signal, drain.
+//! Thin on purpose: config, tracing, metrics, store, gate, registration,
+//! signal, drain.
 #![forbid(unsafe_code)]
 
 use std::path::PathBuf;
@@ -11,7 +12,10 @@ use anyhow::Context;
 use clap::Parser;
 use metrics_exporter_prometheus::PrometheusBuilder;
 use ringsync::config::SiteConfig;
+use ringsync::node::{NodeIdentity, NodeRole};
 use ringsync::state::DrainState;
+use ringsync::work::{self, InstanceWork, NodeKind, WorkCounts, WorkReport};
+use sip_gate::proxy::Core;
 use sip_gate::Gate;
 use tokio_util::sync::CancellationToken;
 
@@ -31,6 +35,10 @@ struct Args {
     /// How long a graceful stop may take.
     #[arg(long, default_value_t = 10)]
     drain_deadline_s: u64,
+    /// This node's name in the site's node registry (etcd store); unique on
+    /// the site. Default: the admin address.
+    #[arg(long)]
+    node: Option<String>,
 }
 
 #[tokio::main]
@@ -70,11 +78,36 @@ async fn main() -> anyhow::Result<()> {
         .await
         .context("opening the profile store")?;
     let drain = DrainState::new(Arc::new(config.clone()));
-    drain.set_profiles(store.list().await.context("reading profiles")?);
-    let follower = drain.follow(store, shutdown.clone());
+    // What the store opened with: from the store, or (R-MN-2) from the view
+    // cache while etcd is unreachable, stale and saying so.
+    drain.set_profiles(store.watch().borrow().clone());
+    let freshness = store.freshness().borrow().clone();
+    if freshness.is_stale() {
+        tracing::warn!("{}", freshness.describe(work::now_ms()));
+    }
+    drain.set_freshness(freshness);
+    let follower = drain.follow(store.clone(), shutdown.clone());
 
     let admin_addr = args.admin.unwrap_or(config.admin.gate_bind);
-    let gate = Gate::start(config, drain, shutdown.clone()).await?;
+    let gate = Gate::start(config, drain.clone(), shutdown.clone()).await?;
+    // R-ST-3: on a shared store, register and publish the work report.
+    let identity = NodeIdentity {
+        node: args.node.unwrap_or_else(|| admin_addr.to_string()),
+        role: NodeRole::Gate,
+        address: admin_addr.to_string(),
+        started_ms: work::now_ms(),
+    };
+    let published = CancellationToken::new();
+    let publisher = {
+        let (core, id) = (gate.core().clone(), identity.clone());
+        ringsync::publish::spawn(
+            store,
+            drain,
+            identity,
+            move || Some(work_report(&core, &id)),
+            published.clone(),
+        )
+    };
     let admin = tokio::net::TcpListener::bind(admin_addr)
         .await
         .with_context(|| format!("binding admin endpoint {admin_addr}"))?;
@@ -92,11 +125,52 @@ async fn main() -> anyhow::Result<()> {
         .shutdown(Duration::from_secs(args.drain_deadline_s))
         .await;
     let _ = admin_task.await;
+    // Withdrawn after the drain, so what work is left is recorded (R-ST-3).
+    published.cancel();
+    let _ = publisher.await;
     let _ = follower.await;
     if !clean {
         tracing::warn!("some tasks did not finish before the deadline");
     }
     Ok(())
+}
+
+/// The gate's work report for the registry: every SIP instance, with the
+/// open INVITE transactions and established calls routed through this gate.
+fn work_report(core: &Core, id: &NodeIdentity) -> WorkReport {
+    let view = core.view();
+    let book = core.work();
+    let instances = view
+        .instances()
+        .iter()
+        .enumerate()
+        .filter(|(_, iv)| NodeKind::Gate.counts(&iv.service))
+        .map(|(i, iv)| {
+            let w = book.get(i);
+            let counts = WorkCounts {
+                transactions: w.invites,
+                dialogs: w.dialogs,
+                ..Default::default()
+            };
+            let work = InstanceWork {
+                health: iv.health,
+                counts,
+                ..Default::default()
+            };
+            (iv.id.clone(), work)
+        })
+        .collect();
+    WorkReport {
+        site: view.config().site.name.clone(),
+        node: id.node.clone(),
+        kind: NodeKind::Gate,
+        scope: "open INVITE transactions and established calls routed through this gate".into(),
+        started_ms: id.started_ms,
+        generated_ms: work::now_ms(),
+        revision: view.revision(),
+        generation: view.generation(),
+        instances,
+    }
 }
 
 async fn wait_for_signal() {

@@ -21,7 +21,7 @@ use futures::future::BoxFuture;
 use tokio::sync::watch;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-use super::{new_id, Change, Freshness, Store, StoreError};
+use super::{new_id, Change, Freshness, Imported, Store, StoreError};
 use crate::config::{SiteConfig, StoreConfig};
 use crate::profile::{NewProfile, Profile, ProfilePatch, ProfileSet, ProfileState};
 
@@ -154,6 +154,30 @@ impl Store for EmbeddedStore {
     fn freshness(&self) -> watch::Receiver<Freshness> {
         self.inner.fresh.subscribe()
     }
+
+    fn import(
+        &self,
+        set: ProfileSet,
+        overwrite: bool,
+    ) -> BoxFuture<'_, Result<Imported, StoreError>> {
+        let inner = self.inner.clone();
+        Box::pin(async move {
+            let src = super::checked_import(&inner.config, set)?;
+            let (set, imported) = blocking(move || {
+                inner.mutate_set(|cur| {
+                    let (next, imported) = super::merge_import(cur, &src, overwrite)?;
+                    let write = next.is_some();
+                    if let Some(n) = next {
+                        *cur = n;
+                    }
+                    Ok((imported, write))
+                })
+            })
+            .await??;
+            self.inner.publish(set);
+            Ok(imported)
+        })
+    }
 }
 
 // === impl Inner ===
@@ -186,6 +210,20 @@ impl Inner {
         &self,
         make: impl FnOnce(&ProfileSet) -> Change,
     ) -> Result<(Arc<ProfileSet>, Profile), StoreError> {
+        self.mutate_set(|set| {
+            let change = make(set);
+            let profile = change.apply(&self.config, set)?;
+            set.revision += 1;
+            Ok((profile, true))
+        })
+    }
+
+    /// Lock, re-read, let `edit` change the set (it says whether to write),
+    /// write atomically. Blocking.
+    fn mutate_set<T>(
+        &self,
+        edit: impl FnOnce(&mut ProfileSet) -> Result<(T, bool), StoreError>,
+    ) -> Result<(Arc<ProfileSet>, T), StoreError> {
         let io = |path: &Path| {
             let path = path.to_owned();
             move |source| StoreError::Io { path, source }
@@ -201,9 +239,10 @@ impl Inner {
         fs4::FileExt::lock(&lock).map_err(io(&self.lock_path))?;
 
         let (mut set, _) = read_file(&self.path)?;
-        let change = make(&set);
-        let profile = change.apply(&self.config, &mut set)?;
-        set.revision += 1;
+        let (out, write) = edit(&mut set)?;
+        if !write {
+            return Ok((Arc::new(set), out));
+        }
 
         let mut bytes =
             serde_json::to_vec_pretty(&set).map_err(|e| StoreError::Task(e.to_string()))?;
@@ -219,7 +258,7 @@ impl Inner {
             .and_then(|d| d.sync_all())
             .map_err(io(&dir))?;
         drop(lock);
-        Ok((Arc::new(set), profile))
+        Ok((Arc::new(set), out))
     }
 }
 

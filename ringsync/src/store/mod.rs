@@ -169,6 +169,16 @@ pub trait Store: Send + Sync + 'static {
     fn nodes(&self) -> BoxFuture<'_, Result<Option<Vec<NodeEntry>>, StoreError>> {
         Box::pin(async { Ok(None) })
     }
+    /// Copies a whole profile set in (`ringsync migrate`): every profile is
+    /// checked as a create would be (R-PR-1), ids kept. Idempotent: a target
+    /// that already holds these profiles is left as it is. A target holding
+    /// other profiles is refused with [`StoreError::Conflict`] unless
+    /// `overwrite`.
+    fn import(
+        &self,
+        set: ProfileSet,
+        overwrite: bool,
+    ) -> BoxFuture<'_, Result<Imported, StoreError>>;
     /// Removes a node that is gone for good from the registry; false if it
     /// was not registered.
     fn forget_node(&self, _node: &str) -> BoxFuture<'_, Result<bool, StoreError>> {
@@ -178,6 +188,81 @@ pub trait Store: Send + Sync + 'static {
             ))
         })
     }
+}
+
+/// What [`Store::import`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Imported {
+    /// The profiles were written.
+    Copied {
+        /// How many.
+        profiles: usize,
+    },
+    /// The target already held exactly these profiles; nothing written.
+    AlreadyThere {
+        /// How many.
+        profiles: usize,
+    },
+}
+
+/// Checks every profile of an imported set as a create would (R-PR-1,
+/// names), keeping ids, states and the revision.
+pub fn checked_import(config: &SiteConfig, set: ProfileSet) -> Result<ProfileSet, StoreError> {
+    let mut out = ProfileSet {
+        revision: set.revision,
+        profiles: Vec::with_capacity(set.profiles.len()),
+    };
+    for p in set.profiles {
+        if out.find(&p.id).is_some() {
+            return Err(StoreError::Corrupt {
+                path: config.path.clone(),
+                detail: format!("profile id `{}` appears twice in the source", p.id),
+            });
+        }
+        let new = NewProfile {
+            name: p.name,
+            description: p.description,
+            servers: p.servers,
+            state: p.state,
+        };
+        Change::Create { id: p.id, new }.apply(config, &mut out)?;
+    }
+    Ok(out)
+}
+
+/// What to write for an import of `src` over `cur`: `None` when `cur`
+/// already holds it. The revision never goes back, so every node sees the
+/// import as a change.
+pub fn merge_import(
+    cur: &ProfileSet,
+    src: &ProfileSet,
+    overwrite: bool,
+) -> Result<(Option<ProfileSet>, Imported), StoreError> {
+    let profiles = src.profiles.len();
+    if cur.profiles == src.profiles {
+        return Ok((None, Imported::AlreadyThere { profiles }));
+    }
+    if !cur.profiles.is_empty() && !overwrite {
+        return Err(StoreError::Conflict {
+            id: "(profile set)".into(),
+            detail: format!(
+                "the target already holds {} other profile(s) at revision {}; \
+                 refusing to overwrite them (pass --overwrite to replace them)",
+                cur.profiles.len(),
+                cur.revision
+            ),
+        });
+    }
+    let revision = if cur.revision == 0 && cur.profiles.is_empty() {
+        src.revision
+    } else {
+        src.revision.max(cur.revision + 1)
+    };
+    let next = ProfileSet {
+        revision,
+        profiles: src.profiles.clone(),
+    };
+    Ok((Some(next), Imported::Copied { profiles }))
 }
 
 static ERRORS: AtomicU64 = AtomicU64::new(0);

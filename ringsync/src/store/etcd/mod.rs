@@ -44,7 +44,7 @@ use futures::future::BoxFuture;
 use tokio::sync::watch;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-use super::{cache, new_id, Change, Freshness, Store, StoreError};
+use super::{cache, new_id, Change, Freshness, Imported, Store, StoreError};
 use crate::config::{SiteConfig, StoreConfig};
 use crate::node::{NodeEntry, NodeRecord};
 use crate::profile::{NewProfile, Profile, ProfilePatch, ProfileSet, ProfileState};
@@ -196,6 +196,26 @@ impl EtcdStore {
         &self.inner.prefix
     }
 
+    async fn import_once(&self, set: ProfileSet, overwrite: bool) -> Result<Imported, StoreError> {
+        let src = super::checked_import(&self.inner.config, set)?;
+        let cur = self.inner.read_retrying().await?;
+        let (next, imported) = super::merge_import(&cur.set, &src, overwrite)?;
+        let Some(next) = next else {
+            return Ok(imported);
+        };
+        match self.inner.swap(cur.mod_revision, &next).await? {
+            Swap::Done { mod_revision } => {
+                self.inner.apply(next, mod_revision);
+                Ok(imported)
+            }
+            Swap::Lost(fresh) if fresh.set == next => Ok(imported),
+            Swap::Lost(_) => Err(StoreError::Conflict {
+                id: "(profile set)".into(),
+                detail: "the target changed during the import".into(),
+            }),
+        }
+    }
+
     fn change(
         &self,
         make: impl Fn(&ProfileSet) -> Change + Send + Sync + 'static,
@@ -259,6 +279,23 @@ impl Store for EtcdStore {
 
     fn freshness(&self) -> watch::Receiver<Freshness> {
         self.inner.fresh.subscribe()
+    }
+
+    fn import(
+        &self,
+        set: ProfileSet,
+        overwrite: bool,
+    ) -> BoxFuture<'_, Result<Imported, StoreError>> {
+        Box::pin(async move {
+            tokio::time::timeout(WRITE_DEADLINE, self.import_once(set, overwrite))
+                .await
+                .unwrap_or_else(|_| {
+                    Err(self.inner.unavailable(format!(
+                        "no answer within {WRITE_DEADLINE:?}; the import may or may not have \
+                         been written: run it again (it is idempotent)"
+                    )))
+                })
+        })
     }
 
     fn keeps_nodes(&self) -> bool {
