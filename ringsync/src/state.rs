@@ -100,10 +100,12 @@ impl DrainState {
         if *inputs.profiles == *p {
             return;
         }
+        let revision = p.revision;
         inputs.profiles = p;
         self.rebuild(&mut inputs);
         self.updates.fetch_add(1, Ordering::Relaxed);
         metrics::counter!("ringsync_profile_updates_applied_total").increment(1);
+        metrics::gauge!("ringsync_view_revision").set(revision as f64);
     }
 
     /// How many different profile sets this state has applied: a change
