@@ -25,7 +25,8 @@ use testbed::etcd::metric_value;
 use testbed::Etcd;
 use tokio_util::sync::CancellationToken;
 
-const SITE: &str = "[site]\nname = \"bench\"\n[[server]]\nname = \"srv-a\"\n[[server]]\nname = \"srv-b\"\n\
+const SITE: &str =
+    "[site]\nname = \"bench\"\n[[server]]\nname = \"srv-a\"\n[[server]]\nname = \"srv-b\"\n\
 [[instance]]\nid = \"sg-a\"\nservice = \"sg\"\nserver = \"srv-a\"\nsip = \"127.0.0.1:5071\"\n\
 [[instance]]\nid = \"sg-b\"\nservice = \"sg\"\nserver = \"srv-b\"\nsip = \"127.0.0.1:5072\"\n";
 const PREFIX: &str = "/drain/bench";
@@ -69,12 +70,9 @@ async fn run(etcd: &Etcd, dir: &Path, changes: usize, idle_s: u64) {
     // Three nodes, each on its own member, as a gate runs them.
     let shutdown = CancellationToken::new();
     let mut nodes = Vec::new();
-    for k in 0..3 {
-        let store: Arc<dyn Store> = Arc::new(
-            open(vec![all[k].clone()], &format!("n{k}"))
-                .await
-                .unwrap(),
-        );
+    for (k, member) in all.iter().enumerate() {
+        let store: Arc<dyn Store> =
+            Arc::new(open(vec![member.clone()], &format!("n{k}")).await.unwrap());
         let state = DrainState::new(config.clone());
         state.follow(store.clone(), shutdown.clone());
         let id = NodeIdentity {
@@ -131,7 +129,9 @@ async fn run(etcd: &Etcd, dir: &Path, changes: usize, idle_s: u64) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     last_node.sort();
-    let pct = |p: f64| last_node[((last_node.len() as f64 * p).ceil() as usize).clamp(1, last_node.len()) - 1];
+    let pct = |p: f64| {
+        last_node[((last_node.len() as f64 * p).ceil() as usize).clamp(1, last_node.len()) - 1]
+    };
 
     // === idle load ===
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -145,14 +145,26 @@ async fn run(etcd: &Etcd, dir: &Path, changes: usize, idle_s: u64) {
     println!("| measure | value |");
     println!("|---|---|");
     println!("| changes | {changes} (activate/deactivate, one after another) |");
-    println!("| ack → applied on the last of 3 nodes, p50 | {:.1} ms |", ms(pct(0.50)));
-    println!("| ack → applied on the last of 3 nodes, p99 | {:.1} ms |", ms(pct(0.99)));
-    println!("| ack → applied on the last of 3 nodes, max | {:.1} ms |", ms(pct(1.0)));
+    println!(
+        "| ack → applied on the last of 3 nodes, p50 | {:.1} ms |",
+        ms(pct(0.50))
+    );
+    println!(
+        "| ack → applied on the last of 3 nodes, p99 | {:.1} ms |",
+        ms(pct(0.99))
+    );
+    println!(
+        "| ack → applied on the last of 3 nodes, max | {:.1} ms |",
+        ms(pct(1.0))
+    );
     println!("| idle window | {secs:.0} s |");
     for (method, n) in &after {
         let d = n - before.get(method).copied().unwrap_or(0.0);
         if d > 0.0 {
-            println!("| idle gRPC messages received, {method} | {:.3} /s for 3 nodes |", d / secs);
+            println!(
+                "| idle gRPC messages received, {method} | {:.3} /s for 3 nodes |",
+                d / secs
+            );
         }
     }
     let total: f64 = after.values().sum::<f64>() - before.values().sum::<f64>();

@@ -1,144 +1,124 @@
-//! Site-wide status from a store's node registry (R-ST-1, R-ST-3, R-MN-2):
-//! every registered node with its liveness and freshness, and every
-//! instance's state from the sum of the nodes' work reports.
+//! The nodes of a site with a node registry (etcd), as status sums them
+//! (R-ST-1, R-ST-3, R-MN-2): every registered node that reports work
+//! becomes one answer and one outcome of a [`Round`], whether it is live
+//! (its published report), expired or departed (the reason, so its
+//! instances stay unknown and never `drained`).
 //!
-//! Used by `ringsync status` on a store that keeps nodes (etcd); on the
-//! embedded store status asks the nodes' admin addresses instead.
+//! On the embedded store there is no registry: status asks the nodes' admin
+//! addresses instead ([`crate::status::ask_all`]).
 
-use std::io::Write;
+use std::net::SocketAddr;
 
-use serde::Serialize;
+use crate::node::{Liveness, NodeEntry};
+use crate::status::{NodeAnswer, Round};
+use crate::store::{Store, StoreError};
+use crate::work;
 
-use crate::node::{self, NodeEntry};
-use crate::profile::ProfileSet;
-use crate::state::DrainState;
-use crate::store::{Freshness, Store, StoreError};
-use crate::work::{self, InstanceStatus};
-
-/// What `ringsync status` shows on a site with a node registry.
-#[derive(Debug, Clone, Serialize)]
-pub struct SiteStatus {
-    /// Site name.
-    pub site: String,
-    /// Profile revision.
-    pub revision: u64,
-    /// Servers in the drain zone.
-    pub drain_zone: Vec<String>,
-    /// Whether the profiles read are current.
-    pub store: Freshness,
-    /// Every registered node.
-    pub nodes: Vec<NodeEntry>,
-    /// Every instance, summed over the nodes (R-ST-3).
-    pub instances: Vec<InstanceStatus>,
+/// One round from the store's registry; `None` when it keeps none.
+pub async fn round(store: &dyn Store) -> Result<Option<Round>, StoreError> {
+    Ok(store
+        .nodes()
+        .await?
+        .map(|entries| from_entries(&entries, work::now_ms())))
 }
 
-/// Reads profiles and the registry; `None` when the store keeps no registry.
-pub async fn read(
-    store: &dyn Store,
-    state: &DrainState,
-    set: &ProfileSet,
-) -> Result<Option<SiteStatus>, StoreError> {
-    let Some(nodes) = store.nodes().await? else {
-        return Ok(None);
-    };
-    let now = work::now_ms();
-    let view = state.view();
-    let instances = work::sum(&view, &node::outcomes(&nodes, now));
-    Ok(Some(SiteStatus {
-        site: view.config().site.name.clone(),
-        revision: set.revision,
-        drain_zone: view.drain_zone().iter().cloned().collect(),
-        store: store.freshness().borrow().clone(),
-        nodes,
-        instances,
-    }))
+/// The round these registry entries make (nodes that report no work, such
+/// as `ringsync serve`, are left out).
+pub fn from_entries(entries: &[NodeEntry], now_ms: u64) -> Round {
+    let mut round = Round::default();
+    for e in entries {
+        let Some(outcome) = e.outcome(now_ms) else {
+            continue;
+        };
+        let addr =
+            e.id.address
+                .parse()
+                .unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0)));
+        let answer = match (&e.liveness, &outcome.report) {
+            (Liveness::Live { record }, Ok(r)) => NodeAnswer {
+                kind: outcome.kind,
+                addr,
+                node: Some(e.id.node.clone()),
+                revision: Some(r.revision),
+                started_ms: Some(r.started_ms),
+                error: None,
+                stale_since_ms: record.freshness.stale_since_ms,
+            },
+            (_, report) => NodeAnswer {
+                kind: outcome.kind,
+                addr,
+                node: Some(e.id.node.clone()),
+                revision: None,
+                started_ms: Some(e.id.started_ms),
+                error: report.as_ref().err().cloned(),
+                stale_since_ms: None,
+            },
+        };
+        round.answers.push(answer);
+        round.outcomes.push(outcome);
+    }
+    round
 }
 
-/// The table form.
-pub fn write_text(s: &SiteStatus, out: &mut (dyn Write + Send)) -> std::io::Result<()> {
-    let now = work::now_ms();
-    writeln!(
-        out,
-        "site {}, profile revision {}, drain zone: {}",
-        s.site,
-        s.revision,
-        if s.drain_zone.is_empty() {
-            "(empty)".to_owned()
-        } else {
-            s.drain_zone.join(", ")
-        }
-    )?;
-    writeln!(out, "{}", s.store.describe(now))?;
-    let rows: Vec<Vec<String>> = s
-        .instances
-        .iter()
-        .map(|i| {
-            vec![
-                i.id.clone(),
-                i.service.to_string(),
-                i.server.clone(),
-                i.zone.as_str().to_owned(),
-                i.state.to_string(),
-                i.work
-                    .map_or_else(|| format!("≥{}", i.counts.total()), |w| w.to_string()),
-                i.eta
-                    .until_ms()
-                    .map_or_else(String::new, |t| work::in_words(t, now)),
-            ]
-        })
-        .collect();
-    table(
-        out,
-        &[
-            "INSTANCE", "SERVICE", "SERVER", "ZONE", "STATE", "WORK", "ETA",
-        ],
-        &rows,
-    )?;
-    writeln!(out)?;
-    let rows: Vec<Vec<String>> = s
-        .nodes
-        .iter()
-        .map(|n| {
-            vec![
-                n.id.node.clone(),
-                n.id.role.to_string(),
-                n.id.address.clone(),
-                n.describe(now),
-            ]
-        })
-        .collect();
-    table(out, &["NODE", "ROLE", "ADDRESS", "STATE"], &rows)?;
-    for i in &s.instances {
-        for u in &i.unknown {
-            writeln!(out, "note: {}: work unknown: {u}", i.id)?;
-        }
+/// A round in which the registry could not be read: every node known from
+/// `last` is unknown for that reason (R-ST-3: a missing report never makes
+/// an instance `drained`).
+pub fn unreadable(last: &Round, why: &StoreError) -> Round {
+    let reason = format!("node registry unreadable: {why}");
+    let mut round = last.clone();
+    for a in &mut round.answers {
+        a.error = Some(reason.clone());
+        a.revision = None;
     }
-    Ok(())
+    for o in &mut round.outcomes {
+        o.report = Err(reason.clone());
+    }
+    round
 }
 
-fn table(
-    out: &mut (dyn Write + Send),
-    header: &[&str],
-    rows: &[Vec<String>],
-) -> std::io::Result<()> {
-    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
-    for row in rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::node::{Departure, NodeIdentity, NodeRole};
+
+    fn entry(node: &str, role: NodeRole, liveness: Liveness) -> NodeEntry {
+        NodeEntry {
+            id: NodeIdentity {
+                node: node.into(),
+                role,
+                address: "127.0.0.1:9091".into(),
+                started_ms: 5,
+            },
+            liveness,
         }
     }
-    let line = |cells: Vec<&str>| {
-        let mut s = String::new();
-        for (c, w) in cells.iter().zip(&widths) {
-            let pad = w.saturating_sub(c.chars().count());
-            s.push_str(c);
-            s.push_str(&" ".repeat(pad + 2));
-        }
-        s.trim_end().to_owned()
-    };
-    writeln!(out, "{}", line(header.to_vec()))?;
-    for row in rows {
-        writeln!(out, "{}", line(row.iter().map(String::as_str).collect()))?;
+
+    #[test]
+    fn r_st_3_every_registered_work_node_is_an_outcome() {
+        let entries = [
+            entry("g1", NodeRole::Gate, Liveness::Expired),
+            entry(
+                "g2",
+                NodeRole::Gate,
+                Liveness::Left {
+                    departure: Departure { at_ms: 0, work: 2 },
+                },
+            ),
+            entry("rs", NodeRole::Ringsync, Liveness::Expired),
+        ];
+        let r = from_entries(&entries, 1_000);
+        assert_eq!(r.answers.len(), 2, "ringsync reports no work");
+        assert!(r.outcomes.iter().all(|o| o.report.is_err()));
+        assert!(r.answers[0]
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("lease expired"));
+        let down = unreadable(&r, &StoreError::Task("x".into()));
+        assert!(down.outcomes[0]
+            .report
+            .as_ref()
+            .unwrap_err()
+            .starts_with("node registry unreadable"));
     }
-    Ok(())
 }

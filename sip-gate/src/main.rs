@@ -14,8 +14,7 @@ use metrics_exporter_prometheus::PrometheusBuilder;
 use ringsync::config::SiteConfig;
 use ringsync::node::{NodeIdentity, NodeRole};
 use ringsync::state::DrainState;
-use ringsync::work::{self, InstanceWork, NodeKind, WorkCounts, WorkReport};
-use sip_gate::proxy::Core;
+use sip_gate::admin::NodeInfo;
 use sip_gate::Gate;
 use tokio_util::sync::CancellationToken;
 
@@ -32,18 +31,19 @@ struct Args {
     /// Admin HTTP address (/metrics, /v1/work); overrides `admin.gate_bind`.
     #[arg(long)]
     admin: Option<std::net::SocketAddr>,
+    /// This gate's name in its work report and, on an etcd store, in the
+    /// site's node registry; unique on the site (default: its admin address).
+    #[arg(long, value_name = "NAME")]
+    node: Option<String>,
     /// How long a graceful stop may take.
     #[arg(long, default_value_t = 10)]
     drain_deadline_s: u64,
-    /// This node's name in the site's node registry (etcd store); unique on
-    /// the site. Default: the admin address.
-    #[arg(long)]
-    node: Option<String>,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    let started_ms = ringsync::work::now_ms();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
@@ -83,38 +83,44 @@ async fn main() -> anyhow::Result<()> {
     drain.set_profiles(store.watch().borrow().clone());
     let freshness = store.freshness().borrow().clone();
     if freshness.is_stale() {
-        tracing::warn!("{}", freshness.describe(work::now_ms()));
+        tracing::warn!("{}", freshness.describe(ringsync::work::now_ms()));
     }
     drain.set_freshness(freshness);
     let follower = drain.follow(store.clone(), shutdown.clone());
 
     let admin_addr = args.admin.unwrap_or(config.admin.gate_bind);
     let gate = Gate::start(config, drain.clone(), shutdown.clone()).await?;
-    // R-ST-3: on a shared store, register and publish the work report.
-    let identity = NodeIdentity {
-        node: args.node.unwrap_or_else(|| admin_addr.to_string()),
-        role: NodeRole::Gate,
-        address: admin_addr.to_string(),
-        started_ms: work::now_ms(),
+    let admin = tokio::net::TcpListener::bind(admin_addr)
+        .await
+        .with_context(|| format!("binding admin endpoint {admin_addr}"))?;
+    let admin_addr = admin.local_addr()?;
+    let node = NodeInfo {
+        name: args.node.unwrap_or_else(|| admin_addr.to_string()),
+        started_ms,
     };
+    tracing::info!(%admin_addr, node = %node.name, "admin endpoint (/metrics, /v1/work)");
+    // R-ST-3: on a shared store (etcd), register and publish the same report.
     let published = CancellationToken::new();
     let publisher = {
-        let (core, id) = (gate.core().clone(), identity.clone());
+        let (core, info) = (gate.core().clone(), node.clone());
+        let identity = NodeIdentity {
+            node: node.name.clone(),
+            role: NodeRole::Gate,
+            address: admin_addr.to_string(),
+            started_ms,
+        };
         ringsync::publish::spawn(
             store,
             drain,
             identity,
-            move || Some(work_report(&core, &id)),
+            move || Some(sip_gate::admin::report(&core, &info)),
             published.clone(),
         )
     };
-    let admin = tokio::net::TcpListener::bind(admin_addr)
-        .await
-        .with_context(|| format!("binding admin endpoint {admin_addr}"))?;
-    tracing::info!(%admin_addr, "admin endpoint (/metrics, /v1/work)");
     let admin_task = tokio::spawn(sip_gate::admin::serve(
         admin,
         gate.core().clone(),
+        node,
         Some(prometheus),
         shutdown.clone(),
     ));
@@ -133,44 +139,6 @@ async fn main() -> anyhow::Result<()> {
         tracing::warn!("some tasks did not finish before the deadline");
     }
     Ok(())
-}
-
-/// The gate's work report for the registry: every SIP instance, with the
-/// open INVITE transactions and established calls routed through this gate.
-fn work_report(core: &Core, id: &NodeIdentity) -> WorkReport {
-    let view = core.view();
-    let book = core.work();
-    let instances = view
-        .instances()
-        .iter()
-        .enumerate()
-        .filter(|(_, iv)| NodeKind::Gate.counts(&iv.service))
-        .map(|(i, iv)| {
-            let w = book.get(i);
-            let counts = WorkCounts {
-                transactions: w.invites,
-                dialogs: w.dialogs,
-                ..Default::default()
-            };
-            let work = InstanceWork {
-                health: iv.health,
-                counts,
-                ..Default::default()
-            };
-            (iv.id.clone(), work)
-        })
-        .collect();
-    WorkReport {
-        site: view.config().site.name.clone(),
-        node: id.node.clone(),
-        kind: NodeKind::Gate,
-        scope: "open INVITE transactions and established calls routed through this gate".into(),
-        started_ms: id.started_ms,
-        generated_ms: work::now_ms(),
-        revision: view.revision(),
-        generation: view.generation(),
-        instances,
-    }
 }
 
 async fn wait_for_signal() {

@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 use common::{ip, server_addr, site};
 use ringsync::api::{self, AdminApi};
 use ringsync::state::DrainState;
+use ringsync::status::NodeBoard;
 use ringsync::store::{EtcdStore, Store};
 use ringsync::view::InstanceState;
 use testbed::etcd::{http_get, metric_value};
@@ -196,10 +197,11 @@ impl Site {
     async fn sg0(&self) -> (InstanceState, Option<u64>, Vec<String>) {
         let set = self.store.list().await.unwrap();
         self.state.set_profiles(set.clone());
-        let s = ringsync::sitewide::read(self.store.as_ref(), &self.state, &set)
+        let round = ringsync::sitewide::round(self.store.as_ref())
             .await
             .unwrap()
             .expect("etcd keeps a registry");
+        let s = round.status(&self.state.view());
         let i = &s.instances[0];
         (i.state, i.work, i.unknown.clone())
     }
@@ -284,7 +286,9 @@ async fn start_site(dir: &Path, etcd: &Etcd) -> Site {
         .await
         .unwrap();
     let api_addr = listener.local_addr().unwrap();
-    let api = AdminApi::new(store.clone(), state.clone());
+    let board = NodeBoard::from_registry("mn", store.clone());
+    tokio::spawn(board.clone().run(Duration::from_secs(5), shutdown.clone()));
+    let api = AdminApi::new(store.clone(), state.clone(), board);
     tokio::spawn(api::serve(listener, api, shutdown.clone()));
     Site {
         gates,
