@@ -37,9 +37,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, GetResponse, KeyValue, Txn, TxnOp, TxnOpResponse,
-};
+use etcd_client::{Client, ConnectOptions, GetResponse, KeyValue};
 use futures::future::BoxFuture;
 use tokio::sync::watch;
 use tokio_util::sync::{CancellationToken, DropGuard};
@@ -52,6 +50,7 @@ use crate::work::now_ms;
 
 mod follow;
 mod registry;
+mod write;
 
 /// Time allowed for one request to etcd.
 pub const RPC_TIMEOUT: Duration = Duration::from_secs(2);
@@ -194,26 +193,6 @@ impl EtcdStore {
     /// The key prefix of the site.
     pub fn prefix(&self) -> &str {
         &self.inner.prefix
-    }
-
-    async fn import_once(&self, set: ProfileSet, overwrite: bool) -> Result<Imported, StoreError> {
-        let src = super::checked_import(&self.inner.config, set)?;
-        let cur = self.inner.read_retrying().await?;
-        let (next, imported) = super::merge_import(&cur.set, &src, overwrite)?;
-        let Some(next) = next else {
-            return Ok(imported);
-        };
-        match self.inner.swap(cur.mod_revision, &next).await? {
-            Swap::Done { mod_revision } => {
-                self.inner.apply(next, mod_revision);
-                Ok(imported)
-            }
-            Swap::Lost(fresh) if fresh.set == next => Ok(imported),
-            Swap::Lost(_) => Err(StoreError::Conflict {
-                id: "(profile set)".into(),
-                detail: "the target changed during the import".into(),
-            }),
-        }
     }
 
     fn change(
@@ -403,82 +382,6 @@ impl Inner {
         })
     }
 
-    /// The compare-and-swap write loop (see the module docs).
-    async fn write(
-        &self,
-        make: &(impl Fn(&ProfileSet) -> Change + Sync),
-    ) -> Result<Profile, StoreError> {
-        let mut base = self.read_retrying().await?;
-        for _ in 0..MAX_ATTEMPTS {
-            let change = make(&base.set);
-            let target = change.target(&base.set);
-            let mut next = base.set.clone();
-            let profile = change.apply(&self.config, &mut next)?;
-            next.revision += 1;
-            let fresh = match self.swap(base.mod_revision, &next).await? {
-                Swap::Done { mod_revision } => {
-                    self.apply(next, mod_revision);
-                    return Ok(profile);
-                }
-                Swap::Lost(fresh) => fresh,
-            };
-            // Our own earlier attempt (cut off before its answer) or an
-            // identical change: the outcome holds, once.
-            if fresh.set == next {
-                self.apply(fresh.set, fresh.mod_revision);
-                return Ok(profile);
-            }
-            if let Some(id) = target {
-                if fresh.set.find(&id) != base.set.find(&id) {
-                    self.apply(fresh.set, fresh.mod_revision);
-                    return Err(StoreError::Conflict {
-                        id,
-                        detail: "another writer changed this profile at the same time".into(),
-                    });
-                }
-            }
-            base = fresh;
-        }
-        Err(StoreError::Conflict {
-            id: "(profile set)".into(),
-            detail: format!("the profile set changed under {MAX_ATTEMPTS} attempts in a row"),
-        })
-    }
-
-    /// Writes `next` if the document is still at `expect`. Transport
-    /// failures are retried: the compare makes a repeat harmless.
-    async fn swap(&self, expect: u64, next: &ProfileSet) -> Result<Swap, StoreError> {
-        let key = self.keys.profiles.as_str();
-        let mut bytes = serde_json::to_vec(next).map_err(|e| StoreError::Task(e.to_string()))?;
-        bytes.push(b'\n');
-        let txn = Txn::new()
-            .when([Compare::mod_revision(key, CompareOp::Equal, expect as i64)])
-            .and_then([TxnOp::put(key, bytes, None)])
-            .or_else([TxnOp::get(key, None)]);
-        let mut backoff = Duration::from_millis(50);
-        let resp = loop {
-            let mut kv = self.client.kv_client();
-            match self.rpc("writing profiles", kv.txn(txn.clone())).await {
-                Ok(r) => break r,
-                Err(e) => {
-                    tracing::warn!(error = %e, "profile write failed; retrying (compare-and-swap keeps it single)");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_millis(800));
-                }
-            }
-        };
-        if resp.succeeded() {
-            let rev = resp.header().map_or(0, |h| h.revision()).max(0) as u64;
-            return Ok(Swap::Done { mod_revision: rev });
-        }
-        for r in resp.op_responses() {
-            if let TxnOpResponse::Get(g) = r {
-                return Ok(Swap::Lost(self.doc_of(&g)?));
-            }
-        }
-        Err(self.unavailable("compare failed and etcd returned no current value"))
-    }
-
     /// Publishes a document version if it is newer than the one applied,
     /// so every version reaches watchers once and never out of order.
     pub(crate) fn apply(&self, set: ProfileSet, mod_revision: u64) -> bool {
@@ -577,9 +480,4 @@ impl Inner {
     fn cache_source(&self) -> String {
         format!("etcd {}", self.prefix)
     }
-}
-
-enum Swap {
-    Done { mod_revision: u64 },
-    Lost(Doc),
 }
