@@ -1,7 +1,7 @@
 //! `sip-gate --config SITE.toml`: the drain-aware SIP proxy.
 //!
 //! Thin on purpose: config, tracing, metrics, store, gate, registration,
-//! signal, drain.
+//! signal, stop.
 #![forbid(unsafe_code)]
 
 use std::path::PathBuf;
@@ -35,23 +35,43 @@ struct Args {
     /// site's node registry; unique on the site (default: its admin address).
     #[arg(long, value_name = "NAME")]
     node: Option<String>,
-    /// How long a graceful stop may take.
+    /// How long the stop may take (loops ending, threads joined).
     #[arg(long, default_value_t = 10)]
     drain_deadline_s: u64,
+    /// Log lines as text (for people) or JSON (one object a line, with the
+    /// fields of the span they are in: call_id, branch, instance).
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Logs to stderr, filtered by `RUST_LOG` (default `info`).
+fn init_logs(format: LogFormat) {
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => logs.json().init(),
+        // Colours only on a terminal: log files and journald get plain text.
+        LogFormat::Text => logs
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+    }
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let started_ms = ringsync::work::now_ms();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        // Colours only on a terminal: log files and journald get plain text.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    init_logs(args.log_format);
 
     let config = match SiteConfig::load(&args.config) {
         Ok(c) => c,
@@ -126,7 +146,8 @@ async fn main() -> anyhow::Result<()> {
     ));
 
     wait_for_signal().await;
-    tracing::info!("stopping: no new messages, finishing what is in flight");
+    // Every loop stops at once: transactions in flight are not waited for.
+    tracing::info!("stopping: closing listeners and connections");
     let clean = gate
         .shutdown(Duration::from_secs(args.drain_deadline_s))
         .await;

@@ -1,6 +1,7 @@
 //! The binary's edges: `--check` validates a site file and names the file,
 //! line and field of what is wrong; the example site starts and stops
-//! cleanly on SIGTERM.
+//! cleanly on SIGTERM; `--log-format json` writes one JSON object a line,
+//! with the transaction span's fields.
 
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -143,6 +144,17 @@ fn example_gate(
     sg_prefix: &str,
     stderr: Stdio,
 ) -> (tempfile::TempDir, std::path::PathBuf, std::process::Child) {
+    example_gate_with(gate_ip, sg_prefix, stderr, &[], None)
+}
+
+/// [`example_gate`] with extra arguments and a `RUST_LOG` filter.
+fn example_gate_with(
+    gate_ip: &str,
+    sg_prefix: &str,
+    stderr: Stdio,
+    args: &[&str],
+    rust_log: Option<&str>,
+) -> (tempfile::TempDir, std::path::PathBuf, std::process::Child) {
     let dir = tempfile::tempdir().unwrap();
     let text = std::fs::read_to_string(example())
         .unwrap()
@@ -150,13 +162,12 @@ fn example_gate(
         .replace("127.0.1.", sg_prefix);
     let site = dir.path().join("site.toml");
     std::fs::write(&site, text).unwrap();
-    let child = Command::new(GATE)
-        .arg("--config")
-        .arg(&site)
-        .stdout(Stdio::null())
-        .stderr(stderr)
-        .spawn()
-        .unwrap();
+    let mut cmd = Command::new(GATE);
+    cmd.arg("--config").arg(&site).args(args);
+    if let Some(filter) = rust_log {
+        cmd.env("RUST_LOG", filter);
+    }
+    let child = cmd.stdout(Stdio::null()).stderr(stderr).spawn().unwrap();
     (dir, site, child)
 }
 
@@ -326,4 +337,70 @@ fn r_st_3_ringsync_status_reads_the_gates_work_report() {
         .args(["-TERM", &child.id().to_string()])
         .status();
     let _ = child.wait();
+}
+
+/// `--log-format json`: every log line is a JSON object; at debug level a
+/// request's lines carry the `txn` span with its Call-ID, branch and the
+/// instance it went to.
+#[test]
+fn json_logs_with_the_transaction_span() {
+    let (_dir, _site, mut child) = example_gate_with(
+        "127.0.9.4",
+        "127.0.12.",
+        Stdio::piped(),
+        &["--log-format", "json"],
+        Some("sip_gate=debug"),
+    );
+    let admin = "127.0.9.4:9091";
+    let start = Instant::now();
+    while http_get(admin, "/healthz").is_none() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "gate did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let ua = std::net::UdpSocket::bind("127.0.9.51:0").unwrap();
+    let port = ua.local_addr().unwrap().port();
+    let options = format!(
+        "OPTIONS sip:bob@example.com SIP/2.0\r\n\
+         Via: SIP/2.0/UDP 127.0.9.51:{port};branch=z9hG4bKjsonlog\r\n\
+         Max-Forwards: 70\r\n\
+         From: <sip:alice@example.com>;tag=a1\r\n\
+         To: <sip:bob@example.com>\r\n\
+         Call-ID: json-log-1@ua\r\n\
+         CSeq: 1 OPTIONS\r\n\
+         Content-Length: 0\r\n\r\n"
+    );
+    ua.send_to(options.as_bytes(), "127.0.9.4:5060").unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let _ = child.wait();
+    let mut log = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut log).unwrap();
+    let lines: Vec<serde_json::Value> = log
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    assert!(
+        lines.iter().any(|v| v["fields"]["message"] == "listening"),
+        "{log}"
+    );
+    let forwarded = lines
+        .iter()
+        .find(|v| v["fields"]["message"] == "forwarded")
+        .unwrap_or_else(|| panic!("no forwarded line in:\n{log}"));
+    let span = &forwarded["span"];
+    assert_eq!(span["name"], "txn", "{forwarded}");
+    assert_eq!(span["call_id"], "json-log-1@ua", "{forwarded}");
+    assert_eq!(span["branch"], "z9hG4bKjsonlog", "{forwarded}");
+    assert!(
+        span["instance"]
+            .as_str()
+            .is_some_and(|i| i.starts_with("sg-")),
+        "{forwarded}"
+    );
 }

@@ -5,6 +5,7 @@
 
 use std::net::SocketAddr;
 
+use ipnet::IpNet;
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -81,6 +82,8 @@ pub(super) struct RawInstance {
     pub(super) ng: Option<SocketAddr>,
     #[serde(default)]
     pub(super) exceptions: Vec<Spanned<Exception>>,
+    #[serde(default)]
+    pub(super) sources: Vec<Spanned<IpNet>>,
 }
 
 #[derive(Deserialize)]

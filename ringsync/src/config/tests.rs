@@ -190,6 +190,58 @@ fn semantic_errors() {
 }
 
 #[test]
+fn instance_sources_r_sec_1() {
+    let with = |a: &str, b: &str| {
+        GOOD.replace(
+            "sip = \"127.0.0.1:5080\"\n",
+            &format!("sip = \"127.0.0.1:5080\"\nsources = {a}\n"),
+        )
+        .replace(
+            "sip = \"127.0.0.2:5080\"\n",
+            &format!("sip = \"127.0.0.2:5080\"\nsources = {b}\n"),
+        )
+    };
+    let c = load(&with(
+        r#"["10.0.0.5/32", "fd00::/64"]"#,
+        r#"["10.0.0.6/32"]"#,
+    ))
+    .unwrap();
+    assert_eq!(c.instances[0].sources.len(), 2);
+    assert_eq!(
+        c.instances[1].sources,
+        ["10.0.0.6/32".parse::<IpNet>().unwrap()]
+    );
+    assert!(c.instances[2].sources.is_empty(), "default: none");
+    for (text, field, says) in [
+        // One network in two instances: a sender would be two instances.
+        (
+            with(r#"["10.0.0.0/24"]"#, r#"["10.0.0.6/32"]"#),
+            "instance[1].sources[0]",
+            "overlaps",
+        ),
+        (
+            with(r#"["10.0.0.5/32"]"#, r#"["10.0.0.0/8"]"#),
+            "instance[1].sources[0]",
+            "overlaps",
+        ),
+        (with(r#"["not-a-net"]"#, "[]"), "", "invalid IP address"),
+        (
+            GOOD.replace(
+                "service = \"billing\"\nserver = \"srv-a\"",
+                "service = \"billing\"\nserver = \"srv-a\"\nsources = [\"10.1.0.0/16\"]",
+            ),
+            "instance[3].sources[0]",
+            "sip",
+        ),
+    ] {
+        let e = load(&text).unwrap_err();
+        assert!(e.field.starts_with(field), "{e}");
+        assert!(e.line.is_some(), "{e}");
+        assert!(e.to_string().contains(says), "{e}");
+    }
+}
+
+#[test]
 fn etcd_store() {
     let text =
         format!("{GOOD}\n[store]\nkind = \"etcd\"\nendpoints = [\"http://127.0.0.1:2379\"]\n");

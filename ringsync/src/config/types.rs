@@ -257,6 +257,10 @@ pub struct Instance {
     pub ng: Option<SocketAddr>,
     /// Exceptions to the drain 503 for this instance (R-SG-3).
     pub exceptions: Vec<Exception>,
+    /// Source networks whose messages are this instance's own, besides its
+    /// `sip` address (an instance whose TCP connections come from ephemeral
+    /// ports). Empty: only the exact `sip` address is the instance (R-SEC-1).
+    pub sources: Vec<IpNet>,
 }
 
 /// How requests are matched to an esg account.

@@ -10,6 +10,7 @@
 use std::collections::HashSet;
 use std::path::Path;
 
+use ipnet::IpNet;
 use toml::Spanned;
 
 use super::error::{ConfigError, Locator};
@@ -155,9 +156,36 @@ impl Validator<'_> {
                 sip: r.sip,
                 ng: r.ng,
                 exceptions: self.exceptions(&format!("instance[{i}]"), &r.exceptions)?,
+                sources: r.sources.iter().map(|n| *n.get_ref()).collect(),
             });
         }
+        self.sources(raw)?;
         Ok(instances)
+    }
+
+    /// Instance `sources`: only on SIP instances, and no network in two
+    /// instances (a sender must map to one instance; R-SEC-1).
+    fn sources(&self, raw: &[Spanned<RawInstance>]) -> Result<()> {
+        let mut seen: Vec<(IpNet, usize)> = Vec::new();
+        for (i, spanned) in raw.iter().enumerate() {
+            let r = spanned.get_ref();
+            for (j, net) in r.sources.iter().enumerate() {
+                let field = format!("instance[{i}].sources[{j}]");
+                if r.sip.is_none() {
+                    let why = "only an instance with a `sip` address has sources";
+                    return Err(self.err(net.span(), field, why));
+                }
+                let n = *net.get_ref();
+                let overlaps = |m: &IpNet| m.contains(&n.network()) || n.contains(&m.network());
+                if let Some((_, k)) = seen.iter().find(|(m, k)| *k != i && overlaps(m)) {
+                    let other = raw[*k].get_ref().id.get_ref();
+                    let why = format!("{n} overlaps a source network of instance `{other}`");
+                    return Err(self.err(net.span(), field, why));
+                }
+                seen.push((n, i));
+            }
+        }
+        Ok(())
     }
 
     /// The addresses an instance's service is reached at: SIP for sg/esg,
