@@ -177,6 +177,31 @@ impl Site {
             .collect()
     }
 
+    /// What the gates say about lost or refused messages, for a failure message.
+    fn diagnose(&self) -> String {
+        let mut out = String::new();
+        for (k, g) in self.gates.iter().enumerate() {
+            let m = g.metrics().unwrap_or_default();
+            for l in m.lines().filter(|l| {
+                !l.starts_with('#')
+                    && (l.contains("dropped")
+                        || l.contains("outcome=\"bad")
+                        || l.contains("not_ours")
+                        || l.contains("refus"))
+            }) {
+                out.push_str(&format!("g{k}: {l}\n"));
+            }
+            for l in g
+                .log()
+                .lines()
+                .filter(|l| l.contains("WARN") || l.contains("ERROR"))
+            {
+                out.push_str(&format!("g{k} log: {l}\n"));
+            }
+        }
+        out
+    }
+
     /// Time until every gate shows `revision`, polled every 5 ms.
     fn until_all_at(&self, revision: f64, limit: Duration) -> Duration {
         let t0 = Instant::now();
@@ -473,6 +498,10 @@ async fn three_gates_one_truth_through_drain_leader_loss_and_outage() {
     let once: Vec<f64> = updates.iter().map(|u| u + 1.0).collect();
     assert_eq!(site.updates(), once, "the next change is applied once");
     for (k, u) in uacs.into_iter().enumerate() {
-        assert_no_failed(&format!("outage, gate {k}"), &u.await.unwrap(), 120);
+        let r = u.await.unwrap();
+        if r.failed > 0 {
+            eprintln!("{}", site.diagnose());
+        }
+        assert_no_failed(&format!("outage, gate {k}"), &r, 120);
     }
 }
