@@ -97,20 +97,26 @@ async fn open(
             Ok((Arc::new(s), words))
         }
         Kind::Etcd => {
-            let (endpoints, prefix) = match &config.store {
-                StoreConfig::Etcd { endpoints, prefix } => (
+            let (endpoints, prefix, cache) = match &config.store {
+                StoreConfig::Etcd {
+                    endpoints,
+                    prefix,
+                    cache,
+                } => (
                     if at.endpoints.is_empty() {
                         endpoints.clone()
                     } else {
                         at.endpoints.clone()
                     },
                     at.prefix.clone().unwrap_or_else(|| prefix.clone()),
+                    cache.clone(),
                 ),
                 StoreConfig::Embedded { .. } => (
                     at.endpoints.clone(),
                     at.prefix
                         .clone()
                         .unwrap_or_else(|| format!("/drain/{site}")),
+                    cache::default_path(&config.path, site),
                 ),
             };
             if endpoints.is_empty() {
@@ -120,7 +126,6 @@ async fn open(
                 ));
             }
             let words = format!("etcd {} prefix {prefix}", endpoints.join(","));
-            let cache = cache::default_path(&config.path, site);
             let s = EtcdStore::open_with(config.clone(), endpoints, prefix, cache).await?;
             Ok((Arc::new(s), words))
         }

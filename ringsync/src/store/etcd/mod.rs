@@ -114,15 +114,18 @@ impl EtcdStore {
     /// cache (stale, and saying so). With neither it fails: an empty view
     /// would undrain every server (R-MN-2). Needs a tokio runtime.
     pub async fn open(config: Arc<SiteConfig>) -> Result<EtcdStore, StoreError> {
-        let (endpoints, prefix) = match &config.store {
-            StoreConfig::Etcd { endpoints, prefix } => (endpoints.clone(), prefix.clone()),
+        let (endpoints, prefix, cache) = match &config.store {
+            StoreConfig::Etcd {
+                endpoints,
+                prefix,
+                cache,
+            } => (endpoints.clone(), prefix.clone(), cache.clone()),
             StoreConfig::Embedded { .. } => {
                 return Err(StoreError::Unsupported(
                     "EtcdStore::open on a site configured for the embedded store".into(),
                 ))
             }
         };
-        let cache = cache::default_path(&config.path, &config.site.name);
         Self::open_with(config, endpoints, prefix, cache).await
     }
 
