@@ -236,6 +236,8 @@ fn r_pr_2_running_gate_applies_a_profile_change_within_a_second() {
 /// the reason (nothing listens at `admin.media_bind`).
 #[test]
 fn r_st_3_ringsync_status_reads_the_gates_work_report() {
+    // Built first: the gate's one-minute window must not pass meanwhile.
+    let ringsync = ringsync_bin();
     let (_dir, site, mut child) = example_gate("127.0.9.3", "127.0.11.", Stdio::null());
     let admin = "127.0.9.3:9091";
     let start = Instant::now();
@@ -252,7 +254,7 @@ fn r_st_3_ringsync_status_reads_the_gates_work_report() {
     let ids: Vec<&str> = report.instances.keys().map(String::as_str).collect();
     assert_eq!(ids, ["esg-a", "esg-b", "sg-a", "sg-b", "sg-c"]);
 
-    let out = Command::new(ringsync_bin())
+    let out = Command::new(&ringsync)
         .arg("--config")
         .arg(&site)
         .args(["--json", "status"])

@@ -181,6 +181,7 @@ fn sg0_dialogs(admin: &str) -> u64 {
 /// time it will know, and never `drained`, even after its call has ended.
 #[test]
 fn r_st_3_a_gate_restarted_mid_drain_says_why_and_is_never_drained() {
+    ringsync_bin(); // built before any timing starts
     let dir = tempfile::tempdir().unwrap();
     let site = site(dir.path(), 1, "");
     let admin = "127.27.1.1:9091";
@@ -224,6 +225,7 @@ fn r_st_3_a_gate_restarted_mid_drain_says_why_and_is_never_drained() {
 /// `drained` once it ends. The snapshot is read once (deleted at start).
 #[test]
 fn r_st_3_a_graceful_restart_with_a_work_snapshot_keeps_the_call() {
+    ringsync_bin(); // built before any timing starts
     let dir = tempfile::tempdir().unwrap();
     // Short lives: the first gate vouches for its book after 8 s.
     let site = site(dir.path(), 2, "max_expires_s = 3\nmax_call_age_s = 8");
