@@ -118,9 +118,7 @@ async fn main() -> anyhow::Result<()> {
     let admin_addr = args.admin.unwrap_or(config.admin.gate_bind);
     let snapshot = args.work_snapshot.as_deref().and_then(take_snapshot);
     let gate = Gate::start(config, drain.clone(), shutdown.clone()).await?;
-    if let Some(s) = snapshot {
-        restore_snapshot(gate.core(), &s);
-    }
+    restore_snapshot(gate.core(), snapshot);
     let admin = tokio::net::TcpListener::bind(admin_addr)
         .await
         .with_context(|| format!("binding admin endpoint {admin_addr}"))?;
@@ -171,9 +169,7 @@ async fn main() -> anyhow::Result<()> {
     if !clean {
         tracing::warn!("some tasks did not finish before the deadline");
     }
-    if let Some(path) = &args.work_snapshot {
-        save_snapshot(&core, path, clean);
-    }
+    save_snapshot(&core, args.work_snapshot.as_deref(), clean);
     Ok(())
 }
 
@@ -193,8 +189,10 @@ fn take_snapshot(path: &std::path::Path) -> Option<WorkSnapshot> {
     }
 }
 
-fn restore_snapshot(core: &Core, s: &WorkSnapshot) {
-    match core.restore_work(s, Instant::now()) {
+/// Takes the snapshot read at start, if any, into the work book.
+fn restore_snapshot(core: &Core, snapshot: Option<WorkSnapshot>) {
+    let Some(s) = snapshot else { return };
+    match core.restore_work(&s, Instant::now()) {
         Ok(()) => {
             let (calls, registrations, subscriptions) = s.sizes();
             tracing::info!(
@@ -210,8 +208,10 @@ fn restore_snapshot(core: &Core, s: &WorkSnapshot) {
     }
 }
 
-/// Saves the work book after the stop, if nothing can change it any more.
-fn save_snapshot(core: &Core, path: &std::path::Path, clean: bool) {
+/// Saves the work book after the stop to `path`, if one is configured and
+/// nothing can change the book any more.
+fn save_snapshot(core: &Core, path: Option<&std::path::Path>, clean: bool) {
+    let Some(path) = path else { return };
     if !clean {
         tracing::warn!(
             "work snapshot not written: the stop hit its deadline, messages may still be in flight"
