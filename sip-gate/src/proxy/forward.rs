@@ -62,9 +62,11 @@ impl Core {
             s.insert(via_at, Bytes::from(via_line));
         }
 
-        // received / rport on the client's Via (RFC 3261 18.2.1, RFC 3581).
+        // received / rport on the client's Via (RFC 3261 18.2.1, RFC 3581);
+        // a `received` the client wrote itself is replaced, so the Via a
+        // response follows always names the real source.
         let (via, peer) = (&req.top_via, req.inbound.peer());
-        if via.rport.is_some() || host_ip(via.host) != Some(peer.ip()) {
+        if via.rport.is_some() || via.received.is_some() || host_ip(via.host) != Some(peer.ip()) {
             if let Some(raw) = msg.raw().get(via.range.clone()) {
                 let stamped =
                     reply::stamp_via(&String::from_utf8_lossy(raw), via.rport.is_some(), peer);
@@ -82,6 +84,9 @@ impl Core {
                 m::dropped("edit_conflict");
                 return Action::None;
             }
+        }
+        if hop.tcp {
+            stream_length(&mut s);
         }
         match s.finish() {
             Ok(bytes) => Action::Send(out(req.inbound, hop), bytes),
@@ -121,5 +126,16 @@ fn out(inbound: Inbound, hop: Hop) -> Out {
             listener: inbound.listener(),
             to: hop.addr,
         }
+    }
+}
+
+/// A message forwarded onto a stream must say where it ends (RFC 3261
+/// 18.3); a datagram may leave Content-Length out (its body is the rest of
+/// the datagram), so the gate adds it when relaying such a message to TCP.
+pub(super) fn stream_length(s: &mut Splice<'_>) {
+    let msg = s.message();
+    if msg.fields(HeaderName::ContentLength).next().is_none() {
+        let line = format!("Content-Length: {}\r\n", msg.body().len());
+        s.append_header(Bytes::from(line));
     }
 }

@@ -42,6 +42,7 @@ mod drain_sg;
 mod forwarding;
 mod in_dialog;
 mod responses;
+mod rfc_edges;
 mod security;
 mod transactions;
 
