@@ -249,3 +249,36 @@ fn rfc3261_18_2_2_tcp_response_whose_connection_closed_goes_to_the_sent_by_port(
         want
     );
 }
+
+#[test]
+fn rfc3261_17_2_3_invite_reusing_an_options_branch_is_a_new_transaction_and_meets_the_drain() {
+    let g = Gate::std();
+    let options = Req::ua("OPTIONS", "reuse@ua", "z9hG4bKreused").bytes();
+    let o = forwarded(g.udp(L_SG_GUARD, UA, &options), L_SG_GUARD, inst(SG_A));
+    // Not draining: the INVITE is forwarded as a transaction of its own,
+    // with its own branch downstream.
+    let invite = Req::ua("INVITE", "reuse@ua", "z9hG4bKreused").bytes();
+    let i = forwarded(g.udp(L_SG_GUARD, UA, &invite), L_SG_GUARD, inst(SG_A));
+    assert!(i.raw().starts_with(b"INVITE "), "{}", text(i.raw()));
+    assert_ne!(i.top_via().unwrap().branch, o.top_via().unwrap().branch);
+    // Its CANCEL follows the INVITE, not the OPTIONS.
+    let cancel = Req::ua("CANCEL", "reuse@ua", "z9hG4bKreused")
+        .without("Contact")
+        .bytes();
+    let c = forwarded(g.udp(L_SG_GUARD, UA, &cancel), L_SG_GUARD, inst(SG_A));
+    assert_eq!(c.top_via().unwrap().branch, i.top_via().unwrap().branch);
+
+    // Draining: an OPTIONS is remembered, then an INVITE reusing its
+    // branch is new work and gets the drain's 503, not the OPTIONS' hop.
+    let g = Gate::std();
+    forwarded(g.udp(L_SG_GUARD, UA, &options), L_SG_GUARD, inst(SG_A));
+    g.drain_servers(&["srv-a"]);
+    let r = replied(g.udp(L_SG_GUARD, UA, &invite), L_SG_GUARD, UA, 503);
+    assert!(
+        other_header(&r, "Retry-After").is_some(),
+        "{}",
+        text(r.raw())
+    );
+    // The OPTIONS' own retransmission still follows its first hop.
+    forwarded(g.udp(L_SG_GUARD, UA, &options), L_SG_GUARD, inst(SG_A));
+}
