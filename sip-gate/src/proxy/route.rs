@@ -40,6 +40,11 @@ impl Decision {
     }
 }
 
+/// Whether a request came in over TCP.
+fn inbound_tcp(inbound: Inbound) -> bool {
+    matches!(inbound, Inbound::Tcp { .. })
+}
+
 /// Requests that create a dialog the gate must stay in (RFC 3261 12.1, RFC 6665).
 pub(super) fn creates_dialog(m: Method) -> bool {
     matches!(m, Method::Invite | Method::Subscribe | Method::Refer)
@@ -60,7 +65,7 @@ impl Core {
     /// From a configured instance toward the outside: along the route set,
     /// or to the Request-URI.
     fn outward(&self, req: &Request<'_>, src: usize) -> Decision {
-        let Some(hop) = req.target().and_then(|u| self.outside_hop(&u, req.inbound)) else {
+        let Some(hop) = req.target().and_then(|u| self.outside_hop(&u, req)) else {
             return Decision::refuse(404, "Unroutable Request-URI", "unroutable");
         };
         // Dialogs an instance starts through the gate come back to it.
@@ -108,7 +113,10 @@ impl Core {
                 return Decision::refuse(403, "Route Not Allowed", "foreign_route");
             }
         }
-        self.to_instance(idx, req.inbound, None)
+        // The transport the dialog's instance leg was recorded with (RFC
+        // 5658); a UA without a route set gets the transport it came in on.
+        let tcp = req.leg_tcp.unwrap_or_else(|| inbound_tcp(req.inbound));
+        self.to_instance(idx, tcp, None)
     }
 
     /// A new dialog or out-of-dialog request from outside. Nothing the
@@ -147,18 +155,17 @@ impl Core {
             return Decision::Refuse { reply, why: rule };
         }
         let record_route = creates_dialog(req.method).then_some(idx);
-        self.to_instance(idx, req.inbound, record_route)
+        self.to_instance(idx, inbound_tcp(req.inbound), record_route)
     }
 
-    /// Forward to a configured instance, over the transport the request
-    /// came in on.
-    fn to_instance(&self, idx: usize, inbound: Inbound, record_route: Option<usize>) -> Decision {
+    /// Forward to a configured instance, over TCP or UDP.
+    fn to_instance(&self, idx: usize, tcp: bool, record_route: Option<usize>) -> Decision {
         match self.config.instances.get(idx).and_then(|i| i.sip) {
             Some(addr) => Decision::Forward {
                 hop: Hop {
                     instance: Some(idx),
                     addr,
-                    tcp: matches!(inbound, Inbound::Tcp { .. }),
+                    tcp,
                 },
                 record_route,
             },
@@ -167,14 +174,20 @@ impl Core {
     }
 
     /// A hop toward the outside (requests sent by an instance); `None` for
-    /// a URI that is no IP address or that loops back to the gate.
-    fn outside_hop(&self, uri: &SipUri<'_>, inbound: Inbound) -> Option<Hop> {
+    /// a URI that is no IP address or that loops back to the gate. The
+    /// transport: the URI's `transport` parameter, else the one the dialog's
+    /// outside leg was recorded with, else UDP when the listener serves it.
+    fn outside_hop(&self, uri: &SipUri<'_>, req: &Request<'_>) -> Option<Hop> {
         let addr = uri.socket_addr()?;
         if self.listeners.is_own(addr) {
             return None; // a loop through ourselves
         }
-        let listener = self.listeners.get(inbound.listener())?;
-        let tcp = if uri.wants_tcp() {
+        let listener = self.listeners.get(req.inbound.listener())?;
+        let want_tcp = match uri.transport {
+            Some(_) => uri.wants_tcp(),
+            None => req.leg_tcp.unwrap_or(false),
+        };
+        let tcp = if want_tcp {
             listener.tcp
         } else {
             !listener.udp

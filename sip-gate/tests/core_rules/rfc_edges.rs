@@ -282,3 +282,164 @@ fn rfc3261_17_2_3_invite_reusing_an_options_branch_is_a_new_transaction_and_meet
     // The OPTIONS' own retransmission still follows its first hop.
     forwarded(g.udp(L_SG_GUARD, UA, &options), L_SG_GUARD, inst(SG_A));
 }
+
+#[test]
+fn rfc3261_16_4_a_strict_router_upstream_request_uri_is_the_gates_record_route() {
+    let g = Gate::std();
+    let call = call_id_for(&g, SG_C, "strict");
+    let invite = Req::ua("INVITE", &call, "z9hG4bKstrict").bytes();
+    let fwd = forwarded(g.udp(L_SG_BAL, UA, &invite), L_SG_BAL, inst(SG_C));
+    let rr = rr_uris(&fwd).remove(0);
+    // sg-c drains meanwhile: in-dialog requests still reach it (R-SG-4).
+    g.drain_servers(&["srv-c"]);
+
+    // A strict router puts the first route into the Request-URI and the
+    // remote target last in Route (RFC 3261 12.2.1.1, 16.4).
+    let strict = |branch: &str, ruri: &str, cseq: u32| {
+        let mut req = Req::ua("BYE", &call, branch)
+            .tagged("uas-strict")
+            .set("CSeq", &format!("{cseq} BYE"))
+            .add_first("Route", "<sip:bob@127.0.1.3:5060>");
+        req.start = format!("BYE {ruri} SIP/2.0");
+        req.bytes()
+    };
+    let input = strict("z9hG4bKstrict1", &rr, 2);
+    let m = forwarded(g.udp(L_SG_BAL, UA, &input), L_SG_BAL, inst(SG_C));
+    assert!(
+        m.raw()
+            .starts_with(b"BYE sip:bob@127.0.1.3:5060 SIP/2.0\r\n"),
+        "{}",
+        text(m.raw())
+    );
+    assert!(route_uris(&m).is_empty(), "{}", text(m.raw()));
+    assert!(rr_uris(&m).is_empty());
+    assert_eq!(header(&m, HeaderName::MaxForwards).as_deref(), Some("69"));
+
+    // Token checks are unchanged (R-SEC-1/2): another dialog's token in the
+    // Request-URI opens nothing, so the request is refused as before.
+    let other = gate_rr("sg-a", L_SG_BAL, "another-dialog@ua");
+    let r = replied(
+        g.udp(L_SG_BAL, UA, &strict("z9hG4bKstrict2", &other, 3)),
+        L_SG_BAL,
+        UA,
+        403,
+    );
+    assert_eq!(r.call_id(), Some(call.as_bytes()));
+
+    // A Request-URI that merely names the gate (no token) with a preloaded
+    // Route is no strict routing: the Request-URI stays as written.
+    let own = "sip:bob@127.0.0.1:5060";
+    let mut req = Req::ua("MESSAGE", "strict-no@ua", "z9hG4bKstrict3")
+        .add_first("Route", "<sip:127.0.0.1:5060;lr>");
+    req.start = format!("MESSAGE {own} SIP/2.0");
+    let (_, m) = sent(g.udp(L_SG_BAL, UA, &req.bytes()));
+    assert!(m
+        .raw()
+        .starts_with(b"MESSAGE sip:bob@127.0.0.1:5060 SIP/2.0\r\n"));
+    assert!(route_uris(&m).is_empty());
+}
+
+#[test]
+fn rfc3261_16_4_a_strict_router_on_the_instance_side_goes_outward() {
+    let g = Gate::std();
+    let invite = from_sg_a(
+        "INVITE",
+        "sip:bob@198.51.100.7:5060",
+        "strict-out@sg",
+        "z9hG4bKstrictout",
+    )
+    .bytes();
+    let (_, fwd) = sent(g.udp(L_SG_BAL, INSTANCE_ADDR[SG_A], &invite));
+    let rr = rr_uris(&fwd).remove(0);
+    let mut bye = from_sg_a("BYE", &rr, "strict-out@sg", "z9hG4bKstrictout2")
+        .tagged("callee")
+        .set("CSeq", "2 BYE")
+        .add_first("Route", "<sip:bob@198.51.100.7:5060>");
+    bye.start = format!("BYE {rr} SIP/2.0");
+    let (out, m) = sent(g.udp(L_SG_BAL, INSTANCE_ADDR[SG_A], &bye.bytes()));
+    assert_eq!(out, udp_out(L_SG_BAL, addr("198.51.100.7:5060")));
+    assert!(m
+        .raw()
+        .starts_with(b"BYE sip:bob@198.51.100.7:5060 SIP/2.0\r\n"));
+    assert!(route_uris(&m).is_empty());
+}
+
+#[test]
+fn rfc5658_two_record_routes_when_the_legs_differ_and_in_dialog_from_either_side() {
+    let g = Gate::std();
+    let call = "double-rr@sg";
+    // sg-a over UDP places a call to a callee that wants TCP.
+    let invite = from_sg_a(
+        "INVITE",
+        "sip:bob@198.51.100.7:5060;transport=tcp",
+        call,
+        "z9hG4bKdouble",
+    )
+    .bytes();
+    let (out, fwd) = sent(g.udp(L_SG_BAL, INSTANCE_ADDR[SG_A], &invite));
+    let callee = addr("198.51.100.7:5060");
+    assert!(
+        matches!(out, Out::Tcp { to, .. } if to == callee),
+        "{out:?}"
+    );
+    // Top: the callee's side (TCP); below: the instance's side (UDP).
+    let udp = gate_rr("sg-a", L_SG_BAL, call);
+    let tcp = udp.replace(";lr", ";transport=tcp;lr");
+    assert_eq!(rr_uris(&fwd), [tcp.clone(), udp.clone()]);
+
+    // The callee's in-dialog request, over TCP, with its route set in
+    // Record-Route order on one line: to sg-a over UDP.
+    let from_callee = Inbound::Tcp {
+        listener: L_SG_BAL,
+        conn: 21,
+        peer: callee,
+    };
+    let mut bye = Req::new(
+        "BYE",
+        "sip:alice@127.0.1.1:5060",
+        call,
+        "SIP/2.0/TCP 198.51.100.7:5060;branch=z9hG4bKcalleebye",
+    )
+    .tagged("callee")
+    .set("CSeq", "1 BYE")
+    .add_first("Route", &format!("<{tcp}>, <{udp}>"));
+    bye.start = "BYE sip:alice@127.0.1.1:5060 SIP/2.0".into();
+    let (out, m) = sent(g.core.handle(from_callee, bye.bytes(), Instant::now()));
+    assert_eq!(out, udp_out(L_SG_BAL, inst(SG_A)));
+    assert_eq!(text(m.top_via().unwrap().transport), "UDP");
+    assert!(route_uris(&m).is_empty(), "{}", text(m.raw()));
+
+    // The instance's in-dialog request over UDP, its route set reversed:
+    // to the callee over TCP, also when its Contact names no transport.
+    for (n, ruri) in [
+        "sip:bob@198.51.100.7:5060;transport=tcp",
+        "sip:bob@198.51.100.7:5060",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut req = from_sg_a("INFO", ruri, call, &format!("z9hG4bKsginfo{n}"))
+            .tagged("callee")
+            .set("CSeq", &format!("{} INFO", n + 2))
+            .add_first("Route", &format!("<{udp}>, <{tcp}>"));
+        req.start = format!("INFO {ruri} SIP/2.0");
+        let (out, m) = sent(g.udp(L_SG_BAL, INSTANCE_ADDR[SG_A], &req.bytes()));
+        assert!(
+            matches!(out, Out::Tcp { to, .. } if to == callee),
+            "{ruri}: {out:?}"
+        );
+        assert_eq!(text(m.top_via().unwrap().transport), "TCP");
+        assert!(route_uris(&m).is_empty(), "{}", text(m.raw()));
+    }
+
+    // Both legs UDP: one Record-Route, as always.
+    let same = from_sg_a(
+        "INVITE",
+        "sip:bob@198.51.100.7:5060",
+        "single-rr@sg",
+        "z9hG4bKsingle",
+    )
+    .bytes();
+    let (_, fwd) = sent(g.udp(L_SG_BAL, INSTANCE_ADDR[SG_A], &same));
+    assert_eq!(rr_uris(&fwd), [gate_rr("sg-a", L_SG_BAL, "single-rr@sg")]);
+}
