@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use sip_gate::frame::{self, Frame};
 use sip_gate::SipMessage;
+use testbed::{Scenario, Sipp, Transport};
 
 const TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -162,5 +163,95 @@ async fn rfc3261_18_2_2_response_for_a_closed_tcp_connection_opens_one_to_the_se
     })
     .await
     .unwrap();
+    assert!(gate.shutdown(Duration::from_secs(5)).await);
+}
+
+/// One sg instance that also calls out: its TCP connections come from
+/// ephemeral ports, so it is recognised by its source address (R-SEC-1).
+fn outbound_site(net: (u8, u8)) -> String {
+    site(net, 1, &balance_sg(net)).replace(
+        "sip = \"",
+        &format!("sources = [\"{}/32\"]\nsip = \"", ip(net, 11)),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rfc5658_sipp_calls_between_a_tcp_instance_and_a_udp_callee_and_the_reverse() {
+    let net = (29, 3);
+    let (gate, _drain) = start_gate(config(&outbound_site(net))).await;
+    let gw = listener_addr(&gate, "subs");
+    let instance = server_addr(net, 0);
+
+    // The instance calls over TCP; the callee is on UDP. The instance's
+    // ACK, re-INVITE and BYE follow its route set (both of the gate's
+    // Record-Routes) and leave the gate over UDP.
+    let callee = SocketAddr::new(ip(net, 50), 5060);
+    let uas1 = uas("uas_call", callee, Transport::Udp);
+    let uac1 = uac(
+        Scenario::repo("uac_call"),
+        instance.ip(),
+        callee,
+        Transport::Tcp,
+        3,
+        10,
+    )
+    .arg("-rsa")
+    .arg(gw.to_string());
+    let r = run(uac1).await;
+    assert_all_ok("instance over TCP -> callee over UDP", &r, 3);
+    drop(uas1);
+
+    // The reverse: the instance on UDP calls a callee that asks for TCP,
+    // and the callee ends the call: its BYE follows its route set back to
+    // the instance over UDP.
+    let callee = SocketAddr::new(ip(net, 51), 5060);
+    let log = tempfile::tempdir().unwrap();
+    let messages = log.path().join("callee-messages.log");
+    let uas2 = Sipp::new(Scenario::repo("uas_call_hangs_up"))
+        .local(callee.ip(), callee.port())
+        .transport(Transport::Tcp)
+        .timeout(Duration::from_secs(60))
+        .arg("-trace_msg")
+        .arg("-message_file")
+        .arg(&messages)
+        .spawn()
+        .expect("callee starts");
+    let uac2 = Sipp::new(Scenario::repo("uac_call_callee_hangs_up"))
+        .local(instance.ip(), instance.port())
+        .remote(callee)
+        .transport(Transport::Udp)
+        .calls(3)
+        .rate(10)
+        .timeout(Duration::from_secs(60))
+        .arg("-rsa")
+        .arg(gw.to_string())
+        .arg("-key")
+        .arg("uri_params")
+        .arg(";transport=tcp");
+    let r = run(uac2).await;
+    assert_all_ok(
+        "instance over UDP -> callee over TCP, callee hangs up",
+        &r,
+        3,
+    );
+    let report = tokio::task::spawn_blocking(move || uas2.stop())
+        .await
+        .unwrap()
+        .expect("callee report");
+    assert_eq!(
+        report.successful, 3,
+        "the callee's BYEs were answered: {report:?}"
+    );
+    // The callee got both of the gate's URIs, its own side's (TCP) on top.
+    let seen = std::fs::read_to_string(&messages).expect("callee's message log");
+    let invite = &seen[seen.find("INVITE sip:").expect("an INVITE")..];
+    let rr: Vec<&str> = invite
+        .lines()
+        .take_while(|l| !l.is_empty())
+        .filter(|l| l.starts_with("Record-Route:"))
+        .collect();
+    assert_eq!(rr.len(), 2, "{invite}");
+    assert!(rr[0].ends_with(";transport=tcp;lr>"), "{rr:?}");
+    assert!(rr[1].ends_with(&format!("@{gw};lr>")), "{rr:?}");
     assert!(gate.shutdown(Duration::from_secs(5)).await);
 }
