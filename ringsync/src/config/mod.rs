@@ -22,8 +22,9 @@ mod tests;
 
 pub use error::ConfigError;
 pub use types::{
-    Account, AccountMatch, AdminConfig, ApGroup, DrainPolicy, Exception, HealthConfig, Instance,
-    Leg, Listener, ListenerMode, Server, Service, Site, SiteConfig, StoreConfig, Timers, Transport,
+    Account, AccountMatch, AdminConfig, ApGroup, DnsConfig, DrainPolicy, Exception, HealthConfig,
+    Instance, Leg, Listener, ListenerMode, Server, Service, Site, SiteConfig, StoreConfig, Timers,
+    Transport,
 };
 
 use error::Locator;

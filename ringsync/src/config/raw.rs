@@ -10,7 +10,8 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::types::{
-    AccountMatch, AdminConfig, DrainPolicy, Exception, HealthConfig, Leg, Timers, Transport,
+    AccountMatch, AdminConfig, DnsConfig, DrainPolicy, Exception, HealthConfig, Leg, Timers,
+    Transport,
 };
 
 #[derive(Deserialize)]
@@ -25,6 +26,8 @@ pub(super) struct RawSite {
     pub(super) drain: DrainPolicy,
     #[serde(default)]
     pub(super) health: HealthConfig,
+    #[serde(default)]
+    pub(super) dns: DnsConfig,
     #[serde(default)]
     pub(super) admin: AdminConfig,
     #[serde(default)]

@@ -18,8 +18,8 @@ use super::raw::{
     RawAccount, RawApGroup, RawInstance, RawListener, RawServer, RawSite, RawSiteId, RawStore,
 };
 use super::types::{
-    Account, ApGroup, Exception, HealthConfig, Instance, Listener, ListenerMode, Server, Service,
-    Site, SiteConfig, StoreConfig,
+    Account, ApGroup, DnsConfig, Exception, HealthConfig, Instance, Listener, ListenerMode, Server,
+    Service, Site, SiteConfig, StoreConfig,
 };
 
 type Result<T> = std::result::Result<T, ConfigError>;
@@ -38,6 +38,7 @@ pub(super) fn validate(loc: Locator<'_>, raw: RawSite) -> Result<SiteConfig> {
     let listeners = v.listeners(&raw.listener, &instances)?;
     let store = v.store(raw.store.as_ref(), &site.name)?;
     let health = v.health(raw.health)?;
+    let dns = v.dns(raw.dns)?;
     Ok(SiteConfig {
         path: loc.path.to_owned(),
         site,
@@ -45,6 +46,7 @@ pub(super) fn validate(loc: Locator<'_>, raw: RawSite) -> Result<SiteConfig> {
         timers: raw.timers,
         drain: raw.drain,
         health,
+        dns,
         admin: raw.admin,
         servers,
         instances,
@@ -563,6 +565,24 @@ impl Validator<'_> {
                 "health",
                 "timeout_ms and failures must be positive when probing is on",
             ));
+        }
+        Ok(raw)
+    }
+}
+
+impl Validator<'_> {
+    /// `[dns]`: queries need time and a try; answers need room.
+    fn dns(&self, raw: DnsConfig) -> Result<DnsConfig> {
+        let bad =
+            |field: &str, what: &str| Err(self.err(0..0, format!("dns.{field}"), what.to_string()));
+        if raw.timeout_ms == 0 {
+            return bad("timeout_ms", "must be positive");
+        }
+        if raw.attempts == 0 {
+            return bad("attempts", "must be at least 1");
+        }
+        if raw.cache_size == 0 {
+            return bad("cache_size", "must be positive");
         }
         Ok(raw)
     }
