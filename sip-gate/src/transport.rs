@@ -25,6 +25,9 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use hickory_resolver::TokioResolver;
+
+use crate::dns::{DnsFailure, DnsQuery};
 use crate::frame::{self, Frame};
 use crate::metrics as m;
 use crate::proxy::{Action, Core, Out};
@@ -176,8 +179,18 @@ pub(crate) fn spawn(
 ) -> io::Result<Vec<std::thread::JoinHandle<()>>> {
     let udp: Vec<Option<Arc<UdpSocket>>> =
         listeners.iter().map(|l| l.udp.first().cloned()).collect();
+    // Without a usable resolver (no /etc/resolv.conf and no [dns]
+    // nameservers) the gate still serves numeric hosts; names get 503.
+    let resolver = match crate::dns::resolve::resolver(core.dns_config()) {
+        Ok(r) => Some(Arc::new(r)),
+        Err(e) => {
+            tracing::warn!(error = %e, "no DNS resolver: requests to host names get 503");
+            None
+        }
+    };
     let net = Arc::new(Net {
         udp,
+        resolver,
         core: core.clone(),
         conns: DashMap::new(),
         by_peer: DashMap::new(),
@@ -230,6 +243,7 @@ pub(crate) fn spawn(
 /// The sockets and open connections, shared by every task.
 struct Net {
     udp: Vec<Option<Arc<UdpSocket>>>,
+    resolver: Option<Arc<TokioResolver>>,
     core: Arc<Core>,
     conns: DashMap<ConnId, mpsc::Sender<Bytes>>,
     by_peer: DashMap<SocketAddr, ConnId>,
@@ -243,8 +257,10 @@ impl Net {
     /// Sends what the core decided. Never blocks for long: a UDP send only
     /// waits when the kernel buffer is full, TCP only queues.
     fn execute(self: &Arc<Net>, action: Action) {
-        let Action::Send(out, bytes) = action else {
-            return;
+        let (out, bytes) = match action {
+            Action::Send(out, bytes) => (out, bytes),
+            Action::Resolve(query) => return self.resolve(query),
+            Action::None => return,
         };
         match out {
             Out::Udp { listener, to } => match self.udp.get(listener).and_then(Option::as_ref) {
@@ -259,6 +275,24 @@ impl Net {
             },
             Out::Tcp { listener, conn, to } => self.tcp_send(listener, conn, to, bytes),
         }
+    }
+}
+
+impl Net {
+    /// Runs an RFC 3263 lookup in the background and hands the answer to the
+    /// core, which routes the messages that waited for it.
+    fn resolve(self: &Arc<Net>, query: DnsQuery) {
+        let net = self.clone();
+        let _guard = self.runtime.enter();
+        self.tracker.spawn(async move {
+            let result = match &net.resolver {
+                Some(r) => crate::dns::resolve::resolve(r, &query).await,
+                None => Err(DnsFailure::Unavailable),
+            };
+            for action in net.core.resolved(query, result, Instant::now()) {
+                net.execute(action);
+            }
+        });
     }
 }
 
@@ -385,6 +419,13 @@ impl Net {
                     tracing::info!(%to, error = %e, "tcp connect failed");
                     m::dropped("tcp_connect_failed");
                     net.unregister(id, to);
+                    // What queued behind the connect: a request to a DNS
+                    // target goes to the next one (or the client gets 503).
+                    let mut rx = rx;
+                    while let Ok(bytes) = rx.try_recv() {
+                        let action = net.core.undeliverable(to, bytes, Instant::now());
+                        net.execute(action);
+                    }
                 }
             }
         });

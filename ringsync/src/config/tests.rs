@@ -294,5 +294,8 @@ fn dns_section_defaults_values_and_errors() {
         "{GOOD}\n[dns]\nnameservers = [\"not an address\"]\n"
     ))
     .unwrap_err();
-    assert!(e.line.is_some() && e.to_string().contains("socket address"), "{e}");
+    assert!(
+        e.line.is_some() && e.to_string().contains("socket address"),
+        "{e}"
+    );
 }

@@ -152,7 +152,7 @@ fn route_edits(req: &Request<'_>, s: &mut Splice<'_>) -> Result<(), EditError> {
 }
 
 /// Where a request forwarded to `hop` goes out: from the listener it came in on.
-fn out(inbound: Inbound, hop: Hop) -> Out {
+pub(super) fn out(inbound: Inbound, hop: Hop) -> Out {
     if hop.tcp {
         Out::Tcp {
             listener: inbound.listener(),

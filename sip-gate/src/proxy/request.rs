@@ -3,6 +3,8 @@
 //! routing needs to know (who sent it, the gate's own Routes and the token
 //! in them).
 
+use std::time::Instant;
+
 use ringsync::view::DrainView;
 
 use crate::listener::ListenerCtx;
@@ -53,6 +55,10 @@ pub(super) struct Request<'a> {
     pub(super) from_instance: Option<usize>,
     /// To tag present: inside a dialog.
     pub(super) to_tag: bool,
+    /// When it was received.
+    pub(super) now: Instant,
+    /// Handed back after a DNS lookup (see [`Core::resolved`]).
+    pub(super) resumed: bool,
 }
 
 impl<'a> Request<'a> {
@@ -86,6 +92,7 @@ impl Core {
         listener: &'a ListenerCtx,
         msg: &'a SipMessage,
         view: &DrainView,
+        (now, resumed): (Instant, bool),
     ) -> Result<Request<'a>, Action> {
         let method = msg.method().unwrap_or(Method::Other);
         let mname = m::method_label(method);
@@ -143,6 +150,8 @@ impl Core {
             leg_tcp: None,
             from_instance: None,
             to_tag: msg.to_tag().is_some(),
+            now,
+            resumed,
         };
         self.strict_route(&mut req, view);
         self.own_routes(&mut req, view);

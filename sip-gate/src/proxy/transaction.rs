@@ -27,9 +27,10 @@ impl Core {
         listener: &ListenerCtx,
         msg: &SipMessage,
         now: Instant,
+        resumed: bool,
     ) -> Action {
         let view = self.drain.view();
-        let req = match self.check(inbound, listener, msg, &view) {
+        let req = match self.check(inbound, listener, msg, &view, (now, resumed)) {
             Ok(req) => req,
             Err(action) => return action,
         };
@@ -94,6 +95,7 @@ impl Core {
                 tracing::debug!(to = %hop.addr, tcp = hop.tcp, "forwarded");
                 self.forward(req, hop, record_route)
             }
+            Decision::Resolve(query) => self.park(req, query),
             Decision::Refuse { reply, why } => {
                 tracing::debug!(why, code = reply.code, "refused");
                 if req.method == Method::Ack {

@@ -37,6 +37,7 @@ mod site;
 
 mod bad_input;
 mod balance;
+mod dns;
 mod drain_esg;
 mod drain_sg;
 mod forwarding;
