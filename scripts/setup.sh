@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs the real SIP peers the testbed drives (SIPp, Kamailio, rtpengine,
-# etcd) on a fresh Debian machine that already has the Rust toolchain.
+# Installs the real peers the testbed drives (SIPp, Kamailio, rtpengine,
+# etcd, dnsmasq) on a fresh Debian machine that already has the Rust toolchain.
 #
 # Idempotent: apt is only touched when a package is missing, and the system
 # services those packages ship are stopped and disabled every run, because
@@ -10,7 +10,7 @@
 # Usage: scripts/setup.sh          (as root, or as a user with sudo)
 set -euo pipefail
 
-PACKAGES=(sip-tester kamailio rtpengine-daemon etcd-server protobuf-compiler procps)
+PACKAGES=(sip-tester kamailio rtpengine-daemon etcd-server protobuf-compiler procps dnsmasq-base)
 # Services shipped by the packages above (names differ between releases;
 # absent ones are skipped).
 SERVICES=(kamailio etcd rtpengine-daemon rtpengine rtpengine-recording-daemon)

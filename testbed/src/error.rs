@@ -12,6 +12,16 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
+    /// A program the harness needs is not installed.
+    #[error(
+        "{program} is not installed (Debian package `{package}`; scripts/setup.sh installs it)"
+    )]
+    NotInstalled {
+        /// The program name.
+        program: String,
+        /// The package that provides it.
+        package: String,
+    },
     /// A peer exited before it was ready (bad config, port taken, ...).
     #[error("{program} exited early with {status}: {stderr}")]
     ExitedEarly {

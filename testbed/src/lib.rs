@@ -1,6 +1,6 @@
 //! Harness that starts and stops real SIP peers on loopback for tests and
-//! benchmarks: SIPp ([`Sipp`]), Kamailio ([`Kamailio`]) and a blind UDP
-//! relay ([`relay::BlindRelay`]), plus the helpers benchmarks need
+//! benchmarks: SIPp ([`Sipp`]), Kamailio ([`Kamailio`]), a DNS server
+//! ([`Dnsmasq`]) and a blind UDP relay ([`relay::BlindRelay`]), plus the helpers benchmarks need
 //! ([`free_port`], [`ProcStats`]).
 //!
 //! Every peer is a real process bound to an explicit `127.0.0.x` address,
@@ -33,6 +33,7 @@
 
 use std::path::PathBuf;
 
+pub mod dnsmasq;
 mod error;
 pub mod kamailio;
 pub mod net;
@@ -41,6 +42,7 @@ mod process;
 pub mod relay;
 pub mod sipp;
 
+pub use dnsmasq::{Dnsmasq, DnsmasqHandle};
 pub use error::Error;
 pub use kamailio::{Kamailio, KamailioHandle};
 pub use net::{free_port, wait_listening, Transport};
