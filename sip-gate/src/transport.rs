@@ -25,7 +25,11 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use std::io::IoSliceMut;
+use std::os::fd::AsRawFd;
+
 use hickory_resolver::TokioResolver;
+use nix::sys::socket::{recvmsg, setsockopt, sockopt, MsgFlags, SockaddrStorage};
 
 use crate::dns::{DnsFailure, DnsQuery};
 use crate::frame::{self, Frame};
@@ -150,6 +154,16 @@ fn bind_udp(addr: SocketAddr) -> io::Result<UdpSocket> {
     // Best effort: the kernel caps it at net.core.rmem_max.
     let _ = s.set_recv_buffer_size(UDP_RCVBUF);
     let _ = s.set_send_buffer_size(UDP_RCVBUF);
+    // ICMP errors for what this socket sends (a target's port closed) are
+    // queued for the worker to read (see `icmp_errors`); best effort.
+    let recverr = if addr.is_ipv4() {
+        setsockopt(&s, sockopt::Ipv4RecvErr, &true)
+    } else {
+        setsockopt(&s, sockopt::Ipv6RecvErr, &true)
+    };
+    if let Err(e) = recverr {
+        tracing::debug!(error = %e, "no IP_RECVERR: ICMP errors are not seen");
+    }
     s.bind(&addr.into())?;
     let s: UdpSocket = s.into();
     s.set_read_timeout(Some(UDP_POLL))?;
@@ -315,9 +329,9 @@ fn udp_worker(net: Arc<Net>, listener: usize, sock: Arc<UdpSocket>, shutdown: Ca
                 continue
             }
             Err(e) => {
-                // ICMP port unreachable from a previous send shows up here on
-                // some systems; it is not fatal for the socket.
+                // An ICMP error for an earlier send (IP_RECVERR); not fatal.
                 tracing::debug!(error = %e, "udp recv error");
+                icmp_errors(&net, &sock);
                 continue;
             }
         };
@@ -333,6 +347,31 @@ fn udp_worker(net: Arc<Net>, listener: usize, sock: Arc<UdpSocket>, shutdown: Ca
             Instant::now(),
         );
         net.execute(action);
+    }
+}
+
+/// Reads the socket's error queue: each entry is an ICMP error for a
+/// datagram this socket sent, with that datagram's destination, which the
+/// core passes over (RFC 3263 failover of DNS targets).
+fn icmp_errors(net: &Net, sock: &UdpSocket) {
+    let mut buf = [0u8; 1024];
+    for _ in 0..64 {
+        let mut iov = [IoSliceMut::new(&mut buf)];
+        let flags = MsgFlags::MSG_ERRQUEUE | MsgFlags::MSG_DONTWAIT;
+        let Ok(msg) = recvmsg::<SockaddrStorage>(sock.as_raw_fd(), &mut iov, None, flags) else {
+            return;
+        };
+        let dest = msg.address.as_ref().and_then(|a| {
+            a.as_sockaddr_in()
+                .map(|v4| SocketAddr::from(std::net::SocketAddrV4::from(*v4)))
+                .or_else(|| {
+                    a.as_sockaddr_in6()
+                        .map(|v6| SocketAddr::from(std::net::SocketAddrV6::from(*v6)))
+                })
+        });
+        if let Some(dest) = dest {
+            net.core.unreachable(dest, Instant::now());
+        }
     }
 }
 

@@ -188,3 +188,48 @@ async fn rfc3263_a_name_that_does_not_exist_gets_404_and_is_remembered() {
     assert_eq!(asked, 1, "{:?}", dns.queries());
     assert!(gate.shutdown(Duration::from_secs(5)).await);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rfc3263_udp_target_with_a_closed_port_gives_way_on_the_next_retransmission() {
+    let net = (30, 4);
+    let dns = Dnsmasq::new(dns_addr(net))
+        .local_domain("test")
+        .ttl(60)
+        .srv("_sip._udp.icmp.test", "a1.icmp.test", 5070, 10, 0)
+        .srv("_sip._udp.icmp.test", "a2.icmp.test", 5080, 20, 0)
+        .host("a1.icmp.test", ip(net, 61))
+        .host("a2.icmp.test", ip(net, 62))
+        .start()
+        .expect("dnsmasq starts");
+    let (gate, _drain) = start_gate(config(&dns_site(net, dns.addr()))).await;
+    let gw = listener_addr(&gate, "subs");
+    let instance = server_addr(net, 0);
+    let second = SocketAddr::new(ip(net, 62), 5080);
+    let (copies, got) = tokio::task::spawn_blocking(move || {
+        // Priority 10 (a1) has no socket: the kernel answers ICMP port
+        // unreachable, which the gate reads from its socket's error queue.
+        let a2 = UdpSocket::bind(second).unwrap();
+        a2.set_read_timeout(Some(Duration::from_millis(500)))
+            .unwrap();
+        let sg = UdpSocket::bind(instance).unwrap();
+        let request = invite(instance, "sip:bob@icmp.test", 1);
+        let mut buf = [0u8; 4096];
+        // The instance retransmits as a UDP client does (RFC 3261 17.1.1.2).
+        for copies in 1..=6 {
+            sg.send_to(request.as_bytes(), gw).unwrap();
+            if let Ok((n, _)) = a2.recv_from(&mut buf) {
+                return (copies, String::from_utf8_lossy(&buf[..n]).into_owned());
+            }
+        }
+        panic!("the second target never got the INVITE");
+    })
+    .await
+    .unwrap();
+    assert!(
+        got.starts_with("INVITE sip:bob@icmp.test SIP/2.0\r\n"),
+        "{got}"
+    );
+    assert!(got.contains("branch=z9hG4bKdns1"), "{got}");
+    assert!(copies >= 2, "the first copy went to the first target");
+    assert!(gate.shutdown(Duration::from_secs(5)).await);
+}

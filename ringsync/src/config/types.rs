@@ -197,8 +197,8 @@ pub struct DnsConfig {
     /// Longest time a name that does not resolve is remembered as such
     /// (a negative answer's own TTL, capped here). Default 30.
     pub negative_ttl_s: u32,
-    /// How long a target that failed (TCP connect refused or timed out) is
-    /// passed over for the next one. Default 30.
+    /// How long a target that failed (TCP connect refused or timed out, an
+    /// ICMP error for a UDP send) is passed over for the next one. Default 30.
     pub failover_hold_s: u32,
 }
 

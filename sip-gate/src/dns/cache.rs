@@ -210,14 +210,8 @@ impl DnsCache {
         seed: u64,
         now: Instant,
     ) -> Option<SocketAddr> {
-        let mut inner = self.lock();
-        if inner.failed.len() >= MAX_FAILED {
-            inner.failed.retain(|_, until| *until > now);
-            if inner.failed.len() >= MAX_FAILED {
-                inner.failed.clear();
-            }
-        }
-        inner.failed.insert(addr, now + self.hold);
+        self.hold(addr, now);
+        let inner = self.lock();
         let answer = inner.answers.get(&key)?.result.as_ref().ok()?;
         let all = order(&answer.targets, seed);
         let after = all.iter().position(|a| *a == addr)? + 1;
@@ -225,6 +219,26 @@ impl DnsCache {
             .iter()
             .find(|a| !is_held(&inner.failed, a, now))
             .copied()
+    }
+}
+
+impl DnsCache {
+    /// Passes `addr` over for `[dns] failover_hold_s`: it could not be
+    /// reached (a TCP connect failed, an ICMP error came back).
+    pub(crate) fn hold(&self, addr: SocketAddr, now: Instant) {
+        let mut inner = self.lock();
+        if inner.failed.len() >= MAX_FAILED && !inner.failed.contains_key(&addr) {
+            inner.failed.retain(|_, until| *until > now);
+            if inner.failed.len() >= MAX_FAILED {
+                inner.failed.clear();
+            }
+        }
+        inner.failed.insert(addr, now + self.hold);
+    }
+
+    /// Whether `addr` is being passed over.
+    pub(crate) fn held(&self, addr: SocketAddr, now: Instant) -> bool {
+        is_held(&self.lock().failed, &addr, now)
     }
 }
 

@@ -72,6 +72,32 @@ impl Core {
         self.fail_over(to, data, now).unwrap_or(Action::None)
     }
 
+    /// An ICMP error came back for a datagram sent to `addr` (port or host
+    /// unreachable): it is passed over like a failed TCP connect. The
+    /// datagram itself is not resent (the error carries only its start);
+    /// the client's next retransmission moves on ([`Core::moved_hop`]).
+    pub fn unreachable(&self, addr: SocketAddr, now: Instant) {
+        tracing::debug!(%addr, "unreachable (ICMP)");
+        self.dns.hold(addr, now);
+    }
+
+    /// The hop a retransmission of transaction `key` goes to: its first
+    /// hop, unless that is a DNS target found unreachable since, then the
+    /// next target of the answer (and the transaction follows it).
+    pub(super) fn moved_hop(&self, key: u64, hop: Hop, now: Instant) -> Hop {
+        let Some(answer) = hop.dns.filter(|_| self.dns.held(hop.addr, now)) else {
+            return hop;
+        };
+        let Some(next) = self.dns.fail_over(answer, hop.addr, key, now) else {
+            return hop;
+        };
+        m::dns_failover("next_target");
+        tracing::info!(failed = %hop.addr, %next, "next DNS target");
+        let moved = Hop { addr: next, ..hop };
+        self.txns.set_hop(key, moved);
+        moved
+    }
+
     fn fail_over(&self, to: SocketAddr, data: Bytes, now: Instant) -> Option<Action> {
         let msg = SipMessage::scan(data).ok()?;
         if !msg.is_request() {

@@ -47,7 +47,8 @@ impl Core {
             return self.act(&req, decision, &span);
         }
         if let Some(e) = self.txns.get(req.key) {
-            return self.retransmission(&req, e.hop);
+            let hop = self.moved_hop(req.key, e.hop, now);
+            return self.retransmission(&req, hop);
         }
         let decision = self.decide(&req, &view);
         let Decision::Forward { hop, .. } = decision else {

@@ -208,3 +208,34 @@ fn rfc3263_an_unreachable_target_gives_way_to_the_next_and_the_transaction_follo
     let r = replied(r, L_SG_BAL, INSTANCE_ADDR[SG_A], 503);
     assert_eq!(r.vias().count(), 1, "the instance's Via only");
 }
+
+#[test]
+fn rfc3263_a_udp_target_reported_unreachable_gives_way_on_the_next_retransmission() {
+    let g = Gate::std();
+    let invite = invite_to("sip:bob@udp-fo.example", "dns-icmp@sg", "z9hG4bKdnsicmp");
+    let q = resolve_of(from_sg_a(&g, &invite));
+    let answer = DnsAnswer {
+        tcp: false,
+        ..two_targets(Duration::from_secs(60))
+    };
+    let first = g.core.resolved(q, Ok(answer), Instant::now()).remove(0);
+    assert_eq!(first, sent_udp(&first, "192.0.2.21:5070"));
+    // Until the transport reports the target unreachable, a copy follows it.
+    let again = from_sg_a(&g, &invite);
+    assert_eq!(again, sent_udp(&again, "192.0.2.21:5070"));
+    // An ICMP error came back for it: the next copy goes to the next target.
+    g.core.unreachable(addr("192.0.2.21:5070"), Instant::now());
+    let moved = from_sg_a(&g, &invite);
+    assert_eq!(moved, sent_udp(&moved, "192.0.2.22:5080"));
+    let Action::Send(_, a) = &again else { panic!() };
+    let Action::Send(_, b) = &moved else { panic!() };
+    assert_eq!(a, b, "the same bytes, the same branch");
+}
+
+/// `a` itself when it sends over UDP to `to` (panics otherwise).
+fn sent_udp(a: &Action, to: &str) -> Action {
+    match a {
+        Action::Send(Out::Udp { to: t, .. }, _) if *t == addr(to) => a.clone(),
+        other => panic!("expected UDP to {to}, got {other:?}"),
+    }
+}
