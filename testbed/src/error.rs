@@ -12,14 +12,12 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
-    /// A program the harness needs is not installed.
-    #[error(
-        "{program} is not installed (Debian package `{package}`; scripts/setup.sh installs it)"
-    )]
+    /// A peer's program is not installed.
+    #[error("{program} is not installed: install the Debian package `{package}` (scripts/setup.sh does)")]
     NotInstalled {
         /// The program name.
         program: String,
-        /// The package that provides it.
+        /// The Debian package that ships it.
         package: String,
     },
     /// A peer exited before it was ready (bad config, port taken, ...).
