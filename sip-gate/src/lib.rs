@@ -24,6 +24,7 @@ pub use message::{
 
 // === the routing core: keys, site tables, policy, state, decisions ===
 mod branch;
+mod dns;
 mod health;
 mod keys;
 mod listener;
@@ -36,6 +37,7 @@ mod token;
 mod txn;
 mod work;
 
+pub use dns::{DnsAnswer, DnsFailure, DnsQuery, DnsResult, SrvTarget};
 pub use proxy::{Action, Core, CoreError, Out};
 pub use token::{TokenError, TokenKey};
 pub use txn::{ConnId, Inbound};

@@ -1,6 +1,7 @@
 //! Harness that starts and stops real peers on loopback for tests and
-//! benchmarks: SIPp ([`Sipp`]), Kamailio ([`Kamailio`]), etcd ([`Etcd`]),
-//! a blind UDP relay ([`relay::BlindRelay`]), plus the helpers benchmarks need
+//! benchmarks: SIPp ([`Sipp`]), Kamailio ([`Kamailio`]), etcd ([`Etcd`]), a
+//! DNS server ([`Dnsmasq`]), a blind UDP relay ([`relay::BlindRelay`]), plus
+//! the helpers benchmarks need
 //! ([`free_port`], [`ProcStats`]).
 //!
 //! Every peer is a real process bound to an explicit `127.0.0.x` address,
@@ -33,6 +34,7 @@
 
 use std::path::PathBuf;
 
+pub mod dnsmasq;
 mod error;
 pub mod etcd;
 pub mod kamailio;
@@ -43,6 +45,7 @@ mod process;
 pub mod relay;
 pub mod sipp;
 
+pub use dnsmasq::{Dnsmasq, DnsmasqHandle};
 pub use error::Error;
 pub use etcd::Etcd;
 pub use kamailio::{Kamailio, KamailioHandle};

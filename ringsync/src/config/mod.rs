@@ -22,9 +22,9 @@ mod tests;
 
 pub use error::ConfigError;
 pub use types::{
-    Account, AccountMatch, AdminConfig, ApGroup, DrainPolicy, Exception, HealthConfig, Instance,
-    Leg, Listener, ListenerMode, Server, Service, Site, SiteConfig, StoreConfig, Timers, Transport,
-    WorkConfig,
+    Account, AccountMatch, AdminConfig, ApGroup, DnsConfig, DrainPolicy, Exception, HealthConfig,
+    Instance, Leg, Listener, ListenerMode, Server, Service, Site, SiteConfig, StoreConfig, Timers,
+    Transport, WorkConfig,
 };
 
 use error::Locator;

@@ -10,8 +10,8 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::types::{
-    AccountMatch, AdminConfig, DrainPolicy, Exception, HealthConfig, Leg, Timers, Transport,
-    WorkConfig,
+    AccountMatch, AdminConfig, DnsConfig, DrainPolicy, Exception, HealthConfig, Leg, Timers,
+    Transport, WorkConfig,
 };
 
 #[derive(Deserialize)]
@@ -28,6 +28,7 @@ pub(super) struct RawSite {
     pub(super) health: HealthConfig,
     #[serde(default)]
     pub(super) work: WorkConfig,
+    pub(super) dns: DnsConfig,
     #[serde(default)]
     pub(super) admin: AdminConfig,
     #[serde(default)]

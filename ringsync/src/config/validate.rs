@@ -18,8 +18,8 @@ use super::raw::{
     RawAccount, RawApGroup, RawInstance, RawListener, RawServer, RawSite, RawSiteId, RawStore,
 };
 use super::types::{
-    Account, ApGroup, Exception, HealthConfig, Instance, Listener, ListenerMode, Server, Service,
-    Site, SiteConfig, StoreConfig, WorkConfig,
+    Account, ApGroup, DnsConfig, Exception, HealthConfig, Instance, Listener, ListenerMode, Server,
+    Service, Site, SiteConfig, StoreConfig, WorkConfig,
 };
 
 type Result<T> = std::result::Result<T, ConfigError>;
@@ -39,6 +39,7 @@ pub(super) fn validate(loc: Locator<'_>, raw: RawSite) -> Result<SiteConfig> {
     let store = v.store(raw.store.as_ref(), &site.name)?;
     let health = v.health(raw.health)?;
     let work = v.work(raw.work)?;
+    let dns = v.dns(raw.dns)?;
     Ok(SiteConfig {
         path: loc.path.to_owned(),
         site,
@@ -47,6 +48,7 @@ pub(super) fn validate(loc: Locator<'_>, raw: RawSite) -> Result<SiteConfig> {
         drain: raw.drain,
         health,
         work,
+        dns,
         admin: raw.admin,
         servers,
         instances,
@@ -594,6 +596,24 @@ impl Validator<'_> {
         ];
         if let Some((name, _)) = fields.iter().find(|(_, v)| *v == 0) {
             return Err(self.err(0..0, format!("work.{name}"), "must be positive"));
+        }
+        Ok(raw)
+    }
+}
+
+impl Validator<'_> {
+    /// `[dns]`: queries need time and a try; answers need room.
+    fn dns(&self, raw: DnsConfig) -> Result<DnsConfig> {
+        let bad =
+            |field: &str, what: &str| Err(self.err(0..0, format!("dns.{field}"), what.to_string()));
+        if raw.timeout_ms == 0 {
+            return bad("timeout_ms", "must be positive");
+        }
+        if raw.attempts == 0 {
+            return bad("attempts", "must be at least 1");
+        }
+        if raw.cache_size == 0 {
+            return bad("cache_size", "must be positive");
         }
         Ok(raw)
     }

@@ -15,11 +15,14 @@
 //! set, token); [`route`] decides where it goes, a plain function of the
 //! request and the drain view; [`forward`] splices the edits; [`answer`]
 //! builds the gate's own replies; [`transaction`] runs a request through
-//! these with the transaction table; [`response`] sends responses back.
+//! these with the transaction table; [`resolved`] parks requests to host
+//! names while the transport resolves them (RFC 3263) and fails over
+//! between targets; [`response`] sends responses back.
 
 mod answer;
 mod forward;
 mod request;
+mod resolved;
 mod response;
 mod route;
 mod transaction;
@@ -34,6 +37,8 @@ use ringsync::state::DrainState;
 use ringsync::view::DrainView;
 
 use crate::branch::BranchKey;
+use crate::dns::cache::DnsCache;
+use crate::dns::DnsQuery;
 use crate::health::{HealthBook, Prober};
 use crate::listener::{ListenerCtx, Listeners};
 use crate::message::SipMessage;
@@ -75,6 +80,10 @@ pub enum Out {
 pub enum Action {
     /// Send these bytes.
     Send(Out, Bytes),
+    /// Resolve this name (RFC 3263) and hand the answer to
+    /// [`Core::resolved`]: the message that needs it is parked in the core
+    /// until then.
+    Resolve(DnsQuery),
     /// Nothing to send (dropped, absorbed, or a probe answer).
     None,
 }
@@ -100,6 +109,7 @@ pub struct Core {
     policy: Policy,
     work: Arc<WorkBook>,
     health: Arc<HealthBook>,
+    dns: DnsCache,
     /// `sipgate_new_work_total{instance}`, registered once: no label
     /// allocation per request.
     new_work: Vec<Option<metrics::Counter>>,
@@ -156,6 +166,7 @@ impl Core {
             drain,
             work: Arc::new(WorkBook::new(&config, Instant::now())),
             health: Arc::new(HealthBook::new(n)),
+            dns: DnsCache::new(&config.dns),
             new_work,
             gauges,
             config,
@@ -165,6 +176,11 @@ impl Core {
     /// The listeners, in config order.
     pub(crate) fn listeners(&self) -> &[ListenerCtx] {
         self.listeners.all()
+    }
+
+    /// How host names are resolved (`[dns]`).
+    pub(crate) fn dns_config(&self) -> &ringsync::config::DnsConfig {
+        &self.config.dns
     }
 
     /// Work the gate holds per instance.
@@ -254,6 +270,13 @@ impl Core {
 
     /// Handles one received message.
     pub fn handle(&self, inbound: Inbound, data: Bytes, now: Instant) -> Action {
+        self.handle_as(inbound, data, now, false)
+    }
+
+    /// [`Core::handle`]; `resumed`: a message handed back after the lookup
+    /// it waited for, which routes on that answer even if its TTL has run
+    /// out meanwhile, and is never parked twice.
+    fn handle_as(&self, inbound: Inbound, data: Bytes, now: Instant, resumed: bool) -> Action {
         let Some(listener) = self.listeners.get(inbound.listener()) else {
             m::dropped("unknown_listener");
             return Action::None;
@@ -269,7 +292,7 @@ impl Core {
             return self.bad_message(inbound, &msg, e);
         }
         if msg.is_request() {
-            self.request(inbound, listener, &msg, now)
+            self.request(inbound, listener, &msg, now, resumed)
         } else {
             self.response(inbound, &msg, now)
         }
