@@ -12,6 +12,7 @@ use clap::Parser;
 use metrics_exporter_prometheus::PrometheusBuilder;
 use ringsync::config::SiteConfig;
 use ringsync::state::DrainState;
+use sip_gate::admin::NodeInfo;
 use sip_gate::Gate;
 use tokio_util::sync::CancellationToken;
 
@@ -28,6 +29,9 @@ struct Args {
     /// Admin HTTP address (/metrics, /v1/work); overrides `admin.gate_bind`.
     #[arg(long)]
     admin: Option<std::net::SocketAddr>,
+    /// This gate's name in its work report (default: its admin address).
+    #[arg(long, value_name = "NAME")]
+    node: Option<String>,
     /// How long the stop may take (loops ending, threads joined).
     #[arg(long, default_value_t = 10)]
     drain_deadline_s: u64,
@@ -63,6 +67,7 @@ fn init_logs(format: LogFormat) {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    let started_ms = ringsync::work::now_ms();
     init_logs(args.log_format);
 
     let config = match SiteConfig::load(&args.config) {
@@ -98,10 +103,16 @@ async fn main() -> anyhow::Result<()> {
     let admin = tokio::net::TcpListener::bind(admin_addr)
         .await
         .with_context(|| format!("binding admin endpoint {admin_addr}"))?;
-    tracing::info!(%admin_addr, "admin endpoint (/metrics, /v1/work)");
+    let admin_addr = admin.local_addr()?;
+    let node = NodeInfo {
+        name: args.node.unwrap_or_else(|| admin_addr.to_string()),
+        started_ms,
+    };
+    tracing::info!(%admin_addr, node = %node.name, "admin endpoint (/metrics, /v1/work)");
     let admin_task = tokio::spawn(sip_gate::admin::serve(
         admin,
         gate.core().clone(),
+        node,
         Some(prometheus),
         shutdown.clone(),
     ));
