@@ -50,15 +50,17 @@ impl Key {
         Key(blake3::derive_key(purpose.context(), secret.as_bytes()))
     }
 
-    /// The first `N` bytes of the keyed BLAKE3 hash of `parts`, written one
-    /// after the other (callers keep them unambiguous).
+    /// The first `N` (at most 32) bytes of the keyed BLAKE3 hash of
+    /// `parts`, written one after the other (callers keep them unambiguous).
     pub(crate) fn mac<const N: usize>(&self, parts: &[&[u8]]) -> [u8; N] {
+        const { assert!(N <= blake3::OUT_LEN) };
         let mut h = blake3::Hasher::new_keyed(&self.0);
         for p in parts {
             h.update(p);
         }
+        let hash = h.finalize();
         let mut out = [0u8; N];
-        h.finalize_xof().fill(&mut out);
+        out.copy_from_slice(&hash.as_bytes()[..N]);
         out
     }
 
