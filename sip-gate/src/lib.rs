@@ -26,6 +26,7 @@ pub use message::{
 mod branch;
 mod health;
 mod keys;
+mod lifecycle;
 mod listener;
 mod metrics;
 mod origin;
@@ -36,6 +37,7 @@ mod token;
 mod txn;
 mod work;
 
+pub use lifecycle::{Lifecycle, Phase};
 pub use proxy::{Action, Core, CoreError, Out};
 pub use token::{TokenError, TokenKey};
 pub use txn::{ConnId, Inbound};

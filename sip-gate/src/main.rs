@@ -1,6 +1,6 @@
 //! `sip-gate --config SITE.toml`: the drain-aware SIP proxy.
 //!
-//! Thin on purpose: config, tracing, metrics, store, gate, signal, stop.
+//! Thin on purpose: config, tracing, metrics, gate, store, signal, stop.
 #![forbid(unsafe_code)]
 
 use std::path::PathBuf;
@@ -15,6 +15,9 @@ use ringsync::state::DrainState;
 use sip_gate::admin::NodeInfo;
 use sip_gate::Gate;
 use tokio_util::sync::CancellationToken;
+
+/// How long the last step of a stop may take (threads and tasks joined).
+const JOIN_DEADLINE: Duration = Duration::from_secs(3);
 
 /// Drain-aware inline SIP proxy.
 #[derive(Parser, Debug)]
@@ -32,8 +35,9 @@ struct Args {
     /// This gate's name in its work report (default: its admin address).
     #[arg(long, value_name = "NAME")]
     node: Option<String>,
-    /// How long the stop may take (loops ending, threads joined).
-    #[arg(long, default_value_t = 10)]
+    /// How long a stop (SIGTERM) may wait for the transactions in flight
+    /// before the gate exits anyway (R-GW-1).
+    #[arg(long, default_value_t = 60)]
     drain_deadline_s: u64,
     /// Log lines as text (for people) or JSON (one object a line, with the
     /// fields of the span they are in: call_id, branch, instance).
@@ -90,16 +94,16 @@ async fn main() -> anyhow::Result<()> {
     let prometheus = PrometheusBuilder::new()
         .install_recorder()
         .context("installing the metrics recorder")?;
+    // Watched from the start: a signal is never missed, and a second one
+    // during the stop is seen.
+    let mut signals = Signals::new().context("watching SIGTERM and SIGINT")?;
     let shutdown = CancellationToken::new();
-    let store = ringsync::store::open(&config)
-        .await
-        .context("opening the profile store")?;
     let drain = DrainState::new(Arc::new(config.clone()));
-    drain.set_profiles(store.list().await.context("reading profiles")?);
-    let follower = drain.follow(store, shutdown.clone());
 
+    // Listeners first: in-dialog requests and responses flow while the
+    // store is read; new work gets 503 until the view is loaded.
     let admin_addr = args.admin.unwrap_or(config.admin.gate_bind);
-    let gate = Gate::start(config, drain, shutdown.clone()).await?;
+    let gate = Gate::start_awaiting_view(config.clone(), drain.clone(), shutdown.clone()).await?;
     let admin = tokio::net::TcpListener::bind(admin_addr)
         .await
         .with_context(|| format!("binding admin endpoint {admin_addr}"))?;
@@ -108,7 +112,7 @@ async fn main() -> anyhow::Result<()> {
         name: args.node.unwrap_or_else(|| admin_addr.to_string()),
         started_ms,
     };
-    tracing::info!(%admin_addr, node = %node.name, "admin endpoint (/metrics, /v1/work)");
+    tracing::info!(%admin_addr, node = %node.name, "admin endpoint (/metrics, /v1/work, /readyz)");
     let admin_task = tokio::spawn(sip_gate::admin::serve(
         admin,
         gate.core().clone(),
@@ -117,36 +121,101 @@ async fn main() -> anyhow::Result<()> {
         shutdown.clone(),
     ));
 
-    wait_for_signal().await;
-    // Every loop stops at once: transactions in flight are not waited for.
-    tracing::info!("stopping: closing listeners and connections");
-    let clean = gate
-        .shutdown(Duration::from_secs(args.drain_deadline_s))
-        .await;
+    let deadline = Duration::from_secs(args.drain_deadline_s);
+    let store = tokio::select! {
+        store = ringsync::store::open(&config) => store.context("opening the profile store")?,
+        signal = signals.recv() => {
+            stop(gate, &mut signals, signal, deadline).await;
+            let _ = admin_task.await;
+            return Ok(());
+        }
+    };
+    drain.set_profiles(store.list().await.context("reading profiles")?);
+    gate.lifecycle().view_loaded();
+    tracing::info!(
+        revision = drain.view().revision(),
+        "drain view loaded: serving"
+    );
+    let follower = drain.follow(store, shutdown.clone());
+
+    let signal = signals.recv().await;
+    stop(gate, &mut signals, signal, deadline).await;
     let _ = admin_task.await;
     let _ = follower.await;
-    if !clean {
-        tracing::warn!("some tasks did not finish before the deadline");
-    }
     Ok(())
 }
 
-async fn wait_for_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        let mut term = match signal(SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-                return;
+/// The gate's own stop (R-GW-1): `/readyz` fails and new work gets 503 at
+/// once, the transactions in flight complete, and the gate exits when none
+/// is left, at `deadline`, or at once on a second signal.
+async fn stop(gate: Gate, signals: &mut Signals, signal: &'static str, deadline: Duration) {
+    tracing::info!(
+        signal,
+        deadline_s = deadline.as_secs(),
+        transactions = gate.core().transactions(),
+        "stopping (R-GW-1): /readyz fails, new work gets 503, waiting for the transactions in flight"
+    );
+    tokio::select! {
+        drained = gate.drain(deadline) => {
+            let waited_ms = drained.waited.as_millis() as u64;
+            if drained.left == 0 {
+                tracing::info!(waited_ms, "stopped: no transaction left");
+            } else {
+                tracing::warn!(
+                    waited_ms,
+                    transactions = drained.left,
+                    "stopped: drain deadline reached with transactions left"
+                );
             }
-        };
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = tokio::signal::ctrl_c() => {}
+        }
+        second = signals.recv() => {
+            tracing::warn!(
+                signal = second,
+                transactions = gate.core().transactions(),
+                "stopped at once: second signal"
+            );
         }
     }
-    #[cfg(not(unix))]
-    let _ = tokio::signal::ctrl_c().await;
+    if !gate.shutdown(JOIN_DEADLINE).await {
+        tracing::warn!("some tasks did not finish before the join deadline");
+    }
+}
+
+/// SIGTERM and SIGINT, registered once.
+struct Signals {
+    #[cfg(unix)]
+    term: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> std::io::Result<Signals> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            Ok(Signals {
+                term: signal(SignalKind::terminate())?,
+                int: signal(SignalKind::interrupt())?,
+            })
+        }
+        #[cfg(not(unix))]
+        Ok(Signals {})
+    }
+
+    /// The next signal's name.
+    async fn recv(&mut self) -> &'static str {
+        #[cfg(unix)]
+        {
+            tokio::select! {
+                _ = self.term.recv() => "SIGTERM",
+                _ = self.int.recv() => "SIGINT",
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+            "ctrl-c"
+        }
+    }
 }

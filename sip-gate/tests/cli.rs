@@ -253,7 +253,9 @@ fn json_logs_with_the_transaction_span() {
         "127.0.9.3",
         "127.0.11.",
         Stdio::piped(),
-        &["--log-format", "json"],
+        // The OPTIONS below stays a transaction for 32 s (to an sg that is
+        // not there): the stop need not wait for it.
+        &["--log-format", "json", "--drain-deadline-s", "1"],
         Some("sip_gate=debug"),
     );
     let admin = "127.0.9.3:9091";

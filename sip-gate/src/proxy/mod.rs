@@ -35,6 +35,7 @@ use ringsync::view::{DrainView, InstanceState};
 
 use crate::branch::BranchKey;
 use crate::health::{HealthBook, Prober};
+use crate::lifecycle::Lifecycle;
 use crate::listener::{ListenerCtx, Listeners};
 use crate::message::SipMessage;
 use crate::metrics as m;
@@ -46,7 +47,7 @@ use crate::txn::{ConnId, Inbound, TxnTable};
 use crate::work::WorkBook;
 
 /// Bound on remembered transactions (see [`TxnTable`]).
-const TXN_CAPACITY: usize = 1 << 20;
+pub(crate) const TXN_CAPACITY: usize = 1 << 20;
 
 /// Where a message goes out.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,6 +101,8 @@ pub struct Core {
     policy: Policy,
     work: Arc<WorkBook>,
     health: Arc<HealthBook>,
+    /// The gate's phase: new work is admitted only while serving (R-GW-1).
+    lifecycle: Arc<Lifecycle>,
     /// `sipgate_new_work_total{instance}`, registered once: no label
     /// allocation per request.
     new_work: Vec<Option<metrics::Counter>>,
@@ -114,7 +117,8 @@ impl std::fmt::Debug for Core {
 }
 
 impl Core {
-    /// Builds the core for a validated site.
+    /// Builds the core for a validated site, serving at once (its
+    /// [`Lifecycle`] has nothing to wait for).
     pub fn new(config: Arc<SiteConfig>, drain: Arc<DrainState>) -> Result<Core, CoreError> {
         Core::with_txn_capacity(config, drain, TXN_CAPACITY)
     }
@@ -125,6 +129,16 @@ impl Core {
         config: Arc<SiteConfig>,
         drain: Arc<DrainState>,
         capacity: usize,
+    ) -> Result<Core, CoreError> {
+        Core::build(config, drain, capacity, Lifecycle::serving())
+    }
+
+    /// The core of a gate, whose phase the gate moves.
+    pub(crate) fn build(
+        config: Arc<SiteConfig>,
+        drain: Arc<DrainState>,
+        capacity: usize,
+        lifecycle: Arc<Lifecycle>,
     ) -> Result<Core, CoreError> {
         let listeners = Listeners::new(&config).map_err(|e| CoreError::UnknownInstance(e.0))?;
         let n = config.instances.len();
@@ -149,6 +163,7 @@ impl Core {
             drain,
             work: Arc::new(WorkBook::new(n)),
             health: Arc::new(HealthBook::new(n)),
+            lifecycle,
             new_work,
             config,
         })
@@ -157,6 +172,11 @@ impl Core {
     /// The listeners, in config order.
     pub(crate) fn listeners(&self) -> &[ListenerCtx] {
         self.listeners.all()
+    }
+
+    /// The gate's phase (R-GW-1).
+    pub fn lifecycle(&self) -> &Arc<Lifecycle> {
+        &self.lifecycle
     }
 
     /// Work the gate holds per instance.
@@ -179,7 +199,10 @@ impl Core {
         self.drain.view()
     }
 
-    /// Number of remembered transactions.
+    /// Number of remembered transactions: each stays from its request until
+    /// its final response and then as long as retransmissions, the ACK of a
+    /// non-2xx and 2xx retransmissions may still arrive (32 s, the RFC 3261
+    /// timers in `txn.rs`); a stopping gate waits for this to reach zero.
     pub fn transactions(&self) -> usize {
         self.txns.len()
     }

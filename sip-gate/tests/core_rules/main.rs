@@ -40,6 +40,7 @@ mod balance;
 mod drain_esg;
 mod drain_sg;
 mod forwarding;
+mod gate_stop;
 mod in_dialog;
 mod responses;
 mod security;
