@@ -7,8 +7,11 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::bins::ringsync_bin;
 use ringsync::work::{NodeKind, WorkReport};
 use serde_json::Value;
+
+mod common;
 
 const GATE: &str = env!("CARGO_BIN_EXE_sip-gate");
 
@@ -310,38 +313,6 @@ fn json_logs_with_the_transaction_span() {
             .is_some_and(|i| i.starts_with("sg-")),
         "{forwarded}"
     );
-}
-
-/// The `ringsync` binary of this build. Cargo builds a package's binaries
-/// only for that package's own tests, so this builds it (a no-op when it
-/// is fresh) into the target directory this test runs from.
-fn ringsync_bin() -> std::path::PathBuf {
-    static BIN: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
-    BIN.get_or_init(|| {
-        // target/<profile>/deps/cli-<hash>
-        let exe = std::env::current_exe().unwrap();
-        let profile_dir = exe.parent().and_then(|d| d.parent()).unwrap().to_path_buf();
-        let mut build = Command::new(env!("CARGO"));
-        build.args([
-            "build",
-            "--quiet",
-            "--offline",
-            "-p",
-            "ringsync",
-            "--bin",
-            "ringsync",
-        ]);
-        if profile_dir.file_name().is_some_and(|n| n == "release") {
-            build.arg("--release");
-        }
-        let status = build
-            .env("CARGO_TARGET_DIR", profile_dir.parent().unwrap())
-            .status()
-            .unwrap();
-        assert!(status.success(), "building ringsync: {status:?}");
-        profile_dir.join("ringsync")
-    })
-    .clone()
 }
 
 /// R-ST-1, R-ST-3 end to end: the real `ringsync status --json` asks the
