@@ -247,82 +247,14 @@ fn r_pr_2_running_gate_applies_a_profile_change_within_a_second() {
     let _ = child.wait();
 }
 
-/// `--log-format json`: every log line is a JSON object; at debug level a
-/// request's lines carry the `txn` span with its Call-ID, branch and the
-/// instance it went to.
-#[test]
-fn json_logs_with_the_transaction_span() {
-    let (_dir, _site, mut child) = example_gate_with(
-        "127.0.9.3",
-        "127.0.11.",
-        Stdio::piped(),
-        // The OPTIONS below stays a transaction for 32 s (to an sg that is
-        // not there): the stop need not wait for it.
-        &["--log-format", "json", "--drain-deadline-s", "1"],
-        Some("sip_gate=debug"),
-    );
-    let admin = "127.0.9.3:9091";
-    let start = Instant::now();
-    while http_get(admin, "/healthz").is_none() {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "gate did not start"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let ua = std::net::UdpSocket::bind("127.0.9.50:0").unwrap();
-    let port = ua.local_addr().unwrap().port();
-    let options = format!(
-        "OPTIONS sip:bob@example.com SIP/2.0\r\n\
-         Via: SIP/2.0/UDP 127.0.9.50:{port};branch=z9hG4bKjsonlog\r\n\
-         Max-Forwards: 70\r\n\
-         From: <sip:alice@example.com>;tag=a1\r\n\
-         To: <sip:bob@example.com>\r\n\
-         Call-ID: json-log-1@ua\r\n\
-         CSeq: 1 OPTIONS\r\n\
-         Content-Length: 0\r\n\r\n"
-    );
-    ua.send_to(options.as_bytes(), "127.0.9.3:5060").unwrap();
-    std::thread::sleep(Duration::from_millis(300));
-    let _ = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status();
-    let _ = child.wait();
-    let mut log = String::new();
-    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut log).unwrap();
-    let lines: Vec<serde_json::Value> = log
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
-        .collect();
-    assert!(
-        lines.iter().any(|v| v["fields"]["message"] == "listening"),
-        "{log}"
-    );
-    let forwarded = lines
-        .iter()
-        .find(|v| v["fields"]["message"] == "forwarded")
-        .unwrap_or_else(|| panic!("no forwarded line in:\n{log}"));
-    let span = &forwarded["span"];
-    assert_eq!(span["name"], "txn", "{forwarded}");
-    assert_eq!(span["call_id"], "json-log-1@ua", "{forwarded}");
-    assert_eq!(span["branch"], "z9hG4bKjsonlog", "{forwarded}");
-    assert!(
-        span["instance"]
-            .as_str()
-            .is_some_and(|i| i.starts_with("sg-")),
-        "{forwarded}"
-    );
-}
-
 /// R-ST-1, R-ST-3 end to end: the real `ringsync status --json` asks the
 /// real gate for its work report: the sg instances are there with no work
 /// (nothing called yet), the esg too; the mg, which only media-ctl counts,
 /// stays unknown with the reason (nothing listens at `admin.media_bind`).
 #[test]
 fn r_st_3_ringsync_status_reads_the_gates_work_report() {
-    let (_dir, site, mut child) = example_gate("127.0.9.4", "127.0.12.", Stdio::null());
-    let admin = "127.0.9.4:9091";
+    let (_dir, site, mut child) = example_gate("127.0.9.3", "127.0.11.", Stdio::null());
+    let admin = "127.0.9.3:9091";
     let start = Instant::now();
     let report = loop {
         if let Some(r) = work_report(admin) {
@@ -367,7 +299,7 @@ fn r_st_3_ringsync_status_reads_the_gates_work_report() {
     assert!(mg["work"].is_null(), "{mg}");
     let why = mg["unknown"][0].as_str().unwrap();
     assert!(
-        why.starts_with("media_ctl 127.0.9.4:9092: cannot connect:"),
+        why.starts_with("media_ctl 127.0.9.3:9092: cannot connect:"),
         "{why}"
     );
     assert_eq!(v["nodes"][0]["node"], admin);
@@ -376,4 +308,72 @@ fn r_st_3_ringsync_status_reads_the_gates_work_report() {
         .args(["-TERM", &child.id().to_string()])
         .status();
     let _ = child.wait();
+}
+
+/// `--log-format json`: every log line is a JSON object; at debug level a
+/// request's lines carry the `txn` span with its Call-ID, branch and the
+/// instance it went to.
+#[test]
+fn json_logs_with_the_transaction_span() {
+    let (_dir, _site, mut child) = example_gate_with(
+        "127.0.9.4",
+        "127.0.12.",
+        Stdio::piped(),
+        // The OPTIONS below stays a transaction for 32 s (to an sg that is
+        // not there): the stop need not wait for it.
+        &["--log-format", "json", "--drain-deadline-s", "1"],
+        Some("sip_gate=debug"),
+    );
+    let admin = "127.0.9.4:9091";
+    let start = Instant::now();
+    while http_get(admin, "/healthz").is_none() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "gate did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let ua = std::net::UdpSocket::bind("127.0.9.51:0").unwrap();
+    let port = ua.local_addr().unwrap().port();
+    let options = format!(
+        "OPTIONS sip:bob@example.com SIP/2.0\r\n\
+         Via: SIP/2.0/UDP 127.0.9.51:{port};branch=z9hG4bKjsonlog\r\n\
+         Max-Forwards: 70\r\n\
+         From: <sip:alice@example.com>;tag=a1\r\n\
+         To: <sip:bob@example.com>\r\n\
+         Call-ID: json-log-1@ua\r\n\
+         CSeq: 1 OPTIONS\r\n\
+         Content-Length: 0\r\n\r\n"
+    );
+    ua.send_to(options.as_bytes(), "127.0.9.4:5060").unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let _ = child.wait();
+    let mut log = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut log).unwrap();
+    let lines: Vec<serde_json::Value> = log
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    assert!(
+        lines.iter().any(|v| v["fields"]["message"] == "listening"),
+        "{log}"
+    );
+    let forwarded = lines
+        .iter()
+        .find(|v| v["fields"]["message"] == "forwarded")
+        .unwrap_or_else(|| panic!("no forwarded line in:\n{log}"));
+    let span = &forwarded["span"];
+    assert_eq!(span["name"], "txn", "{forwarded}");
+    assert_eq!(span["call_id"], "json-log-1@ua", "{forwarded}");
+    assert_eq!(span["branch"], "z9hG4bKjsonlog", "{forwarded}");
+    assert!(
+        span["instance"]
+            .as_str()
+            .is_some_and(|i| i.starts_with("sg-")),
+        "{forwarded}"
+    );
 }

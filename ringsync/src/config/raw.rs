@@ -6,7 +6,6 @@
 use std::net::SocketAddr;
 
 use ipnet::IpNet;
-
 use serde::Deserialize;
 use toml::Spanned;
 

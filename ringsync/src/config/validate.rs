@@ -164,7 +164,7 @@ impl Validator<'_> {
     }
 
     /// Instance `sources`: only on SIP instances, and no network in two
-    /// instances (a sender must map to one instance).
+    /// instances (a sender must map to one instance; R-SEC-1).
     fn sources(&self, raw: &[Spanned<RawInstance>]) -> Result<()> {
         let mut seen: Vec<(IpNet, usize)> = Vec::new();
         for (i, spanned) in raw.iter().enumerate() {
@@ -172,22 +172,15 @@ impl Validator<'_> {
             for (j, net) in r.sources.iter().enumerate() {
                 let field = format!("instance[{i}].sources[{j}]");
                 if r.sip.is_none() {
-                    return Err(self.err(
-                        net.span(),
-                        field,
-                        "only an instance with a `sip` address has sources",
-                    ));
+                    let why = "only an instance with a `sip` address has sources";
+                    return Err(self.err(net.span(), field, why));
                 }
                 let n = *net.get_ref();
-                if let Some((_, k)) = seen.iter().find(|(m, k)| {
-                    *k != i && (m.contains(&n.network()) || n.contains(&m.network()))
-                }) {
+                let overlaps = |m: &IpNet| m.contains(&n.network()) || n.contains(&m.network());
+                if let Some((_, k)) = seen.iter().find(|(m, k)| *k != i && overlaps(m)) {
                     let other = raw[*k].get_ref().id.get_ref();
-                    return Err(self.err(
-                        net.span(),
-                        field,
-                        format!("{n} overlaps a source network of instance `{other}`"),
-                    ));
+                    let why = format!("{n} overlaps a source network of instance `{other}`");
+                    return Err(self.err(net.span(), field, why));
                 }
                 seen.push((n, i));
             }
