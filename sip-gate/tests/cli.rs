@@ -7,11 +7,8 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::bins::ringsync_bin;
 use ringsync::work::{NodeKind, WorkReport};
 use serde_json::Value;
-
-mod common;
 
 const GATE: &str = env!("CARGO_BIN_EXE_sip-gate");
 
@@ -245,6 +242,38 @@ fn r_pr_2_running_gate_applies_a_profile_change_within_a_second() {
         .args(["-TERM", &child.id().to_string()])
         .status();
     let _ = child.wait();
+}
+
+/// The `ringsync` binary of this build. Cargo builds a package's binaries
+/// only for that package's own tests, so this builds it (a no-op when it
+/// is fresh) into the target directory this test runs from.
+fn ringsync_bin() -> std::path::PathBuf {
+    static BIN: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        // target/<profile>/deps/cli-<hash>
+        let exe = std::env::current_exe().unwrap();
+        let profile_dir = exe.parent().and_then(|d| d.parent()).unwrap().to_path_buf();
+        let mut build = Command::new(env!("CARGO"));
+        build.args([
+            "build",
+            "--quiet",
+            "--offline",
+            "-p",
+            "ringsync",
+            "--bin",
+            "ringsync",
+        ]);
+        if profile_dir.file_name().is_some_and(|n| n == "release") {
+            build.arg("--release");
+        }
+        let status = build
+            .env("CARGO_TARGET_DIR", profile_dir.parent().unwrap())
+            .status()
+            .unwrap();
+        assert!(status.success(), "building ringsync: {status:?}");
+        profile_dir.join("ringsync")
+    })
+    .clone()
 }
 
 /// R-ST-1, R-ST-3 end to end: the real `ringsync status --json` asks the

@@ -11,14 +11,16 @@
 //! Addresses: `127.25.1.0/24`; the gate on `.1`, sg-a's and sg-b's SIPp on
 //! `.11` and `.12`, callers from `.21`.
 
+mod bins;
 mod common;
+mod running;
 
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use common::bins::{ringsync, wait_for, GateProc};
 use common::ip;
+use running::{ringsync, wait_for, GateProc};
 use serde_json::Value;
 use testbed::{Scenario, Sipp, SippHandle, SippReport, Transport};
 

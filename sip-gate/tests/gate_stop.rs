@@ -8,14 +8,16 @@
 //! Each test has its own `127.24.N.0/24`: the gate's listener and admin on
 //! `.1`, the sg (a SIPp UAS) on `.11`, the callers on `.21` and `.22`.
 
+mod bins;
 mod common;
+mod running;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use common::bins::{wait_for, GateProc};
 use common::{ip, server_addr};
+use running::{wait_for, GateProc};
 use serde_json::Value;
 use testbed::{Scenario, Sipp, SippHandle, Transport};
 

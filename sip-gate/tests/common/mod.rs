@@ -4,8 +4,6 @@
 //! Each test file takes its own `127.N.M.0/24`, so tests run side by side.
 #![allow(dead_code)] // not every test file uses every helper
 
-pub mod bins;
-
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::Path;
 use std::sync::Arc;

@@ -1,14 +1,17 @@
-//! The real binaries as processes: the `sip-gate` binary with its admin
-//! endpoint, and the `ringsync` CLI.
+//! The real binaries running: the `sip-gate` binary as a process with its
+//! admin endpoint, and the `ringsync` CLI's JSON output. Built on
+//! [`crate::bins`], which a test crate using this module declares too.
+#![allow(dead_code)] // not every test file uses every helper
 
-use std::io::{Read, Write};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use ringsync::work::WorkReport;
 use serde_json::Value;
+
+use crate::bins::{http_get, ringsync_bin, work_report, GATE};
 
 /// A running `sip-gate` binary; killed when dropped. Its log (stderr) goes
 /// to a file, so a chatty gate never blocks on a full pipe.
@@ -16,7 +19,7 @@ pub struct GateProc {
     child: Child,
     /// Its admin endpoint.
     pub admin: SocketAddr,
-    log: PathBuf,
+    log: std::path::PathBuf,
 }
 
 impl GateProc {
@@ -24,7 +27,7 @@ impl GateProc {
     /// `gate.log` next to the site file.
     pub fn spawn(site: &Path, admin: SocketAddr, args: &[&str]) -> GateProc {
         let log = site.with_file_name("gate.log");
-        let child = Command::new(env!("CARGO_BIN_EXE_sip-gate"))
+        let child = Command::new(GATE)
             .arg("--config")
             .arg(site)
             .arg("--admin")
@@ -67,7 +70,7 @@ impl GateProc {
 
     /// `/readyz`: the HTTP status and the JSON body.
     pub fn readyz(&self) -> Option<(u16, Value)> {
-        let (code, body) = http_get(self.admin, "/readyz")?;
+        let (code, body) = get(self.admin, "/readyz")?;
         Some((code, serde_json::from_str(&body).ok()?))
     }
 
@@ -80,14 +83,13 @@ impl GateProc {
 
     /// `/v1/work`.
     pub fn work(&self) -> Option<WorkReport> {
-        let (_, body) = http_get(self.admin, "/v1/work")?;
-        serde_json::from_str(&body).ok()
+        work_report(&self.admin.to_string())
     }
 
     /// One sample of `/metrics`: the line `series` (name and labels as
     /// Prometheus prints them), 0 when absent.
     pub fn metric(&self, series: &str) -> f64 {
-        let (_, body) = http_get(self.admin, "/metrics").expect("/metrics");
+        let (_, body) = get(self.admin, "/metrics").expect("/metrics");
         body.lines()
             .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
             .map_or(0.0, |v| v.trim().parse().expect("metric value"))
@@ -101,15 +103,10 @@ impl Drop for GateProc {
     }
 }
 
-/// A GET over HTTP/1.0: the status code and the body.
-pub fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
-    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: gate\r\n\r\n").as_bytes())
-        .ok()?;
-    let mut b = String::new();
-    s.read_to_string(&mut b).ok()?;
-    let (head, body) = b.split_once("\r\n\r\n")?;
+/// A GET: the status code and the body.
+fn get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
+    let text = http_get(&addr.to_string(), path)?;
+    let (head, body) = text.split_once("\r\n\r\n")?;
     let code = head.split(' ').nth(1)?.parse().ok()?;
     Some((code, body.to_owned()))
 }
@@ -125,38 +122,6 @@ pub fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<
         assert!(Instant::now() < until, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(20));
     }
-}
-
-/// The `ringsync` binary of this build. Cargo builds a package's binaries
-/// only for that package's own tests, so this builds it (a no-op when it
-/// is fresh) into the target directory this test runs from.
-pub fn ringsync_bin() -> PathBuf {
-    static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BIN.get_or_init(|| {
-        // target/<profile>/deps/<test>-<hash>
-        let exe = std::env::current_exe().unwrap();
-        let profile_dir = exe.parent().and_then(|d| d.parent()).unwrap().to_path_buf();
-        let mut build = Command::new(env!("CARGO"));
-        build.args([
-            "build",
-            "--quiet",
-            "--offline",
-            "-p",
-            "ringsync",
-            "--bin",
-            "ringsync",
-        ]);
-        if profile_dir.file_name().is_some_and(|n| n == "release") {
-            build.arg("--release");
-        }
-        let status = build
-            .env("CARGO_TARGET_DIR", profile_dir.parent().unwrap())
-            .status()
-            .unwrap();
-        assert!(status.success(), "building ringsync: {status:?}");
-        profile_dir.join("ringsync")
-    })
-    .clone()
 }
 
 /// Runs `ringsync --config site --json ARGS`; its JSON output.
