@@ -6,7 +6,7 @@
 //! (R-PR-2, R-SG-1, R-SG-4, R-SG-5, R-ST-1). Then R-SG-2 through real
 //! OPTIONS probes: with the other sg's SIPp stopped, the probes mark it
 //! down and the guard forwards instead of refusing; with it back, the guard
-//! refuses again.
+//! refuses again. Last, the gate's own stop (R-GW-1) keeps probing.
 //!
 //! Addresses: `127.25.1.0/24`; the gate on `.1`, sg-a's and sg-b's SIPp on
 //! `.11` and `.12`, callers from `.21`.
@@ -20,6 +20,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::ip;
+use ringsync::view::Health;
 use running::{ringsync, wait_for, GateProc};
 use serde_json::Value;
 use testbed::{Scenario, Sipp, SippHandle, SippReport, Transport};
@@ -132,7 +133,7 @@ fn ringsync_drains_sg_a_the_gate_binary_refuses_new_work_and_status_goes_drainin
     let site = dir.path().join("site.toml");
     std::fs::write(&site, site_toml()).unwrap();
     let guard = SocketAddr::new(ip(NET, 1), 5060);
-    let gate = GateProc::spawn(&site, SocketAddr::new(ip(NET, 1), 9091), &[]);
+    let mut gate = GateProc::spawn(&site, SocketAddr::new(ip(NET, 1), 9091), &[]);
     // sg-a: full calls, and OPTIONS probes answered (-aa).
     let _sg_a = Sipp::new(Scenario::repo("uas_call"))
         .local(ip(NET, 11), 5060)
@@ -197,5 +198,25 @@ fn ringsync_drains_sg_a_the_gate_binary_refuses_new_work_and_status_goes_drainin
     wait_status(&site, "sg-b", "state", "up");
     let refused = call("uac_call_expect_503", 1, Duration::ZERO, guard);
     assert!(refused.all_ok() && refused.successful == 1, "{refused:?}");
-    drop(sg_b);
+
+    // R-GW-1: the gate stops. It still holds the transactions of the last
+    // call, so it waits for them, and meanwhile its probes keep running:
+    // sg-b stopping shows as down. New work gets 503 however many sg are up.
+    gate.signal("TERM");
+    wait_for("stopping", Duration::from_secs(5), || {
+        gate.readyz()
+            .filter(|(code, r)| *code == 503 && r["phase"] == "stopping")
+    });
+    sg_b.stop().expect("sg-b stops");
+    wait_for("sg-b down while stopping", Duration::from_secs(10), || {
+        let w = gate.work()?;
+        (w.instances.get("sg-b")?.health == Health::Down).then_some(())
+    });
+    let refused = call("uac_call_expect_503", 1, Duration::ZERO, guard);
+    assert!(refused.all_ok() && refused.successful == 1, "{refused:?}");
+    gate.signal("INT");
+    let status = gate
+        .wait_exit(Duration::from_secs(10))
+        .expect("the gate exits on the second signal");
+    assert!(status.success(), "{status:?}");
 }
