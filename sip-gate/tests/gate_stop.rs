@@ -3,7 +3,8 @@
 //! get 503 with Retry-After, every call already forwarded completes (its
 //! ACK, re-INVITE and BYE still pass), and the gate exits by itself once its
 //! transaction table is empty; the drain deadline cuts a stop short, and a
-//! second signal ends it at once.
+//! second signal ends it at once. And the other end of a gate's life: until
+//! its drain view is loaded it is not ready and refuses new work.
 //!
 //! Each test has its own `127.24.N.0/24`: the gate's listener and admin on
 //! `.1`, the sg (a SIPp UAS) on `.11`, the callers on `.21` and `.22`.
@@ -19,6 +20,7 @@ use std::time::{Duration, Instant};
 use common::{ip, server_addr};
 use running::{wait_for, GateProc};
 use serde_json::Value;
+use sip_gate::Phase;
 use testbed::{Scenario, Sipp, SippHandle, Transport};
 
 /// A site with one sg behind a balance listener on `127.24.N.1:5060`, its
@@ -231,4 +233,58 @@ fn r_gw_1_a_second_signal_stops_at_once() {
     let log = gate.log();
     assert!(log.contains("stopped at once: second signal"), "{log}");
     assert!(log.contains("signal=\"SIGINT\""), "{log}");
+}
+
+/// Until its drain view is loaded a gate is `starting`: not ready, and new
+/// work gets 503 (the binary binds first, then reads the store); once
+/// loaded it serves. In-process, with the library's entry point.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_gw_1_a_starting_gate_refuses_new_work_until_its_view_is_loaded() {
+    let net = (24, 4);
+    let text = common::site(net, 1, &common::balance_sg(net));
+    let config = common::config(&text);
+    let drain = ringsync::state::DrainState::new(std::sync::Arc::new(config.clone()));
+    let gate = sip_gate::Gate::start_awaiting_view(
+        config,
+        drain,
+        tokio_util::sync::CancellationToken::new(),
+    )
+    .await
+    .expect("gate starts");
+    let listener = common::listener_addr(&gate, "subs");
+    let ready = sip_gate::admin::readiness(gate.core());
+    assert_eq!(ready.phase, Phase::Starting);
+    assert!(!ready.ready);
+    assert_eq!(ready.why, ["drain view not loaded"]);
+
+    let refused = common::run(common::uac(
+        Scenario::repo("uac_call_expect_503"),
+        ip(net, 21),
+        listener,
+        Transport::Udp,
+        3,
+        10,
+    ))
+    .await;
+    common::assert_all_ok("starting: 503", &refused, 3);
+
+    let mut phases = gate.lifecycle().subscribe();
+    gate.lifecycle().view_loaded();
+    phases
+        .wait_for(|p| *p == Phase::Serving)
+        .await
+        .expect("serving");
+    assert!(sip_gate::admin::readiness(gate.core()).ready);
+    let _uas = common::uas("uas_call", server_addr(net, 0), Transport::Udp);
+    let served = common::run(common::uac(
+        Scenario::repo("uac_call"),
+        ip(net, 21),
+        listener,
+        Transport::Udp,
+        3,
+        10,
+    ))
+    .await;
+    common::assert_all_ok("serving", &served, 3);
+    gate.shutdown(Duration::from_secs(5)).await;
 }
