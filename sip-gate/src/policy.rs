@@ -219,7 +219,7 @@ impl Policy {
 
     /// R-GW-1: while the gate itself is not serving (starting, stopping),
     /// new work as R-SG-1 defines it gets 503 with Retry-After whatever
-    /// instance it is for, and `rule` names the phase (`stopping`,
+    /// instance it is for, the refusal's rule naming the phase (`stopping`,
     /// `starting`); everything else passes.
     pub(crate) fn not_serving(&self, phase: Phase, msg: &SipMessage, method: Method) -> Admission {
         if !is_new_work(msg, method, self.options_503) {

@@ -199,10 +199,11 @@ impl Core {
         self.drain.view()
     }
 
-    /// Number of remembered transactions: each stays from its request until
-    /// its final response and then as long as retransmissions, the ACK of a
-    /// non-2xx and 2xx retransmissions may still arrive (32 s, the RFC 3261
-    /// timers in `txn.rs`); a stopping gate waits for this to reach zero.
+    /// Number of remembered transactions: an INVITE until its final
+    /// response (at most 200 s) and 32 s after it, any other request 32 s
+    /// (the RFC 3261 timers in `txn.rs`: the time in which retransmissions,
+    /// the ACK of a non-2xx and 2xx retransmissions may still arrive). A
+    /// stopping gate waits for this to reach zero.
     pub fn transactions(&self) -> usize {
         self.txns.len()
     }
