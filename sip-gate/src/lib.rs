@@ -48,4 +48,4 @@ pub mod admin;
 mod gate;
 mod transport;
 
-pub use gate::{Gate, GateError};
+pub use gate::{Drained, Gate, GateError};
