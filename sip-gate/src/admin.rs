@@ -94,6 +94,10 @@ pub struct Readiness {
     pub why: Vec<String>,
     /// Transactions in the table: a stopping gate exits when this is 0.
     pub transactions: usize,
+    /// Whether the profile store the drain view follows is current. A
+    /// stale store leaves the gate ready: it keeps routing with its last
+    /// view and says since when (R-MN-2).
+    pub store: String,
 }
 
 /// `200` with [`Readiness`] when serving, `503` with it otherwise.
@@ -115,6 +119,7 @@ pub fn readiness(core: &Core) -> Readiness {
         phase,
         why: why.into_iter().map(str::to_owned).collect(),
         transactions: core.transactions(),
+        store: core.store_freshness().describe(work::now_ms()),
     }
 }
 

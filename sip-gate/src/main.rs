@@ -1,6 +1,7 @@
 //! `sip-gate --config SITE.toml`: the drain-aware SIP proxy.
 //!
-//! Thin on purpose: config, tracing, metrics, gate, store, signal, stop.
+//! Thin on purpose: config, tracing, metrics, gate, store, registration,
+//! signal, stop.
 #![forbid(unsafe_code)]
 
 use std::path::PathBuf;
@@ -11,6 +12,7 @@ use anyhow::Context;
 use clap::Parser;
 use metrics_exporter_prometheus::PrometheusBuilder;
 use ringsync::config::SiteConfig;
+use ringsync::node::{NodeIdentity, NodeRole};
 use ringsync::state::DrainState;
 use sip_gate::admin::NodeInfo;
 use sip_gate::Gate;
@@ -32,7 +34,8 @@ struct Args {
     /// Admin HTTP address (/metrics, /v1/work); overrides `admin.gate_bind`.
     #[arg(long)]
     admin: Option<std::net::SocketAddr>,
-    /// This gate's name in its work report (default: its admin address).
+    /// This gate's name in its work report and, on an etcd store, in the
+    /// site's node registry; unique on the site (default: its admin address).
     #[arg(long, value_name = "NAME")]
     node: Option<String>,
     /// How long a stop (SIGTERM) may wait for the transactions in flight
@@ -116,7 +119,7 @@ async fn main() -> anyhow::Result<()> {
     let admin_task = tokio::spawn(sip_gate::admin::serve(
         admin,
         gate.core().clone(),
-        node,
+        node.clone(),
         Some(prometheus),
         shutdown.clone(),
     ));
@@ -130,17 +133,45 @@ async fn main() -> anyhow::Result<()> {
             return Ok(());
         }
     };
-    drain.set_profiles(store.list().await.context("reading profiles")?);
+    // What the store opened with: from the store, or (R-MN-2) from the view
+    // cache while etcd is unreachable, stale and saying so.
+    drain.set_profiles(store.watch().borrow().clone());
+    let freshness = store.freshness().borrow().clone();
+    if freshness.is_stale() {
+        tracing::warn!("{}", freshness.describe(ringsync::work::now_ms()));
+    }
+    drain.set_freshness(freshness);
     gate.lifecycle().view_loaded();
     tracing::info!(
         revision = drain.view().revision(),
         "drain view loaded: serving"
     );
-    let follower = drain.follow(store, shutdown.clone());
+    let follower = drain.follow(store.clone(), shutdown.clone());
+    // R-ST-3: on a shared store (etcd), register and publish the same report.
+    let published = CancellationToken::new();
+    let publisher = {
+        let (core, info) = (gate.core().clone(), node.clone());
+        let identity = NodeIdentity {
+            node: node.name.clone(),
+            role: NodeRole::Gate,
+            address: admin_addr.to_string(),
+            started_ms,
+        };
+        ringsync::publish::spawn(
+            store,
+            drain,
+            identity,
+            move || Some(sip_gate::admin::report(&core, &info)),
+            published.clone(),
+        )
+    };
 
     let signal = signals.recv().await;
     stop(gate, &mut signals, signal, deadline).await;
     let _ = admin_task.await;
+    // Withdrawn after the drain, so what work is left is recorded (R-ST-3).
+    published.cancel();
+    let _ = publisher.await;
     let _ = follower.await;
     Ok(())
 }

@@ -1,6 +1,6 @@
-//! Harness that starts and stops real SIP peers on loopback for tests and
-//! benchmarks: SIPp ([`Sipp`]), Kamailio ([`Kamailio`]) and a blind UDP
-//! relay ([`relay::BlindRelay`]), plus the helpers benchmarks need
+//! Harness that starts and stops real peers on loopback for tests and
+//! benchmarks: SIPp ([`Sipp`]), Kamailio ([`Kamailio`]), etcd ([`Etcd`]),
+//! a blind UDP relay ([`relay::BlindRelay`]), plus the helpers benchmarks need
 //! ([`free_port`], [`ProcStats`]).
 //!
 //! Every peer is a real process bound to an explicit `127.0.0.x` address,
@@ -34,16 +34,20 @@
 use std::path::PathBuf;
 
 mod error;
+pub mod etcd;
 pub mod kamailio;
 pub mod net;
+pub mod partition;
 pub mod proc_stats;
 mod process;
 pub mod relay;
 pub mod sipp;
 
 pub use error::Error;
+pub use etcd::Etcd;
 pub use kamailio::{Kamailio, KamailioHandle};
 pub use net::{free_port, wait_listening, Transport};
+pub use partition::TcpPartition;
 pub use proc_stats::ProcStats;
 pub use sipp::{Scenario, Sipp, SippHandle, SippReport};
 

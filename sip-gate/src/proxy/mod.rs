@@ -194,6 +194,11 @@ impl Core {
         })
     }
 
+    /// Whether the store the view follows is current (R-MN-2).
+    pub(crate) fn store_freshness(&self) -> Arc<ringsync::store::Freshness> {
+        self.drain.freshness()
+    }
+
     /// Current view (cheap).
     pub fn view(&self) -> Arc<DrainView> {
         self.drain.view()
