@@ -41,7 +41,7 @@ pub use lifecycle::{Lifecycle, Phase};
 pub use proxy::{Action, Core, CoreError, Out};
 pub use token::{TokenError, TokenKey};
 pub use txn::{ConnId, Inbound};
-pub use work::{Work, WorkBook};
+pub use work::{SnapshotError, WorkBook, WorkSnapshot};
 
 // === I/O: sockets, wiring, admin HTTP ===
 pub mod admin;

@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Parser;
@@ -15,7 +15,7 @@ use ringsync::config::SiteConfig;
 use ringsync::node::{NodeIdentity, NodeRole};
 use ringsync::state::DrainState;
 use sip_gate::admin::NodeInfo;
-use sip_gate::Gate;
+use sip_gate::{Core, Gate, WorkSnapshot};
 use tokio_util::sync::CancellationToken;
 
 /// How long the last step of a stop may take (threads and tasks joined).
@@ -42,6 +42,13 @@ struct Args {
     /// before the gate exits anyway (R-GW-1).
     #[arg(long, default_value_t = 60)]
     drain_deadline_s: u64,
+    /// Where this gate keeps its work book across a graceful restart
+    /// (R-ST-3): written on a clean stop with nothing in flight, read and
+    /// deleted at start. One file per gate node. Without it, or when it is
+    /// missing or unusable, a restarted gate reports its work unknown for
+    /// the `[work]` window.
+    #[arg(long, value_name = "FILE")]
+    work_snapshot: Option<PathBuf>,
     /// Log lines as text (for people) or JSON (one object a line, with the
     /// fields of the span they are in: call_id, branch, instance).
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
@@ -106,7 +113,10 @@ async fn main() -> anyhow::Result<()> {
     // Listeners first: in-dialog requests and responses flow while the
     // store is read; new work gets 503 until the view is loaded.
     let admin_addr = args.admin.unwrap_or(config.admin.gate_bind);
+    let snapshot = args.work_snapshot.as_deref().and_then(take_snapshot);
     let gate = Gate::start_awaiting_view(config.clone(), drain.clone(), shutdown.clone()).await?;
+    restore_snapshot(gate.core(), snapshot);
+    let core = gate.core().clone();
     let admin = tokio::net::TcpListener::bind(admin_addr)
         .await
         .with_context(|| format!("binding admin endpoint {admin_addr}"))?;
@@ -128,8 +138,9 @@ async fn main() -> anyhow::Result<()> {
     let store = tokio::select! {
         store = ringsync::store::open(&config) => store.context("opening the profile store")?,
         signal = signals.recv() => {
-            stop(gate, &mut signals, signal, deadline).await;
+            let clean = stop(gate, &mut signals, signal, deadline).await;
             let _ = admin_task.await;
+            save_snapshot(&core, args.work_snapshot.as_deref(), clean);
             return Ok(());
         }
     };
@@ -167,19 +178,21 @@ async fn main() -> anyhow::Result<()> {
     };
 
     let signal = signals.recv().await;
-    stop(gate, &mut signals, signal, deadline).await;
+    let clean = stop(gate, &mut signals, signal, deadline).await;
     let _ = admin_task.await;
     // Withdrawn after the drain, so what work is left is recorded (R-ST-3).
     published.cancel();
     let _ = publisher.await;
     let _ = follower.await;
+    save_snapshot(&core, args.work_snapshot.as_deref(), clean);
     Ok(())
 }
 
 /// The gate's own stop (R-GW-1): `/readyz` fails and new work gets 503 at
 /// once, the transactions in flight complete, and the gate exits when none
-/// is left, at `deadline`, or at once on a second signal.
-async fn stop(gate: Gate, signals: &mut Signals, signal: &'static str, deadline: Duration) {
+/// is left, at `deadline`, or at once on a second signal. True when its
+/// threads and tasks then ended in time (nothing can change the work book).
+async fn stop(gate: Gate, signals: &mut Signals, signal: &'static str, deadline: Duration) -> bool {
     tracing::info!(
         signal,
         deadline_s = deadline.as_secs(),
@@ -207,8 +220,66 @@ async fn stop(gate: Gate, signals: &mut Signals, signal: &'static str, deadline:
             );
         }
     }
-    if !gate.shutdown(JOIN_DEADLINE).await {
+    let joined = gate.shutdown(JOIN_DEADLINE).await;
+    if !joined {
         tracing::warn!("some tasks did not finish before the join deadline");
+    }
+    joined
+}
+
+/// The work snapshot a graceful stop left, read and deleted; `None` (and
+/// why, in the log) when there is none or it cannot be read.
+fn take_snapshot(path: &std::path::Path) -> Option<WorkSnapshot> {
+    match WorkSnapshot::take(path) {
+        Ok(Some(s)) => Some(s),
+        Ok(None) => {
+            tracing::info!(path = %path.display(), "no work snapshot: work set up before this start is unknown for the [work] window");
+            None
+        }
+        Err(e) => {
+            tracing::warn!("{e}; work set up before this start is unknown for the [work] window");
+            None
+        }
+    }
+}
+
+/// Takes the snapshot read at start, if any, into the work book.
+fn restore_snapshot(core: &Core, snapshot: Option<WorkSnapshot>) {
+    let Some(s) = snapshot else { return };
+    match core.restore_work(&s, Instant::now()) {
+        Ok(()) => {
+            let (calls, registrations, subscriptions) = s.sizes();
+            tracing::info!(
+                calls,
+                registrations,
+                subscriptions,
+                "work book restored from its snapshot"
+            );
+        }
+        Err(e) => {
+            tracing::warn!("{e}; work set up before this start is unknown for the [work] window")
+        }
+    }
+}
+
+/// Saves the work book after the stop to `path`, if one is configured and
+/// nothing can change the book any more.
+fn save_snapshot(core: &Core, path: Option<&std::path::Path>, clean: bool) {
+    let Some(path) = path else { return };
+    if !clean {
+        tracing::warn!(
+            "work snapshot not written: the threads did not end in time, messages may still be in flight"
+        );
+        return;
+    }
+    let saved = core
+        .work_snapshot(Instant::now())
+        .and_then(|s| s.save(path).map(|()| s.sizes()));
+    match saved {
+        Ok((calls, registrations, subscriptions)) => {
+            tracing::info!(path = %path.display(), calls, registrations, subscriptions, "work snapshot written")
+        }
+        Err(e) => tracing::warn!("{e}"),
     }
 }
 

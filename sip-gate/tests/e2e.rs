@@ -43,6 +43,13 @@ failures = 2
 retry_after_s = 30
 retry_after_jitter_s = 5
 
+# A gate vouches for its counts once its restart window (the longer of the
+# two) has passed since it started: short here, so `drained` can show.
+# Calls are held 4 s, well under the call age.
+[work]
+max_expires_s = 5
+max_call_age_s = 8
+
 [store]
 kind = "embedded"
 path = "profiles.json"
@@ -169,7 +176,12 @@ fn ringsync_drains_sg_a_the_gate_binary_refuses_new_work_and_status_goes_drainin
     let a = wait_status(&site, "sg-a", "state", "draining");
     assert_eq!(a["zone"], "drain", "{a}");
     assert_eq!(a["counts"]["dialogs"], 5, "{a}");
-    assert!(a["work"].as_u64().is_some_and(|w| w >= 5), "{a}");
+    // Within the gate's restart window `work` is null (the counts are a
+    // lower bound and `unknown` says why); after it, the count itself.
+    assert!(
+        a["work"].is_null() || a["work"].as_u64().is_some_and(|w| w >= 5),
+        "{a}"
+    );
 
     // New work gets 503 + Retry-After from the gate (the scenarios check
     // the header); the calls up carry on (re-INVITE, BYE).

@@ -24,6 +24,7 @@ pub use error::ConfigError;
 pub use types::{
     Account, AccountMatch, AdminConfig, ApGroup, DrainPolicy, Exception, HealthConfig, Instance,
     Leg, Listener, ListenerMode, Server, Service, Site, SiteConfig, StoreConfig, Timers, Transport,
+    WorkConfig,
 };
 
 use error::Locator;
