@@ -11,7 +11,8 @@ use ringsync::work::WorkCounts;
 use crate::message::Method;
 
 /// Requests by method and outcome (`forwarded`, `retransmission`,
-/// `drain_503`, `bad_request`, `bad_token`, `foreign_route`, ...).
+/// `R-SG-1`, `stopping`, `starting`, `bad_request`, `bad_token`,
+/// `foreign_route`, ...).
 pub(crate) const REQUESTS: &str = "sipgate_requests_total";
 /// Responses relayed or refused (`forwarded`, `not_ours`).
 pub(crate) const RESPONSES: &str = "sipgate_responses_total";
@@ -44,6 +45,9 @@ pub(crate) const DNS_LOOKUPS: &str = "sipgate_dns_lookups_total";
 pub(crate) const DNS_FAILOVERS: &str = "sipgate_dns_failovers_total";
 /// Open TCP connections.
 pub(crate) const TCP_CONNECTIONS: &str = "sipgate_tcp_connections";
+/// The gate's own phase (`starting`, `serving`, `stopping`, `stopped`), 1
+/// for the current one (R-GW-1).
+pub(crate) const PHASE: &str = "sipgate_phase";
 
 pub(crate) fn request(method: &'static str, outcome: &'static str) {
     metrics::counter!(REQUESTS, "method" => method, "outcome" => outcome).increment(1);

@@ -40,6 +40,7 @@ use crate::branch::BranchKey;
 use crate::dns::cache::DnsCache;
 use crate::dns::DnsQuery;
 use crate::health::{HealthBook, Prober};
+use crate::lifecycle::Lifecycle;
 use crate::listener::{ListenerCtx, Listeners};
 use crate::message::SipMessage;
 use crate::metrics::{self as m, InstanceGauges};
@@ -51,7 +52,7 @@ use crate::txn::{ConnId, Inbound, TxnTable};
 use crate::work::{SnapshotError, WorkBook, WorkSnapshot};
 
 /// Bound on remembered transactions (see [`TxnTable`]).
-const TXN_CAPACITY: usize = 1 << 20;
+pub(crate) const TXN_CAPACITY: usize = 1 << 20;
 
 /// Where a message goes out.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,6 +111,8 @@ pub struct Core {
     work: Arc<WorkBook>,
     health: Arc<HealthBook>,
     dns: DnsCache,
+    /// The gate's phase: new work is admitted only while serving (R-GW-1).
+    lifecycle: Arc<Lifecycle>,
     /// `sipgate_new_work_total{instance}`, registered once: no label
     /// allocation per request.
     new_work: Vec<Option<metrics::Counter>>,
@@ -126,7 +129,8 @@ impl std::fmt::Debug for Core {
 }
 
 impl Core {
-    /// Builds the core for a validated site.
+    /// Builds the core for a validated site, serving at once (its
+    /// [`Lifecycle`] has nothing to wait for).
     pub fn new(config: Arc<SiteConfig>, drain: Arc<DrainState>) -> Result<Core, CoreError> {
         Core::with_txn_capacity(config, drain, TXN_CAPACITY)
     }
@@ -137,6 +141,16 @@ impl Core {
         config: Arc<SiteConfig>,
         drain: Arc<DrainState>,
         capacity: usize,
+    ) -> Result<Core, CoreError> {
+        Core::build(config, drain, capacity, Lifecycle::serving())
+    }
+
+    /// The core of a gate, whose phase the gate moves.
+    pub(crate) fn build(
+        config: Arc<SiteConfig>,
+        drain: Arc<DrainState>,
+        capacity: usize,
+        lifecycle: Arc<Lifecycle>,
     ) -> Result<Core, CoreError> {
         let listeners = Listeners::new(&config).map_err(|e| CoreError::UnknownInstance(e.0))?;
         let n = config.instances.len();
@@ -167,6 +181,7 @@ impl Core {
             work: Arc::new(WorkBook::new(&config, Instant::now())),
             health: Arc::new(HealthBook::new(n)),
             dns: DnsCache::new(&config.dns),
+            lifecycle,
             new_work,
             gauges,
             config,
@@ -181,6 +196,11 @@ impl Core {
     /// How host names are resolved (`[dns]`).
     pub(crate) fn dns_config(&self) -> &ringsync::config::DnsConfig {
         &self.config.dns
+    }
+
+    /// The gate's phase (R-GW-1).
+    pub fn lifecycle(&self) -> &Arc<Lifecycle> {
+        &self.lifecycle
     }
 
     /// Work the gate holds per instance.
@@ -198,12 +218,21 @@ impl Core {
         })
     }
 
+    /// Whether the store the view follows is current (R-MN-2).
+    pub(crate) fn store_freshness(&self) -> Arc<ringsync::store::Freshness> {
+        self.drain.freshness()
+    }
+
     /// Current view (cheap).
     pub fn view(&self) -> Arc<DrainView> {
         self.drain.view()
     }
 
-    /// Number of remembered transactions.
+    /// Number of remembered transactions: an INVITE until its final
+    /// response (at most 200 s) and 32 s after it, any other request 32 s
+    /// (the RFC 3261 timers in `txn.rs`: the time in which retransmissions,
+    /// the ACK of a non-2xx and 2xx retransmissions may still arrive). A
+    /// stopping gate waits for this to reach zero.
     pub fn transactions(&self) -> usize {
         self.txns.len()
     }

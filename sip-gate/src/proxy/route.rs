@@ -57,6 +57,16 @@ pub(super) fn creates_dialog(m: Method) -> bool {
 impl Core {
     /// Decides where `req` goes in `view`.
     pub(super) fn decide(&self, req: &Request<'_>, view: &DrainView) -> Decision {
+        // R-GW-1: a gate that is starting or stopping takes no new work, in
+        // either direction. In-dialog requests skip even the one load.
+        if !req.to_tag && !self.lifecycle.admits_new_work() {
+            let phase = self.lifecycle.phase();
+            if let Admission::Refuse { reply, rule } =
+                self.policy.not_serving(phase, req.msg, req.method)
+            {
+                return Decision::Refuse { reply, why: rule };
+            }
+        }
         if let Some(src) = req.from_instance {
             self.outward(req, src)
         } else if req.to_tag {

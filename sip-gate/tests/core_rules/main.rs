@@ -42,6 +42,7 @@ mod dns;
 mod drain_esg;
 mod drain_sg;
 mod forwarding;
+mod gate_stop;
 mod in_dialog;
 mod responses;
 mod rfc_edges;
