@@ -17,6 +17,9 @@ use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
+mod media;
+pub use media::MediaConfig;
+
 /// A configuration error: which file, where in it, which field, and what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub struct ConfigError {
@@ -291,6 +294,10 @@ pub struct Instance {
     pub sip: Option<SocketAddr>,
     /// rtpengine ng control address (mg, bgmg).
     pub ng: Option<SocketAddr>,
+    /// sg/esg: the IP their ng commands to media-ctl come from; it ties the
+    /// commands to the instance's server for the bgmg rules (R-BG-*).
+    /// Defaults to the IP of `sip`; `None` for other services.
+    pub ng_source: Option<IpAddr>,
     /// Exceptions to the drain 503 for this instance (R-SG-3).
     pub exceptions: Vec<Exception>,
 }
@@ -416,6 +423,8 @@ pub struct SiteConfig {
     pub health: HealthConfig,
     /// Admin endpoints.
     pub admin: AdminConfig,
+    /// The mg controller (media-ctl).
+    pub media: MediaConfig,
     /// Servers, in file order.
     pub servers: Vec<Server>,
     /// Instances, in file order.
@@ -499,6 +508,8 @@ struct RawSite {
     #[serde(default)]
     admin: AdminConfig,
     #[serde(default)]
+    media: Option<Spanned<MediaConfig>>,
+    #[serde(default)]
     server: Vec<Spanned<RawServer>>,
     #[serde(default)]
     instance: Vec<Spanned<RawInstance>>,
@@ -551,6 +562,8 @@ struct RawInstance {
     sip: Option<SocketAddr>,
     #[serde(default)]
     ng: Option<SocketAddr>,
+    #[serde(default)]
+    ng_source: Option<Spanned<IpAddr>>,
     #[serde(default)]
     exceptions: Vec<Spanned<Exception>>,
 }
@@ -715,9 +728,11 @@ impl Validator<'_> {
                 server: r.server.get_ref().clone(),
                 sip: r.sip,
                 ng: r.ng,
+                ng_source: r.ng_source.as_ref().map(|s| *s.get_ref()),
                 exceptions: r.exceptions.iter().map(|e| e.get_ref().clone()).collect(),
             });
         }
+        media::check_instances(self, &raw.instance, &mut instances)?;
         let service_of = |id: &str| ids.get(id).map(|&i| &instances[i].service);
 
         // Accounts.
@@ -1033,6 +1048,8 @@ impl Validator<'_> {
             ));
         }
 
+        let media = media::validate(self, raw.media.as_ref(), &instances)?;
+
         Ok(SiteConfig {
             path: self.path.to_owned(),
             site: Site {
@@ -1044,6 +1061,7 @@ impl Validator<'_> {
             drain: raw.drain,
             health: raw.health,
             admin: raw.admin,
+            media,
             servers,
             instances,
             accounts,
