@@ -286,12 +286,10 @@ impl Harness {
             b"delete" => {
                 mg.calls.remove(&call?);
             }
-            b"query" => {
-                if !mg.calls.contains(&call?) {
-                    ok = false;
-                    out.insert(b"result".to_vec(), Value::str("error"));
-                    out.insert(b"error-reason".to_vec(), Value::str("Unknown call-id"));
-                }
+            b"query" if !mg.calls.contains(&call?) => {
+                ok = false;
+                out.insert(b"result".to_vec(), Value::str("error"));
+                out.insert(b"error-reason".to_vec(), Value::str("Unknown call-id"));
             }
             b"list" => {
                 let l = mg.calls.iter().map(|c| Value::Bytes(c.clone())).collect();
