@@ -1,7 +1,7 @@
 //! Harness that starts and stops real SIP peers on loopback for tests and
-//! benchmarks: SIPp ([`Sipp`]), Kamailio ([`Kamailio`]) and a blind UDP
-//! relay ([`relay::BlindRelay`]), plus the helpers benchmarks need
-//! ([`free_port`], [`ProcStats`]).
+//! benchmarks: SIPp ([`Sipp`]), Kamailio ([`Kamailio`]), rtpengine
+//! ([`Rtpengine`]) and a blind UDP relay ([`relay::BlindRelay`]), plus the
+//! helpers benchmarks need ([`free_port`], [`ProcStats`]).
 //!
 //! Every peer is a real process bound to an explicit `127.0.0.x` address,
 //! is bounded in time (SIPp always gets a global timeout) and is killed when
@@ -39,12 +39,14 @@ pub mod net;
 pub mod proc_stats;
 mod process;
 pub mod relay;
+pub mod rtpengine;
 pub mod sipp;
 
 pub use error::Error;
 pub use kamailio::{Kamailio, KamailioHandle};
 pub use net::{free_port, wait_listening, Transport};
 pub use proc_stats::ProcStats;
+pub use rtpengine::{Rtpengine, RtpengineHandle};
 pub use sipp::{Scenario, Sipp, SippHandle, SippReport};
 
 /// `Result` with the testbed [`Error`].
