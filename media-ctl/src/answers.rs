@@ -61,17 +61,9 @@ impl Controller {
     fn answered(&self, p: Pending, payload: &[u8], now: Instant) -> Vec<Out> {
         let result = result_of(payload);
         let ok = result == Some(&b"ok"[..]);
-        let id = self
-            .pool
-            .member(p.mg)
-            .map_or("?", |m| m.id.as_str())
-            .to_owned();
-        let label = match result {
-            Some(b"ok") => "ok",
-            Some(b"error") => "error",
-            _ => "other",
-        };
-        metrics::counter!(m::MG_ANSWERS, "instance" => id, "result" => label).increment(1);
+        if let Some(Some(m)) = self.per_instance.get(p.mg) {
+            m.answer(result);
+        }
         match p.origin {
             Origin::Client { addr, cookie } => {
                 if let Some(call) = &p.call {
@@ -89,7 +81,7 @@ impl Controller {
                     if result == Some(&b"error"[..]) && self.calls.forget(call) {
                         metrics::counter!(m::IDLE_FORGOTTEN, "reason" => "unknown_to_mg")
                             .increment(1);
-                        self.bump("idle_forgotten.unknown_to_mg".into());
+                        self.bump("idle_forgotten", "unknown_to_mg");
                     }
                 }
                 Vec::new()
@@ -149,10 +141,7 @@ impl Controller {
             // R-MG-2: the call lives there; so does every command of it.
             Ok(Some(mg)) => {
                 let mg = self.calls.adopt(call, mg, now);
-                self.bump("new_calls.found".into());
-                let id = self.pool.member(mg).map_or("?", |m| m.id.as_str());
-                metrics::counter!(m::NEW_CALLS, "instance" => id.to_owned(), "reason" => "found")
-                    .increment(1);
+                self.new_call_counted(mg, "found");
                 self.forward(fan.client, &req, mg, now)
             }
             Ok(None) if command.creates_call() => {
@@ -201,7 +190,9 @@ impl Controller {
         let mut out = Vec::new();
         for p in self.upstream.expired(now, timeout) {
             let id = self.pool.member(p.mg).map_or("?", |m| m.id.as_str());
-            metrics::counter!(m::MG_TIMEOUTS, "instance" => id.to_owned()).increment(1);
+            if let Some(Some(m)) = self.per_instance.get(p.mg) {
+                m.timeouts.increment(1);
+            }
             let why = format!(
                 "media gateway {id} did not answer within {} ms",
                 timeout.as_millis()
@@ -212,7 +203,7 @@ impl Controller {
                         self.calls.abandon_setup(call, p.mg);
                     }
                     m::error("mg_timeout");
-                    self.bump("errors.mg_timeout".into());
+                    self.bump("errors", "mg_timeout");
                     let reply = Bytes::from(error_reply(&cookie, &why));
                     self.cache.done(addr, &cookie, reply.clone(), now);
                     out.push(Out::Client(addr, reply));
@@ -240,7 +231,7 @@ impl Controller {
             if !is_up(&view, mg) {
                 if self.calls.forget(&call) {
                     metrics::counter!(m::IDLE_FORGOTTEN, "reason" => "mg_down").increment(1);
-                    self.bump("idle_forgotten.mg_down".into());
+                    self.bump("idle_forgotten", "mg_down");
                 }
                 continue;
             }

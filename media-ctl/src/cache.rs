@@ -7,7 +7,9 @@
 //! retries) and in bytes ([`REPLY_BYTES`], oldest first out), so memory
 //! stays flat under any load.
 
+use std::collections::hash_map::RandomState;
 use std::collections::{HashMap, VecDeque};
+use std::hash::BuildHasher;
 use std::net::SocketAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -19,7 +21,9 @@ pub const REPLY_TTL: Duration = Duration::from_secs(10);
 /// Most bytes of answers kept.
 pub const REPLY_BYTES: usize = 32 << 20;
 
-type Key = (SocketAddr, Box<[u8]>);
+/// Entries are found by a keyed hash of (client, cookie), so a lookup
+/// allocates nothing; the entry keeps both to rule out a collision.
+type Key = u64;
 
 /// What is known of a (client, cookie).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,9 +35,17 @@ pub enum Slot {
     Done(Bytes),
 }
 
+#[derive(Debug)]
+struct Entry {
+    client: SocketAddr,
+    cookie: Box<[u8]>,
+    slot: Slot,
+    at: Instant,
+}
+
 #[derive(Debug, Default)]
 struct Inner {
-    map: HashMap<Key, (Slot, Instant)>,
+    map: HashMap<Key, Entry>,
     order: VecDeque<(Key, Instant)>,
     bytes: usize,
 }
@@ -42,6 +54,7 @@ struct Inner {
 #[derive(Debug, Default)]
 pub struct ReplyCache {
     inner: Mutex<Inner>,
+    hasher: RandomState,
 }
 
 impl ReplyCache {
@@ -50,43 +63,69 @@ impl ReplyCache {
         ReplyCache::default()
     }
 
+    fn key(&self, client: SocketAddr, cookie: &[u8]) -> Key {
+        self.hasher.hash_one((client, cookie))
+    }
+
     /// What is known of this cookie from this client.
     pub fn lookup(&self, client: SocketAddr, cookie: &[u8]) -> Option<Slot> {
+        let key = self.key(client, cookie);
         let inner = self.lock();
         inner
             .map
-            .get(&(client, Box::from(cookie)))
-            .map(|(s, _)| s.clone())
+            .get(&key)
+            .filter(|e| e.client == client && *e.cookie == *cookie)
+            .map(|e| e.slot.clone())
     }
 
     /// Records that the command is on its way.
     pub fn pending(&self, client: SocketAddr, cookie: &[u8], id: Option<u64>, now: Instant) {
+        let key = self.key(client, cookie);
         let mut inner = self.lock();
-        let key: Key = (client, Box::from(cookie));
-        inner.order.push_back((key.clone(), now));
-        if let Some((Slot::Done(old), _)) = inner.map.insert(key, (Slot::Pending(id), now)) {
+        inner.order.push_back((key, now));
+        let entry = Entry {
+            client,
+            cookie: Box::from(cookie),
+            slot: Slot::Pending(id),
+            at: now,
+        };
+        if let Some(Entry {
+            slot: Slot::Done(old),
+            ..
+        }) = inner.map.insert(key, entry)
+        {
             inner.bytes -= old.len();
         }
     }
 
     /// Records the answer given (for a retransmission to find).
     pub fn done(&self, client: SocketAddr, cookie: &[u8], reply: Bytes, now: Instant) {
+        let key = self.key(client, cookie);
         let mut inner = self.lock();
-        let key: Key = (client, Box::from(cookie));
         // The entry keeps its first time stamp: the one queued for expiry.
         let prev = inner.map.remove(&key);
-        let at = match &prev {
-            Some((_, at)) => *at,
+        let (at, cookie) = match prev {
+            Some(e) => {
+                if let Slot::Done(old) = &e.slot {
+                    inner.bytes -= old.len();
+                }
+                (e.at, e.cookie)
+            }
             None => {
-                inner.order.push_back((key.clone(), now));
-                now
+                inner.order.push_back((key, now));
+                (now, Box::from(cookie))
             }
         };
-        if let Some((Slot::Done(old), _)) = prev {
-            inner.bytes -= old.len();
-        }
         inner.bytes += reply.len();
-        inner.map.insert(key, (Slot::Done(reply), at));
+        inner.map.insert(
+            key,
+            Entry {
+                client,
+                cookie,
+                slot: Slot::Done(reply),
+                at,
+            },
+        );
         while inner.bytes > REPLY_BYTES {
             if !inner.evict_oldest() {
                 break;
@@ -123,8 +162,12 @@ impl Inner {
         let Some((key, at)) = self.order.pop_front() else {
             return false;
         };
-        if self.map.get(&key).is_some_and(|(_, t)| *t == at) {
-            if let Some((Slot::Done(b), _)) = self.map.remove(&key) {
+        if self.map.get(&key).is_some_and(|e| e.at == at) {
+            if let Some(Entry {
+                slot: Slot::Done(b),
+                ..
+            }) = self.map.remove(&key)
+            {
                 self.bytes -= b.len();
             }
         }

@@ -116,33 +116,45 @@ impl CallTable {
     }
 
     /// The mg answered `command` for the call; `ok` unless its result was
-    /// `error`.
+    /// `error`. (Looked up in place: no key is allocated per answer.)
     pub fn answered(&self, id: &[u8], command: Command, ok: bool, now: Instant) {
-        let Entry::Occupied(mut e) = self.map.entry(id.into()) else {
-            return;
+        let refused_setup = {
+            let Some(mut c) = self.map.get_mut(id) else {
+                return;
+            };
+            c.last = now;
+            let mg = c.mg as usize;
+            match (command, ok, c.phase) {
+                (Command::Delete, true, Phase::Setup | Phase::Live) => {
+                    c.phase = Phase::Ended {
+                        until: now + DELETE_GRACE,
+                    };
+                    self.add(mg, -1);
+                    false
+                }
+                (Command::Offer | Command::Publish, true, Phase::Setup) => {
+                    c.phase = Phase::Live;
+                    false
+                }
+                (
+                    Command::Offer | Command::Publish | Command::Answer,
+                    true,
+                    Phase::Ended { .. },
+                ) => {
+                    c.phase = Phase::Live;
+                    self.add(mg, 1);
+                    false
+                }
+                (Command::Offer | Command::Publish, false, Phase::Setup) => true,
+                _ => false,
+            }
         };
-        let c = e.get_mut();
-        c.last = now;
-        let mg = c.mg as usize;
-        match (command, ok, c.phase) {
-            (Command::Delete, true, Phase::Setup | Phase::Live) => {
-                c.phase = Phase::Ended {
-                    until: now + DELETE_GRACE,
-                };
-                self.add(mg, -1);
+        // The mg refused the offer that was to create the call: it has no
+        // such call, so neither do we.
+        if refused_setup {
+            if let Some((_, c)) = self.map.remove_if(id, |_, c| c.phase == Phase::Setup) {
+                self.add(c.mg as usize, -1);
             }
-            (Command::Offer | Command::Publish, true, Phase::Setup) => c.phase = Phase::Live,
-            (Command::Offer | Command::Publish | Command::Answer, true, Phase::Ended { .. }) => {
-                c.phase = Phase::Live;
-                self.add(mg, 1);
-            }
-            // The mg refused the offer that was to create the call: it has
-            // no such call, so neither do we.
-            (Command::Offer | Command::Publish, false, Phase::Setup) => {
-                e.remove();
-                self.add(mg, -1);
-            }
-            _ => {}
         }
     }
 

@@ -96,7 +96,8 @@ pub struct Controller {
     pub(crate) pinger: Pinger,
     pub(crate) census: crate::census::Census,
     pub(crate) started: SystemTime,
-    pub(crate) counters: Mutex<BTreeMap<String, u64>>,
+    pub(crate) counters: Mutex<HashMap<(&'static str, &'static str), u64>>,
+    pub(crate) per_instance: Vec<Option<m::PerInstance>>,
 }
 
 impl std::fmt::Debug for Controller {
@@ -129,7 +130,8 @@ impl Controller {
             fans: Mutex::new(HashMap::new()),
             next_fan: AtomicU64::new(1),
             started: SystemTime::now(),
-            counters: Mutex::new(BTreeMap::new()),
+            counters: Mutex::new(HashMap::new()),
+            per_instance: m::PerInstance::for_pool(&pool, n),
             settings,
             pool,
             drain,
@@ -285,14 +287,11 @@ impl Controller {
         };
         if let Some(skip) = choice.skipped {
             metrics::counter!(m::BGMG_SKIPPED, "reason" => skip.label()).increment(1);
-            self.bump(format!("bgmg_skipped.{}", skip.label()));
+            self.bump("bgmg_skipped", skip.label());
         }
         let mg = match self.calls.claim(call, choice.mg, now) {
             Ok(()) => {
-                let id = self.pool.member(choice.mg).map_or("?", |m| m.id.as_str());
-                metrics::counter!(m::NEW_CALLS, "instance" => id.to_owned(), "reason" => choice.reason.label())
-                    .increment(1);
-                self.bump(format!("new_calls.{}", choice.reason.label()));
+                self.new_call_counted(choice.mg, choice.reason.label());
                 choice.mg
             }
             // Another datagram placed the call meanwhile: follow it (R-MG-2).
@@ -428,20 +427,28 @@ impl Controller {
     /// Answers the client with an ng error and counts it.
     pub(crate) fn refuse(&self, cookie: &[u8], label: &'static str, reason: &str) -> Decision {
         m::error(label);
-        self.bump(format!("errors.{label}"));
+        self.bump("errors", label);
         Decision::Reply(Bytes::from(error_reply(cookie, reason)))
     }
 
     fn dropped(&self, reason: &'static str) -> Decision {
         m::dropped(reason);
-        self.bump(format!("dropped.{reason}"));
+        self.bump("dropped", reason);
         Decision::Drop(reason)
     }
 
     /// Counts an event for the status page (`new_calls.ramp`, `errors.mg_down`...).
-    pub(crate) fn bump(&self, key: String) {
+    pub(crate) fn bump(&self, group: &'static str, label: &'static str) {
         let mut c = self.counters.lock().unwrap_or_else(|e| e.into_inner());
-        *c.entry(key).or_default() += 1;
+        *c.entry((group, label)).or_default() += 1;
+    }
+
+    /// A new call placed on `mg` for `reason` (status and metrics).
+    pub(crate) fn new_call_counted(&self, mg: usize, reason: &'static str) {
+        self.bump("new_calls", reason);
+        if let Some(Some(p)) = self.per_instance.get(mg) {
+            p.new_call(reason);
+        }
     }
 
     pub(crate) fn lock_choosing(&self) -> MutexGuard<'_, Choosing> {

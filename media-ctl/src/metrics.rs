@@ -43,3 +43,49 @@ pub(crate) fn error(reason: &'static str) {
 pub(crate) fn dropped(reason: &'static str) {
     metrics::counter!(DROPPED, "reason" => reason).increment(1);
 }
+
+/// The counters of one mg or bgmg, registered once: recording on the hot
+/// path is one atomic add, no label lookup or allocation.
+#[derive(Debug)]
+pub(crate) struct PerInstance {
+    new_calls: [metrics::Counter; 5],
+    answers: [metrics::Counter; 3],
+    pub(crate) timeouts: metrics::Counter,
+}
+
+const NEW_CALL_REASONS: [&str; 5] = ["bgmg", "least_loaded", "ramp", "queued_for_drain", "found"];
+const RESULTS: [&str; 3] = ["ok", "error", "other"];
+
+impl PerInstance {
+    /// Counters for every member of the pool, indexed by instance index.
+    pub(crate) fn for_pool(pool: &crate::pool::Pool, instances: usize) -> Vec<Option<PerInstance>> {
+        let mut v: Vec<Option<PerInstance>> = (0..instances).map(|_| None).collect();
+        for m in pool.members() {
+            let id = m.id.clone();
+            v[m.idx] = Some(PerInstance {
+                new_calls: NEW_CALL_REASONS
+                    .map(|r| metrics::counter!(NEW_CALLS, "instance" => id.clone(), "reason" => r)),
+                answers: RESULTS.map(
+                    |r| metrics::counter!(MG_ANSWERS, "instance" => id.clone(), "result" => r),
+                ),
+                timeouts: metrics::counter!(MG_TIMEOUTS, "instance" => id.clone()),
+            });
+        }
+        v
+    }
+
+    pub(crate) fn new_call(&self, reason: &str) {
+        if let Some(i) = NEW_CALL_REASONS.iter().position(|r| *r == reason) {
+            self.new_calls[i].increment(1);
+        }
+    }
+
+    pub(crate) fn answer(&self, result: Option<&[u8]>) {
+        let i = match result {
+            Some(b"ok") => 0,
+            Some(b"error") => 1,
+            _ => 2,
+        };
+        self.answers[i].increment(1);
+    }
+}

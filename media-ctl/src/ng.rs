@@ -113,10 +113,8 @@ fn decode_at(input: &[u8], pos: &mut usize, depth: usize) -> Result<Value, NgErr
             let digits = &input[start + 1..end];
             // No leading zeros or "-0", as BEP 3 says; i64 range only.
             let ok = canonical_int(digits);
-            let n = std::str::from_utf8(digits)
-                .ok()
+            let n = parse_int(digits)
                 .filter(|_| ok)
-                .and_then(|s| s.parse::<i64>().ok())
                 .ok_or(NgError::Malformed(start))?;
             *pos = end + 1;
             Ok(Value::Int(n))
@@ -144,19 +142,43 @@ fn decode_at(input: &[u8], pos: &mut usize, depth: usize) -> Result<Value, NgErr
             *pos += 1;
             Ok(Value::Dict(map))
         }
-        b'0'..=b'9' => {
-            let colon = find(input, start, b':')?;
-            let len: usize = std::str::from_utf8(&input[start..colon])
-                .ok()
-                .and_then(|s| s.parse().ok())
-                .ok_or(NgError::Malformed(start))?;
-            let from = colon + 1;
-            let to = from.checked_add(len).ok_or(NgError::Malformed(start))?;
-            let bytes = input.get(from..to).ok_or(NgError::Truncated)?;
-            *pos = to;
-            Ok(Value::Bytes(bytes.to_vec()))
-        }
+        b'0'..=b'9' => Ok(Value::Bytes(string_at(input, pos)?.to_vec())),
         _ => Err(NgError::Malformed(start)),
+    }
+}
+
+/// A string length: ASCII digits only, no overflow. (Read on every key
+/// and value, so without UTF-8 checks or `str::parse`.)
+fn parse_len(digits: &[u8]) -> Option<usize> {
+    if digits.is_empty() {
+        return None;
+    }
+    digits.iter().try_fold(0usize, |n, &d| {
+        d.is_ascii_digit()
+            .then(|| n.checked_mul(10)?.checked_add(usize::from(d - b'0')))
+            .flatten()
+    })
+}
+
+/// An integer: optional `-`, ASCII digits, within `i64`.
+fn parse_int(digits: &[u8]) -> Option<i64> {
+    let (neg, mag) = match digits.strip_prefix(b"-") {
+        Some(m) => (true, m),
+        None => (false, digits),
+    };
+    if mag.is_empty() {
+        return None;
+    }
+    // Accumulate negatively so i64::MIN fits.
+    let n = mag.iter().try_fold(0i64, |n, &d| {
+        d.is_ascii_digit()
+            .then(|| n.checked_mul(10)?.checked_sub(i64::from(d - b'0')))
+            .flatten()
+    })?;
+    if neg {
+        Some(n)
+    } else {
+        n.checked_neg()
     }
 }
 
@@ -190,11 +212,7 @@ fn skip_at(input: &[u8], pos: &mut usize, depth: usize) -> Result<(), NgError> {
         b'i' => {
             let end = find(input, start + 1, b'e')?;
             let digits = &input[start + 1..end];
-            let ok = canonical_int(digits)
-                && std::str::from_utf8(digits)
-                    .ok()
-                    .and_then(|s| s.parse::<i64>().ok())
-                    .is_some();
+            let ok = canonical_int(digits) && parse_int(digits).is_some();
             if !ok {
                 return Err(NgError::Malformed(start));
             }
@@ -226,10 +244,7 @@ fn skip_at(input: &[u8], pos: &mut usize, depth: usize) -> Result<(), NgError> {
 fn string_at<'a>(input: &'a [u8], pos: &mut usize) -> Result<&'a [u8], NgError> {
     let start = *pos;
     let colon = find(input, start, b':')?;
-    let len: usize = std::str::from_utf8(&input[start..colon])
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .ok_or(NgError::Malformed(start))?;
+    let len = parse_len(&input[start..colon]).ok_or(NgError::Malformed(start))?;
     let from = colon + 1;
     let to = from.checked_add(len).ok_or(NgError::Malformed(start))?;
     let bytes = input.get(from..to).ok_or(NgError::Truncated)?;
@@ -495,6 +510,19 @@ mod tests {
         }
         let deep = [b"d1:a".to_vec(), vec![b'l'; 10_000]].concat();
         assert_eq!(DictView::parse(&deep), Err(NgError::TooDeep));
+    }
+
+    #[test]
+    fn numbers_are_read_exactly() {
+        assert_eq!(parse_int(b"-9223372036854775808"), Some(i64::MIN));
+        assert_eq!(parse_int(b"9223372036854775807"), Some(i64::MAX));
+        assert_eq!(parse_int(b"9223372036854775808"), None);
+        assert_eq!(parse_int(b"-"), None);
+        assert_eq!(parse_int(b"1x"), None);
+        assert_eq!(parse_len(b"0"), Some(0));
+        assert_eq!(parse_len(b"+1"), None);
+        assert_eq!(parse_len(b"99999999999999999999999"), None);
+        assert_eq!(Value::decode(b"i-42e"), Ok(Value::Int(-42)));
     }
 
     #[test]

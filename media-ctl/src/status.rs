@@ -143,7 +143,9 @@ impl Controller {
                 .counters
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .clone(),
+                .iter()
+                .map(|((group, label), n)| (format!("{group}.{label}"), *n))
+                .collect(),
         }
     }
 
