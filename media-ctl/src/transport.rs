@@ -24,7 +24,7 @@ use crate::controller::{Controller, Decision, Out, Settings};
 
 /// Receive buffer: the largest UDP payload.
 const BUF: usize = 65_536;
-/// How often a blocked receive wakes to look for a stop.
+/// How long a stop waits for the I/O threads at least.
 const POLL: Duration = Duration::from_millis(100);
 /// How often pending commands are checked for timeouts.
 const TICK: Duration = Duration::from_millis(20);
@@ -130,17 +130,6 @@ impl MediaCtl {
             v4: family(true).then(|| upstream("0.0.0.0:0")).transpose()?,
             v6: family(false).then(|| upstream("[::]:0")).transpose()?,
         });
-        for s in [
-            Some(&sockets.client),
-            sockets.v4.as_ref(),
-            sockets.v6.as_ref(),
-        ]
-        .into_iter()
-        .flatten()
-        {
-            s.set_read_timeout(Some(POLL))
-                .map_err(io("socket timeout"))?;
-        }
         let now = tokio::time::Instant::now().into_std();
         let controller = Arc::new(Controller::new(drain, Settings::of(&config), now));
         for ip in controller.pool().ambiguous_sources() {
@@ -182,6 +171,7 @@ impl MediaCtl {
             shutdown.clone(),
         ));
         tracker.spawn(view_loop(controller.clone(), shutdown.clone()));
+        tracker.spawn(wake_on_stop(sockets.clone(), shutdown.clone()));
         tracker.close();
         tracing::info!(%ng_addr, mgs = controller.pool().members().len(), "media-ctl listening for ng commands");
         Ok(MediaCtl {
@@ -223,7 +213,7 @@ impl MediaCtl {
         let threads = self.threads;
         let join = async {
             self.tracker.wait().await;
-            // The I/O threads notice the token within their poll interval.
+            // The I/O threads wake on the datagram `wake_on_stop` sends.
             let _ = tokio::task::spawn_blocking(move || {
                 threads.into_iter().for_each(|t| drop(t.join()))
             })
@@ -237,13 +227,38 @@ fn now() -> std::time::Instant {
     tokio::time::Instant::now().into_std()
 }
 
+/// The receive threads block without a timeout (a timer per receive
+/// costs measurably); on stop, an empty datagram to each socket wakes them.
+async fn wake_on_stop(s: Arc<Sockets>, stop: CancellationToken) {
+    stop.cancelled().await;
+    for sock in [Some(&s.client), s.v4.as_ref(), s.v6.as_ref()]
+        .into_iter()
+        .flatten()
+    {
+        let Ok(mut addr) = sock.local_addr() else {
+            continue;
+        };
+        if addr.ip().is_unspecified() {
+            addr.set_ip(if addr.is_ipv4() {
+                std::net::Ipv4Addr::LOCALHOST.into()
+            } else {
+                std::net::Ipv6Addr::LOCALHOST.into()
+            });
+        }
+        let _ = sock.send_to(&[], addr);
+    }
+}
+
 fn client_loop(c: &Controller, s: &Sockets, stop: &CancellationToken) {
     let mut buf = vec![0u8; BUF];
-    while !stop.is_cancelled() {
-        let (n, from) = match s.client.recv_from(&mut buf) {
+    loop {
+        let r = s.client.recv_from(&mut buf);
+        if stop.is_cancelled() {
+            return;
+        }
+        let (n, from) = match r {
             Ok(r) => r,
-            // Timeouts (to look at `stop`), and ICMP errors some systems
-            // report here: keep serving.
+            // ICMP errors some systems report here: keep serving.
             Err(_) => continue,
         };
         match c.handle(from, &buf[..n], now()) {
@@ -263,8 +278,12 @@ fn upstream_loop(c: &Controller, s: &Sockets, v4: bool, stop: &CancellationToken
         return;
     };
     let mut buf = vec![0u8; BUF];
-    while !stop.is_cancelled() {
-        let Ok((n, from)) = sock.recv_from(&mut buf) else {
+    loop {
+        let r = sock.recv_from(&mut buf);
+        if stop.is_cancelled() {
+            return;
+        }
+        let Ok((n, from)) = r else {
             continue;
         };
         for out in c.on_mg_datagram(from, &buf[..n], now()) {
