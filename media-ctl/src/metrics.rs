@@ -32,8 +32,42 @@ pub const PENDING: &str = "mediactl_pending";
 /// they went idle.
 pub const IDLE_FORGOTTEN: &str = "mediactl_idle_calls_forgotten_total";
 
+/// Outcomes of client commands, in the order of their counter slots.
+const OUTCOMES: [&str; 12] = [
+    "relayed",
+    "pong",
+    "cached",
+    "resent",
+    "absorbed",
+    "fanout",
+    "lookup",
+    "mg_down",
+    "no_mg",
+    "bad_bencode",
+    "unknown_command",
+    "other",
+];
+
 pub(crate) fn command(command: &'static str, outcome: &'static str) {
-    metrics::counter!(COMMANDS, "command" => command, "outcome" => outcome).increment(1);
+    // The counters of the common commands are registered on first use and
+    // kept: the hot path pays one atomic add, not a registry lookup.
+    static SLOTS: [[std::sync::OnceLock<metrics::Counter>; OUTCOMES.len()]; 5] =
+        [const { [const { std::sync::OnceLock::new() }; OUTCOMES.len()] }; 5];
+    let row = match command {
+        "offer" => Some(0),
+        "answer" => Some(1),
+        "delete" => Some(2),
+        "query" => Some(3),
+        "ping" => Some(4),
+        _ => None,
+    };
+    let col = OUTCOMES.iter().position(|o| *o == outcome);
+    match (row, col) {
+        (Some(r), Some(c)) => SLOTS[r][c]
+            .get_or_init(|| metrics::counter!(COMMANDS, "command" => command, "outcome" => outcome))
+            .increment(1),
+        _ => metrics::counter!(COMMANDS, "command" => command, "outcome" => outcome).increment(1),
+    }
 }
 
 pub(crate) fn error(reason: &'static str) {

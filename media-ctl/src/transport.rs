@@ -59,6 +59,9 @@ pub struct MediaCtl {
 }
 
 struct Sockets {
+    /// Set before the wake-up datagrams go out (a plain load in the
+    /// receive loops; the token's check takes a lock).
+    stopped: AtomicBool,
     client: UdpSocket,
     v4: Option<UdpSocket>,
     v6: Option<UdpSocket>,
@@ -126,6 +129,7 @@ impl MediaCtl {
         };
         let upstream = |addr: &str| UdpSocket::bind(addr).map_err(io("upstream socket"));
         let sockets = Arc::new(Sockets {
+            stopped: AtomicBool::new(false),
             client,
             v4: family(true).then(|| upstream("0.0.0.0:0")).transpose()?,
             v6: family(false).then(|| upstream("[::]:0")).transpose()?,
@@ -143,20 +147,17 @@ impl MediaCtl {
                 .map_err(io("spawning an I/O thread"))
         };
         {
-            let (c, s, stop) = (controller.clone(), sockets.clone(), shutdown.clone());
-            threads.push(spawn(
-                "ng-clients",
-                Box::new(move || client_loop(&c, &s, &stop)),
-            )?);
+            let (c, s) = (controller.clone(), sockets.clone());
+            threads.push(spawn("ng-clients", Box::new(move || client_loop(&c, &s)))?);
         }
         for v4 in [true, false] {
             if (if v4 { &sockets.v4 } else { &sockets.v6 }).is_none() {
                 continue;
             }
-            let (c, s, stop) = (controller.clone(), sockets.clone(), shutdown.clone());
+            let (c, s) = (controller.clone(), sockets.clone());
             threads.push(spawn(
                 "ng-mgs",
-                Box::new(move || upstream_loop(&c, &s, v4, &stop)),
+                Box::new(move || upstream_loop(&c, &s, v4)),
             )?);
         }
         let tracker = TaskTracker::new();
@@ -231,6 +232,7 @@ fn now() -> std::time::Instant {
 /// costs measurably); on stop, an empty datagram to each socket wakes them.
 async fn wake_on_stop(s: Arc<Sockets>, stop: CancellationToken) {
     stop.cancelled().await;
+    s.stopped.store(true, Ordering::Release);
     for sock in [Some(&s.client), s.v4.as_ref(), s.v6.as_ref()]
         .into_iter()
         .flatten()
@@ -249,11 +251,11 @@ async fn wake_on_stop(s: Arc<Sockets>, stop: CancellationToken) {
     }
 }
 
-fn client_loop(c: &Controller, s: &Sockets, stop: &CancellationToken) {
+fn client_loop(c: &Controller, s: &Sockets) {
     let mut buf = vec![0u8; BUF];
     loop {
         let r = s.client.recv_from(&mut buf);
-        if stop.is_cancelled() {
+        if s.stopped.load(Ordering::Acquire) {
             return;
         }
         let (n, from) = match r {
@@ -273,14 +275,14 @@ fn client_loop(c: &Controller, s: &Sockets, stop: &CancellationToken) {
     }
 }
 
-fn upstream_loop(c: &Controller, s: &Sockets, v4: bool, stop: &CancellationToken) {
+fn upstream_loop(c: &Controller, s: &Sockets, v4: bool) {
     let Some(sock) = (if v4 { &s.v4 } else { &s.v6 }) else {
         return;
     };
     let mut buf = vec![0u8; BUF];
     loop {
         let r = sock.recv_from(&mut buf);
-        if stop.is_cancelled() {
+        if s.stopped.load(Ordering::Acquire) {
             return;
         }
         let Ok((n, from)) = r else {

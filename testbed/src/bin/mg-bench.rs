@@ -10,6 +10,14 @@
 //! over rounds, media-ctl's CPU as a share of rtpengine's in the same run,
 //! and the p99 media-ctl adds.
 //!
+//! For scale, every round also runs the load through `floor`: a minimal
+//! correct ng relay (this binary with `--floor LISTEN UPSTREAM`: two
+//! threads, one blocking receive per datagram, the client remembered by
+//! cookie, nothing else). On loopback a relay pays for every datagram it
+//! sends twice (its own send and the receiver's wake-up run on its CPU
+//! time), so `floor` shows what any relay costs here; media-ctl's own
+//! work is the difference.
+//!
 //! **Held calls.** `--held N` sets up N calls through media-ctl and keeps
 //! them (a stand-in mg in this process answers every offer with `ok`; a
 //! real rtpengine would need four media ports per call), then reports
@@ -303,8 +311,25 @@ fn start_media_ctl(o: &Opts, mg: SocketAddr, idle_s: u32) -> Result<MediaCtl, St
     Ok(m)
 }
 
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Route {
+    Direct,
+    Floor,
+    MediaCtl,
+}
+
+impl Route {
+    fn name(self) -> &'static str {
+        match self {
+            Route::Direct => "direct to rtpengine",
+            Route::Floor => "via floor relay",
+            Route::MediaCtl => "via media-ctl",
+        }
+    }
+}
+
 struct Run {
-    via: bool,
+    path: Route,
     ok: u64,
     failed: u64,
     rtp_us: f64,
@@ -313,24 +338,54 @@ struct Run {
     p99: f64,
 }
 
-fn run_once(o: &Opts, round: u32, via: bool, rtp: &testbed::RtpengineHandle, mc: &MediaCtl) -> Run {
-    let to = if via { mc.ng } else { rtp.ng() };
-    let tag = format!("r{round}{}", if via { "m" } else { "d" });
-    let (r0, m0) = (rtp.stats().ok(), ProcStats::sample(mc.child.id()).ok());
+fn run_once(
+    o: &Opts,
+    round: u32,
+    path: Route,
+    rtp: &testbed::RtpengineHandle,
+    relays: &Relays,
+) -> Run {
+    let (to, pid) = match path {
+        Route::Direct => (rtp.ng(), None),
+        Route::Floor => (relays.floor_ng, Some(relays.floor.id())),
+        Route::MediaCtl => (relays.mc.ng, Some(relays.mc.child.id())),
+    };
+    let tag = format!("r{round}{path:?}");
+    let sample = || {
+        (
+            rtp.stats().ok(),
+            pid.and_then(|p| ProcStats::sample(p).ok()),
+        )
+    };
+    let (r0, m0) = sample();
     let load = cycles(to, &tag, o);
-    let (r1, m1) = (rtp.stats().ok(), ProcStats::sample(mc.child.id()).ok());
+    let (r1, m1) = sample();
     let per = |a: Option<ProcStats>, b: Option<ProcStats>| match (a, b) {
         (Some(a), Some(b)) if load.ok > 0 => b.cpu_since(&a).as_secs_f64() * 1e6 / load.ok as f64,
         _ => f64::NAN,
     };
     Run {
-        via,
+        path,
         ok: load.ok,
         failed: load.failed,
         rtp_us: per(r0, r1),
         mc_us: per(m0, m1),
         p50: pct(&load.lat_us, 0.50),
         p99: pct(&load.lat_us, 0.99),
+    }
+}
+
+/// The relays under test.
+struct Relays {
+    mc: MediaCtl,
+    floor: Child,
+    floor_ng: SocketAddr,
+}
+
+impl Drop for Relays {
+    fn drop(&mut self) {
+        let _ = self.floor.kill();
+        let _ = self.floor.wait();
     }
 }
 
@@ -343,72 +398,120 @@ fn bench_cycles(o: &Opts) -> Result<(), String> {
         .start()
         .map_err(|e| e.to_string())?;
     let mc = start_media_ctl(o, rtp.ng(), 3600)?;
+    let floor_ng = SocketAddr::new(ip(3), 2223);
+    let floor = Command::new(std::env::current_exe().map_err(|e| e.to_string())?)
+        .args(["--floor", &floor_ng.to_string(), &rtp.ng().to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("starting the floor relay: {e}"))?;
+    let relays = Relays {
+        mc,
+        floor,
+        floor_ng,
+    };
     let warm = Opts {
         seconds: 1,
         ..clone_opts(o)
     };
-    cycles(mc.ng, "warm", &warm);
+    cycles(relays.mc.ng, "warm", &warm);
+    cycles(relays.floor_ng, "warmf", &warm);
     let mut runs = Vec::new();
     for round in 0..o.rounds {
-        for via in [false, true] {
-            let r = run_once(o, round, via, &rtp, &mc);
+        for path in [Route::Direct, Route::Floor, Route::MediaCtl] {
+            let r = run_once(o, round, path, &rtp, &relays);
             eprintln!(
-                "round {round} {:<13} ok {:>6} failed {:>3}  rtpengine {:>6.1} µs/cycle  media-ctl {:>5.1} µs/cycle  p50 {:.3} ms  p99 {:.3} ms",
-                if via { "via media-ctl" } else { "direct" },
-                r.ok, r.failed, r.rtp_us, r.mc_us, r.p50, r.p99
+                "round {round} {:<20} ok {:>6} failed {:>3}  rtpengine {:>6.1} µs/cycle  relay {:>6.1} µs/cycle  p50 {:.3} ms  p99 {:.3} ms",
+                path.name(), r.ok, r.failed, r.rtp_us, r.mc_us, r.p50, r.p99
             );
             runs.push(r);
         }
     }
-    let pick = |via: bool, f: &dyn Fn(&Run) -> f64| {
-        median(runs.iter().filter(|r| r.via == via).map(f).collect())
-    };
-    let share = median(
-        runs.iter()
-            .filter(|r| r.via)
-            .map(|r| r.mc_us / r.rtp_us)
-            .collect(),
-    );
-    let added = pick(true, &|r| r.p99) - pick(false, &|r| r.p99);
-    let sum = |via: bool, f: &dyn Fn(&Run) -> u64| {
-        runs.iter().filter(|r| r.via == via).map(f).sum::<u64>()
-    };
+    let of = |path: Route| runs.iter().filter(move |r| r.path == path);
+    let pick = |path: Route, f: &dyn Fn(&Run) -> f64| median(of(path).map(f).collect());
+    let share = |path: Route| median(of(path).map(|r| r.mc_us / r.rtp_us).collect());
     println!(
         "\n{} cycles/s × {} s × {} rounds (medians of rounds)\n",
         o.rate, o.seconds, o.rounds
     );
-    println!("| path | cycles ok | failed | rtpengine CPU µs/cycle | media-ctl CPU µs/cycle | command p50 ms | command p99 ms |");
-    println!("|---|---:|---:|---:|---:|---:|---:|");
-    for via in [false, true] {
+    println!("| path | cycles ok | failed | rtpengine CPU µs/cycle | relay CPU µs/cycle | relay / rtpengine (same run) | command p50 ms | command p99 ms |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    for path in [Route::Direct, Route::Floor, Route::MediaCtl] {
+        let relay = |v: f64| {
+            if path == Route::Direct {
+                "—".to_string()
+            } else {
+                format!("{v:.1}")
+            }
+        };
         println!(
-            "| {} | {} | {} | {:.1} | {} | {:.3} | {:.3} |",
-            if via {
-                "via media-ctl"
+            "| {} | {} | {} | {:.1} | {} | {} | {:.3} | {:.3} |",
+            path.name(),
+            of(path).map(|r| r.ok).sum::<u64>(),
+            of(path).map(|r| r.failed).sum::<u64>(),
+            pick(path, &|r| r.rtp_us),
+            relay(pick(path, &|r| r.mc_us)),
+            if path == Route::Direct {
+                "—".to_string()
             } else {
-                "direct to rtpengine"
+                format!("{:.1}%", share(path) * 100.0)
             },
-            sum(via, &|r| r.ok),
-            sum(via, &|r| r.failed),
-            pick(via, &|r| r.rtp_us),
-            if via {
-                format!("{:.1}", pick(true, &|r| r.mc_us))
-            } else {
-                "—".into()
-            },
-            pick(via, &|r| r.p50),
-            pick(via, &|r| r.p99),
+            pick(path, &|r| r.p50),
+            pick(path, &|r| r.p99),
         );
     }
+    let added = pick(Route::MediaCtl, &|r| r.p99) - pick(Route::Direct, &|r| r.p99);
     println!(
         "\nmedia-ctl CPU / rtpengine CPU (same run, median): {:.1}%  (target ≤ 25%)",
-        share * 100.0
+        share(Route::MediaCtl) * 100.0
     );
     println!(
-        "added p99 per command (median p99 via − direct): {:.3} ms  (target < 1 ms)",
-        added
+        "media-ctl's own work over the floor relay: {:.1} µs/cycle",
+        pick(Route::MediaCtl, &|r| r.mc_us) - pick(Route::Floor, &|r| r.mc_us)
     );
-    drop(mc);
+    println!(
+        "added p99 per command (median p99 via media-ctl − direct): {added:.3} ms  (target < 1 ms)"
+    );
+    drop(relays);
     rtp.stop();
+    Ok(())
+}
+
+/// The floor relay: what any ng relay must do and nothing more.
+fn floor_relay(listen: SocketAddr, upstream: SocketAddr) -> Result<(), String> {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    let client = Arc::new(UdpSocket::bind(listen).map_err(|e| format!("{listen}: {e}"))?);
+    let up = Arc::new(UdpSocket::bind(SocketAddr::new(listen.ip(), 0)).map_err(|e| e.to_string())?);
+    let who: Arc<Mutex<HashMap<Vec<u8>, SocketAddr>>> = Arc::default();
+    let back = {
+        let (client, up, who) = (client.clone(), up.clone(), who.clone());
+        thread::spawn(move || {
+            let mut buf = vec![0u8; 65_536];
+            while let Ok((n, _)) = up.recv_from(&mut buf) {
+                let d = &buf[..n];
+                let Some(sp) = d.iter().position(|&b| b == b' ') else {
+                    continue;
+                };
+                let to = who.lock().map(|mut m| m.remove(&d[..sp])).ok().flatten();
+                if let Some(to) = to {
+                    let _ = client.send_to(d, to);
+                }
+            }
+        })
+    };
+    let mut buf = vec![0u8; 65_536];
+    while let Ok((n, from)) = client.recv_from(&mut buf) {
+        let d = &buf[..n];
+        let Some(sp) = d.iter().position(|&b| b == b' ') else {
+            continue;
+        };
+        if let Ok(mut m) = who.lock() {
+            m.insert(d[..sp].to_vec(), from);
+        }
+        let _ = up.send_to(d, upstream);
+    }
+    let _ = back.join();
     Ok(())
 }
 
@@ -545,6 +648,21 @@ fn http_status(addr: SocketAddr) -> Option<String> {
 }
 
 fn main() -> ExitCode {
+    let argv: Vec<String> = std::env::args().collect();
+    if argv.get(1).map(String::as_str) == Some("--floor") {
+        let addr = |i: usize| argv.get(i).and_then(|a| a.parse::<SocketAddr>().ok());
+        let (Some(listen), Some(up)) = (addr(2), addr(3)) else {
+            eprintln!("usage: mg-bench --floor LISTEN UPSTREAM");
+            return ExitCode::from(2);
+        };
+        return match floor_relay(listen, up) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("floor relay: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let o = match parse_args() {
         Ok(o) => o,
         Err(e) => {
