@@ -386,3 +386,52 @@ fn bad_input_is_answered_or_counted_and_service_goes_on() {
     assert!(line.contains("200"), "{line}");
     assert!(site.stop(), "clean exit on SIGTERM");
 }
+
+#[test]
+fn r_mg_2_r_st_3_calls_survive_a_media_ctl_restart() {
+    // rtpengine keeps a deleted call (and counts its session) for 30 s by
+    // default; without that delay the end of the test need not wait.
+    let mut spec = Spec::new((80, 7));
+    spec.rtpengine_args = vec!["--delete-delay=0".into()];
+    let mut site = Site::start(spec);
+    let mut c = site.client(9);
+    let mut placed = BTreeMap::new();
+    for i in 0..3 {
+        let call = format!("r-{i}");
+        placed.insert(call.clone(), c.setup(&call));
+    }
+    site.restart();
+    // The new process never saw these calls: it cannot vouch for the mgs'
+    // counts until each mg reports no session it does not know (R-ST-3).
+    let w = site.work();
+    let unknown: Vec<_> = w
+        .instances
+        .iter()
+        .filter(|(_, i)| i.unknown.is_some())
+        .map(|(id, _)| id.clone())
+        .collect();
+    assert!(unknown.len() >= 3, "{w:?}");
+    // Every command of the old calls still reaches their own rtpengine,
+    // found by asking the pool (R-MG-2): the SDP says where.
+    for (call, media) in &placed {
+        let a = c.cmd(&[
+            ("command", "answer"),
+            ("call-id", call),
+            ("from-tag", "ft"),
+            ("to-tag", "tt"),
+            ("sdp", &sdp("10.2.2.3", 5004)),
+        ]);
+        assert_eq!(a.result, "ok", "{call}: {a:?}");
+        assert_eq!(a.media.as_ref(), Some(media), "{call}");
+    }
+    let w = site.work();
+    let total: u64 = w.instances.values().map(|i| i.counts.calls).sum();
+    assert_eq!(total, 3, "found calls are tracked again");
+    for call in placed.keys() {
+        assert_eq!(c.delete(call).result, "ok");
+    }
+    // Once the mgs hold no session media-ctl does not know: vouched again.
+    site.wait_until("counts vouched again", |s| {
+        s.work().instances.values().all(|i| i.unknown.is_none())
+    });
+}

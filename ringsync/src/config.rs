@@ -508,7 +508,7 @@ struct RawSite {
     #[serde(default)]
     admin: AdminConfig,
     #[serde(default)]
-    media: Option<Spanned<MediaConfig>>,
+    media: Option<Spanned<media::RawMedia>>,
     #[serde(default)]
     server: Vec<Spanned<RawServer>>,
     #[serde(default)]
@@ -561,7 +561,7 @@ struct RawInstance {
     #[serde(default)]
     sip: Option<SocketAddr>,
     #[serde(default)]
-    ng: Option<SocketAddr>,
+    ng: Option<Spanned<SocketAddr>>,
     #[serde(default)]
     ng_source: Option<Spanned<IpAddr>>,
     #[serde(default)]
@@ -727,7 +727,7 @@ impl Validator<'_> {
                 service,
                 server: r.server.get_ref().clone(),
                 sip: r.sip,
-                ng: r.ng,
+                ng: r.ng.as_ref().map(|a| *a.get_ref()),
                 ng_source: r.ng_source.as_ref().map(|s| *s.get_ref()),
                 exceptions: r.exceptions.iter().map(|e| e.get_ref().clone()).collect(),
             });

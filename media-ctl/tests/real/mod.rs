@@ -36,6 +36,8 @@ pub struct Spec {
     pub running: Vec<u8>,
     /// `timers.mg_drain_window_s`.
     pub window_s: u32,
+    /// Extra rtpengine arguments.
+    pub rtpengine_args: Vec<String>,
 }
 
 impl Spec {
@@ -46,6 +48,7 @@ impl Spec {
             bgmg: true,
             running: vec![0, 1, 2],
             window_s: 4,
+            rtpengine_args: Vec::new(),
         }
     }
 }
@@ -109,7 +112,11 @@ impl Site {
                 srv(i)
             ));
             if spec.running.contains(&i) {
-                mgs.insert(mg_id(i), Rtpengine::new(addr).start().unwrap());
+                let r = spec
+                    .rtpengine_args
+                    .iter()
+                    .fold(Rtpengine::new(addr), |r, a| r.arg(a.clone()));
+                mgs.insert(mg_id(i), r.start().unwrap());
             }
         }
         if spec.bgmg {
@@ -117,7 +124,11 @@ impl Site {
             t.push_str(&format!(
                 "[[instance]]\nid = \"bgmg-a\"\nservice = \"bgmg\"\nserver = \"srv-a\"\nng = \"{addr}:22222\"\n"
             ));
-            mgs.insert("bgmg-a".into(), Rtpengine::new(addr).start().unwrap());
+            let r = spec
+                .rtpengine_args
+                .iter()
+                .fold(Rtpengine::new(addr), |r, a| r.arg(a.clone()));
+            mgs.insert("bgmg-a".into(), r.start().unwrap());
         }
         let path = dir.path().join("site.toml");
         std::fs::write(&path, &t).unwrap();
@@ -127,15 +138,7 @@ impl Site {
             .unwrap();
         let config = ringsync::SiteConfig::load(&path).unwrap();
         let store = rt.block_on(ringsync::store::open(&config)).unwrap();
-        let child = Command::new(BIN)
-            .arg("--config")
-            .arg(&path)
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(
-                std::fs::File::create(dir.path().join("media-ctl.log")).unwrap(),
-            ))
-            .spawn()
-            .unwrap();
+        let child = spawn(&path, dir.path());
         let site = Site {
             net,
             dir,
@@ -156,6 +159,16 @@ impl Site {
             })
         });
         site
+    }
+
+    /// Kills media-ctl (SIGKILL: no goodbye) and starts it again.
+    pub fn restart(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        self.child = Some(spawn(&self.path, self.dir.path()));
+        self.wait_until("media-ctl back", |s| s.status().is_some());
     }
 
     /// media-ctl's log so far.
@@ -267,6 +280,21 @@ impl Drop for Site {
             let _ = c.wait();
         }
     }
+}
+
+fn spawn(path: &std::path::Path, dir: &std::path::Path) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("media-ctl.log"))
+        .unwrap();
+    Command::new(BIN)
+        .arg("--config")
+        .arg(path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(log))
+        .spawn()
+        .unwrap()
 }
 
 /// An ng client (plays an sg/esg, or Kamailio's rtpengine module).

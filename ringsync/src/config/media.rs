@@ -2,7 +2,7 @@
 //! fields only media-ctl reads (`ng`, `ng_source`).
 
 use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -65,45 +65,83 @@ impl MediaConfig {
     }
 }
 
+/// `[media]` as written: every field keeps its place in the file, so an
+/// error names the line of the field that is wrong.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawMedia {
+    #[serde(default)]
+    ng_bind: Option<Spanned<SocketAddr>>,
+    #[serde(default)]
+    call_idle_timeout_s: Option<Spanned<u32>>,
+    #[serde(default)]
+    ping_interval_ms: Option<Spanned<u64>>,
+    #[serde(default)]
+    ping_timeout_ms: Option<Spanned<u64>>,
+    #[serde(default)]
+    ping_failures: Option<Spanned<u32>>,
+    #[serde(default)]
+    mg_timeout_ms: Option<Spanned<u64>>,
+}
+
 /// Checks `[media]` against itself and the instances.
 pub(super) fn validate(
     v: &Validator<'_>,
-    raw: Option<&Spanned<MediaConfig>>,
+    raw: Option<&Spanned<RawMedia>>,
     instances: &[Instance],
 ) -> Result<MediaConfig, ConfigError> {
-    let Some(spanned) = raw else {
+    let Some(table) = raw else {
         return Ok(MediaConfig::default());
     };
-    let m = spanned.get_ref();
-    let err = |field: &str, msg: String| v.err(spanned.span(), format!("media.{field}"), msg);
+    let r = table.get_ref();
+    let d = MediaConfig::default();
+    let get = |f: &Option<Spanned<u64>>, dflt: u64| f.as_ref().map_or(dflt, |s| *s.get_ref());
+    let get32 = |f: &Option<Spanned<u32>>, dflt: u32| f.as_ref().map_or(dflt, |s| *s.get_ref());
+    let m = MediaConfig {
+        ng_bind: r.ng_bind.as_ref().map_or(d.ng_bind, |s| *s.get_ref()),
+        call_idle_timeout_s: get32(&r.call_idle_timeout_s, d.call_idle_timeout_s),
+        ping_interval_ms: get(&r.ping_interval_ms, d.ping_interval_ms),
+        ping_timeout_ms: get(&r.ping_timeout_ms, d.ping_timeout_ms),
+        ping_failures: get32(&r.ping_failures, d.ping_failures),
+        mg_timeout_ms: get(&r.mg_timeout_ms, d.mg_timeout_ms),
+    };
+    // The field's own place, or the table's when the default is at fault.
+    let err = |span: Option<std::ops::Range<usize>>, field: &str, msg: String| {
+        v.err(
+            span.unwrap_or_else(|| table.span()),
+            format!("media.{field}"),
+            msg,
+        )
+    };
+    let span32 = |f: &Option<Spanned<u32>>| f.as_ref().map(Spanned::span);
+    let span64 = |f: &Option<Spanned<u64>>| f.as_ref().map(Spanned::span);
     if m.call_idle_timeout_s == 0 {
-        return Err(err("call_idle_timeout_s", "must be positive".into()));
+        let s = span32(&r.call_idle_timeout_s);
+        return Err(err(s, "call_idle_timeout_s", "must be positive".into()));
     }
     if m.mg_timeout_ms == 0 {
-        return Err(err("mg_timeout_ms", "must be positive".into()));
+        let s = span64(&r.mg_timeout_ms);
+        return Err(err(s, "mg_timeout_ms", "must be positive".into()));
     }
     if m.ping_interval_ms != 0 && m.ping_timeout_ms == 0 {
-        return Err(err(
-            "ping_timeout_ms",
-            "must be positive when pinging is on".into(),
-        ));
+        let s = span64(&r.ping_timeout_ms);
+        let msg = "must be positive when pinging is on".into();
+        return Err(err(s, "ping_timeout_ms", msg));
     }
     if m.ping_interval_ms != 0 && m.ping_failures == 0 {
-        return Err(err(
-            "ping_failures",
-            "must be positive when pinging is on".into(),
-        ));
+        let s = span32(&r.ping_failures);
+        let msg = "must be positive when pinging is on".into();
+        return Err(err(s, "ping_failures", msg));
     }
     if let Some(i) = instances.iter().find(|i| i.ng == Some(m.ng_bind)) {
-        return Err(err(
-            "ng_bind",
-            format!(
-                "`{}` is the ng address of `{}`: media-ctl would send commands to itself",
-                m.ng_bind, i.id
-            ),
-        ));
+        let s = r.ng_bind.as_ref().map(Spanned::span);
+        let msg = format!(
+            "`{}` is the ng address of `{}`: media-ctl would send commands to itself",
+            m.ng_bind, i.id
+        );
+        return Err(err(s, "ng_bind", msg));
     }
-    Ok(m.clone())
+    Ok(m)
 }
 
 /// Checks `ng` and `ng_source` across instances and fills the default
@@ -115,18 +153,27 @@ pub(super) fn check_instances(
 ) -> Result<(), ConfigError> {
     let mut ng_of: HashMap<SocketAddr, &str> = HashMap::new();
     for (i, (r, inst)) in raw.iter().zip(instances.iter()).enumerate() {
-        let Some(ng) = inst.ng else { continue };
+        let Some(spanned) = &r.get_ref().ng else {
+            continue;
+        };
+        let ng = *spanned.get_ref();
         if let Some(other) = ng_of.insert(ng, &inst.id) {
             return Err(v.err(
-                r.span(),
+                spanned.span(),
                 format!("instance[{i}].ng"),
                 format!("`{ng}` is already the ng address of `{other}`"),
             ));
         }
     }
-    // Explicit sources must name one server: media-ctl maps a command's
-    // source IP to the server of the sg/esg that sent it.
-    let mut server_of: HashMap<IpAddr, (&str, &str)> = HashMap::new();
+    for inst in instances.iter_mut() {
+        if inst.ng_source.is_none() && matches!(inst.service, Service::Sg | Service::Esg) {
+            inst.ng_source = inst.sip.map(|a| a.ip());
+        }
+    }
+    // An explicit source must name one server: media-ctl maps a command's
+    // source IP to the server of the sg/esg that sent it. (Defaults that
+    // collide, such as several sg on 127.0.0.1, name none; media-ctl then
+    // pins no bgmg for that address.)
     for (i, (r, inst)) in raw.iter().zip(instances.iter()).enumerate() {
         let Some(src) = &r.get_ref().ng_source else {
             continue;
@@ -146,22 +193,19 @@ pub(super) fn check_instances(
         if ip.is_unspecified() {
             return Err(v.err(src.span(), field, "must be a concrete address"));
         }
-        if let Some((id, server)) = server_of.insert(ip, (&inst.id, &inst.server)) {
-            if server != inst.server {
-                return Err(v.err(
-                    src.span(),
-                    field,
-                    format!(
-                        "`{ip}` is already the ng source of `{id}` on server `{server}`; \
-                         one address must belong to one server"
-                    ),
-                ));
-            }
-        }
-    }
-    for inst in instances.iter_mut() {
-        if inst.ng_source.is_none() && matches!(inst.service, Service::Sg | Service::Esg) {
-            inst.ng_source = inst.sip.map(|a| a.ip());
+        if let Some(other) = instances
+            .iter()
+            .find(|o| o.ng_source == Some(ip) && o.server != inst.server)
+        {
+            return Err(v.err(
+                src.span(),
+                field,
+                format!(
+                    "`{ip}` is already the ng source of `{}` on server `{}`; \
+                     one address must belong to one server",
+                    other.id, other.server
+                ),
+            ));
         }
     }
     Ok(())
@@ -264,18 +308,32 @@ ng = "127.0.4.1:22222"
                     "sip = \"127.0.1.1:5060\"",
                     "sip = \"127.0.1.1:5060\"\nng_source = \"127.0.9.2\"",
                 ),
-                "instance[1].ng_source",
+                "instance[0].ng_source",
             ),
             (
                 SITE.replace("ng_source = \"127.0.9.2\"", "ng_source = \"0.0.0.0\""),
+                "instance[1].ng_source",
+            ),
+            // An explicit source may not be another server's default either.
+            (
+                SITE.replace("ng_source = \"127.0.9.2\"", "ng_source = \"127.0.1.1\""),
                 "instance[1].ng_source",
             ),
         ];
         for (text, field) in cases {
             let e = load(&text).unwrap_err();
             assert_eq!(e.field, field, "{e}");
-            assert!(e.line.is_some(), "{e}");
             assert!(e.to_string().starts_with("/m.toml:"), "{e}");
+            // The line of the field itself.
+            let key = field.rsplit('.').next().unwrap();
+            let key = key.split('[').next().unwrap();
+            let want = text
+                .lines()
+                .enumerate()
+                .filter(|(_, l)| l.starts_with(&format!("{key} =")))
+                .map(|(i, _)| i + 1)
+                .collect::<Vec<_>>();
+            assert!(want.contains(&e.line.unwrap()), "{e} (lines {want:?})");
         }
         let e = load(&format!("{SITE}\n[media]\nbogus = 1\n")).unwrap_err();
         assert!(e.message.contains("bogus"), "{e}");
