@@ -10,36 +10,13 @@ use std::time::{Duration, Instant};
 use media_ctl::Assign;
 use real::*;
 use ringsync::view::{Health, InstanceState};
-use ringsync::work::{self, NodeKind, NodeOutcome};
+use ringsync::work::{self, NodeKind};
 
-/// The site-wide state of `id` from media-ctl's work report alone (as
-/// `ringsync status` sums it, R-ST-3).
+/// The site-wide state of `id` as `ringsync status` sums media-ctl's work
+/// report (R-ST-3).
 fn summed(site: &Site, id: &str) -> work::InstanceStatus {
-    let config = ringsync::SiteConfig::load(&site.path).unwrap();
-    let state = ringsync::state::DrainState::new(std::sync::Arc::new(config));
-    let report = site.work();
-    let st = site.status().unwrap();
-    let profiles = ringsync::ProfileSet {
-        revision: st.revision,
-        profiles: if st.drain_zone.is_empty() {
-            vec![]
-        } else {
-            vec![ringsync::Profile {
-                id: "p".into(),
-                name: "p".into(),
-                description: String::new(),
-                servers: st.drain_zone.clone(),
-                state: ringsync::ProfileState::Active,
-            }]
-        },
-    };
-    state.set_profiles(std::sync::Arc::new(profiles));
-    let outcome = NodeOutcome {
-        node: report.node.clone(),
-        kind: NodeKind::MediaCtl,
-        report: Ok(report),
-    };
-    work::sum(&state.view(), &[outcome])
+    site.ringsync_status()
+        .instances
         .into_iter()
         .find(|s| s.id == id)
         .unwrap()

@@ -1,10 +1,11 @@
-//! The admin HTTP API (`ringsync serve`): profile CRUD, status, metrics.
+//! The admin HTTP API (`ringsync serve`): profile CRUD, the site's status
+//! (the drain view with the work every node reports, summed: R-ST-1,
+//! R-ST-3), metrics.
 //!
 //! JSON in and out. Bad input gets a 4xx with `{"error": "..."}` and stores
 //! nothing (R-PR-1); store failures get 503. The entry point takes a bound
 //! listener and a shutdown token, so tests bind `127.0.0.1:0`.
 
-use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,13 +24,15 @@ use tokio_util::sync::CancellationToken;
 
 use crate::profile::{NewProfile, ProfilePatch, ProfileState};
 use crate::state::DrainState;
+use crate::status::{NodeBoard, SiteStatus};
 use crate::store::{self, Store, StoreError};
-use crate::view::{InstanceState, InstanceView};
+use crate::view::InstanceState;
 
 /// What the handlers share.
 pub struct AdminApi {
     store: Arc<dyn Store>,
     drain: Arc<DrainState>,
+    nodes: Arc<NodeBoard>,
     recorder: PrometheusRecorder,
     ready: AtomicBool,
 }
@@ -39,21 +42,6 @@ pub struct AdminApi {
 pub struct ErrorBody {
     /// What went wrong.
     pub error: String,
-}
-
-/// Body of `GET /v1/status`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StatusBody {
-    /// Site name.
-    pub site: String,
-    /// Profile revision the view was built from.
-    pub revision: u64,
-    /// View generation.
-    pub generation: u64,
-    /// Servers in the drain zone.
-    pub drain_zone: BTreeSet<String>,
-    /// Every instance, in config order (R-ST-1).
-    pub instances: Vec<InstanceView>,
 }
 
 /// An error answer.
@@ -106,11 +94,17 @@ impl IntoResponse for ApiError {
 type ApiResult<T> = Result<T, ApiError>;
 
 impl AdminApi {
-    /// Handlers over a store and the drain state that follows it.
-    pub fn new(store: Arc<dyn Store>, drain: Arc<DrainState>) -> Arc<AdminApi> {
+    /// Handlers over a store, the drain state that follows it, and the
+    /// board of the nodes' latest work reports.
+    pub fn new(
+        store: Arc<dyn Store>,
+        drain: Arc<DrainState>,
+        nodes: Arc<NodeBoard>,
+    ) -> Arc<AdminApi> {
         Arc::new(AdminApi {
             store,
             drain,
+            nodes,
             recorder: PrometheusBuilder::new().build_recorder(),
             ready: AtomicBool::new(false),
         })
@@ -151,13 +145,27 @@ impl AdminApi {
         Ok(v)
     }
 
-    /// Prometheus text: per-instance state, work, profile counts, store errors.
+    /// The site's status: the current view with the nodes' last reports summed.
+    pub fn site_status(&self) -> SiteStatus {
+        self.nodes.status(&self.drain.view())
+    }
+
+    /// Prometheus text: per-instance state and summed work, which nodes
+    /// report, profile counts, store errors.
     pub fn render_metrics(&self) -> String {
         let view = self.drain.view();
-        let report = self.drain.report();
+        let status = self.nodes.status(&view);
         let set = self.store.watch().borrow().clone();
         metrics::with_local_recorder(&self.recorder, || {
-            for inst in &report {
+            for node in &status.nodes {
+                metrics::gauge!(
+                    "ringsync_node_reporting",
+                    "kind" => node.kind.as_str(),
+                    "addr" => node.addr.to_string(),
+                )
+                .set(if node.error.is_none() { 1.0 } else { 0.0 });
+            }
+            for inst in &status.instances {
                 for st in InstanceState::ALL {
                     metrics::gauge!(
                         "ringsync_instance_state",
@@ -168,10 +176,9 @@ impl AdminApi {
                     )
                     .set(if inst.state == st { 1.0 } else { 0.0 });
                 }
-                if let Some(w) = inst.work {
-                    metrics::gauge!("ringsync_instance_work", "instance" => inst.id.clone())
-                        .set(w as f64);
-                }
+                // NaN while unknown: never equal to 0, so never read as drained.
+                metrics::gauge!("ringsync_instance_work", "instance" => inst.id.clone())
+                    .set(inst.work.map_or(f64::NAN, |w| w as f64));
             }
             let active = set.active_count();
             metrics::gauge!("ringsync_profiles", "state" => "active").set(active as f64);
@@ -291,15 +298,8 @@ async fn deactivate(
     )
 }
 
-async fn status(State(api): State<Arc<AdminApi>>) -> Json<StatusBody> {
-    let view = api.drain.view();
-    Json(StatusBody {
-        site: view.config().site.name.clone(),
-        revision: view.revision(),
-        generation: view.generation(),
-        drain_zone: view.drain_zone().clone(),
-        instances: api.drain.report(),
-    })
+async fn status(State(api): State<Arc<AdminApi>>) -> Json<SiteStatus> {
+    Json(api.site_status())
 }
 
 async fn metrics_text(State(api): State<Arc<AdminApi>>) -> Response {

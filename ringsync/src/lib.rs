@@ -3,8 +3,10 @@
 //! Site configuration ([`config`]), deservice profiles ([`profile`]), the
 //! stores profiles live in ([`store`]), consistent hash rings ([`ring`]), the
 //! immutable drain view ([`view`]) and the live handle every process holds
-//! ([`state`]). The operator's interfaces are [`cli`] and the admin HTTP
-//! [`api`]. Every other crate loads its site through
+//! ([`state`]). Nodes report the work they hold as one shared shape
+//! ([`work`]); [`fetch`] gets a node's report and [`status`] sums every
+//! node's into the site's status. The operator's interfaces are [`cli`] and
+//! the admin HTTP [`api`]. Every other crate loads its site through
 //! [`config::SiteConfig::load`], so there is one schema and one set of errors.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -12,10 +14,11 @@
 pub mod api;
 pub mod cli;
 pub mod config;
-pub mod gate;
+pub mod fetch;
 pub mod profile;
 pub mod ring;
 pub mod state;
+pub mod status;
 pub mod store;
 pub mod view;
 pub mod work;

@@ -9,11 +9,14 @@ use axum::body::{to_bytes, Body};
 use axum::http::{Method, Request, StatusCode};
 use axum::Router;
 use common::TestSite;
-use ringsync::api::{self, AdminApi, StatusBody};
+use ringsync::api::{self, AdminApi};
+use ringsync::fetch::Fetcher;
 use ringsync::profile::{Profile, ProfileSet, ProfileState};
 use ringsync::state::DrainState;
+use ringsync::status::{self, NodeBoard, SiteStatus};
 use ringsync::store;
-use ringsync::view::InstanceState;
+use ringsync::view::{Health, InstanceState};
+use ringsync::work::{NodeKind, WorkCounts};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
@@ -23,20 +26,31 @@ struct Harness {
     site: TestSite,
     router: Router,
     state: Arc<DrainState>,
+    board: Arc<NodeBoard>,
     shutdown: CancellationToken,
 }
 
+/// The API over the test site, with the nodes at the site's admin
+/// addresses (nothing listens there).
 async fn harness() -> Harness {
+    harness_with(None).await
+}
+
+/// The API with a stand-in gate at `gate`.
+async fn harness_with(gate: Option<std::net::SocketAddr>) -> Harness {
     let site = TestSite::new();
     let store = store::open(&site.config).await.unwrap();
     let state = DrainState::new(site.config.clone());
     let shutdown = CancellationToken::new();
     state.follow(store.clone(), shutdown.clone());
-    let router = api::router(AdminApi::new(store, state.clone()));
+    let nodes = status::local_nodes(&site.config, gate, None);
+    let board = NodeBoard::new("t1", nodes, Fetcher::default());
+    let router = api::router(AdminApi::new(store, state.clone(), board.clone()));
     Harness {
         site,
         router,
         state,
+        board,
         shutdown,
     }
 }
@@ -70,7 +84,14 @@ impl Drop for Harness {
 
 #[tokio::test]
 async fn profile_crud_and_status() {
-    let h = harness().await;
+    let (gate, _) = common::stand_in(common::report(
+        NodeKind::Gate,
+        "gate-1",
+        &[("sg-b", common::holds(Health::Up, WorkCounts::default()))],
+    ))
+    .await;
+    let h = harness_with(Some(gate)).await;
+    h.board.refresh().await;
     let (s, v) = h
         .json(
             Method::POST,
@@ -101,10 +122,17 @@ async fn profile_crud_and_status() {
 
     let (s, v) = h.json(Method::GET, "/v1/status", None).await;
     assert_eq!(s, StatusCode::OK);
-    let st: StatusBody = serde_json::from_value(v).unwrap();
+    let st: SiteStatus = serde_json::from_value(v).unwrap();
     assert_eq!(st.drain_zone.iter().collect::<Vec<_>>(), ["srv-b"]);
     let sg_b = st.instances.iter().find(|i| i.id == "sg-b").unwrap();
-    assert_eq!(sg_b.state, InstanceState::Draining, "R-ST-1 via the API");
+    // R-ST-1, R-ST-3 via the API: the gate reports no work left.
+    assert_eq!(
+        (sg_b.state, sg_b.work),
+        (InstanceState::Drained, Some(0)),
+        "{sg_b:?}"
+    );
+    assert_eq!(st.nodes[0].node.as_deref(), Some("gate-1"));
+    assert!(st.nodes[1].error.is_some(), "no media-ctl listens");
     assert!(h.state.view().is_draining(1));
 
     let (s, v) = h
@@ -246,6 +274,16 @@ async fn metrics_health_and_unknown_paths() {
         "{text}"
     );
     assert!(text.contains("ringsync_store_errors_total"), "{text}");
+    // No node has answered: nothing is known of any work, and metrics say so.
+    assert!(
+        text.contains("ringsync_instance_work{instance=\"sg-a\"} NaN"),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("ringsync_node_reporting{kind=\"gate\",addr=\"127.0.0.1:9\"} 0")),
+        "{text}"
+    );
     assert_eq!(
         h.call(Method::GET, "/healthz", None).await.0,
         StatusCode::OK
@@ -264,9 +302,10 @@ async fn real_socket_serve_ready_and_graceful_shutdown() {
     let shutdown = CancellationToken::new();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
+    let board = NodeBoard::new("t1", vec![], Fetcher::default());
     let server = tokio::spawn(api::serve(
         listener,
-        AdminApi::new(store, state),
+        AdminApi::new(store, state, board),
         shutdown.clone(),
     ));
 

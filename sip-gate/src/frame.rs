@@ -7,14 +7,14 @@
 //! `check`, and splits off `len` bytes when it gets a frame. Parsing the
 //! message itself is [`crate::message::SipMessage::parse`]'s job.
 //!
-//! This module also holds the line-level lexer (end of the header section,
-//! header lines with folding, `Content-Length` values) that the message view
-//! reuses, so that framing and parsing can never disagree on where a message
+//! The line-level lexer under it (end of the header section, header lines
+//! with folding, `Content-Length` values) is [`crate::lex`], which the message
+//! view uses too, so framing and parsing never disagree on where a message
 //! ends.
 
-use std::ops::Range;
-
 use thiserror::Error;
+
+use crate::lex::{content_length, find_head_end, ContentLength};
 
 /// One complete unit at the start of a stream buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,211 +131,6 @@ impl Frame {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
-}
-
-// === line lexer shared with the message view ===
-
-/// Where the header section of a message ends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct HeadEnd {
-    /// Offset of the empty line: new headers are inserted here.
-    pub header_end: usize,
-    /// Offset of the first body byte (after the empty line).
-    pub body_start: usize,
-}
-
-/// Finds the first empty line. CRLF CRLF is the standard terminator; a bare
-/// LF line ending is accepted too, because some peers send them and the
-/// byte-for-byte forwarding does not care.
-pub(crate) fn find_head_end(buf: &[u8]) -> Option<HeadEnd> {
-    for nl in memchr::memchr_iter(b'\n', buf) {
-        let next = nl.checked_add(1)?;
-        match buf.get(next) {
-            Some(b'\n') => {
-                return Some(HeadEnd {
-                    header_end: next,
-                    body_start: next.checked_add(1)?,
-                })
-            }
-            Some(b'\r') if buf.get(next.checked_add(1)?) == Some(&b'\n') => {
-                return Some(HeadEnd {
-                    header_end: next,
-                    body_start: next.checked_add(2)?,
-                })
-            }
-            _ => {}
-        }
-    }
-    None
-}
-
-/// One logical header line as found by [`header_lines`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct RawHeader {
-    /// The whole line including folded continuations and the final line end.
-    pub line: Range<usize>,
-    /// The header name without surrounding whitespace; empty when the line
-    /// has no colon or an invalid name (the caller reports it).
-    pub name: Range<usize>,
-    /// The value with leading and trailing whitespace (and line ends) removed.
-    pub value: Range<usize>,
-    /// False when the line has no colon or the name is not a token.
-    pub well_formed: bool,
-}
-
-/// Iterates the logical header lines of `buf[range]`. `range` must start at
-/// the first header line and end at the empty line (as given by
-/// [`find_head_end`]); lines beginning with SP or HT are folded into the
-/// previous one.
-pub(crate) fn header_lines(buf: &[u8], range: Range<usize>) -> HeaderLines<'_> {
-    HeaderLines {
-        buf,
-        pos: range.start,
-        end: range.end.min(buf.len()),
-    }
-}
-
-/// Iterator returned by [`header_lines`].
-pub(crate) struct HeaderLines<'a> {
-    buf: &'a [u8],
-    pos: usize,
-    end: usize,
-}
-
-impl Iterator for HeaderLines<'_> {
-    type Item = RawHeader;
-
-    fn next(&mut self) -> Option<RawHeader> {
-        if self.pos >= self.end {
-            return None;
-        }
-        let start = self.pos;
-        let first_end = self.line_end(start);
-        let mut end = first_end;
-        while end < self.end && matches!(self.buf.get(end), Some(b' ' | b'\t')) {
-            end = self.line_end(end);
-        }
-        self.pos = end;
-
-        let first = self.buf.get(start..first_end).unwrap_or_default();
-        let Some(colon) = memchr::memchr(b':', first) else {
-            return Some(RawHeader {
-                line: start..end,
-                name: start..start,
-                value: start..start,
-                well_formed: false,
-            });
-        };
-        let colon = start.saturating_add(colon);
-        let name = trim(self.buf, start..colon);
-        // A first header line that starts with whitespace would be a fold of
-        // the start line, which RFC 3261 does not allow.
-        let name_ok = !name.is_empty()
-            && name.start == start
-            && self
-                .buf
-                .get(name.clone())
-                .is_some_and(|n| n.iter().all(|&b| is_token(b)));
-        let value = trim(self.buf, colon.saturating_add(1)..end);
-        Some(RawHeader {
-            line: start..end,
-            name,
-            value,
-            well_formed: name_ok,
-        })
-    }
-}
-
-impl HeaderLines<'_> {
-    /// End (exclusive, after the LF) of the physical line starting at `from`.
-    fn line_end(&self, from: usize) -> usize {
-        let rest = self.buf.get(from..self.end).unwrap_or_default();
-        match memchr::memchr(b'\n', rest) {
-            Some(i) => from.saturating_add(i).saturating_add(1),
-            None => self.end,
-        }
-    }
-}
-
-/// Linear whitespace as it may appear inside a (possibly folded) value.
-pub(crate) fn is_lws(b: u8) -> bool {
-    matches!(b, b' ' | b'\t' | b'\r' | b'\n')
-}
-
-/// RFC 3261 `token` characters.
-pub(crate) fn is_token(b: u8) -> bool {
-    b.is_ascii_alphanumeric()
-        || matches!(
-            b,
-            b'-' | b'.' | b'!' | b'%' | b'*' | b'_' | b'+' | b'`' | b'\'' | b'~'
-        )
-}
-
-/// Shrinks `range` so it neither starts nor ends with whitespace.
-pub(crate) fn trim(buf: &[u8], range: Range<usize>) -> Range<usize> {
-    let Some(bytes) = buf.get(range.clone()) else {
-        return range.start..range.start;
-    };
-    let Some(first) = bytes.iter().position(|&b| !is_lws(b)) else {
-        return range.start..range.start;
-    };
-    let last = bytes.iter().rposition(|&b| !is_lws(b)).unwrap_or(first);
-    range.start.saturating_add(first)..range.start.saturating_add(last).saturating_add(1)
-}
-
-/// Parses an unsigned decimal made only of digits, `None` on anything else
-/// or on overflow. Leading zeros are fine (RFC 4475 wsinv uses them).
-pub(crate) fn parse_decimal(bytes: &[u8]) -> Option<u64> {
-    if bytes.is_empty() {
-        return None;
-    }
-    let mut n: u64 = 0;
-    for &b in bytes {
-        if !b.is_ascii_digit() {
-            return None;
-        }
-        n = n.checked_mul(10)?.checked_add(u64::from(b - b'0'))?;
-    }
-    Some(n)
-}
-
-/// Outcome of looking for `Content-Length` in a header section.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ContentLength {
-    /// No `Content-Length` / `l` header.
-    Absent,
-    /// Present but not a non-negative decimal that fits in `usize`.
-    Bad,
-    /// Present several times with different values.
-    Conflicting,
-    /// The announced body length.
-    Value(usize),
-}
-
-/// Whether a header name is `Content-Length` or its compact form `l`.
-pub(crate) fn is_content_length(name: &[u8]) -> bool {
-    name.eq_ignore_ascii_case(b"content-length") || name.eq_ignore_ascii_case(b"l")
-}
-
-/// Reads `Content-Length` from the header lines in `buf[headers]`.
-pub(crate) fn content_length(buf: &[u8], headers: Range<usize>) -> ContentLength {
-    let mut found = ContentLength::Absent;
-    for h in header_lines(buf, headers) {
-        let name = buf.get(h.name.clone()).unwrap_or_default();
-        if !h.well_formed || !is_content_length(name) {
-            continue;
-        }
-        let value = buf.get(h.value.clone()).unwrap_or_default();
-        let n = match parse_decimal(value).and_then(|n| usize::try_from(n).ok()) {
-            Some(n) => n,
-            None => return ContentLength::Bad,
-        };
-        found = match found {
-            ContentLength::Value(prev) if prev != n => return ContentLength::Conflicting,
-            _ => ContentLength::Value(n),
-        };
-    }
-    found
 }
 
 #[cfg(test)]
@@ -460,26 +255,5 @@ mod tests {
             check(m.as_bytes(), 20),
             Err(FrameError::TooLarge { limit: 20 })
         );
-    }
-
-    #[test]
-    fn lexer_folding_and_trim() {
-        let m = b"X\r\nA :  one\r\n two \r\n\tthree\r\nbad line\r\nB:\r\n\r\n";
-        let head = find_head_end(m).unwrap();
-        let lines: Vec<_> = header_lines(m, 3..head.header_end).collect();
-        assert_eq!(lines.len(), 3);
-        assert_eq!(&m[lines[0].name.clone()], b"A");
-        assert_eq!(&m[lines[0].value.clone()], b"one\r\n two \r\n\tthree");
-        assert_eq!(
-            &m[lines[0].line.clone()],
-            b"A :  one\r\n two \r\n\tthree\r\n"
-        );
-        assert!(!lines[1].well_formed);
-        assert!(lines[2].well_formed);
-        assert!(lines[2].value.is_empty());
-        let m = b"X\r\n Via: a\r\n\r\n";
-        let lines: Vec<_> = header_lines(m, 3..m.len() - 2).collect();
-        assert_eq!(lines.len(), 1);
-        assert!(!lines[0].well_formed);
     }
 }

@@ -48,7 +48,7 @@ impl Gate {
 
     /// Starts serving on listeners that are already bound; `config` must hold
     /// their actual addresses (as [`transport::bind`] returns it).
-    pub fn start_bound(
+    fn start_bound(
         config: Arc<SiteConfig>,
         bound: Vec<BoundListener>,
         drain: Arc<DrainState>,

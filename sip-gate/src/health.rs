@@ -5,65 +5,77 @@
 //! `down`, one answer marks it up again. R-SG-2 needs this: a draining
 //! instance refuses only while another instance is up.
 
+use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use ringsync::config::SiteConfig;
+use ringsync::state::DrainState;
 use ringsync::view::Health;
-use std::net::UdpSocket;
 use tokio_util::sync::CancellationToken;
 
-use crate::proxy::{Core, PROBE_PREFIX};
+use crate::branch::PROBE_PREFIX;
 
 /// Highest probe sequence answered, per instance.
 #[derive(Debug)]
-pub struct HealthBook {
+pub(crate) struct HealthBook {
     answered: Vec<AtomicU64>,
 }
 
 impl HealthBook {
     /// A book for `n` instances.
-    pub fn new(n: usize) -> HealthBook {
+    pub(crate) fn new(n: usize) -> HealthBook {
         HealthBook {
             answered: (0..n).map(|_| AtomicU64::new(0)).collect(),
         }
     }
+
+    /// Records the answer to a probe; `branch` is `z9hG4bK-p<idx>-<seq>`.
+    /// Only an answer from the probed instance's own address counts.
+    pub(crate) fn answer(&self, config: &SiteConfig, branch: &[u8], from: SocketAddr) {
+        let Some(rest) = branch.strip_prefix(PROBE_PREFIX.as_bytes()) else {
+            return;
+        };
+        let Ok(rest) = std::str::from_utf8(rest) else {
+            return;
+        };
+        let Some((idx, seq)) = rest.split_once('-') else {
+            return;
+        };
+        let (Ok(idx), Ok(seq)) = (idx.parse::<usize>(), seq.parse::<u64>()) else {
+            return;
+        };
+        if config.instances.get(idx).and_then(|i| i.sip) != Some(from) {
+            return;
+        }
+        if let Some(a) = self.answered.get(idx) {
+            a.fetch_max(seq, Ordering::Relaxed);
+        }
+    }
+
+    fn answered(&self, idx: usize, seq: u64) -> bool {
+        self.answered
+            .get(idx)
+            .is_some_and(|a| a.load(Ordering::Relaxed) >= seq)
+    }
 }
 
-/// Records the answer to a probe; `branch` is `z9hG4bK-p<idx>-<seq>`. Only
-/// an answer from the probed instance's own address counts.
-pub(crate) fn probe_answer(core: &Core, branch: &[u8], from: std::net::SocketAddr) {
-    let Some(rest) = branch.strip_prefix(PROBE_PREFIX.as_bytes()) else {
-        return;
-    };
-    let Ok(rest) = std::str::from_utf8(rest) else {
-        return;
-    };
-    let Some((idx, seq)) = rest.split_once('-') else {
-        return;
-    };
-    let (Ok(idx), Ok(seq)) = (idx.parse::<usize>(), seq.parse::<u64>()) else {
-        return;
-    };
-    if core.config().instances.get(idx).and_then(|i| i.sip) != Some(from) {
-        return;
-    }
-    if let Some(a) = core.health_book().answered.get(idx) {
-        a.fetch_max(seq, Ordering::Relaxed);
-    }
+/// What the prober needs: the site, where to report health, the book the
+/// core fills with answers, and the address the probes come from.
+#[derive(Clone)]
+pub(crate) struct Prober {
+    pub(crate) config: Arc<SiteConfig>,
+    pub(crate) drain: Arc<DrainState>,
+    pub(crate) book: Arc<HealthBook>,
+    /// Advertised address of the listener whose UDP socket sends the probes.
+    pub(crate) from: SocketAddr,
 }
 
-fn probe(
-    core: &Core,
-    listener: usize,
-    idx: usize,
-    seq: u64,
-) -> Option<(Bytes, std::net::SocketAddr)> {
-    let inst = core.config().instances.get(idx)?;
-    let to = inst.sip?;
-    let l = core.listeners().get(listener)?;
-    let host = l.advertise.to_string();
+fn probe(p: &Prober, idx: usize, seq: u64) -> Option<(Bytes, SocketAddr)> {
+    let to = p.config.instances.get(idx)?.sip?;
+    let host = p.from.to_string();
     let target = to.to_string();
     let text = format!(
         "OPTIONS sip:{target} SIP/2.0\r\n\
@@ -81,27 +93,22 @@ fn probe(
 }
 
 /// Probes every SIP instance until `shutdown`; reports health changes to the
-/// drain state. `socket` is the UDP socket of listener `listener`, whose
-/// receive loop hands the answers to the core.
-pub async fn run(
-    core: Arc<Core>,
-    listener: usize,
-    socket: Arc<UdpSocket>,
-    shutdown: CancellationToken,
-) {
-    let cfg = core.config().health.clone();
+/// drain state. `socket` is the UDP socket of the listener at `p.from`, whose
+/// receive loop hands the answers to the core (which records them in `p.book`).
+pub(crate) async fn run(p: Prober, socket: Arc<UdpSocket>, shutdown: CancellationToken) {
+    let cfg = p.config.health.clone();
     if cfg.interval_ms == 0 {
         return;
     }
-    let targets: Vec<usize> = core
-        .config()
+    let targets: Vec<usize> = p
+        .config
         .instances
         .iter()
         .enumerate()
         .filter(|(_, i)| i.sip.is_some())
         .map(|(n, _)| n)
         .collect();
-    let mut fails = vec![0u32; core.config().instances.len()];
+    let mut fails = vec![0u32; p.config.instances.len()];
     let mut tick = tokio::time::interval(Duration::from_millis(cfg.interval_ms));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut seq = 0u64;
@@ -112,7 +119,7 @@ pub async fn run(
         }
         seq += 1;
         for &idx in &targets {
-            if let Some((bytes, to)) = probe(&core, listener, idx, seq) {
+            if let Some((bytes, to)) = probe(&p, idx, seq) {
                 let _ = socket.send_to(&bytes, to);
             }
         }
@@ -121,14 +128,13 @@ pub async fn run(
             _ = tokio::time::sleep(Duration::from_millis(cfg.timeout_ms)) => {}
         }
         for &idx in &targets {
-            let answered = core.health_book().answered[idx].load(Ordering::Relaxed) >= seq;
-            if answered {
+            if p.book.answered(idx, seq) {
                 fails[idx] = 0;
-                core.drain().set_health(idx, Health::Up);
+                p.drain.set_health(idx, Health::Up);
             } else {
                 fails[idx] = fails[idx].saturating_add(1);
                 if fails[idx] >= cfg.failures {
-                    core.drain().set_health(idx, Health::Down);
+                    p.drain.set_health(idx, Health::Down);
                 }
             }
         }

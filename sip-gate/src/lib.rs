@@ -1,36 +1,49 @@
 //! sip-gate: a drain-aware inline SIP proxy over UDP and TCP.
 //!
-//! Layers, one per module: [`frame`] (stream framing) → [`message`] (a
-//! zero-copy view of a message) → [`edit`] (splicing the headers a proxy must
-//! edit) → [`proxy`] (the routing core: one message in, one action out) with
-//! [`policy`] (the drain rules) and [`txn`] (the short transaction table) →
-//! [`transport`] (sockets) → [`Gate`] (wiring, with a shutdown token).
+//! Layers, bottom up, each depending only on the ones before it:
+//! [`frame`] (stream framing) and the message view ([`SipMessage`]) on a
+//! shared lexer → splicing ([`Splice`]) → the gate's keys, Record-Route
+//! tokens ([`TokenKey`]) and Via branches → the listener table, sender
+//! recognition, drain policy, transaction table and work book → the routing
+//! core ([`Core`]: one message in, one [`Action`] out) → sockets → [`Gate`]
+//! (wiring, with a shutdown token) and [`admin`] (HTTP).
 #![forbid(unsafe_code)]
 
 // === SIP message layer (pure code, no I/O): framing, message view, splicing ===
-pub mod edit;
+mod edit;
 pub mod frame;
-pub mod message;
+mod lex;
+mod message;
+mod uri;
 
 pub use edit::{EditError, Splice};
 pub use frame::{Frame, FrameError};
 pub use message::{
     ContactView, HeaderField, HeaderName, Method, NameAddr, ParseError, SipMessage, StartLine, Via,
 };
-// === end SIP message layer ===
 
-// === proxy: routing core, drain policy, transport, admin ===
+// === the routing core: keys, site tables, policy, state, decisions ===
+mod branch;
+mod health;
+mod keys;
+mod listener;
+mod metrics;
+mod origin;
+mod policy;
+mod proxy;
+mod reply;
+mod token;
+mod txn;
+mod work;
+
+pub use proxy::{Action, Core, CoreError, Out};
+pub use token::{TokenError, TokenKey};
+pub use txn::{ConnId, Inbound};
+pub use work::{Work, WorkBook};
+
+// === I/O: sockets, wiring, admin HTTP ===
 pub mod admin;
-pub mod health;
-pub mod metrics;
-pub mod policy;
-pub mod proxy;
-pub mod reply;
-pub mod token;
-pub mod transport;
-pub mod txn;
-pub mod uri;
-pub mod work;
-
 mod gate;
+mod transport;
+
 pub use gate::{Gate, GateError};

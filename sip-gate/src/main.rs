@@ -1,6 +1,6 @@
 //! `sip-gate --config SITE.toml`: the drain-aware SIP proxy.
 //!
-//! Thin on purpose: config, tracing, metrics, store, gate, signal, drain.
+//! Thin on purpose: config, tracing, metrics, store, gate, signal, stop.
 #![forbid(unsafe_code)]
 
 use std::path::PathBuf;
@@ -12,6 +12,7 @@ use clap::Parser;
 use metrics_exporter_prometheus::PrometheusBuilder;
 use ringsync::config::SiteConfig;
 use ringsync::state::DrainState;
+use sip_gate::admin::NodeInfo;
 use sip_gate::Gate;
 use tokio_util::sync::CancellationToken;
 
@@ -28,22 +29,46 @@ struct Args {
     /// Admin HTTP address (/metrics, /v1/work); overrides `admin.gate_bind`.
     #[arg(long)]
     admin: Option<std::net::SocketAddr>,
-    /// How long a graceful stop may take.
+    /// This gate's name in its work report (default: its admin address).
+    #[arg(long, value_name = "NAME")]
+    node: Option<String>,
+    /// How long the stop may take (loops ending, threads joined).
     #[arg(long, default_value_t = 10)]
     drain_deadline_s: u64,
+    /// Log lines as text (for people) or JSON (one object a line, with the
+    /// fields of the span they are in: call_id, branch, instance).
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Logs to stderr, filtered by `RUST_LOG` (default `info`).
+fn init_logs(format: LogFormat) {
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => logs.json().init(),
+        // Colours only on a terminal: log files and journald get plain text.
+        LogFormat::Text => logs
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+    }
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        // Colours only on a terminal: log files and journald get plain text.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    let started_ms = ringsync::work::now_ms();
+    init_logs(args.log_format);
 
     let config = match SiteConfig::load(&args.config) {
         Ok(c) => c,
@@ -78,16 +103,23 @@ async fn main() -> anyhow::Result<()> {
     let admin = tokio::net::TcpListener::bind(admin_addr)
         .await
         .with_context(|| format!("binding admin endpoint {admin_addr}"))?;
-    tracing::info!(%admin_addr, "admin endpoint (/metrics, /v1/work)");
+    let admin_addr = admin.local_addr()?;
+    let node = NodeInfo {
+        name: args.node.unwrap_or_else(|| admin_addr.to_string()),
+        started_ms,
+    };
+    tracing::info!(%admin_addr, node = %node.name, "admin endpoint (/metrics, /v1/work)");
     let admin_task = tokio::spawn(sip_gate::admin::serve(
         admin,
         gate.core().clone(),
+        node,
         Some(prometheus),
         shutdown.clone(),
     ));
 
     wait_for_signal().await;
-    tracing::info!("stopping: no new messages, finishing what is in flight");
+    // Every loop stops at once: transactions in flight are not waited for.
+    tracing::info!("stopping: closing listeners and connections");
     let clean = gate
         .shutdown(Duration::from_secs(args.drain_deadline_s))
         .await;

@@ -14,15 +14,15 @@ use rand::Rng;
 use ringsync::config::{Account, Exception, Leg, Service, SiteConfig};
 use ringsync::view::DrainView;
 
+use crate::listener::{ListenerCtx, Mode};
 use crate::message::{Method, SipMessage};
-use crate::proxy::{ListenerCtx, Mode};
 use crate::reply::Reply;
 use crate::txn::Inbound;
 use crate::uri::SipUri;
 
 /// The policy's verdict.
 #[derive(Debug, Clone)]
-pub enum Admission {
+pub(crate) enum Admission {
     /// Forward it.
     Pass,
     /// Answer on the instance's behalf.
@@ -36,7 +36,7 @@ pub enum Admission {
 
 /// Drain policy of a site.
 #[derive(Debug, Clone)]
-pub struct Policy {
+pub(crate) struct Policy {
     retry_after: u32,
     jitter: u32,
     options_503: bool,
@@ -110,7 +110,7 @@ fn same_aor(configured: &[u8], got: &[u8]) -> bool {
 
 impl Policy {
     /// The policy of a site.
-    pub fn new(config: &SiteConfig) -> Policy {
+    pub(crate) fn new(config: &SiteConfig) -> Policy {
         let index = |id: &str| config.instances.iter().position(|i| i.id == id);
         Policy {
             retry_after: config.timers.retry_after_s,
@@ -153,7 +153,7 @@ impl Policy {
 
     /// R-ESG-5: the home esg of a single-instance account, which a balancer
     /// keeps the account's traffic on, drain or not.
-    pub fn home_instance(
+    pub(crate) fn home_instance(
         &self,
         listener: &ListenerCtx,
         msg: &SipMessage,
@@ -171,7 +171,7 @@ impl Policy {
 
     /// Decides whether a new dialog, registration or out-of-dialog request
     /// routed to instance `idx` goes through.
-    pub fn admit(
+    pub(crate) fn admit(
         &self,
         view: &DrainView,
         inbound: Inbound,
@@ -190,37 +190,7 @@ impl Policy {
         let source = inbound.peer().ip();
         let subject = Subject::of(msg, method, source);
         let service = &view.instances()[idx].service;
-        match service {
-            Service::Esg => {
-                // R-ESG-1: only on the leg that faces providers.
-                if listener.leg != Leg::Provider {
-                    return Admission::Pass;
-                }
-                // R-ESG-2: only for multi-instance accounts.
-                let Some(a) = self.account(listener.leg, msg, source) else {
-                    return Admission::Pass;
-                };
-                if !self.accounts[a].multi_instance {
-                    return Admission::Pass;
-                }
-                // R-ESG-3: account exceptions.
-                if self.accounts[a]
-                    .exceptions
-                    .iter()
-                    .any(|e| subject.matches(e))
-                {
-                    return Admission::Pass;
-                }
-            }
-            Service::Sg => {}
-            _ => return Admission::Pass,
-        }
-        // R-SG-3 / R-ESG-3: exceptions of the instance.
-        if self
-            .exceptions
-            .get(idx)
-            .is_some_and(|ex| ex.iter().any(|e| subject.matches(e)))
-        {
+        if self.exempt(listener, idx, service, msg, &subject) {
             return Admission::Pass;
         }
         // R-SG-2: only if another instance can take the work.
@@ -241,8 +211,50 @@ impl Policy {
             "refused new work for a draining instance with 503"
         );
         crate::metrics::refused(rule);
-        // R-SG-5: Retry-After, with jitter so a drained population does not
-        // come back at one instant.
+        self.refusal(rule)
+    }
+
+    /// Whether new work for draining instance `idx` passes anyway: an esg
+    /// away from the provider leg or for a single-instance account (R-ESG-1,
+    /// R-ESG-2), an exception (R-SG-3, R-ESG-3), or a service that is not
+    /// refused at all.
+    fn exempt(
+        &self,
+        listener: &ListenerCtx,
+        idx: usize,
+        service: &Service,
+        msg: &SipMessage,
+        subject: &Subject<'_>,
+    ) -> bool {
+        match service {
+            Service::Esg => {
+                // R-ESG-1: only on the leg that faces providers.
+                if listener.leg != Leg::Provider {
+                    return true;
+                }
+                // R-ESG-2: only for multi-instance accounts.
+                let Some(a) = self.account(listener.leg, msg, subject.source) else {
+                    return true;
+                };
+                let account = &self.accounts[a];
+                // R-ESG-3: account exceptions.
+                if !account.multi_instance || account.exceptions.iter().any(|e| subject.matches(e))
+                {
+                    return true;
+                }
+            }
+            Service::Sg => {}
+            _ => return true,
+        }
+        // R-SG-3 / R-ESG-3: exceptions of the instance.
+        self.exceptions
+            .get(idx)
+            .is_some_and(|ex| ex.iter().any(|e| subject.matches(e)))
+    }
+
+    /// The 503 of a refusal, with Retry-After (R-SG-5) and jitter so a
+    /// drained population does not come back at one instant.
+    fn refusal(&self, rule: &'static str) -> Admission {
         let jitter = if self.jitter == 0 {
             0
         } else {
@@ -263,7 +275,7 @@ impl Policy {
 /// R-SG-1: REGISTER, SUBSCRIBE and INVITE that start something new. Removing
 /// a binding or ending a subscription is cleanup, not new work; OPTIONS is
 /// new work only when the operator says so (providers pick trunks by it).
-pub fn is_new_work(msg: &SipMessage, method: Method, options_503: bool) -> bool {
+pub(crate) fn is_new_work(msg: &SipMessage, method: Method, options_503: bool) -> bool {
     match method {
         Method::Register => !is_deregister(msg),
         Method::Subscribe => msg.to_tag().is_none() && msg.expires() != Some(0),

@@ -1,35 +1,33 @@
-//! Responses the gate generates itself (400, 403, 481, 483, 503, and the 200
-//! to OPTIONS addressed to the gate), built with rsip's typed headers.
+//! Responses the gate generates itself (400, 403, 404, 483, 503, 505), built
+//! with rsip's typed headers.
 //!
 //! Forwarded messages never go through rsip: it would re-serialise them. A
 //! generated response is new text, so there rsip is the right tool.
 
-use std::hash::Hasher;
 use std::net::SocketAddr;
 
+use crate::keys::{self, Key, Purpose};
+use crate::message::{HeaderName, SipMessage};
 use bytes::Bytes;
 use rsip::headers::{self, UntypedHeader};
 use rsip::{Header, Headers, Response, StatusCode, Version};
-use siphasher::sip::SipHasher13;
-
-use crate::message::{HeaderName, SipMessage};
 
 /// A response to generate.
 #[derive(Debug, Clone)]
-pub struct Reply<'r> {
+pub(crate) struct Reply<'r> {
     /// Status code.
-    pub code: u16,
+    pub(crate) code: u16,
     /// Reason phrase; the standard one for the code when `None`.
-    pub reason: Option<&'r str>,
+    pub(crate) reason: Option<&'r str>,
     /// `Retry-After` seconds (R-SG-5).
-    pub retry_after: Option<u32>,
+    pub(crate) retry_after: Option<u32>,
     /// Extra header lines, `Name: value`, without CRLF.
-    pub extra: &'r [(&'r str, String)],
+    pub(crate) extra: &'r [(&'r str, String)],
 }
 
 impl<'r> Reply<'r> {
     /// A response with the standard reason phrase and nothing extra.
-    pub fn new(code: u16) -> Self {
+    pub(crate) fn new(code: u16) -> Self {
         Reply {
             code,
             reason: None,
@@ -38,7 +36,7 @@ impl<'r> Reply<'r> {
         }
     }
     /// The same with a reason phrase.
-    pub fn reason(code: u16, reason: &'r str) -> Self {
+    pub(crate) fn reason(code: u16, reason: &'r str) -> Self {
         Reply {
             code,
             reason: Some(reason),
@@ -52,28 +50,65 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
-/// A To tag that is the same for every retransmission of the request, so a
-/// UAC that sees the response twice sees one dialog (RFC 3261 8.2.6.2).
-/// The ACK of a non-2xx keeps the INVITE's Call-ID, From tag, CSeq number
-/// and branch (RFC 3261 17.1.1.3), so it carries this same tag: that is how
-/// the core recognises the ACK of a response it generated.
-pub(crate) fn to_tag(msg: &SipMessage) -> String {
-    let mut h = SipHasher13::new_with_keys(0x6761_7465, 0x0074_6167);
-    h.write(msg.call_id().unwrap_or_default());
-    h.write(msg.from_tag().unwrap_or_default());
-    if let Some((n, _)) = msg.cseq() {
-        h.write_u32(n);
+/// Makes the To tags of the responses the gate generates.
+#[derive(Clone, Debug)]
+pub(crate) struct TagKey(Key);
+
+/// Tags the gate makes start with this, so most tags are told apart
+/// without computing anything.
+const TAG_PREFIX: &[u8] = b"gw";
+
+impl TagKey {
+    /// Derives the key from the site secret ([`crate::keys`]).
+    pub(crate) fn new(secret: &str) -> TagKey {
+        TagKey(Key::derive(secret, Purpose::ReplyTag))
     }
-    if let Some(v) = msg.top_via() {
-        h.write(v.branch.unwrap_or_default());
+
+    fn mac(&self, msg: &SipMessage) -> [u8; 6] {
+        let call_id = msg.call_id().unwrap_or_default();
+        let from_tag = msg.from_tag().unwrap_or_default();
+        let cseq = msg.cseq().map_or(0, |c| c.0);
+        let branch = msg.top_via().and_then(|v| v.branch).unwrap_or_default();
+        // Lengths first, so no two field sets hash the same bytes.
+        let lens = [call_id.len(), from_tag.len(), branch.len()].map(|n| n as u32);
+        let mut head = [0u8; 16];
+        for (chunk, n) in head.chunks_exact_mut(4).zip(lens.iter().chain([&cseq])) {
+            chunk.copy_from_slice(&n.to_be_bytes());
+        }
+        self.0.mac(&[&head, call_id, from_tag, branch])
     }
-    format!("gw{:012x}", h.finish() & 0xffff_ffff_ffff)
+
+    /// A To tag that is the same for every retransmission of the request, so
+    /// a UAC that sees the response twice sees one dialog (RFC 3261 8.2.6.2).
+    /// The ACK of a non-2xx keeps the INVITE's Call-ID, From tag, CSeq number
+    /// and branch (RFC 3261 17.1.1.3), so it carries this same tag: that is
+    /// how the core recognises the ACK of a response it generated.
+    pub(crate) fn tag(&self, msg: &SipMessage) -> String {
+        let mut t = String::with_capacity(TAG_PREFIX.len() + 12);
+        t.push_str("gw");
+        keys::push_hex(&mut t, &self.mac(msg));
+        t
+    }
+
+    /// Whether `msg` (an ACK) carries the To tag of a response the gate
+    /// generated for its transaction; the MAC is compared in constant time.
+    pub(crate) fn is_ours(&self, msg: &SipMessage) -> bool {
+        let Some(hex) = msg.to_tag().and_then(|t| t.strip_prefix(TAG_PREFIX)) else {
+            return false;
+        };
+        keys::parse_hex::<6>(hex).is_some_and(|mac| keys::same(&mac, &self.mac(msg)))
+    }
 }
 
 /// Builds the response to `req`, received from `source`: every Via copied in
 /// order (the top one with `received`/`rport` per RFC 3581), From, To (with a
 /// tag added when the request had none), Call-ID, CSeq, `Content-Length: 0`.
-pub fn build(req: &SipMessage, source: SocketAddr, reply: &Reply<'_>) -> Bytes {
+pub(crate) fn build(
+    req: &SipMessage,
+    source: SocketAddr,
+    reply: &Reply<'_>,
+    tags: &TagKey,
+) -> Bytes {
     let mut hs: Vec<Header> = Vec::with_capacity(10);
     for (i, via) in req.vias().enumerate() {
         let raw = req.raw().get(via.range.clone()).unwrap_or_default();
@@ -90,7 +125,7 @@ pub fn build(req: &SipMessage, source: SocketAddr, reply: &Reply<'_>) -> Bytes {
         let mut to = text(req.value(f));
         if req.to_tag().is_none() && reply.code > 100 {
             to.push_str(";tag=");
-            to.push_str(&to_tag(req));
+            to.push_str(&tags.tag(req));
         }
         hs.push(headers::To::new(to).into());
     }
@@ -140,7 +175,7 @@ fn standard_reason(code: u16) -> &'static str {
 
 /// Adds `received` (when the source differs from sent-by) and fills `rport`
 /// (when the client asked for it), RFC 3261 18.2.1 and RFC 3581 4.
-pub fn stamp_via(value: &str, wants_rport: bool, source: SocketAddr) -> String {
+pub(crate) fn stamp_via(value: &str, wants_rport: bool, source: SocketAddr) -> String {
     let mut out = String::with_capacity(value.len() + 40);
     // Drop an empty `;rport` (to be filled) and any stale `received`.
     for (i, part) in value.split(';').enumerate() {
@@ -167,6 +202,10 @@ pub fn stamp_via(value: &str, wants_rport: bool, source: SocketAddr) -> String {
 mod tests {
     use super::*;
 
+    fn tags() -> TagKey {
+        TagKey::new("a-long-enough-site-secret")
+    }
+
     const INVITE: &[u8] = b"INVITE sip:bob@example.com SIP/2.0\r\n\
 v: SIP/2.0/UDP 10.0.0.1:5060;branch=z9hG4bK1;rport\r\n\
 Via: SIP/2.0/UDP 10.0.0.2;branch=z9hG4bK0, SIP/2.0/TCP 10.0.0.3;branch=z9hG4bKx\r\n\
@@ -190,6 +229,7 @@ l: 4\r\n\r\nbody";
                 retry_after: Some(30),
                 extra: &[],
             },
+            &tags(),
         );
         let text = std::str::from_utf8(&out).unwrap();
         assert!(
@@ -231,6 +271,7 @@ l: 4\r\n\r\nbody";
                 retry_after: Some(30),
                 extra: &[],
             },
+            &tags(),
         );
         assert_eq!(out, again);
     }
@@ -242,6 +283,7 @@ l: 4\r\n\r\nbody";
             &req,
             "10.0.0.1:5060".parse().unwrap(),
             &Reply::reason(400, "Bad CSeq"),
+            &tags(),
         );
         assert!(out.starts_with(b"SIP/2.0 400 Bad CSeq\r\n"));
     }

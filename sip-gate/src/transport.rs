@@ -31,7 +31,7 @@ use crate::proxy::{Action, Core, Out};
 use crate::txn::{ConnId, Inbound};
 
 /// Largest SIP message accepted on a stream (and the UDP receive buffer).
-pub const MAX_MESSAGE: usize = 65_535;
+pub(crate) const MAX_MESSAGE: usize = 65_535;
 /// Kernel receive buffer asked for on UDP sockets: bursts of a few thousand
 /// datagrams must not be dropped while the workers are busy.
 const UDP_RCVBUF: usize = 4 << 20;
@@ -50,19 +50,19 @@ const TCP_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// The sockets of one listener, already bound.
 #[derive(Debug)]
-pub struct BoundListener {
+pub(crate) struct BoundListener {
     /// UDP sockets (one per worker, all on the listener's address with
     /// `SO_REUSEPORT`); empty when the listener does not serve UDP.
-    pub udp: Vec<Arc<UdpSocket>>,
+    pub(crate) udp: Vec<Arc<UdpSocket>>,
     /// TCP listener, when the listener serves TCP.
-    pub tcp: Option<TcpListener>,
+    pub(crate) tcp: Option<TcpListener>,
 }
 
 /// Binds every listener of a site. A port of 0 is replaced by the port the
 /// system chose (the same one for UDP and TCP), and the returned config has
 /// the actual addresses in `bind` and `advertise`, so tests bind
 /// `127.0.0.1:0` and read back where the gate listens.
-pub async fn bind(mut config: SiteConfig) -> io::Result<(SiteConfig, Vec<BoundListener>)> {
+pub(crate) async fn bind(mut config: SiteConfig) -> io::Result<(SiteConfig, Vec<BoundListener>)> {
     let mut bound = Vec::new();
     for l in &mut config.listeners {
         let want_udp = l.transports.contains(&Transport::Udp);
@@ -168,7 +168,7 @@ fn bind_tcp(addr: SocketAddr) -> io::Result<TcpListener> {
 /// Runs the gate on bound listeners until `shutdown` is cancelled. Tokio
 /// tasks are tracked by `tracker`; the UDP worker threads are returned so the
 /// caller can join them.
-pub fn spawn(
+pub(crate) fn spawn(
     core: Arc<Core>,
     listeners: Vec<BoundListener>,
     shutdown: CancellationToken,
@@ -207,12 +207,9 @@ pub fn spawn(
         }
     }
     if let Some((idx, sock)) = probe_socket {
-        tracker.spawn(crate::health::run(
-            core.clone(),
-            idx,
-            sock,
-            shutdown.clone(),
-        ));
+        if let Some(prober) = core.prober(idx) {
+            tracker.spawn(crate::health::run(prober, sock, shutdown.clone()));
+        }
     }
     let sweeper_core = core;
     let sweeper_stop = shutdown;

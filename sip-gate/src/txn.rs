@@ -17,13 +17,13 @@ use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
 
 /// Timer F / Timer H: 64 * T1 (RFC 3261 17.1.2.2, 17.2.1).
-pub const NON_INVITE_LIFETIME: Duration = Duration::from_secs(32);
+pub(crate) const NON_INVITE_LIFETIME: Duration = Duration::from_secs(32);
 /// Timer C is at least 3 minutes (RFC 3261 16.6 step 11); an INVITE without a
 /// final response is kept a little longer than that.
-pub const INVITE_PENDING_LIFETIME: Duration = Duration::from_secs(200);
+pub(crate) const INVITE_PENDING_LIFETIME: Duration = Duration::from_secs(200);
 /// After a final response to an INVITE: time for retransmissions of the
 /// final response and the ACK of a non-2xx (Timer D is at least 32 s).
-pub const INVITE_DONE_LIFETIME: Duration = Duration::from_secs(32);
+pub(crate) const INVITE_DONE_LIFETIME: Duration = Duration::from_secs(32);
 
 /// Identifier of a TCP connection held by the transport layer.
 pub type ConnId = u64;
@@ -66,54 +66,54 @@ impl Inbound {
 
 /// Where a request was sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Hop {
+pub(crate) struct Hop {
     /// The instance, when the request went to a configured instance.
-    pub instance: Option<usize>,
+    pub(crate) instance: Option<usize>,
     /// The address it was sent to.
-    pub addr: SocketAddr,
+    pub(crate) addr: SocketAddr,
     /// True when it was sent over TCP.
-    pub tcp: bool,
+    pub(crate) tcp: bool,
 }
 
 /// One remembered transaction.
 #[derive(Debug, Clone, Copy)]
-pub struct TxnEntry {
+pub(crate) struct TxnEntry {
     /// Where the request came from.
-    pub inbound: Inbound,
+    pub(crate) inbound: Inbound,
     /// Where it was sent.
-    pub hop: Hop,
+    pub(crate) hop: Hop,
     /// An INVITE transaction (lives until its final response).
-    pub invite: bool,
+    pub(crate) invite: bool,
     /// An INVITE that starts a dialog (no To tag), for work accounting.
-    pub initial: bool,
+    pub(crate) initial: bool,
     /// When the entry expires.
-    pub expires: Instant,
+    pub(crate) expires: Instant,
     /// A final response was seen.
-    pub finished: bool,
+    pub(crate) finished: bool,
 }
 
-/// What [`TxnTable::begin`] found.
+/// What [`TxnTable::insert`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Begin {
-    /// A new transaction: route it.
+pub(crate) enum Insert {
+    /// The entry is in: this copy of the request routes the transaction.
     New,
-    /// A retransmission (or CANCEL / non-2xx ACK) of a known transaction: it
-    /// goes to the same hop.
+    /// The key was already there (another copy of the request got in
+    /// first): it goes to that entry's hop.
     Known(Hop),
-    /// The table is full.
+    /// The table is full; nothing was inserted.
     Full,
 }
 
 /// The bounded transaction table.
 #[derive(Debug)]
-pub struct TxnTable {
+pub(crate) struct TxnTable {
     map: DashMap<u64, TxnEntry>,
     capacity: usize,
 }
 
 impl TxnTable {
     /// A table that holds at most `capacity` transactions.
-    pub fn new(capacity: usize) -> TxnTable {
+    pub(crate) fn new(capacity: usize) -> TxnTable {
         TxnTable {
             map: DashMap::new(),
             capacity,
@@ -121,40 +121,34 @@ impl TxnTable {
     }
 
     /// Number of live entries.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.map.len()
     }
 
-    /// True when no transaction is remembered.
-    pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
-    }
-
     /// Looks a transaction up without changing it.
-    pub fn get(&self, key: u64) -> Option<TxnEntry> {
+    pub(crate) fn get(&self, key: u64) -> Option<TxnEntry> {
         self.map.get(&key).map(|e| *e)
     }
 
-    /// Records that a request with this key is about to be routed, unless it
-    /// is already known. Atomic per key, so two copies of an INVITE arriving
-    /// at once on two worker tasks cannot both be routed.
-    pub fn begin(&self, key: u64, now: Instant, make: impl FnOnce() -> Option<TxnEntry>) -> Begin {
+    /// Remembers a routed request unless its key is already known; its
+    /// expiry is set from `now` by the RFC 3261 timers. Atomic per key, so
+    /// of two copies of an INVITE routed at once on two worker threads only
+    /// one gets in, and the other learns the winner's hop.
+    pub(crate) fn insert(&self, key: u64, mut entry: TxnEntry, now: Instant) -> Insert {
         if self.map.len() >= self.capacity && !self.map.contains_key(&key) {
-            return Begin::Full;
+            return Insert::Full;
         }
         match self.map.entry(key) {
-            Entry::Occupied(e) => Begin::Known(e.get().hop),
+            Entry::Occupied(e) => Insert::Known(e.get().hop),
             Entry::Vacant(v) => {
-                if let Some(mut entry) = make() {
-                    entry.expires = now
-                        + if entry.invite {
-                            INVITE_PENDING_LIFETIME
-                        } else {
-                            NON_INVITE_LIFETIME
-                        };
-                    v.insert(entry);
-                }
-                Begin::New
+                entry.expires = now
+                    + if entry.invite {
+                        INVITE_PENDING_LIFETIME
+                    } else {
+                        NON_INVITE_LIFETIME
+                    };
+                v.insert(entry);
+                Insert::New
             }
         }
     }
@@ -162,7 +156,7 @@ impl TxnTable {
     /// Notes a final response for the transaction; returns the entry as it
     /// was before (so the caller can tell the first final from a
     /// retransmission).
-    pub fn finish(&self, key: u64, now: Instant) -> Option<TxnEntry> {
+    pub(crate) fn finish(&self, key: u64, now: Instant) -> Option<TxnEntry> {
         let mut e = self.map.get_mut(&key)?;
         let before = *e;
         if !e.finished {
@@ -176,7 +170,7 @@ impl TxnTable {
 
     /// Removes expired entries; returns those that expired without a final
     /// response (so work counts can be corrected).
-    pub fn sweep(&self, now: Instant) -> Vec<TxnEntry> {
+    pub(crate) fn sweep(&self, now: Instant) -> Vec<TxnEntry> {
         let mut unfinished = Vec::new();
         self.map.retain(|_, e| {
             if e.expires > now {
@@ -217,11 +211,11 @@ mod tests {
     fn retransmission_follows_first_hop() {
         let t = TxnTable::new(10);
         let now = Instant::now();
-        assert_eq!(t.begin(7, now, || Some(entry(true))), Begin::New);
-        assert_eq!(
-            t.begin(7, now, || panic!("must not build twice")),
-            Begin::Known(entry(true).hop)
-        );
+        assert_eq!(t.insert(7, entry(true), now), Insert::New);
+        let mut other = entry(true);
+        other.hop.addr = "127.0.1.2:5060".parse().unwrap();
+        // The second copy learns the first one's hop, not its own.
+        assert_eq!(t.insert(7, other, now), Insert::Known(entry(true).hop));
         assert_eq!(t.len(), 1);
     }
 
@@ -229,8 +223,8 @@ mod tests {
     fn expiry_follows_rfc3261_timers() {
         let t = TxnTable::new(10);
         let now = Instant::now();
-        t.begin(1, now, || Some(entry(true)));
-        t.begin(2, now, || Some(entry(false)));
+        t.insert(1, entry(true), now);
+        t.insert(2, entry(false), now);
         // Non-INVITE goes after Timer F; a pending INVITE stays.
         assert!(
             t.sweep(now + NON_INVITE_LIFETIME + Duration::from_millis(1))
@@ -245,15 +239,16 @@ mod tests {
         assert!(t
             .sweep(later + INVITE_DONE_LIFETIME + Duration::from_millis(1))
             .is_empty());
-        assert!(t.is_empty());
+        assert_eq!(t.len(), 0);
     }
 
     #[test]
     fn full_table_refuses_new_but_serves_known() {
         let t = TxnTable::new(1);
         let now = Instant::now();
-        assert_eq!(t.begin(1, now, || Some(entry(false))), Begin::New);
-        assert_eq!(t.begin(2, now, || Some(entry(false))), Begin::Full);
-        assert!(matches!(t.begin(1, now, || None), Begin::Known(_)));
+        assert_eq!(t.insert(1, entry(false), now), Insert::New);
+        assert_eq!(t.insert(2, entry(false), now), Insert::Full);
+        assert!(matches!(t.insert(1, entry(false), now), Insert::Known(_)));
+        assert_eq!(t.len(), 1);
     }
 }

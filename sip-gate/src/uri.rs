@@ -5,25 +5,25 @@ use std::net::{IpAddr, SocketAddr};
 
 /// The parts of a `sip:`/`sips:` URI the gate routes on.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SipUri<'a> {
+pub(crate) struct SipUri<'a> {
     /// `sips` scheme.
-    pub secure: bool,
+    pub(crate) secure: bool,
     /// User part, if any (still escaped).
-    pub user: Option<&'a [u8]>,
+    pub(crate) user: Option<&'a [u8]>,
     /// Host (without IPv6 brackets).
-    pub host: &'a [u8],
+    pub(crate) host: &'a [u8],
     /// Port, if written.
-    pub port: Option<u16>,
+    pub(crate) port: Option<u16>,
     /// `transport=` parameter, if any.
-    pub transport: Option<&'a [u8]>,
+    pub(crate) transport: Option<&'a [u8]>,
     /// `lr` parameter present.
-    pub lr: bool,
+    pub(crate) lr: bool,
 }
 
 impl<'a> SipUri<'a> {
     /// Parses a `sip:` or `sips:` URI; `None` for other schemes (tel:, ...) or
     /// malformed input.
-    pub fn parse(uri: &'a [u8]) -> Option<SipUri<'a>> {
+    pub(crate) fn parse(uri: &'a [u8]) -> Option<SipUri<'a>> {
         let (secure, rest) = if let Some(r) = strip_prefix_ci(uri, b"sips:") {
             (true, r)
         } else {
@@ -61,13 +61,13 @@ impl<'a> SipUri<'a> {
     }
 
     /// True if `transport=tcp` (or tls, which we do not serve) is asked for.
-    pub fn wants_tcp(&self) -> bool {
+    pub(crate) fn wants_tcp(&self) -> bool {
         self.transport
             .is_some_and(|t| t.eq_ignore_ascii_case(b"tcp"))
     }
 
     /// The socket address, when the host is an IP literal.
-    pub fn socket_addr(&self) -> Option<SocketAddr> {
+    pub(crate) fn socket_addr(&self) -> Option<SocketAddr> {
         let ip: IpAddr = std::str::from_utf8(self.host).ok()?.parse().ok()?;
         Some(SocketAddr::new(
             ip,
@@ -77,7 +77,7 @@ impl<'a> SipUri<'a> {
 }
 
 /// Splits `host[:port]`, `[v6][:port]`.
-pub fn split_hostport(hp: &[u8]) -> Option<(&[u8], Option<u16>)> {
+pub(crate) fn split_hostport(hp: &[u8]) -> Option<(&[u8], Option<u16>)> {
     let hp = trim(hp);
     if hp.is_empty() {
         return None;
@@ -101,7 +101,7 @@ pub fn split_hostport(hp: &[u8]) -> Option<(&[u8], Option<u16>)> {
 
 /// The IP of a host (a Via sent-by or `received`), IPv6 with or without its
 /// brackets (`[::1]`); `None` for a host name.
-pub fn host_ip(host: &[u8]) -> Option<IpAddr> {
+pub(crate) fn host_ip(host: &[u8]) -> Option<IpAddr> {
     let host = trim(host);
     let host = host
         .strip_prefix(b"[")

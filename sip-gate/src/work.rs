@@ -2,10 +2,12 @@
 //! calls (INVITE dialogs) it record-routed and has not seen end. ringsync uses
 //! the sum to tell `draining` from `drained` (R-ST-1).
 //!
-//! Dialogs are remembered by a hash of their Call-ID only for counting (a
-//! 200 OK retransmitted must not count twice); routing never looks here. A
-//! dialog whose BYE the gate never sees (a UA that vanished) is forgotten
-//! after [`DIALOG_MAX_AGE`], so the count cannot stay up forever.
+//! Dialogs are remembered by a hash of their Call-ID, so a 200 OK
+//! retransmitted does not count twice. Routing reads it in one case: an
+//! in-dialog request without a route set (a UA that keeps none) goes to the
+//! instance its call was set up on, not where the ring points after a drain
+//! (R-SG-4). A dialog whose BYE the gate never sees (a UA that vanished) is
+//! forgotten after [`DIALOG_MAX_AGE`], so the count cannot stay up forever.
 
 use std::hash::Hasher;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -17,7 +19,7 @@ use siphasher::sip::SipHasher13;
 use crate::message::SipMessage;
 
 /// A call older than this is assumed gone.
-pub const DIALOG_MAX_AGE: Duration = Duration::from_secs(12 * 3600);
+pub(crate) const DIALOG_MAX_AGE: Duration = Duration::from_secs(12 * 3600);
 
 /// Work counters for every instance of the site.
 #[derive(Debug)]
@@ -51,7 +53,7 @@ fn dialog_key(msg: &SipMessage) -> u64 {
 
 impl WorkBook {
     /// Counters for `n` instances.
-    pub fn new(n: usize) -> WorkBook {
+    pub(crate) fn new(n: usize) -> WorkBook {
         WorkBook {
             invites: (0..n).map(|_| AtomicI64::new(0)).collect(),
             dialogs: (0..n).map(|_| AtomicI64::new(0)).collect(),
@@ -98,7 +100,7 @@ impl WorkBook {
     }
 
     /// Forgets calls older than [`DIALOG_MAX_AGE`].
-    pub fn sweep(&self, now: Instant) {
+    pub(crate) fn sweep(&self, now: Instant) {
         self.open.retain(|_, (i, since)| {
             if now.duration_since(*since) < DIALOG_MAX_AGE {
                 return true;
@@ -120,15 +122,5 @@ impl WorkBook {
             invites: read(&self.invites),
             dialogs: read(&self.dialogs),
         }
-    }
-
-    /// Number of instances counted.
-    pub fn len(&self) -> usize {
-        self.invites.len()
-    }
-
-    /// True when no instance is counted.
-    pub fn is_empty(&self) -> bool {
-        self.invites.is_empty()
     }
 }

@@ -1,10 +1,14 @@
 //! The binary's edges: `--check` validates a site file and names the file,
 //! line and field of what is wrong; the example site starts and stops
-//! cleanly on SIGTERM.
+//! cleanly on SIGTERM; `--log-format json` writes one JSON object a line,
+//! with the transaction span's fields.
 
 use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+use ringsync::work::{NodeKind, WorkReport};
+use serde_json::Value;
 
 const GATE: &str = env!("CARGO_BIN_EXE_sip-gate");
 
@@ -140,6 +144,17 @@ fn example_gate(
     sg_prefix: &str,
     stderr: Stdio,
 ) -> (tempfile::TempDir, std::path::PathBuf, std::process::Child) {
+    example_gate_with(gate_ip, sg_prefix, stderr, &[], None)
+}
+
+/// [`example_gate`] with extra arguments and a `RUST_LOG` filter.
+fn example_gate_with(
+    gate_ip: &str,
+    sg_prefix: &str,
+    stderr: Stdio,
+    args: &[&str],
+    rust_log: Option<&str>,
+) -> (tempfile::TempDir, std::path::PathBuf, std::process::Child) {
     let dir = tempfile::tempdir().unwrap();
     let text = std::fs::read_to_string(example())
         .unwrap()
@@ -147,13 +162,12 @@ fn example_gate(
         .replace("127.0.1.", sg_prefix);
     let site = dir.path().join("site.toml");
     std::fs::write(&site, text).unwrap();
-    let child = Command::new(GATE)
-        .arg("--config")
-        .arg(&site)
-        .stdout(Stdio::null())
-        .stderr(stderr)
-        .spawn()
-        .unwrap();
+    let mut cmd = Command::new(GATE);
+    cmd.arg("--config").arg(&site).args(args);
+    if let Some(filter) = rust_log {
+        cmd.env("RUST_LOG", filter);
+    }
+    let child = cmd.stdout(Stdio::null()).stderr(stderr).spawn().unwrap();
     (dir, site, child)
 }
 
@@ -168,33 +182,35 @@ fn http_get(addr: &str, path: &str) -> Option<String> {
     Some(b)
 }
 
+/// The gate's work report, as it serves it at `/v1/work`.
+fn work_report(admin: &str) -> Option<WorkReport> {
+    let body = http_get(admin, "/v1/work")?;
+    serde_json::from_str(body.split("\r\n\r\n").nth(1)?).ok()
+}
+
 /// R-PR-2 through the real binary: a running gate applies a profile that an
 /// operator activates in the store (as `ringsync profile activate` does),
-/// within a second and without a restart, and lifts it the same way.
+/// within a second and without a restart, and lifts it the same way. The
+/// gate's work report names the profile revision its drain view is built
+/// from.
 #[test]
 fn r_pr_2_running_gate_applies_a_profile_change_within_a_second() {
     let (_dir, site, mut child) = example_gate("127.0.9.2", "127.0.10.", Stdio::null());
     let admin = "127.0.9.2:9091";
-    let zone_of_sg_a = || -> Option<String> {
-        let body = http_get(admin, "/v1/work")?;
-        let json = body.split("\r\n\r\n").nth(1)?;
-        let v: serde_json::Value = serde_json::from_str(json).ok()?;
-        v["instances"]["sg-a"]["zone"].as_str().map(str::to_owned)
-    };
-    let wait_for = |want: &str| -> Duration {
+    let wait_for = |want: u64| -> Duration {
         let start = Instant::now();
         loop {
-            if zone_of_sg_a().as_deref() == Some(want) {
+            if work_report(admin).map(|r| r.revision) == Some(want) {
                 return start.elapsed();
             }
             assert!(
                 start.elapsed() < Duration::from_secs(5),
-                "sg-a never reached zone {want}"
+                "the gate never reached profile revision {want}"
             );
             std::thread::sleep(Duration::from_millis(20));
         }
     };
-    wait_for("normal");
+    wait_for(0);
 
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -212,10 +228,11 @@ fn r_pr_2_running_gate_applies_a_profile_change_within_a_second() {
         .unwrap();
     rt.block_on(store.set_state(&p.id, ringsync::profile::ProfileState::Active))
         .unwrap();
-    let applied = wait_for("drain");
+    let revision = || rt.block_on(store.list()).unwrap().revision;
+    let applied = wait_for(revision());
     rt.block_on(store.set_state(&p.id, ringsync::profile::ProfileState::Inactive))
         .unwrap();
-    let lifted = wait_for("normal");
+    let lifted = wait_for(revision());
     eprintln!("drain applied after {applied:?}, lifted after {lifted:?}");
     // The store polls every 200 ms; one second is the rule.
     assert!(applied < Duration::from_secs(1), "{applied:?}");
@@ -225,4 +242,165 @@ fn r_pr_2_running_gate_applies_a_profile_change_within_a_second() {
         .args(["-TERM", &child.id().to_string()])
         .status();
     let _ = child.wait();
+}
+
+/// The `ringsync` binary of this build. Cargo builds a package's binaries
+/// only for that package's own tests, so this builds it (a no-op when it
+/// is fresh) into the target directory this test runs from.
+fn ringsync_bin() -> std::path::PathBuf {
+    static BIN: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        // target/<profile>/deps/cli-<hash>
+        let exe = std::env::current_exe().unwrap();
+        let profile_dir = exe.parent().and_then(|d| d.parent()).unwrap().to_path_buf();
+        let mut build = Command::new(env!("CARGO"));
+        build.args([
+            "build",
+            "--quiet",
+            "--offline",
+            "-p",
+            "ringsync",
+            "--bin",
+            "ringsync",
+        ]);
+        if profile_dir.file_name().is_some_and(|n| n == "release") {
+            build.arg("--release");
+        }
+        let status = build
+            .env("CARGO_TARGET_DIR", profile_dir.parent().unwrap())
+            .status()
+            .unwrap();
+        assert!(status.success(), "building ringsync: {status:?}");
+        profile_dir.join("ringsync")
+    })
+    .clone()
+}
+
+/// R-ST-1, R-ST-3 end to end: the real `ringsync status --json` asks the
+/// real gate for its work report: the sg instances are there with no work
+/// (nothing called yet), the esg too; the mg, which only media-ctl counts,
+/// stays unknown with the reason (nothing listens at `admin.media_bind`).
+#[test]
+fn r_st_3_ringsync_status_reads_the_gates_work_report() {
+    let (_dir, site, mut child) = example_gate("127.0.9.3", "127.0.11.", Stdio::null());
+    let admin = "127.0.9.3:9091";
+    let start = Instant::now();
+    let report = loop {
+        if let Some(r) = work_report(admin) {
+            break r;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "no /v1/work");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!((report.kind, report.node.as_str()), (NodeKind::Gate, admin));
+    assert_eq!(report.site, "msk-1");
+    // A gate reports only the SIP instances it routes to.
+    let ids: Vec<&str> = report.instances.keys().map(String::as_str).collect();
+    assert_eq!(ids, ["esg-a", "esg-b", "sg-a", "sg-b", "sg-c"]);
+
+    let out = Command::new(ringsync_bin())
+        .arg("--config")
+        .arg(&site)
+        .args(["--json", "status"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let inst = |id: &str| -> Value {
+        v["instances"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|i| i["id"] == id)
+            .cloned()
+            .unwrap_or_else(|| panic!("{id} missing in {v}"))
+    };
+    for id in ["sg-a", "sg-b", "sg-c"] {
+        let sg = inst(id);
+        assert_eq!(sg["work"], 0, "{sg}");
+        assert_eq!(sg["nodes"], serde_json::json!([admin]), "{sg}");
+    }
+    let mg = inst("mg-a");
+    assert!(mg["work"].is_null(), "{mg}");
+    let why = mg["unknown"][0].as_str().unwrap();
+    assert!(
+        why.starts_with("media_ctl 127.0.9.3:9092: cannot connect:"),
+        "{why}"
+    );
+    assert_eq!(v["nodes"][0]["node"], admin);
+
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let _ = child.wait();
+}
+
+/// `--log-format json`: every log line is a JSON object; at debug level a
+/// request's lines carry the `txn` span with its Call-ID, branch and the
+/// instance it went to.
+#[test]
+fn json_logs_with_the_transaction_span() {
+    let (_dir, _site, mut child) = example_gate_with(
+        "127.0.9.4",
+        "127.0.12.",
+        Stdio::piped(),
+        &["--log-format", "json"],
+        Some("sip_gate=debug"),
+    );
+    let admin = "127.0.9.4:9091";
+    let start = Instant::now();
+    while http_get(admin, "/healthz").is_none() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "gate did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let ua = std::net::UdpSocket::bind("127.0.9.51:0").unwrap();
+    let port = ua.local_addr().unwrap().port();
+    let options = format!(
+        "OPTIONS sip:bob@example.com SIP/2.0\r\n\
+         Via: SIP/2.0/UDP 127.0.9.51:{port};branch=z9hG4bKjsonlog\r\n\
+         Max-Forwards: 70\r\n\
+         From: <sip:alice@example.com>;tag=a1\r\n\
+         To: <sip:bob@example.com>\r\n\
+         Call-ID: json-log-1@ua\r\n\
+         CSeq: 1 OPTIONS\r\n\
+         Content-Length: 0\r\n\r\n"
+    );
+    ua.send_to(options.as_bytes(), "127.0.9.4:5060").unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let _ = child.wait();
+    let mut log = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut log).unwrap();
+    let lines: Vec<serde_json::Value> = log
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    assert!(
+        lines.iter().any(|v| v["fields"]["message"] == "listening"),
+        "{log}"
+    );
+    let forwarded = lines
+        .iter()
+        .find(|v| v["fields"]["message"] == "forwarded")
+        .unwrap_or_else(|| panic!("no forwarded line in:\n{log}"));
+    let span = &forwarded["span"];
+    assert_eq!(span["name"], "txn", "{forwarded}");
+    assert_eq!(span["call_id"], "json-log-1@ua", "{forwarded}");
+    assert_eq!(span["branch"], "z9hG4bKjsonlog", "{forwarded}");
+    assert!(
+        span["instance"]
+            .as_str()
+            .is_some_and(|i| i.starts_with("sg-")),
+        "{forwarded}"
+    );
 }

@@ -113,7 +113,7 @@ async fn assert_drained(gate: &Gate, i: usize) {
     })
     .await;
     gate.core().publish_work();
-    let view = gate.core().drain().view();
+    let view = gate.core().view();
     assert_eq!(
         view.instances()[i].state,
         InstanceState::Drained,

@@ -118,9 +118,20 @@ async fn stock_scenarios_without_route_sets() {
 /// `calls` of a UAC scenario through a balance listener to two sg running
 /// the matching UAS scenario; every call must succeed.
 async fn through_gate(net: (u8, u8), uas_scenario: &str, uac_scenario: &str, calls: u64) {
+    through_gate_over(net, uas_scenario, uac_scenario, calls, UDP).await;
+}
+
+/// [`through_gate`] over `transport`.
+async fn through_gate_over(
+    net: (u8, u8),
+    uas_scenario: &str,
+    uac_scenario: &str,
+    calls: u64,
+    transport: Transport,
+) {
     let cfg = config(&site(net, 2, &balance_sg(net)));
     let _servers: Vec<_> = (0..2)
-        .map(|i| uas(uas_scenario, server_addr(net, i), UDP))
+        .map(|i| uas(uas_scenario, server_addr(net, i), transport))
         .collect();
     let (gate, _drain) = start_gate(cfg).await;
     let gw = listener_addr(&gate, "subs");
@@ -128,7 +139,7 @@ async fn through_gate(net: (u8, u8), uas_scenario: &str, uac_scenario: &str, cal
         Scenario::repo(uac_scenario),
         ip(net, 100),
         gw,
-        UDP,
+        transport,
         calls,
         10,
     ))
@@ -142,6 +153,15 @@ async fn through_gate(net: (u8, u8), uas_scenario: &str, uac_scenario: &str, cal
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn subscribe_and_notify() {
     through_gate((21, 6), "uas_subscribe", "uac_subscribe", 10).await;
+}
+
+/// The same over TCP: the notifier's NOTIFYs come in on the connection the
+/// gate opened to it, whose remote address is the notifier's configured one,
+/// so the gate takes them for the instance's and sends them outward
+/// (R-SEC-1: an instance is recognised by its configured address).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscribe_and_notify_over_tcp_r_sec_1() {
+    through_gate_over((21, 10), "uas_subscribe", "uac_subscribe", 10, TCP).await;
 }
 
 /// CANCEL follows the INVITE to the same instance; 487 and ACK complete.

@@ -236,6 +236,24 @@ impl Site {
         self.profile = Some(p.id);
     }
 
+    /// The site's status as `ringsync status` computes it: the profiles
+    /// from the store, media-ctl's `/v1/work` asked by ringsync's own
+    /// fetcher and summed (R-ST-3). Only media-ctl is asked (no gate here).
+    pub fn ringsync_status(&self) -> ringsync::status::SiteStatus {
+        let config = Arc::new(ringsync::SiteConfig::load(&self.path).unwrap());
+        let state = ringsync::state::DrainState::new(config.clone());
+        state.set_profiles(self.rt.block_on(self.store.list()).unwrap());
+        let nodes = [ringsync::status::NodeAddr {
+            kind: ringsync::work::NodeKind::MediaCtl,
+            addr: self.admin,
+        }];
+        let round = self.rt.block_on(async {
+            let fetcher = ringsync::fetch::Fetcher::default();
+            ringsync::status::ask_all(&fetcher, &config.site.name, &nodes).await
+        });
+        round.status(&state.view())
+    }
+
     /// Waits until media-ctl shows `servers` as the drain zone.
     pub fn wait_drain_zone(&self, servers: &[&str]) -> Duration {
         let want: Vec<String> = servers.iter().map(|s| s.to_string()).collect();

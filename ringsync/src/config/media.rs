@@ -8,7 +8,10 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
-use super::{ConfigError, Instance, RawInstance, Service, Validator};
+use super::error::ConfigError;
+use super::raw::RawInstance;
+use super::types::{Instance, Service};
+use super::validate::Validator;
 
 /// Settings of media-ctl, the mg controller in front of the rtpengine pool.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

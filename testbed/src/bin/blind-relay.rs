@@ -5,32 +5,33 @@
 
 use std::{net::SocketAddr, process::ExitCode, thread, time::Duration};
 
+use clap::Parser;
 use testbed::relay::BlindRelay;
 
-const USAGE: &str = "usage: blind-relay --listen IP:PORT --upstream IP:PORT [--seconds N]";
+/// A blind UDP relay: one recv and one send per datagram, nothing parsed.
+/// The floor a SIP proxy's cost is measured against.
+#[derive(Debug, Parser)]
+#[command(name = "blind-relay", version)]
+struct Args {
+    /// Address to receive the clients' datagrams on.
+    #[arg(long, value_name = "IP:PORT")]
+    listen: SocketAddr,
+    /// Where every client datagram is sent; the upstream's datagrams go back
+    /// to the client heard from last.
+    #[arg(long, value_name = "IP:PORT")]
+    upstream: SocketAddr,
+    /// Stop after this many seconds and print the datagram counters
+    /// (default: run until killed).
+    #[arg(long, value_name = "N")]
+    seconds: Option<u64>,
+}
 
 fn main() -> ExitCode {
-    let mut listen: Option<SocketAddr> = None;
-    let mut upstream: Option<SocketAddr> = None;
-    let mut seconds: Option<u64> = None;
-    let mut args = std::env::args().skip(1);
-    while let Some(flag) = args.next() {
-        let value = args.next();
-        let ok = match (flag.as_str(), value) {
-            ("--listen", Some(v)) => v.parse().map(|a| listen = Some(a)).is_ok(),
-            ("--upstream", Some(v)) => v.parse().map(|a| upstream = Some(a)).is_ok(),
-            ("--seconds", Some(v)) => v.parse().map(|s| seconds = Some(s)).is_ok(),
-            _ => false,
-        };
-        if !ok {
-            eprintln!("{USAGE}");
-            return ExitCode::from(2);
-        }
-    }
-    let (Some(listen), Some(upstream)) = (listen, upstream) else {
-        eprintln!("{USAGE}");
-        return ExitCode::from(2);
-    };
+    let Args {
+        listen,
+        upstream,
+        seconds,
+    } = Args::parse();
     let relay = match BlindRelay::start(listen, upstream) {
         Ok(r) => r,
         Err(e) => {

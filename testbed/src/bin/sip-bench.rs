@@ -27,10 +27,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
+use clap::Parser;
 use testbed::{wait_listening, Kamailio, ProcStats, Scenario, Sipp, SippHandle, Transport};
-
-const USAGE: &str = "usage: sip-bench [--rates 1000,2000] [--seconds 10] [--rounds 3] \
-[--systems relay,kamailio,sip-gate,sip-gate+drain] [--gate PATH] [--relay PATH] [--out DIR]";
 
 /// The benchmark's own loopback network: 127.77.0.0/24.
 fn ip(host: u8) -> IpAddr {
@@ -41,11 +39,18 @@ fn uas_addr(i: u8) -> SocketAddr {
     SocketAddr::new(ip(11 + i), 5060)
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// A proxy under test.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 enum System {
+    /// testbed's blind UDP relay: the floor.
     Relay,
+    /// Kamailio with tm, rr and dispatcher (bench/kamailio/kamailio.cfg).
     Kamailio,
+    /// sip-gate balancing over the three sg.
+    #[value(name = "sip-gate")]
     Gate,
+    /// sip-gate with one of the three sg in an active drain profile.
+    #[value(name = "sip-gate+drain")]
     GateDrain,
 }
 
@@ -57,16 +62,6 @@ impl System {
             System::Gate => "sip-gate",
             System::GateDrain => "sip-gate+drain",
         }
-    }
-    fn parse(s: &str) -> Option<System> {
-        [
-            System::Relay,
-            System::Kamailio,
-            System::Gate,
-            System::GateDrain,
-        ]
-        .into_iter()
-        .find(|x| x.name() == s)
     }
     /// Each system listens on its own address, so a straggler of one run
     /// never reaches the next system.
@@ -81,69 +76,65 @@ impl System {
     }
 }
 
+/// The load benchmark: the same stock SIPp call load through each proxy in
+/// turn, in interleaved rounds, reporting CPU per call, memory and failed
+/// calls side by side (medians, and the ratio to Kamailio).
+#[derive(Debug, Parser)]
+#[command(name = "sip-bench", version)]
 struct Opts {
+    /// Call rates to measure, in calls per second (comma-separated, each
+    /// 1..=5000: the machine is shared).
+    #[arg(long, value_name = "N,...", value_delimiter = ',', default_value = "1000,2000",
+          value_parser = clap::value_parser!(u32).range(1..=5000))]
     rates: Vec<u32>,
+    /// Seconds of load per run (1..=60); each run places rate x seconds calls.
+    #[arg(long, value_name = "S", default_value_t = 10,
+          value_parser = clap::value_parser!(u32).range(1..=60))]
     seconds: u32,
+    /// Rounds: every system is measured once per round, systems interleaved,
+    /// so machine noise hits them alike; the table shows medians.
+    #[arg(long, value_name = "N", default_value_t = 3,
+          value_parser = clap::value_parser!(u32).range(1..))]
     rounds: u32,
+    /// Systems to measure, comma-separated.
+    #[arg(
+        long,
+        value_name = "SYSTEM,...",
+        value_delimiter = ',',
+        default_value = "relay,kamailio,sip-gate,sip-gate+drain"
+    )]
     systems: Vec<System>,
-    gate: PathBuf,
-    relay: PathBuf,
+    /// The sip-gate binary (default: `sip-gate` next to this one).
+    #[arg(long, value_name = "PATH")]
+    gate: Option<PathBuf>,
+    /// The blind-relay binary (default: `blind-relay` next to this one).
+    #[arg(long, value_name = "PATH")]
+    relay: Option<PathBuf>,
+    /// Directory for results.md (the table) and runs.csv (every run).
+    #[arg(long, value_name = "DIR", default_value = "bench-out")]
     out: PathBuf,
 }
 
-fn parse_args() -> Result<Opts, String> {
-    let exe_dir = std::env::current_exe()
-        .ok()
-        .and_then(|p| p.parent().map(Path::to_path_buf))
-        .unwrap_or_default();
-    let mut o = Opts {
-        rates: vec![1000, 2000],
-        seconds: 10,
-        rounds: 3,
-        systems: vec![
-            System::Relay,
-            System::Kamailio,
-            System::Gate,
-            System::GateDrain,
-        ],
-        gate: exe_dir.join("sip-gate"),
-        relay: exe_dir.join("blind-relay"),
-        out: PathBuf::from("bench-out"),
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(flag) = args.next() {
-        let v = args
-            .next()
-            .ok_or_else(|| format!("{flag} needs a value\n{USAGE}"))?;
-        match flag.as_str() {
-            "--rates" => {
-                o.rates = v
-                    .split(',')
-                    .map(|r| r.trim().parse().map_err(|_| format!("bad rate `{r}`")))
-                    .collect::<Result<_, _>>()?
-            }
-            "--seconds" => o.seconds = v.parse().map_err(|_| format!("bad --seconds `{v}`"))?,
-            "--rounds" => o.rounds = v.parse().map_err(|_| format!("bad --rounds `{v}`"))?,
-            "--systems" => {
-                o.systems = v
-                    .split(',')
-                    .map(|s| System::parse(s.trim()).ok_or_else(|| format!("unknown system `{s}`")))
-                    .collect::<Result<_, _>>()?
-            }
-            "--gate" => o.gate = PathBuf::from(v),
-            "--relay" => o.relay = PathBuf::from(v),
-            "--out" => o.out = PathBuf::from(v),
-            _ => return Err(format!("unknown flag {flag}\n{USAGE}")),
-        }
+impl Opts {
+    /// A binary named `name` in the directory of this one.
+    fn sibling(name: &str) -> PathBuf {
+        std::env::current_exe()
+            .ok()
+            .and_then(|p| p.parent().map(|d| d.join(name)))
+            .unwrap_or_else(|| PathBuf::from(name))
     }
-    if o.rates.is_empty() || o.seconds == 0 || o.rounds == 0 || o.systems.is_empty() {
-        return Err(USAGE.into());
+
+    fn gate(&self) -> PathBuf {
+        self.gate
+            .clone()
+            .unwrap_or_else(|| Opts::sibling("sip-gate"))
     }
-    if o.rates.iter().any(|&r| r == 0 || r > 5000) || o.seconds > 60 {
-        // Every load is bounded: this machine is shared.
-        return Err("rates must be 1..=5000 calls/s and --seconds at most 60".into());
+
+    fn relay(&self) -> PathBuf {
+        self.relay
+            .clone()
+            .unwrap_or_else(|| Opts::sibling("blind-relay"))
     }
-    Ok(o)
 }
 
 /// One measured run.
@@ -232,7 +223,7 @@ fn start(system: System, o: &Opts) -> Result<Proxy, String> {
     let addr = system.addr();
     let (child, kamailio) = match system {
         System::Relay => {
-            let c = Command::new(&o.relay)
+            let c = Command::new(o.relay())
                 .args([
                     "--listen",
                     &addr.to_string(),
@@ -246,7 +237,7 @@ fn start(system: System, o: &Opts) -> Result<Proxy, String> {
                 .map_err(|e| {
                     format!(
                         "starting {}: {e} (cargo build --release -p testbed)",
-                        o.relay.display()
+                        o.relay().display()
                     )
                 })?;
             (Some(c), None)
@@ -274,7 +265,7 @@ fn start(system: System, o: &Opts) -> Result<Proxy, String> {
         }
         System::Gate | System::GateDrain => {
             let site = gate_site(dir.path(), addr, system == System::GateDrain)?;
-            let c = Command::new(&o.gate)
+            let c = Command::new(o.gate())
                 .arg("--config")
                 .arg(&site)
                 .env("RUST_LOG", "warn")
@@ -285,7 +276,7 @@ fn start(system: System, o: &Opts) -> Result<Proxy, String> {
                 .map_err(|e| {
                     format!(
                         "starting {}: {e} (cargo build --release -p sip-gate)",
-                        o.gate.display()
+                        o.gate().display()
                     )
                 })?;
             (Some(c), None)
@@ -443,73 +434,46 @@ fn table(runs: &[Run], o: &Opts) -> String {
     t
 }
 
-fn main() -> ExitCode {
-    let o = match parse_args() {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(2);
-        }
-    };
-    for (what, path) in [("sip-gate", &o.gate), ("blind-relay", &o.relay)] {
-        if !path.exists() {
-            eprintln!(
-                "sip-bench: {what} not found at {} (cargo build --release -p sip-gate -p testbed)",
-                path.display()
-            );
-            return ExitCode::FAILURE;
-        }
-    }
-    let servers = match servers() {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("sip-bench: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
+/// Every run of every round, systems interleaved, with progress on stderr.
+fn run_all(o: &Opts) -> Result<Vec<Run>, String> {
     let total = o.rates.len() * o.systems.len() * o.rounds as usize;
-    let started = Instant::now();
     let mut runs = Vec::new();
-    let mut n = 0;
     for round in 1..=o.rounds {
         for &rate in &o.rates {
             for &system in &o.systems {
-                n += 1;
                 eprint!(
-                    "[{n}/{total}] round {round}, {rate} calls/s x {} s, {:<15} ",
+                    "[{}/{total}] round {round}, {rate} calls/s x {} s, {:<15} ",
+                    runs.len() + 1,
                     o.seconds,
                     system.name()
                 );
-                match measure(system, rate, &o) {
-                    Ok(r) => {
-                        eprintln!(
-                            "ok {:>6} failed {:>4}  {:>7.1} µs/call  peak {:>6} KiB",
-                            r.ok, r.failed, r.cpu_us_per_call, r.peak_rss_kb
-                        );
-                        if !r.spread.is_empty() {
-                            eprintln!("    new calls: {}", r.spread);
-                        }
-                        if !r.why.is_empty() {
-                            eprintln!("    failures: {}", r.why);
-                        }
-                        runs.push(r);
-                    }
-                    Err(e) => {
-                        eprintln!("error: {e}");
-                        return ExitCode::FAILURE;
-                    }
+                let r = measure(system, rate, o).inspect_err(|e| eprintln!("error: {e}"))?;
+                eprintln!(
+                    "ok {:>6} failed {:>4}  {:>7.1} µs/call  peak {:>6} KiB",
+                    r.ok, r.failed, r.cpu_us_per_call, r.peak_rss_kb
+                );
+                if !r.spread.is_empty() {
+                    eprintln!("    new calls: {}", r.spread);
                 }
+                if !r.why.is_empty() {
+                    eprintln!("    failures: {}", r.why);
+                }
+                runs.push(r);
             }
         }
     }
-    drop(servers);
+    Ok(runs)
+}
+
+/// The table on stdout and in `OUT/results.md`, every run in `OUT/runs.csv`.
+fn write_results(o: &Opts, runs: &[Run], started: Instant) {
     let cmd = std::env::args().collect::<Vec<_>>().join(" ");
     let mut out = format!(
         "Command: `{cmd}` ({:.0} s, {} cores)\n\n",
         started.elapsed().as_secs_f64(),
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
-    out.push_str(&table(&runs, &o));
+    out.push_str(&table(runs, o));
     println!("{out}");
     if std::fs::create_dir_all(&o.out).is_ok() {
         let _ = std::fs::write(o.out.join("results.md"), &out);
@@ -529,6 +493,32 @@ fn main() -> ExitCode {
         }
         let _ = std::fs::write(o.out.join("runs.csv"), csv);
     }
+}
+
+fn main() -> ExitCode {
+    let o = Opts::parse();
+    for (what, path) in [("sip-gate", &o.gate()), ("blind-relay", &o.relay())] {
+        if !path.exists() {
+            eprintln!(
+                "sip-bench: {what} not found at {} (cargo build --release -p sip-gate -p testbed)",
+                path.display()
+            );
+            return ExitCode::FAILURE;
+        }
+    }
+    let servers = match servers() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("sip-bench: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let started = Instant::now();
+    let Ok(runs) = run_all(&o) else {
+        return ExitCode::FAILURE;
+    };
+    drop(servers);
+    write_results(&o, &runs, started);
     let failed: u64 = runs.iter().map(|r| r.failed).sum();
     if failed > 0 {
         eprintln!("sip-bench: {failed} failed calls in total");

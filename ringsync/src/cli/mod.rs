@@ -16,11 +16,14 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::AdminApi;
 use crate::config::{ConfigError, SiteConfig};
-use crate::gate::{self, GateError};
-use crate::profile::{NewProfile, Profile, ProfilePatch, ProfileSet, ProfileState};
+use crate::fetch::Fetcher;
+use crate::profile::{NewProfile, ProfilePatch, ProfileState};
 use crate::state::DrainState;
+use crate::status::{self, NodeBoard};
 use crate::store::{self, StoreError};
-use crate::view::InstanceView;
+use crate::view::DrainView;
+
+mod text;
 
 /// Drain profiles and status of a SIP site.
 #[derive(Debug, Parser)]
@@ -43,7 +46,8 @@ pub enum Command {
     /// Manage deservice (drain) profiles.
     #[command(subcommand)]
     Profile(ProfileCommand),
-    /// Show every instance: zone, state and work (R-ST-1).
+    /// Show every instance: zone, state, the work every node reports for
+    /// it summed, why it is unknown, and when it should be gone (R-ST-1, R-ST-3).
     Status(StatusArgs),
     /// Serve the admin HTTP API.
     Serve(ServeArgs),
@@ -102,12 +106,23 @@ pub enum ProfileCommand {
     },
 }
 
+/// Where the nodes that report work are asked.
+#[derive(Debug, Args)]
+pub struct NodeArgs {
+    /// Where to ask the gate for its work report (default: `admin.gate_bind`).
+    #[arg(long, value_name = "ADDR")]
+    pub gate: Option<SocketAddr>,
+    /// Where to ask media-ctl for its work report (default: `admin.media_bind`).
+    #[arg(long, value_name = "ADDR")]
+    pub media: Option<SocketAddr>,
+}
+
 /// `status` options.
 #[derive(Debug, Args)]
 pub struct StatusArgs {
-    /// Where to ask the gate for health and work (default: `admin.gate_bind`).
-    #[arg(long, value_name = "ADDR")]
-    pub gate: Option<SocketAddr>,
+    /// The nodes to ask.
+    #[command(flatten)]
+    pub nodes: NodeArgs,
 }
 
 /// `serve` options.
@@ -116,9 +131,9 @@ pub struct ServeArgs {
     /// Address to listen on (default: `admin.bind`).
     #[arg(long, value_name = "ADDR")]
     pub bind: Option<SocketAddr>,
-    /// Where to poll the gate for health and work (default: `admin.gate_bind`).
-    #[arg(long, value_name = "ADDR")]
-    pub gate: Option<SocketAddr>,
+    /// The nodes to poll, once a second.
+    #[command(flatten)]
+    pub nodes: NodeArgs,
 }
 
 /// Why a command failed.
@@ -212,7 +227,11 @@ async fn profile(
         ),
         ProfileCommand::List => {
             let set = store.list().await?;
-            return write_list(&set, json, out);
+            return if json {
+                write_json(out, &*set)
+            } else {
+                text::write_list(&set, out)
+            };
         }
         ProfileCommand::Show { profile } => {
             let set = store.list().await?;
@@ -226,7 +245,7 @@ async fn profile(
     if json {
         write_json(out, &p)
     } else if verb.is_empty() {
-        write_profile(&p, out)
+        text::write_profile(&p, out)
     } else {
         writeln!(out, "{verb} profile {} ({}): {}", p.id, p.name, p.state)?;
         Ok(())
@@ -239,65 +258,6 @@ fn write_json<T: Serialize>(out: &mut (dyn Write + Send), v: &T) -> Result<(), C
     Ok(())
 }
 
-fn write_profile(p: &Profile, out: &mut (dyn Write + Send)) -> Result<(), CliError> {
-    writeln!(out, "id:          {}", p.id)?;
-    writeln!(out, "name:        {}", p.name)?;
-    writeln!(out, "state:       {}", p.state)?;
-    writeln!(out, "servers:     {}", p.servers.join(", "))?;
-    writeln!(out, "description: {}", p.description)?;
-    Ok(())
-}
-
-fn write_list(set: &ProfileSet, json: bool, out: &mut (dyn Write + Send)) -> Result<(), CliError> {
-    if json {
-        return write_json(out, set);
-    }
-    let rows: Vec<Vec<String>> = set
-        .profiles
-        .iter()
-        .map(|p| {
-            vec![
-                p.id.clone(),
-                p.name.clone(),
-                p.state.to_string(),
-                p.servers.join(","),
-                p.description.lines().next().unwrap_or_default().to_owned(),
-            ]
-        })
-        .collect();
-    write_table(
-        out,
-        &["ID", "NAME", "STATE", "SERVERS", "DESCRIPTION"],
-        &rows,
-    )?;
-    writeln!(
-        out,
-        "{} profile(s), {} active, revision {}",
-        set.profiles.len(),
-        set.active_count(),
-        set.revision
-    )?;
-    Ok(())
-}
-
-/// `status --json` output.
-#[derive(Debug, Serialize)]
-struct StatusJson<'a> {
-    site: &'a str,
-    revision: u64,
-    drain_zone: Vec<String>,
-    gate: GateJson,
-    instances: Vec<InstanceView>,
-}
-
-#[derive(Debug, Serialize)]
-struct GateJson {
-    addr: SocketAddr,
-    reachable: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    error: Option<String>,
-}
-
 async fn status(
     config: &Arc<SiteConfig>,
     args: StatusArgs,
@@ -306,68 +266,15 @@ async fn status(
 ) -> Result<(), CliError> {
     let store = store::open(config).await?;
     let set = store.list().await?;
-    let state = DrainState::new(config.clone());
-    state.set_profiles(set.clone());
-    let addr = args.gate.unwrap_or(config.admin.gate_bind);
-    let gate_err: Option<GateError> = match gate::fetch(addr, gate::DEFAULT_TIMEOUT).await {
-        Ok(report) => {
-            gate::apply(&report, &state);
-            None
-        }
-        Err(e) => Some(e),
-    };
-    let view = state.view();
-    let instances = state.report();
+    let view = DrainView::build(config.clone(), &set, &[], &[]);
+    let nodes = status::local_nodes(config, args.nodes.gate, args.nodes.media);
+    let round = status::ask_all(&Fetcher::default(), &config.site.name, &nodes).await;
+    let st = round.status(&view);
     if json {
-        return write_json(
-            out,
-            &StatusJson {
-                site: &config.site.name,
-                revision: set.revision,
-                drain_zone: view.drain_zone().iter().cloned().collect(),
-                gate: GateJson {
-                    addr,
-                    reachable: gate_err.is_none(),
-                    error: gate_err.as_ref().map(ToString::to_string),
-                },
-                instances,
-            },
-        );
+        write_json(out, &st)
+    } else {
+        text::write_status(&st, out)
     }
-    let zone: Vec<&str> = view.drain_zone().iter().map(String::as_str).collect();
-    writeln!(
-        out,
-        "site {}, profile revision {}, drain zone: {}",
-        config.site.name,
-        set.revision,
-        if zone.is_empty() {
-            "(empty)".into()
-        } else {
-            zone.join(", ")
-        }
-    )?;
-    let rows: Vec<Vec<String>> = instances
-        .iter()
-        .map(|i| {
-            vec![
-                i.id.clone(),
-                i.service.to_string(),
-                i.server.clone(),
-                i.zone.as_str().to_owned(),
-                i.state.to_string(),
-                i.work.map_or_else(|| "-".to_owned(), |w| w.to_string()),
-            ]
-        })
-        .collect();
-    write_table(
-        out,
-        &["INSTANCE", "SERVICE", "SERVER", "ZONE", "STATE", "WORK"],
-        &rows,
-    )?;
-    if let Some(e) = gate_err {
-        writeln!(out, "note: {e}; health and work unknown (shown as -)")?;
-    }
-    Ok(())
 }
 
 async fn serve(
@@ -392,63 +299,14 @@ async fn serve(
     out.flush()?;
     tracing::info!(%local, site = %config.site.name, "serving admin API");
 
-    let gate_addr = args.gate.unwrap_or(config.admin.gate_bind);
-    let poller = tokio::spawn(poll_gate(gate_addr, state.clone(), shutdown.clone()));
-    let api = AdminApi::new(store, state);
+    let nodes = status::local_nodes(&config, args.nodes.gate, args.nodes.media);
+    let board = NodeBoard::new(config.site.name.clone(), nodes, Fetcher::default());
+    // R-ST-1: the nodes' work, once a second.
+    let poller = tokio::spawn(board.clone().run(Duration::from_secs(1), shutdown.clone()));
+    let api = AdminApi::new(store, state, board);
     let result = crate::api::serve(listener, api, shutdown.clone()).await;
     shutdown.cancel();
     let _ = follower.await;
     let _ = poller.await;
     result.map_err(CliError::Io)
-}
-
-/// Feeds the gate's health and work into the state once a second (R-ST-1).
-async fn poll_gate(addr: SocketAddr, state: Arc<DrainState>, shutdown: CancellationToken) {
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
-    let mut was_ok = None;
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tick.tick() => {}
-        }
-        let r = gate::fetch(addr, gate::DEFAULT_TIMEOUT).await;
-        let ok = r.is_ok();
-        match r {
-            Ok(report) => gate::apply(&report, &state),
-            Err(e) if was_ok != Some(false) => {
-                tracing::warn!(error = %e, "gate not reachable; health and work unknown")
-            }
-            Err(_) => {}
-        }
-        was_ok = Some(ok);
-    }
-}
-
-fn write_table(
-    out: &mut (dyn Write + Send),
-    header: &[&str],
-    rows: &[Vec<String>],
-) -> Result<(), CliError> {
-    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
-    for row in rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let line = |cells: Vec<&str>| {
-        let mut s = String::new();
-        for (i, (c, w)) in cells.iter().zip(&widths).enumerate() {
-            if i + 1 == cells.len() {
-                s.push_str(c);
-            } else {
-                s.push_str(&format!("{c:<w$}  "));
-            }
-        }
-        s.trim_end().to_owned()
-    };
-    writeln!(out, "{}", line(header.to_vec()))?;
-    for row in rows {
-        writeln!(out, "{}", line(row.iter().map(String::as_str).collect()))?;
-    }
-    Ok(())
 }

@@ -1,0 +1,189 @@
+//! The CLI's tables: what an operator reads in a terminal. `--json` prints
+//! the same data as the API serves it instead.
+
+use std::io::Write;
+
+use super::CliError;
+use crate::profile::{Profile, ProfileSet};
+use crate::status::{NodeAnswer, SiteStatus};
+use crate::work::{self, InstanceStatus, WorkCounts};
+
+/// `profile show`.
+pub(super) fn write_profile(p: &Profile, out: &mut (dyn Write + Send)) -> Result<(), CliError> {
+    writeln!(out, "id:          {}", p.id)?;
+    writeln!(out, "name:        {}", p.name)?;
+    writeln!(out, "state:       {}", p.state)?;
+    writeln!(out, "servers:     {}", p.servers.join(", "))?;
+    writeln!(out, "description: {}", p.description)?;
+    Ok(())
+}
+
+/// `profile list`.
+pub(super) fn write_list(set: &ProfileSet, out: &mut (dyn Write + Send)) -> Result<(), CliError> {
+    let rows: Vec<Vec<String>> = set
+        .profiles
+        .iter()
+        .map(|p| {
+            vec![
+                p.id.clone(),
+                p.name.clone(),
+                p.state.to_string(),
+                p.servers.join(","),
+                p.description.lines().next().unwrap_or_default().to_owned(),
+            ]
+        })
+        .collect();
+    write_table(
+        out,
+        &["ID", "NAME", "STATE", "SERVERS", "DESCRIPTION"],
+        &rows,
+    )?;
+    writeln!(
+        out,
+        "{} profile(s), {} active, revision {}",
+        set.profiles.len(),
+        set.active_count(),
+        set.revision
+    )?;
+    Ok(())
+}
+
+/// `ringsync status`: the drain zone, one row per instance with its summed
+/// work, its drain ETA and why its work is unknown, then one line per node.
+pub(super) fn write_status(st: &SiteStatus, out: &mut (dyn Write + Send)) -> Result<(), CliError> {
+    let zone: Vec<&str> = st.drain_zone.iter().map(String::as_str).collect();
+    writeln!(
+        out,
+        "site {}, profile revision {}, drain zone: {}",
+        st.site,
+        st.revision,
+        if zone.is_empty() {
+            "(empty)".into()
+        } else {
+            zone.join(", ")
+        }
+    )?;
+    let rows: Vec<Vec<String>> = st
+        .instances
+        .iter()
+        .map(|i| {
+            vec![
+                i.id.clone(),
+                i.service.to_string(),
+                i.server.clone(),
+                i.zone.as_str().to_owned(),
+                i.state.to_string(),
+                work_cell(i),
+                eta_cell(i, st.generated_ms),
+                why_cell(i, st.generated_ms),
+            ]
+        })
+        .collect();
+    write_table(
+        out,
+        &[
+            "INSTANCE",
+            "SERVICE",
+            "SERVER",
+            "ZONE",
+            "STATE",
+            "WORK",
+            "ETA",
+            "UNKNOWN BECAUSE",
+        ],
+        &rows,
+    )?;
+    for n in &st.nodes {
+        writeln!(out, "{}", node_line(n, st))?;
+    }
+    Ok(())
+}
+
+/// The summed work: `0`, `3 (2 dlg, 1 txn)`, or for an unknown sum the
+/// lower bound the reporting nodes give: `?`, `>=3 (3 reg)`.
+fn work_cell(i: &InstanceStatus) -> String {
+    let total = i.counts.total();
+    let kinds = kinds(&i.counts);
+    match i.work {
+        Some(0) => "0".into(),
+        Some(n) => format!("{n} ({kinds})"),
+        None if total == 0 => "?".into(),
+        None => format!(">={total} ({kinds})"),
+    }
+}
+
+fn kinds(c: &WorkCounts) -> String {
+    [
+        (c.transactions, "txn"),
+        (c.dialogs, "dlg"),
+        (c.registrations, "reg"),
+        (c.subscriptions, "sub"),
+        (c.calls, "calls"),
+    ]
+    .iter()
+    .filter(|(n, _)| *n > 0)
+    .map(|(n, what)| format!("{n} {what}"))
+    .collect::<Vec<_>>()
+    .join(", ")
+}
+
+/// When the work should be gone, from now.
+fn eta_cell(i: &InstanceStatus, now_ms: u64) -> String {
+    i.eta
+        .until_ms()
+        .map_or_else(|| "-".into(), |at| work::in_words(at, now_ms))
+}
+
+/// Why the sum is unknown, and when it will be known if a node said.
+fn why_cell(i: &InstanceStatus, now_ms: u64) -> String {
+    let mut why = i.unknown.join("; ");
+    if let Some(at) = i.known_at_ms {
+        why.push_str(&format!(" (known {})", work::in_words(at, now_ms)));
+    }
+    why
+}
+
+/// One node: who answered, and whether its view is behind the store.
+fn node_line(n: &NodeAnswer, st: &SiteStatus) -> String {
+    let head = format!("node {} at {}:", n.kind, n.addr);
+    if let Some(e) = &n.error {
+        return format!("{head} no work report: {e}");
+    }
+    let mut line = format!("{head} {}", n.node.as_deref().unwrap_or("?"));
+    if let Some(rev) = n.revision {
+        line.push_str(&format!(", profile revision {rev}"));
+        if rev < st.revision {
+            line.push_str(" (behind: it has not applied the latest change)");
+        }
+    }
+    line
+}
+
+fn write_table(
+    out: &mut (dyn Write + Send),
+    header: &[&str],
+    rows: &[Vec<String>],
+) -> Result<(), CliError> {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let mut s = String::new();
+        for (i, (c, w)) in cells.iter().zip(&widths).enumerate() {
+            if i + 1 == cells.len() {
+                s.push_str(c);
+            } else {
+                s.push_str(&format!("{c:<w$}  "));
+            }
+        }
+        s.trim_end().to_owned()
+    };
+    writeln!(out, "{}", line(header.to_vec()))?;
+    for row in rows {
+        writeln!(out, "{}", line(row.iter().map(String::as_str).collect()))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,73 @@
+//! Site configuration: one TOML file per site, one schema for every binary.
+//!
+//! Loading happens in two steps. `toml` + serde check the shape (types,
+//! unknown fields) into the raw input of `raw`, with the spans of every
+//! value; then `validate` checks the meaning (references between servers,
+//! instances, accounts and listeners), one function per section, and builds
+//! the model of `types`. Both kinds of error carry the file, the line and
+//! the field ([`ConfigError`]).
+
+use std::net::IpAddr;
+use std::path::Path;
+
+use ipnet::IpNet;
+
+mod error;
+mod media;
+mod raw;
+mod types;
+mod validate;
+
+#[cfg(test)]
+mod tests;
+
+pub use error::ConfigError;
+pub use media::MediaConfig;
+pub use types::{
+    Account, AccountMatch, AdminConfig, ApGroup, DrainPolicy, Exception, HealthConfig, Instance,
+    Leg, Listener, ListenerMode, Server, Service, Site, SiteConfig, StoreConfig, Timers, Transport,
+};
+
+use error::Locator;
+
+impl SiteConfig {
+    /// Reads and validates a site file.
+    pub fn load(path: impl AsRef<Path>) -> Result<SiteConfig, ConfigError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|e| error::unreadable(path, &e))?;
+        Self::from_str_at(&text, path)
+    }
+
+    /// Parses and validates site TOML; `path` names the file in errors and
+    /// anchors relative paths.
+    pub fn from_str_at(text: &str, path: &Path) -> Result<SiteConfig, ConfigError> {
+        let loc = Locator { text, path };
+        let raw: raw::RawSite = toml::from_str(text).map_err(|e| loc.syntax(&e))?;
+        validate::validate(loc, raw)
+    }
+
+    /// The instance with this id.
+    pub fn instance(&self, id: &str) -> Option<&Instance> {
+        self.instances.iter().find(|i| i.id == id)
+    }
+
+    /// The instances of a service, in file order.
+    pub fn instances_of<'a>(&'a self, service: &'a Service) -> impl Iterator<Item = &'a Instance> {
+        self.instances.iter().filter(move |i| &i.service == service)
+    }
+
+    /// True if a server of this name is configured.
+    pub fn has_server(&self, name: &str) -> bool {
+        self.servers.iter().any(|s| s.name == name)
+    }
+
+    /// The listener with this name.
+    pub fn listener(&self, name: &str) -> Option<&Listener> {
+        self.listeners.iter().find(|l| l.name == name)
+    }
+}
+
+/// Is this address in one of these networks?
+pub fn in_networks(ip: IpAddr, nets: &[IpNet]) -> bool {
+    nets.iter().any(|n| n.contains(&ip))
+}

@@ -1,0 +1,134 @@
+//! The site file as written: serde input with the spans errors point at.
+//!
+//! `deny_unknown_fields` everywhere, so a misspelt key is an error with a
+//! line, not a silently ignored setting.
+
+use std::net::SocketAddr;
+
+use ipnet::IpNet;
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::types::{
+    AccountMatch, AdminConfig, DrainPolicy, Exception, HealthConfig, Leg, Timers, Transport,
+};
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawSite {
+    pub(super) site: RawSiteId,
+    #[serde(default)]
+    pub(super) store: Option<Spanned<RawStore>>,
+    #[serde(default)]
+    pub(super) timers: Timers,
+    #[serde(default)]
+    pub(super) drain: DrainPolicy,
+    #[serde(default)]
+    pub(super) health: HealthConfig,
+    #[serde(default)]
+    pub(super) admin: AdminConfig,
+    #[serde(default)]
+    pub(super) media: Option<Spanned<super::media::RawMedia>>,
+    #[serde(default)]
+    pub(super) server: Vec<Spanned<RawServer>>,
+    #[serde(default)]
+    pub(super) instance: Vec<Spanned<RawInstance>>,
+    #[serde(default)]
+    pub(super) account: Vec<Spanned<RawAccount>>,
+    #[serde(default)]
+    pub(super) ap_group: Vec<Spanned<RawApGroup>>,
+    #[serde(default)]
+    pub(super) listener: Vec<Spanned<RawListener>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawSiteId {
+    pub(super) name: Spanned<String>,
+    #[serde(default)]
+    pub(super) secret: Option<Spanned<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawStore {
+    #[serde(default = "default_store_kind")]
+    pub(super) kind: Spanned<String>,
+    #[serde(default)]
+    pub(super) path: Option<String>,
+    #[serde(default)]
+    pub(super) endpoints: Vec<String>,
+    #[serde(default)]
+    pub(super) prefix: Option<String>,
+}
+
+fn default_store_kind() -> Spanned<String> {
+    Spanned::new(0..0, "embedded".to_owned())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawServer {
+    pub(super) name: Spanned<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawInstance {
+    pub(super) id: Spanned<String>,
+    pub(super) service: Spanned<String>,
+    pub(super) server: Spanned<String>,
+    #[serde(default)]
+    pub(super) sip: Option<SocketAddr>,
+    #[serde(default)]
+    pub(super) ng: Option<Spanned<SocketAddr>>,
+    #[serde(default)]
+    pub(super) ng_source: Option<Spanned<std::net::IpAddr>>,
+    #[serde(default)]
+    pub(super) exceptions: Vec<Spanned<Exception>>,
+    #[serde(default)]
+    pub(super) sources: Vec<Spanned<IpNet>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawAccount {
+    pub(super) name: Spanned<String>,
+    #[serde(default)]
+    pub(super) multi_instance: bool,
+    #[serde(default)]
+    pub(super) home: Option<Spanned<String>>,
+    #[serde(default, rename = "match")]
+    pub(super) matcher: AccountMatch,
+    #[serde(default)]
+    pub(super) exceptions: Vec<Spanned<Exception>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawApGroup {
+    pub(super) name: Spanned<String>,
+    pub(super) members: Spanned<Vec<Spanned<String>>>,
+    pub(super) home: Spanned<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawListener {
+    pub(super) name: Spanned<String>,
+    pub(super) bind: Spanned<SocketAddr>,
+    #[serde(default)]
+    pub(super) advertise: Option<Spanned<SocketAddr>>,
+    #[serde(default = "default_transports")]
+    pub(super) transports: Spanned<Vec<Transport>>,
+    pub(super) mode: Spanned<String>,
+    #[serde(default)]
+    pub(super) pool: Option<Spanned<String>>,
+    #[serde(default)]
+    pub(super) instance: Option<Spanned<String>>,
+    pub(super) leg: Leg,
+}
+
+fn default_transports() -> Spanned<Vec<Transport>> {
+    Spanned::new(0..0, vec![Transport::Udp, Transport::Tcp])
+}

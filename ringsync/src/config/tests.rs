@@ -1,0 +1,263 @@
+//! The site file's errors and defaults, as an operator meets them.
+
+use super::*;
+use std::path::{Path, PathBuf};
+
+const GOOD: &str = r#"
+[site]
+name = "t1"
+
+[[server]]
+name = "srv-a"
+[[server]]
+name = "srv-b"
+
+[[instance]]
+id = "sg-a"
+service = "sg"
+server = "srv-a"
+sip = "127.0.0.1:5080"
+exceptions = [{ source = "10.0.0.0/8" }, { aor = "sip:112@example.com" }]
+
+[[instance]]
+id = "sg-b"
+service = "sg"
+server = "srv-b"
+sip = "127.0.0.2:5080"
+
+[[instance]]
+id = "esg-a"
+service = "esg"
+server = "srv-a"
+sip = "127.0.0.3:5080"
+
+[[instance]]
+id = "bill-a"
+service = "billing"
+server = "srv-a"
+[[instance]]
+id = "bill-b"
+service = "billing"
+server = "srv-b"
+
+[[account]]
+name = "carrier-x"
+multi_instance = true
+match = { source = ["192.0.2.0/24"], domain = ["carrier-x.example"] }
+
+[[account]]
+name = "carrier-y"
+home = "esg-a"
+match = { domain = ["y.example"] }
+
+[[ap_group]]
+name = "billing"
+members = ["bill-a", "bill-b"]
+home = "bill-a"
+
+[[listener]]
+name = "subscribers"
+bind = "127.0.0.1:5060"
+mode = "balance"
+pool = "sg"
+leg = "subscriber"
+
+[[listener]]
+name = "sg-a-guard"
+bind = "127.0.0.1:5061"
+transports = ["udp"]
+mode = "guard"
+instance = "sg-a"
+leg = "subscriber"
+"#;
+
+fn load(text: &str) -> Result<SiteConfig, ConfigError> {
+    SiteConfig::from_str_at(text, Path::new("/etc/site/t1.toml"))
+}
+
+#[test]
+fn good_site_loads_with_defaults() {
+    let c = load(GOOD).unwrap();
+    assert_eq!(c.site.name, "t1");
+    assert_eq!(c.instances.len(), 5);
+    assert_eq!(c.instances[3].service, Service::Other("billing".into()));
+    assert_eq!(c.timers, Timers::default());
+    assert_eq!(
+        c.store,
+        StoreConfig::Embedded {
+            path: PathBuf::from("/etc/site/t1.profiles.json")
+        }
+    );
+    assert_eq!(
+        c.listeners[0].transports,
+        vec![Transport::Udp, Transport::Tcp]
+    );
+    assert_eq!(
+        c.listeners[0].mode,
+        ListenerMode::Balance { pool: Service::Sg }
+    );
+    assert_eq!(
+        c.listeners[1].mode,
+        ListenerMode::Guard {
+            instance: "sg-a".into()
+        }
+    );
+    assert_eq!(c.listeners[1].advertise, c.listeners[1].bind);
+    assert_eq!(c.instances[0].exceptions.len(), 2);
+    assert_eq!(c.instance("sg-b").unwrap().server, "srv-b");
+    assert_eq!(c.instances_of(&Service::Sg).count(), 2);
+    assert!(!c.accounts[1].multi_instance);
+}
+
+#[test]
+fn unknown_server_names_file_line_and_field() {
+    // R-PR-1's sibling for config: a reference to an unknown server is refused.
+    let bad = GOOD.replace(
+        "server = \"srv-b\"\nsip = \"127.0.0.2:5080\"",
+        "server = \"srv-z\"\nsip = \"127.0.0.2:5080\"",
+    );
+    let e = load(&bad).unwrap_err();
+    assert_eq!(e.field, "instance[1].server");
+    assert!(e.message.contains("srv-z"), "{e}");
+    let expected = bad.lines().position(|l| l == "server = \"srv-z\"").unwrap() + 1;
+    assert_eq!(e.line, Some(expected));
+    let shown = e.to_string();
+    assert!(
+        shown.starts_with(&format!("/etc/site/t1.toml:{expected}:")),
+        "{shown}"
+    );
+    assert!(shown.contains("instance[1].server"), "{shown}");
+}
+
+#[test]
+fn syntax_error_has_a_line() {
+    let e = load("[site]\nname = \"x\"\n[[server]]\nname = 3\n").unwrap_err();
+    assert_eq!(e.line, Some(4));
+    let e = load("[site]\nname = \"x\"\nbogus = 1\n").unwrap_err();
+    assert_eq!(e.line, Some(3));
+    assert!(e.message.contains("bogus"), "{e}");
+}
+
+#[test]
+fn semantic_errors() {
+    let cases = [
+        (
+            GOOD.replace("pool = \"sg\"", "pool = \"mg\""),
+            "listener[0].pool",
+        ),
+        (
+            GOOD.replace("instance = \"sg-a\"", "instance = \"nope\""),
+            "listener[1].instance",
+        ),
+        (
+            GOOD.replace("home = \"esg-a\"", "home = \"sg-a\""),
+            "account[1].home",
+        ),
+        (
+            GOOD.replace("home = \"bill-a\"", "home = \"sg-a\""),
+            "ap_group[0].home",
+        ),
+        (
+            GOOD.replace("mode = \"guard\"", "mode = \"gaurd\""),
+            "listener[1].mode",
+        ),
+        (
+            GOOD.replace("id = \"sg-b\"", "id = \"sg-a\""),
+            "instance[1].id",
+        ),
+        (
+            GOOD.replace("id = \"sg-b\"", "id = \"sg b\""),
+            "instance[1].id",
+        ),
+        (
+            GOOD.replace("bind = \"127.0.0.1:5061\"", "bind = \"127.0.0.1:5060\""),
+            "listener[1].bind",
+        ),
+        (
+            GOOD.replace("{ aor = \"sip:112@example.com\" }", "{ }"),
+            "instance[0].exceptions[1]",
+        ),
+        (
+            GOOD.replace("name = \"t1\"", "name = \"t1\"\nsecret = \"short\""),
+            "site.secret",
+        ),
+    ];
+    for (text, field) in cases {
+        let e = load(&text).unwrap_err();
+        assert_eq!(e.field, field, "{e}");
+        assert!(e.line.is_some(), "{e}");
+    }
+}
+
+#[test]
+fn instance_sources_r_sec_1() {
+    let with = |a: &str, b: &str| {
+        GOOD.replace(
+            "sip = \"127.0.0.1:5080\"\n",
+            &format!("sip = \"127.0.0.1:5080\"\nsources = {a}\n"),
+        )
+        .replace(
+            "sip = \"127.0.0.2:5080\"\n",
+            &format!("sip = \"127.0.0.2:5080\"\nsources = {b}\n"),
+        )
+    };
+    let c = load(&with(
+        r#"["10.0.0.5/32", "fd00::/64"]"#,
+        r#"["10.0.0.6/32"]"#,
+    ))
+    .unwrap();
+    assert_eq!(c.instances[0].sources.len(), 2);
+    assert_eq!(
+        c.instances[1].sources,
+        ["10.0.0.6/32".parse::<IpNet>().unwrap()]
+    );
+    assert!(c.instances[2].sources.is_empty(), "default: none");
+    for (text, field, says) in [
+        // One network in two instances: a sender would be two instances.
+        (
+            with(r#"["10.0.0.0/24"]"#, r#"["10.0.0.6/32"]"#),
+            "instance[1].sources[0]",
+            "overlaps",
+        ),
+        (
+            with(r#"["10.0.0.5/32"]"#, r#"["10.0.0.0/8"]"#),
+            "instance[1].sources[0]",
+            "overlaps",
+        ),
+        (with(r#"["not-a-net"]"#, "[]"), "", "invalid IP address"),
+        (
+            GOOD.replace(
+                "service = \"billing\"\nserver = \"srv-a\"",
+                "service = \"billing\"\nserver = \"srv-a\"\nsources = [\"10.1.0.0/16\"]",
+            ),
+            "instance[3].sources[0]",
+            "sip",
+        ),
+    ] {
+        let e = load(&text).unwrap_err();
+        assert!(e.field.starts_with(field), "{e}");
+        assert!(e.line.is_some(), "{e}");
+        assert!(e.to_string().contains(says), "{e}");
+    }
+}
+
+#[test]
+fn etcd_store() {
+    let text =
+        format!("{GOOD}\n[store]\nkind = \"etcd\"\nendpoints = [\"http://127.0.0.1:2379\"]\n");
+    let c = load(&text).unwrap();
+    assert_eq!(
+        c.store,
+        StoreConfig::Etcd {
+            endpoints: vec!["http://127.0.0.1:2379".into()],
+            prefix: "/drain/t1".into()
+        }
+    );
+}
+
+#[test]
+fn example_site_is_valid() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/examples/site.toml");
+    let c = SiteConfig::load(&path).unwrap();
+    assert!(!c.listeners.is_empty());
+}

@@ -1,0 +1,593 @@
+//! From what the file says to what it means: one function per section,
+//! checking references between servers, instances, accounts, groups and
+//! listeners. The first error found wins; sections are checked in file
+//! order of dependency (site, servers, instances, accounts, Active-Passive
+//! groups, listeners, then store, health and media; `media.rs` checks
+//! `[media]` and the instances' `ng` and `ng_source`).
+//!
+//! `[timers]`, `[drain]` and `[admin]` have no cross-field rules: serde's
+//! types and `deny_unknown_fields` are their whole check.
+
+use std::collections::HashSet;
+use std::path::Path;
+
+use ipnet::IpNet;
+use toml::Spanned;
+
+use super::error::{ConfigError, Locator};
+use super::raw::{
+    RawAccount, RawApGroup, RawInstance, RawListener, RawServer, RawSite, RawSiteId, RawStore,
+};
+use super::types::{
+    Account, ApGroup, Exception, HealthConfig, Instance, Listener, ListenerMode, Server, Service,
+    Site, SiteConfig, StoreConfig,
+};
+
+type Result<T> = std::result::Result<T, ConfigError>;
+
+const EMPTY_EXCEPTION: &str =
+    "an exception needs at least one of all, source, aor, user, domain, method";
+
+/// Checks a parsed site file and builds the site model.
+pub(super) fn validate(loc: Locator<'_>, raw: RawSite) -> Result<SiteConfig> {
+    let v = Validator { loc };
+    let site = v.site(&raw.site)?;
+    let servers = v.servers(&raw.server)?;
+    let instances = v.instances(&raw.instance, &servers)?;
+    let accounts = v.accounts(&raw.account, &instances)?;
+    let ap_groups = v.ap_groups(&raw.ap_group, &instances)?;
+    let listeners = v.listeners(&raw.listener, &instances)?;
+    let store = v.store(raw.store.as_ref(), &site.name)?;
+    let health = v.health(raw.health)?;
+    let media = super::media::validate(&v, raw.media.as_ref(), &instances)?;
+    Ok(SiteConfig {
+        path: loc.path.to_owned(),
+        site,
+        store,
+        timers: raw.timers,
+        drain: raw.drain,
+        health,
+        admin: raw.admin,
+        media,
+        servers,
+        instances,
+        accounts,
+        ap_groups,
+        listeners,
+    })
+}
+
+/// Checks sections of one file; section checks in sibling modules take it
+/// to place their errors.
+pub(super) struct Validator<'a> {
+    loc: Locator<'a>,
+}
+
+/// The service of the instance with this id.
+fn service_of<'a>(instances: &'a [Instance], id: &str) -> Option<&'a Service> {
+    instances.iter().find(|i| i.id == id).map(|i| &i.service)
+}
+
+impl Validator<'_> {
+    /// An error at `span` (`0..0`: no line) in `field`.
+    pub(super) fn err(
+        &self,
+        span: std::ops::Range<usize>,
+        field: impl Into<String>,
+        message: impl Into<String>,
+    ) -> ConfigError {
+        self.loc.err(span, field, message)
+    }
+
+    /// A name at `field`, checked with [`check_name`].
+    fn name(&self, name: &Spanned<String>, field: impl Into<String>) -> Result<()> {
+        check_name(name.get_ref()).map_err(|m| self.err(name.span(), field, m))
+    }
+
+    /// `[site]`: a name, and a secret long enough to mean something.
+    fn site(&self, raw: &RawSiteId) -> Result<Site> {
+        let name = raw.name.get_ref().trim().to_owned();
+        if name.is_empty() {
+            return Err(self.err(raw.name.span(), "site.name", "must not be empty"));
+        }
+        let secret = match &raw.secret {
+            Some(s) if s.get_ref().len() < 16 => {
+                return Err(self.err(s.span(), "site.secret", "must be at least 16 characters"))
+            }
+            Some(s) => s.get_ref().clone(),
+            None => format!("ringsync-default-secret:{name}"),
+        };
+        Ok(Site { name, secret })
+    }
+
+    /// `[[server]]`: tame, unique names.
+    fn servers(&self, raw: &[Spanned<RawServer>]) -> Result<Vec<Server>> {
+        let mut servers = Vec::new();
+        let mut names = HashSet::new();
+        for (i, s) in raw.iter().enumerate() {
+            let name = &s.get_ref().name;
+            let field = format!("server[{i}].name");
+            self.name(name, &field)?;
+            if !names.insert(name.get_ref()) {
+                return Err(self.err(
+                    name.span(),
+                    field,
+                    format!("duplicate server `{}`", name.get_ref()),
+                ));
+            }
+            servers.push(Server {
+                name: name.get_ref().clone(),
+            });
+        }
+        Ok(servers)
+    }
+
+    /// `[[instance]]`: unique ids, a known server, the address its service needs.
+    fn instances(&self, raw: &[Spanned<RawInstance>], servers: &[Server]) -> Result<Vec<Instance>> {
+        let mut instances: Vec<Instance> = Vec::new();
+        for (i, spanned) in raw.iter().enumerate() {
+            let r = spanned.get_ref();
+            let id = r.id.get_ref();
+            self.name(&r.id, format!("instance[{i}].id"))?;
+            if instances.iter().any(|inst| &inst.id == id) {
+                return Err(self.err(
+                    r.id.span(),
+                    format!("instance[{i}].id"),
+                    format!("duplicate instance id `{id}`"),
+                ));
+            }
+            let service = Service::from(r.service.get_ref().clone());
+            if let Service::Other(name) = &service {
+                check_name(name)
+                    .map_err(|m| self.err(r.service.span(), format!("instance[{i}].service"), m))?;
+            }
+            if !servers.iter().any(|s| &s.name == r.server.get_ref()) {
+                return Err(self.err(
+                    r.server.span(),
+                    format!("instance[{i}].server"),
+                    format!(
+                        "unknown server `{}` (define it in a [[server]] table)",
+                        r.server.get_ref()
+                    ),
+                ));
+            }
+            self.addresses(i, spanned, &service)?;
+            instances.push(Instance {
+                id: id.clone(),
+                service,
+                server: r.server.get_ref().clone(),
+                sip: r.sip,
+                ng: r.ng.as_ref().map(|a| *a.get_ref()),
+                ng_source: r.ng_source.as_ref().map(|a| *a.get_ref()),
+                exceptions: self.exceptions(&format!("instance[{i}]"), &r.exceptions)?,
+                sources: r.sources.iter().map(|n| *n.get_ref()).collect(),
+            });
+        }
+        self.sources(raw)?;
+        super::media::check_instances(self, raw, &mut instances)?;
+        Ok(instances)
+    }
+
+    /// Instance `sources`: only on SIP instances, and no network in two
+    /// instances (a sender must map to one instance; R-SEC-1).
+    fn sources(&self, raw: &[Spanned<RawInstance>]) -> Result<()> {
+        let mut seen: Vec<(IpNet, usize)> = Vec::new();
+        for (i, spanned) in raw.iter().enumerate() {
+            let r = spanned.get_ref();
+            for (j, net) in r.sources.iter().enumerate() {
+                let field = format!("instance[{i}].sources[{j}]");
+                if r.sip.is_none() {
+                    let why = "only an instance with a `sip` address has sources";
+                    return Err(self.err(net.span(), field, why));
+                }
+                let n = *net.get_ref();
+                let overlaps = |m: &IpNet| m.contains(&n.network()) || n.contains(&m.network());
+                if let Some((_, k)) = seen.iter().find(|(m, k)| *k != i && overlaps(m)) {
+                    let other = raw[*k].get_ref().id.get_ref();
+                    let why = format!("{n} overlaps a source network of instance `{other}`");
+                    return Err(self.err(net.span(), field, why));
+                }
+                seen.push((n, i));
+            }
+        }
+        Ok(())
+    }
+
+    /// The addresses an instance's service is reached at: SIP for sg/esg,
+    /// ng for mg/bgmg.
+    fn addresses(&self, i: usize, spanned: &Spanned<RawInstance>, service: &Service) -> Result<()> {
+        let r = spanned.get_ref();
+        if service.is_sip() && r.sip.is_none() {
+            return Err(self.err(
+                spanned.span(),
+                format!("instance[{i}].sip"),
+                format!("a `{service}` instance needs a SIP address"),
+            ));
+        }
+        if matches!(service, Service::Mg | Service::Bgmg) && r.ng.is_none() {
+            return Err(self.err(
+                spanned.span(),
+                format!("instance[{i}].ng"),
+                format!("a `{service}` instance needs an ng address"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Drain exceptions of an instance or account (R-SG-3, R-ESG-3): each
+    /// must match on something.
+    fn exceptions(&self, owner: &str, raw: &[Spanned<Exception>]) -> Result<Vec<Exception>> {
+        for (j, e) in raw.iter().enumerate() {
+            if e.get_ref().is_empty() {
+                return Err(self.err(
+                    e.span(),
+                    format!("{owner}.exceptions[{j}]"),
+                    EMPTY_EXCEPTION,
+                ));
+            }
+        }
+        Ok(raw.iter().map(|e| e.get_ref().clone()).collect())
+    }
+
+    /// `[[account]]`: unique names, something to match on, a home esg for
+    /// single-instance accounts (R-ESG-5).
+    fn accounts(
+        &self,
+        raw: &[Spanned<RawAccount>],
+        instances: &[Instance],
+    ) -> Result<Vec<Account>> {
+        let mut accounts: Vec<Account> = Vec::new();
+        for (i, spanned) in raw.iter().enumerate() {
+            let r = spanned.get_ref();
+            let name = r.name.get_ref();
+            self.name(&r.name, format!("account[{i}].name"))?;
+            if accounts.iter().any(|a| &a.name == name) {
+                return Err(self.err(
+                    r.name.span(),
+                    format!("account[{i}].name"),
+                    format!("duplicate account `{name}`"),
+                ));
+            }
+            if r.matcher.source.is_empty() && r.matcher.domain.is_empty() {
+                return Err(self.err(
+                    spanned.span(),
+                    format!("account[{i}].match"),
+                    "an account needs at least one source network or domain to match",
+                ));
+            }
+            if let Some(home) = &r.home {
+                if service_of(instances, home.get_ref()) != Some(&Service::Esg) {
+                    return Err(self.err(
+                        home.span(),
+                        format!("account[{i}].home"),
+                        format!("`{}` is not an esg instance", home.get_ref()),
+                    ));
+                }
+            } else if !r.multi_instance {
+                return Err(self.err(
+                    spanned.span(),
+                    format!("account[{i}].home"),
+                    "a single-instance account needs its home esg instance (R-ESG-5)",
+                ));
+            }
+            accounts.push(Account {
+                name: name.clone(),
+                multi_instance: r.multi_instance,
+                home: r.home.as_ref().map(|h| h.get_ref().clone()),
+                matcher: r.matcher.clone(),
+                exceptions: self.exceptions(&format!("account[{i}]"), &r.exceptions)?,
+            });
+        }
+        Ok(accounts)
+    }
+
+    /// `[[ap_group]]`: unique names, two or more Active-Passive members, a
+    /// home among them.
+    fn ap_groups(
+        &self,
+        raw: &[Spanned<RawApGroup>],
+        instances: &[Instance],
+    ) -> Result<Vec<ApGroup>> {
+        let mut groups: Vec<ApGroup> = Vec::new();
+        for (i, spanned) in raw.iter().enumerate() {
+            let r = spanned.get_ref();
+            let name = r.name.get_ref();
+            self.name(&r.name, format!("ap_group[{i}].name"))?;
+            if groups.iter().any(|g| &g.name == name) {
+                return Err(self.err(
+                    r.name.span(),
+                    format!("ap_group[{i}].name"),
+                    format!("duplicate group `{name}`"),
+                ));
+            }
+            if r.members.get_ref().len() < 2 {
+                return Err(self.err(
+                    r.members.span(),
+                    format!("ap_group[{i}].members"),
+                    "an Active-Passive group needs at least two members",
+                ));
+            }
+            let members = self.ap_members(i, r, instances)?;
+            if !members.contains(r.home.get_ref()) {
+                return Err(self.err(
+                    r.home.span(),
+                    format!("ap_group[{i}].home"),
+                    format!("home `{}` is not a member of the group", r.home.get_ref()),
+                ));
+            }
+            groups.push(ApGroup {
+                name: name.clone(),
+                members,
+                home: r.home.get_ref().clone(),
+            });
+        }
+        Ok(groups)
+    }
+
+    /// The members of group `i`: known instances of an Active-Passive
+    /// service, each listed once.
+    fn ap_members(&self, i: usize, r: &RawApGroup, instances: &[Instance]) -> Result<Vec<String>> {
+        let mut members: Vec<String> = Vec::new();
+        for (j, m) in r.members.get_ref().iter().enumerate() {
+            let field = format!("ap_group[{i}].members[{j}]");
+            match service_of(instances, m.get_ref()) {
+                None => {
+                    return Err(self.err(
+                        m.span(),
+                        field,
+                        format!("unknown instance `{}`", m.get_ref()),
+                    ))
+                }
+                Some(s) if s.is_active_active() || s.never_drained() => {
+                    return Err(self.err(
+                        m.span(),
+                        field,
+                        format!(
+                            "`{}` runs `{s}`, which is not an Active-Passive service",
+                            m.get_ref()
+                        ),
+                    ))
+                }
+                Some(_) => {}
+            }
+            if members.contains(m.get_ref()) {
+                return Err(self.err(
+                    m.span(),
+                    field,
+                    format!("`{}` is listed twice", m.get_ref()),
+                ));
+            }
+            members.push(m.get_ref().clone());
+        }
+        Ok(members)
+    }
+
+    /// `[[listener]]`: unique names and bind addresses, a concrete advertised
+    /// address, at least one transport, a valid mode.
+    fn listeners(
+        &self,
+        raw: &[Spanned<RawListener>],
+        instances: &[Instance],
+    ) -> Result<Vec<Listener>> {
+        let mut listeners: Vec<Listener> = Vec::new();
+        for (i, spanned) in raw.iter().enumerate() {
+            let l = self.listener(i, spanned, &listeners, instances)?;
+            listeners.push(l);
+        }
+        Ok(listeners)
+    }
+
+    fn listener(
+        &self,
+        i: usize,
+        spanned: &Spanned<RawListener>,
+        before: &[Listener],
+        instances: &[Instance],
+    ) -> Result<Listener> {
+        let r = spanned.get_ref();
+        let name = r.name.get_ref();
+        self.name(&r.name, format!("listener[{i}].name"))?;
+        if before.iter().any(|l| &l.name == name) {
+            return Err(self.err(
+                r.name.span(),
+                format!("listener[{i}].name"),
+                format!("duplicate listener `{name}`"),
+            ));
+        }
+        let bind = *r.bind.get_ref();
+        if let Some(other) = before.iter().find(|l| l.bind == bind && bind.port() != 0) {
+            return Err(self.err(
+                r.bind.span(),
+                format!("listener[{i}].bind"),
+                format!("`{bind}` is already bound by listener `{}`", other.name),
+            ));
+        }
+        let advertise = match &r.advertise {
+            Some(a) if a.get_ref().ip().is_unspecified() => {
+                return Err(self.err(
+                    a.span(),
+                    format!("listener[{i}].advertise"),
+                    "must be a concrete address",
+                ))
+            }
+            Some(a) => *a.get_ref(),
+            None => bind,
+        };
+        if r.transports.get_ref().is_empty() {
+            return Err(self.err(
+                r.transports.span(),
+                format!("listener[{i}].transports"),
+                "needs at least one of \"udp\", \"tcp\"",
+            ));
+        }
+        let mode = match r.mode.get_ref().as_str() {
+            "balance" => self.balance(i, spanned, instances)?,
+            "guard" => self.guard(i, spanned, instances)?,
+            other => {
+                return Err(self.err(
+                    r.mode.span(),
+                    format!("listener[{i}].mode"),
+                    format!("unknown mode `{other}`, expected \"balance\" or \"guard\""),
+                ))
+            }
+        };
+        let mut transports = r.transports.get_ref().clone();
+        transports.dedup();
+        Ok(Listener {
+            name: name.clone(),
+            bind,
+            advertise,
+            transports,
+            mode,
+            leg: r.leg,
+        })
+    }
+
+    /// `mode = "balance"`: a pool of a SIP service that has instances.
+    fn balance(
+        &self,
+        i: usize,
+        spanned: &Spanned<RawListener>,
+        instances: &[Instance],
+    ) -> Result<ListenerMode> {
+        let r = spanned.get_ref();
+        let Some(pool) = &r.pool else {
+            return Err(self.err(
+                spanned.span(),
+                format!("listener[{i}].pool"),
+                "a balance listener needs `pool = \"<service>\"`",
+            ));
+        };
+        if r.instance.is_some() {
+            return Err(self.err(
+                spanned.span(),
+                format!("listener[{i}].instance"),
+                "a balance listener takes `pool`, not `instance`",
+            ));
+        }
+        let service = Service::from(pool.get_ref().clone());
+        if !service.is_sip() {
+            return Err(self.err(
+                pool.span(),
+                format!("listener[{i}].pool"),
+                format!("`{service}` is not a SIP service (sg or esg)"),
+            ));
+        }
+        if !instances.iter().any(|inst| inst.service == service) {
+            return Err(self.err(
+                pool.span(),
+                format!("listener[{i}].pool"),
+                format!("no instance of `{service}` is configured"),
+            ));
+        }
+        Ok(ListenerMode::Balance { pool: service })
+    }
+
+    /// `mode = "guard"`: one configured sg or esg instance.
+    fn guard(
+        &self,
+        i: usize,
+        spanned: &Spanned<RawListener>,
+        instances: &[Instance],
+    ) -> Result<ListenerMode> {
+        let r = spanned.get_ref();
+        let Some(inst) = &r.instance else {
+            return Err(self.err(
+                spanned.span(),
+                format!("listener[{i}].instance"),
+                "a guard listener needs `instance = \"<id>\"`",
+            ));
+        };
+        if r.pool.is_some() {
+            return Err(self.err(
+                spanned.span(),
+                format!("listener[{i}].pool"),
+                "a guard listener takes `instance`, not `pool`",
+            ));
+        }
+        match service_of(instances, inst.get_ref()) {
+            Some(s) if s.is_sip() => Ok(ListenerMode::Guard {
+                instance: inst.get_ref().clone(),
+            }),
+            Some(s) => Err(self.err(
+                inst.span(),
+                format!("listener[{i}].instance"),
+                format!("`{}` runs `{s}`, not sg or esg", inst.get_ref()),
+            )),
+            None => Err(self.err(
+                inst.span(),
+                format!("listener[{i}].instance"),
+                format!("unknown instance `{}`", inst.get_ref()),
+            )),
+        }
+    }
+
+    /// `[store]`: the embedded file (default, next to the site file) or etcd.
+    fn store(&self, raw: Option<&Spanned<RawStore>>, site: &str) -> Result<StoreConfig> {
+        let base = self.loc.path.parent().unwrap_or(Path::new("."));
+        let Some(s) = raw else {
+            return Ok(StoreConfig::Embedded {
+                path: base.join(format!("{site}.profiles.json")),
+            });
+        };
+        let r = s.get_ref();
+        match r.kind.get_ref().as_str() {
+            "embedded" => {
+                let p = r
+                    .path
+                    .clone()
+                    .unwrap_or_else(|| format!("{site}.profiles.json"));
+                Ok(StoreConfig::Embedded { path: base.join(p) })
+            }
+            "etcd" => {
+                if r.endpoints.is_empty() {
+                    return Err(self.err(
+                        s.span(),
+                        "store.endpoints",
+                        "an etcd store needs at least one endpoint",
+                    ));
+                }
+                Ok(StoreConfig::Etcd {
+                    endpoints: r.endpoints.clone(),
+                    prefix: r.prefix.clone().unwrap_or_else(|| format!("/drain/{site}")),
+                })
+            }
+            other => Err(self.err(
+                r.kind.span(),
+                "store.kind",
+                format!("unknown store kind `{other}`, expected \"embedded\" or \"etcd\""),
+            )),
+        }
+    }
+
+    /// `[health]`: a probe that is on needs a timeout and a failure count.
+    fn health(&self, raw: HealthConfig) -> Result<HealthConfig> {
+        if raw.interval_ms != 0 && (raw.timeout_ms == 0 || raw.failures == 0) {
+            return Err(self.err(
+                0..0,
+                "health",
+                "timeout_ms and failures must be positive when probing is on",
+            ));
+        }
+        Ok(raw)
+    }
+}
+
+/// Names go into Record-Route tokens, metric labels and file names: keep them tame.
+fn check_name(name: &str) -> std::result::Result<(), String> {
+    if name.is_empty() {
+        return Err("must not be empty".into());
+    }
+    if name.len() > 64 {
+        return Err("must be at most 64 characters".into());
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
+    {
+        return Err(format!(
+            "`{name}` has `{c}`; use letters, digits, `-`, `_`, `.`"
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,272 @@
+//! The site's status as operators read it (R-ST-1, R-ST-3): ask every node
+//! that should report work, sum their reports over the drain view with
+//! [`work::sum`], and hand out one shape, [`SiteStatus`], for both
+//! `ringsync status --json` and `GET /v1/status` of `ringsync serve`.
+//!
+//! A node that does not answer, answers for another site or as another kind
+//! of node, counts as a node that did not report: the instances it would
+//! count stay unknown (never `drained`), with its reason.
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::SiteConfig;
+use crate::fetch::Fetcher;
+use crate::view::DrainView;
+use crate::work::{self, InstanceStatus, NodeKind, NodeOutcome, WorkReport};
+
+/// A node expected to report on this site, and where it is asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeAddr {
+    /// What it counts.
+    pub kind: NodeKind,
+    /// Its admin address (it serves [`work::WORK_PATH`] there).
+    pub addr: SocketAddr,
+}
+
+/// The nodes of a one-machine site: the gate at `admin.gate_bind` and
+/// media-ctl at `admin.media_bind`, unless overridden.
+pub fn local_nodes(
+    config: &SiteConfig,
+    gate: Option<SocketAddr>,
+    media: Option<SocketAddr>,
+) -> Vec<NodeAddr> {
+    vec![
+        NodeAddr {
+            kind: NodeKind::Gate,
+            addr: gate.unwrap_or(config.admin.gate_bind),
+        },
+        NodeAddr {
+            kind: NodeKind::MediaCtl,
+            addr: media.unwrap_or(config.admin.media_bind),
+        },
+    ]
+}
+
+/// What asking one node gave, as status shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeAnswer {
+    /// What it counts.
+    pub kind: NodeKind,
+    /// Where it was asked.
+    pub addr: SocketAddr,
+    /// The name it reports under; absent when it gave no usable report.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// The profile revision its drain view is built from: behind the
+    /// store's while it has not applied the latest change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<u64>,
+    /// When it started (Unix ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_ms: Option<u64>,
+    /// Why it gave no usable report.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// The status of a site: `ringsync status --json` and `GET /v1/status`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SiteStatus {
+    /// Site name.
+    pub site: String,
+    /// Profile revision of the drain view.
+    pub revision: u64,
+    /// Servers in the drain zone (R-PR-3).
+    pub drain_zone: BTreeSet<String>,
+    /// When this status was made (Unix ms).
+    pub generated_ms: u64,
+    /// Every node asked, and what it answered.
+    pub nodes: Vec<NodeAnswer>,
+    /// Every instance, in config order: state and summed work (R-ST-1, R-ST-3).
+    pub instances: Vec<InstanceStatus>,
+}
+
+/// One asking of every node: what each answered, and the reports to sum.
+#[derive(Debug, Clone, Default)]
+pub struct Round {
+    /// Per node, in the order asked.
+    pub answers: Vec<NodeAnswer>,
+    /// The same nodes, as [`work::sum`] takes them.
+    pub outcomes: Vec<NodeOutcome>,
+}
+
+impl Round {
+    /// A round in which no node has been asked yet: every node is unknown.
+    pub fn not_asked(nodes: &[NodeAddr]) -> Round {
+        let failed = nodes
+            .iter()
+            .map(|n| (*n, Err("not asked yet".to_owned())))
+            .collect::<Vec<_>>();
+        Round::from_results(failed)
+    }
+
+    fn from_results(results: Vec<(NodeAddr, Result<WorkReport, String>)>) -> Round {
+        let mut round = Round::default();
+        for (at, report) in results {
+            let answer = match &report {
+                Ok(r) => NodeAnswer {
+                    kind: at.kind,
+                    addr: at.addr,
+                    node: Some(r.node.clone()),
+                    revision: Some(r.revision),
+                    started_ms: Some(r.started_ms),
+                    error: None,
+                },
+                Err(e) => NodeAnswer {
+                    kind: at.kind,
+                    addr: at.addr,
+                    node: None,
+                    revision: None,
+                    started_ms: None,
+                    error: Some(e.clone()),
+                },
+            };
+            let node = answer.node.clone().unwrap_or_else(|| at.addr.to_string());
+            round.answers.push(answer);
+            round.outcomes.push(NodeOutcome {
+                node,
+                kind: at.kind,
+                report,
+            });
+        }
+        round
+    }
+
+    /// The site's status: these answers summed over `view`.
+    pub fn status(&self, view: &DrainView) -> SiteStatus {
+        SiteStatus {
+            site: view.config().site.name.clone(),
+            revision: view.revision(),
+            drain_zone: view.drain_zone().clone(),
+            generated_ms: work::now_ms(),
+            nodes: self.answers.clone(),
+            instances: work::sum(view, &self.outcomes),
+        }
+    }
+}
+
+/// Asks every node once, all at the same time, and checks that each report
+/// is for `site` and from the kind of node expected there.
+pub async fn ask_all(fetcher: &Fetcher, site: &str, nodes: &[NodeAddr]) -> Round {
+    let asks = nodes.iter().map(|at| async move {
+        let report = match fetcher.work_report(at.addr).await {
+            // The address is named next to the reason already.
+            Err(e) => Err(e.failure.to_string()),
+            Ok(r) if r.kind != at.kind => Err(format!(
+                "answered as a `{}` node where a `{}` was expected",
+                r.kind, at.kind
+            )),
+            Ok(r) if r.site != site => Err(format!("reports for site `{}`, not `{site}`", r.site)),
+            Ok(r) => Ok(r),
+        };
+        (*at, report)
+    });
+    Round::from_results(futures::future::join_all(asks).await)
+}
+
+/// The latest round of a site's nodes, kept fresh by [`NodeBoard::run`]
+/// for `ringsync serve`.
+pub struct NodeBoard {
+    site: String,
+    nodes: Vec<NodeAddr>,
+    fetcher: Fetcher,
+    latest: ArcSwap<Round>,
+}
+
+impl NodeBoard {
+    /// A board for these nodes; until the first round, every node is unknown.
+    pub fn new(site: impl Into<String>, nodes: Vec<NodeAddr>, fetcher: Fetcher) -> Arc<NodeBoard> {
+        Arc::new(NodeBoard {
+            site: site.into(),
+            latest: ArcSwap::from_pointee(Round::not_asked(&nodes)),
+            nodes,
+            fetcher,
+        })
+    }
+
+    /// The nodes it asks.
+    pub fn nodes(&self) -> &[NodeAddr] {
+        &self.nodes
+    }
+
+    /// Asks every node now and keeps the answers.
+    pub async fn refresh(&self) -> Arc<Round> {
+        let round = Arc::new(ask_all(&self.fetcher, &self.site, &self.nodes).await);
+        self.latest.store(round.clone());
+        round
+    }
+
+    /// The last round.
+    pub fn latest(&self) -> Arc<Round> {
+        self.latest.load_full()
+    }
+
+    /// The site's status from the last round over `view`.
+    pub fn status(&self, view: &DrainView) -> SiteStatus {
+        self.latest().status(view)
+    }
+
+    /// Refreshes every `every` until `shutdown`, logging when a node stops
+    /// or starts answering.
+    pub async fn run(self: Arc<Self>, every: Duration, shutdown: CancellationToken) {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut was_ok: Vec<Option<bool>> = vec![None; self.nodes.len()];
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            let round = tokio::select! {
+                _ = shutdown.cancelled() => return,
+                r = self.refresh() => r,
+            };
+            for (a, was) in round.answers.iter().zip(was_ok.iter_mut()) {
+                let ok = a.error.is_none();
+                match (&a.error, *was) {
+                    (Some(e), Some(true) | None) => tracing::warn!(
+                        kind = %a.kind, addr = %a.addr, error = %e,
+                        "node gives no work report; the instances it counts stay unknown"
+                    ),
+                    (None, Some(false)) => {
+                        tracing::info!(kind = %a.kind, addr = %a.addr, "node reports again")
+                    }
+                    _ => {}
+                }
+                *was = Some(ok);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::SiteConfig;
+    use crate::profile::ProfileSet;
+    use crate::view::InstanceState;
+    use std::path::Path;
+
+    #[test]
+    fn before_the_first_round_nothing_is_known() {
+        let text = "[site]\nname = \"t\"\n[[server]]\nname = \"s\"\n\
+                    [[instance]]\nid = \"sg-a\"\nservice = \"sg\"\nserver = \"s\"\nsip = \"127.0.0.1:1\"\n";
+        let config = Arc::new(SiteConfig::from_str_at(text, Path::new("/t.toml")).unwrap());
+        let nodes = local_nodes(&config, None, Some("127.0.0.1:7".parse().unwrap()));
+        assert_eq!(nodes[0].addr, config.admin.gate_bind);
+        assert_eq!(nodes[1].addr.port(), 7);
+        let view = DrainView::build(config, &ProfileSet::default(), &[], &[]);
+        let st = Round::not_asked(&nodes).status(&view);
+        assert_eq!(st.nodes[1].error.as_deref(), Some("not asked yet"));
+        let sg = &st.instances[0];
+        assert_eq!((sg.state, sg.work), (InstanceState::Up, None));
+        assert_eq!(sg.unknown, ["gate 127.0.0.1:9091: not asked yet"]);
+    }
+}

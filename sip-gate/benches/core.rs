@@ -1,0 +1,66 @@
+//! Cost per message of the routing core and of its MACs.
+//!
+//! `cargo bench -p sip-gate --bench core` (docs/benchmarks.md). The INVITE
+//! case gives every iteration a fresh branch, so each one is a new
+//! transaction that is routed, record-routed and spliced, as on the wire.
+
+use std::hint::black_box;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
+use ringsync::config::SiteConfig;
+use ringsync::state::DrainState;
+use sip_gate::{Action, Core, Inbound, TokenKey};
+
+mod common;
+use common::{invite, SITE};
+
+fn tokens(c: &mut Criterion) {
+    let key = TokenKey::new("bench-site-secret-0123456789");
+    let call_id = b"a84b4c76e66710@pc33.example.com";
+    let token = key.seal("sg-a", call_id);
+    c.bench_function("token/seal", |b| {
+        b.iter(|| black_box(key.seal(black_box("sg-a"), black_box(call_id))))
+    });
+    c.bench_function("token/open", |b| {
+        b.iter(|| {
+            black_box(
+                key.open(black_box(token.as_bytes()), black_box(call_id))
+                    .is_ok(),
+            )
+        })
+    });
+}
+
+fn handle(c: &mut Criterion) {
+    let config =
+        Arc::new(SiteConfig::from_str_at(SITE, Path::new("bench.toml")).expect("bench site"));
+    let core = Core::new(config.clone(), DrainState::new(config)).expect("core");
+    let peer = "203.0.113.10:40000".parse().unwrap();
+    let inbound = Inbound::Udp { listener: 0, peer };
+    let start = Instant::now();
+    let mut n = 0u64;
+    c.bench_function("core/handle_invite", |b| {
+        b.iter_batched(
+            || {
+                n += 1;
+                if n.is_multiple_of(100_000) {
+                    // Keep the table small: forget every transaction so far.
+                    core.sweep(start + Duration::from_secs(3600));
+                }
+                invite(n)
+            },
+            |msg| {
+                let a = core.handle(inbound, msg, start);
+                assert!(matches!(a, Action::Send(..)));
+                a
+            },
+            BatchSize::SmallInput,
+        )
+    });
+}
+
+criterion_group!(benches, tokens, handle);
+criterion_main!(benches);

@@ -1,0 +1,110 @@
+//! The gate's Via branches.
+//!
+//! The branch the gate writes into its Via is derived from the client's
+//! transaction (so a retransmission or CANCEL carries the same branch
+//! downstream) and carries a MAC, so a response can be recognised as
+//! answering something the gate sent, even by a gate that restarted, and a
+//! forged one cannot make the gate relay it (R-SEC-1).
+//!
+//! Form: `z9hG4bK-g<key><mac>`, each 16 lowercase hex digits.
+
+use std::hash::Hasher;
+
+use siphasher::sip::SipHasher13;
+
+use crate::keys::{self, Key, Purpose};
+use crate::message::{SipMessage, Via};
+
+/// Prefix of the branches of forwarded requests: the RFC 3261 magic cookie
+/// and a marker.
+pub(crate) const BRANCH_PREFIX: &str = "z9hG4bK-g";
+/// Prefix of the branches of the gate's own health probes.
+pub(crate) const PROBE_PREFIX: &str = "z9hG4bK-p";
+
+/// Keys for transaction keys and branch MACs, from the site secret.
+#[derive(Clone, Debug)]
+pub(crate) struct BranchKey {
+    /// SipHash keys of the transaction table's keys (a client cannot aim
+    /// its branches at one bucket).
+    txn: (u64, u64),
+    mac: Key,
+}
+
+impl BranchKey {
+    /// Derives the keys from the site secret ([`crate::keys`]).
+    pub(crate) fn new(secret: &str) -> BranchKey {
+        BranchKey {
+            txn: Key::derive(secret, Purpose::TxnKey).words(),
+            mac: Key::derive(secret, Purpose::BranchMac),
+        }
+    }
+
+    /// The transaction key: RFC 3261 branch when the client sent one with the
+    /// magic cookie (17.2.3), else the RFC 2543 matching fields. ACK and
+    /// CANCEL of an INVITE share the INVITE's key, as they share its branch.
+    pub(crate) fn txn_key(&self, msg: &SipMessage, via: &Via<'_>) -> u64 {
+        let mut h = SipHasher13::new_with_keys(self.txn.0, self.txn.1);
+        match via.branch {
+            Some(b) if b.len() > 7 && b[..7].eq_ignore_ascii_case(b"z9hG4bK") => {
+                h.write(b);
+                h.write_u8(0xff);
+                h.write(via.host);
+                h.write_u16(via.port.unwrap_or(0));
+            }
+            _ => {
+                h.write(msg.raw().get(via.range.clone()).unwrap_or_default());
+                h.write(msg.call_id().unwrap_or_default());
+                h.write(msg.from_tag().unwrap_or_default());
+                h.write(msg.to_tag().unwrap_or_default());
+                h.write_u32(msg.cseq().map_or(0, |c| c.0));
+            }
+        }
+        h.finish()
+    }
+
+    fn mac(&self, key: u64) -> [u8; 8] {
+        self.mac.mac(&[&key.to_be_bytes()])
+    }
+
+    /// Appends the branch for transaction `key` to `out`.
+    pub(crate) fn write(&self, key: u64, out: &mut String) {
+        out.push_str(BRANCH_PREFIX);
+        keys::push_hex(out, &key.to_be_bytes());
+        keys::push_hex(out, &self.mac(key));
+    }
+
+    /// The transaction key of a branch the gate made; `None` for any other
+    /// branch, a forged one included. The MAC is compared in constant time.
+    pub(crate) fn open(&self, branch: &[u8]) -> Option<u64> {
+        let b = branch.strip_prefix(BRANCH_PREFIX.as_bytes())?;
+        let (k, mac) = (b.get(..16)?, b.get(16..)?);
+        let k = u64::from_be_bytes(keys::parse_hex::<8>(k)?);
+        let mac = keys::parse_hex::<8>(mac)?;
+        keys::same(&self.mac(k), &mac).then_some(k)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn branch_round_trip_and_forgery_r_sec_1() {
+        let k = BranchKey::new("a-long-enough-site-secret");
+        let mut b = String::new();
+        k.write(0x0123_4567_89ab_cdef, &mut b);
+        assert_eq!(b.len(), BRANCH_PREFIX.len() + 32);
+        assert_eq!(k.open(b.as_bytes()), Some(0x0123_4567_89ab_cdef));
+        // Another site's key, a flipped digit, a truncated MAC: refused.
+        assert_eq!(
+            BranchKey::new("another-site-secret-x").open(b.as_bytes()),
+            None
+        );
+        let mut flipped = b.clone().into_bytes();
+        let last = flipped.len() - 1;
+        flipped[last] = if flipped[last] == b'0' { b'1' } else { b'0' };
+        assert_eq!(k.open(&flipped), None);
+        assert_eq!(k.open(&b.as_bytes()[..b.len() - 1]), None);
+        assert_eq!(k.open(b"z9hG4bK-p0-1"), None);
+    }
+}

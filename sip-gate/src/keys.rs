@@ -1,0 +1,149 @@
+//! The gate's secret keys, all derived from the site secret.
+//!
+//! Every gate node of a site holds the same secret, so each one derives the
+//! same keys and reads the others' tokens and branches (R-GW-2). Each use has
+//! its own key, derived with BLAKE3's key derivation function (`derive_key`
+//! with a context string per use): a MAC made for one purpose (a branch, say)
+//! never verifies as another (a Record-Route token). The MACs are BLAKE3
+//! keyed hashes, truncated, and checked with a constant-time comparison so
+//! the time a check takes tells nothing about how many bytes matched.
+
+use subtle::ConstantTimeEq;
+
+/// A 256-bit key for one purpose.
+#[derive(Clone)]
+pub(crate) struct Key([u8; 32]);
+
+impl std::fmt::Debug for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Key(..)")
+    }
+}
+
+/// What a key is for; each names its own KDF context.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Purpose {
+    /// Record-Route tokens ([`crate::token`]).
+    RouteToken,
+    /// MACs of the gate's Via branches ([`crate::branch`]).
+    BranchMac,
+    /// Transaction keys hashed from the client's branch ([`crate::branch`]).
+    TxnKey,
+    /// To tags of the responses the gate makes ([`crate::reply`]).
+    ReplyTag,
+}
+
+impl Purpose {
+    fn context(self) -> &'static str {
+        match self {
+            Purpose::RouteToken => "sip-gate 2026-11 record-route token v2",
+            Purpose::BranchMac => "sip-gate 2026-11 via branch mac v2",
+            Purpose::TxnKey => "sip-gate 2026-11 transaction key v2",
+            Purpose::ReplyTag => "sip-gate 2026-11 reply to-tag v2",
+        }
+    }
+}
+
+impl Key {
+    /// The key for `purpose` from the site secret.
+    pub(crate) fn derive(secret: &str, purpose: Purpose) -> Key {
+        Key(blake3::derive_key(purpose.context(), secret.as_bytes()))
+    }
+
+    /// The first `N` (at most 32) bytes of the keyed BLAKE3 hash of
+    /// `parts`, written one after the other (callers keep them unambiguous).
+    pub(crate) fn mac<const N: usize>(&self, parts: &[&[u8]]) -> [u8; N] {
+        const { assert!(N <= blake3::OUT_LEN) };
+        let mut h = blake3::Hasher::new_keyed(&self.0);
+        for p in parts {
+            h.update(p);
+        }
+        let hash = h.finalize();
+        let mut out = [0u8; N];
+        out.copy_from_slice(&hash.as_bytes()[..N]);
+        out
+    }
+
+    /// Two 64-bit words of key material (for SipHash-keyed hash tables).
+    pub(crate) fn words(&self) -> (u64, u64) {
+        let [a, b, c, d, e, f, g, h, i, j, k, l, m, n, o, p, ..] = self.0;
+        (
+            u64::from_le_bytes([a, b, c, d, e, f, g, h]),
+            u64::from_le_bytes([i, j, k, l, m, n, o, p]),
+        )
+    }
+}
+
+/// Constant-time equality of two MACs (a length mismatch is not secret).
+pub(crate) fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && bool::from(a.ct_eq(b))
+}
+
+/// Lowercase hex of `bytes`, appended to `out`.
+pub(crate) fn push_hex(out: &mut String, bytes: &[u8]) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    for b in bytes {
+        out.push(HEX[usize::from(b >> 4)] as char);
+        out.push(HEX[usize::from(b & 0xf)] as char);
+    }
+}
+
+/// Decodes exactly `2 * N` hex digits (either case).
+pub(crate) fn parse_hex<const N: usize>(hex: &[u8]) -> Option<[u8; N]> {
+    if hex.len() != 2 * N {
+        return None;
+    }
+    let digit = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+    let mut out = [0u8; N];
+    for (o, pair) in out.iter_mut().zip(hex.chunks_exact(2)) {
+        *o = digit(pair[0])? << 4 | digit(pair[1])?;
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn purposes_get_different_keys_and_macs() {
+        let s = "a-long-enough-site-secret";
+        let macs: Vec<[u8; 8]> = [
+            Purpose::RouteToken,
+            Purpose::BranchMac,
+            Purpose::TxnKey,
+            Purpose::ReplyTag,
+        ]
+        .into_iter()
+        .map(|p| Key::derive(s, p).mac(&[b"same input"]))
+        .collect();
+        for (i, a) in macs.iter().enumerate() {
+            for b in &macs[i + 1..] {
+                assert_ne!(a, b);
+            }
+        }
+        // Same secret, same key (every gate node of a site agrees).
+        let k = Key::derive(s, Purpose::BranchMac);
+        assert_eq!(
+            k.mac::<8>(&[b"x"]),
+            Key::derive(s, Purpose::BranchMac).mac(&[b"x"])
+        );
+        assert_ne!(
+            k.mac::<8>(&[b"x"]),
+            Key::derive("another-secret-xx", Purpose::BranchMac).mac(&[b"x"])
+        );
+    }
+
+    #[test]
+    fn hex_round_trip_and_constant_time_compare() {
+        let mut s = String::new();
+        push_hex(&mut s, &[0x01, 0xab, 0xff]);
+        assert_eq!(s, "01abff");
+        assert_eq!(parse_hex::<3>(b"01ABff"), Some([0x01, 0xab, 0xff]));
+        assert_eq!(parse_hex::<3>(b"01abf"), None);
+        assert_eq!(parse_hex::<3>(b"01abfg"), None);
+        assert!(same(b"abc", b"abc"));
+        assert!(!same(b"abc", b"abd"));
+        assert!(!same(b"abc", b"ab"));
+    }
+}

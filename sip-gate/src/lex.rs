@@ -1,0 +1,381 @@
+//! The byte-level lexer shared by stream framing ([`crate::frame`]) and the
+//! message view ([`crate::message`]), so the two can never disagree on where
+//! a message ends: the end of the header section, header lines with folding,
+//! `Content-Length`, and inside values: whitespace, tokens, quoted strings,
+//! comma lists and `;name=value` parameters.
+//!
+//! Every function works on a buffer and offsets into it, never copies, and
+//! stays within the buffer whatever the offsets (out-of-range reads are
+//! empty, arithmetic saturates).
+
+use std::ops::Range;
+
+/// Where the header section of a message ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct HeadEnd {
+    /// Offset of the empty line: new headers are inserted here.
+    pub header_end: usize,
+    /// Offset of the first body byte (after the empty line).
+    pub body_start: usize,
+}
+
+/// Finds the first empty line. CRLF CRLF is the standard terminator; a bare
+/// LF line ending is accepted too, because some peers send them and the
+/// byte-for-byte forwarding does not care.
+pub(crate) fn find_head_end(buf: &[u8]) -> Option<HeadEnd> {
+    for nl in memchr::memchr_iter(b'\n', buf) {
+        let next = nl.checked_add(1)?;
+        match buf.get(next) {
+            Some(b'\n') => {
+                return Some(HeadEnd {
+                    header_end: next,
+                    body_start: next.checked_add(1)?,
+                })
+            }
+            Some(b'\r') if buf.get(next.checked_add(1)?) == Some(&b'\n') => {
+                return Some(HeadEnd {
+                    header_end: next,
+                    body_start: next.checked_add(2)?,
+                })
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// One logical header line as found by [`header_lines`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RawHeader {
+    /// The whole line including folded continuations and the final line end.
+    pub line: Range<usize>,
+    /// The header name without surrounding whitespace; empty when the line
+    /// has no colon or an invalid name (the caller reports it).
+    pub name: Range<usize>,
+    /// The value with leading and trailing whitespace (and line ends) removed.
+    pub value: Range<usize>,
+    /// False when the line has no colon or the name is not a token.
+    pub well_formed: bool,
+}
+
+/// Iterates the logical header lines of `buf[range]`. `range` must start at
+/// the first header line and end at the empty line (as given by
+/// [`find_head_end`]); lines beginning with SP or HT are folded into the
+/// previous one.
+pub(crate) fn header_lines(buf: &[u8], range: Range<usize>) -> HeaderLines<'_> {
+    HeaderLines {
+        buf,
+        pos: range.start,
+        end: range.end.min(buf.len()),
+    }
+}
+
+/// Iterator returned by [`header_lines`].
+pub(crate) struct HeaderLines<'a> {
+    buf: &'a [u8],
+    pos: usize,
+    end: usize,
+}
+
+impl Iterator for HeaderLines<'_> {
+    type Item = RawHeader;
+
+    fn next(&mut self) -> Option<RawHeader> {
+        if self.pos >= self.end {
+            return None;
+        }
+        let start = self.pos;
+        let first_end = self.line_end(start);
+        let mut end = first_end;
+        while end < self.end && matches!(self.buf.get(end), Some(b' ' | b'\t')) {
+            end = self.line_end(end);
+        }
+        self.pos = end;
+
+        let first = self.buf.get(start..first_end).unwrap_or_default();
+        let Some(colon) = memchr::memchr(b':', first) else {
+            return Some(RawHeader {
+                line: start..end,
+                name: start..start,
+                value: start..start,
+                well_formed: false,
+            });
+        };
+        let colon = start.saturating_add(colon);
+        let name = trim(self.buf, start..colon);
+        // A first header line that starts with whitespace would be a fold of
+        // the start line, which RFC 3261 does not allow.
+        let name_ok = !name.is_empty()
+            && name.start == start
+            && self
+                .buf
+                .get(name.clone())
+                .is_some_and(|n| n.iter().all(|&b| is_token(b)));
+        let value = trim(self.buf, colon.saturating_add(1)..end);
+        Some(RawHeader {
+            line: start..end,
+            name,
+            value,
+            well_formed: name_ok,
+        })
+    }
+}
+
+impl HeaderLines<'_> {
+    /// End (exclusive, after the LF) of the physical line starting at `from`.
+    fn line_end(&self, from: usize) -> usize {
+        let rest = self.buf.get(from..self.end).unwrap_or_default();
+        match memchr::memchr(b'\n', rest) {
+            Some(i) => from.saturating_add(i).saturating_add(1),
+            None => self.end,
+        }
+    }
+}
+
+/// Linear whitespace as it may appear inside a (possibly folded) value.
+pub(crate) fn is_lws(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\r' | b'\n')
+}
+
+/// RFC 3261 `token` characters.
+pub(crate) fn is_token(b: u8) -> bool {
+    b.is_ascii_alphanumeric()
+        || matches!(
+            b,
+            b'-' | b'.' | b'!' | b'%' | b'*' | b'_' | b'+' | b'`' | b'\'' | b'~'
+        )
+}
+
+/// Shrinks `range` so it neither starts nor ends with whitespace.
+pub(crate) fn trim(buf: &[u8], range: Range<usize>) -> Range<usize> {
+    let Some(bytes) = buf.get(range.clone()) else {
+        return range.start..range.start;
+    };
+    let Some(first) = bytes.iter().position(|&b| !is_lws(b)) else {
+        return range.start..range.start;
+    };
+    let last = bytes.iter().rposition(|&b| !is_lws(b)).unwrap_or(first);
+    range.start.saturating_add(first)..range.start.saturating_add(last).saturating_add(1)
+}
+
+/// Parses an unsigned decimal made only of digits, `None` on anything else
+/// or on overflow. Leading zeros are fine (RFC 4475 wsinv uses them).
+pub(crate) fn parse_decimal(bytes: &[u8]) -> Option<u64> {
+    if bytes.is_empty() {
+        return None;
+    }
+    let mut n: u64 = 0;
+    for &b in bytes {
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        n = n.checked_mul(10)?.checked_add(u64::from(b - b'0'))?;
+    }
+    Some(n)
+}
+
+/// Outcome of looking for `Content-Length` in a header section.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ContentLength {
+    /// No `Content-Length` / `l` header.
+    Absent,
+    /// Present but not a non-negative decimal that fits in `usize`.
+    Bad,
+    /// Present several times with different values.
+    Conflicting,
+    /// The announced body length.
+    Value(usize),
+}
+
+/// Whether a header name is `Content-Length` or its compact form `l`.
+pub(crate) fn is_content_length(name: &[u8]) -> bool {
+    name.eq_ignore_ascii_case(b"content-length") || name.eq_ignore_ascii_case(b"l")
+}
+
+/// Reads `Content-Length` from the header lines in `buf[headers]`.
+pub(crate) fn content_length(buf: &[u8], headers: Range<usize>) -> ContentLength {
+    let mut found = ContentLength::Absent;
+    for h in header_lines(buf, headers) {
+        let name = buf.get(h.name.clone()).unwrap_or_default();
+        if !h.well_formed || !is_content_length(name) {
+            continue;
+        }
+        let value = buf.get(h.value.clone()).unwrap_or_default();
+        let n = match parse_decimal(value).and_then(|n| usize::try_from(n).ok()) {
+            Some(n) => n,
+            None => return ContentLength::Bad,
+        };
+        found = match found {
+            ContentLength::Value(prev) if prev != n => return ContentLength::Conflicting,
+            _ => ContentLength::Value(n),
+        };
+    }
+    found
+}
+
+/// End of the run starting at `pos` (bounded by `end`) of bytes matching `f`.
+pub(crate) fn take_while(buf: &[u8], pos: usize, end: usize, f: impl Fn(u8) -> bool) -> usize {
+    let end = end.min(buf.len());
+    let mut p = pos;
+    while p < end && buf.get(p).is_some_and(|&b| f(b)) {
+        p = p.saturating_add(1);
+    }
+    p.max(pos.min(end))
+}
+
+pub(crate) fn skip_lws(buf: &[u8], pos: usize, end: usize) -> usize {
+    take_while(buf, pos, end, is_lws)
+}
+
+/// Given `buf[pos] == '"'`, the offset just after the closing quote;
+/// backslash escapes any byte (RFC 3261 quoted-pair, NUL included).
+pub(crate) fn quoted_end(buf: &[u8], pos: usize, end: usize) -> Option<usize> {
+    let end = end.min(buf.len());
+    let mut p = pos.checked_add(1)?;
+    while p < end {
+        match buf.get(p)? {
+            b'\\' => p = p.checked_add(2)?,
+            b'"' => return p.checked_add(1),
+            _ => p = p.checked_add(1)?,
+        }
+    }
+    None
+}
+
+/// Splits a list value on top-level commas. Quoted strings (with `\"`
+/// escapes) and `<...>` protect their commas; elements are trimmed and empty
+/// ones dropped (RFC 3261 7.3.1 allows null list elements). `None` when a
+/// quote or angle bracket is left open.
+pub(crate) fn split_list(buf: &[u8], value: Range<usize>) -> Option<Vec<Range<usize>>> {
+    let end = value.end.min(buf.len());
+    let mut out = Vec::new();
+    let mut elem_start = value.start;
+    let mut p = value.start;
+    let mut in_angle = false;
+    while p < end {
+        match buf.get(p)? {
+            b'"' if !in_angle => {
+                p = quoted_end(buf, p, end)?;
+                continue;
+            }
+            b'<' => in_angle = true,
+            b'>' => in_angle = false,
+            b',' if !in_angle => {
+                let e = trim(buf, elem_start..p);
+                if !e.is_empty() {
+                    out.push(e);
+                }
+                elem_start = p.saturating_add(1);
+            }
+            _ => {}
+        }
+        p = p.saturating_add(1);
+    }
+    if in_angle {
+        return None;
+    }
+    let e = trim(buf, elem_start..end);
+    if !e.is_empty() {
+        out.push(e);
+    }
+    Some(out)
+}
+
+/// One `;name[=value]` parameter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Param {
+    pub(crate) name: Range<usize>,
+    pub(crate) value: Option<Range<usize>>,
+    /// From the name to the end of the value (no `;`).
+    pub(crate) whole: Range<usize>,
+}
+
+/// Parses `*(SWS ";" SWS name [SWS "=" SWS value])` up to `range.end`;
+/// `None` on anything else. Values are a quoted string or a run of bytes
+/// other than whitespace and `;` (so IPv6 `received=[::1]` works).
+pub(crate) fn parse_params(buf: &[u8], range: Range<usize>) -> Option<Vec<Param>> {
+    let end = range.end.min(buf.len());
+    let mut out = Vec::new();
+    let mut p = skip_lws(buf, range.start, end);
+    while p < end {
+        if buf.get(p) != Some(&b';') {
+            return None;
+        }
+        let name_start = skip_lws(buf, p.saturating_add(1), end);
+        let name_end = take_while(buf, name_start, end, is_token);
+        if name_end == name_start {
+            return None;
+        }
+        let mut q = skip_lws(buf, name_end, end);
+        let mut value = None;
+        let mut whole_end = name_end;
+        if buf.get(q) == Some(&b'=') && q < end {
+            let v_start = skip_lws(buf, q.saturating_add(1), end);
+            let v_end = if buf.get(v_start) == Some(&b'"') {
+                quoted_end(buf, v_start, end)?
+            } else {
+                take_while(buf, v_start, end, |b| !is_lws(b) && b != b';')
+            };
+            if v_end == v_start {
+                return None;
+            }
+            value = Some(v_start..v_end);
+            whole_end = v_end;
+            q = skip_lws(buf, v_end, end);
+        }
+        out.push(Param {
+            name: name_start..name_end,
+            value,
+            whole: name_start..whole_end,
+        });
+        p = q;
+    }
+    Some(out)
+}
+
+/// The first parameter named `name` (case-insensitive) in `range`.
+pub(crate) fn find_param(buf: &[u8], range: Range<usize>, name: &[u8]) -> Option<Param> {
+    parse_params(buf, range)?.into_iter().find(|p| {
+        buf.get(p.name.clone())
+            .is_some_and(|n| n.eq_ignore_ascii_case(name))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lexer_folding_and_trim() {
+        let m = b"X\r\nA :  one\r\n two \r\n\tthree\r\nbad line\r\nB:\r\n\r\n";
+        let head = find_head_end(m).unwrap();
+        let lines: Vec<_> = header_lines(m, 3..head.header_end).collect();
+        assert_eq!(lines.len(), 3);
+        assert_eq!(&m[lines[0].name.clone()], b"A");
+        assert_eq!(&m[lines[0].value.clone()], b"one\r\n two \r\n\tthree");
+        assert_eq!(
+            &m[lines[0].line.clone()],
+            b"A :  one\r\n two \r\n\tthree\r\n"
+        );
+        assert!(!lines[1].well_formed);
+        assert!(lines[2].well_formed);
+        assert!(lines[2].value.is_empty());
+        let m = b"X\r\n Via: a\r\n\r\n";
+        let lines: Vec<_> = header_lines(m, 3..m.len() - 2).collect();
+        assert_eq!(lines.len(), 1);
+        assert!(!lines[0].well_formed);
+    }
+
+    #[test]
+    fn split_list_respects_quotes_and_angles() {
+        let v = br#"a, "x,\"y" <sip:a,b>;p=1 , ,<c>"#;
+        let parts = split_list(v, 0..v.len()).unwrap();
+        let parts: Vec<&[u8]> = parts.into_iter().map(|r| &v[r]).collect();
+        assert_eq!(
+            parts,
+            vec![&b"a"[..], &br#""x,\"y" <sip:a,b>;p=1"#[..], &b"<c>"[..]]
+        );
+        assert_eq!(split_list(b"<a", 0..2), None);
+        assert_eq!(split_list(b"\"a", 0..2), None);
+    }
+}

@@ -1,0 +1,512 @@
+//! A zero-copy view of one SIP message.
+//!
+//! The proxy forwards the bytes it received and splices only Via,
+//! Max-Forwards, Route and Record-Route (see [`crate::edit`]), so this is an
+//! index over the raw bytes, not a tree: every piece the view exposes is a
+//! range into [`SipMessage::raw`] or a slice borrowed from it.
+//!
+//! # Strict and lenient parsing
+//!
+//! [`SipMessage::scan`] only needs a start line and an empty line; it
+//! records every header line and remembers the first defect it saw (a line
+//! without a colon, a bad Content-Length, a short body, a bad version).
+//! [`SipMessage::validate`] then checks what a proxy relies on: the defect,
+//! the mandatory headers, CSeq, Via, From, To, Route, Record-Route, Contact and
+//! Max-Forwards. [`SipMessage::parse`] is both in one call.
+//!
+//! The proxy calls `scan`, then `validate`. When validation fails on a
+//! request for which [`SipMessage::has_mandatory`] is true, it answers 400
+//! with [`ParseError::reason`] as the reason phrase (or 505 for
+//! [`ParseError::UnsupportedVersion`]); otherwise it drops the message.
+
+mod error;
+mod name_addr;
+mod names;
+mod start_line;
+#[cfg(test)]
+mod tests;
+mod via;
+
+use std::ops::Range;
+
+use bytes::Bytes;
+
+use crate::lex::{self, find_param, skip_lws, split_list, take_while, ContentLength};
+
+pub use error::ParseError;
+pub use name_addr::{ContactView, NameAddr};
+pub use names::{HeaderName, Method};
+pub use start_line::StartLine;
+pub use via::Via;
+
+use name_addr::{parse_contact, parse_delta, parse_name_addr, NameAddrParts};
+use start_line::parse_start_line;
+use via::parse_via;
+
+/// One logical header line (folded continuations included).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeaderField {
+    /// The classified name; `Other` also for malformed lines.
+    pub name: HeaderName,
+    /// The header name as written (empty for a malformed line).
+    pub name_range: Range<usize>,
+    /// The whole line including folded continuation lines and the final
+    /// line end: removing this range removes the header.
+    pub line: Range<usize>,
+    /// The value without leading and trailing whitespace. Inner folds stay.
+    pub value: Range<usize>,
+}
+
+/// A zero-copy view of one SIP message: the raw bytes plus ranges.
+#[derive(Debug, Clone)]
+pub struct SipMessage {
+    raw: Bytes,
+    start: StartLine,
+    /// The method token for requests, empty for responses.
+    method: Range<usize>,
+    headers: Vec<HeaderField>,
+    header_end: usize,
+    body: Range<usize>,
+    /// The first problem `scan` tolerated; `validate` reports it.
+    defect: Option<ParseError>,
+}
+
+impl SipMessage {
+    /// Parses one datagram, or one stream message cut by
+    /// [`crate::lex::check`], and checks it ([`SipMessage::scan`] then
+    /// [`SipMessage::validate`]).
+    pub fn parse(raw: Bytes) -> Result<SipMessage, ParseError> {
+        let msg = SipMessage::scan(raw)?;
+        msg.validate()?;
+        Ok(msg)
+    }
+
+    /// Indexes the message with as few checks as possible: it fails only
+    /// without a recognisable start line or without an empty line. Other
+    /// problems are remembered and reported by [`SipMessage::validate`].
+    ///
+    /// Leading CRLFs are skipped (RFC 3261 7.5). If Content-Length is present
+    /// the body is that many bytes and any extra bytes are ignored
+    /// (RFC 3261 18.3); if absent, the body is the rest of the datagram.
+    pub fn scan(raw: Bytes) -> Result<SipMessage, ParseError> {
+        let buf: &[u8] = &raw;
+        let begin = buf
+            .iter()
+            .position(|&b| b != b'\r' && b != b'\n')
+            .ok_or(ParseError::Empty)?;
+        let head = lex::find_head_end(buf.get(begin..).unwrap_or_default())
+            .ok_or(ParseError::Unterminated)?;
+        let header_end = begin.saturating_add(head.header_end);
+        let body_start = begin.saturating_add(head.body_start);
+        let line_end = memchr::memchr(b'\n', buf.get(begin..).unwrap_or_default())
+            .map_or(header_end, |i| begin.saturating_add(i));
+        let first_header = line_end.saturating_add(1).min(header_end);
+        let mut start_line = begin..line_end;
+        if buf.get(line_end.saturating_sub(1)) == Some(&b'\r') && line_end > begin {
+            start_line.end = line_end.saturating_sub(1);
+        }
+
+        let mut defect = None;
+        let (start, method) = parse_start_line(buf, start_line, &mut defect)?;
+
+        let headers: Vec<HeaderField> = lex::header_lines(buf, first_header..header_end)
+            .map(|h| {
+                let name = if h.well_formed {
+                    HeaderName::from_bytes(buf.get(h.name.clone()).unwrap_or_default())
+                } else {
+                    note(&mut defect, ParseError::BadHeader);
+                    HeaderName::Other
+                };
+                HeaderField {
+                    name,
+                    name_range: h.name,
+                    line: h.line,
+                    value: h.value,
+                }
+            })
+            .collect();
+
+        let len = buf.len();
+        let body = match lex::content_length(buf, first_header..header_end) {
+            ContentLength::Absent => body_start..len,
+            ContentLength::Bad | ContentLength::Conflicting => {
+                note(&mut defect, ParseError::BadContentLength);
+                body_start..len
+            }
+            ContentLength::Value(n) => match body_start.checked_add(n) {
+                Some(end) if end <= len => body_start..end,
+                _ => {
+                    note(&mut defect, ParseError::BodyTooShort);
+                    body_start..len
+                }
+            },
+        };
+
+        Ok(SipMessage {
+            raw,
+            start,
+            method,
+            headers,
+            header_end,
+            body,
+            defect,
+        })
+    }
+
+    /// Checks what the proxy relies on; the error names the first problem.
+    ///
+    /// Order matters only for the reason phrase: structural defects first,
+    /// then mandatory headers, then their syntax.
+    pub fn validate(&self) -> Result<(), ParseError> {
+        if let Some(e) = self.defect {
+            return Err(e);
+        }
+        self.check_counts()?;
+        if self.call_id().is_none() {
+            return Err(ParseError::MissingCallId);
+        }
+        let (_, cseq_method) = self.cseq_parts().ok_or(ParseError::BadCSeq)?;
+        if self.is_request() && self.slice(cseq_method) != self.method_bytes() {
+            return Err(ParseError::CSeqMethodMismatch);
+        }
+        if self.single_name_addr(HeaderName::From).is_none() {
+            return Err(ParseError::BadFrom);
+        }
+        if self.single_name_addr(HeaderName::To).is_none() {
+            return Err(ParseError::BadTo);
+        }
+        self.check_lists()?;
+        if let Some(Err(e)) = self.max_forwards() {
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// At least one Via; exactly one From, To, Call-ID and CSeq.
+    fn check_counts(&self) -> Result<(), ParseError> {
+        let count = |name| self.fields(name).count();
+        if count(HeaderName::Via) == 0 {
+            return Err(ParseError::MissingVia);
+        }
+        let singles = [
+            (
+                HeaderName::From,
+                ParseError::MissingFrom,
+                ParseError::DuplicateFrom,
+            ),
+            (
+                HeaderName::To,
+                ParseError::MissingTo,
+                ParseError::DuplicateTo,
+            ),
+            (
+                HeaderName::CallId,
+                ParseError::MissingCallId,
+                ParseError::DuplicateCallId,
+            ),
+            (
+                HeaderName::CSeq,
+                ParseError::MissingCSeq,
+                ParseError::DuplicateCSeq,
+            ),
+        ];
+        for (name, missing, duplicate) in singles {
+            match count(name) {
+                0 => return Err(missing),
+                1 => {}
+                _ => return Err(duplicate),
+            }
+        }
+        Ok(())
+    }
+
+    /// Every element of Via, Route, Record-Route and Contact parses.
+    fn check_lists(&self) -> Result<(), ParseError> {
+        let mut vias = 0usize;
+        for (i, elem) in self.list(HeaderName::Via) {
+            match elem {
+                Some(r) if parse_via(&self.raw, r.clone(), i).is_some() => {
+                    vias = vias.saturating_add(1)
+                }
+                _ => return Err(ParseError::BadVia),
+            }
+        }
+        if vias == 0 {
+            return Err(ParseError::BadVia);
+        }
+        for (name, err) in [
+            (HeaderName::Route, ParseError::BadRoute),
+            (HeaderName::RecordRoute, ParseError::BadRecordRoute),
+        ] {
+            for (_, elem) in self.list(name) {
+                if elem.and_then(|r| parse_name_addr(&self.raw, r)).is_none() {
+                    return Err(err);
+                }
+            }
+        }
+        for (i, elem) in self.list(HeaderName::Contact) {
+            if elem.and_then(|r| parse_contact(&self.raw, r, i)).is_none() {
+                return Err(ParseError::BadContact);
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the message has every header a 400 response must copy (Via,
+    /// From, To, Call-ID, CSeq), whatever their syntax. Together with
+    /// [`SipMessage::scan`] this tells the proxy whether a broken request
+    /// can be answered or must be dropped.
+    pub fn has_mandatory(&self) -> bool {
+        [
+            HeaderName::Via,
+            HeaderName::From,
+            HeaderName::To,
+            HeaderName::CallId,
+            HeaderName::CSeq,
+        ]
+        .into_iter()
+        .all(|name| self.fields(name).next().is_some())
+    }
+
+    /// The bytes this view indexes.
+    pub fn raw(&self) -> &Bytes {
+        &self.raw
+    }
+
+    /// The parsed start line.
+    pub fn start_line(&self) -> &StartLine {
+        &self.start
+    }
+
+    /// True for requests.
+    pub fn is_request(&self) -> bool {
+        matches!(self.start, StartLine::Request { .. })
+    }
+
+    /// The request method, `None` for responses.
+    pub fn method(&self) -> Option<Method> {
+        match self.start {
+            StartLine::Request { method, .. } => Some(method),
+            StartLine::Response { .. } => None,
+        }
+    }
+
+    /// The method token as written (empty for responses).
+    pub fn method_bytes(&self) -> &[u8] {
+        self.slice(self.method.clone())
+    }
+
+    /// The status code, `None` for requests.
+    pub fn code(&self) -> Option<u16> {
+        match self.start {
+            StartLine::Response { code } => Some(code),
+            StartLine::Request { .. } => None,
+        }
+    }
+
+    /// The Request-URI, `None` for responses.
+    pub fn request_uri(&self) -> Option<&[u8]> {
+        match &self.start {
+            StartLine::Request { uri, .. } => Some(self.slice(uri.clone())),
+            StartLine::Response { .. } => None,
+        }
+    }
+
+    /// All header lines in order.
+    pub fn headers(&self) -> &[HeaderField] {
+        &self.headers
+    }
+
+    /// The header lines with the given name, in order.
+    pub fn fields(&self, name: HeaderName) -> impl Iterator<Item = &HeaderField> {
+        self.headers.iter().filter(move |f| f.name == name)
+    }
+
+    /// The trimmed value of a header line (inner folds included).
+    pub fn value(&self, f: &HeaderField) -> &[u8] {
+        self.slice(f.value.clone())
+    }
+
+    /// The bytes of a range of this message; empty if out of bounds.
+    pub fn slice(&self, range: Range<usize>) -> &[u8] {
+        self.raw.get(range).unwrap_or_default()
+    }
+
+    /// Offset of the empty line: a header inserted here becomes the last one.
+    pub fn header_end(&self) -> usize {
+        self.header_end
+    }
+
+    /// Offset of the first header line (the empty line if there is none): a
+    /// header inserted here becomes the first one.
+    pub fn headers_start(&self) -> usize {
+        self.headers
+            .first()
+            .map_or(self.header_end, |f| f.line.start)
+    }
+
+    /// The body range in the raw bytes.
+    pub fn body_range(&self) -> Range<usize> {
+        self.body.clone()
+    }
+
+    /// The body bytes (binary safe).
+    pub fn body(&self) -> &[u8] {
+        self.slice(self.body.clone())
+    }
+
+    /// The Call-ID value, `None` if absent or empty.
+    pub fn call_id(&self) -> Option<&[u8]> {
+        let f = self.fields(HeaderName::CallId).next()?;
+        Some(self.value(f)).filter(|v| !v.is_empty())
+    }
+
+    /// CSeq number and method. Use [`SipMessage::cseq_method_bytes`] when
+    /// the method is `Other`.
+    pub fn cseq(&self) -> Option<(u32, Method)> {
+        let (seq, m) = self.cseq_parts()?;
+        Some((seq, Method::from_token(self.slice(m))))
+    }
+
+    /// The CSeq method token as written.
+    pub fn cseq_method_bytes(&self) -> Option<&[u8]> {
+        let (_, m) = self.cseq_parts()?;
+        Some(self.slice(m))
+    }
+
+    fn cseq_parts(&self) -> Option<(u32, Range<usize>)> {
+        let f = self.fields(HeaderName::CSeq).next()?;
+        let raw: &[u8] = &self.raw;
+        let end = f.value.end;
+        let digits_end = take_while(raw, f.value.start, end, |b| b.is_ascii_digit());
+        let seq = lex::parse_decimal(raw.get(f.value.start..digits_end)?)?;
+        let seq = u32::try_from(seq).ok()?;
+        let m_start = skip_lws(raw, digits_end, end);
+        if m_start == digits_end {
+            return None;
+        }
+        let m_end = take_while(raw, m_start, end, lex::is_token);
+        (m_end > m_start && m_end == end).then_some((seq, m_start..m_end))
+    }
+
+    fn single_name_addr(&self, name: HeaderName) -> Option<NameAddrParts> {
+        let f = self.fields(name).next()?;
+        parse_name_addr(&self.raw, f.value.clone())
+    }
+
+    fn param_of(&self, name: HeaderName, param: &[u8]) -> Option<&[u8]> {
+        let parts = self.single_name_addr(name)?;
+        let p = find_param(&self.raw, parts.params, param)?;
+        p.value.map(|v| self.slice(v))
+    }
+
+    /// The `tag` parameter of From.
+    pub fn from_tag(&self) -> Option<&[u8]> {
+        self.param_of(HeaderName::From, b"tag")
+    }
+
+    /// The `tag` parameter of To.
+    pub fn to_tag(&self) -> Option<&[u8]> {
+        self.param_of(HeaderName::To, b"tag")
+    }
+
+    /// The URI of From (inside `<>` or the bare addr-spec, no parameters).
+    pub fn from_uri(&self) -> Option<&[u8]> {
+        Some(self.slice(self.single_name_addr(HeaderName::From)?.uri))
+    }
+
+    /// The URI of To (inside `<>` or the bare addr-spec, no parameters).
+    pub fn to_uri(&self) -> Option<&[u8]> {
+        Some(self.slice(self.single_name_addr(HeaderName::To)?.uri))
+    }
+
+    /// Max-Forwards: `None` if absent, an error if not a number in 0..=255.
+    pub fn max_forwards(&self) -> Option<Result<u32, ParseError>> {
+        let f = self.fields(HeaderName::MaxForwards).next()?;
+        Some(
+            lex::parse_decimal(self.value(f))
+                .filter(|&n| n <= 255)
+                .and_then(|n| u32::try_from(n).ok())
+                .ok_or(ParseError::BadMaxForwards),
+        )
+    }
+
+    /// The Expires header as delta-seconds; values above 2^32-1 saturate,
+    /// anything not a number is `None`.
+    pub fn expires(&self) -> Option<u32> {
+        let f = self.fields(HeaderName::Expires).next()?;
+        parse_delta(self.value(f))
+    }
+
+    /// Every Contact element in order; stops at the first malformed one.
+    pub fn contacts(&self) -> Vec<ContactView> {
+        self.list(HeaderName::Contact)
+            .map_while(|(i, elem)| parse_contact(&self.raw, elem?, i))
+            .collect()
+    }
+
+    /// Every via-value in order, comma-joined values split. Stops at the
+    /// first malformed value, so the n-th item is always the n-th Via (a
+    /// message from [`SipMessage::parse`] has none malformed).
+    pub fn vias(&self) -> impl Iterator<Item = Via<'_>> {
+        self.list(HeaderName::Via)
+            .map_while(|(i, elem)| parse_via(&self.raw, elem?, i))
+    }
+
+    /// The topmost via-value, `None` if absent or malformed.
+    pub fn top_via(&self) -> Option<Via<'_>> {
+        self.vias().next()
+    }
+
+    /// Every Route element in order; stops at the first malformed one.
+    pub fn routes(&self) -> Vec<NameAddr> {
+        self.name_addrs(HeaderName::Route)
+    }
+
+    /// Every Record-Route element in order; stops at the first malformed one.
+    pub fn record_routes(&self) -> Vec<NameAddr> {
+        self.name_addrs(HeaderName::RecordRoute)
+    }
+
+    fn name_addrs(&self, name: HeaderName) -> Vec<NameAddr> {
+        self.list(name)
+            .map_while(|(i, elem)| {
+                let range = elem?;
+                let parts = parse_name_addr(&self.raw, range.clone())?;
+                Some(NameAddr {
+                    uri: parts.uri,
+                    range,
+                    field_index: i,
+                })
+            })
+            .collect()
+    }
+
+    /// The elements of every line named `name` as `(field_index, element)`;
+    /// `None` marks a line whose commas cannot be split (unbalanced quote
+    /// or angle bracket).
+    fn list(&self, name: HeaderName) -> impl Iterator<Item = (usize, Option<Range<usize>>)> + '_ {
+        self.headers
+            .iter()
+            .enumerate()
+            .filter(move |(_, f)| f.name == name)
+            .flat_map(move |(i, f)| match split_list(&self.raw, f.value.clone()) {
+                Some(elems) => elems.into_iter().map(|e| (i, Some(e))).collect::<Vec<_>>(),
+                None => vec![(i, None)],
+            })
+    }
+
+    /// The comma-separated elements of one header line (quotes and `<>`
+    /// respected), `None` if unbalanced. Used by [`crate::edit`].
+    pub fn elements(&self, field_index: usize) -> Option<Vec<Range<usize>>> {
+        let f = self.headers.get(field_index)?;
+        split_list(&self.raw, f.value.clone())
+    }
+}
+
+/// Keeps the first defect only: it is the one worth reporting.
+pub(super) fn note(defect: &mut Option<ParseError>, e: ParseError) {
+    if defect.is_none() {
+        *defect = Some(e);
+    }
+}

@@ -1,0 +1,270 @@
+//! The forwarding core: one received message in, at most one message out.
+//!
+//! No sockets here: the transport layer hands in bytes with where they came
+//! from, and executes the [`Action`] it gets back. That keeps every routing
+//! rule testable without a network.
+//!
+//! Requests are forwarded byte for byte except the headers a proxy must edit
+//! (RFC 3261 16.6): a new top Via, Max-Forwards decremented, the gate's own
+//! Route removed (loose routing, 16.4), a Record-Route inserted on requests
+//! that create dialogs, `received`/`rport` stamped on the top Via (18.2.1,
+//! RFC 3581). Responses lose the gate's Via and follow the next one.
+//!
+//! One step per module, each using only the ones before it:
+//! [`request`] checks a request and works out where it stands (sender, route
+//! set, token); [`route`] decides where it goes, a plain function of the
+//! request and the drain view; [`forward`] splices the edits; [`answer`]
+//! builds the gate's own replies; [`transaction`] runs a request through
+//! these with the transaction table; [`response`] sends responses back.
+
+mod answer;
+mod forward;
+mod request;
+mod response;
+mod route;
+mod transaction;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use ringsync::config::SiteConfig;
+use ringsync::state::DrainState;
+use ringsync::view::{DrainView, InstanceState};
+
+use crate::branch::BranchKey;
+use crate::health::{HealthBook, Prober};
+use crate::listener::{ListenerCtx, Listeners};
+use crate::message::SipMessage;
+use crate::metrics as m;
+use crate::origin::Origins;
+use crate::policy::Policy;
+use crate::reply::TagKey;
+use crate::token::TokenKey;
+use crate::txn::{ConnId, Inbound, TxnTable};
+use crate::work::WorkBook;
+
+/// Bound on remembered transactions (see [`TxnTable`]).
+const TXN_CAPACITY: usize = 1 << 20;
+
+/// Where a message goes out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Out {
+    /// A datagram from this listener's UDP socket.
+    Udp {
+        /// Listener index.
+        listener: usize,
+        /// Destination.
+        to: SocketAddr,
+    },
+    /// Over TCP: on `conn` if it is still open, else on any connection to
+    /// `to`, else a new connection from this listener.
+    Tcp {
+        /// Listener index.
+        listener: usize,
+        /// Preferred connection.
+        conn: Option<ConnId>,
+        /// Destination.
+        to: SocketAddr,
+    },
+}
+
+/// What to do with a received message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Send these bytes.
+    Send(Out, Bytes),
+    /// Nothing to send (dropped, absorbed, or a probe answer).
+    None,
+}
+
+/// Why the core refused to build.
+#[derive(Debug, thiserror::Error)]
+pub enum CoreError {
+    /// A listener names an instance that is not configured.
+    #[error("listener `{0}`: unknown instance")]
+    UnknownInstance(String),
+}
+
+/// The forwarding core shared by all transport tasks.
+pub struct Core {
+    config: Arc<SiteConfig>,
+    drain: Arc<DrainState>,
+    listeners: Listeners,
+    origins: Origins,
+    tokens: TokenKey,
+    branches: BranchKey,
+    tags: TagKey,
+    txns: TxnTable,
+    policy: Policy,
+    work: Arc<WorkBook>,
+    health: Arc<HealthBook>,
+    /// `sipgate_new_work_total{instance}`, registered once: no label
+    /// allocation per request.
+    new_work: Vec<Option<metrics::Counter>>,
+}
+
+impl std::fmt::Debug for Core {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Core")
+            .field("listeners", &self.listeners)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Core {
+    /// Builds the core for a validated site.
+    pub fn new(config: Arc<SiteConfig>, drain: Arc<DrainState>) -> Result<Core, CoreError> {
+        Core::with_txn_capacity(config, drain, TXN_CAPACITY)
+    }
+
+    /// The same, with a transaction table bounded to `capacity` entries
+    /// (when it is full, new transactions get 503; R-OV-1).
+    pub fn with_txn_capacity(
+        config: Arc<SiteConfig>,
+        drain: Arc<DrainState>,
+        capacity: usize,
+    ) -> Result<Core, CoreError> {
+        let listeners = Listeners::new(&config).map_err(|e| CoreError::UnknownInstance(e.0))?;
+        let n = config.instances.len();
+        // Only SIP instances take new work through the gate.
+        let new_work = config
+            .instances
+            .iter()
+            .map(|i| {
+                i.service
+                    .is_sip()
+                    .then(|| metrics::counter!(m::NEW_WORK, "instance" => i.id.clone()))
+            })
+            .collect();
+        Ok(Core {
+            tokens: TokenKey::new(&config.site.secret),
+            branches: BranchKey::new(&config.site.secret),
+            tags: TagKey::new(&config.site.secret),
+            txns: TxnTable::new(capacity),
+            policy: Policy::new(&config),
+            origins: Origins::new(&config),
+            listeners,
+            drain,
+            work: Arc::new(WorkBook::new(n)),
+            health: Arc::new(HealthBook::new(n)),
+            new_work,
+            config,
+        })
+    }
+
+    /// The listeners, in config order.
+    pub(crate) fn listeners(&self) -> &[ListenerCtx] {
+        self.listeners.all()
+    }
+
+    /// Work the gate holds per instance.
+    pub fn work(&self) -> &Arc<WorkBook> {
+        &self.work
+    }
+
+    /// What the health prober needs, probing from listener `listener`.
+    pub(crate) fn prober(&self, listener: usize) -> Option<Prober> {
+        Some(Prober {
+            config: self.config.clone(),
+            drain: self.drain.clone(),
+            book: self.health.clone(),
+            from: self.listeners.get(listener)?.advertise,
+        })
+    }
+
+    /// Current view (cheap).
+    pub fn view(&self) -> Arc<DrainView> {
+        self.drain.view()
+    }
+
+    /// Number of remembered transactions.
+    pub fn transactions(&self) -> usize {
+        self.txns.len()
+    }
+
+    /// Forgets expired transactions; the transport calls it about once a
+    /// second.
+    pub fn sweep(&self, now: Instant) {
+        for e in self.txns.sweep(now) {
+            if e.invite {
+                if let Some(i) = e.hop.instance {
+                    self.work.invite_done(i);
+                }
+            }
+        }
+        m::transactions(self.txns.len());
+    }
+
+    /// Hands the work counts to the drain state (so it can tell `draining`
+    /// from `drained`) and to the metrics; the transport calls it about once
+    /// a second.
+    pub fn publish_work(&self) {
+        let view = self.drain.view();
+        for (iv, inst) in view.instances().iter().zip(&self.config.instances) {
+            for state in [
+                InstanceState::Up,
+                InstanceState::Down,
+                InstanceState::Draining,
+                InstanceState::Drained,
+                InstanceState::DrainingDown,
+            ] {
+                let v = if iv.state == state { 1.0 } else { 0.0 };
+                metrics::gauge!(m::INSTANCE_STATE, "instance" => inst.id.clone(), "state" => state.as_str()).set(v);
+            }
+        }
+        for (i, inst) in self.config.instances.iter().enumerate() {
+            if !inst.service.is_sip() {
+                continue;
+            }
+            let w = self.work.get(i);
+            self.drain.set_work(i, w.total());
+            metrics::gauge!(m::INSTANCE_WORK, "instance" => inst.id.clone(), "kind" => "invites")
+                .set(w.invites as f64);
+            metrics::gauge!(m::INSTANCE_WORK, "instance" => inst.id.clone(), "kind" => "dialogs")
+                .set(w.dialogs as f64);
+        }
+        self.work.sweep(Instant::now());
+    }
+
+    /// Handles one received message.
+    pub fn handle(&self, inbound: Inbound, data: Bytes, now: Instant) -> Action {
+        let Some(listener) = self.listeners.get(inbound.listener()) else {
+            m::dropped("unknown_listener");
+            return Action::None;
+        };
+        let msg = match SipMessage::scan(data) {
+            Ok(msg) => msg,
+            Err(_) => {
+                m::dropped("unparseable");
+                return Action::None;
+            }
+        };
+        if let Err(e) = msg.validate() {
+            return self.bad_message(inbound, &msg, e);
+        }
+        if msg.is_request() {
+            self.request(inbound, listener, &msg, now)
+        } else {
+            self.response(inbound, &msg, now)
+        }
+    }
+}
+
+/// The span of one transaction: every message of it (request,
+/// retransmissions, CANCEL, ACK of a non-2xx, responses) logs under the same
+/// Call-ID and client branch, and the instance once routing knows it.
+///
+/// Debug level on purpose: at the default `info` filter its callsite is
+/// disabled, so `debug_span!` returns `Span::none()` without evaluating the
+/// field expressions (no string conversion, no allocation), and entering or
+/// recording on it is a no-op; the `core/handle_invite` bench measures it.
+fn txn_span(msg: &SipMessage, branch: Option<&[u8]>) -> tracing::Span {
+    tracing::debug_span!(
+        "txn",
+        call_id = %String::from_utf8_lossy(msg.call_id().unwrap_or_default()),
+        branch = %String::from_utf8_lossy(branch.unwrap_or_default()),
+        instance = tracing::field::Empty,
+    )
+}

@@ -1,0 +1,149 @@
+//! Responses: only those answering something the gate sent travel back
+//! (R-SEC-1), minus the gate's Via, to where the request came from (the
+//! transaction table), or along the next Via when the gate has no state
+//! (RFC 3261 18.2.2 with RFC 3581).
+
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use crate::branch::PROBE_PREFIX;
+use crate::edit::Splice;
+use crate::message::{Method, SipMessage, Via};
+use crate::metrics as m;
+use crate::txn::{Inbound, TxnEntry};
+use crate::uri::host_ip;
+
+use super::answer::back;
+use super::{txn_span, Action, Core, Out};
+
+impl Core {
+    /// Relays one response.
+    pub(super) fn response(&self, inbound: Inbound, msg: &SipMessage, now: Instant) -> Action {
+        let Some(via) = msg.top_via() else {
+            m::dropped("no_via");
+            return Action::None;
+        };
+        let branch = via.branch.unwrap_or_default();
+        let ours = via
+            .port
+            .zip(host_ip(via.host))
+            .is_some_and(|(p, ip)| self.listeners.is_own(SocketAddr::new(ip, p)));
+        if ours && branch.starts_with(PROBE_PREFIX.as_bytes()) {
+            self.health.answer(&self.config, branch, inbound.peer());
+            return Action::None;
+        }
+        // Only responses to what the gate sent travel back (R-SEC-1): the
+        // branch carries a MAC, so a forged response cannot make the gate
+        // relay it to the address in its second Via.
+        let key = match self.branches.open(branch) {
+            Some(k) if ours => k,
+            _ => {
+                m::response("not_ours");
+                return Action::None;
+            }
+        };
+        // A response whose only Via was the gate's answers nobody
+        // (RFC 3261 16.7 step 3): it is not forwarded.
+        let Some(next) = msg.vias().nth(1) else {
+            m::dropped("no_next_via");
+            return Action::None;
+        };
+        let span = txn_span(msg, next.branch);
+        let _entered = span.enter();
+
+        let entry = match self.track(msg, key, now) {
+            Ok(entry) => entry,
+            Err(action) => return action,
+        };
+        if let Some(i) = entry.and_then(|e| e.hop.instance) {
+            span.record("instance", self.config.instances[i].id.as_str());
+        }
+
+        // Drop our Via; the next one says where the response goes.
+        let mut s = Splice::new(msg);
+        let edited = s
+            .remove_element(via.field_index, via.range.clone())
+            .and_then(|()| s.finish());
+        let Ok(bytes) = edited else {
+            m::dropped("edit_conflict");
+            return Action::None;
+        };
+        let out = match entry {
+            Some(e) => back(e.inbound),
+            // No state (the gate restarted, or the entry expired): the Via.
+            None => match via_out(&next, inbound.listener()) {
+                Ok(out) => out,
+                Err(why) => {
+                    m::dropped(why);
+                    return Action::None;
+                }
+            },
+        };
+        m::response("forwarded");
+        tracing::debug!(code = msg.code(), "response relayed");
+        Action::Send(out, bytes)
+    }
+
+    /// Updates the transaction (and the work counts) for a response to
+    /// transaction `key`; returns its entry, or what to do instead.
+    fn track(&self, msg: &SipMessage, key: u64, now: Instant) -> Result<Option<TxnEntry>, Action> {
+        let code = msg.code().unwrap_or(0);
+        let cseq_method = msg.cseq().map(|c| c.1);
+        // CANCEL shares the INVITE's key; its responses must not end the INVITE.
+        if cseq_method == Some(Method::Cancel) {
+            return Ok(self.txns.get(key));
+        }
+        if code < 200 {
+            let e = self.txns.get(key);
+            // A provisional response after the final one (reordered on the
+            // way, or a late retransmission) would confuse the UAC: like a
+            // stateful proxy, do not forward it (RFC 3261 16.7 step 5).
+            if e.is_some_and(|e| e.finished) {
+                m::response("late_provisional");
+                return Err(Action::None);
+            }
+            return Ok(e);
+        }
+        let before = self.txns.finish(key, now);
+        // The first final response of the transaction settles its work.
+        if let Some(e) = before.filter(|e| !e.finished) {
+            if let Some(i) = e.hop.instance {
+                if e.invite {
+                    self.work.invite_done(i);
+                }
+                if e.initial && e.invite && (200..300).contains(&code) {
+                    self.work.dialog_started(i, msg);
+                }
+                if cseq_method == Some(Method::Bye) {
+                    self.work.dialog_ended(i, msg);
+                }
+            }
+        }
+        Ok(before)
+    }
+}
+
+/// Where a response goes by its next Via, when the gate has no state for it;
+/// `Err` names the reason to drop it.
+fn via_out(next: &Via<'_>, listener: usize) -> Result<Out, &'static str> {
+    let to = via_destination(next).ok_or("bad_next_via")?;
+    Ok(if next.transport.eq_ignore_ascii_case(b"TCP") {
+        Out::Tcp {
+            listener,
+            conn: None,
+            to,
+        }
+    } else {
+        Out::Udp { listener, to }
+    })
+}
+
+/// RFC 3261 18.2.2 with RFC 3581: `received` and `rport` when present, else sent-by.
+fn via_destination(v: &Via<'_>) -> Option<SocketAddr> {
+    let ip = host_ip(v.received.unwrap_or(v.host))?;
+    let port = match v.rport {
+        Some(Some(p)) => p,
+        _ => v.port.unwrap_or(5060),
+    };
+    Some(SocketAddr::new(ip, port))
+}

@@ -1,0 +1,137 @@
+//! A request's way through the core: its checks ([`super::request`]), the
+//! routing decision ([`super::route`]), then the transaction table.
+//!
+//! The decision is made without any lock held ([`Core::decide`]); the
+//! transaction is then inserted if absent. When two copies of a request race
+//! (two worker threads, one datagram each), only one insert wins and both
+//! copies go to the winner's hop, so a request is never routed to two
+//! instances.
+
+use std::time::Instant;
+
+use crate::listener::ListenerCtx;
+use crate::message::{Method, SipMessage};
+use crate::metrics as m;
+use crate::reply::Reply;
+use crate::txn::{Hop, Inbound, Insert, TxnEntry};
+
+use super::request::Request;
+use super::route::{creates_dialog, Decision};
+use super::{txn_span, Action, Core};
+
+impl Core {
+    /// Routes one request.
+    pub(super) fn request(
+        &self,
+        inbound: Inbound,
+        listener: &ListenerCtx,
+        msg: &SipMessage,
+        now: Instant,
+    ) -> Action {
+        let view = self.drain.view();
+        let req = match self.check(inbound, listener, msg, &view) {
+            Ok(req) => req,
+            Err(action) => return action,
+        };
+        let span = txn_span(msg, req.top_via.branch);
+        let _entered = span.enter();
+
+        if matches!(req.method, Method::Ack | Method::Cancel) {
+            if let Some(action) = self.follow_transaction(&req) {
+                return action;
+            }
+            // Never remembered: an ACK has no response, a CANCEL's responses
+            // follow the INVITE's entry (same branch) or the Via.
+            let decision = self.decide(&req, &view);
+            return self.act(&req, decision, &span);
+        }
+        if let Some(e) = self.txns.get(req.key) {
+            return self.retransmission(&req, e.hop);
+        }
+        let decision = self.decide(&req, &view);
+        let Decision::Forward { hop, .. } = decision else {
+            return self.act(&req, decision, &span);
+        };
+        let entry = TxnEntry {
+            inbound,
+            hop,
+            invite: req.method == Method::Invite,
+            initial: !req.to_tag,
+            expires: now,
+            finished: false,
+        };
+        match self.txns.insert(req.key, entry, now) {
+            Insert::New => self.act(&req, decision, &span),
+            // Another copy of this request won the race: follow its hop.
+            Insert::Known(hop) => self.retransmission(&req, hop),
+            Insert::Full => self.reply_to(
+                inbound,
+                msg,
+                &Reply::reason(503, "Overloaded"),
+                req.mname,
+                "overload",
+            ),
+        }
+    }
+
+    /// Carries out a decision for a request that is not a retransmission.
+    fn act(&self, req: &Request<'_>, decision: Decision, span: &tracing::Span) -> Action {
+        match decision {
+            Decision::Forward { hop, record_route } => {
+                if let Some(i) = hop.instance {
+                    span.record("instance", self.config.instances[i].id.as_str());
+                    if req.method == Method::Invite {
+                        self.work.invite_started(i);
+                    }
+                    // New work handed to an instance (what a drain stops).
+                    if !req.to_tag && crate::policy::is_new_work(req.msg, req.method, true) {
+                        if let Some(Some(c)) = self.new_work.get(i) {
+                            c.increment(1);
+                        }
+                    }
+                }
+                m::request(req.mname, "forwarded");
+                tracing::debug!(to = %hop.addr, tcp = hop.tcp, "forwarded");
+                self.forward(req, hop, record_route)
+            }
+            Decision::Refuse { reply, why } => {
+                tracing::debug!(why, code = reply.code, "refused");
+                if req.method == Method::Ack {
+                    m::dropped(why);
+                    return Action::None;
+                }
+                self.reply_to(req.inbound, req.msg, &reply, req.mname, why)
+            }
+        }
+    }
+
+    /// A copy of a request the gate already routed: forwarded exactly as the
+    /// first copy, Record-Route included, because if the first copy was lost,
+    /// this one creates the dialog.
+    fn retransmission(&self, req: &Request<'_>, hop: Hop) -> Action {
+        m::request(req.mname, "retransmission");
+        tracing::debug!(to = %hop.addr, "retransmission, to the first copy's hop");
+        let rr = (!req.to_tag && creates_dialog(req.method))
+            .then(|| req.from_instance.or(hop.instance))
+            .flatten();
+        self.forward(req, hop, rr)
+    }
+
+    /// CANCEL and the ACK of a non-2xx follow their INVITE's hop; the ACK of
+    /// a response the gate made itself ends here. `None`: neither applies.
+    fn follow_transaction(&self, req: &Request<'_>) -> Option<Action> {
+        if let Some(e) = self.txns.get(req.key) {
+            m::request(req.mname, "forwarded");
+            return Some(self.forward(req, e.hop, None));
+        }
+        // The ACK of a final response the gate generated itself (the 503
+        // of a drain, 403, 483...) ends that transaction here (RFC 3261
+        // 17.2.1): the instance never saw the INVITE, so it must not get
+        // the ACK (a draining instance would see one stray ACK per refusal).
+        if req.method == Method::Ack && self.tags.is_ours(req.msg) {
+            m::request(req.mname, "absorbed");
+            return Some(Action::None);
+        }
+        None
+    }
+}

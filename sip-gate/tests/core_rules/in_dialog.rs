@@ -1,0 +1,99 @@
+//! In-dialog requests reach the instance that serves the dialog, drained or
+//! not (R-SG-4): by the Record-Route token, or by Call-ID for UAs that keep no
+//! route set.
+
+use crate::prelude::*;
+
+#[test]
+fn r_sg_4_in_dialog_goes_to_the_token_instance_even_when_draining() {
+    let g = Gate::std();
+    let call = call_id_for(&g, SG_C, "dlg");
+    let invite = Req::ua("INVITE", &call, "z9hG4bKua-dlg").bytes();
+    let fwd = forwarded(g.udp(L_SG_BAL, UA, &invite), L_SG_BAL, inst(SG_C));
+    let rr = rr_uris(&fwd);
+    assert_eq!(rr, [gate_rr("sg-c", L_SG_BAL, &call)]);
+
+    g.drain_servers(&["srv-c"]);
+    for (n, method) in ["INVITE", "UPDATE", "INFO", "PRACK", "BYE"]
+        .iter()
+        .enumerate()
+    {
+        let input = Req::ua(method, &call, &format!("z9hG4bKua-dlg{n}"))
+            .tagged("uas-dlg")
+            .set("CSeq", &format!("{} {method}", n + 2))
+            .add_first("Route", &format!("<{}>", rr[0]))
+            .bytes();
+        let m = forwarded(g.udp(L_SG_BAL, UA, &input), L_SG_BAL, inst(SG_C));
+        assert!(route_uris(&m).is_empty(), "{method}: own Route removed");
+        assert!(
+            rr_uris(&m).is_empty(),
+            "{method}: in-dialog, no new Record-Route"
+        );
+        assert_eq!(header(&m, HeaderName::MaxForwards).as_deref(), Some("69"));
+        assert_untouched(&input, &m);
+    }
+    // Any gate node of the site, also one that just restarted.
+    let fresh = g.restarted();
+    let bye = Req::ua("BYE", &call, "z9hG4bKua-dlg-bye2")
+        .tagged("uas-dlg")
+        .set("CSeq", "9 BYE")
+        .add_first("Route", &format!("<{}>", rr[0]))
+        .bytes();
+    forwarded(handle(&fresh, L_SG_BAL, UA, &bye), L_SG_BAL, inst(SG_C));
+    // The instance's own Route after the gate's is allowed and kept.
+    let bye = Req::ua("BYE", &call, "z9hG4bKua-dlg-bye3")
+        .tagged("uas-dlg")
+        .set("CSeq", "10 BYE")
+        .add_first("Route", &format!("<{}>, <sip:127.0.1.3:5060;lr>", rr[0]))
+        .bytes();
+    let m = forwarded(g.udp(L_SG_BAL, UA, &bye), L_SG_BAL, inst(SG_C));
+    assert_eq!(route_uris(&m), ["sip:127.0.1.3:5060;lr"]);
+}
+
+#[test]
+fn r_sg_4_in_dialog_without_route_balance_by_call_id_guard_to_instance() {
+    let g = Gate::std();
+    // Balance: a UA that keeps no route set; the ring by Call-ID, as the INVITE went.
+    for target in [SG_A, SG_B, SG_C] {
+        let call = call_id_for(&g, target, "noroute");
+        let invite = Req::ua("INVITE", &call, &format!("z9hG4bKnr{target}")).bytes();
+        assert_eq!(dest(g.udp(L_SG_BAL, UA, &invite), L_SG_BAL), target);
+        let bye = Req::ua("BYE", &call, &format!("z9hG4bKnrb{target}"))
+            .tagged("uas")
+            .set("CSeq", "2 BYE")
+            .bytes();
+        let m = forwarded(g.udp(L_SG_BAL, UA, &bye), L_SG_BAL, inst(target));
+        assert!(rr_uris(&m).is_empty());
+    }
+    // Guard: to the guarded instance, also while it drains (R-SG-4).
+    g.drain_servers(&["srv-a"]);
+    let bye = Req::ua("BYE", "noroute-g@ua", "z9hG4bKnrg")
+        .tagged("uas")
+        .set("CSeq", "2 BYE")
+        .bytes();
+    forwarded(g.udp(L_SG_GUARD, UA, &bye), L_SG_GUARD, inst(SG_A));
+}
+
+#[test]
+fn r_sg_4_route_less_bye_of_a_call_set_up_before_the_drain_reaches_its_instance() {
+    let g = Gate::std();
+    let call = call_id_for(&g, SG_B, "rl-drain");
+    let invite = Req::ua("INVITE", &call, "z9hG4bKrl-inv").bytes();
+    let fwd = forwarded(g.udp(L_SG_BAL, UA, &invite), L_SG_BAL, inst(SG_B));
+    let ok = response_to(&fwd, 200, "OK", "uas-rl");
+    sent(handle(&g.core, L_SG_BAL, INSTANCE_ADDR[SG_B], &ok));
+    // sg-b drains: the ring would now send this Call-ID elsewhere...
+    g.drain_servers(&["srv-b"]);
+    assert_ne!(
+        g.drain
+            .view()
+            .pick(&ringsync::config::Service::Sg, call.as_bytes()),
+        Some(SG_B)
+    );
+    // ...but the BYE of a UA that keeps no route set still reaches sg-b.
+    let bye = Req::ua("BYE", &call, "z9hG4bKrl-bye")
+        .tagged("uas-rl")
+        .set("CSeq", "2 BYE")
+        .bytes();
+    forwarded(g.udp(L_SG_BAL, UA, &bye), L_SG_BAL, inst(SG_B));
+}

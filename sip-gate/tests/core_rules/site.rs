@@ -1,0 +1,286 @@
+//! The test site (see the tables in main.rs) and a gate on it: the core and
+//! the drain state it reads.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use ringsync::config::SiteConfig;
+use ringsync::state::DrainState;
+use ringsync::view::Health;
+use ringsync::{Profile, ProfileSet, ProfileState};
+use sip_gate::{Action, Core, Inbound};
+
+pub const SECRET: &str = "core-rules-test-secret-0123456789";
+
+pub const SG_A: usize = 0;
+pub const SG_B: usize = 1;
+pub const SG_C: usize = 2;
+pub const ESG_A: usize = 3;
+pub const ESG_B: usize = 4;
+
+pub const L_SG_BAL: usize = 0;
+pub const L_SG_GUARD: usize = 1;
+pub const L_ESG_BAL: usize = 2;
+pub const L_ESG_GUARD: usize = 3;
+pub const L_ESG_IN: usize = 4;
+
+/// Advertised address of each listener (what goes into Via and Record-Route).
+pub const LISTENER_HOST: [&str; 5] = [
+    "127.0.0.1:5060",
+    "127.0.0.1:5061",
+    "127.0.0.1:5070",
+    "127.0.0.1:5071",
+    "127.0.0.1:5072",
+];
+
+pub const INSTANCE_ADDR: [&str; 5] = [
+    "127.0.1.1:5060",
+    "127.0.1.2:5060",
+    "127.0.1.3:5060",
+    "127.0.2.1:5060",
+    "127.0.2.2:5060",
+];
+
+/// A subscriber UA (behind a NAT: it writes 5062 in Via, sends from 40000).
+pub const UA: &str = "203.0.113.10:40000";
+/// A provider of the multi-instance account carrier-x.
+pub const CARRIER_X: &str = "192.0.2.10:5060";
+/// A provider of the single-instance account carrier-y.
+pub const CARRIER_Y: &str = "198.51.100.5:5060";
+
+pub fn addr(s: &str) -> SocketAddr {
+    s.parse().unwrap()
+}
+
+pub fn inst(i: usize) -> SocketAddr {
+    addr(INSTANCE_ADDR[i])
+}
+
+/// Knobs of the per-test site.
+#[derive(Clone)]
+pub struct SiteOpts {
+    /// TOML array of sg-a's exceptions.
+    pub sg_a_exceptions: &'static str,
+    /// TOML array of esg-a's exceptions.
+    pub esg_a_exceptions: &'static str,
+    /// TOML array of sg-b's source networks (R-SEC-1).
+    pub sg_b_sources: &'static str,
+    pub options_503: bool,
+    pub retry_after: u32,
+    pub jitter: u32,
+}
+
+impl Default for SiteOpts {
+    fn default() -> Self {
+        SiteOpts {
+            sg_a_exceptions: "[]",
+            esg_a_exceptions: r#"[{ source = "192.0.2.77/32" }]"#,
+            sg_b_sources: "[]",
+            options_503: false,
+            retry_after: 30,
+            jitter: 10,
+        }
+    }
+}
+
+pub fn site_toml(o: &SiteOpts) -> String {
+    format!(
+        r#"
+[site]
+name = "core-rules"
+secret = "{SECRET}"
+
+[timers]
+retry_after_s = {ra}
+retry_after_jitter_s = {jit}
+
+[drain]
+options_503 = {opt}
+
+[health]
+interval_ms = 0
+
+[[server]]
+name = "srv-a"
+[[server]]
+name = "srv-b"
+[[server]]
+name = "srv-c"
+
+[[instance]]
+id = "sg-a"
+service = "sg"
+server = "srv-a"
+sip = "127.0.1.1:5060"
+exceptions = {sgx}
+
+[[instance]]
+id = "sg-b"
+service = "sg"
+server = "srv-b"
+sip = "127.0.1.2:5060"
+sources = {sgbsrc}
+
+[[instance]]
+id = "sg-c"
+service = "sg"
+server = "srv-c"
+sip = "127.0.1.3:5060"
+
+[[instance]]
+id = "esg-a"
+service = "esg"
+server = "srv-a"
+sip = "127.0.2.1:5060"
+exceptions = {esgx}
+
+[[instance]]
+id = "esg-b"
+service = "esg"
+server = "srv-b"
+sip = "127.0.2.2:5060"
+
+[[account]]
+name = "carrier-x"
+multi_instance = true
+match = {{ source = ["192.0.2.0/24"], domain = ["carrier-x.example"] }}
+exceptions = [{{ user = "noc" }}]
+
+[[account]]
+name = "carrier-y"
+multi_instance = false
+home = "esg-a"
+match = {{ source = ["198.51.100.0/24"] }}
+
+[[listener]]
+name = "sg-bal"
+bind = "127.0.0.1:5060"
+transports = ["udp", "tcp"]
+mode = "balance"
+pool = "sg"
+leg = "subscriber"
+
+[[listener]]
+name = "sg-a-guard"
+bind = "127.0.0.1:5061"
+transports = ["udp", "tcp"]
+mode = "guard"
+instance = "sg-a"
+leg = "subscriber"
+
+[[listener]]
+name = "esg-bal"
+bind = "127.0.0.1:5070"
+transports = ["udp", "tcp"]
+mode = "balance"
+pool = "esg"
+leg = "provider"
+
+[[listener]]
+name = "esg-a-guard"
+bind = "127.0.0.1:5071"
+transports = ["udp", "tcp"]
+mode = "guard"
+instance = "esg-a"
+leg = "provider"
+
+[[listener]]
+name = "esg-a-in"
+bind = "127.0.0.1:5072"
+transports = ["udp", "tcp"]
+mode = "guard"
+instance = "esg-a"
+leg = "inside"
+"#,
+        ra = o.retry_after,
+        jit = o.jitter,
+        opt = o.options_503,
+        sgx = o.sg_a_exceptions,
+        esgx = o.esg_a_exceptions,
+        sgbsrc = o.sg_b_sources,
+    )
+}
+
+/// A gate on a site: the core and the drain state it reads.
+pub struct Gate {
+    pub core: Core,
+    pub drain: Arc<DrainState>,
+    pub config: Arc<SiteConfig>,
+}
+
+impl Gate {
+    pub fn new(o: &SiteOpts) -> Gate {
+        let config = Arc::new(
+            SiteConfig::from_str_at(&site_toml(o), Path::new("/nonexistent/core-rules.toml"))
+                .expect("site config"),
+        );
+        let drain = DrainState::new(config.clone());
+        let core = Core::new(config.clone(), drain.clone()).expect("core");
+        Gate {
+            core,
+            drain,
+            config,
+        }
+    }
+
+    pub fn std() -> Gate {
+        Gate::new(&SiteOpts::default())
+    }
+
+    /// The same site and drain state, a fresh core: a gate that restarted
+    /// (no transaction table).
+    pub fn restarted(&self) -> Core {
+        Core::new(self.config.clone(), self.drain.clone()).expect("core")
+    }
+
+    /// Drains exactly these servers (one active profile; empty lifts all).
+    pub fn drain_servers(&self, servers: &[&str]) {
+        let rev = self.drain.view().revision() + 1;
+        self.drain.set_profiles(Arc::new(ProfileSet {
+            revision: rev,
+            profiles: vec![
+                Profile {
+                    id: "p-1".into(),
+                    name: "maintenance".into(),
+                    description: String::new(),
+                    servers: servers.iter().map(|s| s.to_string()).collect(),
+                    state: if servers.is_empty() {
+                        ProfileState::Inactive
+                    } else {
+                        ProfileState::Active
+                    },
+                },
+                // Stored but not applied: must change nothing.
+                Profile {
+                    id: "p-2".into(),
+                    name: "next-week".into(),
+                    description: String::new(),
+                    servers: vec!["srv-a".into(), "srv-b".into(), "srv-c".into()],
+                    state: ProfileState::Inactive,
+                },
+            ],
+        }));
+    }
+
+    pub fn health(&self, idx: usize, h: Health) {
+        self.drain.set_health(idx, h);
+    }
+
+    pub fn udp(&self, listener: usize, peer: &str, msg: &Bytes) -> Action {
+        handle(&self.core, listener, peer, msg)
+    }
+}
+
+pub fn handle(core: &Core, listener: usize, peer: &str, msg: &Bytes) -> Action {
+    core.handle(
+        Inbound::Udp {
+            listener,
+            peer: addr(peer),
+        },
+        msg.clone(),
+        Instant::now(),
+    )
+}

@@ -1,0 +1,81 @@
+//! The testbed binaries' command lines: `--help` explains every flag, and
+//! bad values are refused (exit 2) with the reason, before anything starts.
+
+use std::process::{Command, Output};
+
+const BENCH: &str = env!("CARGO_BIN_EXE_sip-bench");
+const RELAY: &str = env!("CARGO_BIN_EXE_blind-relay");
+
+fn run(bin: &str, args: &[&str]) -> Output {
+    Command::new(bin).args(args).output().unwrap()
+}
+
+/// The help text, with every flag in `flags` followed by its explanation.
+fn help(bin: &str, flags: &[(&str, &str)]) -> String {
+    let out = run(bin, &["--help"]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    for (flag, explained) in flags {
+        let at = text
+            .find(&format!("{flag} "))
+            .unwrap_or_else(|| panic!("{flag} missing in\n{text}"));
+        let after = &text[at..];
+        let next_flag = after[2..].find("\n  -").map_or(after.len(), |i| i + 2);
+        assert!(
+            after[..next_flag].contains(explained),
+            "{flag} is not explained with `{explained}` in\n{text}"
+        );
+    }
+    text
+}
+
+fn refused(bin: &str, args: &[&str], why: &str) {
+    let out = run(bin, args);
+    assert_eq!(out.status.code(), Some(2), "{args:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(why), "{args:?}: {err}");
+}
+
+#[test]
+fn blind_relay_help_and_bad_arguments() {
+    help(
+        RELAY,
+        &[
+            ("--listen", "receive the clients' datagrams"),
+            ("--upstream", "client heard from last"),
+            ("--seconds", "print the datagram counters"),
+        ],
+    );
+    refused(RELAY, &["--upstream", "127.0.0.1:5060"], "--listen");
+    refused(
+        RELAY,
+        &["--listen", "127.0.0.1", "--upstream", "127.0.0.1:5060"],
+        "invalid value '127.0.0.1' for '--listen",
+    );
+}
+
+#[test]
+fn sip_bench_help_and_bounds() {
+    let text = help(
+        BENCH,
+        &[
+            ("--rates", "calls per second"),
+            ("--seconds", "Seconds of load per run"),
+            ("--rounds", "systems interleaved"),
+            ("--systems", "sip-gate+drain"),
+            ("--gate", "sip-gate binary"),
+            ("--relay", "blind-relay binary"),
+            ("--out", "runs.csv"),
+        ],
+    );
+    assert!(text.contains("[default: 1000,2000]"), "{text}");
+    // Every load is bounded: the machine is shared.
+    refused(BENCH, &["--rates", "1000,9000"], "9000 is not in 1..=5000");
+    refused(BENCH, &["--seconds", "61"], "61 is not in 1..=60");
+    refused(BENCH, &["--rounds", "0"], "0 is not in 1..");
+    refused(
+        BENCH,
+        &["--systems", "relay,nginx"],
+        "possible values: relay, kamailio",
+    );
+}
