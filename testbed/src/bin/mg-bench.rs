@@ -30,69 +30,67 @@
 #![forbid(unsafe_code)]
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use clap::Parser;
 use testbed::{ProcStats, Rtpengine};
-
-const USAGE: &str = "usage: mg-bench [--rate 2000] [--seconds 10] [--rounds 3] [--workers 8] \
-[--held 100000] [--media-ctl PATH]";
 
 /// The benchmark's own loopback network: 127.76.0.0/24.
 fn ip(host: u8) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(127, 76, 0, host))
 }
 
+/// What media-ctl costs in front of a real rtpengine: offer/answer/delete
+/// cycles straight at rtpengine, through a floor relay and through
+/// media-ctl, in interleaved rounds (medians); then media-ctl's memory with
+/// many calls held.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "mg-bench", version)]
 struct Opts {
+    /// Offer/answer/delete cycles per second (1..=5000: the machine is shared).
+    #[arg(long, value_name = "N", default_value_t = 2000,
+          value_parser = clap::value_parser!(u32).range(1..=5000))]
     rate: u32,
+    /// Seconds of load per run (1..=60); each run makes rate x seconds cycles.
+    #[arg(long, value_name = "S", default_value_t = 10,
+          value_parser = clap::value_parser!(u32).range(1..=60))]
     seconds: u32,
+    /// Rounds: every path is measured once per round, paths interleaved,
+    /// so machine noise hits them alike; the table shows medians.
+    #[arg(long, value_name = "N", default_value_t = 3,
+          value_parser = clap::value_parser!(u32).range(1..))]
     rounds: u32,
+    /// Client threads, each one command at a time (1..=64).
+    #[arg(long, value_name = "N", default_value_t = 8,
+          value_parser = clap::value_parser!(u32).range(1..=64))]
     workers: u32,
+    /// Then set up this many calls through media-ctl, keep them, and
+    /// report its resident memory (0: skip; at most 1000000).
+    #[arg(long, value_name = "N", default_value_t = 0,
+          value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
     held: u32,
-    media_ctl: PathBuf,
+    /// The media-ctl binary (default: `media-ctl` next to this one).
+    #[arg(long, value_name = "PATH")]
+    media_ctl: Option<PathBuf>,
+    /// Internal: run as the floor relay between LISTEN and UPSTREAM.
+    #[arg(long, num_args = 2, value_names = ["LISTEN", "UPSTREAM"], hide = true)]
+    floor: Option<Vec<SocketAddr>>,
 }
 
-fn parse_args() -> Result<Opts, String> {
-    let exe_dir = std::env::current_exe()
-        .ok()
-        .and_then(|p| p.parent().map(Path::to_path_buf))
-        .unwrap_or_default();
-    let mut o = Opts {
-        rate: 2000,
-        seconds: 10,
-        rounds: 3,
-        workers: 8,
-        held: 0,
-        media_ctl: exe_dir.join("media-ctl"),
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(flag) = args.next() {
-        let v = args
-            .next()
-            .ok_or_else(|| format!("{flag} needs a value\n{USAGE}"))?;
-        let num = |v: &str| v.parse::<u32>().map_err(|_| format!("bad {flag} `{v}`"));
-        match flag.as_str() {
-            "--rate" => o.rate = num(&v)?,
-            "--seconds" => o.seconds = num(&v)?,
-            "--rounds" => o.rounds = num(&v)?,
-            "--workers" => o.workers = num(&v)?,
-            "--held" => o.held = num(&v)?,
-            "--media-ctl" => o.media_ctl = PathBuf::from(v),
-            _ => return Err(format!("unknown flag {flag}\n{USAGE}")),
-        }
+impl Opts {
+    fn media_ctl(&self) -> PathBuf {
+        self.media_ctl.clone().unwrap_or_else(|| {
+            std::env::current_exe()
+                .ok()
+                .and_then(|p| p.parent().map(|d| d.join("media-ctl")))
+                .unwrap_or_else(|| PathBuf::from("media-ctl"))
+        })
     }
-    // Every load is bounded: this machine is shared.
-    if o.rate == 0 || o.rate > 5000 || o.seconds == 0 || o.seconds > 60 || o.rounds == 0 {
-        return Err("--rate 1..=5000, --seconds 1..=60, --rounds >= 1".into());
-    }
-    if o.workers == 0 || o.workers > 64 || o.held > 1_000_000 {
-        return Err("--workers 1..=64, --held at most 1000000".into());
-    }
-    Ok(o)
 }
 
 // === ng messages, by hand (testbed does not depend on media-ctl) ===
@@ -282,7 +280,7 @@ fn start_media_ctl(o: &Opts, mg: SocketAddr, idle_s: u32) -> Result<MediaCtl, St
     );
     let path = dir.path().join("site.toml");
     std::fs::write(&path, site).map_err(|e| e.to_string())?;
-    let child = Command::new(&o.media_ctl)
+    let child = Command::new(o.media_ctl())
         .arg("--config")
         .arg(&path)
         .env("RUST_LOG", "warn")
@@ -293,7 +291,7 @@ fn start_media_ctl(o: &Opts, mg: SocketAddr, idle_s: u32) -> Result<MediaCtl, St
         .map_err(|e| {
             format!(
                 "starting {}: {e} (cargo build --release -p media-ctl)",
-                o.media_ctl.display()
+                o.media_ctl().display()
             )
         })?;
     let m = MediaCtl {
@@ -412,7 +410,7 @@ fn bench_cycles(o: &Opts) -> Result<(), String> {
     };
     let warm = Opts {
         seconds: 1,
-        ..clone_opts(o)
+        ..o.clone()
     };
     cycles(relays.mc.ng, "warm", &warm);
     cycles(relays.floor_ng, "warmf", &warm);
@@ -513,17 +511,6 @@ fn floor_relay(listen: SocketAddr, upstream: SocketAddr) -> Result<(), String> {
     }
     let _ = back.join();
     Ok(())
-}
-
-fn clone_opts(o: &Opts) -> Opts {
-    Opts {
-        rate: o.rate,
-        seconds: o.seconds,
-        rounds: o.rounds,
-        workers: o.workers,
-        held: o.held,
-        media_ctl: o.media_ctl.clone(),
-    }
 }
 
 // === held calls ===
@@ -648,14 +635,9 @@ fn http_status(addr: SocketAddr) -> Option<String> {
 }
 
 fn main() -> ExitCode {
-    let argv: Vec<String> = std::env::args().collect();
-    if argv.get(1).map(String::as_str) == Some("--floor") {
-        let addr = |i: usize| argv.get(i).and_then(|a| a.parse::<SocketAddr>().ok());
-        let (Some(listen), Some(up)) = (addr(2), addr(3)) else {
-            eprintln!("usage: mg-bench --floor LISTEN UPSTREAM");
-            return ExitCode::from(2);
-        };
-        return match floor_relay(listen, up) {
+    let o = Opts::parse();
+    if let Some(f) = &o.floor {
+        return match floor_relay(f[0], f[1]) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("floor relay: {e}");
@@ -663,13 +645,6 @@ fn main() -> ExitCode {
             }
         };
     }
-    let o = match parse_args() {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(2);
-        }
-    };
     let mut r = bench_cycles(&o);
     if r.is_ok() && o.held > 0 {
         r = bench_held(&o);
