@@ -274,7 +274,21 @@ impl Controller {
     /// After round `seq`'s timeout: records the health of every mg and
     /// bgmg in the drain state (a down mg takes no new calls, R-MG-5).
     pub fn ping_verdict(&self, seq: u64) {
+        let view = self.drain.view();
         for (idx, h) in self.pinger.evaluate(seq) {
+            let was = view.instances().get(idx).map(|v| v.health);
+            if was != Some(h) {
+                let id = self.pool.member(idx).map_or("?", |m| m.id.as_str());
+                match h {
+                    ringsync::view::Health::Down => {
+                        tracing::warn!(
+                            instance = id,
+                            "no pong: down (no new calls; its calls get ng errors)"
+                        )
+                    }
+                    _ => tracing::info!(instance = id, health = h.as_str(), "answers ping"),
+                }
+            }
             self.drain.set_health(idx, h);
         }
     }

@@ -348,12 +348,22 @@ async fn health_loop(c: Arc<Controller>, s: Arc<Sockets>, shutdown: Cancellation
 
 async fn view_loop(c: Arc<Controller>, shutdown: CancellationToken) {
     let mut rx = c.drain().subscribe();
+    let mut zone = rx.borrow().drain_zone().clone();
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
             changed = rx.changed() => if changed.is_err() { return },
         }
-        rx.borrow_and_update();
+        let now_zone = rx.borrow_and_update().drain_zone().clone();
         c.observe(now());
+        // Health changes publish views too; only a new drain zone is news here.
+        if now_zone != zone {
+            tracing::info!(
+                drain_zone = ?now_zone,
+                window_s = c.config().timers.mg_drain_window_s,
+                "drain zone changed: mgs entering or leaving it start their ramp"
+            );
+            zone = now_zone;
+        }
     }
 }
