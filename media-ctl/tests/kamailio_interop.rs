@@ -140,42 +140,88 @@ fn run_calls(
     seen
 }
 
+/// media-ctl (the real binary) in front of three rtpengines, up and pinged.
+struct Media {
+    child: std::process::Child,
+    admin: SocketAddr,
+    _mgs: Vec<testbed::RtpengineHandle>,
+}
+
+impl Media {
+    fn start(path: &Path, dir: &Path) -> Media {
+        let _mgs = [MG_A, MG_B, BGMG_A]
+            .iter()
+            .map(|h| Rtpengine::new(ip(*h)).start().unwrap())
+            .collect();
+        let child = Command::new(BIN)
+            .arg("--config")
+            .arg(path)
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(
+                std::fs::File::create(dir.join("media-ctl.log")).unwrap(),
+            ))
+            .spawn()
+            .unwrap();
+        let m = Media {
+            child,
+            admin: SocketAddr::new(ip(1), 9092),
+            _mgs,
+        };
+        m.wait("media-ctl up, mgs pinged", &|s| {
+            s.instances
+                .iter()
+                .all(|i| i.health == ringsync::view::Health::Up)
+        });
+        m
+    }
+
+    fn status(&self) -> Option<media_ctl::Status> {
+        serde_json::from_str(&http_get(self.admin, "/v1/status")?).ok()
+    }
+
+    fn instance(&self, id: &str) -> media_ctl::MgStatus {
+        let s = self.status().unwrap();
+        s.instances.into_iter().find(|i| i.id == id).unwrap()
+    }
+
+    fn wait(&self, what: &str, f: &dyn Fn(&media_ctl::Status) -> bool) {
+        let start = std::time::Instant::now();
+        while !self.status().is_some_and(|s| f(&s)) {
+            assert!(start.elapsed() < Duration::from_secs(10), "{what}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Media {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+/// Every call seen with all four SDPs, each with its media on `addr`.
+fn all_on(seen: &BTreeMap<String, Vec<(String, String)>>, addr: IpAddr, calls: usize) {
+    assert_eq!(seen.len(), calls, "{seen:#?}");
+    for (call, v) in seen {
+        let whats: Vec<&str> = v.iter().map(|(w, _)| w.as_str()).collect();
+        for w in ["offer", "answer", "reoffer", "reanswer"] {
+            assert!(whats.contains(&w), "{call}: {v:?}");
+        }
+        let addr = addr.to_string();
+        assert!(v.iter().all(|(_, a)| *a == addr), "{call}: {v:?}");
+    }
+}
+
 #[test]
 fn kamailio_relays_sdp_through_media_ctl_to_the_rtpengine_it_chose() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("site.toml");
     std::fs::write(&path, site_text()).unwrap();
     let config = SiteConfig::load(&path).unwrap();
-
-    let _mgs: Vec<_> = [MG_A, MG_B, BGMG_A]
-        .iter()
-        .map(|h| Rtpengine::new(ip(*h)).start().unwrap())
-        .collect();
-    let mut media = Command::new(BIN)
-        .arg("--config")
-        .arg(&path)
-        .stdout(Stdio::null())
-        .stderr(Stdio::from(
-            std::fs::File::create(dir.path().join("media-ctl.log")).unwrap(),
-        ))
-        .spawn()
-        .unwrap();
-    let admin = SocketAddr::new(ip(1), 9092);
-    let status = || -> Option<media_ctl::Status> {
-        serde_json::from_str(&http_get(admin, "/v1/status")?).ok()
-    };
-    let wait = |what: &str, f: &dyn Fn(&media_ctl::Status) -> bool| {
-        let start = std::time::Instant::now();
-        while !status().is_some_and(|s| f(&s)) {
-            assert!(start.elapsed() < Duration::from_secs(10), "{what}");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    };
-    wait("media-ctl up, mgs pinged", &|s| {
-        s.instances
-            .iter()
-            .all(|i| i.health == ringsync::view::Health::Up)
-    });
+    let media = Media::start(&path, dir.path());
 
     let uas_log = dir.path().join("uas.log");
     let uas = Sipp::new(Scenario::repo("uas_call_media"))
@@ -194,7 +240,6 @@ fn kamailio_relays_sdp_through_media_ctl_to_the_rtpengine_it_chose() {
         .define(format!("RTPENGINE_SOURCE=\"{}\"", ip(KAMAILIO)))
         .start()
         .unwrap();
-
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -213,23 +258,13 @@ fn kamailio_relays_sdp_through_media_ctl_to_the_rtpengine_it_chose() {
     // Normal zone: Kamailio is sg-a on srv-a; its calls get the bgmg of
     // srv-a (R-BG-1), at both ends, for the offer and the re-offer.
     let seen = run_calls(dir.path(), "normal", gate_addr, &uas_log, 10);
-    assert_eq!(seen.len(), 10, "{seen:#?}");
-    for (call, v) in &seen {
-        let whats: Vec<&str> = v.iter().map(|(w, _)| w.as_str()).collect();
-        for w in ["offer", "answer", "reoffer", "reanswer"] {
-            assert!(whats.contains(&w), "{call}: {v:?}");
-        }
-        assert!(
-            v.iter().all(|(_, a)| *a == ip(BGMG_A).to_string()),
-            "{call}: {v:?}\n{}",
-            kamailio.log_tail(2000)
-        );
-    }
-    let s = status().unwrap();
-    let by_id =
-        |s: &media_ctl::Status, id: &str| s.instances.iter().find(|i| i.id == id).cloned().unwrap();
-    assert_eq!(by_id(&s, "bgmg-a").new_calls, 10);
-    assert_eq!(s.calls, 0, "every BYE deleted its call: {s:?}");
+    all_on(&seen, ip(BGMG_A), 10);
+    assert_eq!(media.instance("bgmg-a").new_calls, 10);
+    assert_eq!(
+        media.status().unwrap().calls,
+        0,
+        "every BYE deleted its call"
+    );
 
     // srv-a drains: Kamailio (sg-a) is draining; the calls it still takes
     // get a normal-zone mg, mg-b, not the bgmg and not mg-a (R-BG-3, R-MG-1).
@@ -241,31 +276,19 @@ fn kamailio_relays_sdp_through_media_ctl_to_the_rtpengine_it_chose() {
         state: ProfileState::Active,
     }))
     .unwrap();
-    wait("drain applied", &|s| s.drain_zone == ["srv-a"]);
+    media.wait("drain applied", &|s| s.drain_zone == ["srv-a"]);
     std::thread::sleep(Duration::from_millis(1200)); // the 1 s window
-    let seen = run_calls(dir.path(), "drain", gate_addr, &uas_log, 10);
-    let drained: Vec<_> = seen
-        .iter()
+    let seen: BTreeMap<_, _> = run_calls(dir.path(), "drain", gate_addr, &uas_log, 10)
+        .into_iter()
         .filter(|(_, v)| v.iter().any(|(_, a)| *a != ip(BGMG_A).to_string()))
         .collect();
-    assert_eq!(drained.len(), 10, "{seen:#?}");
-    for (call, v) in drained {
-        assert_eq!(v.len(), 4, "{call}: {v:?}");
-        assert!(
-            v.iter().all(|(_, a)| *a == ip(MG_B).to_string()),
-            "{call}: {v:?}"
-        );
-    }
-    let s = status().unwrap();
-    assert_eq!(by_id(&s, "mg-b").new_calls, 10);
-    assert_eq!(by_id(&s, "bgmg-a").stoppable, Some(true));
+    all_on(&seen, ip(MG_B), 10);
+    assert_eq!(media.instance("mg-b").new_calls, 10);
+    assert_eq!(media.instance("bgmg-a").stoppable, Some(true));
+    let s = media.status().unwrap();
     assert_eq!(s.counters.get("bgmg_skipped.local_draining"), Some(&10));
 
     kamailio.stop();
     let _ = uas.stop();
     rt.block_on(gate.shutdown(Duration::from_secs(2)));
-    let _ = Command::new("kill")
-        .args(["-TERM", &media.id().to_string()])
-        .status();
-    let _ = media.wait();
 }

@@ -29,7 +29,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::net::{SocketAddr, UdpSocket};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -40,10 +40,11 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use testbed::{ProcStats, Rtpengine};
 
-/// The benchmark's own loopback network: 127.76.0.0/24.
-fn ip(host: u8) -> IpAddr {
-    IpAddr::V4(Ipv4Addr::new(127, 76, 0, host))
-}
+mod load;
+mod peers;
+
+use load::{cycles, ip, median, ng, pct, sdp};
+use peers::{fake_mg, floor_relay, http_status, start_media_ctl, MediaCtl};
 
 /// What media-ctl costs in front of a real rtpengine: offer/answer/delete
 /// cycles straight at rtpengine, through a floor relay and through
@@ -91,222 +92,6 @@ impl Opts {
                 .unwrap_or_else(|| PathBuf::from("media-ctl"))
         })
     }
-}
-
-// === ng messages, by hand (testbed does not depend on media-ctl) ===
-
-fn bstr(out: &mut Vec<u8>, s: &[u8]) {
-    out.extend_from_slice(s.len().to_string().as_bytes());
-    out.push(b':');
-    out.extend_from_slice(s);
-}
-
-/// `<cookie> d...e` with the pairs sorted by key, as bencode requires.
-fn ng(cookie: &str, pairs: &mut [(&str, &str)]) -> Vec<u8> {
-    pairs.sort_by(|a, b| a.0.cmp(b.0));
-    let mut out = Vec::with_capacity(400);
-    out.extend_from_slice(cookie.as_bytes());
-    out.extend_from_slice(b" d");
-    for (k, v) in pairs.iter() {
-        bstr(&mut out, k.as_bytes());
-        bstr(&mut out, v.as_bytes());
-    }
-    out.push(b'e');
-    out
-}
-
-fn sdp(port: u16) -> String {
-    format!(
-        "v=0\r\no=- 1545997027 1 IN IP4 10.10.0.{h}\r\ns=bench\r\nc=IN IP4 10.10.0.{h}\r\nt=0 0\r\n\
-         m=audio {port} RTP/AVP 0 8 101\r\na=rtpmap:0 PCMU/8000\r\na=rtpmap:8 PCMA/8000\r\n\
-         a=rtpmap:101 telephone-event/8000\r\na=fmtp:101 0-16\r\na=ptime:20\r\na=sendrecv\r\n",
-        h = port % 200 + 1
-    )
-}
-
-// === the cycle load ===
-
-#[derive(Default)]
-struct Load {
-    ok: u64,
-    failed: u64,
-    /// Round trip of every answered command, microseconds.
-    lat_us: Vec<u32>,
-}
-
-/// One command; its round trip, or None if no `ok` came within 1 s.
-fn exchange(
-    sock: &UdpSocket,
-    to: SocketAddr,
-    d: &[u8],
-    cookie: &str,
-    buf: &mut [u8],
-) -> Option<u32> {
-    let t0 = Instant::now();
-    sock.send_to(d, to).ok()?;
-    loop {
-        let n = sock.recv(buf).ok()?;
-        let r = &buf[..n];
-        if r.len() > cookie.len() && r.starts_with(cookie.as_bytes()) && r[cookie.len()] == b' ' {
-            let ok = r.windows(12).any(|w| w == b"6:result2:ok");
-            let us = u32::try_from(t0.elapsed().as_micros()).unwrap_or(u32::MAX);
-            return ok.then_some(us);
-        }
-        if t0.elapsed() > Duration::from_secs(1) {
-            return None;
-        }
-    }
-}
-
-/// Runs `rate × seconds` cycles toward `to` with `workers` threads; cycle
-/// `i` starts at `i / rate` seconds.
-fn cycles(to: SocketAddr, tag: &str, o: &Opts) -> Load {
-    let total = u64::from(o.rate) * u64::from(o.seconds);
-    let start = Instant::now() + Duration::from_millis(50);
-    let handles: Vec<_> = (0..o.workers)
-        .map(|w| {
-            let tag = tag.to_owned();
-            let (rate, workers) = (u64::from(o.rate), u64::from(o.workers));
-            thread::spawn(move || {
-                let sock = UdpSocket::bind(SocketAddr::new(ip(100 + w as u8), 0)).expect("bind");
-                sock.set_read_timeout(Some(Duration::from_secs(1)))
-                    .expect("timeout");
-                let mut buf = vec![0u8; 65_536];
-                let mut load = Load::default();
-                let mut i = u64::from(w);
-                while i < total {
-                    let at = start + Duration::from_micros(i * 1_000_000 / rate);
-                    if let Some(d) = at.checked_duration_since(Instant::now()) {
-                        thread::sleep(d);
-                    }
-                    let call = format!("{tag}-{i}@bench");
-                    let offer_sdp = sdp(4000 + (i % 20000) as u16 * 2);
-                    let answer_sdp = sdp(40000 + (i % 10000) as u16 * 2);
-                    let steps: [Vec<(&str, &str)>; 3] = [
-                        vec![
-                            ("command", "offer"),
-                            ("call-id", &call),
-                            ("from-tag", "ft"),
-                            ("sdp", &offer_sdp),
-                        ],
-                        vec![
-                            ("command", "answer"),
-                            ("call-id", &call),
-                            ("from-tag", "ft"),
-                            ("to-tag", "tt"),
-                            ("sdp", &answer_sdp),
-                        ],
-                        vec![
-                            ("command", "delete"),
-                            ("call-id", &call),
-                            ("from-tag", "ft"),
-                            ("to-tag", "tt"),
-                        ],
-                    ];
-                    let mut ok = true;
-                    for (s, mut pairs) in steps.into_iter().enumerate() {
-                        // Unique per run: rtpengine answers a cookie it has
-                        // seen from its cache, without doing the work.
-                        let cookie = format!("{tag}.{w}.{i}.{s}");
-                        let d = ng(&cookie, &mut pairs);
-                        match exchange(&sock, to, &d, &cookie, &mut buf) {
-                            Some(us) => load.lat_us.push(us),
-                            None => {
-                                ok = false;
-                                break;
-                            }
-                        }
-                    }
-                    if ok {
-                        load.ok += 1;
-                    } else {
-                        load.failed += 1;
-                    }
-                    i += workers;
-                }
-                load
-            })
-        })
-        .collect();
-    let mut all = Load::default();
-    for h in handles {
-        let l = h.join().unwrap_or_default();
-        all.ok += l.ok;
-        all.failed += l.failed;
-        all.lat_us.extend(l.lat_us);
-    }
-    all.lat_us.sort_unstable();
-    all
-}
-
-fn pct(sorted: &[u32], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    f64::from(sorted[i]) / 1000.0
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
-}
-
-// === media-ctl under test ===
-
-struct MediaCtl {
-    child: Child,
-    ng: SocketAddr,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for MediaCtl {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_media_ctl(o: &Opts, mg: SocketAddr, idle_s: u32) -> Result<MediaCtl, String> {
-    let dir = tempfile::Builder::new()
-        .prefix("mg-bench-")
-        .tempdir()
-        .map_err(|e| e.to_string())?;
-    let ng = SocketAddr::new(ip(2), 2223);
-    let site = format!(
-        "[site]\nname = \"mg-bench\"\n[admin]\nmedia_bind = \"{}:9092\"\n[media]\nng_bind = \"{ng}\"\ncall_idle_timeout_s = {idle_s}\n\
-         [[server]]\nname = \"srv-a\"\n[[instance]]\nid = \"mg-a\"\nservice = \"mg\"\nserver = \"srv-a\"\nng = \"{mg}\"\n",
-        ip(2)
-    );
-    let path = dir.path().join("site.toml");
-    std::fs::write(&path, site).map_err(|e| e.to_string())?;
-    let child = Command::new(o.media_ctl())
-        .arg("--config")
-        .arg(&path)
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .map_err(|e| {
-            format!(
-                "starting {}: {e} (cargo build --release -p media-ctl)",
-                o.media_ctl().display()
-            )
-        })?;
-    let m = MediaCtl {
-        child,
-        ng,
-        _dir: dir,
-    };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !testbed::rtpengine::ping(ng, Duration::from_millis(100)) {
-        if Instant::now() > deadline {
-            return Err("media-ctl did not answer ping".into());
-        }
-        thread::sleep(Duration::from_millis(20));
-    }
-    Ok(m)
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -425,6 +210,14 @@ fn bench_cycles(o: &Opts) -> Result<(), String> {
             runs.push(r);
         }
     }
+    report(o, &runs);
+    drop(relays);
+    rtp.stop();
+    Ok(())
+}
+
+/// The table of medians, and what it says against the targets.
+fn report(o: &Opts, runs: &[Run]) {
     let of = |path: Route| runs.iter().filter(move |r| r.path == path);
     let pick = |path: Route, f: &dyn Fn(&Run) -> f64| median(of(path).map(f).collect());
     let share = |path: Route| median(of(path).map(|r| r.mc_us / r.rtp_us).collect());
@@ -470,84 +263,9 @@ fn bench_cycles(o: &Opts) -> Result<(), String> {
     println!(
         "added p99 per command (median p99 via media-ctl − direct): {added:.3} ms  (target < 1 ms)"
     );
-    drop(relays);
-    rtp.stop();
-    Ok(())
-}
-
-/// The floor relay: what any ng relay must do and nothing more.
-fn floor_relay(listen: SocketAddr, upstream: SocketAddr) -> Result<(), String> {
-    use std::collections::HashMap;
-    use std::sync::Mutex;
-    let client = Arc::new(UdpSocket::bind(listen).map_err(|e| format!("{listen}: {e}"))?);
-    let up = Arc::new(UdpSocket::bind(SocketAddr::new(listen.ip(), 0)).map_err(|e| e.to_string())?);
-    let who: Arc<Mutex<HashMap<Vec<u8>, SocketAddr>>> = Arc::default();
-    let back = {
-        let (client, up, who) = (client.clone(), up.clone(), who.clone());
-        thread::spawn(move || {
-            let mut buf = vec![0u8; 65_536];
-            while let Ok((n, _)) = up.recv_from(&mut buf) {
-                let d = &buf[..n];
-                let Some(sp) = d.iter().position(|&b| b == b' ') else {
-                    continue;
-                };
-                let to = who.lock().map(|mut m| m.remove(&d[..sp])).ok().flatten();
-                if let Some(to) = to {
-                    let _ = client.send_to(d, to);
-                }
-            }
-        })
-    };
-    let mut buf = vec![0u8; 65_536];
-    while let Ok((n, from)) = client.recv_from(&mut buf) {
-        let d = &buf[..n];
-        let Some(sp) = d.iter().position(|&b| b == b' ') else {
-            continue;
-        };
-        if let Ok(mut m) = who.lock() {
-            m.insert(d[..sp].to_vec(), from);
-        }
-        let _ = up.send_to(d, upstream);
-    }
-    let _ = back.join();
-    Ok(())
 }
 
 // === held calls ===
-
-/// A stand-in mg: answers `ping` with `pong` and everything else with `ok`
-/// (and a one-line SDP for offers and answers), as fast as it can.
-fn fake_mg(addr: SocketAddr, stop: Arc<AtomicBool>) -> Result<thread::JoinHandle<()>, String> {
-    let sock = UdpSocket::bind(addr).map_err(|e| format!("fake mg {addr}: {e}"))?;
-    sock.set_read_timeout(Some(Duration::from_millis(100)))
-        .map_err(|e| e.to_string())?;
-    Ok(thread::spawn(move || {
-        let mut buf = vec![0u8; 65_536];
-        while !stop.load(Ordering::Relaxed) {
-            let Ok((n, from)) = sock.recv_from(&mut buf) else {
-                continue;
-            };
-            let d = &buf[..n];
-            let Some(sp) = d.iter().position(|&b| b == b' ') else {
-                continue;
-            };
-            let mut out = d[..sp].to_vec();
-            if d.windows(14).any(|w| w == b"7:command4:pin") {
-                out.extend_from_slice(b" d6:result4:ponge");
-            } else if d.windows(12).any(|w| w == b"7:command5:o")
-                || d.windows(12).any(|w| w == b"7:command6:a")
-            {
-                let sdp = b"v=0\r\nc=IN IP4 127.76.0.21\r\n";
-                out.extend_from_slice(format!(" d3:sdp{}:", sdp.len()).as_bytes());
-                out.extend_from_slice(sdp);
-                out.extend_from_slice(b"6:result2:oke");
-            } else {
-                out.extend_from_slice(b" d6:result2:oke");
-            }
-            let _ = sock.send_to(&out, from);
-        }
-    }))
-}
 
 fn bench_held(o: &Opts) -> Result<(), String> {
     let mg = SocketAddr::new(ip(21), 22222);
@@ -620,18 +338,6 @@ fn bench_held(o: &Opts) -> Result<(), String> {
     stop.store(true, Ordering::Relaxed);
     let _ = fake.join();
     Ok(())
-}
-
-/// `"calls":N` from media-ctl's status.
-fn http_status(addr: SocketAddr) -> Option<String> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    s.write_all(b"GET /v1/status HTTP/1.0\r\n\r\n").ok()?;
-    let mut b = String::new();
-    s.read_to_string(&mut b).ok()?;
-    let at = b.find("\"calls\":")? + 8;
-    Some(b[at..].chars().take_while(char::is_ascii_digit).collect())
 }
 
 fn main() -> ExitCode {
