@@ -10,7 +10,8 @@
 # Usage: scripts/setup.sh          (as root, or as a user with sudo)
 set -euo pipefail
 
-PACKAGES=(sip-tester kamailio rtpengine-daemon etcd-server protobuf-compiler procps)
+# libprotobuf-dev: the well-known .proto files protoc needs to build etcd-client.
+PACKAGES=(sip-tester kamailio rtpengine-daemon etcd-server protobuf-compiler libprotobuf-dev procps)
 # Services shipped by the packages above (names differ between releases;
 # absent ones are skipped).
 SERVICES=(kamailio etcd rtpengine-daemon rtpengine rtpengine-recording-daemon)

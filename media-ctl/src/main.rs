@@ -1,7 +1,8 @@
 //! `media-ctl --config SITE.toml`: the drain-aware mg controller;
 //! `media-ctl --config SITE.toml status`: what a running one says.
 //!
-//! Thin on purpose: config, tracing, metrics, store, controller, signal, stop.
+//! Thin on purpose: config, tracing, metrics, store, controller,
+//! registration, signal, stop.
 #![forbid(unsafe_code)]
 
 use std::net::SocketAddr;
@@ -14,6 +15,7 @@ use clap::{Parser, Subcommand};
 use media_ctl::{admin, MediaCtl, Status};
 use metrics_exporter_prometheus::PrometheusBuilder;
 use ringsync::config::SiteConfig;
+use ringsync::node::{NodeIdentity, NodeRole};
 use ringsync::state::DrainState;
 use tokio_util::sync::CancellationToken;
 
@@ -82,6 +84,7 @@ enum Cmd {
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    let started_ms = ringsync::work::now_ms();
     init_logs(args.log_format);
 
     let mut config = match SiteConfig::load(&args.config) {
@@ -112,15 +115,42 @@ async fn main() -> anyhow::Result<()> {
         .await
         .context("opening the profile store")?;
     let drain = DrainState::new(Arc::new(config.clone()));
-    drain.set_profiles(store.list().await.context("reading profiles")?);
-    let follower = drain.follow(store, shutdown.clone());
+    // What the store opened with: from the store, or (R-MN-2) from the view
+    // cache while etcd is unreachable, stale and saying so.
+    drain.set_profiles(store.watch().borrow().clone());
+    let freshness = store.freshness().borrow().clone();
+    if freshness.is_stale() {
+        tracing::warn!("{}", freshness.describe(ringsync::work::now_ms()));
+    }
+    drain.set_freshness(freshness);
+    let follower = drain.follow(store.clone(), shutdown.clone());
 
-    let media = MediaCtl::start(drain, shutdown.clone()).await?;
+    let media = MediaCtl::start(drain.clone(), shutdown.clone()).await?;
     let admin_listener = tokio::net::TcpListener::bind(admin_addr)
         .await
         .with_context(|| format!("binding admin endpoint {admin_addr}"))?;
+    let admin_addr = admin_listener.local_addr()?;
     let node = args.node.unwrap_or_else(|| admin_addr.to_string());
     tracing::info!(%admin_addr, %node, "admin endpoint (/v1/status, /v1/work, /metrics, /readyz)");
+    // R-ST-3: on a shared store (etcd), register and publish the same report
+    // (on the embedded store, `ringsync status` asks the admin address).
+    let published = CancellationToken::new();
+    let publisher = {
+        let (controller, name) = (media.controller().clone(), node.clone());
+        let identity = NodeIdentity {
+            node: node.clone(),
+            role: NodeRole::MediaCtl,
+            address: admin_addr.to_string(),
+            started_ms,
+        };
+        ringsync::publish::spawn(
+            store,
+            drain,
+            identity,
+            move || Some(controller.work_report(&name, tokio::time::Instant::now().into_std())),
+            published.clone(),
+        )
+    };
     let router = admin::router(
         media.controller().clone(),
         node,
@@ -135,6 +165,9 @@ async fn main() -> anyhow::Result<()> {
         .shutdown(Duration::from_secs(args.drain_deadline_s))
         .await;
     let _ = admin_task.await;
+    // Withdrawn after the stop, so what work is left is recorded (R-ST-3).
+    published.cancel();
+    let _ = publisher.await;
     let _ = follower.await;
     if !clean {
         tracing::warn!("some tasks did not finish before the deadline");

@@ -412,3 +412,48 @@ fn r_mg_2_r_st_3_calls_survive_a_media_ctl_restart() {
         s.work().instances.values().all(|i| i.unknown.is_none())
     });
 }
+
+#[test]
+fn r_st_3_on_etcd_media_ctl_publishes_its_work_in_the_registry() {
+    let etcd = testbed::Etcd::single(ip((80, 8), 51)).unwrap();
+    let mut spec = Spec::new((80, 8));
+    spec.etcd = Some(etcd.endpoints());
+    let mut site = Site::start(spec);
+    let mut c = site.client(9);
+    let mut on_a = Vec::new();
+    for i in 0..3 {
+        let call = format!("e-{i}");
+        if site.mg_at(&c.setup(&call)) == "mg-a" {
+            on_a.push(call);
+        }
+    }
+    assert_eq!(on_a.len(), 1);
+    site.drain(&["srv-a"]);
+    site.wait_drain_zone(&["srv-a"]);
+    let mg_a = |s: &Site| {
+        s.registry_status()
+            .instances
+            .into_iter()
+            .find(|i| i.id == "mg-a")
+            .unwrap()
+    };
+    // The publisher writes within half a second of a change.
+    site.wait_until("mg-a draining with its call, from the registry", |s| {
+        let a = mg_a(s);
+        a.state == InstanceState::Draining && a.work == Some(1)
+    });
+    for call in &on_a {
+        assert_eq!(c.delete(call).result, "ok");
+    }
+    site.wait_until("mg-a drained, from the registry", |s| {
+        mg_a(s).state == InstanceState::Drained
+    });
+    let a = mg_a(&site);
+    assert_eq!(a.nodes.len(), 1, "{a:?}");
+    // Stopped: it withdraws, and the registry names it rather than letting
+    // its last zero stand for a node that is gone.
+    assert!(site.stop());
+    let a = mg_a(&site);
+    assert_eq!(a.state, InstanceState::Draining, "{a:?}");
+    assert!(!a.unknown.is_empty(), "{a:?}");
+}

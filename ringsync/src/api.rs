@@ -65,7 +65,7 @@ impl From<StoreError> for ApiError {
         store::count_error(&e);
         let status = match &e {
             StoreError::NotFound { .. } => StatusCode::NOT_FOUND,
-            StoreError::DuplicateName { .. } => StatusCode::CONFLICT,
+            StoreError::DuplicateName { .. } | StoreError::Conflict { .. } => StatusCode::CONFLICT,
             e if e.is_client_error() => StatusCode::BAD_REQUEST,
             _ => StatusCode::SERVICE_UNAVAILABLE,
         };
@@ -116,11 +116,20 @@ impl AdminApi {
     }
 
     /// Reads the store until it succeeds (readiness), retrying every second.
+    /// A store that is unreachable but serves a last-known view (R-MN-2:
+    /// fail-static, e.g. etcd down and the view cache loaded) is ready too:
+    /// serving that view is correct, and `/readyz` says it is stale.
     async fn become_ready(&self, shutdown: &CancellationToken) {
         loop {
             match self.store.list().await {
                 Ok(set) => {
                     self.drain.set_profiles(set);
+                    self.ready.store(true, Ordering::Relaxed);
+                    return;
+                }
+                Err(e) if self.store.freshness().borrow().is_stale() => {
+                    tracing::warn!(error = %e, "profile store unreachable; serving the last known view");
+                    self.drain.set_profiles(self.store.watch().borrow().clone());
                     self.ready.store(true, Ordering::Relaxed);
                     return;
                 }
@@ -147,7 +156,9 @@ impl AdminApi {
 
     /// The site's status: the current view with the nodes' last reports summed.
     pub fn site_status(&self) -> SiteStatus {
-        self.nodes.status(&self.drain.view())
+        let mut st = self.nodes.status(&self.drain.view());
+        st.store = Some((*self.drain.freshness()).clone());
+        st
     }
 
     /// Prometheus text: per-instance state and summed work, which nodes
@@ -188,6 +199,13 @@ impl AdminApi {
             metrics::gauge!("ringsync_drain_zone_servers").set(view.drain_zone().len() as f64);
             metrics::gauge!("ringsync_view_generation").set(view.generation() as f64);
             metrics::counter!("ringsync_store_errors_total").absolute(store::error_count());
+            let f = self.drain.freshness();
+            metrics::gauge!("ringsync_store_stale").set(if f.is_stale() { 1.0 } else { 0.0 });
+            metrics::gauge!("ringsync_store_stale_since_seconds")
+                .set(f.stale_since_ms.map_or(0.0, |ms| ms as f64 / 1000.0));
+            metrics::gauge!("ringsync_store_revision").set(f.store_revision as f64);
+            metrics::counter!("ringsync_profile_updates_applied_total")
+                .absolute(self.drain.profile_updates());
         });
         self.recorder.handle().render()
     }
@@ -312,7 +330,9 @@ async fn metrics_text(State(api): State<Arc<AdminApi>>) -> Response {
 
 async fn readyz(State(api): State<Arc<AdminApi>>) -> Response {
     if api.is_ready() {
-        (StatusCode::OK, "ready\n").into_response()
+        // R-MN-2: still ready when stale; the detail says so.
+        let detail = api.drain.freshness().describe(crate::work::now_ms());
+        (StatusCode::OK, format!("ready\n{detail}\n")).into_response()
     } else {
         (
             StatusCode::SERVICE_UNAVAILABLE,

@@ -5,6 +5,10 @@
 //! inputs under a `std::sync::Mutex` that is never held across an `.await`,
 //! build a new [`DrainView`] and publish it through arc-swap and a watch
 //! channel.
+//!
+//! The state also carries the store's [`Freshness`] (R-MN-2), so every node
+//! (gate, media controller, ringsync serve) can show in its status, metrics
+//! and `/readyz` detail whether its view is current, and since when not.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -16,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::SiteConfig;
 use crate::profile::ProfileSet;
-use crate::store::Store;
+use crate::store::{Freshness, Store};
 use crate::view::{DrainView, Health, InstanceView};
 
 /// Marks "no count reported" in the work atomics.
@@ -30,6 +34,9 @@ pub struct DrainState {
     inputs: Mutex<Inputs>,
     /// Exact work counts, updated on every report without a rebuild.
     work: Box<[AtomicU64]>,
+    freshness: ArcSwap<Freshness>,
+    /// Profile sets applied that differed from the one before.
+    updates: AtomicU64,
 }
 
 struct Inputs {
@@ -65,6 +72,8 @@ impl DrainState {
             tx,
             inputs: Mutex::new(inputs),
             work: (0..n).map(|_| AtomicU64::new(NO_WORK)).collect(),
+            freshness: ArcSwap::from_pointee(Freshness::default()),
+            updates: AtomicU64::new(0),
             config,
         })
     }
@@ -91,8 +100,34 @@ impl DrainState {
         if *inputs.profiles == *p {
             return;
         }
+        let revision = p.revision;
         inputs.profiles = p;
         self.rebuild(&mut inputs);
+        self.updates.fetch_add(1, Ordering::Relaxed);
+        metrics::counter!("ringsync_profile_updates_applied_total").increment(1);
+        metrics::gauge!("ringsync_view_revision").set(revision as f64);
+    }
+
+    /// How many different profile sets this state has applied: a change
+    /// delivered twice (a watch resumed after an outage) counts once.
+    pub fn profile_updates(&self) -> u64 {
+        self.updates.load(Ordering::Relaxed)
+    }
+
+    /// Whether the view's profiles are current (R-MN-2). Lock-free.
+    pub fn freshness(&self) -> Arc<Freshness> {
+        self.freshness.load_full()
+    }
+
+    /// Records the store's freshness and exports it as metrics:
+    /// `ringsync_store_stale` (0/1), `ringsync_store_stale_since_seconds`
+    /// (Unix time, 0 when fresh) and `ringsync_store_revision`.
+    pub fn set_freshness(&self, f: Freshness) {
+        metrics::gauge!("ringsync_store_stale").set(if f.is_stale() { 1.0 } else { 0.0 });
+        metrics::gauge!("ringsync_store_stale_since_seconds")
+            .set(f.stale_since_ms.map_or(0.0, |ms| ms as f64 / 1000.0));
+        metrics::gauge!("ringsync_store_revision").set(f.store_revision as f64);
+        self.freshness.store(Arc::new(f));
     }
 
     /// Records an instance's health; rebuilds only if it changed.
@@ -149,8 +184,8 @@ impl DrainState {
             .collect()
     }
 
-    /// Follows a store: applies its current snapshot, then every new one,
-    /// until `shutdown` (R-PR-2).
+    /// Follows a store: applies its current snapshot and freshness, then
+    /// every new one, until `shutdown` (R-PR-2, R-MN-2).
     pub fn follow(
         self: &Arc<Self>,
         store: Arc<dyn Store>,
@@ -159,12 +194,19 @@ impl DrainState {
         let state = self.clone();
         tokio::spawn(async move {
             let mut rx = store.watch();
+            let mut fresh = store.freshness();
             loop {
                 let set = rx.borrow_and_update().clone();
                 state.set_profiles(set);
+                state.set_freshness(fresh.borrow_and_update().clone());
                 tokio::select! {
                     _ = shutdown.cancelled() => return,
                     changed = rx.changed() => {
+                        if changed.is_err() {
+                            return;
+                        }
+                    }
+                    changed = fresh.changed() => {
                         if changed.is_err() {
                             return;
                         }

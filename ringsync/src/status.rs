@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::SiteConfig;
 use crate::fetch::Fetcher;
+use crate::store::{Freshness, Store};
 use crate::view::DrainView;
 use crate::work::{self, InstanceStatus, NodeKind, NodeOutcome, WorkReport};
 
@@ -69,6 +70,10 @@ pub struct NodeAnswer {
     /// Why it gave no usable report.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Set while the node's own view is stale (its store unreachable, R-MN-2):
+    /// since when (Unix ms). Known from the node registry only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stale_since_ms: Option<u64>,
 }
 
 /// The status of a site: `ringsync status --json` and `GET /v1/status`.
@@ -86,6 +91,10 @@ pub struct SiteStatus {
     pub nodes: Vec<NodeAnswer>,
     /// Every instance, in config order: state and summed work (R-ST-1, R-ST-3).
     pub instances: Vec<InstanceStatus>,
+    /// Whether the profiles behind this status are current, and since when
+    /// not (R-MN-2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store: Option<Freshness>,
 }
 
 /// One asking of every node: what each answered, and the reports to sum.
@@ -118,6 +127,7 @@ impl Round {
                     revision: Some(r.revision),
                     started_ms: Some(r.started_ms),
                     error: None,
+                    stale_since_ms: None,
                 },
                 Err(e) => NodeAnswer {
                     kind: at.kind,
@@ -126,6 +136,7 @@ impl Round {
                     revision: None,
                     started_ms: None,
                     error: Some(e.clone()),
+                    stale_since_ms: None,
                 },
             };
             let node = answer.node.clone().unwrap_or_else(|| at.addr.to_string());
@@ -148,6 +159,7 @@ impl Round {
             generated_ms: work::now_ms(),
             nodes: self.answers.clone(),
             instances: work::sum(view, &self.outcomes),
+            store: None,
         }
     }
 }
@@ -176,8 +188,16 @@ pub async fn ask_all(fetcher: &Fetcher, site: &str, nodes: &[NodeAddr]) -> Round
 pub struct NodeBoard {
     site: String,
     nodes: Vec<NodeAddr>,
-    fetcher: Fetcher,
+    source: Source,
     latest: ArcSwap<Round>,
+}
+
+/// Where a board learns the nodes' reports.
+enum Source {
+    /// Asking each node's admin address (one machine, embedded store).
+    Ask(Box<Fetcher>),
+    /// Reading the store's node registry (several nodes, etcd).
+    Registry(Arc<dyn Store>),
 }
 
 impl NodeBoard {
@@ -187,18 +207,36 @@ impl NodeBoard {
             site: site.into(),
             latest: ArcSwap::from_pointee(Round::not_asked(&nodes)),
             nodes,
-            fetcher,
+            source: Source::Ask(Box::new(fetcher)),
         })
     }
 
-    /// The nodes it asks.
+    /// A board fed by `store`'s node registry (R-ST-3 across nodes).
+    pub fn from_registry(site: impl Into<String>, store: Arc<dyn Store>) -> Arc<NodeBoard> {
+        Arc::new(NodeBoard {
+            site: site.into(),
+            latest: ArcSwap::from_pointee(Round::default()),
+            nodes: Vec::new(),
+            source: Source::Registry(store),
+        })
+    }
+
+    /// The nodes it asks (none when it reads a registry).
     pub fn nodes(&self) -> &[NodeAddr] {
         &self.nodes
     }
 
     /// Asks every node now and keeps the answers.
     pub async fn refresh(&self) -> Arc<Round> {
-        let round = Arc::new(ask_all(&self.fetcher, &self.site, &self.nodes).await);
+        let round = match &self.source {
+            Source::Ask(fetcher) => ask_all(fetcher, &self.site, &self.nodes).await,
+            Source::Registry(store) => match crate::sitewide::round(store.as_ref()).await {
+                Ok(Some(r)) => r,
+                Ok(None) => Round::default(),
+                Err(e) => crate::sitewide::unreadable(&self.latest(), &e),
+            },
+        };
+        let round = Arc::new(round);
         self.latest.store(round.clone());
         round
     }

@@ -150,17 +150,22 @@ async fn r_pr_4_malformed_file_is_a_clear_error_and_is_not_overwritten() {
     assert_eq!(std::fs::read(site.store_path()).unwrap(), garbage);
 }
 
+/// R-MN-2: an etcd site whose etcd cannot be reached, on a node with no
+/// view cache, refuses to start rather than serve an empty view.
 #[tokio::test]
-async fn etcd_is_unsupported_for_now() {
+async fn etcd_unreachable_without_a_cache_is_refused_clearly() {
     let text = common::SITE.replace(
         "kind = \"embedded\"\npath = \"t1.profiles.json\"",
-        "kind = \"etcd\"\nendpoints = [\"http://127.0.0.1:2379\"]",
+        "kind = \"etcd\"\nendpoints = [\"http://127.0.0.1:9\"]",
     );
     let site = TestSite::with_text(&text);
-    assert!(matches!(
-        store::open(&site.config).await,
-        Err(StoreError::Unsupported(_))
-    ));
+    let e = store::open(&site.config).await.err().expect("refused");
+    assert!(matches!(e, StoreError::Unavailable { .. }), "{e}");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("127.0.0.1:9") && msg.contains("no view cache"),
+        "{msg}"
+    );
 }
 
 #[tokio::test]

@@ -1,6 +1,7 @@
 //! `sip-gate --config SITE.toml`: the drain-aware SIP proxy.
 //!
-//! Thin on purpose: config, tracing, metrics, store, gate, signal, stop.
+//! Thin on purpose: config, tracing, metrics, store, gate, registration,
+//! signal, stop.
 #![forbid(unsafe_code)]
 
 use std::path::PathBuf;
@@ -11,6 +12,7 @@ use anyhow::Context;
 use clap::Parser;
 use metrics_exporter_prometheus::PrometheusBuilder;
 use ringsync::config::SiteConfig;
+use ringsync::node::{NodeIdentity, NodeRole};
 use ringsync::state::DrainState;
 use sip_gate::admin::NodeInfo;
 use sip_gate::Gate;
@@ -29,7 +31,8 @@ struct Args {
     /// Admin HTTP address (/metrics, /v1/work); overrides `admin.gate_bind`.
     #[arg(long)]
     admin: Option<std::net::SocketAddr>,
-    /// This gate's name in its work report (default: its admin address).
+    /// This gate's name in its work report and, on an etcd store, in the
+    /// site's node registry; unique on the site (default: its admin address).
     #[arg(long, value_name = "NAME")]
     node: Option<String>,
     /// How long the stop may take (loops ending, threads joined).
@@ -95,11 +98,18 @@ async fn main() -> anyhow::Result<()> {
         .await
         .context("opening the profile store")?;
     let drain = DrainState::new(Arc::new(config.clone()));
-    drain.set_profiles(store.list().await.context("reading profiles")?);
-    let follower = drain.follow(store, shutdown.clone());
+    // What the store opened with: from the store, or (R-MN-2) from the view
+    // cache while etcd is unreachable, stale and saying so.
+    drain.set_profiles(store.watch().borrow().clone());
+    let freshness = store.freshness().borrow().clone();
+    if freshness.is_stale() {
+        tracing::warn!("{}", freshness.describe(ringsync::work::now_ms()));
+    }
+    drain.set_freshness(freshness);
+    let follower = drain.follow(store.clone(), shutdown.clone());
 
     let admin_addr = args.admin.unwrap_or(config.admin.gate_bind);
-    let gate = Gate::start(config, drain, shutdown.clone()).await?;
+    let gate = Gate::start(config, drain.clone(), shutdown.clone()).await?;
     let admin = tokio::net::TcpListener::bind(admin_addr)
         .await
         .with_context(|| format!("binding admin endpoint {admin_addr}"))?;
@@ -109,6 +119,24 @@ async fn main() -> anyhow::Result<()> {
         started_ms,
     };
     tracing::info!(%admin_addr, node = %node.name, "admin endpoint (/metrics, /v1/work)");
+    // R-ST-3: on a shared store (etcd), register and publish the same report.
+    let published = CancellationToken::new();
+    let publisher = {
+        let (core, info) = (gate.core().clone(), node.clone());
+        let identity = NodeIdentity {
+            node: node.name.clone(),
+            role: NodeRole::Gate,
+            address: admin_addr.to_string(),
+            started_ms,
+        };
+        ringsync::publish::spawn(
+            store,
+            drain,
+            identity,
+            move || Some(sip_gate::admin::report(&core, &info)),
+            published.clone(),
+        )
+    };
     let admin_task = tokio::spawn(sip_gate::admin::serve(
         admin,
         gate.core().clone(),
@@ -124,6 +152,9 @@ async fn main() -> anyhow::Result<()> {
         .shutdown(Duration::from_secs(args.drain_deadline_s))
         .await;
     let _ = admin_task.await;
+    // Withdrawn after the drain, so what work is left is recorded (R-ST-3).
+    published.cancel();
+    let _ = publisher.await;
     let _ = follower.await;
     if !clean {
         tracing::warn!("some tasks did not finish before the deadline");

@@ -12,13 +12,13 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
-    /// The program is not installed.
-    #[error("{program} not found in PATH: install the Debian package `{package}` (scripts/setup.sh does)")]
+    /// A peer's program is not installed.
+    #[error("{program} is not installed: install the Debian package `{package}` (scripts/setup.sh does)")]
     NotInstalled {
         /// The program name.
         program: String,
         /// The Debian package that ships it.
-        package: &'static str,
+        package: String,
     },
     /// A peer exited before it was ready (bad config, port taken, ...).
     #[error("{program} exited early with {status}: {stderr}")]

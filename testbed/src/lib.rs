@@ -1,7 +1,8 @@
-//! Harness that starts and stops real SIP peers on loopback for tests and
+//! Harness that starts and stops real peers on loopback for tests and
 //! benchmarks: SIPp ([`Sipp`]), Kamailio ([`Kamailio`]), rtpengine
-//! ([`Rtpengine`]) and a blind UDP relay ([`relay::BlindRelay`]), plus the
-//! helpers benchmarks need ([`free_port`], [`ProcStats`]).
+//! ([`Rtpengine`]), etcd ([`Etcd`]), a blind UDP relay
+//! ([`relay::BlindRelay`]), plus the helpers benchmarks need ([`free_port`],
+//! [`ProcStats`]).
 //!
 //! Every peer is a real process bound to an explicit `127.0.0.x` address,
 //! is bounded in time (SIPp always gets a global timeout) and is killed when
@@ -34,8 +35,10 @@
 use std::path::PathBuf;
 
 mod error;
+pub mod etcd;
 pub mod kamailio;
 pub mod net;
+pub mod partition;
 pub mod proc_stats;
 mod process;
 pub mod relay;
@@ -43,8 +46,10 @@ pub mod rtpengine;
 pub mod sipp;
 
 pub use error::Error;
+pub use etcd::Etcd;
 pub use kamailio::{Kamailio, KamailioHandle};
 pub use net::{free_port, wait_listening, Transport};
+pub use partition::TcpPartition;
 pub use proc_stats::ProcStats;
 pub use rtpengine::{Rtpengine, RtpengineHandle};
 pub use sipp::{Scenario, Sipp, SippHandle, SippReport};

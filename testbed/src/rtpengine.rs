@@ -130,7 +130,7 @@ impl Rtpengine {
             Err(Error::Spawn { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
                 return Err(Error::NotInstalled {
                     program: self.program.display().to_string(),
-                    package: PACKAGE,
+                    package: PACKAGE.into(),
                 })
             }
             r => r?,

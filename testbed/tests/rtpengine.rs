@@ -53,13 +53,7 @@ fn a_missing_binary_names_the_debian_package() {
         .start()
         .unwrap_err();
     assert!(
-        matches!(
-            e,
-            Error::NotInstalled {
-                package: "rtpengine-daemon",
-                ..
-            }
-        ),
+        matches!(&e, Error::NotInstalled { package, .. } if package == "rtpengine-daemon"),
         "{e}"
     );
     assert!(e.to_string().contains("rtpengine-daemon"), "{e}");

@@ -38,6 +38,8 @@ pub struct Spec {
     pub window_s: u32,
     /// Extra rtpengine arguments.
     pub rtpengine_args: Vec<String>,
+    /// etcd client URLs: the site's store is etcd (else the embedded file).
+    pub etcd: Option<Vec<String>>,
 }
 
 impl Spec {
@@ -49,6 +51,7 @@ impl Spec {
             running: vec![0, 1, 2],
             window_s: 4,
             rtpengine_args: Vec::new(),
+            etcd: None,
         }
     }
 }
@@ -129,6 +132,15 @@ impl Site {
                 .iter()
                 .fold(Rtpengine::new(addr), |r, a| r.arg(a.clone()));
             mgs.insert("bgmg-a".into(), r.start().unwrap());
+        }
+        if let Some(eps) = &spec.etcd {
+            let eps: Vec<String> = eps.iter().map(|e| format!("\"{e}\"")).collect();
+            t.push_str(&format!(
+                "[store]\nkind = \"etcd\"\nendpoints = [{}]\nprefix = \"/media/{}-{}\"\n",
+                eps.join(", "),
+                net.0,
+                net.1
+            ));
         }
         let path = dir.path().join("site.toml");
         std::fs::write(&path, &t).unwrap();
@@ -251,6 +263,20 @@ impl Site {
             let fetcher = ringsync::fetch::Fetcher::default();
             ringsync::status::ask_all(&fetcher, &config.site.name, &nodes).await
         });
+        round.status(&state.view())
+    }
+
+    /// The site's status from the store's node registry (etcd): what every
+    /// registered node published, summed (R-ST-3).
+    pub fn registry_status(&self) -> ringsync::status::SiteStatus {
+        let config = Arc::new(ringsync::SiteConfig::load(&self.path).unwrap());
+        let state = ringsync::state::DrainState::new(config);
+        state.set_profiles(self.rt.block_on(self.store.list()).unwrap());
+        let round = self
+            .rt
+            .block_on(ringsync::sitewide::round(self.store.as_ref()))
+            .unwrap()
+            .expect("the store keeps a node registry");
         round.status(&state.view())
     }
 

@@ -17,13 +17,17 @@ use tokio_util::sync::CancellationToken;
 use crate::api::AdminApi;
 use crate::config::{ConfigError, SiteConfig};
 use crate::fetch::Fetcher;
+use crate::node::{NodeIdentity, NodeRole};
 use crate::profile::{NewProfile, ProfilePatch, ProfileState};
 use crate::state::DrainState;
 use crate::status::{self, NodeBoard};
 use crate::store::{self, StoreError};
 use crate::view::DrainView;
 
+mod registry;
 mod text;
+
+pub use registry::{MigrateArgs, NodeCommand};
 
 /// Drain profiles and status of a SIP site.
 #[derive(Debug, Parser)]
@@ -51,6 +55,11 @@ pub enum Command {
     Status(StatusArgs),
     /// Serve the admin HTTP API.
     Serve(ServeArgs),
+    /// Copy the site's profiles from one store to another (idempotent).
+    Migrate(MigrateArgs),
+    /// The site's node registry (etcd store).
+    #[command(subcommand)]
+    Node(NodeCommand),
 }
 
 /// `profile` subcommands. Profiles are named by id or name.
@@ -174,6 +183,8 @@ pub async fn run(
         Command::Profile(cmd) => profile(&config, cmd, cli.json, out).await,
         Command::Status(args) => status(&config, args, cli.json, out).await,
         Command::Serve(args) => serve(config, args, out, shutdown).await,
+        Command::Migrate(args) => registry::run_migrate(&config, args, out).await,
+        Command::Node(cmd) => registry::node(&config, cmd, cli.json, out).await,
     }
 }
 
@@ -267,9 +278,16 @@ async fn status(
     let store = store::open(config).await?;
     let set = store.list().await?;
     let view = DrainView::build(config.clone(), &set, &[], &[]);
-    let nodes = status::local_nodes(config, args.nodes.gate, args.nodes.media);
-    let round = status::ask_all(&Fetcher::default(), &config.site.name, &nodes).await;
-    let st = round.status(&view);
+    // Several nodes (etcd): the reports they published; else ask them.
+    let round = match crate::sitewide::round(store.as_ref()).await? {
+        Some(round) => round,
+        None => {
+            let nodes = status::local_nodes(config, args.nodes.gate, args.nodes.media);
+            status::ask_all(&Fetcher::default(), &config.site.name, &nodes).await
+        }
+    };
+    let mut st = round.status(&view);
+    st.store = Some(store.freshness().borrow().clone());
     if json {
         write_json(out, &st)
     } else {
@@ -285,6 +303,10 @@ async fn serve(
 ) -> Result<(), CliError> {
     let store = store::open(&config).await?;
     let state = DrainState::new(config.clone());
+    // What the store opened with (R-MN-2: possibly the view cache), before
+    // anything is served or published.
+    state.set_profiles(store.watch().borrow().clone());
+    state.set_freshness(store.freshness().borrow().clone());
     let follower = state.follow(store.clone(), shutdown.clone());
     let addr = args.bind.unwrap_or(config.admin.bind);
     let listener = tokio::net::TcpListener::bind(addr)
@@ -299,14 +321,35 @@ async fn serve(
     out.flush()?;
     tracing::info!(%local, site = %config.site.name, "serving admin API");
 
-    let nodes = status::local_nodes(&config, args.nodes.gate, args.nodes.media);
-    let board = NodeBoard::new(config.site.name.clone(), nodes, Fetcher::default());
-    // R-ST-1: the nodes' work, once a second.
-    let poller = tokio::spawn(board.clone().run(Duration::from_secs(1), shutdown.clone()));
+    // R-ST-1: the nodes' work: asked once a second, or on etcd read from
+    // the node registry every 5 s (an idle serve stays under 1 request/s).
+    let (board, every) = if store.keeps_nodes() {
+        let board = NodeBoard::from_registry(config.site.name.clone(), store.clone());
+        (board, Duration::from_secs(5))
+    } else {
+        let nodes = status::local_nodes(&config, args.nodes.gate, args.nodes.media);
+        let board = NodeBoard::new(config.site.name.clone(), nodes, Fetcher::default());
+        (board, Duration::from_secs(1))
+    };
+    let poller = tokio::spawn(board.clone().run(every, shutdown.clone()));
+    let identity = NodeIdentity {
+        node: local.to_string(),
+        role: NodeRole::Ringsync,
+        address: local.to_string(),
+        started_ms: crate::work::now_ms(),
+    };
+    let publisher = crate::publish::spawn(
+        store.clone(),
+        state.clone(),
+        identity,
+        || None,
+        shutdown.clone(),
+    );
     let api = AdminApi::new(store, state, board);
     let result = crate::api::serve(listener, api, shutdown.clone()).await;
     shutdown.cancel();
     let _ = follower.await;
     let _ = poller.await;
+    let _ = publisher.await;
     result.map_err(CliError::Io)
 }

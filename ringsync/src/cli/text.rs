@@ -96,6 +96,9 @@ pub(super) fn write_status(st: &SiteStatus, out: &mut (dyn Write + Send)) -> Res
     for n in &st.nodes {
         writeln!(out, "{}", node_line(n, st))?;
     }
+    if let Some(f) = &st.store {
+        writeln!(out, "{}", f.describe(st.generated_ms))?;
+    }
     Ok(())
 }
 
@@ -156,10 +159,16 @@ fn node_line(n: &NodeAnswer, st: &SiteStatus) -> String {
             line.push_str(" (behind: it has not applied the latest change)");
         }
     }
+    if let Some(since) = n.stale_since_ms {
+        line.push_str(&format!(
+            ", its store stale since {} (keeping its last view)",
+            crate::store::rfc3339(since)
+        ));
+    }
     line
 }
 
-fn write_table(
+pub(super) fn write_table(
     out: &mut (dyn Write + Send),
     header: &[&str],
     rows: &[Vec<String>],

@@ -60,6 +60,8 @@ pub(super) struct RawStore {
     pub(super) endpoints: Vec<String>,
     #[serde(default)]
     pub(super) prefix: Option<String>,
+    #[serde(default)]
+    pub(super) cache: Option<String>,
 }
 
 fn default_store_kind() -> Spanned<String> {

@@ -250,9 +250,16 @@ fn etcd_store() {
         c.store,
         StoreConfig::Etcd {
             endpoints: vec!["http://127.0.0.1:2379".into()],
-            prefix: "/drain/t1".into()
+            prefix: "/drain/t1".into(),
+            cache: c.path.parent().unwrap().join("t1.view-cache.json"),
         }
     );
+    let c = load(&format!("{text}cache = \"/var/cache/drain/t1.json\"\n")).unwrap();
+    assert!(
+        matches!(c.store, StoreConfig::Etcd { cache, .. } if cache == Path::new("/var/cache/drain/t1.json"))
+    );
+    let e = load(&format!("{GOOD}\n[store]\ncache = \"x.json\"\n")).unwrap_err();
+    assert_eq!(e.field, "store.cache");
 }
 
 #[test]

@@ -99,6 +99,9 @@ pub enum StoreConfig {
         endpoints: Vec<String>,
         /// Key prefix under which the site's profiles live.
         prefix: String,
+        /// This node's last-known view cache (R-MN-2), resolved against the
+        /// site file's directory; default `<site>.view-cache.json` there.
+        cache: PathBuf,
     },
 }
 

@@ -533,6 +533,13 @@ impl Validator<'_> {
         let r = s.get_ref();
         match r.kind.get_ref().as_str() {
             "embedded" => {
+                if r.cache.is_some() {
+                    return Err(self.err(
+                        s.span(),
+                        "store.cache",
+                        "`cache` is for the etcd store (the embedded file is its own cache)",
+                    ));
+                }
                 let p = r
                     .path
                     .clone()
@@ -547,9 +554,14 @@ impl Validator<'_> {
                         "an etcd store needs at least one endpoint",
                     ));
                 }
+                let cache = r
+                    .cache
+                    .clone()
+                    .unwrap_or_else(|| format!("{site}.view-cache.json"));
                 Ok(StoreConfig::Etcd {
                     endpoints: r.endpoints.clone(),
                     prefix: r.prefix.clone().unwrap_or_else(|| format!("/drain/{site}")),
+                    cache: base.join(cache),
                 })
             }
             other => Err(self.err(

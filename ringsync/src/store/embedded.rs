@@ -21,7 +21,7 @@ use futures::future::BoxFuture;
 use tokio::sync::watch;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-use super::{new_id, Change, Store, StoreError};
+use super::{new_id, Change, Freshness, Imported, Store, StoreError};
 use crate::config::{SiteConfig, StoreConfig};
 use crate::profile::{NewProfile, Profile, ProfilePatch, ProfileSet, ProfileState};
 
@@ -40,6 +40,7 @@ struct Inner {
     lock_path: PathBuf,
     tmp_path: PathBuf,
     tx: watch::Sender<Arc<ProfileSet>>,
+    fresh: watch::Sender<Freshness>,
 }
 
 /// What identifies a version of the file without reading it.
@@ -73,8 +74,10 @@ impl EmbeddedStore {
     ) -> Result<EmbeddedStore, StoreError> {
         let p = path.clone();
         let (set, fp) = blocking(move || read_file(&p)).await??;
+        let (fresh, _) = watch::channel(Freshness::fresh(set.revision));
         let (tx, _) = watch::channel(Arc::new(set));
         let inner = Arc::new(Inner {
+            fresh,
             config,
             lock_path: sibling(&path, ".lock"),
             tmp_path: sibling(&path, ".tmp"),
@@ -147,6 +150,34 @@ impl Store for EmbeddedStore {
     fn watch(&self) -> watch::Receiver<Arc<ProfileSet>> {
         self.inner.tx.subscribe()
     }
+
+    fn freshness(&self) -> watch::Receiver<Freshness> {
+        self.inner.fresh.subscribe()
+    }
+
+    fn import(
+        &self,
+        set: ProfileSet,
+        overwrite: bool,
+    ) -> BoxFuture<'_, Result<Imported, StoreError>> {
+        let inner = self.inner.clone();
+        Box::pin(async move {
+            let src = super::checked_import(&inner.config, set)?;
+            let (set, imported) = blocking(move || {
+                inner.mutate_set(|cur| {
+                    let (next, imported) = super::merge_import(cur, &src, overwrite)?;
+                    let write = next.is_some();
+                    if let Some(n) = next {
+                        *cur = n;
+                    }
+                    Ok((imported, write))
+                })
+            })
+            .await??;
+            self.inner.publish(set);
+            Ok(imported)
+        })
+    }
 }
 
 // === impl Inner ===
@@ -155,6 +186,15 @@ impl Inner {
     /// Publishes a set if it differs from the current one, so watchers see
     /// each version once whether it came from us or from the poller.
     fn publish(&self, set: Arc<ProfileSet>) {
+        let fresh = Freshness::fresh(set.revision);
+        self.fresh.send_if_modified(|cur| {
+            if *cur == fresh {
+                false
+            } else {
+                *cur = fresh;
+                true
+            }
+        });
         self.tx.send_if_modified(|cur| {
             if **cur == *set {
                 false
@@ -170,6 +210,20 @@ impl Inner {
         &self,
         make: impl FnOnce(&ProfileSet) -> Change,
     ) -> Result<(Arc<ProfileSet>, Profile), StoreError> {
+        self.mutate_set(|set| {
+            let change = make(set);
+            let profile = change.apply(&self.config, set)?;
+            set.revision += 1;
+            Ok((profile, true))
+        })
+    }
+
+    /// Lock, re-read, let `edit` change the set (it says whether to write),
+    /// write atomically. Blocking.
+    fn mutate_set<T>(
+        &self,
+        edit: impl FnOnce(&mut ProfileSet) -> Result<(T, bool), StoreError>,
+    ) -> Result<(Arc<ProfileSet>, T), StoreError> {
         let io = |path: &Path| {
             let path = path.to_owned();
             move |source| StoreError::Io { path, source }
@@ -185,9 +239,10 @@ impl Inner {
         fs4::FileExt::lock(&lock).map_err(io(&self.lock_path))?;
 
         let (mut set, _) = read_file(&self.path)?;
-        let change = make(&set);
-        let profile = change.apply(&self.config, &mut set)?;
-        set.revision += 1;
+        let (out, write) = edit(&mut set)?;
+        if !write {
+            return Ok((Arc::new(set), out));
+        }
 
         let mut bytes =
             serde_json::to_vec_pretty(&set).map_err(|e| StoreError::Task(e.to_string()))?;
@@ -203,7 +258,7 @@ impl Inner {
             .and_then(|d| d.sync_all())
             .map_err(io(&dir))?;
         drop(lock);
-        Ok((Arc::new(set), profile))
+        Ok((Arc::new(set), out))
     }
 }
 
@@ -238,6 +293,11 @@ async fn poll(inner: Arc<Inner>, mut last: Option<Fingerprint>, token: Cancellat
                     tracing::error!(error = %e, "profile store changed but cannot be read; keeping the last good profiles");
                     super::count_error(&e);
                     reported_error = true;
+                    // R-MN-2: fail-static, and say so.
+                    inner.fresh.send_modify(|f| {
+                        f.stale_since_ms = Some(crate::work::now_ms());
+                        f.reason = Some(e.to_string());
+                    });
                 }
                 last = now;
             }

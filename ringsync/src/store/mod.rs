@@ -1,9 +1,12 @@
 //! Where profiles live: one trait, several backends.
 //!
 //! The trait is object safe (boxed futures) so consumers hold an
-//! `Arc<dyn Store>` and the etcd backend can plug in later. Every backend
-//! validates changes through [`Change::apply`], so R-PR-1 and name uniqueness
-//! hold whatever the backend.
+//! `Arc<dyn Store>`: [`EmbeddedStore`] (one file, one machine) or
+//! [`EtcdStore`] (a site with several nodes). Every backend validates changes
+//! through [`Change::apply`], so R-PR-1 and name uniqueness hold whatever the
+//! backend. Besides profiles a store says how current they are
+//! ([`Freshness`], R-MN-2) and, where several nodes share it, keeps the
+//! node registry their work reports live in (R-ST-3).
 
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -14,11 +17,17 @@ use futures::future::BoxFuture;
 use tokio::sync::watch;
 
 use crate::config::{SiteConfig, StoreConfig};
+use crate::node::{NodeEntry, NodeRecord};
 use crate::profile::{NewProfile, Profile, ProfilePatch, ProfileSet, ProfileState};
 
+pub mod cache;
 pub mod embedded;
+pub mod etcd;
+mod freshness;
 
 pub use embedded::EmbeddedStore;
+pub use etcd::EtcdStore;
+pub use freshness::{rfc3339, Freshness};
 
 /// Longest accepted profile name.
 pub const MAX_NAME_LEN: usize = 128;
@@ -75,6 +84,24 @@ pub enum StoreError {
         #[source]
         source: std::io::Error,
     },
+    /// Another writer changed the same profile between our read and our
+    /// write; nothing was stored (409 in the API). Read it again and retry.
+    #[error("conflict on profile `{id}`: {detail}; nothing was changed, read it again and retry")]
+    Conflict {
+        /// Id or name of the profile.
+        id: String,
+        /// What changed underneath.
+        detail: String,
+    },
+    /// The store's backend cannot be reached (503). For a write, `detail`
+    /// says whether the change may still have been applied.
+    #[error("profile store unreachable ({endpoints}): {detail}")]
+    Unavailable {
+        /// Where the backend was looked for.
+        endpoints: String,
+        /// What failed.
+        detail: String,
+    },
     /// The configured backend is not available in this build.
     #[error("unsupported store: {0}")]
     Unsupported(String),
@@ -95,6 +122,7 @@ impl StoreError {
                 | StoreError::InvalidDescription(_)
                 | StoreError::DuplicateName { .. }
                 | StoreError::NotFound { .. }
+                | StoreError::Conflict { .. }
         )
     }
 }
@@ -118,6 +146,123 @@ pub trait Store: Send + Sync + 'static {
     /// A new snapshot on every change, including changes made by other
     /// processes (R-PR-2).
     fn watch(&self) -> watch::Receiver<Arc<ProfileSet>>;
+    /// Whether the snapshot in [`Store::watch`] is current, and if not since
+    /// when (R-MN-2); a new value on every change.
+    fn freshness(&self) -> watch::Receiver<Freshness>;
+
+    /// True when the store keeps a node registry (several nodes share it).
+    /// Without one, `ringsync status` asks the nodes' admin addresses.
+    fn keeps_nodes(&self) -> bool {
+        false
+    }
+    /// Publishes this node's record under a lease the store keeps alive
+    /// (and renews after an outage). A no-op without a registry.
+    fn publish_node(&self, _record: NodeRecord) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async { Ok(()) })
+    }
+    /// A clean stop: drops the lease; the node stays listed as departed
+    /// when its last record still held work (R-ST-3).
+    fn withdraw_node(&self, _last: NodeRecord) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async { Ok(()) })
+    }
+    /// Every registered node, live or not; `None` without a registry.
+    fn nodes(&self) -> BoxFuture<'_, Result<Option<Vec<NodeEntry>>, StoreError>> {
+        Box::pin(async { Ok(None) })
+    }
+    /// Copies a whole profile set in (`ringsync migrate`): every profile is
+    /// checked as a create would be (R-PR-1), ids kept. Idempotent: a target
+    /// that already holds these profiles is left as it is. A target holding
+    /// other profiles is refused with [`StoreError::Conflict`] unless
+    /// `overwrite`.
+    fn import(
+        &self,
+        set: ProfileSet,
+        overwrite: bool,
+    ) -> BoxFuture<'_, Result<Imported, StoreError>>;
+    /// Removes a node that is gone for good from the registry; false if it
+    /// was not registered.
+    fn forget_node(&self, _node: &str) -> BoxFuture<'_, Result<bool, StoreError>> {
+        Box::pin(async {
+            Err(StoreError::Unsupported(
+                "this store keeps no node registry".into(),
+            ))
+        })
+    }
+}
+
+/// What [`Store::import`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Imported {
+    /// The profiles were written.
+    Copied {
+        /// How many.
+        profiles: usize,
+    },
+    /// The target already held exactly these profiles; nothing written.
+    AlreadyThere {
+        /// How many.
+        profiles: usize,
+    },
+}
+
+/// Checks every profile of an imported set as a create would (R-PR-1,
+/// names), keeping ids, states and the revision.
+pub fn checked_import(config: &SiteConfig, set: ProfileSet) -> Result<ProfileSet, StoreError> {
+    let mut out = ProfileSet {
+        revision: set.revision,
+        profiles: Vec::with_capacity(set.profiles.len()),
+    };
+    for p in set.profiles {
+        if out.find(&p.id).is_some() {
+            return Err(StoreError::Corrupt {
+                path: config.path.clone(),
+                detail: format!("profile id `{}` appears twice in the source", p.id),
+            });
+        }
+        let new = NewProfile {
+            name: p.name,
+            description: p.description,
+            servers: p.servers,
+            state: p.state,
+        };
+        Change::Create { id: p.id, new }.apply(config, &mut out)?;
+    }
+    Ok(out)
+}
+
+/// What to write for an import of `src` over `cur`: `None` when `cur`
+/// already holds it. The revision never goes back, so every node sees the
+/// import as a change.
+pub fn merge_import(
+    cur: &ProfileSet,
+    src: &ProfileSet,
+    overwrite: bool,
+) -> Result<(Option<ProfileSet>, Imported), StoreError> {
+    let profiles = src.profiles.len();
+    if cur.profiles == src.profiles {
+        return Ok((None, Imported::AlreadyThere { profiles }));
+    }
+    if !cur.profiles.is_empty() && !overwrite {
+        return Err(StoreError::Conflict {
+            id: "(profile set)".into(),
+            detail: format!(
+                "the target already holds {} other profile(s) at revision {}; \
+                 refusing to overwrite them (pass --overwrite to replace them)",
+                cur.profiles.len(),
+                cur.revision
+            ),
+        });
+    }
+    let revision = if cur.revision == 0 && cur.profiles.is_empty() {
+        src.revision
+    } else {
+        src.revision.max(cur.revision + 1)
+    };
+    let next = ProfileSet {
+        revision,
+        profiles: src.profiles.clone(),
+    };
+    Ok((Some(next), Imported::Copied { profiles }))
 }
 
 static ERRORS: AtomicU64 = AtomicU64::new(0);
@@ -142,10 +287,10 @@ pub async fn open(config: &SiteConfig) -> Result<Arc<dyn Store>, StoreError> {
             let store = EmbeddedStore::open(Arc::new(config.clone())).await?;
             Ok(Arc::new(store))
         }
-        StoreConfig::Etcd { .. } => Err(StoreError::Unsupported(
-            "etcd backend: not built yet (tracked in its own issue); use kind = \"embedded\""
-                .into(),
-        )),
+        StoreConfig::Etcd { .. } => {
+            let store = EtcdStore::open(Arc::new(config.clone())).await?;
+            Ok(Arc::new(store))
+        }
     }
 }
 
@@ -184,6 +329,16 @@ pub enum Change {
 }
 
 impl Change {
+    /// The id of the existing profile this change touches in `set` (`None`
+    /// for a create, or when no profile matches).
+    pub fn target(&self, set: &ProfileSet) -> Option<String> {
+        let id = match self {
+            Change::Create { .. } => return None,
+            Change::Update { id, .. } | Change::Delete { id } | Change::SetState { id, .. } => id,
+        };
+        set.find(id).map(|p| p.id.clone())
+    }
+
     /// Applies the change to `set` after checking it against the site
     /// (R-PR-1) and the other profiles. On error `set` is unchanged. Returns
     /// the profile as created, updated or deleted. Does not touch the revision.

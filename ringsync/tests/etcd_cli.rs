@@ -1,0 +1,189 @@
+//! The `ringsync` binary on a site stored in a real etcd: `migrate` from the
+//! embedded file (idempotent, refuses to overwrite other profiles unless
+//! told), profile commands, a conflict's exit, `node list`/`forget`, and
+//! `status` listing the registered nodes.
+
+mod common;
+
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::etcd::{etcd_site_text, ip};
+use common::TestSite;
+use testbed::Etcd;
+
+const BIN: &str = env!("CARGO_BIN_EXE_ringsync");
+
+fn run(site: &std::path::Path, args: &[&str]) -> Output {
+    Command::new(BIN)
+        .arg("--config")
+        .arg(site)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn ok(o: &Output) -> String {
+    assert!(
+        o.status.success(),
+        "stdout: {}\nstderr: {}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout.clone()).unwrap()
+}
+
+fn fails(o: &Output) -> String {
+    assert!(
+        !o.status.success(),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    String::from_utf8(o.stderr.clone()).unwrap()
+}
+
+struct Serve(Child);
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn migrate_then_run_the_site_on_etcd() {
+    let etcd = Etcd::single(ip(67, 11)).expect("etcd");
+    let ep = etcd.endpoints()[0].clone();
+    let embedded = TestSite::new();
+    let e = embedded.site_path();
+    ok(&run(
+        &e,
+        &["profile", "create", "--name", "a", "--server", "srv-a"],
+    ));
+    ok(&run(
+        &e,
+        &["profile", "create", "--name", "b", "--server", "srv-b"],
+    ));
+    ok(&run(&e, &["profile", "activate", "a"]));
+
+    // Copy, then again: the second run writes nothing.
+    let args = [
+        "migrate",
+        "--from",
+        "embedded",
+        "--to",
+        "etcd",
+        "--endpoint",
+        &ep,
+    ];
+    let out = ok(&run(&e, &args));
+    assert!(
+        out.starts_with("copied 2 profile(s) at revision 3"),
+        "{out}"
+    );
+    let out = ok(&run(&e, &args));
+    assert!(out.contains("already holds these 2 profile(s)"), "{out}");
+
+    // The same site, now on etcd (default prefix /drain/t1).
+    let etcd_site = embedded.dir.path().join("etcd-site.toml");
+    std::fs::write(
+        &etcd_site,
+        etcd_site_text(std::slice::from_ref(&ep), "/drain/t1"),
+    )
+    .unwrap();
+    let list = ok(&run(&etcd_site, &["--json", "profile", "list"]));
+    let set: ringsync::ProfileSet = serde_json::from_str(&list).unwrap();
+    let on_file: ringsync::ProfileSet =
+        serde_json::from_slice(&std::fs::read(embedded.store_path()).unwrap()).unwrap();
+    assert_eq!(set, on_file, "ids, states and revision kept");
+
+    // The target now differs: refused without --overwrite, nothing changed.
+    ok(&run(
+        &etcd_site,
+        &["profile", "create", "--name", "c", "--server", "srv-c"],
+    ));
+    let err = fails(&run(&e, &args));
+    assert!(
+        err.contains("refusing to overwrite") && err.contains("--overwrite"),
+        "{err}"
+    );
+    let mut over = args.to_vec();
+    over.push("--overwrite");
+    let out = ok(&run(&e, &over));
+    assert!(out.starts_with("copied 2 profile(s)"), "{out}");
+    let list = ok(&run(&etcd_site, &["--json", "profile", "list"]));
+    let after: ringsync::ProfileSet = serde_json::from_str(&list).unwrap();
+    assert_eq!(after.profiles, on_file.profiles);
+    assert_eq!(after.revision, 5, "revision moves on, never back");
+
+    // R-PR-1 through the CLI on etcd, with its exit code and message.
+    let err = fails(&run(
+        &etcd_site,
+        &["profile", "create", "--name", "x", "--server", "srv-nope"],
+    ));
+    assert!(err.contains("unknown server `srv-nope`"), "{err}");
+
+    // A `ringsync serve` registers itself; `node list` and `status` show it.
+    let mut serve = Serve(
+        Command::new(BIN)
+            .arg("--config")
+            .arg(&etcd_site)
+            .args(["serve", "--bind", "127.0.67.21:0"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let t0 = Instant::now();
+    let listed = loop {
+        let out = ok(&run(&etcd_site, &["node", "list"]));
+        if out.contains("ringsync") && out.contains("live, view revision 5") {
+            break out;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "serve never registered"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(listed.contains("live, view revision 5"), "{listed}");
+    let status = ok(&run(&etcd_site, &["status"]));
+    assert!(
+        status.contains("site t1, profile revision 5, drain zone: srv-a"),
+        "{status}"
+    );
+    assert!(status.contains("store: fresh"), "{status}");
+    // No gate is registered: nobody can vouch for sg-a's work, so it is
+    // draining, never drained (R-ST-3).
+    let sg_a = status.lines().find(|l| l.starts_with("sg-a")).unwrap();
+    assert!(sg_a.contains("draining"), "{sg_a}");
+
+    // Killed without a word: its lease expires and it is named, then forgotten.
+    let _ = serve.0.kill();
+    let _ = serve.0.wait();
+    let node = listed
+        .lines()
+        .find(|l| l.contains("ringsync"))
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap()
+        .to_owned();
+    let t0 = Instant::now();
+    loop {
+        let out = ok(&run(&etcd_site, &["node", "list"]));
+        if out.contains("LEASE EXPIRED") {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(15),
+            "lease never expired: {out}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let out = ok(&run(&etcd_site, &["node", "forget", &node]));
+    assert!(out.contains("forgot node"), "{out}");
+    let err = fails(&run(&etcd_site, &["node", "forget", &node]));
+    assert!(err.contains("no node named"), "{err}");
+    let err = fails(&run(&e, &["node", "list"]));
+    assert!(err.contains("keeps no node registry"), "{err}");
+}

@@ -1,0 +1,370 @@
+//! The etcd store against a real etcd (Debian `etcd-server`) on loopback:
+//! R-PR-1 unchanged, R-PR-2 across nodes, compare-and-swap writes (one
+//! success and one conflict, never a lost update), fail-static with
+//! resync (R-MN-2), re-list after a compaction, start from the view cache.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::etcd::{eventually, ip, node};
+use ringsync::profile::{NewProfile, ProfilePatch, ProfileState};
+use ringsync::state::DrainState;
+use ringsync::store::{Store, StoreError};
+use testbed::{Etcd, TcpPartition};
+use tokio::sync::Barrier;
+use tokio_util::sync::CancellationToken;
+
+fn new(name: &str, servers: &[&str]) -> NewProfile {
+    NewProfile {
+        name: name.into(),
+        description: String::new(),
+        servers: servers.iter().map(|s| s.to_string()).collect(),
+        state: ProfileState::Inactive,
+    }
+}
+
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    tokio::task::block_in_place(f)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_pr_1_and_r_pr_2_across_nodes() {
+    let etcd = blocking(|| Etcd::single(ip(61, 11))).expect("etcd");
+    let eps = etcd.endpoints();
+    let dir = tempfile::tempdir().unwrap();
+    let config = common::etcd::etcd_site(dir.path(), &eps, "/t/crud");
+    let a = node(&config, &eps, "/t/crud", dir.path().join("a.cache"))
+        .await
+        .unwrap();
+    let b = node(&config, &eps, "/t/crud", dir.path().join("b.cache"))
+        .await
+        .unwrap();
+    assert!(a.list().await.unwrap().profiles.is_empty());
+
+    // R-PR-1: an unknown server is refused and nothing is stored.
+    let e = a.create(new("bad", &["srv-a", "srv-x"])).await.unwrap_err();
+    assert!(
+        matches!(&e, StoreError::UnknownServer { server, .. } if server == "srv-x"),
+        "{e}"
+    );
+    assert_eq!(a.list().await.unwrap().revision, 0);
+
+    let p = a.create(new("maint-a", &["srv-a"])).await.unwrap();
+    assert!(matches!(
+        b.create(new("maint-a", &["srv-b"])).await,
+        Err(StoreError::DuplicateName { .. })
+    ));
+    // R-PR-2: the other node sees the activation without restarting.
+    let state = DrainState::new(config.clone());
+    let shutdown = CancellationToken::new();
+    let _f = state.follow(Arc::new(b), shutdown.clone());
+    a.set_state("maint-a", ProfileState::Active).await.unwrap();
+    eventually(
+        "node b applies the activation",
+        Duration::from_secs(2),
+        || {
+            let v = state.view();
+            async move { v.is_draining(0) }
+        },
+    )
+    .await;
+    assert_eq!(state.view().revision(), 2);
+    let u = a
+        .update(
+            &p.id,
+            ProfilePatch {
+                servers: Some(vec!["srv-a".into(), "srv-b".into()]),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(u.servers, ["srv-a", "srv-b"]);
+    a.delete(&p.id).await.unwrap();
+    assert!(matches!(
+        a.delete(&p.id).await,
+        Err(StoreError::NotFound { .. })
+    ));
+    eventually("node b applies the delete", Duration::from_secs(2), || {
+        let v = state.view();
+        async move { !v.is_draining(0) && v.revision() == 4 }
+    })
+    .await;
+    assert!(!state.freshness().is_stale());
+    assert_eq!(state.freshness().store_revision, {
+        // The store revision is etcd's, not the set's.
+        let f = state.freshness().store_revision;
+        assert!(f >= 4, "{f}");
+        f
+    });
+    shutdown.cancel();
+}
+
+/// Eight writers change one profile at the same instant: each gets either
+/// success or a clear conflict, and every success is in the history (the
+/// set's revision counts them all: no lost update). Writers of different
+/// profiles at the same instant all succeed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_writers_one_wins_the_others_conflict() {
+    let etcd = blocking(|| Etcd::single(ip(62, 11))).expect("etcd");
+    let eps = etcd.endpoints();
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = "/t/cas";
+    let config = common::etcd::etcd_site(dir.path(), &eps, prefix);
+    let mut nodes = Vec::new();
+    for i in 0..8 {
+        let s = node(&config, &eps, prefix, dir.path().join(format!("{i}.cache")))
+            .await
+            .unwrap();
+        nodes.push(Arc::new(s));
+    }
+    nodes[0].create(new("shared", &["srv-a"])).await.unwrap();
+    for (i, s) in nodes.iter().enumerate() {
+        s.create(new(&format!("own-{i}"), &["srv-b"]))
+            .await
+            .unwrap();
+    }
+    let before = nodes[0].list().await.unwrap().revision;
+
+    let barrier = Arc::new(Barrier::new(nodes.len()));
+    let mut tasks = Vec::new();
+    for (i, s) in nodes.iter().enumerate() {
+        let (s, barrier) = (s.clone(), barrier.clone());
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            let patch = ProfilePatch {
+                description: Some(format!("writer {i}")),
+                ..Default::default()
+            };
+            s.update("shared", patch).await
+        }));
+    }
+    let (mut ok, mut conflicts) = (Vec::new(), 0);
+    for (i, t) in tasks.into_iter().enumerate() {
+        match t.await.unwrap() {
+            Ok(p) => {
+                assert_eq!(p.description, format!("writer {i}"));
+                ok.push(i);
+            }
+            Err(StoreError::Conflict { id, .. }) => {
+                assert!(id.starts_with("p-"), "{id}");
+                conflicts += 1;
+            }
+            Err(e) => panic!("writer {i}: unexpected {e}"),
+        }
+    }
+    assert!(!ok.is_empty(), "someone wins");
+    assert!(
+        conflicts >= 1,
+        "eight writers at one instant: at least one conflict"
+    );
+    let after = nodes[0].list().await.unwrap();
+    assert_eq!(
+        after.revision - before,
+        ok.len() as u64,
+        "every acknowledged write is in the history, nothing else"
+    );
+    let last = &after.find("shared").unwrap().description;
+    assert!(ok.iter().any(|i| *last == format!("writer {i}")), "{last}");
+
+    // Different profiles at one instant: no conflict, all applied.
+    let barrier = Arc::new(Barrier::new(nodes.len()));
+    let mut tasks = Vec::new();
+    for (i, s) in nodes.iter().enumerate() {
+        let (s, barrier) = (s.clone(), barrier.clone());
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            s.set_state(&format!("own-{i}"), ProfileState::Active).await
+        }));
+    }
+    for t in tasks {
+        t.await
+            .unwrap()
+            .expect("writes to different profiles never conflict");
+    }
+    let set = nodes[0].list().await.unwrap();
+    assert_eq!(set.active_count(), 8);
+    assert_eq!(set.revision, after.revision + 8);
+}
+
+/// R-MN-2: etcd stops; the node keeps its view, says it is stale and since
+/// when; etcd returns; the node is current again without re-applying
+/// anything, and follows the next change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_mn_2_fail_static_then_resync_once() {
+    let mut etcd = blocking(|| Etcd::single(ip(63, 11))).expect("etcd");
+    let eps = etcd.endpoints();
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = "/t/static";
+    let config = common::etcd::etcd_site(dir.path(), &eps, prefix);
+    let writer = node(&config, &eps, prefix, dir.path().join("w.cache"))
+        .await
+        .unwrap();
+    let follower = Arc::new(
+        node(&config, &eps, prefix, dir.path().join("f.cache"))
+            .await
+            .unwrap(),
+    );
+    let state = DrainState::new(config.clone());
+    let shutdown = CancellationToken::new();
+    let _f = state.follow(follower.clone(), shutdown.clone());
+    writer.create(new("m", &["srv-a"])).await.unwrap();
+    writer.set_state("m", ProfileState::Active).await.unwrap();
+    eventually("applied", Duration::from_secs(2), || {
+        let v = state.view();
+        async move { v.is_draining(0) }
+    })
+    .await;
+    let (updates, generation) = (state.profile_updates(), state.view().generation());
+
+    blocking(|| etcd.stop());
+    eventually("stale", Duration::from_secs(5), || {
+        let f = state.freshness();
+        async move { f.is_stale() }
+    })
+    .await;
+    let f = state.freshness();
+    assert!(f
+        .describe(ringsync::work::now_ms())
+        .starts_with("store: stale since "));
+    assert!(matches!(
+        writer.set_state("m", ProfileState::Inactive).await,
+        Err(StoreError::Unavailable { .. })
+    ));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(state.view().is_draining(0), "fail-static: the drain holds");
+    assert_eq!(state.view().generation(), generation, "no view change");
+
+    blocking(|| etcd.start()).expect("etcd back");
+    eventually("fresh again", Duration::from_secs(8), || {
+        let f = state.freshness();
+        async move { !f.is_stale() }
+    })
+    .await;
+    assert_eq!(state.profile_updates(), updates, "nothing applied twice");
+    writer.set_state("m", ProfileState::Inactive).await.unwrap();
+    eventually("next change followed", Duration::from_secs(2), || {
+        let v = state.view();
+        async move { !v.is_draining(0) }
+    })
+    .await;
+    assert_eq!(state.profile_updates(), updates + 1);
+    shutdown.cancel();
+}
+
+/// The node is cut off (a partition: etcd stays up for others) while other
+/// writers change the profiles and compact the history past where it left
+/// off: on reconnect it cannot resume, so it lists again, and ends current.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compaction_during_a_watch_relists() {
+    let etcd = blocking(|| Etcd::single(ip(64, 11))).expect("etcd");
+    let eps = etcd.endpoints();
+    let relay = TcpPartition::start((ip(64, 21), 0).into(), etcd.client_addr(0)).unwrap();
+    let via = vec![format!("http://{}", relay.addr())];
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = "/t/compact";
+    let config = common::etcd::etcd_site(dir.path(), &eps, prefix);
+    let writer = node(&config, &eps, prefix, dir.path().join("w.cache"))
+        .await
+        .unwrap();
+    let cut_off = Arc::new(
+        node(&config, &via, prefix, dir.path().join("n.cache"))
+            .await
+            .unwrap(),
+    );
+    let state = DrainState::new(config.clone());
+    let shutdown = CancellationToken::new();
+    let _f = state.follow(cut_off.clone(), shutdown.clone());
+    writer.create(new("m", &["srv-a"])).await.unwrap();
+    eventually("created", Duration::from_secs(2), || {
+        let v = state.view();
+        async move { v.revision() == 1 }
+    })
+    .await;
+
+    relay.cut();
+    eventually("stale", Duration::from_secs(5), || {
+        let f = state.freshness();
+        async move { f.is_stale() }
+    })
+    .await;
+    writer.set_state("m", ProfileState::Active).await.unwrap();
+    writer.create(new("n", &["srv-b"])).await.unwrap();
+    writer.set_state("n", ProfileState::Active).await.unwrap();
+    let mut client = etcd_client::Client::connect(&eps, None).await.unwrap();
+    let rev = client
+        .get("/t/compact/profiles", None)
+        .await
+        .unwrap()
+        .header()
+        .unwrap()
+        .revision();
+    client.compact(rev, None).await.unwrap();
+    assert_eq!(cut_off.relists(), 0);
+
+    relay.restore();
+    eventually("current after re-listing", Duration::from_secs(8), || {
+        let (v, f) = (state.view(), state.freshness());
+        async move { v.revision() == 4 && v.is_draining(0) && v.is_draining(1) && !f.is_stale() }
+    })
+    .await;
+    assert_eq!(cut_off.relists(), 1);
+    shutdown.cancel();
+}
+
+/// A node restarted while etcd is down starts from its view cache and says
+/// so; a node without a cache refuses to start with an empty view.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_during_outage_starts_from_the_cache() {
+    let mut etcd = blocking(|| Etcd::single(ip(65, 11))).expect("etcd");
+    let eps = etcd.endpoints();
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = "/t/cache";
+    let config = common::etcd::etcd_site(dir.path(), &eps, prefix);
+    let cache = dir.path().join("node.cache");
+    {
+        let n = node(&config, &eps, prefix, cache.clone()).await.unwrap();
+        n.create(new("m", &["srv-a"])).await.unwrap();
+        n.set_state("m", ProfileState::Active).await.unwrap();
+        let c = cache.clone();
+        eventually("cache written", Duration::from_secs(2), move || {
+            let c = c.clone();
+            async move {
+                ringsync::store::cache::load(&c)
+                    .ok()
+                    .flatten()
+                    .is_some_and(|v| v.profiles.active_count() == 1)
+            }
+        })
+        .await;
+    }
+    blocking(|| etcd.stop());
+
+    let n = node(&config, &eps, prefix, cache.clone())
+        .await
+        .expect("starts from the cache");
+    let f = n.freshness().borrow().clone();
+    assert!(f.is_stale());
+    let said = f.describe(ringsync::work::now_ms());
+    assert!(
+        said.contains("view cache") && said.contains("node.cache"),
+        "{said}"
+    );
+    assert_eq!(n.watch().borrow().active_count(), 1, "the drain holds");
+
+    let e = node(&config, &eps, prefix, dir.path().join("none.cache"))
+        .await
+        .err()
+        .expect("no cache: refuses");
+    assert!(e.to_string().contains("no view cache"), "{e}");
+
+    blocking(|| etcd.start()).expect("etcd back");
+    let mut fresh = n.freshness();
+    eventually("confirmed by etcd", Duration::from_secs(8), || {
+        let f = fresh.borrow_and_update().clone();
+        async move { !f.is_stale() && f.from_cache.is_none() }
+    })
+    .await;
+}
