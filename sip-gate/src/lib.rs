@@ -39,7 +39,7 @@ mod work;
 pub use proxy::{Action, Core, CoreError, Out};
 pub use token::{TokenError, TokenKey};
 pub use txn::{ConnId, Inbound};
-pub use work::{Work, WorkBook};
+pub use work::{SnapshotError, WorkBook, WorkSnapshot};
 
 // === I/O: sockets, wiring, admin HTTP ===
 pub mod admin;

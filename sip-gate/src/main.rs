@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Parser;
@@ -15,7 +15,7 @@ use ringsync::config::SiteConfig;
 use ringsync::node::{NodeIdentity, NodeRole};
 use ringsync::state::DrainState;
 use sip_gate::admin::NodeInfo;
-use sip_gate::Gate;
+use sip_gate::{Core, Gate, WorkSnapshot};
 use tokio_util::sync::CancellationToken;
 
 /// Drain-aware inline SIP proxy.
@@ -38,6 +38,13 @@ struct Args {
     /// How long the stop may take (loops ending, threads joined).
     #[arg(long, default_value_t = 10)]
     drain_deadline_s: u64,
+    /// Where this gate keeps its work book across a graceful restart
+    /// (R-ST-3): written on a clean stop with nothing in flight, read and
+    /// deleted at start. One file per gate node. Without it, or when it is
+    /// missing or unusable, a restarted gate reports its work unknown for
+    /// the `[work]` window.
+    #[arg(long, value_name = "FILE")]
+    work_snapshot: Option<PathBuf>,
     /// Log lines as text (for people) or JSON (one object a line, with the
     /// fields of the span they are in: call_id, branch, instance).
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
@@ -109,7 +116,9 @@ async fn main() -> anyhow::Result<()> {
     let follower = drain.follow(store.clone(), shutdown.clone());
 
     let admin_addr = args.admin.unwrap_or(config.admin.gate_bind);
+    let snapshot = args.work_snapshot.as_deref().and_then(take_snapshot);
     let gate = Gate::start(config, drain.clone(), shutdown.clone()).await?;
+    restore_snapshot(gate.core(), snapshot);
     let admin = tokio::net::TcpListener::bind(admin_addr)
         .await
         .with_context(|| format!("binding admin endpoint {admin_addr}"))?;
@@ -145,6 +154,7 @@ async fn main() -> anyhow::Result<()> {
         shutdown.clone(),
     ));
 
+    let core = gate.core().clone();
     wait_for_signal().await;
     // Every loop stops at once: transactions in flight are not waited for.
     tracing::info!("stopping: closing listeners and connections");
@@ -159,7 +169,64 @@ async fn main() -> anyhow::Result<()> {
     if !clean {
         tracing::warn!("some tasks did not finish before the deadline");
     }
+    save_snapshot(&core, args.work_snapshot.as_deref(), clean);
     Ok(())
+}
+
+/// The work snapshot a graceful stop left, read and deleted; `None` (and
+/// why, in the log) when there is none or it cannot be read.
+fn take_snapshot(path: &std::path::Path) -> Option<WorkSnapshot> {
+    match WorkSnapshot::take(path) {
+        Ok(Some(s)) => Some(s),
+        Ok(None) => {
+            tracing::info!(path = %path.display(), "no work snapshot: work set up before this start is unknown for the [work] window");
+            None
+        }
+        Err(e) => {
+            tracing::warn!("{e}; work set up before this start is unknown for the [work] window");
+            None
+        }
+    }
+}
+
+/// Takes the snapshot read at start, if any, into the work book.
+fn restore_snapshot(core: &Core, snapshot: Option<WorkSnapshot>) {
+    let Some(s) = snapshot else { return };
+    match core.restore_work(&s, Instant::now()) {
+        Ok(()) => {
+            let (calls, registrations, subscriptions) = s.sizes();
+            tracing::info!(
+                calls,
+                registrations,
+                subscriptions,
+                "work book restored from its snapshot"
+            );
+        }
+        Err(e) => {
+            tracing::warn!("{e}; work set up before this start is unknown for the [work] window")
+        }
+    }
+}
+
+/// Saves the work book after the stop to `path`, if one is configured and
+/// nothing can change the book any more.
+fn save_snapshot(core: &Core, path: Option<&std::path::Path>, clean: bool) {
+    let Some(path) = path else { return };
+    if !clean {
+        tracing::warn!(
+            "work snapshot not written: the stop hit its deadline, messages may still be in flight"
+        );
+        return;
+    }
+    let saved = core
+        .work_snapshot(Instant::now())
+        .and_then(|s| s.save(path).map(|()| s.sizes()));
+    match saved {
+        Ok((calls, registrations, subscriptions)) => {
+            tracing::info!(path = %path.display(), calls, registrations, subscriptions, "work snapshot written")
+        }
+        Err(e) => tracing::warn!("{e}"),
+    }
 }
 
 async fn wait_for_signal() {

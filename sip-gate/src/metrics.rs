@@ -5,6 +5,9 @@
 //! and the recorder looks the counter up by it. Counters known at start
 //! (per instance) are registered once instead ([`crate::proxy::Core`]).
 
+use ringsync::view::InstanceState;
+use ringsync::work::WorkCounts;
+
 use crate::message::Method;
 
 /// Requests by method and outcome (`forwarded`, `retransmission`,
@@ -21,8 +24,16 @@ pub(crate) const DRAIN_REFUSALS: &str = "sipgate_drain_refusals_total";
 pub(crate) const NEW_WORK: &str = "sipgate_new_work_total";
 /// Live entries in the transaction table.
 pub(crate) const TRANSACTIONS: &str = "sipgate_transactions";
-/// Work per instance: `kind` = `invites` (open INVITE transactions) or `dialogs`.
+/// Work per instance by `kind`: `transactions` (open INVITE transactions),
+/// `dialogs` (calls), `registrations`, `subscriptions` (R-ST-2).
 pub(crate) const INSTANCE_WORK: &str = "sipgate_instance_work";
+/// 1 while the gate can vouch for an instance's work counts, 0 while not
+/// (it restarted, or a table was full; R-ST-3).
+pub(crate) const INSTANCE_WORK_KNOWN: &str = "sipgate_instance_work_known";
+/// Work the book could not take because its table was full, by `table`.
+pub(crate) const WORK_TABLE_FULL: &str = "sipgate_work_table_full_total";
+/// Registration or subscription expiries granted above `[work] max_expires_s`.
+pub(crate) const WORK_EXPIRY_OVER_MAX: &str = "sipgate_work_expiry_over_max_total";
 /// Drain state per instance, 1 for the current state.
 pub(crate) const INSTANCE_STATE: &str = "sipgate_instance_state";
 /// Open TCP connections.
@@ -52,4 +63,49 @@ pub(crate) fn transactions(n: usize) {
 /// client cannot blow up the metric cardinality.
 pub(crate) fn method_label(m: Method) -> &'static str {
     m.as_str().unwrap_or("other")
+}
+
+/// The gauges of one SIP instance's work and state, registered once (no
+/// label allocation when they are set).
+#[derive(Debug)]
+pub(crate) struct InstanceGauges {
+    work: [metrics::Gauge; 4],
+    known: metrics::Gauge,
+    states: [(InstanceState, metrics::Gauge); 5],
+}
+
+impl InstanceGauges {
+    pub(crate) fn new(instance: &str) -> InstanceGauges {
+        let id = instance.to_owned();
+        let work = ["transactions", "dialogs", "registrations", "subscriptions"]
+            .map(|kind| metrics::gauge!(INSTANCE_WORK, "instance" => id.clone(), "kind" => kind));
+        let states = [
+            InstanceState::Up,
+            InstanceState::Down,
+            InstanceState::Draining,
+            InstanceState::Drained,
+            InstanceState::DrainingDown,
+        ]
+        .map(|s| {
+            let g =
+                metrics::gauge!(INSTANCE_STATE, "instance" => id.clone(), "state" => s.as_str());
+            (s, g)
+        });
+        InstanceGauges {
+            work,
+            known: metrics::gauge!(INSTANCE_WORK_KNOWN, "instance" => id),
+            states,
+        }
+    }
+
+    pub(crate) fn set(&self, c: &WorkCounts, known: bool, state: InstanceState) {
+        let values = [c.transactions, c.dialogs, c.registrations, c.subscriptions];
+        for (g, v) in self.work.iter().zip(values) {
+            g.set(v as f64);
+        }
+        self.known.set(if known { 1.0 } else { 0.0 });
+        for (s, g) in &self.states {
+            g.set(if *s == state { 1.0 } else { 0.0 });
+        }
+    }
 }

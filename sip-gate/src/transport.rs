@@ -220,8 +220,9 @@ pub(crate) fn spawn(
                 _ = sweeper_stop.cancelled() => return,
                 _ = tick.tick() => {}
             }
-            sweeper_core.sweep(Instant::now());
-            sweeper_core.publish_work();
+            let now = Instant::now();
+            sweeper_core.sweep(now);
+            sweeper_core.publish_work(now);
         }
     });
     Ok(threads)

@@ -84,8 +84,12 @@ pub(crate) struct TxnEntry {
     pub(crate) hop: Hop,
     /// An INVITE transaction (lives until its final response).
     pub(crate) invite: bool,
-    /// An INVITE that starts a dialog (no To tag), for work accounting.
+    /// A request that starts a dialog or stands alone (no To tag), for work
+    /// accounting.
     pub(crate) initial: bool,
+    /// The instance whose work this transaction is: the one it went to, or
+    /// the one that sent it outward through the gate (R-ST-2).
+    pub(crate) owner: Option<usize>,
     /// When the entry expires.
     pub(crate) expires: Instant,
     /// A final response was seen.
@@ -168,6 +172,11 @@ impl TxnTable {
         Some(before)
     }
 
+    /// Transactions without a final response yet.
+    pub(crate) fn unfinished(&self) -> usize {
+        self.map.iter().filter(|e| !e.finished).count()
+    }
+
     /// Removes expired entries; returns those that expired without a final
     /// response (so work counts can be corrected).
     pub(crate) fn sweep(&self, now: Instant) -> Vec<TxnEntry> {
@@ -202,6 +211,7 @@ mod tests {
             },
             invite,
             initial: invite,
+            owner: Some(1),
             expires: Instant::now(),
             finished: false,
         }

@@ -72,6 +72,9 @@ fn other_pairs_over_udp_and_tcp() {
         ("uac_options", "uas_options"),
         ("uac_options_ping", "uas_options"),
         ("uac_cancel", "uas_cancel"),
+        ("uac_call_callee_bye", "uas_call_bye"),
+        ("uac_register_short", "uas_register"),
+        ("uac_subscribe_until_terminated", "uas_subscribe_terminate"),
     ];
     for transport in [Transport::Udp, Transport::Tcp] {
         for (uac, uas) in pairs {

@@ -26,6 +26,7 @@ pub use media::MediaConfig;
 pub use types::{
     Account, AccountMatch, AdminConfig, ApGroup, DrainPolicy, Exception, HealthConfig, Instance,
     Leg, Listener, ListenerMode, Server, Service, Site, SiteConfig, StoreConfig, Timers, Transport,
+    WorkConfig,
 };
 
 use error::Locator;

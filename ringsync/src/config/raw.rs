@@ -11,6 +11,7 @@ use toml::Spanned;
 
 use super::types::{
     AccountMatch, AdminConfig, DrainPolicy, Exception, HealthConfig, Leg, Timers, Transport,
+    WorkConfig,
 };
 
 #[derive(Deserialize)]
@@ -25,6 +26,8 @@ pub(super) struct RawSite {
     pub(super) drain: DrainPolicy,
     #[serde(default)]
     pub(super) health: HealthConfig,
+    #[serde(default)]
+    pub(super) work: WorkConfig,
     #[serde(default)]
     pub(super) admin: AdminConfig,
     #[serde(default)]

@@ -268,3 +268,36 @@ fn example_site_is_valid() {
     let c = SiteConfig::load(&path).unwrap();
     assert!(!c.listeners.is_empty());
 }
+
+/// `[work]` (R-ST-2, R-ST-3): defaults when absent, values as written, and
+/// a zero refused with the field named.
+#[test]
+fn work_section() {
+    let c = load(GOOD).unwrap();
+    assert_eq!(c.work, WorkConfig::default());
+    assert_eq!(
+        c.work.blind_window(),
+        std::time::Duration::from_secs(43_200)
+    );
+    let text =
+        format!("{GOOD}\n[work]\nmax_expires_s = 7200\nmax_call_age_s = 3600\nmax_calls = 10\n");
+    let c = load(&text).unwrap();
+    assert_eq!(
+        (
+            c.work.max_expires_s,
+            c.work.max_call_age_s,
+            c.work.max_calls
+        ),
+        (7200, 3600, 10)
+    );
+    assert_eq!(c.work.blind_window(), std::time::Duration::from_secs(7200));
+    assert_eq!(
+        c.work.max_registrations, 1_000_000,
+        "others keep their default"
+    );
+    let e = load(&format!("{GOOD}\n[work]\nmax_subscriptions = 0\n")).unwrap_err();
+    assert_eq!(e.field, "work.max_subscriptions", "{e}");
+    assert!(e.to_string().contains("must be positive"), "{e}");
+    let e = load(&format!("{GOOD}\n[work]\nmax_expiry_s = 10\n")).unwrap_err();
+    assert!(e.to_string().contains("max_expiry_s"), "{e}");
+}

@@ -20,7 +20,7 @@ use super::raw::{
 };
 use super::types::{
     Account, ApGroup, Exception, HealthConfig, Instance, Listener, ListenerMode, Server, Service,
-    Site, SiteConfig, StoreConfig,
+    Site, SiteConfig, StoreConfig, WorkConfig,
 };
 
 type Result<T> = std::result::Result<T, ConfigError>;
@@ -40,6 +40,7 @@ pub(super) fn validate(loc: Locator<'_>, raw: RawSite) -> Result<SiteConfig> {
     let store = v.store(raw.store.as_ref(), &site.name)?;
     let health = v.health(raw.health)?;
     let media = super::media::validate(&v, raw.media.as_ref(), &instances)?;
+    let work = v.work(raw.work)?;
     Ok(SiteConfig {
         path: loc.path.to_owned(),
         site,
@@ -47,6 +48,7 @@ pub(super) fn validate(loc: Locator<'_>, raw: RawSite) -> Result<SiteConfig> {
         timers: raw.timers,
         drain: raw.drain,
         health,
+        work,
         admin: raw.admin,
         media,
         servers,
@@ -580,6 +582,23 @@ impl Validator<'_> {
                 "health",
                 "timeout_ms and failures must be positive when probing is on",
             ));
+        }
+        Ok(raw)
+    }
+
+    /// `[work]`: every bound and age positive (a zero would make every
+    /// table full or every piece of work gone at once).
+    fn work(&self, raw: WorkConfig) -> Result<WorkConfig> {
+        let fields = [
+            ("max_expires_s", raw.max_expires_s),
+            ("max_call_age_s", raw.max_call_age_s),
+            ("typical_call_s", raw.typical_call_s),
+            ("max_calls", raw.max_calls),
+            ("max_registrations", raw.max_registrations),
+            ("max_subscriptions", raw.max_subscriptions),
+        ];
+        if let Some((name, _)) = fields.iter().find(|(_, v)| *v == 0) {
+            return Err(self.err(0..0, format!("work.{name}"), "must be positive"));
         }
         Ok(raw)
     }

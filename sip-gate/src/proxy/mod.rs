@@ -31,19 +31,19 @@ use std::time::Instant;
 use bytes::Bytes;
 use ringsync::config::SiteConfig;
 use ringsync::state::DrainState;
-use ringsync::view::{DrainView, InstanceState};
+use ringsync::view::DrainView;
 
 use crate::branch::BranchKey;
 use crate::health::{HealthBook, Prober};
 use crate::listener::{ListenerCtx, Listeners};
 use crate::message::SipMessage;
-use crate::metrics as m;
+use crate::metrics::{self as m, InstanceGauges};
 use crate::origin::Origins;
 use crate::policy::Policy;
 use crate::reply::TagKey;
 use crate::token::TokenKey;
 use crate::txn::{ConnId, Inbound, TxnTable};
-use crate::work::WorkBook;
+use crate::work::{SnapshotError, WorkBook, WorkSnapshot};
 
 /// Bound on remembered transactions (see [`TxnTable`]).
 const TXN_CAPACITY: usize = 1 << 20;
@@ -103,6 +103,8 @@ pub struct Core {
     /// `sipgate_new_work_total{instance}`, registered once: no label
     /// allocation per request.
     new_work: Vec<Option<metrics::Counter>>,
+    /// Work and state gauges of the SIP instances, registered once.
+    gauges: Vec<Option<InstanceGauges>>,
 }
 
 impl std::fmt::Debug for Core {
@@ -138,6 +140,11 @@ impl Core {
                     .then(|| metrics::counter!(m::NEW_WORK, "instance" => i.id.clone()))
             })
             .collect();
+        let gauges = config
+            .instances
+            .iter()
+            .map(|i| i.service.is_sip().then(|| InstanceGauges::new(&i.id)))
+            .collect();
         Ok(Core {
             tokens: TokenKey::new(&config.site.secret),
             branches: BranchKey::new(&config.site.secret),
@@ -147,9 +154,10 @@ impl Core {
             origins: Origins::new(&config),
             listeners,
             drain,
-            work: Arc::new(WorkBook::new(n)),
+            work: Arc::new(WorkBook::new(&config, Instant::now())),
             health: Arc::new(HealthBook::new(n)),
             new_work,
+            gauges,
             config,
         })
     }
@@ -184,48 +192,64 @@ impl Core {
         self.txns.len()
     }
 
-    /// Forgets expired transactions; the transport calls it about once a
-    /// second.
+    /// Forgets expired transactions and ends the work that timed out
+    /// (R-ST-2); the transport calls it about once a second.
     pub fn sweep(&self, now: Instant) {
         for e in self.txns.sweep(now) {
+            // Timer C passed without a final response.
             if e.invite {
-                if let Some(i) = e.hop.instance {
+                if let Some(i) = e.owner {
                     self.work.invite_done(i);
                 }
             }
         }
+        self.work.sweep(now);
         m::transactions(self.txns.len());
     }
 
-    /// Hands the work counts to the drain state (so it can tell `draining`
-    /// from `drained`) and to the metrics; the transport calls it about once
-    /// a second.
-    pub fn publish_work(&self) {
+    /// Hands the work counts to the drain state, so it can tell `draining`
+    /// from `drained`, and to the metrics; the transport calls it about once
+    /// a second, after [`Core::sweep`]. While the book cannot vouch for its
+    /// counts the drain state gets none: never `drained` (R-ST-3).
+    pub fn publish_work(&self, now: Instant) {
+        let known = self.work.unknown(now).is_none();
+        let sip = || {
+            self.gauges
+                .iter()
+                .enumerate()
+                .filter_map(|(i, g)| Some((i, g.as_ref()?)))
+        };
+        for (i, _) in sip() {
+            if known {
+                self.drain.set_work(i, self.work.get(i).total());
+            } else {
+                self.drain.clear_work(i);
+            }
+        }
         let view = self.drain.view();
-        for (iv, inst) in view.instances().iter().zip(&self.config.instances) {
-            for state in [
-                InstanceState::Up,
-                InstanceState::Down,
-                InstanceState::Draining,
-                InstanceState::Drained,
-                InstanceState::DrainingDown,
-            ] {
-                let v = if iv.state == state { 1.0 } else { 0.0 };
-                metrics::gauge!(m::INSTANCE_STATE, "instance" => inst.id.clone(), "state" => state.as_str()).set(v);
+        for (i, g) in sip() {
+            if let Some(iv) = view.instances().get(i) {
+                g.set(&self.work.get(i), known, iv.state);
             }
         }
-        for (i, inst) in self.config.instances.iter().enumerate() {
-            if !inst.service.is_sip() {
-                continue;
-            }
-            let w = self.work.get(i);
-            self.drain.set_work(i, w.total());
-            metrics::gauge!(m::INSTANCE_WORK, "instance" => inst.id.clone(), "kind" => "invites")
-                .set(w.invites as f64);
-            metrics::gauge!(m::INSTANCE_WORK, "instance" => inst.id.clone(), "kind" => "dialogs")
-                .set(w.dialogs as f64);
+    }
+
+    /// The work book as it stands, for a graceful stop to save (R-ST-3).
+    /// Refused while a transaction is in flight: its answer, which would
+    /// set up or change work, would be missed.
+    pub fn work_snapshot(&self, now: Instant) -> Result<WorkSnapshot, SnapshotError> {
+        match self.txns.unfinished() {
+            0 => Ok(self.work.snapshot(now)),
+            n => Err(SnapshotError::NotNow(format!(
+                "{n} transactions still wait for a final response"
+            ))),
         }
-        self.work.sweep(Instant::now());
+    }
+
+    /// Takes a snapshot saved by this gate's last graceful stop into the
+    /// work book: it then knows the work set up since that book did.
+    pub fn restore_work(&self, snapshot: &WorkSnapshot, now: Instant) -> Result<(), SnapshotError> {
+        self.work.restore(snapshot, now)
     }
 
     /// Handles one received message.

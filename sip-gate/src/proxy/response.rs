@@ -84,7 +84,7 @@ impl Core {
         Action::Send(out, bytes)
     }
 
-    /// Updates the transaction (and the work counts) for a response to
+    /// Updates the transaction (and the work book: R-ST-2) for a response to
     /// transaction `key`; returns its entry, or what to do instead.
     fn track(&self, msg: &SipMessage, key: u64, now: Instant) -> Result<Option<TxnEntry>, Action> {
         let code = msg.code().unwrap_or(0);
@@ -105,20 +105,12 @@ impl Core {
             return Ok(e);
         }
         let before = self.txns.finish(key, now);
-        // The first final response of the transaction settles its work.
-        if let Some(e) = before.filter(|e| !e.finished) {
-            if let Some(i) = e.hop.instance {
-                if e.invite {
-                    self.work.invite_done(i);
-                }
-                if e.initial && e.invite && (200..300).contains(&code) {
-                    self.work.dialog_started(i, msg);
-                }
-                if cseq_method == Some(Method::Bye) {
-                    self.work.dialog_ended(i, msg);
-                }
-            }
+        let first = before.is_some_and(|e| !e.finished);
+        // The first final response settles the INVITE transaction's work.
+        if let Some(i) = before.filter(|e| first && e.invite).and_then(|e| e.owner) {
+            self.work.invite_done(i);
         }
+        self.work.final_response(msg, before.as_ref(), first, now);
         Ok(before)
     }
 }

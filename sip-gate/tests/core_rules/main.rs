@@ -34,6 +34,7 @@
 
 mod sip;
 mod site;
+mod work_flow;
 
 mod bad_input;
 mod balance;
@@ -44,6 +45,9 @@ mod in_dialog;
 mod responses;
 mod security;
 mod transactions;
+mod work_bindings;
+mod work_calls;
+mod work_known;
 
 /// What every topic module uses.
 mod prelude {
