@@ -13,6 +13,7 @@ use std::path::Path;
 use ipnet::IpNet;
 
 mod error;
+mod media;
 mod raw;
 mod types;
 mod validate;
@@ -21,6 +22,7 @@ mod validate;
 mod tests;
 
 pub use error::ConfigError;
+pub use media::MediaConfig;
 pub use types::{
     Account, AccountMatch, AdminConfig, ApGroup, DnsConfig, DrainPolicy, Exception, HealthConfig,
     Instance, Leg, Listener, ListenerMode, Server, Service, Site, SiteConfig, StoreConfig, Timers,

@@ -32,6 +32,8 @@ pub(super) struct RawSite {
     #[serde(default)]
     pub(super) admin: AdminConfig,
     #[serde(default)]
+    pub(super) media: Option<Spanned<super::media::RawMedia>>,
+    #[serde(default)]
     pub(super) server: Vec<Spanned<RawServer>>,
     #[serde(default)]
     pub(super) instance: Vec<Spanned<RawInstance>>,
@@ -85,7 +87,9 @@ pub(super) struct RawInstance {
     #[serde(default)]
     pub(super) sip: Option<SocketAddr>,
     #[serde(default)]
-    pub(super) ng: Option<SocketAddr>,
+    pub(super) ng: Option<Spanned<SocketAddr>>,
+    #[serde(default)]
+    pub(super) ng_source: Option<Spanned<std::net::IpAddr>>,
     #[serde(default)]
     pub(super) exceptions: Vec<Spanned<Exception>>,
     #[serde(default)]

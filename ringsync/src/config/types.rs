@@ -345,6 +345,10 @@ pub struct Instance {
     pub sip: Option<SocketAddr>,
     /// rtpengine ng control address (mg, bgmg).
     pub ng: Option<SocketAddr>,
+    /// sg/esg: the IP their ng commands to media-ctl come from; it ties the
+    /// commands to the instance's server for the bgmg rules (R-BG-*).
+    /// Defaults to the IP of `sip`; `None` for other services.
+    pub ng_source: Option<std::net::IpAddr>,
     /// Exceptions to the drain 503 for this instance (R-SG-3).
     pub exceptions: Vec<Exception>,
     /// Source networks whose messages are this instance's own, besides its
@@ -478,6 +482,8 @@ pub struct SiteConfig {
     pub dns: DnsConfig,
     /// Admin endpoints.
     pub admin: AdminConfig,
+    /// The mg controller (media-ctl).
+    pub media: super::MediaConfig,
     /// Servers, in file order.
     pub servers: Vec<Server>,
     /// Instances, in file order.

@@ -2,7 +2,8 @@
 //! checking references between servers, instances, accounts, groups and
 //! listeners. The first error found wins; sections are checked in file
 //! order of dependency (site, servers, instances, accounts, Active-Passive
-//! groups, listeners, then store and health).
+//! groups, listeners, then store, health and media; `media.rs` checks
+//! `[media]` and the instances' `ng` and `ng_source`).
 //!
 //! `[timers]`, `[drain]` and `[admin]` have no cross-field rules: serde's
 //! types and `deny_unknown_fields` are their whole check.
@@ -38,6 +39,7 @@ pub(super) fn validate(loc: Locator<'_>, raw: RawSite) -> Result<SiteConfig> {
     let listeners = v.listeners(&raw.listener, &instances)?;
     let store = v.store(raw.store.as_ref(), &site.name)?;
     let health = v.health(raw.health)?;
+    let media = super::media::validate(&v, raw.media.as_ref(), &instances)?;
     let work = v.work(raw.work)?;
     let dns = v.dns(raw.dns)?;
     Ok(SiteConfig {
@@ -50,6 +52,7 @@ pub(super) fn validate(loc: Locator<'_>, raw: RawSite) -> Result<SiteConfig> {
         work,
         dns,
         admin: raw.admin,
+        media,
         servers,
         instances,
         accounts,
@@ -158,12 +161,14 @@ impl Validator<'_> {
                 service,
                 server: r.server.get_ref().clone(),
                 sip: r.sip,
-                ng: r.ng,
+                ng: r.ng.as_ref().map(|a| *a.get_ref()),
+                ng_source: r.ng_source.as_ref().map(|a| *a.get_ref()),
                 exceptions: self.exceptions(&format!("instance[{i}]"), &r.exceptions)?,
                 sources: r.sources.iter().map(|n| *n.get_ref()).collect(),
             });
         }
         self.sources(raw)?;
+        super::media::check_instances(self, raw, &mut instances)?;
         Ok(instances)
     }
 
