@@ -413,6 +413,7 @@ pub(crate) fn walk_params(buf: &[u8], range: Range<usize>, mut f: impl FnMut(Par
 }
 
 /// Every parameter of `range` ([`walk_params`]); `None` if one is malformed.
+#[cfg(test)]
 pub(crate) fn parse_params(buf: &[u8], range: Range<usize>) -> Option<Vec<Param>> {
     let mut out = Vec::new();
     walk_params(buf, range, |p| out.push(p))?;

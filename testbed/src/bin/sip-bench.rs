@@ -394,7 +394,10 @@ fn median(mut v: Vec<f64>) -> f64 {
 fn table(runs: &[Run], o: &Opts) -> String {
     let mut t = String::new();
     let _ = writeln!(t, "| rate (calls/s) | system | runs | calls ok | failed | CPU µs/call (median) | min..max | vs relay | vs Kamailio | peak RSS (MiB) | PSS at end (MiB) | new calls per sg (last round) |");
-    let _ = writeln!(t, "|---:|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---|");
+    let _ = writeln!(
+        t,
+        "|---:|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---|"
+    );
     for &rate in &o.rates {
         let med = |s: System| {
             median(
