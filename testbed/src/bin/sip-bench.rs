@@ -445,13 +445,13 @@ fn table(runs: &[Run], o: &Opts) -> String {
 /// Every run of every round, systems interleaved, with progress on stderr.
 fn run_all(o: &Opts) -> Result<Vec<Run>, String> {
     let total = o.rates.len() * o.systems.len() * o.rounds as usize;
-    let mut runs = Vec::new();
+    let (mut runs, mut started) = (Vec::new(), 0);
     for round in 1..=o.rounds {
         for &rate in &o.rates {
             for &system in &o.systems {
+                started += 1;
                 eprint!(
-                    "[{}/{total}] round {round}, {rate} calls/s x {} s, {:<15} ",
-                    runs.len() + 1,
+                    "[{started}/{total}] round {round}, {rate} calls/s x {} s, {:<15} ",
                     o.seconds,
                     system.name()
                 );
