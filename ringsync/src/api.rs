@@ -63,12 +63,8 @@ impl ApiError {
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> ApiError {
         store::count_error(&e);
-        let status = match &e {
-            StoreError::NotFound { .. } => StatusCode::NOT_FOUND,
-            StoreError::DuplicateName { .. } | StoreError::Conflict { .. } => StatusCode::CONFLICT,
-            e if e.is_client_error() => StatusCode::BAD_REQUEST,
-            _ => StatusCode::SERVICE_UNAVAILABLE,
-        };
+        let status =
+            StatusCode::from_u16(e.status_code()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         if status == StatusCode::SERVICE_UNAVAILABLE {
             tracing::error!(error = %e, "profile store failed");
         }
