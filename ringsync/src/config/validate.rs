@@ -39,6 +39,7 @@ pub(super) fn validate(loc: Locator<'_>, raw: RawSite) -> Result<SiteConfig> {
     let store = v.store(raw.store.as_ref(), &site.name)?;
     let health = v.health(raw.health)?;
     let work = v.work(raw.work)?;
+    let admin = v.admin(raw.admin)?;
     Ok(SiteConfig {
         path: loc.path.to_owned(),
         site,
@@ -47,7 +48,7 @@ pub(super) fn validate(loc: Locator<'_>, raw: RawSite) -> Result<SiteConfig> {
         drain: raw.drain,
         health,
         work,
-        admin: raw.admin,
+        admin,
         servers,
         instances,
         accounts,
@@ -59,7 +60,7 @@ pub(super) fn validate(loc: Locator<'_>, raw: RawSite) -> Result<SiteConfig> {
 /// Checks sections of one file; section checks in sibling modules take it
 /// to place their errors.
 pub(super) struct Validator<'a> {
-    loc: Locator<'a>,
+    pub(super) loc: Locator<'a>,
 }
 
 /// The service of the instance with this id.
