@@ -90,7 +90,7 @@ impl Actor {
     pub fn local() -> Actor {
         let user = std::env::var("USER")
             .or_else(|_| std::env::var("LOGNAME"))
-            .unwrap_or_else(|_| "unknown".into());
+            .unwrap_or_else(|_| uid());
         Actor {
             who: format!("local:{user}"),
             role: None,
@@ -124,6 +124,15 @@ impl Actor {
             ..self.record(op.action(), Some(op.target()))
         }
     }
+}
+
+/// `uid<N>` of this process, when no user name is in the environment.
+fn uid() -> String {
+    #[cfg(unix)]
+    if let Ok(m) = std::fs::metadata("/proc/self") {
+        return format!("uid{}", std::os::unix::fs::MetadataExt::uid(&m));
+    }
+    "unknown".into()
 }
 
 impl AuditRecord {
