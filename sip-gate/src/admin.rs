@@ -1,6 +1,8 @@
-//! The gate's admin HTTP endpoint: Prometheus metrics, and its work report
-//! at `/v1/work` in the site-wide shape ([`ringsync::work::WorkReport`]),
-//! which `ringsync status` sums with every other node's (R-ST-1, R-ST-3).
+//! The gate's admin HTTP endpoint: Prometheus metrics, its work report at
+//! `/v1/work` in the site-wide shape ([`ringsync::work::WorkReport`]),
+//! which `ringsync status` sums with every other node's (R-ST-1, R-ST-3),
+//! `/readyz` for whatever balances traffic onto the gate (R-GW-1) and
+//! `/healthz` (the process answers).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -16,6 +18,7 @@ use ringsync::work::{self, InstanceWork, NodeKind, WorkReport, WORK_PATH};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use crate::lifecycle::Phase;
 use crate::proxy::Core;
 
 /// What the work report covers, exactly as the gate counts (R-ST-2, R-ST-3).
@@ -58,6 +61,7 @@ pub fn router(core: Arc<Core>, node: NodeInfo, prometheus: Option<PrometheusHand
         .route("/metrics", get(metrics))
         .route(WORK_PATH, get(work))
         .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
         .with_state(AdminState {
             core,
             node: Arc::new(node),
@@ -87,6 +91,46 @@ async fn metrics(State(s): State<AdminState>) -> impl IntoResponse {
         )
             .into_response(),
         None => (StatusCode::NOT_FOUND, "metrics recorder not installed\n").into_response(),
+    }
+}
+
+/// `/readyz`: whether the gate takes new work, and why not.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Readiness {
+    /// True only while serving: a balancer sends new traffic here.
+    pub ready: bool,
+    /// The gate's phase.
+    pub phase: Phase,
+    /// Why it is not ready, one line per cause; empty when ready.
+    pub why: Vec<String>,
+    /// Transactions in the table: a stopping gate exits when this is 0.
+    pub transactions: usize,
+    /// Whether the profile store the drain view follows is current. A
+    /// stale store leaves the gate ready: it keeps routing with its last
+    /// view and says since when (R-MN-2).
+    pub store: String,
+}
+
+/// `200` with [`Readiness`] when serving, `503` with it otherwise.
+async fn readyz(State(s): State<AdminState>) -> impl IntoResponse {
+    let r = readiness(&s.core);
+    let code = if r.ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (code, Json(r))
+}
+
+/// The gate's readiness as `/readyz` serves it.
+pub fn readiness(core: &Core) -> Readiness {
+    let (phase, why) = core.lifecycle().readiness();
+    Readiness {
+        ready: phase == Phase::Serving,
+        phase,
+        why: why.into_iter().map(str::to_owned).collect(),
+        transactions: core.transactions(),
+        store: core.store_freshness().describe(work::now_ms()),
     }
 }
 

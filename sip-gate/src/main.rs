@@ -1,6 +1,6 @@
 //! `sip-gate --config SITE.toml`: the drain-aware SIP proxy.
 //!
-//! Thin on purpose: config, tracing, metrics, store, gate, registration,
+//! Thin on purpose: config, tracing, metrics, gate, store, registration,
 //! signal, stop.
 #![forbid(unsafe_code)]
 
@@ -17,6 +17,9 @@ use ringsync::state::DrainState;
 use sip_gate::admin::NodeInfo;
 use sip_gate::{Core, Gate, WorkSnapshot};
 use tokio_util::sync::CancellationToken;
+
+/// How long the last step of a stop may take (threads and tasks joined).
+const JOIN_DEADLINE: Duration = Duration::from_secs(3);
 
 /// Drain-aware inline SIP proxy.
 #[derive(Parser, Debug)]
@@ -35,8 +38,9 @@ struct Args {
     /// site's node registry; unique on the site (default: its admin address).
     #[arg(long, value_name = "NAME")]
     node: Option<String>,
-    /// How long the stop may take (loops ending, threads joined).
-    #[arg(long, default_value_t = 10)]
+    /// How long a stop (SIGTERM) may wait for the transactions in flight
+    /// before the gate exits anyway (R-GW-1).
+    #[arg(long, default_value_t = 60)]
     drain_deadline_s: u64,
     /// Where this gate keeps its work book across a graceful restart
     /// (R-ST-3): written on a clean stop with nothing in flight, read and
@@ -100,25 +104,19 @@ async fn main() -> anyhow::Result<()> {
     let prometheus = PrometheusBuilder::new()
         .install_recorder()
         .context("installing the metrics recorder")?;
+    // Watched from the start: a signal is never missed, and a second one
+    // during the stop is seen.
+    let mut signals = Signals::new().context("watching SIGTERM and SIGINT")?;
     let shutdown = CancellationToken::new();
-    let store = ringsync::store::open(&config)
-        .await
-        .context("opening the profile store")?;
     let drain = DrainState::new(Arc::new(config.clone()));
-    // What the store opened with: from the store, or (R-MN-2) from the view
-    // cache while etcd is unreachable, stale and saying so.
-    drain.set_profiles(store.watch().borrow().clone());
-    let freshness = store.freshness().borrow().clone();
-    if freshness.is_stale() {
-        tracing::warn!("{}", freshness.describe(ringsync::work::now_ms()));
-    }
-    drain.set_freshness(freshness);
-    let follower = drain.follow(store.clone(), shutdown.clone());
 
+    // Listeners first: in-dialog requests and responses flow while the
+    // store is read; new work gets 503 until the view is loaded.
     let admin_addr = args.admin.unwrap_or(config.admin.gate_bind);
     let snapshot = args.work_snapshot.as_deref().and_then(take_snapshot);
-    let gate = Gate::start(config, drain.clone(), shutdown.clone()).await?;
+    let gate = Gate::start_awaiting_view(config.clone(), drain.clone(), shutdown.clone()).await?;
     restore_snapshot(gate.core(), snapshot);
+    let core = gate.core().clone();
     let admin = tokio::net::TcpListener::bind(admin_addr)
         .await
         .with_context(|| format!("binding admin endpoint {admin_addr}"))?;
@@ -127,7 +125,39 @@ async fn main() -> anyhow::Result<()> {
         name: args.node.unwrap_or_else(|| admin_addr.to_string()),
         started_ms,
     };
-    tracing::info!(%admin_addr, node = %node.name, "admin endpoint (/metrics, /v1/work)");
+    tracing::info!(%admin_addr, node = %node.name, "admin endpoint (/metrics, /v1/work, /readyz)");
+    let admin_task = tokio::spawn(sip_gate::admin::serve(
+        admin,
+        gate.core().clone(),
+        node.clone(),
+        Some(prometheus),
+        shutdown.clone(),
+    ));
+
+    let deadline = Duration::from_secs(args.drain_deadline_s);
+    let store = tokio::select! {
+        store = ringsync::store::open(&config) => store.context("opening the profile store")?,
+        signal = signals.recv() => {
+            let clean = stop(gate, &mut signals, signal, deadline).await;
+            let _ = admin_task.await;
+            save_snapshot(&core, args.work_snapshot.as_deref(), clean);
+            return Ok(());
+        }
+    };
+    // What the store opened with: from the store, or (R-MN-2) from the view
+    // cache while etcd is unreachable, stale and saying so.
+    drain.set_profiles(store.watch().borrow().clone());
+    let freshness = store.freshness().borrow().clone();
+    if freshness.is_stale() {
+        tracing::warn!("{}", freshness.describe(ringsync::work::now_ms()));
+    }
+    drain.set_freshness(freshness);
+    gate.lifecycle().view_loaded();
+    tracing::info!(
+        revision = drain.view().revision(),
+        "drain view loaded: serving"
+    );
+    let follower = drain.follow(store.clone(), shutdown.clone());
     // R-ST-3: on a shared store (etcd), register and publish the same report.
     let published = CancellationToken::new();
     let publisher = {
@@ -146,31 +176,55 @@ async fn main() -> anyhow::Result<()> {
             published.clone(),
         )
     };
-    let admin_task = tokio::spawn(sip_gate::admin::serve(
-        admin,
-        gate.core().clone(),
-        node,
-        Some(prometheus),
-        shutdown.clone(),
-    ));
 
-    let core = gate.core().clone();
-    wait_for_signal().await;
-    // Every loop stops at once: transactions in flight are not waited for.
-    tracing::info!("stopping: closing listeners and connections");
-    let clean = gate
-        .shutdown(Duration::from_secs(args.drain_deadline_s))
-        .await;
+    let signal = signals.recv().await;
+    let clean = stop(gate, &mut signals, signal, deadline).await;
     let _ = admin_task.await;
     // Withdrawn after the drain, so what work is left is recorded (R-ST-3).
     published.cancel();
     let _ = publisher.await;
     let _ = follower.await;
-    if !clean {
-        tracing::warn!("some tasks did not finish before the deadline");
-    }
     save_snapshot(&core, args.work_snapshot.as_deref(), clean);
     Ok(())
+}
+
+/// The gate's own stop (R-GW-1): `/readyz` fails and new work gets 503 at
+/// once, the transactions in flight complete, and the gate exits when none
+/// is left, at `deadline`, or at once on a second signal. True when its
+/// threads and tasks then ended in time (nothing can change the work book).
+async fn stop(gate: Gate, signals: &mut Signals, signal: &'static str, deadline: Duration) -> bool {
+    tracing::info!(
+        signal,
+        deadline_s = deadline.as_secs(),
+        transactions = gate.core().transactions(),
+        "stopping (R-GW-1): /readyz fails, new work gets 503, waiting for the transactions in flight"
+    );
+    tokio::select! {
+        drained = gate.drain(deadline) => {
+            let waited_ms = drained.waited.as_millis() as u64;
+            if drained.left == 0 {
+                tracing::info!(waited_ms, "stopped: no transaction left");
+            } else {
+                tracing::warn!(
+                    waited_ms,
+                    transactions = drained.left,
+                    "stopped: drain deadline reached with transactions left"
+                );
+            }
+        }
+        second = signals.recv() => {
+            tracing::warn!(
+                signal = second,
+                transactions = gate.core().transactions(),
+                "stopped at once: second signal"
+            );
+        }
+    }
+    let joined = gate.shutdown(JOIN_DEADLINE).await;
+    if !joined {
+        tracing::warn!("some tasks did not finish before the join deadline");
+    }
+    joined
 }
 
 /// The work snapshot a graceful stop left, read and deleted; `None` (and
@@ -214,7 +268,7 @@ fn save_snapshot(core: &Core, path: Option<&std::path::Path>, clean: bool) {
     let Some(path) = path else { return };
     if !clean {
         tracing::warn!(
-            "work snapshot not written: the stop hit its deadline, messages may still be in flight"
+            "work snapshot not written: the threads did not end in time, messages may still be in flight"
         );
         return;
     }
@@ -229,22 +283,41 @@ fn save_snapshot(core: &Core, path: Option<&std::path::Path>, clean: bool) {
     }
 }
 
-async fn wait_for_signal() {
+/// SIGTERM and SIGINT, registered once.
+struct Signals {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        let mut term = match signal(SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-                return;
+    term: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> std::io::Result<Signals> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            Ok(Signals {
+                term: signal(SignalKind::terminate())?,
+                int: signal(SignalKind::interrupt())?,
+            })
+        }
+        #[cfg(not(unix))]
+        Ok(Signals {})
+    }
+
+    /// The next signal's name.
+    async fn recv(&mut self) -> &'static str {
+        #[cfg(unix)]
+        {
+            tokio::select! {
+                _ = self.term.recv() => "SIGTERM",
+                _ = self.int.recv() => "SIGINT",
             }
-        };
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = tokio::signal::ctrl_c() => {}
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+            "ctrl-c"
         }
     }
-    #[cfg(not(unix))]
-    let _ = tokio::signal::ctrl_c().await;
 }

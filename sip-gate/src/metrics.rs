@@ -11,7 +11,8 @@ use ringsync::work::WorkCounts;
 use crate::message::Method;
 
 /// Requests by method and outcome (`forwarded`, `retransmission`,
-/// `drain_503`, `bad_request`, `bad_token`, `foreign_route`, ...).
+/// `R-SG-1`, `stopping`, `starting`, `bad_request`, `bad_token`,
+/// `foreign_route`, ...).
 pub(crate) const REQUESTS: &str = "sipgate_requests_total";
 /// Responses relayed or refused (`forwarded`, `not_ours`).
 pub(crate) const RESPONSES: &str = "sipgate_responses_total";
@@ -36,8 +37,17 @@ pub(crate) const WORK_TABLE_FULL: &str = "sipgate_work_table_full_total";
 pub(crate) const WORK_EXPIRY_OVER_MAX: &str = "sipgate_work_expiry_over_max_total";
 /// Drain state per instance, 1 for the current state.
 pub(crate) const INSTANCE_STATE: &str = "sipgate_instance_state";
+/// DNS lookups the gate made (RFC 3263), by result (`answer`, `not_found`,
+/// `unavailable`).
+pub(crate) const DNS_LOOKUPS: &str = "sipgate_dns_lookups_total";
+/// Requests moved off a DNS target that could not be reached, by outcome
+/// (`next_target`, `none_left`).
+pub(crate) const DNS_FAILOVERS: &str = "sipgate_dns_failovers_total";
 /// Open TCP connections.
 pub(crate) const TCP_CONNECTIONS: &str = "sipgate_tcp_connections";
+/// The gate's own phase (`starting`, `serving`, `stopping`, `stopped`), 1
+/// for the current one (R-GW-1).
+pub(crate) const PHASE: &str = "sipgate_phase";
 
 pub(crate) fn request(method: &'static str, outcome: &'static str) {
     metrics::counter!(REQUESTS, "method" => method, "outcome" => outcome).increment(1);
@@ -53,6 +63,14 @@ pub(crate) fn dropped(reason: &'static str) {
 
 pub(crate) fn refused(rule: &'static str) {
     metrics::counter!(DRAIN_REFUSALS, "rule" => rule).increment(1);
+}
+
+pub(crate) fn dns_lookup(result: &'static str) {
+    metrics::counter!(DNS_LOOKUPS, "result" => result).increment(1);
+}
+
+pub(crate) fn dns_failover(outcome: &'static str) {
+    metrics::counter!(DNS_FAILOVERS, "outcome" => outcome).increment(1);
 }
 
 pub(crate) fn transactions(n: usize) {

@@ -73,6 +73,9 @@ pub(crate) struct Hop {
     pub(crate) addr: SocketAddr,
     /// True when it was sent over TCP.
     pub(crate) tcp: bool,
+    /// The cached DNS answer `addr` came from (a host name the instance
+    /// sent to), so a failed target can give way to the next one.
+    pub(crate) dns: Option<u64>,
 }
 
 /// One remembered transaction.
@@ -177,6 +180,13 @@ impl TxnTable {
         self.map.iter().filter(|e| !e.finished).count()
     }
 
+    /// Sends the rest of transaction `key` to `hop` (its first hop failed).
+    pub(crate) fn set_hop(&self, key: u64, hop: Hop) {
+        if let Some(mut e) = self.map.get_mut(&key) {
+            e.hop = hop;
+        }
+    }
+
     /// Removes expired entries; returns those that expired without a final
     /// response (so work counts can be corrected).
     pub(crate) fn sweep(&self, now: Instant) -> Vec<TxnEntry> {
@@ -208,6 +218,7 @@ mod tests {
                 instance: Some(1),
                 addr: "127.0.1.1:5060".parse().unwrap(),
                 tcp: false,
+                dns: None,
             },
             invite,
             initial: invite,

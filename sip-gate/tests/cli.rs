@@ -313,7 +313,9 @@ fn json_logs_with_the_transaction_span() {
         "127.0.9.4",
         "127.0.12.",
         Stdio::piped(),
-        &["--log-format", "json"],
+        // The OPTIONS below stays a transaction for 32 s (to an sg that is
+        // not there): the stop need not wait for it.
+        &["--log-format", "json", "--drain-deadline-s", "1"],
         Some("sip_gate=debug"),
     );
     let admin = "127.0.9.4:9091";

@@ -14,6 +14,7 @@ use ipnet::IpNet;
 
 mod admin;
 mod error;
+mod media;
 mod raw;
 mod types;
 mod validate;
@@ -22,10 +23,11 @@ mod validate;
 mod tests;
 
 pub use error::ConfigError;
+pub use media::MediaConfig;
 pub use types::{
-    Account, AccountMatch, AdminConfig, ApGroup, DrainPolicy, Exception, HealthConfig, Instance,
-    Leg, Listener, ListenerMode, Server, Service, Site, SiteConfig, StoreConfig, Timers, Transport,
-    WorkConfig,
+    Account, AccountMatch, AdminConfig, ApGroup, DnsConfig, DrainPolicy, Exception, HealthConfig,
+    Instance, Leg, Listener, ListenerMode, Server, Service, Site, SiteConfig, StoreConfig, Timers,
+    Transport, WorkConfig,
 };
 
 use error::Locator;

@@ -301,3 +301,41 @@ fn work_section() {
     let e = load(&format!("{GOOD}\n[work]\nmax_expiry_s = 10\n")).unwrap_err();
     assert!(e.to_string().contains("max_expiry_s"), "{e}");
 }
+
+#[test]
+fn dns_section_defaults_values_and_errors() {
+    let c = load(GOOD).unwrap();
+    assert_eq!(c.dns, DnsConfig::default());
+    assert!(c.dns.nameservers.is_empty(), "the system's resolv.conf");
+    let text = format!(
+        "{GOOD}\n[dns]\nnameservers = [\"127.0.0.53:5353\"]\ntimeout_ms = 300\nattempts = 1\n\
+         cache_size = 16\nnegative_ttl_s = 5\nfailover_hold_s = 2\n"
+    );
+    let c = load(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    assert_eq!(c.dns.nameservers, vec!["127.0.0.53:5353".parse().unwrap()]);
+    assert_eq!((c.dns.timeout_ms, c.dns.attempts), (300, 1));
+    assert_eq!(
+        (
+            c.dns.cache_size,
+            c.dns.negative_ttl_s,
+            c.dns.failover_hold_s
+        ),
+        (16, 5, 2)
+    );
+    for (bad, field) in [
+        ("timeout_ms = 0", "dns.timeout_ms"),
+        ("attempts = 0", "dns.attempts"),
+        ("cache_size = 0", "dns.cache_size"),
+    ] {
+        let e = load(&format!("{GOOD}\n[dns]\n{bad}\n")).unwrap_err();
+        assert_eq!(e.field, field, "{e}");
+    }
+    let e = load(&format!(
+        "{GOOD}\n[dns]\nnameservers = [\"not an address\"]\n"
+    ))
+    .unwrap_err();
+    assert!(
+        e.line.is_some() && e.to_string().contains("socket address"),
+        "{e}"
+    );
+}

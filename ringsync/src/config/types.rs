@@ -231,6 +231,43 @@ impl Default for HealthConfig {
     }
 }
 
+/// How sip-gate resolves the host names instances send requests to
+/// (RFC 3263: NAPTR, SRV, then A/AAAA).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DnsConfig {
+    /// Name servers to ask (`ip:port`), in order; empty (the default): the
+    /// system's, from /etc/resolv.conf.
+    pub nameservers: Vec<SocketAddr>,
+    /// A query without answer after this many milliseconds is retried or
+    /// fails. Default 2000.
+    pub timeout_ms: u64,
+    /// Tries per query and name server. Default 2.
+    pub attempts: u32,
+    /// Names whose answers the gate keeps (per their TTL); beyond it the
+    /// oldest go. Default 4096.
+    pub cache_size: usize,
+    /// Longest time a name that does not resolve is remembered as such
+    /// (a negative answer's own TTL, capped here). Default 30.
+    pub negative_ttl_s: u32,
+    /// How long a target that failed (TCP connect refused or timed out, an
+    /// ICMP error for a UDP send) is passed over for the next one. Default 30.
+    pub failover_hold_s: u32,
+}
+
+impl Default for DnsConfig {
+    fn default() -> Self {
+        DnsConfig {
+            nameservers: Vec::new(),
+            timeout_ms: 2000,
+            attempts: 2,
+            cache_size: 4096,
+            negative_ttl_s: 30,
+            failover_hold_s: 30,
+        }
+    }
+}
+
 /// Settings of the admin HTTP endpoints.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -320,6 +357,10 @@ pub struct Instance {
     pub sip: Option<SocketAddr>,
     /// rtpengine ng control address (mg, bgmg).
     pub ng: Option<SocketAddr>,
+    /// sg/esg: the IP their ng commands to media-ctl come from; it ties the
+    /// commands to the instance's server for the bgmg rules (R-BG-*).
+    /// Defaults to the IP of `sip`; `None` for other services.
+    pub ng_source: Option<std::net::IpAddr>,
     /// Exceptions to the drain 503 for this instance (R-SG-3).
     pub exceptions: Vec<Exception>,
     /// Source networks whose messages are this instance's own, besides its
@@ -449,8 +490,12 @@ pub struct SiteConfig {
     pub health: HealthConfig,
     /// Work accounting of the gate.
     pub work: WorkConfig,
+    /// Name resolution for requests the gate sends to host names.
+    pub dns: DnsConfig,
     /// Admin endpoints.
     pub admin: AdminConfig,
+    /// The mg controller (media-ctl).
+    pub media: super::MediaConfig,
     /// Servers, in file order.
     pub servers: Vec<Server>,
     /// Instances, in file order.

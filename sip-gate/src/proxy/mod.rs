@@ -15,11 +15,14 @@
 //! set, token); [`route`] decides where it goes, a plain function of the
 //! request and the drain view; [`forward`] splices the edits; [`answer`]
 //! builds the gate's own replies; [`transaction`] runs a request through
-//! these with the transaction table; [`response`] sends responses back.
+//! these with the transaction table; [`resolved`] parks requests to host
+//! names while the transport resolves them (RFC 3263) and fails over
+//! between targets; [`response`] sends responses back.
 
 mod answer;
 mod forward;
 mod request;
+mod resolved;
 mod response;
 mod route;
 mod transaction;
@@ -34,7 +37,10 @@ use ringsync::state::DrainState;
 use ringsync::view::DrainView;
 
 use crate::branch::BranchKey;
+use crate::dns::cache::DnsCache;
+use crate::dns::DnsQuery;
 use crate::health::{HealthBook, Prober};
+use crate::lifecycle::Lifecycle;
 use crate::listener::{ListenerCtx, Listeners};
 use crate::message::SipMessage;
 use crate::metrics::{self as m, InstanceGauges};
@@ -46,7 +52,7 @@ use crate::txn::{ConnId, Inbound, TxnTable};
 use crate::work::{SnapshotError, WorkBook, WorkSnapshot};
 
 /// Bound on remembered transactions (see [`TxnTable`]).
-const TXN_CAPACITY: usize = 1 << 20;
+pub(crate) const TXN_CAPACITY: usize = 1 << 20;
 
 /// Where a message goes out.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,6 +81,10 @@ pub enum Out {
 pub enum Action {
     /// Send these bytes.
     Send(Out, Bytes),
+    /// Resolve this name (RFC 3263) and hand the answer to
+    /// [`Core::resolved`]: the message that needs it is parked in the core
+    /// until then.
+    Resolve(DnsQuery),
     /// Nothing to send (dropped, absorbed, or a probe answer).
     None,
 }
@@ -100,6 +110,9 @@ pub struct Core {
     policy: Policy,
     work: Arc<WorkBook>,
     health: Arc<HealthBook>,
+    dns: DnsCache,
+    /// The gate's phase: new work is admitted only while serving (R-GW-1).
+    lifecycle: Arc<Lifecycle>,
     /// `sipgate_new_work_total{instance}`, registered once: no label
     /// allocation per request.
     new_work: Vec<Option<metrics::Counter>>,
@@ -116,7 +129,8 @@ impl std::fmt::Debug for Core {
 }
 
 impl Core {
-    /// Builds the core for a validated site.
+    /// Builds the core for a validated site, serving at once (its
+    /// [`Lifecycle`] has nothing to wait for).
     pub fn new(config: Arc<SiteConfig>, drain: Arc<DrainState>) -> Result<Core, CoreError> {
         Core::with_txn_capacity(config, drain, TXN_CAPACITY)
     }
@@ -127,6 +141,16 @@ impl Core {
         config: Arc<SiteConfig>,
         drain: Arc<DrainState>,
         capacity: usize,
+    ) -> Result<Core, CoreError> {
+        Core::build(config, drain, capacity, Lifecycle::serving())
+    }
+
+    /// The core of a gate, whose phase the gate moves.
+    pub(crate) fn build(
+        config: Arc<SiteConfig>,
+        drain: Arc<DrainState>,
+        capacity: usize,
+        lifecycle: Arc<Lifecycle>,
     ) -> Result<Core, CoreError> {
         let listeners = Listeners::new(&config).map_err(|e| CoreError::UnknownInstance(e.0))?;
         let n = config.instances.len();
@@ -156,6 +180,8 @@ impl Core {
             drain,
             work: Arc::new(WorkBook::new(&config, Instant::now())),
             health: Arc::new(HealthBook::new(n)),
+            dns: DnsCache::new(&config.dns),
+            lifecycle,
             new_work,
             gauges,
             config,
@@ -165,6 +191,16 @@ impl Core {
     /// The listeners, in config order.
     pub(crate) fn listeners(&self) -> &[ListenerCtx] {
         self.listeners.all()
+    }
+
+    /// How host names are resolved (`[dns]`).
+    pub(crate) fn dns_config(&self) -> &ringsync::config::DnsConfig {
+        &self.config.dns
+    }
+
+    /// The gate's phase (R-GW-1).
+    pub fn lifecycle(&self) -> &Arc<Lifecycle> {
+        &self.lifecycle
     }
 
     /// Work the gate holds per instance.
@@ -182,12 +218,21 @@ impl Core {
         })
     }
 
+    /// Whether the store the view follows is current (R-MN-2).
+    pub(crate) fn store_freshness(&self) -> Arc<ringsync::store::Freshness> {
+        self.drain.freshness()
+    }
+
     /// Current view (cheap).
     pub fn view(&self) -> Arc<DrainView> {
         self.drain.view()
     }
 
-    /// Number of remembered transactions.
+    /// Number of remembered transactions: an INVITE until its final
+    /// response (at most 200 s) and 32 s after it, any other request 32 s
+    /// (the RFC 3261 timers in `txn.rs`: the time in which retransmissions,
+    /// the ACK of a non-2xx and 2xx retransmissions may still arrive). A
+    /// stopping gate waits for this to reach zero.
     pub fn transactions(&self) -> usize {
         self.txns.len()
     }
@@ -254,6 +299,13 @@ impl Core {
 
     /// Handles one received message.
     pub fn handle(&self, inbound: Inbound, data: Bytes, now: Instant) -> Action {
+        self.handle_as(inbound, data, now, false)
+    }
+
+    /// [`Core::handle`]; `resumed`: a message handed back after the lookup
+    /// it waited for, which routes on that answer even if its TTL has run
+    /// out meanwhile, and is never parked twice.
+    fn handle_as(&self, inbound: Inbound, data: Bytes, now: Instant, resumed: bool) -> Action {
         let Some(listener) = self.listeners.get(inbound.listener()) else {
             m::dropped("unknown_listener");
             return Action::None;
@@ -269,7 +321,7 @@ impl Core {
             return self.bad_message(inbound, &msg, e);
         }
         if msg.is_request() {
-            self.request(inbound, listener, &msg, now)
+            self.request(inbound, listener, &msg, now, resumed)
         } else {
             self.response(inbound, &msg, now)
         }

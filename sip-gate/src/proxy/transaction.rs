@@ -27,9 +27,10 @@ impl Core {
         listener: &ListenerCtx,
         msg: &SipMessage,
         now: Instant,
+        resumed: bool,
     ) -> Action {
         let view = self.drain.view();
-        let req = match self.check(inbound, listener, msg, &view) {
+        let req = match self.check(inbound, listener, msg, &view, (now, resumed)) {
             Ok(req) => req,
             Err(action) => return action,
         };
@@ -46,7 +47,8 @@ impl Core {
             return self.act(&req, decision, &span, now);
         }
         if let Some(e) = self.txns.get(req.key) {
-            return self.retransmission(&req, e.hop);
+            let hop = self.moved_hop(req.key, e.hop, now);
+            return self.retransmission(&req, hop);
         }
         let decision = self.decide(&req, &view);
         let Decision::Forward { hop, .. } = decision else {
@@ -99,6 +101,7 @@ impl Core {
                 tracing::debug!(to = %hop.addr, tcp = hop.tcp, "forwarded");
                 self.forward(req, hop, record_route)
             }
+            Decision::Resolve(query) => self.park(req, query),
             Decision::Refuse { reply, why } => {
                 tracing::debug!(why, code = reply.code, "refused");
                 if req.method == Method::Ack {

@@ -38,11 +38,14 @@ mod work_flow;
 
 mod bad_input;
 mod balance;
+mod dns;
 mod drain_esg;
 mod drain_sg;
 mod forwarding;
+mod gate_stop;
 mod in_dialog;
 mod responses;
+mod rfc_edges;
 mod security;
 mod transactions;
 mod work_bindings;
