@@ -296,6 +296,27 @@ pub fn read(path: &Path, q: &AuditQuery) -> Result<AuditPage, StoreError> {
     Ok(page)
 }
 
+/// The last whole record of the log file at `path`, if any (a torn tail
+/// is not a record). Reads the whole file: for crash recovery only. Blocking.
+pub fn last_record(path: &Path) -> Result<Option<AuditRecord>, StoreError> {
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => {
+            return Err(StoreError::Io {
+                path: path.to_owned(),
+                source,
+            })
+        }
+    };
+    let whole = match bytes.iter().rposition(|b| *b == b'\n') {
+        Some(end) => &bytes[..end],
+        None => return Ok(None),
+    };
+    let line = whole.rsplit(|b| *b == b'\n').next().unwrap_or_default();
+    Ok(serde_json::from_slice(line).ok())
+}
+
 fn skip(page: &mut AuditPage, path: &Path, what: String) {
     tracing::warn!(file = %path.display(), "audit log: {what}");
     SKIPPED.fetch_add(1, Ordering::Relaxed);

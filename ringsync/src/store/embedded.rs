@@ -8,7 +8,10 @@
 //! A file that does not parse is reported and never overwritten.
 //!
 //! The audit trail of the changes is `<file>.audit.jsonl` ([`super::audit`]),
-//! appended under the same lock, each record before the change it records.
+//! appended under the same lock, each record before the change it records;
+//! a writer killed between the two has its change committed by the next
+//! process that takes the lock, so the log never names a change the store
+//! lacks and the store never holds a change the log does not name.
 //!
 //! Other processes' changes are noticed by polling the file's identity
 //! (inode, size, mtime) every [`POLL_INTERVAL`] (R-PR-2).
@@ -77,10 +80,8 @@ impl EmbeddedStore {
         config: Arc<SiteConfig>,
         path: PathBuf,
     ) -> Result<EmbeddedStore, StoreError> {
-        let p = path.clone();
-        let (set, fp) = blocking(move || read_file(&p)).await??;
-        let (fresh, _) = watch::channel(Freshness::fresh(set.revision));
-        let (tx, _) = watch::channel(Arc::new(set));
+        let (fresh, _) = watch::channel(Freshness::fresh(0));
+        let (tx, _) = watch::channel(Arc::new(ProfileSet::default()));
         let inner = Arc::new(Inner {
             fresh,
             config,
@@ -90,6 +91,16 @@ impl EmbeddedStore {
             path,
             tx,
         });
+        let i = inner.clone();
+        let (set, fp) = blocking(move || {
+            // Finish or drop what a writer killed mid-change left; a store
+            // this process may not lock (read-only) is read as it is.
+            let _lock = i.lock().ok();
+            read_file(&i.path)
+        })
+        .await??;
+        inner.fresh.send_replace(Freshness::fresh(set.revision));
+        inner.tx.send_replace(Arc::new(set));
         let token = CancellationToken::new();
         tokio::spawn(poll(inner.clone(), fp, token.clone()));
         Ok(EmbeddedStore {
@@ -257,7 +268,39 @@ impl Inner {
             .open(&self.lock_path)
             .map_err(io_at(&self.lock_path))?;
         fs4::FileExt::lock(&lock).map_err(io_at(&self.lock_path))?;
+        self.recover()?;
         Ok(lock)
+    }
+
+    /// Under the lock: what a writer killed mid-change left behind. Its
+    /// `<file>.tmp` is committed if the audit log already holds the record
+    /// of that very change (the record is written first, so the change is
+    /// owed: the log never names a change the store lacks), else removed
+    /// (killed before its record: nothing claims it). Blocking.
+    fn recover(&self) -> Result<(), StoreError> {
+        if !self.tmp_path.exists() {
+            return Ok(());
+        }
+        let pending = fs::read(&self.tmp_path)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<ProfileSet>(&b).ok());
+        let (current, _) = read_file(&self.path)?;
+        let recorded = audit::last_record(&self.audit_path)?;
+        let owed = match (&pending, &recorded) {
+            (Some(p), Some(r)) => {
+                p.revision == current.revision + 1
+                    && r.revision == Some(p.revision)
+                    && (200..300).contains(&r.status)
+            }
+            _ => false,
+        };
+        if owed {
+            tracing::warn!(file = %self.path.display(), "a writer died after recording its change and before committing it; committing it now");
+            self.commit_tmp()
+        } else {
+            tracing::warn!(file = %self.tmp_path.display(), "removing the half-made change of a writer that died before recording it");
+            fs::remove_file(&self.tmp_path).map_err(io_at(&self.tmp_path))
+        }
     }
 
     /// Lock, re-read, let `edit` change the set (it says whether to write),
