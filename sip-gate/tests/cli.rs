@@ -114,7 +114,10 @@ fn example_site_runs_and_stops_on_sigterm() {
     for path in ["/metrics", "/v1/work", "/healthz", "/readyz"] {
         for method in ["POST", "PUT", "PATCH", "DELETE"] {
             let answer = bins::http_send(admin, method, path).unwrap_or_default();
-            assert!(answer.starts_with("HTTP/1.0 405"), "{method} {path}: {answer}");
+            assert!(
+                answer.starts_with("HTTP/1.0 405"),
+                "{method} {path}: {answer}"
+            );
         }
     }
     let pid = child.id().to_string();

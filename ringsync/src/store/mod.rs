@@ -320,7 +320,13 @@ pub fn checked_import(config: &SiteConfig, set: ProfileSet) -> Result<ProfileSet
             servers: p.servers,
             state: p.state,
         };
+        let id = p.id.clone();
         Change::Create { id: p.id, new }.apply(config, &mut out)?;
+        // The copy keeps each profile's revision: a change that names the
+        // revision it read before the move still applies after it.
+        if let Some(i) = out.position(&id) {
+            out.profiles[i].revision = p.revision;
+        }
     }
     Ok(out)
 }
