@@ -25,6 +25,15 @@ fn create(site: &common::TestSite, name: &str, server: &str) -> String {
     out.split_whitespace().nth(2).unwrap().to_owned()
 }
 
+/// A body each endpoint accepts (`n` makes created names unique).
+fn body_of(e: &Endpoint, n: usize) -> String {
+    match (e.method.as_str(), e.path) {
+        ("POST", "/v1/profiles") => format!(r#"{{"name":"n{n}","servers":["srv-c"]}}"#),
+        ("PATCH", _) => r#"{"description":"patched"}"#.to_owned(),
+        _ => String::new(),
+    }
+}
+
 fn audit_of(served: &Served, token: &str) -> AuditPage {
     let (st, body) = call(served.addr, "GET", "/v1/audit?limit=1000", Some(token), "");
     assert_eq!(st, 200, "{body}");
@@ -46,11 +55,6 @@ fn r_pr_1_each_role_against_each_endpoint() {
     let path_of = |e: &Endpoint, doomed: &str| match e.method.as_str() {
         "DELETE" => e.path.replace("{id}", doomed),
         _ => e.path.replace("{id}", &victim),
-    };
-    let body_of = |e: &Endpoint, n: usize| match (e.method.as_str(), e.path) {
-        ("POST", "/v1/profiles") => format!(r#"{{"name":"n{n}","servers":["srv-c"]}}"#),
-        ("PATCH", _) => r#"{"description":"patched"}"#.to_owned(),
-        _ => String::new(),
     };
 
     // Refused first: the store must not move.
@@ -103,8 +107,21 @@ fn r_pr_1_each_role_against_each_endpoint() {
         .iter()
         .any(|r| r.who == "read-1" && r.status == 403));
 
-    // Allowed: each role on what it may call.
-    for (role, token) in &tokens {
+    allowed_calls_succeed(&site, &s, &tokens, &victim);
+}
+
+/// Each role on every endpoint it may call: a 2xx, and the changes made.
+fn allowed_calls_succeed(
+    site: &common::TestSite,
+    s: &Served,
+    tokens: &[(Role, String)],
+    victim: &str,
+) {
+    let path_of = |e: &Endpoint, doomed: &str| match e.method.as_str() {
+        "DELETE" => e.path.replace("{id}", doomed),
+        _ => e.path.replace("{id}", victim),
+    };
+    for (role, token) in tokens {
         for (i, e) in ringsync::api::endpoints().iter().enumerate() {
             if let Need::Role(need) = e.need {
                 if *role < need {
@@ -112,7 +129,7 @@ fn r_pr_1_each_role_against_each_endpoint() {
                 }
             }
             let doomed = match e.method.as_str() {
-                "DELETE" => create(&site, &format!("doomed-{role}"), "srv-b"),
+                "DELETE" => create(site, &format!("doomed-{role}"), "srv-b"),
                 _ => String::new(),
             };
             let body = body_of(e, 100 * (*role as usize) + i);
@@ -144,7 +161,7 @@ fn r_pr_1_each_role_against_each_endpoint() {
         "operate and admin created theirs"
     );
     assert!(set.find("doomed-admin").is_none(), "admin deleted");
-    assert!(set.find(&victim).unwrap().description == "patched");
+    assert_eq!(set.find(victim).unwrap().description, "patched");
 }
 
 /// R-PR-1: a token added, the file broken, a token revoked, all while
@@ -319,6 +336,12 @@ fn r_pr_4_audit_log_survives_a_kill_and_is_only_appended() {
 
     let page: AuditPage =
         serde_json::from_str(&ok(&remote(&s.url, Some(&reader), &["--json", "audit"]))).unwrap();
+    check_the_sequence(&site, &page);
+}
+
+/// The records of `r_pr_4_audit_log_survives_a_kill_and_is_only_appended`:
+/// exactly its changes, in order, and the text form naming the same.
+fn check_the_sequence(site: &common::TestSite, page: &AuditPage) {
     let got: Vec<(&str, &str, u16)> = page
         .records
         .iter()
@@ -359,7 +382,7 @@ fn r_pr_4_audit_log_survives_a_kill_and_is_only_appended() {
     );
     assert!(r[8].before.is_some() && r[8].after.is_none());
     // The text form, from the store itself, names the same.
-    let text = ok(&local(&site, &["audit"]));
+    let text = ok(&local(site, &["audit"]));
     assert_eq!(text.lines().count(), 10, "{text}");
     assert!(
         text.lines().nth(2).unwrap().contains("inactive -> active"),

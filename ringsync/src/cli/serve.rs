@@ -110,22 +110,7 @@ pub(super) async fn serve(
         a.tokens.is_some(),
         args.insecure,
     )?;
-    let access = match &a.tokens {
-        Some(path) => {
-            let tokens = Tokens::open(path)?;
-            tokio::spawn(tokens.clone().watch(shutdown.clone()));
-            Access::Tokens(tokens)
-        }
-        None => Access::Open,
-    };
-    let certs = match (&a.tls_cert, &a.tls_key) {
-        (Some(cert), Some(key)) => {
-            let c = CertFiles::open(cert, key)?;
-            tokio::spawn(c.clone().watch(shutdown.clone()));
-            Some(c)
-        }
-        _ => None,
-    };
+    let (access, certs) = protection(&config, &shutdown)?;
     let store = store::open(&config).await?;
     let state = DrainState::new(config.clone());
     // What the store opened with (R-MN-2: possibly the view cache), before
@@ -137,26 +122,7 @@ pub(super) async fn serve(
         .await
         .map_err(|source| CliError::Bind { addr, source })?;
     let local = listener.local_addr()?;
-    let scheme = if certs.is_some() { "https" } else { "http" };
-    writeln!(
-        out,
-        "ringsync: admin API for site {} on {scheme}://{local}",
-        config.site.name
-    )?;
-    match &access {
-        Access::Open => writeln!(
-            out,
-            "ringsync: no tokens file: every caller that reaches {local} may read and change profiles"
-        )?,
-        Access::Tokens(t) => writeln!(
-            out,
-            "ringsync: {} token(s) from {}",
-            t.current().len(),
-            a.tokens.as_ref().map_or(String::new(), |p| p.display().to_string())
-        )?,
-    }
-    out.flush()?;
-    tracing::info!(%local, site = %config.site.name, scheme, "serving admin API");
+    announce(&config, local, &access, certs.is_some(), out)?;
 
     let (board, every) = node_board(&config, &args, &store);
     let poller = tokio::spawn(board.clone().run(every, shutdown.clone()));
@@ -186,6 +152,67 @@ pub(super) async fn serve(
     let _ = poller.await;
     let _ = publisher.await;
     result.map_err(CliError::Io)
+}
+
+/// The tokens and the certificate of `[admin]`, each re-read on change
+/// until `shutdown`.
+fn protection(
+    config: &SiteConfig,
+    shutdown: &CancellationToken,
+) -> Result<(Access, Option<Arc<CertFiles>>), CliError> {
+    let a = &config.admin;
+    let access = match &a.tokens {
+        Some(path) => {
+            let tokens = Tokens::open(path)?;
+            tokio::spawn(tokens.clone().watch(shutdown.clone()));
+            Access::Tokens(tokens)
+        }
+        None => Access::Open,
+    };
+    let certs = match (&a.tls_cert, &a.tls_key) {
+        (Some(cert), Some(key)) => {
+            let c = CertFiles::open(cert, key)?;
+            tokio::spawn(c.clone().watch(shutdown.clone()));
+            Some(c)
+        }
+        _ => None,
+    };
+    Ok((access, certs))
+}
+
+/// Where the API listens and who may call it: the first line is the URL.
+fn announce(
+    config: &SiteConfig,
+    local: SocketAddr,
+    access: &Access,
+    tls: bool,
+    out: &mut (dyn Write + Send),
+) -> Result<(), CliError> {
+    let scheme = if tls { "https" } else { "http" };
+    writeln!(
+        out,
+        "ringsync: admin API for site {} on {scheme}://{local}",
+        config.site.name
+    )?;
+    match access {
+        Access::Open => writeln!(
+            out,
+            "ringsync: no tokens file: every caller that reaches {local} may read and change profiles"
+        )?,
+        Access::Tokens(t) => writeln!(
+            out,
+            "ringsync: {} token(s) from {}",
+            t.current().len(),
+            config
+                .admin
+                .tokens
+                .as_ref()
+                .map_or(String::new(), |p| p.display().to_string())
+        )?,
+    }
+    out.flush()?;
+    tracing::info!(%local, site = %config.site.name, scheme, "serving admin API");
+    Ok(())
 }
 
 /// R-ST-1: the nodes' work: asked once a second, or on etcd read from the
