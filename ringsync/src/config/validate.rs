@@ -43,6 +43,7 @@ pub(super) fn validate(loc: Locator<'_>, raw: RawSite) -> Result<SiteConfig> {
     let work = v.work(raw.work)?;
     let dns = v.dns(raw.dns)?;
     let tcp = v.tcp(raw.tcp)?;
+    let admin = v.admin(raw.admin)?;
     Ok(SiteConfig {
         path: loc.path.to_owned(),
         site,
@@ -53,7 +54,7 @@ pub(super) fn validate(loc: Locator<'_>, raw: RawSite) -> Result<SiteConfig> {
         work,
         dns,
         tcp,
-        admin: raw.admin,
+        admin,
         media,
         servers,
         instances,
@@ -66,7 +67,7 @@ pub(super) fn validate(loc: Locator<'_>, raw: RawSite) -> Result<SiteConfig> {
 /// Checks sections of one file; section checks in sibling modules take it
 /// to place their errors.
 pub(super) struct Validator<'a> {
-    loc: Locator<'a>,
+    pub(super) loc: Locator<'a>,
 }
 
 /// The service of the instance with this id.
