@@ -12,6 +12,7 @@ use std::path::Path;
 
 use ipnet::IpNet;
 
+mod ap;
 mod error;
 mod raw;
 mod types;
@@ -20,6 +21,7 @@ mod validate;
 #[cfg(test)]
 mod tests;
 
+pub use ap::DEFAULT_PRIORITY;
 pub use error::ConfigError;
 pub use types::{
     Account, AccountMatch, AdminConfig, ApGroup, DrainPolicy, Exception, HealthConfig, Instance,
