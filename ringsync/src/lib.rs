@@ -15,6 +15,7 @@ pub mod api;
 pub mod cli;
 pub mod config;
 pub mod fetch;
+pub mod handover;
 pub mod migrate;
 pub mod node;
 pub mod profile;
