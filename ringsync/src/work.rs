@@ -41,6 +41,9 @@ pub enum NodeKind {
     Gate,
     /// A media-ctl node: counts the calls it placed on `mg` and `bgmg`.
     MediaCtl,
+    /// The Active-Passive handover records: count the groups each instance
+    /// of an Active-Passive service leads or is to lead.
+    Handover,
 }
 
 impl NodeKind {
@@ -49,6 +52,7 @@ impl NodeKind {
         match self {
             NodeKind::Gate => "gate",
             NodeKind::MediaCtl => "media_ctl",
+            NodeKind::Handover => "handover",
         }
     }
 
@@ -57,6 +61,7 @@ impl NodeKind {
         match self {
             NodeKind::Gate => service.is_sip(),
             NodeKind::MediaCtl => matches!(service, Service::Mg | Service::Bgmg),
+            NodeKind::Handover => matches!(service, Service::Other(_)),
         }
     }
 }
@@ -129,6 +134,8 @@ pub struct WorkCounts {
     pub subscriptions: u64,
     /// Media calls placed on an mg or bgmg.
     pub calls: u64,
+    /// Active-Passive groups it leads, or is to lead (handover records).
+    pub groups: u64,
 }
 
 impl WorkCounts {
@@ -139,6 +146,7 @@ impl WorkCounts {
             .saturating_add(self.registrations)
             .saturating_add(self.subscriptions)
             .saturating_add(self.calls)
+            .saturating_add(self.groups)
     }
 
     /// Adds another node's counts.
@@ -148,6 +156,7 @@ impl WorkCounts {
         self.registrations = self.registrations.saturating_add(o.registrations);
         self.subscriptions = self.subscriptions.saturating_add(o.subscriptions);
         self.calls = self.calls.saturating_add(o.calls);
+        self.groups = self.groups.saturating_add(o.groups);
     }
 }
 

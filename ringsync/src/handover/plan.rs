@@ -64,7 +64,7 @@ pub struct GroupPlan {
     pub priority: u32,
     /// Its home member.
     pub home: String,
-    /// The member that should lead now: published, else confirmed, else home.
+    /// The member that should lead now: the published one, else the home.
     pub leader: String,
     /// The member the service confirmed, if it did.
     pub confirmed: Option<String>,
@@ -201,10 +201,8 @@ pub fn plan(input: &Input<'_>) -> Plan {
 fn base(input: &Input<'_>, g: &ApGroup) -> GroupPlan {
     let desired = input.state.desired.get(&g.name);
     let confirmed = input.state.confirmed.get(&g.name).map(|c| c.leader.clone());
-    let leader = desired
-        .map(|d| d.leader.clone())
-        .or_else(|| confirmed.clone())
-        .unwrap_or_else(|| g.home.clone());
+    // What the services' agents follow too: nothing published means home.
+    let leader = input.state.desired_leader(&g.name, &g.home).to_owned();
     let unconfirmed = desired
         .filter(|d| confirmed.as_deref() != Some(d.leader.as_str()))
         .map(|d| Unconfirmed {

@@ -397,7 +397,8 @@ fn r_mn_2_a_stale_view_moves_nothing() {
 }
 
 #[test]
-fn a_leader_confirmed_away_from_home_goes_home_when_it_can() {
+fn without_a_published_move_the_home_is_the_leader_whatever_was_confirmed() {
+    // The agents follow the same rule: nothing published means home.
     let c = site();
     let mut st = HandoverState::default();
     st.confirmed.insert(
@@ -409,12 +410,9 @@ fn a_leader_confirmed_away_from_home_goes_home_when_it_can() {
         },
     );
     let p = run(&c, &view(&c, &[], &[]), &st, T0);
-    let m = moving(&p);
-    assert_eq!(
-        (m.group.as_str(), m.from.as_str(), m.to.as_str()),
-        ("g2", "g2-c", "g2-a")
-    );
-    // While its home drains, it stays where it is.
+    assert_eq!(p.next, Next::Idle);
+    assert_eq!(p.groups[1].leader, "g2-a");
     let p = run(&c, &view(&c, &["srv-a"], &[]), &st, T0);
-    assert!(p.groups[1].planned.is_none());
+    let g2 = p.groups[1].planned.as_ref().unwrap();
+    assert_eq!((g2.to.as_str(), g2.kind), ("g2-c", MoveKind::Handover));
 }
