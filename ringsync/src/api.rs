@@ -1,13 +1,13 @@
 //! The admin HTTP API (`ringsync serve`): profile CRUD, the site's status
 //! (the drain view with the work every node reports, summed: R-ST-1,
-//! R-ST-3), metrics.
+//! R-ST-3), the Active-Passive handover (`/v1/handover`), metrics.
 //!
 //! JSON in and out. Bad input gets a 4xx with `{"error": "..."}` and stores
 //! nothing (R-PR-1); store failures get 503. The entry point takes a bound
 //! listener and a shutdown token, so tests bind `127.0.0.1:0`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use axum::body::Bytes;
@@ -22,11 +22,13 @@ use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use crate::handover::status::{GroupState, HandoverStatus};
+use crate::handover::PlannerStats;
 use crate::profile::{NewProfile, ProfilePatch, ProfileState};
 use crate::state::DrainState;
-use crate::status::{NodeBoard, SiteStatus};
+use crate::status::{NodeBoard, Round, SiteStatus};
 use crate::store::{self, Store, StoreError};
-use crate::view::InstanceState;
+use crate::view::{DrainView, InstanceState};
 
 /// What the handlers share.
 pub struct AdminApi {
@@ -35,6 +37,8 @@ pub struct AdminApi {
     nodes: Arc<NodeBoard>,
     recorder: PrometheusRecorder,
     ready: AtomicBool,
+    /// This node's handover planner: its name and counters.
+    planner: OnceLock<(String, Arc<PlannerStats>)>,
 }
 
 /// Body of every error response.
@@ -107,7 +111,14 @@ impl AdminApi {
             nodes,
             recorder: PrometheusBuilder::new().build_recorder(),
             ready: AtomicBool::new(false),
+            planner: OnceLock::new(),
         })
+    }
+
+    /// Names the handover planner this node runs (`/v1/handover` says
+    /// whether it acts; `/metrics` counts its moves). Set once.
+    pub fn set_planner(&self, node: String, stats: Arc<PlannerStats>) {
+        let _ = self.planner.set((node, stats));
     }
 
     /// True once the store has been read.
@@ -154,19 +165,56 @@ impl AdminApi {
         Ok(v)
     }
 
-    /// The site's status: the current view with the nodes' last reports summed.
+    /// The site's status: the current view with the nodes' last reports
+    /// summed, the handover records counting the Active-Passive work.
     pub fn site_status(&self) -> SiteStatus {
-        let mut st = self.nodes.status(&self.drain.view());
+        let view = self.drain.view();
+        let mut st = self.round(&view).status(&view);
         st.store = Some((*self.drain.freshness()).clone());
         st
+    }
+
+    /// The nodes' last round plus the handover records' report (R-ST-3).
+    fn round(&self, view: &DrainView) -> Arc<Round> {
+        let round = self.nodes.latest();
+        let Some(records) = self.store.handover() else {
+            return round;
+        };
+        let state = records.watch().borrow().clone();
+        let mut round = (*round).clone();
+        round.outcomes.push(crate::handover::work::outcome(
+            view.config(),
+            Ok(&state),
+            view.revision(),
+            crate::work::now_ms(),
+        ));
+        Arc::new(round)
+    }
+
+    /// The handover's status from the records as the store has them now.
+    pub async fn handover_status(&self) -> Result<HandoverStatus, StoreError> {
+        let records = self.store.handover().ok_or_else(|| {
+            StoreError::Unsupported("this store keeps no handover records".into())
+        })?;
+        let state = records.read().await?;
+        let view = self.drain.view();
+        let fresh = !self.drain.freshness().is_stale();
+        let mut st =
+            crate::handover::status(view.config(), &view, &state, crate::work::now_ms(), fresh);
+        if let Some((node, stats)) = self.planner.get() {
+            st.planner.this_node = Some(node.clone());
+            st.planner.this_node_acting = Some(stats.acting());
+        }
+        Ok(st)
     }
 
     /// Prometheus text: per-instance state and summed work, which nodes
     /// report, profile counts, store errors.
     pub fn render_metrics(&self) -> String {
         let view = self.drain.view();
-        let status = self.nodes.status(&view);
+        let status = self.round(&view).status(&view);
         let set = self.store.watch().borrow().clone();
+        self.handover_metrics(&view);
         metrics::with_local_recorder(&self.recorder, || {
             for node in &status.nodes {
                 metrics::gauge!(
@@ -211,6 +259,46 @@ impl AdminApi {
     }
 }
 
+impl AdminApi {
+    /// The handover's gauges and this node's move counters (R-AP-1..4).
+    fn handover_metrics(&self, view: &DrainView) {
+        let Some(records) = self.store.handover() else {
+            return;
+        };
+        let state = records.watch().borrow().clone();
+        let now = crate::work::now_ms();
+        let fresh = !self.drain.freshness().is_stale();
+        let st = crate::handover::status(view.config(), view, &state, now, fresh);
+        let count = |s: GroupState| st.groups.iter().filter(|g| g.state == s).count() as f64;
+        metrics::with_local_recorder(&self.recorder, || {
+            metrics::gauge!("ringsync_handover_blocked_groups").set(count(GroupState::Blocked));
+            metrics::gauge!("ringsync_handover_unconfirmed_groups").set(count(GroupState::Moving));
+            metrics::gauge!("ringsync_handover_planned_moves").set(f64::from(st.planner.planned));
+            // NaN while nothing is planned.
+            let next = st
+                .planner
+                .next_move_ms
+                .map_or(f64::NAN, |t| t.saturating_sub(now) as f64 / 1000.0);
+            metrics::gauge!("ringsync_handover_next_move_seconds").set(next);
+            if let Some((_, stats)) = self.planner.get() {
+                let (handovers, takeovers, retries) = stats.moves();
+                for (kind, n) in [
+                    ("handover", handovers),
+                    ("takeover", takeovers),
+                    ("retry", retries),
+                ] {
+                    metrics::counter!("ringsync_handover_moves_total", "kind" => kind).absolute(n);
+                }
+                metrics::gauge!("ringsync_handover_acting").set(if stats.acting() {
+                    1.0
+                } else {
+                    0.0
+                });
+            }
+        });
+    }
+}
+
 /// The API's routes.
 pub fn router(api: Arc<AdminApi>) -> Router {
     Router::new()
@@ -224,6 +312,7 @@ pub fn router(api: Arc<AdminApi>) -> Router {
         .route("/v1/profiles/{id}/activate", post(activate))
         .route("/v1/profiles/{id}/deactivate", post(deactivate))
         .route("/v1/status", get(status))
+        .route("/v1/handover", get(handover))
         .route("/metrics", get(metrics_text))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
@@ -318,6 +407,10 @@ async fn deactivate(
 
 async fn status(State(api): State<Arc<AdminApi>>) -> Json<SiteStatus> {
     Json(api.site_status())
+}
+
+async fn handover(State(api): State<Arc<AdminApi>>) -> ApiResult<Json<HandoverStatus>> {
+    Ok(Json(api.handover_status().await?))
 }
 
 async fn metrics_text(State(api): State<Arc<AdminApi>>) -> Response {

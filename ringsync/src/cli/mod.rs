@@ -24,9 +24,11 @@ use crate::status::{self, NodeBoard};
 use crate::store::{self, StoreError};
 use crate::view::DrainView;
 
+mod handover;
 mod registry;
 mod text;
 
+pub use handover::{AgentArgs, HandoverCommand};
 pub use registry::{MigrateArgs, NodeCommand};
 
 /// Drain profiles and status of a SIP site.
@@ -60,6 +62,13 @@ pub enum Command {
     /// The site's node registry (etcd store).
     #[command(subcommand)]
     Node(NodeCommand),
+    /// The Active-Passive handover: leaders moved off draining servers,
+    /// one group per pace, and home again (R-AP-1..4).
+    #[command(subcommand)]
+    Handover(HandoverCommand),
+    /// Run one group member's follower agent with a simulated service: it
+    /// leads when the planner wants it to and confirms.
+    Agent(AgentArgs),
 }
 
 /// `profile` subcommands. Profiles are named by id or name.
@@ -185,6 +194,8 @@ pub async fn run(
         Command::Serve(args) => serve(config, args, out, shutdown).await,
         Command::Migrate(args) => registry::run_migrate(&config, args, out).await,
         Command::Node(cmd) => registry::node(&config, cmd, cli.json, out).await,
+        Command::Handover(cmd) => handover::status(&config, cmd, cli.json, out).await,
+        Command::Agent(args) => handover::agent(&config, args, out, shutdown).await,
     }
 }
 
@@ -286,6 +297,11 @@ async fn status(
             status::ask_all(&Fetcher::default(), &config.site.name, &nodes).await
         }
     };
+    let mut round = round;
+    // R-ST-3: Active-Passive work is the groups an instance leads.
+    if let Some(o) = handover::work_outcome(config, store.as_ref(), set.revision).await {
+        round.outcomes.push(o);
+    }
     let mut st = round.status(&view);
     st.store = Some(store.freshness().borrow().clone());
     if json {
@@ -333,7 +349,7 @@ async fn serve(
     };
     let poller = tokio::spawn(board.clone().run(every, shutdown.clone()));
     let identity = NodeIdentity {
-        node: local.to_string(),
+        node: identity_node(local),
         role: NodeRole::Ringsync,
         address: local.to_string(),
         started_ms: crate::work::now_ms(),
@@ -345,11 +361,30 @@ async fn serve(
         || None,
         shutdown.clone(),
     );
+    // The Active-Passive planner: one per site acts (R-MN-3).
+    let planner = handover::start_planner(
+        &config,
+        store.as_ref(),
+        &state,
+        &identity_node(local),
+        &shutdown,
+    );
     let api = AdminApi::new(store, state, board);
+    if let Some((stats, _)) = &planner {
+        api.set_planner(identity_node(local), stats.clone());
+    }
     let result = crate::api::serve(listener, api, shutdown.clone()).await;
     shutdown.cancel();
     let _ = follower.await;
     let _ = poller.await;
     let _ = publisher.await;
+    if let Some((_, task)) = planner {
+        let _ = task.await;
+    }
     result.map_err(CliError::Io)
+}
+
+/// A serve node's name: its admin address.
+fn identity_node(local: SocketAddr) -> String {
+    local.to_string()
 }

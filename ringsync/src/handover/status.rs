@@ -78,6 +78,19 @@ pub enum GroupState {
     Blocked,
 }
 
+impl GroupState {
+    /// The name used in output.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GroupState::Settled => "settled",
+            GroupState::Unconfirmed => "unconfirmed",
+            GroupState::Moving => "moving",
+            GroupState::Planned => "planned",
+            GroupState::Blocked => "blocked",
+        }
+    }
+}
+
 /// One group.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GroupStatus {
