@@ -139,3 +139,140 @@ impl MoveLog {
 pub fn records(store: &Arc<dyn Store>) -> Arc<dyn HandoverStore> {
     store.handover().expect("the store keeps handover records")
 }
+
+// === real processes ===
+
+/// The `ringsync` binary.
+pub const BIN: &str = env!("CARGO_BIN_EXE_ringsync");
+
+/// A child process, killed when dropped.
+pub struct Proc(pub std::process::Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Proc {
+    /// SIGTERM, then the exit status.
+    pub fn terminate(mut self) -> std::process::ExitStatus {
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &self.0.id().to_string()])
+            .status();
+        self.0.wait().unwrap()
+    }
+
+    /// SIGKILL (a crash).
+    pub fn kill(mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `ringsync serve` on `site` (binding 127.0.0.1:0), and its API address.
+pub fn serve(site: &std::path::Path) -> (Proc, std::net::SocketAddr) {
+    let mut child = std::process::Command::new(BIN)
+        .arg("--config")
+        .arg(site)
+        .args(["serve", "--bind", "127.0.0.1:0"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    std::io::BufRead::read_line(&mut stdout, &mut first).unwrap();
+    let api = first
+        .trim()
+        .rsplit("http://")
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap_or_else(|e| panic!("{first}: {e}"));
+    (Proc(child), api)
+}
+
+/// `ringsync agent` for one member; its stdout goes to `log`.
+pub fn agent(site: &std::path::Path, group: &str, member: &str, log: &std::path::Path) -> Proc {
+    let out = std::fs::File::create(log).unwrap();
+    let child = std::process::Command::new(BIN)
+        .arg("--config")
+        .arg(site)
+        .args(["agent", "--group", group, "--member", member])
+        .stdout(out)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    Proc(child)
+}
+
+/// `ringsync ARGS` off the async runtime; stdout, or a panic with stderr.
+pub async fn cli(site: &std::path::Path, args: &[&str]) -> String {
+    let site = site.to_owned();
+    let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+    let o = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(BIN)
+            .arg("--config")
+            .arg(site)
+            .args(args)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(
+        o.status.success(),
+        "stdout: {}\nstderr: {}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout).unwrap()
+}
+
+/// `GET path` over HTTP/1.0: status code and body.
+pub async fn get(api: std::net::SocketAddr, path: &str) -> Option<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(api).await.ok()?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes())
+        .await
+        .ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).await.ok()?;
+    let (head, body) = buf.split_once("\r\n\r\n")?;
+    let code = head.split_whitespace().nth(1)?.parse().ok()?;
+    Some((code, body.to_owned()))
+}
+
+/// `/v1/handover` of a serve node.
+pub async fn handover_of(api: std::net::SocketAddr) -> Option<ringsync::handover::HandoverStatus> {
+    let (code, body) = get(api, "/v1/handover").await?;
+    (code == 200).then(|| serde_json::from_str(&body).ok())?
+}
+
+/// Polls `check` every 100 ms until it gives a value; panics with `what` after `limit`.
+pub async fn wait_for<T, F, Fut>(what: &str, limit: std::time::Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let t0 = std::time::Instant::now();
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(t0.elapsed() < limit, "{what}: not within {limit:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+/// True when every group's service confirmed the leader the planner wants
+/// and nothing is planned (blocked groups included).
+pub fn all_settled(st: &ringsync::handover::HandoverStatus) -> bool {
+    use ringsync::handover::status::GroupState;
+    st.groups.iter().all(|g| {
+        g.confirmed.as_deref() == Some(g.desired.as_str())
+            && matches!(g.state, GroupState::Settled | GroupState::Blocked)
+    })
+}
