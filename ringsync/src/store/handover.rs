@@ -72,7 +72,7 @@ pub(crate) type Release = Box<dyn FnOnce() -> BoxFuture<'static, ()> + Send + Sy
 /// it no longer holds.
 pub struct Leadership {
     node: String,
-    pub(crate) fence: i64,
+    fence: i64,
     held: watch::Receiver<bool>,
     release: Option<Release>,
 }
@@ -93,6 +93,12 @@ impl Leadership {
             held,
             release: Some(release),
         }
+    }
+
+    /// The backend's token for it: the etcd lease every move is written
+    /// under (0 for the embedded store's file lock).
+    pub fn fence(&self) -> i64 {
+        self.fence
     }
 
     /// The node that holds it.

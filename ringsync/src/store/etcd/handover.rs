@@ -110,7 +110,7 @@ impl HandoverStore for EtcdHandover {
                 .when([Compare::lease(
                     self.keys.election.as_str(),
                     CompareOp::Equal,
-                    lead.fence,
+                    lead.fence(),
                 )])
                 .and_then([
                     TxnOp::put(
