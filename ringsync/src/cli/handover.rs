@@ -222,10 +222,12 @@ fn ago(at_ms: u64, now_ms: u64) -> String {
 }
 
 fn row(g: &GroupStatus, now: u64) -> Vec<String> {
-    let next = g.next_move.as_ref().map_or_else(
-        || "-".to_owned(),
-        |m| format!("{} -> {} {}", m.kind, m.to, in_words(m.at_ms, now)),
-    );
+    let retry = g.unconfirmed.as_ref().and_then(|u| u.retry_at_ms);
+    let next = match (&g.next_move, retry) {
+        (Some(m), _) => format!("{} -> {} {}", m.kind, m.to, in_words(m.at_ms, now)),
+        (None, Some(at)) => format!("retry -> {} {}", g.desired, in_words(at, now)),
+        (None, None) => "-".to_owned(),
+    };
     let note = match (&g.blocked, &g.unconfirmed) {
         (Some(why), _) => why.clone(),
         (None, Some(u)) => format!(

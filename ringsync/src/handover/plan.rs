@@ -85,6 +85,8 @@ pub struct Unconfirmed {
     pub attempt: u32,
     /// Its publication number.
     pub seq: u64,
+    /// When it will be published again, if the plan retries it (Unix ms).
+    pub retry_at_ms: Option<u64>,
 }
 
 /// A move still to make.
@@ -168,11 +170,16 @@ pub fn plan(input: &Input<'_>) -> Plan {
         .map_or(input.now_ms, |t| t.saturating_add(input.pace_ms));
     let first_slot = next_allowed.max(input.now_ms);
     for (k, (i, m)) in queue.iter().enumerate() {
-        if !m.retry {
+        let at_ms = first_slot + k as u64 * input.pace_ms;
+        if m.retry {
+            if let Some(u) = groups[*i].unconfirmed.as_mut() {
+                u.retry_at_ms = Some(at_ms);
+            }
+        } else {
             groups[*i].planned = Some(Step {
                 to: m.to.clone(),
                 kind: m.kind,
-                at_ms: first_slot + k as u64 * input.pace_ms,
+                at_ms,
             });
         }
     }
@@ -209,6 +216,7 @@ fn base(input: &Input<'_>, g: &ApGroup) -> GroupPlan {
             since_ms: d.at_ms,
             attempt: d.attempt,
             seq: d.seq,
+            retry_at_ms: None,
         });
     GroupPlan {
         name: g.name.clone(),

@@ -207,8 +207,9 @@ fn r_ap_2_an_unconfirmed_move_is_retried_at_the_pace_and_nothing_piles_up() {
             until_ms: T0 + PACE
         }
     );
-    let g1 = &p.groups[0];
-    assert_eq!(g1.unconfirmed.as_ref().unwrap().attempt, 1);
+    let g1 = p.groups[0].unconfirmed.as_ref().unwrap();
+    assert_eq!((g1.attempt, g1.retry_at_ms), (1, Some(T0 + PACE)));
+    assert_eq!(p.groups[1].planned.as_ref().unwrap().at_ms, T0 + 2 * PACE);
     for k in 1..4u64 {
         let now = T0 + k * PACE;
         let p = run(&c, &v, &st, now);

@@ -139,6 +139,9 @@ pub struct PendingMove {
     pub attempt: u32,
     /// Its publication number.
     pub seq: u64,
+    /// When it will be published again (Unix ms), unless confirmed first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_at_ms: Option<u64>,
 }
 
 /// The status of the site's handover at `now_ms`; `fresh`: whether the
@@ -223,6 +226,7 @@ fn group(g: &GroupPlan) -> GroupStatus {
             since_ms: u.since_ms,
             attempt: u.attempt,
             seq: u.seq,
+            retry_at_ms: u.retry_at_ms,
         }),
         blocked: g.blocked.clone(),
     }
