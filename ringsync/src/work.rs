@@ -264,9 +264,10 @@ pub struct InstanceStatus {
 /// (R-ST-3). `outcomes` must list every node expected to report: a node
 /// whose report is missing makes every instance it would count unknown.
 ///
-/// An instance that no expected node counts (an Active-Passive service, a
-/// `ws`, or an mg when no media controller is configured) has no known
-/// work: it is never `drained`, and says why.
+/// An instance that no expected node counts (a `ws`, an mg when no media
+/// controller is configured, an Active-Passive service when the handover
+/// records are not among the outcomes) has no known work: it is never
+/// `drained`, and says why.
 pub fn sum(view: &DrainView, outcomes: &[NodeOutcome]) -> Vec<InstanceStatus> {
     view.instances()
         .iter()
