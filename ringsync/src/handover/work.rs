@@ -15,8 +15,8 @@ use super::record::HandoverState;
 /// The name the handover records report under.
 pub const NODE: &str = "handover-records";
 
-/// The report of the handover records: every Active-Passive instance of the
-/// site with the groups it leads or is to lead. `revision` and `generation`
+/// The report of the handover records: every member of an Active-Passive
+/// group with the groups it leads or is to lead. `revision` and `generation`
 /// are the drain view's the report goes with.
 pub fn report(
     config: &SiteConfig,
@@ -27,7 +27,9 @@ pub fn report(
     let instances = config
         .instances
         .iter()
+        // Only group members: of another instance the records know nothing.
         .filter(|i| matches!(i.service, Service::Other(_)))
+        .filter(|i| config.ap_groups.iter().any(|g| g.members.contains(&i.id)))
         .map(|i| {
             let groups = config
                 .ap_groups
@@ -136,7 +138,9 @@ mod tests {
         let mut s = HandoverState::default();
         let a = state_of(&s, "bill-a");
         assert_eq!((a.state, a.work), (InstanceState::Draining, Some(1)));
-        assert_eq!(state_of(&s, "idle-a").state, InstanceState::Drained);
+        // An instance in no group: the records know nothing of its work.
+        let idle = state_of(&s, "idle-a");
+        assert_eq!((idle.state, idle.work), (InstanceState::Draining, None));
         // Moved but not confirmed: the old leader still leads.
         s.desired.insert("billing".into(), desired("bill-b"));
         s.confirmed.insert(
