@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs the real SIP peers the testbed drives (SIPp, Kamailio, rtpengine,
-# etcd) on a fresh Debian machine that already has the Rust toolchain.
+# Installs the real peers the testbed drives (SIPp, Kamailio, rtpengine,
+# etcd, dnsmasq) on a fresh Debian machine that already has the Rust toolchain.
 #
 # Idempotent: apt is only touched when a package is missing, and the system
 # services those packages ship are stopped and disabled every run, because
@@ -11,7 +11,8 @@
 set -euo pipefail
 
 # libprotobuf-dev: the well-known .proto files protoc needs to build etcd-client.
-PACKAGES=(sip-tester kamailio rtpengine-daemon etcd-server protobuf-compiler libprotobuf-dev procps)
+# dnsmasq-base: a DNS server for sip-gate's RFC 3263 tests (no service).
+PACKAGES=(sip-tester kamailio rtpengine-daemon etcd-server protobuf-compiler libprotobuf-dev procps dnsmasq-base)
 # Services shipped by the packages above (names differ between releases;
 # absent ones are skipped).
 SERVICES=(kamailio etcd rtpengine-daemon rtpengine rtpengine-recording-daemon)

@@ -1,12 +1,47 @@
-//! media-ctl: the mg controller in front of rtpengine media gateways.
+//! media-ctl: the drain-aware mg controller in front of rtpengine media
+//! gateways.
 //!
-//! This crate starts with the ng protocol's wire format ([`ng`]), which both
-//! of the controller's sides speak: sg/esg (or Kamailio/OpenSIPS rtpengine
-//! modules) send it `offer`/`answer`/`delete`, and it relays them to the mg it
-//! picked. The controller itself (drain-aware mg choice, bgmg pins; R-MG-*,
-//! R-BG-*) is built in its own issue on top of this.
+//! sg/esg (or Kamailio's and OpenSIPS's `rtpengine` modules) send their ng
+//! commands here instead of to one rtpengine. media-ctl places every new
+//! call on an mg of the site's pool and keeps every later command of the
+//! call on it (R-MG-2), sheds a draining mg gradually over the drain window
+//! (R-MG-1, R-MG-4) but never the last one up (R-MG-3), pins the calls of
+//! an sg/esg to the bgmg on its server (R-BG-*), and refuses to move a
+//! call whose mg is down (R-MG-5).
+//!
+//! Layers, one per module: [`ng`] (wire format) → [`command`] (what a
+//! request asks) → the pure core: [`calls`] (call table), [`weights`]
+//! (drain ramps), [`chooser`] (which mg), [`pool`], [`health`],
+//! [`upstream`] (commands in flight), [`cache`] (retransmissions),
+//! [`fanout`], [`census`] → [`controller`] (one datagram in, a decision
+//! out) → [`transport`] (sockets and timers) and [`admin`] (HTTP), with
+//! [`status`] for what operators read.
 #![forbid(unsafe_code)]
 
+// === wire format ===
+pub mod command;
 pub mod ng;
 
+// === the pure core ===
+mod answers;
+pub mod cache;
+pub mod calls;
+pub mod census;
+pub mod chooser;
+pub mod controller;
+pub mod fanout;
+pub mod health;
+pub mod pool;
+pub mod upstream;
+pub mod weights;
+
+// === I/O and operators ===
+pub mod admin;
+pub mod metrics;
+pub mod status;
+pub mod transport;
+
+pub use controller::{Controller, Decision, Out, Settings};
 pub use ng::{NgError, NgMessage, Value};
+pub use status::{Assign, MgStatus, Status};
+pub use transport::{MediaCtl, StartError};

@@ -113,10 +113,8 @@ fn decode_at(input: &[u8], pos: &mut usize, depth: usize) -> Result<Value, NgErr
             let digits = &input[start + 1..end];
             // No leading zeros or "-0", as BEP 3 says; i64 range only.
             let ok = canonical_int(digits);
-            let n = std::str::from_utf8(digits)
-                .ok()
+            let n = parse_int(digits)
                 .filter(|_| ok)
-                .and_then(|s| s.parse::<i64>().ok())
                 .ok_or(NgError::Malformed(start))?;
             *pos = end + 1;
             Ok(Value::Int(n))
@@ -144,19 +142,43 @@ fn decode_at(input: &[u8], pos: &mut usize, depth: usize) -> Result<Value, NgErr
             *pos += 1;
             Ok(Value::Dict(map))
         }
-        b'0'..=b'9' => {
-            let colon = find(input, start, b':')?;
-            let len: usize = std::str::from_utf8(&input[start..colon])
-                .ok()
-                .and_then(|s| s.parse().ok())
-                .ok_or(NgError::Malformed(start))?;
-            let from = colon + 1;
-            let to = from.checked_add(len).ok_or(NgError::Malformed(start))?;
-            let bytes = input.get(from..to).ok_or(NgError::Truncated)?;
-            *pos = to;
-            Ok(Value::Bytes(bytes.to_vec()))
-        }
+        b'0'..=b'9' => Ok(Value::Bytes(string_at(input, pos)?.to_vec())),
         _ => Err(NgError::Malformed(start)),
+    }
+}
+
+/// A string length: ASCII digits only, no overflow. (Read on every key
+/// and value, so without UTF-8 checks or `str::parse`.)
+fn parse_len(digits: &[u8]) -> Option<usize> {
+    if digits.is_empty() {
+        return None;
+    }
+    digits.iter().try_fold(0usize, |n, &d| {
+        d.is_ascii_digit()
+            .then(|| n.checked_mul(10)?.checked_add(usize::from(d - b'0')))
+            .flatten()
+    })
+}
+
+/// An integer: optional `-`, ASCII digits, within `i64`.
+fn parse_int(digits: &[u8]) -> Option<i64> {
+    let (neg, mag) = match digits.strip_prefix(b"-") {
+        Some(m) => (true, m),
+        None => (false, digits),
+    };
+    if mag.is_empty() {
+        return None;
+    }
+    // Accumulate negatively so i64::MIN fits.
+    let n = mag.iter().try_fold(0i64, |n, &d| {
+        d.is_ascii_digit()
+            .then(|| n.checked_mul(10)?.checked_sub(i64::from(d - b'0')))
+            .flatten()
+    })?;
+    if neg {
+        Some(n)
+    } else {
+        n.checked_neg()
     }
 }
 
@@ -177,6 +199,176 @@ fn find(input: &[u8], from: usize, byte: u8) -> Result<usize, NgError> {
         .and_then(|s| s.iter().position(|&b| b == byte))
         .map(|i| from + i)
         .ok_or(NgError::Truncated)
+}
+
+/// Skips one value starting at `pos` without building it, checking it as
+/// [`Value::decode`] does (same errors, same depth bound).
+fn skip_at(input: &[u8], pos: &mut usize, depth: usize) -> Result<(), NgError> {
+    if depth > MAX_DEPTH {
+        return Err(NgError::TooDeep);
+    }
+    let start = *pos;
+    match input.get(start).copied().ok_or(NgError::Truncated)? {
+        b'i' => {
+            let end = find(input, start + 1, b'e')?;
+            let digits = &input[start + 1..end];
+            let ok = canonical_int(digits) && parse_int(digits).is_some();
+            if !ok {
+                return Err(NgError::Malformed(start));
+            }
+            *pos = end + 1;
+        }
+        b'l' | b'd' => {
+            let dict = input[start] == b'd';
+            *pos += 1;
+            while input.get(*pos).copied().ok_or(NgError::Truncated)? != b'e' {
+                if dict && !input[*pos].is_ascii_digit() {
+                    return Err(NgError::Malformed(*pos));
+                }
+                skip_at(input, pos, depth + 1)?;
+                if dict {
+                    skip_at(input, pos, depth + 1)?;
+                }
+            }
+            *pos += 1;
+        }
+        b'0'..=b'9' => {
+            string_at(input, pos)?;
+        }
+        _ => return Err(NgError::Malformed(start)),
+    }
+    Ok(())
+}
+
+/// Reads the byte string at `pos`, borrowed.
+fn string_at<'a>(input: &'a [u8], pos: &mut usize) -> Result<&'a [u8], NgError> {
+    let start = *pos;
+    let colon = find(input, start, b':')?;
+    let len = parse_len(&input[start..colon]).ok_or(NgError::Malformed(start))?;
+    let from = colon + 1;
+    let to = from.checked_add(len).ok_or(NgError::Malformed(start))?;
+    let bytes = input.get(from..to).ok_or(NgError::Truncated)?;
+    *pos = to;
+    Ok(bytes)
+}
+
+/// The top-level entries of a bencoded dictionary, borrowed from the
+/// datagram: what a relay needs to read a few keys (`command`, `call-id`,
+/// `result`) and forward the rest untouched. The whole payload is checked.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DictView<'a> {
+    entries: Vec<(&'a [u8], &'a [u8])>,
+}
+
+impl<'a> DictView<'a> {
+    /// Scans a payload that must be exactly one dictionary.
+    pub fn parse(payload: &'a [u8]) -> Result<DictView<'a>, NgError> {
+        match payload.first() {
+            None => return Err(NgError::Truncated),
+            Some(b'd') => {}
+            Some(_) => {
+                // A valid non-dict value is "not a dict"; garbage is malformed.
+                let mut pos = 0;
+                skip_at(payload, &mut pos, 0)?;
+                return Err(if pos == payload.len() {
+                    NgError::NotDict
+                } else {
+                    NgError::Trailing
+                });
+            }
+        }
+        let mut pos = 1;
+        let mut entries = Vec::with_capacity(8);
+        while payload.get(pos).copied().ok_or(NgError::Truncated)? != b'e' {
+            if !payload[pos].is_ascii_digit() {
+                return Err(NgError::Malformed(pos));
+            }
+            let key = string_at(payload, &mut pos)?;
+            let from = pos;
+            skip_at(payload, &mut pos, 1)?;
+            entries.push((key, &payload[from..pos]));
+        }
+        if pos + 1 != payload.len() {
+            return Err(NgError::Trailing);
+        }
+        Ok(DictView { entries })
+    }
+
+    /// The raw encoding of the value under `key` (the first, if repeated).
+    pub fn raw(&self, key: &str) -> Option<&'a [u8]> {
+        self.entries
+            .iter()
+            .find(|(k, _)| *k == key.as_bytes())
+            .map(|(_, v)| *v)
+    }
+
+    /// The byte string under `key`; `None` if absent or not a string.
+    pub fn bytes(&self, key: &str) -> Option<&'a [u8]> {
+        let raw = self.raw(key)?;
+        if !raw.first()?.is_ascii_digit() {
+            return None;
+        }
+        string_at(raw, &mut 0).ok()
+    }
+
+    /// The integer under `key`; `None` if absent or not an integer.
+    pub fn int(&self, key: &str) -> Option<i64> {
+        match Value::decode(self.raw(key)?) {
+            Ok(Value::Int(i)) => Some(i),
+            _ => None,
+        }
+    }
+
+    /// Number of top-level entries.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// True for `de`.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+/// Splits a datagram into cookie and payload at the first space.
+pub fn split_cookie(datagram: &[u8]) -> Result<(&[u8], &[u8]), NgError> {
+    match datagram.iter().position(|&b| b == b' ') {
+        Some(0) | None => Err(NgError::NoCookie),
+        Some(i) => Ok((&datagram[..i], &datagram[i + 1..])),
+    }
+}
+
+/// The datagram `<cookie> <payload>`.
+pub fn join_cookie(cookie: &[u8], payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(cookie.len() + 1 + payload.len());
+    out.extend_from_slice(cookie);
+    out.push(b' ');
+    out.extend_from_slice(payload);
+    out
+}
+
+/// An ng `error` result, as rtpengine words them: `result` = `error` and
+/// the reason in `error-reason`.
+pub fn error_reply(cookie: &[u8], reason: &str) -> Vec<u8> {
+    let mut d = BTreeMap::new();
+    d.insert(b"result".to_vec(), Value::str("error"));
+    d.insert(b"error-reason".to_vec(), Value::str(reason));
+    NgMessage {
+        cookie: cookie.to_vec(),
+        dict: d,
+    }
+    .to_bytes()
+}
+
+/// A reply with `result` = `result` and nothing else (`pong`, `ok`).
+pub fn result_reply(cookie: &[u8], result: &str) -> Vec<u8> {
+    let mut d = BTreeMap::new();
+    d.insert(b"result".to_vec(), Value::str(result));
+    NgMessage {
+        cookie: cookie.to_vec(),
+        dict: d,
+    }
+    .to_bytes()
 }
 
 /// One ng message: the cookie and its dictionary.
@@ -278,5 +470,67 @@ mod tests {
             );
         }
         assert_eq!(NgMessage::parse(&deep), Err(NgError::TooDeep));
+    }
+
+    #[test]
+    fn dict_view_reads_keys_in_place() {
+        let dgram = b"5323_1 d7:call-id4:c-117:command5:offer5:flagsl5:trusti3ee8:from-tag2:ft1:ni-7e3:sdp5:v=0\r\ne";
+        let (cookie, payload) = split_cookie(dgram).unwrap();
+        assert_eq!(cookie, b"5323_1");
+        let d = DictView::parse(payload).unwrap();
+        assert_eq!(d.len(), 6);
+        assert_eq!(d.bytes("command"), Some(&b"offer"[..]));
+        assert_eq!(d.bytes("call-id"), Some(&b"c-11"[..]));
+        assert_eq!(d.bytes("flags"), None, "a list is not a string");
+        assert_eq!(d.raw("flags"), Some(&b"l5:trusti3ee"[..]));
+        assert_eq!(d.int("n"), Some(-7));
+        assert_eq!(d.int("sdp"), None);
+        assert_eq!(d.bytes("to-tag"), None);
+        assert_eq!(join_cookie(cookie, payload), dgram.to_vec());
+    }
+
+    #[test]
+    fn dict_view_agrees_with_the_decoder_on_hostile_input() {
+        for bad in [
+            &b""[..],
+            b"d",
+            b"d1:a",
+            b"di1e1:ae",
+            b"d1:ai01ee",
+            b"d1:a99999999999999999999:xe",
+            b"d1:a1:bee",
+            b"i5e",
+            b"l1:ae",
+            b"x",
+            b"d1:ad1:xi-0eee",
+        ] {
+            let view = DictView::parse(bad);
+            assert!(view.is_err(), "{:?}", String::from_utf8_lossy(bad));
+            assert!(Value::decode(bad).map_or(true, |v| !matches!(v, Value::Dict(_))));
+        }
+        let deep = [b"d1:a".to_vec(), vec![b'l'; 10_000]].concat();
+        assert_eq!(DictView::parse(&deep), Err(NgError::TooDeep));
+    }
+
+    #[test]
+    fn numbers_are_read_exactly() {
+        assert_eq!(parse_int(b"-9223372036854775808"), Some(i64::MIN));
+        assert_eq!(parse_int(b"9223372036854775807"), Some(i64::MAX));
+        assert_eq!(parse_int(b"9223372036854775808"), None);
+        assert_eq!(parse_int(b"-"), None);
+        assert_eq!(parse_int(b"1x"), None);
+        assert_eq!(parse_len(b"0"), Some(0));
+        assert_eq!(parse_len(b"+1"), None);
+        assert_eq!(parse_len(b"99999999999999999999999"), None);
+        assert_eq!(Value::decode(b"i-42e"), Ok(Value::Int(-42)));
+    }
+
+    #[test]
+    fn replies_are_what_rtpengine_sends() {
+        assert_eq!(result_reply(b"c1", "pong"), b"c1 d6:result4:ponge".to_vec());
+        assert_eq!(
+            error_reply(b"c9", "Unknown call-id"),
+            b"c9 d12:error-reason15:Unknown call-id6:result5:errore".to_vec()
+        );
     }
 }

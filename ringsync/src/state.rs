@@ -162,6 +162,23 @@ impl DrainState {
         }
     }
 
+    /// Records that the work an instance holds is not known (the reporter
+    /// restarted, or its table overflowed): the instance is then never
+    /// `drained` on this state's word (R-ST-3). Rebuilds only if a count was
+    /// known before.
+    pub fn clear_work(&self, idx: usize) {
+        let Some(slot) = self.work.get(idx) else {
+            return;
+        };
+        slot.store(NO_WORK, Ordering::Relaxed);
+        let mut inputs = self.lock();
+        match inputs.work.get_mut(idx) {
+            Some(cur) if cur.is_some() => *cur = None,
+            _ => return,
+        }
+        self.rebuild(&mut inputs);
+    }
+
     /// The last work count reported for an instance.
     pub fn work(&self, idx: usize) -> Option<u64> {
         let w = self.work.get(idx)?.load(Ordering::Relaxed);
@@ -293,6 +310,23 @@ mod tests {
         s.set_health(99, Health::Down);
         s.set_work(99, 1);
         assert_eq!(s.work(99), None);
+        s.clear_work(99);
+    }
+
+    /// R-ST-3: a count that becomes unknown takes `drained` away again.
+    #[test]
+    fn r_st_3_unknown_work_is_never_drained() {
+        let s = state();
+        s.set_profiles(drain_a());
+        s.set_work(0, 0);
+        assert_eq!(s.view().instances()[0].state, InstanceState::Drained);
+        let g = s.view().generation();
+        s.clear_work(0);
+        assert_eq!(s.work(0), None);
+        assert_eq!(s.view().instances()[0].state, InstanceState::Draining);
+        assert_eq!(s.view().instances()[0].work, None);
+        s.clear_work(0);
+        assert_eq!(s.view().generation(), g + 1, "rebuilt once, not again");
     }
 
     #[test]

@@ -3,6 +3,8 @@
 //! `cargo bench -p sip-gate --bench core` (docs/benchmarks.md). The INVITE
 //! case gives every iteration a fresh branch, so each one is a new
 //! transaction that is routed, record-routed and spliced, as on the wire.
+//! The call case plays a whole call's five messages (INVITE, its 200, ACK,
+//! BYE, its 200) per iteration: routing plus the work book's accounting.
 
 use std::hint::black_box;
 use std::path::Path;
@@ -15,7 +17,7 @@ use ringsync::state::DrainState;
 use sip_gate::{Action, Core, Inbound, TokenKey};
 
 mod common;
-use common::{invite, SITE};
+use common::{call_messages, invite, SITE};
 
 fn tokens(c: &mut Criterion) {
     let key = TokenKey::new("bench-site-secret-0123456789");
@@ -62,5 +64,46 @@ fn handle(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, tokens, handle);
+fn call(c: &mut Criterion) {
+    let config =
+        Arc::new(SiteConfig::from_str_at(SITE, Path::new("bench.toml")).expect("bench site"));
+    let core = Core::new(config.clone(), DrainState::new(config.clone())).expect("core");
+    let scratch = Core::new(config.clone(), DrainState::new(config)).expect("core");
+    let peer = "203.0.113.10:40000".parse().unwrap();
+    let inbound = Inbound::Udp { listener: 0, peer };
+    let start = Instant::now();
+    // The messages do what they say: one call up after the 200, none after
+    // the BYE's 200 (the book counts them).
+    let msgs = call_messages(&scratch, 0, inbound, start);
+    let calls = |core: &Core| (0..3).map(|i| core.work().get(i).dialogs).sum::<u64>();
+    for (k, (from, m)) in msgs.into_iter().enumerate() {
+        assert!(matches!(core.handle(from, m, start), Action::Send(..)));
+        assert_eq!(
+            calls(&core),
+            u64::from((1..4).contains(&k)),
+            "after message {k}"
+        );
+    }
+    let mut n = 0u64;
+    c.bench_function("core/call_5_messages", |b| {
+        b.iter_batched(
+            || {
+                n += 1;
+                if n.is_multiple_of(20_000) {
+                    core.sweep(start + Duration::from_secs(3600));
+                    scratch.sweep(start + Duration::from_secs(3600));
+                }
+                call_messages(&scratch, 1_000_000_000 + n, inbound, start)
+            },
+            |msgs| {
+                for (from, m) in msgs {
+                    black_box(core.handle(from, m, start));
+                }
+            },
+            BatchSize::SmallInput,
+        )
+    });
+}
+
+criterion_group!(benches, tokens, handle, call);
 criterion_main!(benches);

@@ -1,9 +1,12 @@
-//! The gate's admin HTTP endpoint: Prometheus metrics, and its work report
-//! at `/v1/work` in the site-wide shape ([`ringsync::work::WorkReport`]),
-//! which `ringsync status` sums with every other node's (R-ST-1, R-ST-3).
+//! The gate's admin HTTP endpoint: Prometheus metrics, its work report at
+//! `/v1/work` in the site-wide shape ([`ringsync::work::WorkReport`]),
+//! which `ringsync status` sums with every other node's (R-ST-1, R-ST-3),
+//! `/readyz` for whatever balances traffic onto the gate (R-GW-1) and
+//! `/healthz` (the process answers).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Instant;
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -11,19 +14,30 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::{Json, Router};
 use metrics_exporter_prometheus::PrometheusHandle;
-use ringsync::work::{self, InstanceWork, NodeKind, WorkCounts, WorkReport, WORK_PATH};
+use ringsync::work::{self, InstanceWork, NodeKind, WorkReport, WORK_PATH};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use crate::lifecycle::Phase;
 use crate::proxy::Core;
 
-/// What the work report covers, exactly as the gate counts today.
-pub const SCOPE: &str = "per SIP instance, since this gate started: INVITE transactions it \
-forwarded to the instance that have neither a final response nor expired (transactions); calls \
-whose INVITE it forwarded to the instance and saw answered 2xx, until a BYE it forwards to the \
-instance is answered, 12 h at most (dialogs; a call the instance ends with its own BYE stays \
-counted until then). Not counted (0): calls the instance placed, registrations, subscriptions, \
-and work set up before this gate started.";
+/// What the work report covers, exactly as the gate counts (R-ST-2, R-ST-3).
+pub const SCOPE: &str = "per SIP instance, what this gate routed: INVITE transactions to or from the instance without a \
+final response, until Timer C (transactions); calls the instance received or placed through \
+this gate, from each 2xx of the initial INVITE (one per dialog) until a BYE from either side is \
+answered 2xx, 481 or 408, Timer F after a BYE without an answer, a 481 to a request in the \
+call, or [work] max_call_age_s without a request in it (dialogs); bindings of REGISTERs routed \
+to the instance, as its 2xx lists them, until they expire, are listed by another instance's 2xx \
+or are no longer listed (registrations); subscriptions of the instance either way, from the 2xx \
+of the SUBSCRIBE until they expire, are refreshed to 0, a NOTIFY says terminated, or a 481 \
+answers a request in them (subscriptions). Calls and subscriptions set up before this gate \
+started count from the first re-INVITE, UPDATE, PRACK, INFO or REFER (calls), NOTIFY or \
+refreshed SUBSCRIBE (subscriptions) seen in them. Not counted: work routed through other gate \
+nodes, REGISTERs the instance sends out. While the gate cannot know (the work it knows began, \
+at its start or as far back as its work snapshot covered, less than the longer of [work] \
+max_expires_s and max_call_age_s ago; or its call table was full less than max_call_age_s ago, \
+or its registration or subscription table less than max_expires_s ago), each instance says why \
+in `unknown`.";
 
 /// Who this gate is in its reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,6 +61,7 @@ pub fn router(core: Arc<Core>, node: NodeInfo, prometheus: Option<PrometheusHand
         .route("/metrics", get(metrics))
         .route(WORK_PATH, get(work))
         .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
         .with_state(AdminState {
             core,
             node: Arc::new(node),
@@ -79,31 +94,66 @@ async fn metrics(State(s): State<AdminState>) -> impl IntoResponse {
     }
 }
 
+/// `/readyz`: whether the gate takes new work, and why not.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Readiness {
+    /// True only while serving: a balancer sends new traffic here.
+    pub ready: bool,
+    /// The gate's phase.
+    pub phase: Phase,
+    /// Why it is not ready, one line per cause; empty when ready.
+    pub why: Vec<String>,
+    /// Transactions in the table: a stopping gate exits when this is 0.
+    pub transactions: usize,
+    /// Whether the profile store the drain view follows is current. A
+    /// stale store leaves the gate ready: it keeps routing with its last
+    /// view and says since when (R-MN-2).
+    pub store: String,
+}
+
+/// `200` with [`Readiness`] when serving, `503` with it otherwise.
+async fn readyz(State(s): State<AdminState>) -> impl IntoResponse {
+    let r = readiness(&s.core);
+    let code = if r.ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (code, Json(r))
+}
+
+/// The gate's readiness as `/readyz` serves it.
+pub fn readiness(core: &Core) -> Readiness {
+    let (phase, why) = core.lifecycle().readiness();
+    Readiness {
+        ready: phase == Phase::Serving,
+        phase,
+        why: why.into_iter().map(str::to_owned).collect(),
+        transactions: core.transactions(),
+        store: core.store_freshness().describe(work::now_ms()),
+    }
+}
+
 async fn work(State(s): State<AdminState>) -> Json<WorkReport> {
     Json(report(&s.core, &s.node))
 }
 
 /// The gate's work report: only the instances it routes to (sg, esg); a
-/// gate never reports a zero for an mg or an Active-Passive instance.
+/// gate never reports a zero for an mg or an Active-Passive instance, nor
+/// for an sg or esg while it cannot vouch for it (each says why: R-ST-3).
 pub fn report(core: &Core, node: &NodeInfo) -> WorkReport {
     let view = core.view();
     let book = core.work();
+    let now = Instant::now();
     let instances: BTreeMap<String, InstanceWork> = view
         .instances()
         .iter()
         .enumerate()
         .filter(|(_, iv)| NodeKind::Gate.counts(&iv.service))
         .map(|(i, iv)| {
-            let w = book.get(i);
-            let counts = WorkCounts {
-                transactions: w.invites,
-                dialogs: w.dialogs,
-                ..WorkCounts::default()
-            };
             let work = InstanceWork {
                 health: iv.health,
-                counts,
-                ..InstanceWork::default()
+                ..book.instance_work(i, now)
             };
             (iv.id.clone(), work)
         })

@@ -13,7 +13,7 @@ use std::hash::Hasher;
 use siphasher::sip::SipHasher13;
 
 use crate::keys::{self, Key, Purpose};
-use crate::message::{SipMessage, Via};
+use crate::message::{Method, SipMessage, Via};
 
 /// Prefix of the branches of forwarded requests: the RFC 3261 magic cookie
 /// and a marker.
@@ -39,11 +39,19 @@ impl BranchKey {
         }
     }
 
-    /// The transaction key: RFC 3261 branch when the client sent one with the
-    /// magic cookie (17.2.3), else the RFC 2543 matching fields. ACK and
-    /// CANCEL of an INVITE share the INVITE's key, as they share its branch.
+    /// The transaction key: RFC 3261 branch and sent-by when the client sent
+    /// a branch with the magic cookie, and the method (17.2.3: an INVITE
+    /// that reuses an OPTIONS' branch is another transaction), else the RFC
+    /// 2543 matching fields. ACK and CANCEL of an INVITE share the INVITE's
+    /// key, as they share its branch, so they follow it.
     pub(crate) fn txn_key(&self, msg: &SipMessage, via: &Via<'_>) -> u64 {
         let mut h = SipHasher13::new_with_keys(self.txn.0, self.txn.1);
+        let method = match msg.method() {
+            Some(Method::Ack | Method::Cancel) => &b"INVITE"[..],
+            _ => msg.method_bytes(),
+        };
+        h.write(method);
+        h.write_u8(0xff);
         match via.branch {
             Some(b) if b.len() > 7 && b[..7].eq_ignore_ascii_case(b"z9hG4bK") => {
                 h.write(b);

@@ -136,28 +136,55 @@ impl<'m> Splice<'m> {
         field_index: usize,
         element: Range<usize>,
     ) -> Result<(), EditError> {
+        self.remove_elements(field_index, &[element])
+    }
+
+    /// Removes several elements of one list line, with their commas, as
+    /// [`Splice::remove_element`] does for one. Adjacent elements (the
+    /// gate's two Routes in `<a>, <b>, <c>`) go as one edit, so the edits
+    /// never overlap; removing every element removes the line.
+    pub fn remove_elements(
+        &mut self,
+        field_index: usize,
+        elements: &[Range<usize>],
+    ) -> Result<(), EditError> {
         let elems = self
             .msg
             .elements(field_index)
             .ok_or(EditError::NoSuchElement)?;
-        let pos = elems
-            .iter()
-            .position(|e| *e == element)
-            .ok_or(EditError::NoSuchElement)?;
-        if elems.len() == 1 {
+        let mut gone = vec![false; elems.len()];
+        for e in elements {
+            let pos = elems
+                .iter()
+                .position(|x| x == e)
+                .ok_or(EditError::NoSuchElement)?;
+            gone[pos] = true;
+        }
+        if gone.iter().all(|&g| g) {
             return self.remove_header(field_index);
         }
-        let range = match (
-            pos.checked_sub(1).and_then(|p| elems.get(p)),
-            elems.get(pos.saturating_add(1)),
-        ) {
-            // Not the first: take the separator before it.
-            (Some(prev), _) => prev.end..element.end,
-            // The first of several: take the separator after it.
-            (None, Some(next)) => element.start..next.start,
-            (None, None) => return self.remove_header(field_index),
-        };
-        self.remove(range);
+        let mut i = 0;
+        while i < elems.len() {
+            if !gone[i] {
+                i += 1;
+                continue;
+            }
+            let first = i;
+            while gone.get(i) == Some(&true) {
+                i += 1;
+            }
+            let range = match (
+                first.checked_sub(1).and_then(|p| elems.get(p)),
+                elems.get(i),
+            ) {
+                // After a kept element: from the end of that one.
+                (Some(kept), _) => kept.end..elems[i - 1].end,
+                // At the start: up to the next kept element.
+                (None, Some(kept)) => elems[first].start..kept.start,
+                (None, None) => return self.remove_header(field_index),
+            };
+            self.remove(range);
+        }
         Ok(())
     }
 
@@ -288,6 +315,31 @@ Content-Length: 14\r\n\r\n"
             out.len(),
             m.raw().len() - m.headers()[vias[2].field_index].line.len()
         );
+    }
+
+    #[test]
+    fn remove_several_elements_of_one_line() {
+        let raw = b"OPTIONS sip:x SIP/2.0\r\nRoute: <sip:a;lr>, <sip:b;lr>, <sip:c;lr>, <sip:d>\r\nVia: SIP/2.0/UDP h;branch=z9hG4bK1\r\n\r\n";
+        let m = SipMessage::scan(Bytes::from_static(raw)).unwrap();
+        let r = m.routes();
+        let line = r[0].field_index;
+        let cases: [(&[usize], &str); 5] = [
+            (&[0, 1], "Route: <sip:c;lr>, <sip:d>\r\n"),
+            (&[0, 3], "Route: <sip:b;lr>, <sip:c;lr>\r\n"),
+            (&[1, 2], "Route: <sip:a;lr>, <sip:d>\r\n"),
+            (&[2, 3], "Route: <sip:a;lr>, <sip:b;lr>\r\n"),
+            (&[0, 1, 2, 3], ""),
+        ];
+        for (gone, want) in cases {
+            let mut s = Splice::new(&m);
+            let ranges: Vec<_> = gone.iter().map(|&i| r[i].range.clone()).collect();
+            s.remove_elements(line, &ranges).unwrap();
+            let out = s.finish().unwrap();
+            let want = format!(
+                "OPTIONS sip:x SIP/2.0\r\n{want}Via: SIP/2.0/UDP h;branch=z9hG4bK1\r\n\r\n"
+            );
+            assert_eq!(String::from_utf8_lossy(&out), want, "{gone:?}");
+        }
     }
 
     #[test]

@@ -1,17 +1,29 @@
 //! Wiring: a site config, its drain state and bound sockets become a running
 //! gate. The entry point takes what a test can make (sockets bound to
 //! `127.0.0.1:0`, a cancellation token), like mini-redis `server::run`.
+//!
+//! The stop has two steps, like linkerd's drain: [`Gate::drain`] (R-GW-1:
+//! `/readyz` fails, new work gets 503, every transaction in flight
+//! completes) waits for the transaction table to empty, under a deadline;
+//! [`Gate::shutdown`] then cancels the token, which is when the UDP workers
+//! and TCP tasks stop reading, and joins them.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ringsync::config::SiteConfig;
 use ringsync::state::DrainState;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::proxy::{Core, CoreError};
+use crate::lifecycle::Lifecycle;
+use crate::proxy::{Core, CoreError, TXN_CAPACITY};
 use crate::transport::{self, BoundListener};
+
+/// How often a stopping gate looks at its transaction table.
+const DRAIN_POLL: Duration = Duration::from_millis(100);
+/// How often a stopping gate logs what it still waits for.
+const DRAIN_LOG_EVERY: Duration = Duration::from_secs(5);
 
 /// Why a gate could not start.
 #[derive(Debug, thiserror::Error)]
@@ -34,10 +46,34 @@ pub struct Gate {
     threads: Vec<std::thread::JoinHandle<()>>,
 }
 
+/// How [`Gate::drain`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Drained {
+    /// Transactions still in the table (0: every one completed).
+    pub left: usize,
+    /// How long the drain took.
+    pub waited: Duration,
+}
+
 impl Gate {
     /// Binds the site's listeners (port 0 allowed) and starts serving. The
-    /// drain state is the caller's: it decides where profiles come from.
+    /// drain state is the caller's: it decides where profiles come from, and
+    /// is taken as loaded.
     pub async fn start(
+        config: SiteConfig,
+        drain: Arc<DrainState>,
+        shutdown: CancellationToken,
+    ) -> Result<Gate, GateError> {
+        let gate = Gate::start_awaiting_view(config, drain, shutdown).await?;
+        gate.lifecycle().view_loaded();
+        Ok(gate)
+    }
+
+    /// Like [`Gate::start`], but new work gets 503 and `/readyz` fails until
+    /// the caller marks the drain view loaded ([`Lifecycle::view_loaded`]).
+    /// The binary starts this way, so in-dialog requests and responses flow
+    /// while it reads the profile store.
+    pub async fn start_awaiting_view(
         config: SiteConfig,
         drain: Arc<DrainState>,
         shutdown: CancellationToken,
@@ -54,10 +90,17 @@ impl Gate {
         drain: Arc<DrainState>,
         shutdown: CancellationToken,
     ) -> Result<Gate, GateError> {
-        let core = Arc::new(Core::new(config.clone(), drain)?);
+        let lifecycle = Lifecycle::new();
+        let core = Arc::new(Core::build(
+            config.clone(),
+            drain,
+            TXN_CAPACITY,
+            lifecycle.clone(),
+        )?);
         let tracker = TaskTracker::new();
         let threads = transport::spawn(core.clone(), bound, shutdown.clone(), &tracker)?;
         tracker.close();
+        lifecycle.listeners_bound();
         for l in &config.listeners {
             tracing::info!(listener = %l.name, bind = %l.bind, advertise = %l.advertise, transports = ?l.transports, mode = ?l.mode, leg = ?l.leg, "listening");
         }
@@ -80,7 +123,46 @@ impl Gate {
         &self.core
     }
 
-    /// Stops taking new messages and waits for the tasks to end, at most `deadline`.
+    /// The gate's phase (R-GW-1).
+    pub fn lifecycle(&self) -> &Arc<Lifecycle> {
+        self.core.lifecycle()
+    }
+
+    /// The gate's own stop up to its last transaction (R-GW-1): from now on
+    /// `/readyz` fails and new work (new dialogs, registrations,
+    /// subscriptions) gets 503 with Retry-After, while in-dialog requests,
+    /// CANCEL, ACK, responses and retransmissions keep flowing and the
+    /// health probes keep running. Returns once the transaction table is
+    /// empty (each transaction kept for its RFC 3261 lifetime, see
+    /// [`crate::Core::transactions`]) or at `deadline`. Sockets stay open:
+    /// [`Gate::shutdown`] closes them.
+    pub async fn drain(&self, deadline: Duration) -> Drained {
+        let start = Instant::now();
+        self.lifecycle().stop();
+        let until = tokio::time::Instant::from_std(start + deadline);
+        let mut tick = tokio::time::interval(DRAIN_POLL);
+        let mut next_log = start + DRAIN_LOG_EVERY;
+        loop {
+            let left = self.core.transactions();
+            if left == 0 || tokio::time::Instant::now() >= until {
+                return Drained {
+                    left,
+                    waited: start.elapsed(),
+                };
+            }
+            if Instant::now() >= next_log {
+                tracing::info!(transactions = left, "stopping: waiting for transactions");
+                next_log += DRAIN_LOG_EVERY;
+            }
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = tokio::time::sleep_until(until) => {}
+            }
+        }
+    }
+
+    /// Stops reading (UDP workers, TCP connections, probes, the sweeper)
+    /// and waits for the tasks and threads to end, at most `deadline`.
     /// Returns false if something was still running at the deadline.
     pub async fn shutdown(self, deadline: Duration) -> bool {
         self.shutdown.cancel();
@@ -93,6 +175,8 @@ impl Gate {
             })
             .await;
         };
-        tokio::time::timeout(deadline, join).await.is_ok()
+        let joined = tokio::time::timeout(deadline, join).await.is_ok();
+        self.core.lifecycle().stopped();
+        joined
     }
 }

@@ -31,6 +31,9 @@ pub(crate) enum Purpose {
     TxnKey,
     /// To tags of the responses the gate makes ([`crate::reply`]).
     ReplyTag,
+    /// Keys of the work book's tables ([`crate::work`]): the same on every
+    /// gate node of a site and across restarts, so a work snapshot reads back.
+    WorkBook,
 }
 
 impl Purpose {
@@ -40,6 +43,7 @@ impl Purpose {
             Purpose::BranchMac => "sip-gate 2026-11 via branch mac v2",
             Purpose::TxnKey => "sip-gate 2026-11 transaction key v2",
             Purpose::ReplyTag => "sip-gate 2026-11 reply to-tag v2",
+            Purpose::WorkBook => "sip-gate 2026-11 work book keys v1",
         }
     }
 }
@@ -113,6 +117,7 @@ mod tests {
             Purpose::BranchMac,
             Purpose::TxnKey,
             Purpose::ReplyTag,
+            Purpose::WorkBook,
         ]
         .into_iter()
         .map(|p| Key::derive(s, p).mac(&[b"same input"]))

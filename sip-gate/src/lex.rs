@@ -137,14 +137,26 @@ pub(crate) fn is_lws(b: u8) -> bool {
     matches!(b, b' ' | b'\t' | b'\r' | b'\n')
 }
 
-/// RFC 3261 `token` characters.
+/// RFC 3261 `token` characters, one table lookup (the lexer asks for every
+/// byte of every name and parameter).
 pub(crate) fn is_token(b: u8) -> bool {
-    b.is_ascii_alphanumeric()
-        || matches!(
-            b,
-            b'-' | b'.' | b'!' | b'%' | b'*' | b'_' | b'+' | b'`' | b'\'' | b'~'
-        )
+    TOKEN[usize::from(b)]
 }
+
+const TOKEN: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut i = 0;
+    while i < 256 {
+        let b = i as u8;
+        t[i] = b.is_ascii_alphanumeric()
+            || matches!(
+                b,
+                b'-' | b'.' | b'!' | b'%' | b'*' | b'_' | b'+' | b'`' | b'\'' | b'~'
+            );
+        i += 1;
+    }
+    t
+};
 
 /// Shrinks `range` so it neither starts nor ends with whitespace.
 pub(crate) fn trim(buf: &[u8], range: Range<usize>) -> Range<usize> {
@@ -290,12 +302,12 @@ pub(crate) struct Param {
     pub(crate) whole: Range<usize>,
 }
 
-/// Parses `*(SWS ";" SWS name [SWS "=" SWS value])` up to `range.end`;
-/// `None` on anything else. Values are a quoted string or a run of bytes
-/// other than whitespace and `;` (so IPv6 `received=[::1]` works).
-pub(crate) fn parse_params(buf: &[u8], range: Range<usize>) -> Option<Vec<Param>> {
+/// Walks `*(SWS ";" SWS name [SWS "=" SWS value])` up to `range.end`,
+/// handing each parameter to `f`; `None` on anything else. Values are a
+/// quoted string or a run of bytes other than whitespace and `;` (so IPv6
+/// `received=[::1]` works). Allocates nothing.
+pub(crate) fn walk_params(buf: &[u8], range: Range<usize>, mut f: impl FnMut(Param)) -> Option<()> {
     let end = range.end.min(buf.len());
-    let mut out = Vec::new();
     let mut p = skip_lws(buf, range.start, end);
     while p < end {
         if buf.get(p) != Some(&b';') {
@@ -323,22 +335,36 @@ pub(crate) fn parse_params(buf: &[u8], range: Range<usize>) -> Option<Vec<Param>
             whole_end = v_end;
             q = skip_lws(buf, v_end, end);
         }
-        out.push(Param {
+        f(Param {
             name: name_start..name_end,
             value,
             whole: name_start..whole_end,
         });
         p = q;
     }
+    Some(())
+}
+
+/// Every parameter of `range` ([`walk_params`]); `None` if one is malformed.
+pub(crate) fn parse_params(buf: &[u8], range: Range<usize>) -> Option<Vec<Param>> {
+    let mut out = Vec::new();
+    walk_params(buf, range, |p| out.push(p))?;
     Some(out)
 }
 
-/// The first parameter named `name` (case-insensitive) in `range`.
+/// The first parameter named `name` (case-insensitive) in `range`; `None`
+/// also when any parameter there is malformed.
 pub(crate) fn find_param(buf: &[u8], range: Range<usize>, name: &[u8]) -> Option<Param> {
-    parse_params(buf, range)?.into_iter().find(|p| {
-        buf.get(p.name.clone())
-            .is_some_and(|n| n.eq_ignore_ascii_case(name))
-    })
+    let mut found = None;
+    walk_params(buf, range, |p| {
+        let named = buf
+            .get(p.name.clone())
+            .is_some_and(|n| n.eq_ignore_ascii_case(name));
+        if found.is_none() && named {
+            found = Some(p);
+        }
+    })?;
+    found
 }
 
 #[cfg(test)]
@@ -377,5 +403,31 @@ mod tests {
         );
         assert_eq!(split_list(b"<a", 0..2), None);
         assert_eq!(split_list(b"\"a", 0..2), None);
+    }
+
+    #[test]
+    fn params_walked_found_and_refused_whole() {
+        let b = b";tag=a1 ; Expires = 60;lr;tag=second;q=\"x;y\"";
+        let all = parse_params(b, 0..b.len()).unwrap();
+        assert_eq!(all.len(), 5);
+        assert_eq!(&b[all[4].value.clone().unwrap()], b"\"x;y\"");
+        let tag = find_param(b, 0..b.len(), b"TAG").unwrap();
+        assert_eq!(&b[tag.value.unwrap()], b"a1", "the first one");
+        let exp = find_param(b, 0..b.len(), b"expires").unwrap();
+        assert_eq!(&b[exp.value.unwrap()], b"60");
+        assert!(find_param(b, 0..b.len(), b"lr").unwrap().value.is_none());
+        assert!(find_param(b, 0..b.len(), b"maddr").is_none());
+        // Malformed anywhere, even after the match: nothing found.
+        let bad = b";tag=a1;=x";
+        assert!(find_param(bad, 0..bad.len(), b"tag").is_none());
+        assert!(parse_params(bad, 0..bad.len()).is_none());
+        assert!(
+            walk_params(b"tag=a1", 0..6, |_| {}).is_none(),
+            "no leading ;"
+        );
+        for c in 0..=255u8 {
+            let want = c.is_ascii_alphanumeric() || b"-.!%*_+`'~".contains(&c);
+            assert_eq!(is_token(c), want, "{c}");
+        }
     }
 }

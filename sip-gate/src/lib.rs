@@ -24,8 +24,10 @@ pub use message::{
 
 // === the routing core: keys, site tables, policy, state, decisions ===
 mod branch;
+mod dns;
 mod health;
 mod keys;
+mod lifecycle;
 mod listener;
 mod metrics;
 mod origin;
@@ -36,14 +38,16 @@ mod token;
 mod txn;
 mod work;
 
+pub use dns::{DnsAnswer, DnsFailure, DnsQuery, DnsResult, SrvTarget};
+pub use lifecycle::{Lifecycle, Phase};
 pub use proxy::{Action, Core, CoreError, Out};
 pub use token::{TokenError, TokenKey};
 pub use txn::{ConnId, Inbound};
-pub use work::{Work, WorkBook};
+pub use work::{SnapshotError, WorkBook, WorkSnapshot};
 
 // === I/O: sockets, wiring, admin HTTP ===
 pub mod admin;
 mod gate;
 mod transport;
 
-pub use gate::{Gate, GateError};
+pub use gate::{Drained, Gate, GateError};

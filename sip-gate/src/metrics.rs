@@ -5,10 +5,14 @@
 //! and the recorder looks the counter up by it. Counters known at start
 //! (per instance) are registered once instead ([`crate::proxy::Core`]).
 
+use ringsync::view::InstanceState;
+use ringsync::work::WorkCounts;
+
 use crate::message::Method;
 
 /// Requests by method and outcome (`forwarded`, `retransmission`,
-/// `drain_503`, `bad_request`, `bad_token`, `foreign_route`, ...).
+/// `R-SG-1`, `stopping`, `starting`, `bad_request`, `bad_token`,
+/// `foreign_route`, ...).
 pub(crate) const REQUESTS: &str = "sipgate_requests_total";
 /// Responses relayed or refused (`forwarded`, `not_ours`).
 pub(crate) const RESPONSES: &str = "sipgate_responses_total";
@@ -21,12 +25,29 @@ pub(crate) const DRAIN_REFUSALS: &str = "sipgate_drain_refusals_total";
 pub(crate) const NEW_WORK: &str = "sipgate_new_work_total";
 /// Live entries in the transaction table.
 pub(crate) const TRANSACTIONS: &str = "sipgate_transactions";
-/// Work per instance: `kind` = `invites` (open INVITE transactions) or `dialogs`.
+/// Work per instance by `kind`: `transactions` (open INVITE transactions),
+/// `dialogs` (calls), `registrations`, `subscriptions` (R-ST-2).
 pub(crate) const INSTANCE_WORK: &str = "sipgate_instance_work";
+/// 1 while the gate can vouch for an instance's work counts, 0 while not
+/// (it restarted, or a table was full; R-ST-3).
+pub(crate) const INSTANCE_WORK_KNOWN: &str = "sipgate_instance_work_known";
+/// Work the book could not take because its table was full, by `table`.
+pub(crate) const WORK_TABLE_FULL: &str = "sipgate_work_table_full_total";
+/// Registration or subscription expiries granted above `[work] max_expires_s`.
+pub(crate) const WORK_EXPIRY_OVER_MAX: &str = "sipgate_work_expiry_over_max_total";
 /// Drain state per instance, 1 for the current state.
 pub(crate) const INSTANCE_STATE: &str = "sipgate_instance_state";
+/// DNS lookups the gate made (RFC 3263), by result (`answer`, `not_found`,
+/// `unavailable`).
+pub(crate) const DNS_LOOKUPS: &str = "sipgate_dns_lookups_total";
+/// Requests moved off a DNS target that could not be reached, by outcome
+/// (`next_target`, `none_left`).
+pub(crate) const DNS_FAILOVERS: &str = "sipgate_dns_failovers_total";
 /// Open TCP connections.
 pub(crate) const TCP_CONNECTIONS: &str = "sipgate_tcp_connections";
+/// The gate's own phase (`starting`, `serving`, `stopping`, `stopped`), 1
+/// for the current one (R-GW-1).
+pub(crate) const PHASE: &str = "sipgate_phase";
 
 pub(crate) fn request(method: &'static str, outcome: &'static str) {
     metrics::counter!(REQUESTS, "method" => method, "outcome" => outcome).increment(1);
@@ -44,6 +65,14 @@ pub(crate) fn refused(rule: &'static str) {
     metrics::counter!(DRAIN_REFUSALS, "rule" => rule).increment(1);
 }
 
+pub(crate) fn dns_lookup(result: &'static str) {
+    metrics::counter!(DNS_LOOKUPS, "result" => result).increment(1);
+}
+
+pub(crate) fn dns_failover(outcome: &'static str) {
+    metrics::counter!(DNS_FAILOVERS, "outcome" => outcome).increment(1);
+}
+
 pub(crate) fn transactions(n: usize) {
     metrics::gauge!(TRANSACTIONS).set(n as f64);
 }
@@ -52,4 +81,49 @@ pub(crate) fn transactions(n: usize) {
 /// client cannot blow up the metric cardinality.
 pub(crate) fn method_label(m: Method) -> &'static str {
     m.as_str().unwrap_or("other")
+}
+
+/// The gauges of one SIP instance's work and state, registered once (no
+/// label allocation when they are set).
+#[derive(Debug)]
+pub(crate) struct InstanceGauges {
+    work: [metrics::Gauge; 4],
+    known: metrics::Gauge,
+    states: [(InstanceState, metrics::Gauge); 5],
+}
+
+impl InstanceGauges {
+    pub(crate) fn new(instance: &str) -> InstanceGauges {
+        let id = instance.to_owned();
+        let work = ["transactions", "dialogs", "registrations", "subscriptions"]
+            .map(|kind| metrics::gauge!(INSTANCE_WORK, "instance" => id.clone(), "kind" => kind));
+        let states = [
+            InstanceState::Up,
+            InstanceState::Down,
+            InstanceState::Draining,
+            InstanceState::Drained,
+            InstanceState::DrainingDown,
+        ]
+        .map(|s| {
+            let g =
+                metrics::gauge!(INSTANCE_STATE, "instance" => id.clone(), "state" => s.as_str());
+            (s, g)
+        });
+        InstanceGauges {
+            work,
+            known: metrics::gauge!(INSTANCE_WORK_KNOWN, "instance" => id),
+            states,
+        }
+    }
+
+    pub(crate) fn set(&self, c: &WorkCounts, known: bool, state: InstanceState) {
+        let values = [c.transactions, c.dialogs, c.registrations, c.subscriptions];
+        for (g, v) in self.work.iter().zip(values) {
+            g.set(v as f64);
+        }
+        self.known.set(if known { 1.0 } else { 0.0 });
+        for (s, g) in &self.states {
+            g.set(if *s == state { 1.0 } else { 0.0 });
+        }
+    }
 }

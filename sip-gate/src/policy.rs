@@ -1,12 +1,14 @@
 //! The drain policy: whether a new dialog or registration may go to the
 //! instance routing chose, or gets `503 Service Unavailable` on its behalf.
 //!
-//! Only `guard` listeners refuse: a `balance` listener never picks a draining
-//! member while a normal one is up (R-AA-1, in the ring), and serves draining
-//! members when all drain (R-AA-4). The rules, in the order they are checked:
-//! R-SG-1 (what counts as new work), R-ESG-1/2 (provider leg, multi-instance
-//! account), R-SG-3/R-ESG-3 (exceptions), R-SG-2 (another instance is up in the
-//! normal zone), R-SG-5 (Retry-After).
+//! Only `guard` listeners refuse for a draining instance: a `balance`
+//! listener never picks a draining member while a normal one is up (R-AA-1,
+//! in the ring), and serves draining members when all drain (R-AA-4). The
+//! rules, in the order they are checked: R-SG-1 (what counts as new work),
+//! R-ESG-1/2 (provider leg, multi-instance account), R-SG-3/R-ESG-3
+//! (exceptions), R-SG-2 (another instance is up in the normal zone), R-SG-5
+//! (Retry-After). A gate that is itself starting or stopping refuses new
+//! work on every listener (R-GW-1, [`Policy::not_serving`]).
 
 use std::net::IpAddr;
 
@@ -14,6 +16,7 @@ use rand::Rng;
 use ringsync::config::{Account, Exception, Leg, Service, SiteConfig};
 use ringsync::view::DrainView;
 
+use crate::lifecycle::Phase;
 use crate::listener::{ListenerCtx, Mode};
 use crate::message::{Method, SipMessage};
 use crate::reply::Reply;
@@ -211,7 +214,26 @@ impl Policy {
             "refused new work for a draining instance with 503"
         );
         crate::metrics::refused(rule);
-        self.refusal(rule)
+        self.refusal(rule, "Service Unavailable (draining)")
+    }
+
+    /// R-GW-1: while the gate itself is not serving (starting, stopping),
+    /// new work as R-SG-1 defines it gets 503 with Retry-After whatever
+    /// instance it is for, the refusal's rule naming the phase (`stopping`,
+    /// `starting`); everything else passes.
+    pub(crate) fn not_serving(&self, phase: Phase, msg: &SipMessage, method: Method) -> Admission {
+        if !is_new_work(msg, method, self.options_503) {
+            return Admission::Pass;
+        }
+        // `why` is the requests' outcome label; the refusal counter's label
+        // is the rule, and a gate still loading its view breaks none.
+        let (why, counted, reason) = match phase {
+            Phase::Starting => ("starting", "starting", "Service Unavailable (starting)"),
+            _ => ("stopping", "R-GW-1", "Service Unavailable (stopping)"),
+        };
+        tracing::debug!(why, "refused new work: the gate is not serving");
+        crate::metrics::refused(counted);
+        self.refusal(why, reason)
     }
 
     /// Whether new work for draining instance `idx` passes anyway: an esg
@@ -254,7 +276,7 @@ impl Policy {
 
     /// The 503 of a refusal, with Retry-After (R-SG-5) and jitter so a
     /// drained population does not come back at one instant.
-    fn refusal(&self, rule: &'static str) -> Admission {
+    fn refusal(&self, rule: &'static str, reason: &'static str) -> Admission {
         let jitter = if self.jitter == 0 {
             0
         } else {
@@ -263,7 +285,7 @@ impl Policy {
         Admission::Refuse {
             reply: Reply {
                 code: 503,
-                reason: Some("Service Unavailable (draining)"),
+                reason: Some(reason),
                 retry_after: Some(self.retry_after + jitter),
                 extra: &[],
             },

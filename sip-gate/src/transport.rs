@@ -25,6 +25,13 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use std::io::IoSliceMut;
+use std::os::fd::AsRawFd;
+
+use hickory_resolver::TokioResolver;
+use nix::sys::socket::{recvmsg, setsockopt, sockopt, MsgFlags, SockaddrStorage};
+
+use crate::dns::{DnsFailure, DnsQuery};
 use crate::frame::{self, Frame};
 use crate::metrics as m;
 use crate::proxy::{Action, Core, Out};
@@ -147,6 +154,16 @@ fn bind_udp(addr: SocketAddr) -> io::Result<UdpSocket> {
     // Best effort: the kernel caps it at net.core.rmem_max.
     let _ = s.set_recv_buffer_size(UDP_RCVBUF);
     let _ = s.set_send_buffer_size(UDP_RCVBUF);
+    // ICMP errors for what this socket sends (a target's port closed) are
+    // queued for the worker to read (see `icmp_errors`); best effort.
+    let recverr = if addr.is_ipv4() {
+        setsockopt(&s, sockopt::Ipv4RecvErr, &true)
+    } else {
+        setsockopt(&s, sockopt::Ipv6RecvErr, &true)
+    };
+    if let Err(e) = recverr {
+        tracing::debug!(error = %e, "no IP_RECVERR: ICMP errors are not seen");
+    }
     s.bind(&addr.into())?;
     let s: UdpSocket = s.into();
     s.set_read_timeout(Some(UDP_POLL))?;
@@ -176,8 +193,18 @@ pub(crate) fn spawn(
 ) -> io::Result<Vec<std::thread::JoinHandle<()>>> {
     let udp: Vec<Option<Arc<UdpSocket>>> =
         listeners.iter().map(|l| l.udp.first().cloned()).collect();
+    // Without a usable resolver (no /etc/resolv.conf and no [dns]
+    // nameservers) the gate still serves numeric hosts; names get 503.
+    let resolver = match crate::dns::resolve::resolver(core.dns_config()) {
+        Ok(r) => Some(Arc::new(r)),
+        Err(e) => {
+            tracing::warn!(error = %e, "no DNS resolver: requests to host names get 503");
+            None
+        }
+    };
     let net = Arc::new(Net {
         udp,
+        resolver,
         core: core.clone(),
         conns: DashMap::new(),
         by_peer: DashMap::new(),
@@ -220,8 +247,9 @@ pub(crate) fn spawn(
                 _ = sweeper_stop.cancelled() => return,
                 _ = tick.tick() => {}
             }
-            sweeper_core.sweep(Instant::now());
-            sweeper_core.publish_work();
+            let now = Instant::now();
+            sweeper_core.sweep(now);
+            sweeper_core.publish_work(now);
         }
     });
     Ok(threads)
@@ -230,6 +258,7 @@ pub(crate) fn spawn(
 /// The sockets and open connections, shared by every task.
 struct Net {
     udp: Vec<Option<Arc<UdpSocket>>>,
+    resolver: Option<Arc<TokioResolver>>,
     core: Arc<Core>,
     conns: DashMap<ConnId, mpsc::Sender<Bytes>>,
     by_peer: DashMap<SocketAddr, ConnId>,
@@ -243,8 +272,10 @@ impl Net {
     /// Sends what the core decided. Never blocks for long: a UDP send only
     /// waits when the kernel buffer is full, TCP only queues.
     fn execute(self: &Arc<Net>, action: Action) {
-        let Action::Send(out, bytes) = action else {
-            return;
+        let (out, bytes) = match action {
+            Action::Send(out, bytes) => (out, bytes),
+            Action::Resolve(query) => return self.resolve(query),
+            Action::None => return,
         };
         match out {
             Out::Udp { listener, to } => match self.udp.get(listener).and_then(Option::as_ref) {
@@ -259,6 +290,24 @@ impl Net {
             },
             Out::Tcp { listener, conn, to } => self.tcp_send(listener, conn, to, bytes),
         }
+    }
+}
+
+impl Net {
+    /// Runs an RFC 3263 lookup in the background and hands the answer to the
+    /// core, which routes the messages that waited for it.
+    fn resolve(self: &Arc<Net>, query: DnsQuery) {
+        let net = self.clone();
+        let _guard = self.runtime.enter();
+        self.tracker.spawn(async move {
+            let result = match &net.resolver {
+                Some(r) => crate::dns::resolve::resolve(r, &query).await,
+                None => Err(DnsFailure::Unavailable),
+            };
+            for action in net.core.resolved(query, result, Instant::now()) {
+                net.execute(action);
+            }
+        });
     }
 }
 
@@ -281,9 +330,9 @@ fn udp_worker(net: Arc<Net>, listener: usize, sock: Arc<UdpSocket>, shutdown: Ca
                 continue
             }
             Err(e) => {
-                // ICMP port unreachable from a previous send shows up here on
-                // some systems; it is not fatal for the socket.
+                // An ICMP error for an earlier send (IP_RECVERR); not fatal.
                 tracing::debug!(error = %e, "udp recv error");
+                icmp_errors(&net, &sock);
                 continue;
             }
         };
@@ -299,6 +348,31 @@ fn udp_worker(net: Arc<Net>, listener: usize, sock: Arc<UdpSocket>, shutdown: Ca
             Instant::now(),
         );
         net.execute(action);
+    }
+}
+
+/// Reads the socket's error queue: each entry is an ICMP error for a
+/// datagram this socket sent, with that datagram's destination, which the
+/// core passes over (RFC 3263 failover of DNS targets).
+fn icmp_errors(net: &Net, sock: &UdpSocket) {
+    let mut buf = [0u8; 1024];
+    for _ in 0..64 {
+        let mut iov = [IoSliceMut::new(&mut buf)];
+        let flags = MsgFlags::MSG_ERRQUEUE | MsgFlags::MSG_DONTWAIT;
+        let Ok(msg) = recvmsg::<SockaddrStorage>(sock.as_raw_fd(), &mut iov, None, flags) else {
+            return;
+        };
+        let dest = msg.address.as_ref().and_then(|a| {
+            a.as_sockaddr_in()
+                .map(|v4| SocketAddr::from(std::net::SocketAddrV4::from(*v4)))
+                .or_else(|| {
+                    a.as_sockaddr_in6()
+                        .map(|v6| SocketAddr::from(std::net::SocketAddrV6::from(*v6)))
+                })
+        });
+        if let Some(dest) = dest {
+            net.core.unreachable(dest, Instant::now());
+        }
     }
 }
 
@@ -385,6 +459,13 @@ impl Net {
                     tracing::info!(%to, error = %e, "tcp connect failed");
                     m::dropped("tcp_connect_failed");
                     net.unregister(id, to);
+                    // What queued behind the connect: a request to a DNS
+                    // target goes to the next one (or the client gets 503).
+                    let mut rx = rx;
+                    while let Ok(bytes) = rx.try_recv() {
+                        let action = net.core.undeliverable(to, bytes, Instant::now());
+                        net.execute(action);
+                    }
                 }
             }
         });

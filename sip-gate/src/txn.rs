@@ -73,6 +73,9 @@ pub(crate) struct Hop {
     pub(crate) addr: SocketAddr,
     /// True when it was sent over TCP.
     pub(crate) tcp: bool,
+    /// The cached DNS answer `addr` came from (a host name the instance
+    /// sent to), so a failed target can give way to the next one.
+    pub(crate) dns: Option<u64>,
 }
 
 /// One remembered transaction.
@@ -84,8 +87,12 @@ pub(crate) struct TxnEntry {
     pub(crate) hop: Hop,
     /// An INVITE transaction (lives until its final response).
     pub(crate) invite: bool,
-    /// An INVITE that starts a dialog (no To tag), for work accounting.
+    /// A request that starts a dialog or stands alone (no To tag), for work
+    /// accounting.
     pub(crate) initial: bool,
+    /// The instance whose work this transaction is: the one it went to, or
+    /// the one that sent it outward through the gate (R-ST-2).
+    pub(crate) owner: Option<usize>,
     /// When the entry expires.
     pub(crate) expires: Instant,
     /// A final response was seen.
@@ -168,6 +175,18 @@ impl TxnTable {
         Some(before)
     }
 
+    /// Transactions without a final response yet.
+    pub(crate) fn unfinished(&self) -> usize {
+        self.map.iter().filter(|e| !e.finished).count()
+    }
+
+    /// Sends the rest of transaction `key` to `hop` (its first hop failed).
+    pub(crate) fn set_hop(&self, key: u64, hop: Hop) {
+        if let Some(mut e) = self.map.get_mut(&key) {
+            e.hop = hop;
+        }
+    }
+
     /// Removes expired entries; returns those that expired without a final
     /// response (so work counts can be corrected).
     pub(crate) fn sweep(&self, now: Instant) -> Vec<TxnEntry> {
@@ -199,9 +218,11 @@ mod tests {
                 instance: Some(1),
                 addr: "127.0.1.1:5060".parse().unwrap(),
                 tcp: false,
+                dns: None,
             },
             invite,
             initial: invite,
+            owner: Some(1),
             expires: Instant::now(),
             finished: false,
         }

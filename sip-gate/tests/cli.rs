@@ -3,14 +3,15 @@
 //! cleanly on SIGTERM; `--log-format json` writes one JSON object a line,
 //! with the transaction span's fields.
 
+mod bins;
+
 use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use ringsync::work::{NodeKind, WorkReport};
+use bins::{http_get, ringsync_bin, work_report, GATE};
+use ringsync::work::NodeKind;
 use serde_json::Value;
-
-const GATE: &str = env!("CARGO_BIN_EXE_sip-gate");
 
 fn example() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/examples/site.toml")
@@ -171,23 +172,6 @@ fn example_gate_with(
     (dir, site, child)
 }
 
-fn http_get(addr: &str, path: &str) -> Option<String> {
-    use std::io::Read;
-    let mut s = std::net::TcpStream::connect(addr).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
-        .ok()?;
-    let mut b = String::new();
-    s.read_to_string(&mut b).ok()?;
-    Some(b)
-}
-
-/// The gate's work report, as it serves it at `/v1/work`.
-fn work_report(admin: &str) -> Option<WorkReport> {
-    let body = http_get(admin, "/v1/work")?;
-    serde_json::from_str(body.split("\r\n\r\n").nth(1)?).ok()
-}
-
 /// R-PR-2 through the real binary: a running gate applies a profile that an
 /// operator activates in the store (as `ringsync profile activate` does),
 /// within a second and without a restart, and lifts it the same way. The
@@ -244,44 +228,16 @@ fn r_pr_2_running_gate_applies_a_profile_change_within_a_second() {
     let _ = child.wait();
 }
 
-/// The `ringsync` binary of this build. Cargo builds a package's binaries
-/// only for that package's own tests, so this builds it (a no-op when it
-/// is fresh) into the target directory this test runs from.
-fn ringsync_bin() -> std::path::PathBuf {
-    static BIN: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
-    BIN.get_or_init(|| {
-        // target/<profile>/deps/cli-<hash>
-        let exe = std::env::current_exe().unwrap();
-        let profile_dir = exe.parent().and_then(|d| d.parent()).unwrap().to_path_buf();
-        let mut build = Command::new(env!("CARGO"));
-        build.args([
-            "build",
-            "--quiet",
-            "--offline",
-            "-p",
-            "ringsync",
-            "--bin",
-            "ringsync",
-        ]);
-        if profile_dir.file_name().is_some_and(|n| n == "release") {
-            build.arg("--release");
-        }
-        let status = build
-            .env("CARGO_TARGET_DIR", profile_dir.parent().unwrap())
-            .status()
-            .unwrap();
-        assert!(status.success(), "building ringsync: {status:?}");
-        profile_dir.join("ringsync")
-    })
-    .clone()
-}
-
 /// R-ST-1, R-ST-3 end to end: the real `ringsync status --json` asks the
-/// real gate for its work report: the sg instances are there with no work
-/// (nothing called yet), the esg too; the mg, which only media-ctl counts,
-/// stays unknown with the reason (nothing listens at `admin.media_bind`).
+/// real gate for its work report: the sg instances are there, nothing
+/// counted, but the gate has just started, so their work is unknown, with
+/// the reason and when it will be known (the example site's `[work]` lives
+/// are a minute); the mg, which only media-ctl counts, stays unknown with
+/// the reason (nothing listens at `admin.media_bind`).
 #[test]
 fn r_st_3_ringsync_status_reads_the_gates_work_report() {
+    // Built first: the gate's one-minute window must not pass meanwhile.
+    let ringsync = ringsync_bin();
     let (_dir, site, mut child) = example_gate("127.0.9.3", "127.0.11.", Stdio::null());
     let admin = "127.0.9.3:9091";
     let start = Instant::now();
@@ -298,7 +254,7 @@ fn r_st_3_ringsync_status_reads_the_gates_work_report() {
     let ids: Vec<&str> = report.instances.keys().map(String::as_str).collect();
     assert_eq!(ids, ["esg-a", "esg-b", "sg-a", "sg-b", "sg-c"]);
 
-    let out = Command::new(ringsync_bin())
+    let out = Command::new(&ringsync)
         .arg("--config")
         .arg(&site)
         .args(["--json", "status"])
@@ -319,10 +275,19 @@ fn r_st_3_ringsync_status_reads_the_gates_work_report() {
             .cloned()
             .unwrap_or_else(|| panic!("{id} missing in {v}"))
     };
+    let started = report.started_ms;
     for id in ["sg-a", "sg-b", "sg-c"] {
         let sg = inst(id);
-        assert_eq!(sg["work"], 0, "{sg}");
+        assert!(sg["work"].is_null(), "{sg}");
+        assert_eq!(sg["counts"]["dialogs"], 0, "{sg}");
         assert_eq!(sg["nodes"], serde_json::json!([admin]), "{sg}");
+        let why = sg["unknown"][0].as_str().unwrap();
+        assert!(
+            why.starts_with(&format!("gate {admin}: gate started at ")),
+            "{why}"
+        );
+        let known_at = sg["known_at_ms"].as_u64().unwrap();
+        assert!(known_at.abs_diff(started + 60_000) < 2_000, "{sg}");
     }
     let mg = inst("mg-a");
     assert!(mg["work"].is_null(), "{mg}");
@@ -348,7 +313,9 @@ fn json_logs_with_the_transaction_span() {
         "127.0.9.4",
         "127.0.12.",
         Stdio::piped(),
-        &["--log-format", "json"],
+        // The OPTIONS below stays a transaction for 32 s (to an sg that is
+        // not there): the stop need not wait for it.
+        &["--log-format", "json", "--drain-deadline-s", "1"],
         Some("sip_gate=debug"),
     );
     let admin = "127.0.9.4:9091";

@@ -333,7 +333,7 @@ fn base_bytes(core: &Core, base: &Base, n: u32) -> Vec<u8> {
                 Action::Send(_, fwd) => {
                     response_to(&SipMessage::parse(fwd).expect("forwarded"), *code)
                 }
-                Action::None => Vec::new(),
+                Action::None | Action::Resolve(_) => Vec::new(),
             }
         }
         Base::Bytes(b) => b.clone(),

@@ -112,7 +112,7 @@ async fn assert_drained(gate: &Gate, i: usize) {
         book.get(i).total() == 0
     })
     .await;
-    gate.core().publish_work();
+    gate.core().publish_work(Instant::now());
     let view = gate.core().view();
     assert_eq!(
         view.instances()[i].state,
@@ -177,7 +177,7 @@ async fn balance_drain_one_of_three_under_call_load() {
     // R-AA-3: lift the drain, sg-1 takes new calls again.
     servers[1] = Some(uas("uas_call", server_addr(net, 1), UDP));
     drain(&state, 2, &[]);
-    gate.core().publish_work();
+    gate.core().publish_work(Instant::now());
     assert_eq!(state.view().instances()[1].state, InstanceState::Up);
     run_ok(
         "calls after the drain",
@@ -522,11 +522,11 @@ async fn cancel_after_the_drain_reaches_the_instance() {
         client("uac_cancel_hold", net, 100, gw, UDP, 5).duration(Duration::from_millis(1500))
     ));
     wait_until("5 INVITEs ringing", Duration::from_secs(5), || {
-        book.get(0).invites == 5
+        book.get(0).transactions == 5
     })
     .await;
     drain(&state, 1, &["srv-0"]);
-    gate.core().publish_work();
+    gate.core().publish_work(Instant::now());
     assert_eq!(
         state.view().instances()[0].state,
         InstanceState::Draining,

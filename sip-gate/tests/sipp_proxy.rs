@@ -1,7 +1,8 @@
 //! The forwarding core against real SIPp: UAC -> sip-gate -> UAS, over UDP
 //! and TCP, calls with re-INVITE, REGISTER, SUBSCRIBE/NOTIFY, CANCEL, SIPp's
 //! stock scenarios (no route sets), and an in-dialog BYE routed by its Route
-//! header through a freshly restarted gate.
+//! header through a freshly restarted gate (which then cannot vouch for its
+//! work: R-ST-3).
 
 mod common;
 
@@ -218,7 +219,7 @@ async fn bye_through_a_restarted_gate() {
 
     // A new gate on the same address, knowing nothing of the call, with the
     // serving instance's server draining.
-    let (gate2, drain2) = start_gate(bound).await;
+    let (gate2, drain2) = start_gate_restarted(bound).await;
     drain(&drain2, 1, &[&format!("srv-{serving}")]);
     assert!(drain2.view().is_draining(serving));
 
@@ -228,6 +229,22 @@ async fn bye_through_a_restarted_gate() {
     .await
     .expect("join");
     assert_all_ok("call across a gate restart", &report, 1);
+    // R-ST-3: the new gate learnt the call from its re-INVITE and saw it end,
+    // but it cannot know what else was set up before it started: the serving
+    // sg stays `draining`, with the reason.
+    assert_eq!(gate2.core().work().get(serving).total(), 0);
+    let now = Instant::now();
+    let why = gate2
+        .core()
+        .work()
+        .unknown(now)
+        .expect("a restarted gate cannot vouch");
+    assert!(why.reason.starts_with("gate started at"), "{}", why.reason);
+    gate2.core().publish_work(now);
+    assert_eq!(
+        drain2.view().instances()[serving].state,
+        ringsync::view::InstanceState::Draining
+    );
     let mut reports: Vec<_> = servers
         .into_iter()
         .map(|s| s.stop().expect("uas report"))

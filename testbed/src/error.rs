@@ -82,6 +82,13 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
+    /// A command for SIPp's control port, on a SIPp started without one
+    /// ([`crate::Sipp::control`]).
+    #[error("sipp on {local} has no control port")]
+    NoControlPort {
+        /// Where that SIPp sends from.
+        local: std::net::SocketAddr,
+    },
     /// Other socket or process I/O.
     #[error(transparent)]
     Io(#[from] io::Error),

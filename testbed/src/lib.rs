@@ -1,6 +1,7 @@
 //! Harness that starts and stops real peers on loopback for tests and
-//! benchmarks: SIPp ([`Sipp`]), Kamailio ([`Kamailio`]), etcd ([`Etcd`]),
-//! a blind UDP relay ([`relay::BlindRelay`]), plus the helpers benchmarks need
+//! benchmarks: SIPp ([`Sipp`]), Kamailio ([`Kamailio`]), rtpengine
+//! ([`Rtpengine`]), etcd ([`Etcd`]), a DNS server ([`Dnsmasq`]), a blind UDP
+//! relay ([`relay::BlindRelay`]), plus the helpers benchmarks need
 //! ([`free_port`], [`ProcStats`]).
 //!
 //! Every peer is a real process bound to an explicit `127.0.0.x` address,
@@ -33,6 +34,7 @@
 
 use std::path::PathBuf;
 
+pub mod dnsmasq;
 mod error;
 pub mod etcd;
 pub mod kamailio;
@@ -41,14 +43,17 @@ pub mod partition;
 pub mod proc_stats;
 mod process;
 pub mod relay;
+pub mod rtpengine;
 pub mod sipp;
 
+pub use dnsmasq::{Dnsmasq, DnsmasqHandle};
 pub use error::Error;
 pub use etcd::Etcd;
 pub use kamailio::{Kamailio, KamailioHandle};
 pub use net::{free_port, wait_listening, Transport};
 pub use partition::TcpPartition;
 pub use proc_stats::ProcStats;
+pub use rtpengine::{Rtpengine, RtpengineHandle};
 pub use sipp::{Scenario, Sipp, SippHandle, SippReport};
 
 /// `Result` with the testbed [`Error`].

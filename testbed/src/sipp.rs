@@ -70,6 +70,7 @@ pub struct Sipp {
     duration: Option<Duration>,
     timeout: Duration,
     ready_timeout: Duration,
+    control: bool,
     args: Vec<OsString>,
 }
 
@@ -91,6 +92,7 @@ impl Sipp {
             duration: None,
             timeout: Duration::from_secs(60),
             ready_timeout: Duration::from_secs(5),
+            control: false,
             args: Vec::new(),
         }
     }
@@ -178,6 +180,13 @@ impl Sipp {
         self
     }
 
+    /// Opens SIPp's UDP control port on its local IP (`-cp`, `-ci`), so
+    /// [`SippHandle::finish_calls`] can tell it to wind down.
+    pub fn control(mut self) -> Self {
+        self.control = true;
+        self
+    }
+
     /// Extra command-line arguments, appended as given.
     pub fn arg(mut self, arg: impl Into<OsString>) -> Self {
         self.args.push(arg.into());
@@ -192,8 +201,23 @@ impl Sipp {
             None => free_port(self.local_ip)?,
         };
         let local = SocketAddr::new(self.local_ip, port);
+        let control = if self.control {
+            let mut c = free_port(self.local_ip)?;
+            while c == port {
+                c = free_port(self.local_ip)?;
+            }
+            Some(SocketAddr::new(self.local_ip, c))
+        } else {
+            None
+        };
         let paths = Paths::new(dir.path());
-        let cmd = self.command(local, &paths);
+        let mut cmd = self.command(local, &paths);
+        if let Some(c) = control {
+            cmd.arg("-cp")
+                .arg(c.port().to_string())
+                .arg("-ci")
+                .arg(c.ip().to_string());
+        }
         let mut proc = Proc::spawn(cmd, "sipp", dir.path())?;
         if self.remote.is_none() {
             wait_ready(&mut proc, local, self.transport, self.ready_timeout)?;
@@ -202,6 +226,7 @@ impl Sipp {
             proc,
             local,
             transport: self.transport,
+            control,
             paths,
             _dir: dir,
         })
@@ -307,6 +332,7 @@ pub struct SippHandle {
     proc: Proc,
     local: SocketAddr,
     transport: Transport,
+    control: Option<SocketAddr>,
     paths: Paths,
     _dir: TempDir,
 }
@@ -320,6 +346,20 @@ impl SippHandle {
     /// The transport it uses.
     pub fn transport(&self) -> Transport {
         self.transport
+    }
+
+    /// Tells SIPp to start no new call and to exit once the calls in
+    /// progress have ended (its `q` command, on the control port of a SIPp
+    /// built with [`Sipp::control`]). The run then ends by itself; in the
+    /// report of [`wait`](SippHandle::wait), every call created has either
+    /// succeeded or failed.
+    pub fn finish_calls(&self) -> Result<()> {
+        let to = self
+            .control
+            .ok_or(Error::NoControlPort { local: self.local })?;
+        let sock = std::net::UdpSocket::bind((to.ip(), 0))?;
+        sock.send_to(b"q", to)?;
+        Ok(())
     }
 
     /// Process id (for [`ProcStats`](crate::ProcStats)).

@@ -5,6 +5,7 @@ use std::process::{Command, Output};
 
 const BENCH: &str = env!("CARGO_BIN_EXE_sip-bench");
 const RELAY: &str = env!("CARGO_BIN_EXE_blind-relay");
+const MG_BENCH: &str = env!("CARGO_BIN_EXE_mg-bench");
 
 fn run(bin: &str, args: &[&str]) -> Output {
     Command::new(bin).args(args).output().unwrap()
@@ -77,5 +78,30 @@ fn sip_bench_help_and_bounds() {
         BENCH,
         &["--systems", "relay,nginx"],
         "possible values: relay, kamailio",
+    );
+}
+
+#[test]
+fn mg_bench_help_and_bounds() {
+    let text = help(
+        MG_BENCH,
+        &[
+            ("--rate", "cycles per second"),
+            ("--seconds", "Seconds of load per run"),
+            ("--rounds", "paths interleaved"),
+            ("--workers", "one command at a time"),
+            ("--held", "resident memory"),
+            ("--media-ctl", "media-ctl binary"),
+        ],
+    );
+    assert!(text.contains("[default: 2000]"), "{text}");
+    assert!(!text.contains("--floor"), "internal flag shown: {text}");
+    // Every load is bounded: the machine is shared.
+    refused(MG_BENCH, &["--rate", "9000"], "9000 is not in 1..=5000");
+    refused(MG_BENCH, &["--seconds", "0"], "0 is not in 1..=60");
+    refused(
+        MG_BENCH,
+        &["--held", "2000000"],
+        "2000000 is not in 0..=1000000",
     );
 }

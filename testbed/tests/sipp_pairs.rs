@@ -72,6 +72,10 @@ fn other_pairs_over_udp_and_tcp() {
         ("uac_options", "uas_options"),
         ("uac_options_ping", "uas_options"),
         ("uac_cancel", "uas_cancel"),
+        ("uac_call", "uas_call_ringing"),
+        ("uac_call_callee_bye", "uas_call_bye"),
+        ("uac_register_short", "uas_register"),
+        ("uac_subscribe_until_terminated", "uas_subscribe_terminate"),
     ];
     for transport in [Transport::Udp, Transport::Tcp] {
         for (uac, uas) in pairs {
@@ -79,6 +83,46 @@ fn other_pairs_over_udp_and_tcp() {
             assert_all_ok(&what, 5, run_pair(uac, uas, transport, 5));
         }
     }
+}
+
+/// `finish_calls` (SIPp's `q`): no new call after it, and the run ends by
+/// itself once the calls in progress are done, every one of them complete.
+#[test]
+fn finish_calls_ends_the_run_once_the_calls_in_progress_end() {
+    let server = Sipp::new(Scenario::repo("uas_call"))
+        .local_ip(ip(UAS_IP))
+        .timeout(Duration::from_secs(30))
+        .spawn()
+        .unwrap();
+    let client = Sipp::new(Scenario::repo("uac_call"))
+        .local_ip(ip(UAC_IP))
+        .remote(server.local_addr())
+        .calls(10_000)
+        .rate(20)
+        .duration(Duration::from_millis(1500))
+        .timeout(Duration::from_secs(30))
+        .control()
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    client.finish_calls().unwrap();
+    let c = client.wait(Duration::from_secs(20)).unwrap();
+    assert!((10..10_000).contains(&c.created), "{c:#?}");
+    assert_eq!(c.successful, c.created, "{c:#?}");
+    assert!(c.all_ok(), "{c:#?}");
+    let s = server.stop().unwrap();
+    assert_eq!(s.successful, c.created, "{s:#?}");
+
+    // A SIPp without a control port says so.
+    let plain = Sipp::new(Scenario::repo("uas_call"))
+        .local_ip(ip(UAS_IP))
+        .timeout(Duration::from_secs(5))
+        .spawn()
+        .unwrap();
+    assert!(matches!(
+        plain.finish_calls(),
+        Err(testbed::Error::NoControlPort { .. })
+    ));
 }
 
 #[test]

@@ -14,6 +14,7 @@ use ipnet::IpNet;
 
 mod ap;
 mod error;
+mod media;
 mod raw;
 mod types;
 mod validate;
@@ -23,9 +24,11 @@ mod tests;
 
 pub use ap::DEFAULT_PRIORITY;
 pub use error::ConfigError;
+pub use media::MediaConfig;
 pub use types::{
-    Account, AccountMatch, AdminConfig, ApGroup, DrainPolicy, Exception, HealthConfig, Instance,
-    Leg, Listener, ListenerMode, Server, Service, Site, SiteConfig, StoreConfig, Timers, Transport,
+    Account, AccountMatch, AdminConfig, ApGroup, DnsConfig, DrainPolicy, Exception, HealthConfig,
+    Instance, Leg, Listener, ListenerMode, Server, Service, Site, SiteConfig, StoreConfig, Timers,
+    Transport, WorkConfig,
 };
 
 use error::Locator;

@@ -10,7 +10,8 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::types::{
-    AccountMatch, AdminConfig, DrainPolicy, Exception, HealthConfig, Leg, Timers, Transport,
+    AccountMatch, AdminConfig, DnsConfig, DrainPolicy, Exception, HealthConfig, Leg, Timers,
+    Transport, WorkConfig,
 };
 
 #[derive(Deserialize)]
@@ -26,7 +27,12 @@ pub(super) struct RawSite {
     #[serde(default)]
     pub(super) health: HealthConfig,
     #[serde(default)]
+    pub(super) work: WorkConfig,
+    pub(super) dns: DnsConfig,
+    #[serde(default)]
     pub(super) admin: AdminConfig,
+    #[serde(default)]
+    pub(super) media: Option<Spanned<super::media::RawMedia>>,
     #[serde(default)]
     pub(super) server: Vec<Spanned<RawServer>>,
     #[serde(default)]
@@ -81,7 +87,9 @@ pub(super) struct RawInstance {
     #[serde(default)]
     pub(super) sip: Option<SocketAddr>,
     #[serde(default)]
-    pub(super) ng: Option<SocketAddr>,
+    pub(super) ng: Option<Spanned<SocketAddr>>,
+    #[serde(default)]
+    pub(super) ng_source: Option<Spanned<std::net::IpAddr>>,
     #[serde(default)]
     pub(super) exceptions: Vec<Spanned<Exception>>,
     #[serde(default)]

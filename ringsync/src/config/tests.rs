@@ -301,3 +301,74 @@ fn r_ap_2_pace_below_a_minute_needs_the_test_switch() {
     let prio = GOOD.replace("home = \"bill-a\"", "home = \"bill-a\"\npriority = 7");
     assert_eq!(load(&prio).unwrap().ap_groups[0].priority, 7);
 }
+
+/// `[work]` (R-ST-2, R-ST-3): defaults when absent, values as written, and
+/// a zero refused with the field named.
+#[test]
+fn work_section() {
+    let c = load(GOOD).unwrap();
+    assert_eq!(c.work, WorkConfig::default());
+    assert_eq!(
+        c.work.blind_window(),
+        std::time::Duration::from_secs(43_200)
+    );
+    let text =
+        format!("{GOOD}\n[work]\nmax_expires_s = 7200\nmax_call_age_s = 3600\nmax_calls = 10\n");
+    let c = load(&text).unwrap();
+    assert_eq!(
+        (
+            c.work.max_expires_s,
+            c.work.max_call_age_s,
+            c.work.max_calls
+        ),
+        (7200, 3600, 10)
+    );
+    assert_eq!(c.work.blind_window(), std::time::Duration::from_secs(7200));
+    assert_eq!(
+        c.work.max_registrations, 1_000_000,
+        "others keep their default"
+    );
+    let e = load(&format!("{GOOD}\n[work]\nmax_subscriptions = 0\n")).unwrap_err();
+    assert_eq!(e.field, "work.max_subscriptions", "{e}");
+    assert!(e.to_string().contains("must be positive"), "{e}");
+    let e = load(&format!("{GOOD}\n[work]\nmax_expiry_s = 10\n")).unwrap_err();
+    assert!(e.to_string().contains("max_expiry_s"), "{e}");
+}
+
+#[test]
+fn dns_section_defaults_values_and_errors() {
+    let c = load(GOOD).unwrap();
+    assert_eq!(c.dns, DnsConfig::default());
+    assert!(c.dns.nameservers.is_empty(), "the system's resolv.conf");
+    let text = format!(
+        "{GOOD}\n[dns]\nnameservers = [\"127.0.0.53:5353\"]\ntimeout_ms = 300\nattempts = 1\n\
+         cache_size = 16\nnegative_ttl_s = 5\nfailover_hold_s = 2\n"
+    );
+    let c = load(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    assert_eq!(c.dns.nameservers, vec!["127.0.0.53:5353".parse().unwrap()]);
+    assert_eq!((c.dns.timeout_ms, c.dns.attempts), (300, 1));
+    assert_eq!(
+        (
+            c.dns.cache_size,
+            c.dns.negative_ttl_s,
+            c.dns.failover_hold_s
+        ),
+        (16, 5, 2)
+    );
+    for (bad, field) in [
+        ("timeout_ms = 0", "dns.timeout_ms"),
+        ("attempts = 0", "dns.attempts"),
+        ("cache_size = 0", "dns.cache_size"),
+    ] {
+        let e = load(&format!("{GOOD}\n[dns]\n{bad}\n")).unwrap_err();
+        assert_eq!(e.field, field, "{e}");
+    }
+    let e = load(&format!(
+        "{GOOD}\n[dns]\nnameservers = [\"not an address\"]\n"
+    ))
+    .unwrap_err();
+    assert!(
+        e.line.is_some() && e.to_string().contains("socket address"),
+        "{e}"
+    );
+}

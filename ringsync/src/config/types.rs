@@ -167,6 +167,56 @@ impl Default for DrainPolicy {
     }
 }
 
+/// How a gate accounts for the work it routes (R-ST-2, R-ST-3): the bounds
+/// its tables keep, and the longest lives it assumes for work it cannot see
+/// end. Every field must be positive.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WorkConfig {
+    /// The longest registration or subscription expiry the site's
+    /// registrars and notifiers grant, in seconds. A gate that restarted
+    /// cannot vouch for its counts until this long after it started (work
+    /// set up before may still be alive); a 2xx that grants more is counted
+    /// as granted and logged. Default 3600 (RFC 3261's default expiry).
+    pub max_expires_s: u32,
+    /// An established call in which no request has been seen for this
+    /// long (no re-INVITE, UPDATE or session-timer refresh, no BYE) is
+    /// assumed gone. Also bounds how long a restarted gate cannot vouch for
+    /// calls set up before it started. Default 43200 (12 h).
+    pub max_call_age_s: u32,
+    /// The hold time assumed for a call's remaining life in the drain ETA
+    /// while too few calls have ended on this gate to estimate it. Default 180.
+    pub typical_call_s: u32,
+    /// At most this many calls are tracked; past it the gate reports its
+    /// counts unknown rather than wrong. Default 1000000.
+    pub max_calls: u32,
+    /// At most this many registration bindings. Default 1000000.
+    pub max_registrations: u32,
+    /// At most this many subscriptions. Default 1000000.
+    pub max_subscriptions: u32,
+}
+
+impl Default for WorkConfig {
+    fn default() -> Self {
+        WorkConfig {
+            max_expires_s: 3600,
+            max_call_age_s: 43_200,
+            typical_call_s: 180,
+            max_calls: 1_000_000,
+            max_registrations: 1_000_000,
+            max_subscriptions: 1_000_000,
+        }
+    }
+}
+
+impl WorkConfig {
+    /// How long after it starts a gate cannot vouch for its counts: the
+    /// longer of `max_expires_s` and `max_call_age_s`.
+    pub fn blind_window(&self) -> Duration {
+        Duration::from_secs(self.max_expires_s.max(self.max_call_age_s).into())
+    }
+}
+
 /// Health probing of instances (OPTIONS pings from the gate).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -186,6 +236,43 @@ impl Default for HealthConfig {
             interval_ms: 1000,
             timeout_ms: 500,
             failures: 3,
+        }
+    }
+}
+
+/// How sip-gate resolves the host names instances send requests to
+/// (RFC 3263: NAPTR, SRV, then A/AAAA).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DnsConfig {
+    /// Name servers to ask (`ip:port`), in order; empty (the default): the
+    /// system's, from /etc/resolv.conf.
+    pub nameservers: Vec<SocketAddr>,
+    /// A query without answer after this many milliseconds is retried or
+    /// fails. Default 2000.
+    pub timeout_ms: u64,
+    /// Tries per query and name server. Default 2.
+    pub attempts: u32,
+    /// Names whose answers the gate keeps (per their TTL); beyond it the
+    /// oldest go. Default 4096.
+    pub cache_size: usize,
+    /// Longest time a name that does not resolve is remembered as such
+    /// (a negative answer's own TTL, capped here). Default 30.
+    pub negative_ttl_s: u32,
+    /// How long a target that failed (TCP connect refused or timed out, an
+    /// ICMP error for a UDP send) is passed over for the next one. Default 30.
+    pub failover_hold_s: u32,
+}
+
+impl Default for DnsConfig {
+    fn default() -> Self {
+        DnsConfig {
+            nameservers: Vec::new(),
+            timeout_ms: 2000,
+            attempts: 2,
+            cache_size: 4096,
+            negative_ttl_s: 30,
+            failover_hold_s: 30,
         }
     }
 }
@@ -267,6 +354,10 @@ pub struct Instance {
     pub sip: Option<SocketAddr>,
     /// rtpengine ng control address (mg, bgmg).
     pub ng: Option<SocketAddr>,
+    /// sg/esg: the IP their ng commands to media-ctl come from; it ties the
+    /// commands to the instance's server for the bgmg rules (R-BG-*).
+    /// Defaults to the IP of `sip`; `None` for other services.
+    pub ng_source: Option<std::net::IpAddr>,
     /// Exceptions to the drain 503 for this instance (R-SG-3).
     pub exceptions: Vec<Exception>,
     /// Source networks whose messages are this instance's own, besides its
@@ -397,8 +488,14 @@ pub struct SiteConfig {
     pub drain: DrainPolicy,
     /// Health probing.
     pub health: HealthConfig,
+    /// Work accounting of the gate.
+    pub work: WorkConfig,
+    /// Name resolution for requests the gate sends to host names.
+    pub dns: DnsConfig,
     /// Admin endpoints.
     pub admin: AdminConfig,
+    /// The mg controller (media-ctl).
+    pub media: super::MediaConfig,
     /// Servers, in file order.
     pub servers: Vec<Server>,
     /// Instances, in file order.

@@ -2,7 +2,8 @@
 //! checking references between servers, instances, accounts, groups and
 //! listeners. The first error found wins; sections are checked in file
 //! order of dependency (site, servers, instances, accounts, Active-Passive
-//! groups, listeners, then store and health).
+//! groups, listeners, then store, health and media; `media.rs` checks
+//! `[media]` and the instances' `ng` and `ng_source`).
 //!
 //! `ap.rs` checks the Active-Passive groups and their pace in `[timers]`.
 //! `[drain]` and `[admin]` have no cross-field rules: serde's types and
@@ -17,8 +18,8 @@ use toml::Spanned;
 use super::error::{ConfigError, Locator};
 use super::raw::{RawAccount, RawInstance, RawListener, RawServer, RawSite, RawSiteId, RawStore};
 use super::types::{
-    Account, Exception, HealthConfig, Instance, Listener, ListenerMode, Server, Service, Site,
-    SiteConfig, StoreConfig,
+    Account, DnsConfig, Exception, HealthConfig, Instance, Listener, ListenerMode, Server, Service,
+    Site, SiteConfig, StoreConfig, WorkConfig,
 };
 
 type Result<T> = std::result::Result<T, ConfigError>;
@@ -38,6 +39,9 @@ pub(super) fn validate(loc: Locator<'_>, raw: RawSite) -> Result<SiteConfig> {
     let store = v.store(raw.store.as_ref(), &site.name)?;
     let health = v.health(raw.health)?;
     let timers = super::ap::timers(&v, raw.timers)?;
+    let media = super::media::validate(&v, raw.media.as_ref(), &instances)?;
+    let work = v.work(raw.work)?;
+    let dns = v.dns(raw.dns)?;
     Ok(SiteConfig {
         path: loc.path.to_owned(),
         site,
@@ -45,7 +49,10 @@ pub(super) fn validate(loc: Locator<'_>, raw: RawSite) -> Result<SiteConfig> {
         timers,
         drain: raw.drain,
         health,
+        work,
+        dns,
         admin: raw.admin,
+        media,
         servers,
         instances,
         accounts,
@@ -154,12 +161,14 @@ impl Validator<'_> {
                 service,
                 server: r.server.get_ref().clone(),
                 sip: r.sip,
-                ng: r.ng,
+                ng: r.ng.as_ref().map(|a| *a.get_ref()),
+                ng_source: r.ng_source.as_ref().map(|a| *a.get_ref()),
                 exceptions: self.exceptions(&format!("instance[{i}]"), &r.exceptions)?,
                 sources: r.sources.iter().map(|n| *n.get_ref()).collect(),
             });
         }
         self.sources(raw)?;
+        super::media::check_instances(self, raw, &mut instances)?;
         Ok(instances)
     }
 
@@ -494,6 +503,41 @@ impl Validator<'_> {
                 "health",
                 "timeout_ms and failures must be positive when probing is on",
             ));
+        }
+        Ok(raw)
+    }
+
+    /// `[work]`: every bound and age positive (a zero would make every
+    /// table full or every piece of work gone at once).
+    fn work(&self, raw: WorkConfig) -> Result<WorkConfig> {
+        let fields = [
+            ("max_expires_s", raw.max_expires_s),
+            ("max_call_age_s", raw.max_call_age_s),
+            ("typical_call_s", raw.typical_call_s),
+            ("max_calls", raw.max_calls),
+            ("max_registrations", raw.max_registrations),
+            ("max_subscriptions", raw.max_subscriptions),
+        ];
+        if let Some((name, _)) = fields.iter().find(|(_, v)| *v == 0) {
+            return Err(self.err(0..0, format!("work.{name}"), "must be positive"));
+        }
+        Ok(raw)
+    }
+}
+
+impl Validator<'_> {
+    /// `[dns]`: queries need time and a try; answers need room.
+    fn dns(&self, raw: DnsConfig) -> Result<DnsConfig> {
+        let bad =
+            |field: &str, what: &str| Err(self.err(0..0, format!("dns.{field}"), what.to_string()));
+        if raw.timeout_ms == 0 {
+            return bad("timeout_ms", "must be positive");
+        }
+        if raw.attempts == 0 {
+            return bad("attempts", "must be at least 1");
+        }
+        if raw.cache_size == 0 {
+            return bad("cache_size", "must be positive");
         }
         Ok(raw)
     }

@@ -1,7 +1,12 @@
-//! The site and the INVITE the core benchmarks use (`benches/core.rs`,
-//! `examples/invites.rs`).
+//! The site and the messages the core benchmarks use (`benches/core.rs`,
+//! `examples/invites.rs`, `examples/calls.rs`).
+
+#![allow(dead_code)] // each user takes what it needs
+
+use std::time::Instant;
 
 use bytes::Bytes;
+use sip_gate::{Action, Core, Inbound, TokenKey};
 
 /// Three sg behind one balance listener.
 pub const SITE: &str = r#"
@@ -59,4 +64,87 @@ Content-Length: 129\r\n\r\n\
 v=0\r\no=- 1 1 IN IP4 203.0.113.10\r\ns=-\r\nc=IN IP4 203.0.113.10\r\nt=0 0\r\n\
 m=audio 4000 RTP/AVP 0 8\r\na=rtpmap:0 PCMU/8000\r\na=sendrecv\r\n"
     ))
+}
+
+/// The bytes of a 200 answering `fwd` (a request as the gate forwarded it),
+/// from its next hop: every Via, To tagged `uas`.
+pub fn ok_to(fwd: &Bytes) -> Bytes {
+    let text = std::str::from_utf8(fwd).unwrap();
+    let head = text.split("\r\n\r\n").next().unwrap();
+    let mut out = String::from("SIP/2.0 200 OK\r\n");
+    for line in head.lines().skip(1) {
+        let name = line.split(':').next().unwrap_or("").to_ascii_lowercase();
+        match name.as_str() {
+            "via" | "from" | "call-id" | "cseq" | "record-route" => {
+                out.push_str(line);
+                out.push_str("\r\n");
+            }
+            "to" if line.contains(";tag=") => {
+                out.push_str(line);
+                out.push_str("\r\n");
+            }
+            "to" => out.push_str(&format!("{line};tag=uas\r\n")),
+            _ => {}
+        }
+    }
+    out.push_str("Content-Length: 0\r\n\r\n");
+    Bytes::from(out)
+}
+
+/// An in-dialog request of the UA in call `n`, routed by the gate's token.
+pub fn in_dialog(method: &str, n: u64, cseq: u32, route: &str) -> Bytes {
+    Bytes::from(format!(
+        "{method} sip:bob@127.0.1.1:5060 SIP/2.0\r\n\
+Via: SIP/2.0/UDP 203.0.113.10:5062;branch=z9hG4bKbench-{n}-{cseq};rport\r\n\
+Route: <{route}>\r\n\
+Max-Forwards: 70\r\n\
+From: \"Alice\" <sip:alice@example.com>;tag=a1\r\n\
+To: <sip:bob@example.com>;tag=uas\r\n\
+Call-ID: bench-{n}@203.0.113.10\r\n\
+CSeq: {cseq} {method}\r\n\
+Content-Length: 0\r\n\r\n"
+    ))
+}
+
+/// Where an action sends, and what.
+pub fn sent(a: Action) -> (std::net::SocketAddr, Bytes) {
+    match a {
+        Action::Send(sip_gate::Out::Udp { to, .. }, b) => (to, b),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// The five messages of call `n`, and where its responses come from.
+pub fn call_messages(
+    scratch: &Core,
+    n: u64,
+    inbound: Inbound,
+    now: Instant,
+) -> Vec<(Inbound, Bytes)> {
+    let invite = invite(n);
+    let (sg, fwd) = sent(scratch.handle(inbound, invite.clone(), now));
+    let from_sg = Inbound::Udp {
+        listener: 0,
+        peer: sg,
+    };
+    let ok = ok_to(&fwd);
+    let key = TokenKey::new("bench-site-secret-0123456789");
+    let id = match sg.ip().to_string().as_str() {
+        "127.0.1.1" => "sg-a",
+        "127.0.1.2" => "sg-b",
+        _ => "sg-c",
+    };
+    let call_id = format!("bench-{n}@203.0.113.10");
+    let route = format!("sip:{}@127.0.0.1:5060;lr", key.seal(id, call_id.as_bytes()));
+    let ack = in_dialog("ACK", n, 1, &route);
+    let bye = in_dialog("BYE", n, 2, &route);
+    let (_, bye_fwd) = sent(scratch.handle(inbound, bye.clone(), now));
+    let bye_ok = ok_to(&bye_fwd);
+    vec![
+        (inbound, invite),
+        (from_sg, ok),
+        (inbound, ack),
+        (inbound, bye),
+        (from_sg, bye_ok),
+    ]
 }

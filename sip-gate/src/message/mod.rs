@@ -86,8 +86,9 @@ impl SipMessage {
     /// problems are remembered and reported by [`SipMessage::validate`].
     ///
     /// Leading CRLFs are skipped (RFC 3261 7.5). If Content-Length is present
-    /// the body is that many bytes and any extra bytes are ignored
-    /// (RFC 3261 18.3); if absent, the body is the rest of the datagram.
+    /// the body is that many bytes and any extra bytes are dropped from
+    /// [`SipMessage::raw`] (RFC 3261 18.3); if absent, the body is the rest
+    /// of the datagram.
     pub fn scan(raw: Bytes) -> Result<SipMessage, ParseError> {
         let buf: &[u8] = &raw;
         let begin = buf
@@ -127,7 +128,8 @@ impl SipMessage {
             .collect();
 
         let len = buf.len();
-        let body = match lex::content_length(buf, first_header..header_end) {
+        let content_length = lex::content_length(buf, first_header..header_end);
+        let body = match content_length {
             ContentLength::Absent => body_start..len,
             ContentLength::Bad | ContentLength::Conflicting => {
                 note(&mut defect, ParseError::BadContentLength);
@@ -142,6 +144,13 @@ impl SipMessage {
             },
         };
 
+        // Bytes past Content-Length in a datagram are no part of the message
+        // (RFC 3261 18.3): cut them off here, so nothing downstream (the
+        // splice, a TCP next hop) ever forwards them as a second message.
+        let mut raw = raw;
+        if matches!(content_length, ContentLength::Value(_)) && body.end < len {
+            raw.truncate(body.end);
+        }
         Ok(SipMessage {
             raw,
             start,

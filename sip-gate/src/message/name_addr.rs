@@ -3,7 +3,7 @@
 
 use std::ops::Range;
 
-use crate::lex::{self, find_param, parse_params, quoted_end, skip_lws, take_while};
+use crate::lex::{self, find_param, quoted_end, skip_lws, take_while};
 
 /// One element of a Route or Record-Route list.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,7 +66,7 @@ pub(super) fn parse_name_addr(buf: &[u8], range: Range<usize>) -> Option<NameAdd
                 if !is_uri(buf.get(uri.clone())?) {
                     return None;
                 }
-                parse_params(buf, uri_end..end)?;
+                lex::walk_params(buf, uri_end..end, |_| {})?;
                 return Some(NameAddrParts {
                     uri,
                     params: uri_end..end,
@@ -82,7 +82,7 @@ pub(super) fn parse_name_addr(buf: &[u8], range: Range<usize>) -> Option<NameAdd
         return None;
     }
     let params = gt.checked_add(1)?..end;
-    parse_params(buf, params.clone())?;
+    lex::walk_params(buf, params.clone(), |_| {})?;
     Some(NameAddrParts { uri, params })
 }
 

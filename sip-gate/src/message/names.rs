@@ -149,6 +149,8 @@ pub enum HeaderName {
     RSeq,
     /// RAck
     RAck,
+    /// Subscription-State (RFC 6665)
+    SubscriptionState,
     /// Any other header; its name is in [`HeaderField::name_range`].
     Other,
 }
@@ -191,6 +193,7 @@ const HEADER_NAMES: &[(&[u8], Option<u8>, HeaderName)] = &[
     (b"Server", None, HeaderName::Server),
     (b"RSeq", None, HeaderName::RSeq),
     (b"RAck", None, HeaderName::RAck),
+    (b"Subscription-State", None, HeaderName::SubscriptionState),
 ];
 
 impl HeaderName {

@@ -1,12 +1,18 @@
-//! Replies the gate sends itself (400, 403, 404, 483, 503, 505), back to
-//! where the request came from.
+//! Replies the gate sends itself (400, 403, 404, 483, 503, 505), and where
+//! any response goes ([`response_out`]).
 
-use crate::message::{Method, ParseError, SipMessage};
+use std::net::SocketAddr;
+
+use crate::message::{Method, ParseError, SipMessage, Via};
 use crate::metrics as m;
 use crate::reply::{self, Reply};
 use crate::txn::Inbound;
+use crate::uri::host_ip;
 
 use super::{Action, Core, Out};
+
+/// The port of a sent-by without one (RFC 3261 18.2.2; no TLS here).
+const DEFAULT_PORT: u16 = 5060;
 
 impl Core {
     /// Answers `msg` with `r`, counting the request under `outcome`. An ACK
@@ -23,13 +29,16 @@ impl Core {
         if msg.method() == Some(Method::Ack) {
             return Action::None; // never answer an ACK
         }
-        if msg.top_via().is_none() {
-            // A response the client cannot match to its request helps nobody.
+        // Without a Via the client cannot match a response to its request.
+        let Some(out) = msg
+            .top_via()
+            .and_then(|v| response_out(&v, Some(inbound), inbound.listener()))
+        else {
             m::dropped("unanswerable");
             return Action::None;
-        }
+        };
         let bytes = reply::build(msg, inbound.peer(), r, &self.tags);
-        Action::Send(back(inbound), bytes)
+        Action::Send(out, bytes)
     }
 
     /// A message that scans but does not validate: a request that still has
@@ -51,17 +60,63 @@ impl Core {
                 "bad_request",
             );
         }
-        m::dropped("unparseable");
+        m::dropped(if e == ParseError::BodyTooShort {
+            "short_body"
+        } else {
+            "unparseable"
+        });
         Action::None
     }
 }
 
-/// Where a reply to something received goes: on the same connection, or
-/// to the datagram's source (which is what rport asks for, and what works
-/// through NAT).
-pub(super) fn back(inbound: Inbound) -> Out {
-    match inbound {
-        Inbound::Udp { listener, peer } => Out::Udp { listener, to: peer },
+/// Where a response goes (RFC 3261 18.2.2, RFC 3581 4): the one rule for
+/// the responses the gate relays and those it makes. `via` is the client's
+/// Via (as the gate stamped it when relaying, as received when answering);
+/// `from` is where the request came from, while the gate knows it;
+/// `listener` sends when it does not.
+///
+/// - Over TCP: on the request's connection while it is open, else on a new
+///   connection to the source address and the sent-by port (5060 if none),
+///   not the connection's ephemeral port.
+/// - Over UDP: to the source address (`received`), at the source port when
+///   the client asked for `rport`, else at the sent-by port.
+///
+/// A known transaction takes the address from the request's source, never
+/// from what the Via claims; without one, the stamped Via is all there is.
+/// `None`: the Via names no address (a host name without `received`).
+pub(super) fn response_out(via: &Via<'_>, from: Option<Inbound>, listener: usize) -> Option<Out> {
+    let sent_by = via.port.unwrap_or(DEFAULT_PORT);
+    let Some(from) = from else {
+        let ip = via
+            .received
+            .and_then(host_ip)
+            .or_else(|| host_ip(via.host))?;
+        return Some(if via.transport.eq_ignore_ascii_case(b"TCP") {
+            Out::Tcp {
+                listener,
+                conn: None,
+                to: SocketAddr::new(ip, sent_by),
+            }
+        } else {
+            let port = match via.rport {
+                Some(Some(p)) => p,
+                _ => sent_by,
+            };
+            Out::Udp {
+                listener,
+                to: SocketAddr::new(ip, port),
+            }
+        });
+    };
+    Some(match from {
+        Inbound::Udp { listener, peer } => Out::Udp {
+            listener,
+            to: if via.rport.is_some() {
+                peer
+            } else {
+                SocketAddr::new(peer.ip(), sent_by)
+            },
+        },
         Inbound::Tcp {
             listener,
             conn,
@@ -69,7 +124,7 @@ pub(super) fn back(inbound: Inbound) -> Out {
         } => Out::Tcp {
             listener,
             conn: Some(conn),
-            to: peer,
+            to: SocketAddr::new(peer.ip(), sent_by),
         },
-    }
+    })
 }

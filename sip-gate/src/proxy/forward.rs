@@ -1,10 +1,13 @@
 //! Forwarding a request: the received bytes with the edits a proxy must
 //! make (RFC 3261 16.6), declared on a [`Splice`] and applied once.
 
+use std::collections::BTreeMap;
+use std::ops::Range;
+
 use bytes::Bytes;
 
-use crate::edit::Splice;
-use crate::message::HeaderName;
+use crate::edit::{EditError, Splice};
+use crate::message::{HeaderName, StartLine};
 use crate::metrics as m;
 use crate::reply;
 use crate::txn::{Hop, Inbound};
@@ -14,7 +17,7 @@ use super::request::{Request, DEFAULT_MAX_FORWARDS};
 use super::{Action, Core, Out};
 
 impl Core {
-    /// Forwards `req` to `hop`, with a Record-Route naming instance
+    /// Forwards `req` to `hop`, with Record-Routes naming instance
     /// `record_route` when there is one.
     pub(super) fn forward(
         &self,
@@ -29,42 +32,34 @@ impl Core {
         // Record-Route and Max-Forwards first, then our Via right above the
         // client's: the Via stack stays contiguous, so a UAS that copies the
         // INVITE's Via lines as one block (uas_cancel.xml's 487) keeps them all.
-        let mut head = String::with_capacity(160);
+        let mut head = String::with_capacity(256);
         if let Some(idx) = record_route {
-            self.push_record_route(&mut head, req, idx);
+            self.push_record_routes(&mut head, req, idx, hop);
         }
         if req.max_forwards.is_none() {
             head.push_str("Max-Forwards: ");
             head.push_str(&DEFAULT_MAX_FORWARDS.to_string());
             head.push_str("\r\n");
         }
-        // Our Via on top of the Via stack, with a branch derived from the
-        // client's, so a retransmission or CANCEL carries the same branch downstream.
-        head.push_str(if hop.tcp {
-            "Via: SIP/2.0/TCP "
-        } else {
-            "Via: SIP/2.0/UDP "
-        });
-        head.push_str(&req.listener.host);
-        head.push_str(";branch=");
-        self.branches.write(req.key, &mut head);
-        head.push_str(";rport\r\n");
+        let via_line = self.via_line(req, hop);
         // Right above the client's top Via line, wherever that line is.
         let via_at = msg
             .headers()
             .get(req.top_via.field_index)
             .map_or(at, |f| f.line.start);
         if via_at == at {
+            head.push_str(&via_line);
             s.insert(at, Bytes::from(head));
         } else {
-            let via_line = head.split_off(head.rfind("Via: ").unwrap_or(0));
             s.insert(at, Bytes::from(head));
             s.insert(via_at, Bytes::from(via_line));
         }
 
-        // received / rport on the client's Via (RFC 3261 18.2.1, RFC 3581).
+        // received / rport on the client's Via (RFC 3261 18.2.1, RFC 3581);
+        // a `received` the client wrote itself is replaced, so the Via a
+        // response follows always names the real source.
         let (via, peer) = (&req.top_via, req.inbound.peer());
-        if via.rport.is_some() || host_ip(via.host) != Some(peer.ip()) {
+        if via.rport.is_some() || via.received.is_some() || host_ip(via.host) != Some(peer.ip()) {
             if let Some(raw) = msg.raw().get(via.range.clone()) {
                 let stamped =
                     reply::stamp_via(&String::from_utf8_lossy(raw), via.rport.is_some(), peer);
@@ -77,39 +72,87 @@ impl Core {
                 s.replace(f.value.clone(), Bytes::from((n - 1).to_string()));
             }
         }
-        for r in req.own_routes() {
-            if s.remove_element(r.field_index, r.range.clone()).is_err() {
-                m::dropped("edit_conflict");
-                return Action::None;
-            }
+        if hop.tcp {
+            stream_length(&mut s);
         }
-        match s.finish() {
+        match route_edits(req, &mut s).and_then(|()| s.finish()) {
             Ok(bytes) => Action::Send(out(req.inbound, hop), bytes),
-            Err(_) => {
+            Err(e) => {
+                tracing::debug!(error = %e, "cannot splice the forward");
                 m::dropped("edit_conflict");
                 Action::None
             }
         }
     }
 
+    /// The gate's Via, with a branch derived from the client's, so a
+    /// retransmission or CANCEL carries the same branch downstream.
+    fn via_line(&self, req: &Request<'_>, hop: Hop) -> String {
+        let mut line = String::with_capacity(96);
+        line.push_str(if hop.tcp {
+            "Via: SIP/2.0/TCP "
+        } else {
+            "Via: SIP/2.0/UDP "
+        });
+        line.push_str(&req.listener.host);
+        line.push_str(";branch=");
+        self.branches.write(req.key, &mut line);
+        line.push_str(";rport\r\n");
+        line
+    }
+
     /// `Record-Route: <sip:TOKEN@gate;lr>` naming instance `idx` for this
-    /// request's dialog (its Call-ID), with `transport=tcp` when the request
-    /// came over TCP.
-    fn push_record_route(&self, head: &mut String, req: &Request<'_>, idx: usize) {
-        head.push_str("Record-Route: <sip:");
-        let call_id = req.msg.call_id().unwrap_or_default();
-        head.push_str(&self.tokens.seal(&self.config.instances[idx].id, call_id));
-        head.push('@');
-        head.push_str(&req.listener.host);
-        if matches!(req.inbound, Inbound::Tcp { .. }) {
-            head.push_str(";transport=tcp");
+    /// request's dialog (its Call-ID), with `transport=tcp` on a TCP leg.
+    ///
+    /// When the two legs differ (UDP in, TCP out or the reverse), two of them
+    /// (RFC 5658): the top one for the next hop's side, the other for the
+    /// sender's, so each side's route set starts with a URI it can reach, and
+    /// an in-dialog request names, in the gate's last Route, the transport of
+    /// the leg it goes on.
+    fn push_record_routes(&self, head: &mut String, req: &Request<'_>, idx: usize, hop: Hop) {
+        let token = self.tokens.seal(
+            &self.config.instances[idx].id,
+            req.msg.call_id().unwrap_or_default(),
+        );
+        let inbound_tcp = matches!(req.inbound, Inbound::Tcp { .. });
+        let legs: &[bool] = if hop.tcp == inbound_tcp {
+            &[inbound_tcp]
+        } else {
+            &[hop.tcp, inbound_tcp]
+        };
+        for &tcp in legs {
+            head.push_str("Record-Route: <sip:");
+            head.push_str(&token);
+            head.push('@');
+            head.push_str(&req.listener.host);
+            if tcp {
+                head.push_str(";transport=tcp");
+            }
+            head.push_str(";lr>\r\n");
         }
-        head.push_str(";lr>\r\n");
     }
 }
 
+/// The Route edits: the gate's own Routes go, and under a strict router
+/// upstream (RFC 3261 16.4) the last Route goes too and becomes the
+/// Request-URI. Routes on one line go in one edit, so they never overlap.
+fn route_edits(req: &Request<'_>, s: &mut Splice<'_>) -> Result<(), EditError> {
+    let mut gone: BTreeMap<usize, Vec<Range<usize>>> = BTreeMap::new();
+    for r in req.own_routes().iter().chain(&req.strict) {
+        gone.entry(r.field_index).or_default().push(r.range.clone());
+    }
+    for (field, ranges) in gone {
+        s.remove_elements(field, &ranges)?;
+    }
+    if let (Some(last), StartLine::Request { uri, .. }) = (&req.strict, req.msg.start_line()) {
+        let new_uri = Bytes::copy_from_slice(req.msg.slice(last.uri.clone()));
+        s.replace(uri.clone(), new_uri);
+    }
+    Ok(())
+}
+
 /// Where a request forwarded to `hop` goes out: from the listener it came in on.
-fn out(inbound: Inbound, hop: Hop) -> Out {
+pub(super) fn out(inbound: Inbound, hop: Hop) -> Out {
     if hop.tcp {
         Out::Tcp {
             listener: inbound.listener(),
@@ -121,5 +164,16 @@ fn out(inbound: Inbound, hop: Hop) -> Out {
             listener: inbound.listener(),
             to: hop.addr,
         }
+    }
+}
+
+/// A message forwarded onto a stream must say where it ends (RFC 3261
+/// 18.3); a datagram may leave Content-Length out (its body is the rest of
+/// the datagram), so the gate adds it when relaying such a message to TCP.
+pub(super) fn stream_length(s: &mut Splice<'_>) {
+    let msg = s.message();
+    if msg.fields(HeaderName::ContentLength).next().is_none() {
+        let line = format!("Content-Length: {}\r\n", msg.body().len());
+        s.append_header(Bytes::from(line));
     }
 }

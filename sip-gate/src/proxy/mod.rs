@@ -15,11 +15,14 @@
 //! set, token); [`route`] decides where it goes, a plain function of the
 //! request and the drain view; [`forward`] splices the edits; [`answer`]
 //! builds the gate's own replies; [`transaction`] runs a request through
-//! these with the transaction table; [`response`] sends responses back.
+//! these with the transaction table; [`resolved`] parks requests to host
+//! names while the transport resolves them (RFC 3263) and fails over
+//! between targets; [`response`] sends responses back.
 
 mod answer;
 mod forward;
 mod request;
+mod resolved;
 mod response;
 mod route;
 mod transaction;
@@ -31,22 +34,25 @@ use std::time::Instant;
 use bytes::Bytes;
 use ringsync::config::SiteConfig;
 use ringsync::state::DrainState;
-use ringsync::view::{DrainView, InstanceState};
+use ringsync::view::DrainView;
 
 use crate::branch::BranchKey;
+use crate::dns::cache::DnsCache;
+use crate::dns::DnsQuery;
 use crate::health::{HealthBook, Prober};
+use crate::lifecycle::Lifecycle;
 use crate::listener::{ListenerCtx, Listeners};
 use crate::message::SipMessage;
-use crate::metrics as m;
+use crate::metrics::{self as m, InstanceGauges};
 use crate::origin::Origins;
 use crate::policy::Policy;
 use crate::reply::TagKey;
 use crate::token::TokenKey;
 use crate::txn::{ConnId, Inbound, TxnTable};
-use crate::work::WorkBook;
+use crate::work::{SnapshotError, WorkBook, WorkSnapshot};
 
 /// Bound on remembered transactions (see [`TxnTable`]).
-const TXN_CAPACITY: usize = 1 << 20;
+pub(crate) const TXN_CAPACITY: usize = 1 << 20;
 
 /// Where a message goes out.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,6 +81,10 @@ pub enum Out {
 pub enum Action {
     /// Send these bytes.
     Send(Out, Bytes),
+    /// Resolve this name (RFC 3263) and hand the answer to
+    /// [`Core::resolved`]: the message that needs it is parked in the core
+    /// until then.
+    Resolve(DnsQuery),
     /// Nothing to send (dropped, absorbed, or a probe answer).
     None,
 }
@@ -100,9 +110,14 @@ pub struct Core {
     policy: Policy,
     work: Arc<WorkBook>,
     health: Arc<HealthBook>,
+    dns: DnsCache,
+    /// The gate's phase: new work is admitted only while serving (R-GW-1).
+    lifecycle: Arc<Lifecycle>,
     /// `sipgate_new_work_total{instance}`, registered once: no label
     /// allocation per request.
     new_work: Vec<Option<metrics::Counter>>,
+    /// Work and state gauges of the SIP instances, registered once.
+    gauges: Vec<Option<InstanceGauges>>,
 }
 
 impl std::fmt::Debug for Core {
@@ -114,7 +129,8 @@ impl std::fmt::Debug for Core {
 }
 
 impl Core {
-    /// Builds the core for a validated site.
+    /// Builds the core for a validated site, serving at once (its
+    /// [`Lifecycle`] has nothing to wait for).
     pub fn new(config: Arc<SiteConfig>, drain: Arc<DrainState>) -> Result<Core, CoreError> {
         Core::with_txn_capacity(config, drain, TXN_CAPACITY)
     }
@@ -125,6 +141,16 @@ impl Core {
         config: Arc<SiteConfig>,
         drain: Arc<DrainState>,
         capacity: usize,
+    ) -> Result<Core, CoreError> {
+        Core::build(config, drain, capacity, Lifecycle::serving())
+    }
+
+    /// The core of a gate, whose phase the gate moves.
+    pub(crate) fn build(
+        config: Arc<SiteConfig>,
+        drain: Arc<DrainState>,
+        capacity: usize,
+        lifecycle: Arc<Lifecycle>,
     ) -> Result<Core, CoreError> {
         let listeners = Listeners::new(&config).map_err(|e| CoreError::UnknownInstance(e.0))?;
         let n = config.instances.len();
@@ -138,6 +164,11 @@ impl Core {
                     .then(|| metrics::counter!(m::NEW_WORK, "instance" => i.id.clone()))
             })
             .collect();
+        let gauges = config
+            .instances
+            .iter()
+            .map(|i| i.service.is_sip().then(|| InstanceGauges::new(&i.id)))
+            .collect();
         Ok(Core {
             tokens: TokenKey::new(&config.site.secret),
             branches: BranchKey::new(&config.site.secret),
@@ -147,9 +178,12 @@ impl Core {
             origins: Origins::new(&config),
             listeners,
             drain,
-            work: Arc::new(WorkBook::new(n)),
+            work: Arc::new(WorkBook::new(&config, Instant::now())),
             health: Arc::new(HealthBook::new(n)),
+            dns: DnsCache::new(&config.dns),
+            lifecycle,
             new_work,
+            gauges,
             config,
         })
     }
@@ -157,6 +191,16 @@ impl Core {
     /// The listeners, in config order.
     pub(crate) fn listeners(&self) -> &[ListenerCtx] {
         self.listeners.all()
+    }
+
+    /// How host names are resolved (`[dns]`).
+    pub(crate) fn dns_config(&self) -> &ringsync::config::DnsConfig {
+        &self.config.dns
+    }
+
+    /// The gate's phase (R-GW-1).
+    pub fn lifecycle(&self) -> &Arc<Lifecycle> {
+        &self.lifecycle
     }
 
     /// Work the gate holds per instance.
@@ -174,62 +218,94 @@ impl Core {
         })
     }
 
+    /// Whether the store the view follows is current (R-MN-2).
+    pub(crate) fn store_freshness(&self) -> Arc<ringsync::store::Freshness> {
+        self.drain.freshness()
+    }
+
     /// Current view (cheap).
     pub fn view(&self) -> Arc<DrainView> {
         self.drain.view()
     }
 
-    /// Number of remembered transactions.
+    /// Number of remembered transactions: an INVITE until its final
+    /// response (at most 200 s) and 32 s after it, any other request 32 s
+    /// (the RFC 3261 timers in `txn.rs`: the time in which retransmissions,
+    /// the ACK of a non-2xx and 2xx retransmissions may still arrive). A
+    /// stopping gate waits for this to reach zero.
     pub fn transactions(&self) -> usize {
         self.txns.len()
     }
 
-    /// Forgets expired transactions; the transport calls it about once a
-    /// second.
+    /// Forgets expired transactions and ends the work that timed out
+    /// (R-ST-2); the transport calls it about once a second.
     pub fn sweep(&self, now: Instant) {
         for e in self.txns.sweep(now) {
+            // Timer C passed without a final response.
             if e.invite {
-                if let Some(i) = e.hop.instance {
+                if let Some(i) = e.owner {
                     self.work.invite_done(i);
                 }
             }
         }
+        self.work.sweep(now);
         m::transactions(self.txns.len());
     }
 
-    /// Hands the work counts to the drain state (so it can tell `draining`
-    /// from `drained`) and to the metrics; the transport calls it about once
-    /// a second.
-    pub fn publish_work(&self) {
+    /// Hands the work counts to the drain state, so it can tell `draining`
+    /// from `drained`, and to the metrics; the transport calls it about once
+    /// a second, after [`Core::sweep`]. While the book cannot vouch for its
+    /// counts the drain state gets none: never `drained` (R-ST-3).
+    pub fn publish_work(&self, now: Instant) {
+        let known = self.work.unknown(now).is_none();
+        let sip = || {
+            self.gauges
+                .iter()
+                .enumerate()
+                .filter_map(|(i, g)| Some((i, g.as_ref()?)))
+        };
+        for (i, _) in sip() {
+            if known {
+                self.drain.set_work(i, self.work.get(i).total());
+            } else {
+                self.drain.clear_work(i);
+            }
+        }
         let view = self.drain.view();
-        for (iv, inst) in view.instances().iter().zip(&self.config.instances) {
-            for state in [
-                InstanceState::Up,
-                InstanceState::Down,
-                InstanceState::Draining,
-                InstanceState::Drained,
-                InstanceState::DrainingDown,
-            ] {
-                let v = if iv.state == state { 1.0 } else { 0.0 };
-                metrics::gauge!(m::INSTANCE_STATE, "instance" => inst.id.clone(), "state" => state.as_str()).set(v);
+        for (i, g) in sip() {
+            if let Some(iv) = view.instances().get(i) {
+                g.set(&self.work.get(i), known, iv.state);
             }
         }
-        for (i, inst) in self.config.instances.iter().enumerate() {
-            if !inst.service.is_sip() {
-                continue;
-            }
-            let w = self.work.get(i);
-            self.drain.set_work(i, w.total());
-            metrics::gauge!(m::INSTANCE_WORK, "instance" => inst.id.clone(), "kind" => "invites")
-                .set(w.invites as f64);
-            metrics::gauge!(m::INSTANCE_WORK, "instance" => inst.id.clone(), "kind" => "dialogs")
-                .set(w.dialogs as f64);
+    }
+
+    /// The work book as it stands, for a graceful stop to save (R-ST-3).
+    /// Refused while a transaction is in flight: its answer, which would
+    /// set up or change work, would be missed.
+    pub fn work_snapshot(&self, now: Instant) -> Result<WorkSnapshot, SnapshotError> {
+        match self.txns.unfinished() {
+            0 => Ok(self.work.snapshot(now)),
+            n => Err(SnapshotError::NotNow(format!(
+                "{n} transactions still wait for a final response"
+            ))),
         }
-        self.work.sweep(Instant::now());
+    }
+
+    /// Takes a snapshot saved by this gate's last graceful stop into the
+    /// work book: it then knows the work set up since that book did.
+    pub fn restore_work(&self, snapshot: &WorkSnapshot, now: Instant) -> Result<(), SnapshotError> {
+        self.work.restore(snapshot, now)
     }
 
     /// Handles one received message.
     pub fn handle(&self, inbound: Inbound, data: Bytes, now: Instant) -> Action {
+        self.handle_as(inbound, data, now, false)
+    }
+
+    /// [`Core::handle`]; `resumed`: a message handed back after the lookup
+    /// it waited for, which routes on that answer even if its TTL has run
+    /// out meanwhile, and is never parked twice.
+    fn handle_as(&self, inbound: Inbound, data: Bytes, now: Instant, resumed: bool) -> Action {
         let Some(listener) = self.listeners.get(inbound.listener()) else {
             m::dropped("unknown_listener");
             return Action::None;
@@ -245,7 +321,7 @@ impl Core {
             return self.bad_message(inbound, &msg, e);
         }
         if msg.is_request() {
-            self.request(inbound, listener, &msg, now)
+            self.request(inbound, listener, &msg, now, resumed)
         } else {
             self.response(inbound, &msg, now)
         }

@@ -3,6 +3,8 @@
 //! routing needs to know (who sent it, the gate's own Routes and the token
 //! in them).
 
+use std::time::Instant;
+
 use ringsync::view::DrainView;
 
 use crate::listener::ListenerCtx;
@@ -31,18 +33,32 @@ pub(super) struct Request<'a> {
     pub(super) max_forwards: Option<u32>,
     /// Transaction key (see [`crate::branch::BranchKey::txn_key`]).
     pub(super) key: u64,
+    /// The route set; under a strict router, without its last value (which
+    /// is the Request-URI to forward with, `strict`).
     pub(super) routes: Vec<NameAddr>,
     /// How many Routes at the top name the gate itself.
     pub(super) ours: usize,
-    /// The instance the first token in the gate's Routes names: `Err` when
-    /// the token does not open (forged, another site's, or another dialog's:
-    /// the MAC covers the Call-ID) or names no instance.
+    /// A strict router upstream put the gate's Record-Route into the
+    /// Request-URI (RFC 3261 16.4): the last Route, which replaces it.
+    pub(super) strict: Option<NameAddr>,
+    /// The instance the first token in the gate's URIs (the Request-URI
+    /// under a strict router, then its Routes) names: `Err` when the token
+    /// does not open (forged, another site's, or another dialog's: the MAC
+    /// covers the Call-ID) or names no instance.
     pub(super) token: Option<Result<usize, ()>>,
+    /// Whether the last of the gate's token URIs asks for TCP: the transport
+    /// of the dialog's leg on the far side of the gate (with two
+    /// Record-Routes, RFC 5658, the one toward the next hop).
+    pub(super) leg_tcp: Option<bool>,
     /// The configured instance that sent it, when it is one this listener
     /// fronts (such a request goes outward).
     pub(super) from_instance: Option<usize>,
     /// To tag present: inside a dialog.
     pub(super) to_tag: bool,
+    /// When it was received.
+    pub(super) now: Instant,
+    /// Handed back after a DNS lookup (see [`Core::resolved`]).
+    pub(super) resumed: bool,
 }
 
 impl<'a> Request<'a> {
@@ -56,11 +72,12 @@ impl<'a> Request<'a> {
         self.routes.get(..self.ours).unwrap_or_default()
     }
 
-    /// Where the request asks to go next: the next Route, else the Request-URI.
+    /// Where the request asks to go next: the next Route, else the
+    /// Request-URI (under a strict router, the one it gets from the last Route).
     pub(super) fn target(&self) -> Option<SipUri<'a>> {
-        let raw = match self.routes.get(self.ours) {
-            Some(r) => self.msg.raw().get(r.uri.clone()),
-            None => self.msg.request_uri(),
+        let raw = match (self.routes.get(self.ours), &self.strict) {
+            (Some(r), _) | (None, Some(r)) => self.msg.raw().get(r.uri.clone()),
+            (None, None) => self.msg.request_uri(),
         };
         raw.and_then(SipUri::parse)
     }
@@ -75,6 +92,7 @@ impl Core {
         listener: &'a ListenerCtx,
         msg: &'a SipMessage,
         view: &DrainView,
+        (now, resumed): (Instant, bool),
     ) -> Result<Request<'a>, Action> {
         let method = msg.method().unwrap_or(Method::Other);
         let mname = m::method_label(method);
@@ -127,18 +145,43 @@ impl Core {
             max_forwards,
             routes: msg.routes(),
             ours: 0,
+            strict: None,
             token: None,
+            leg_tcp: None,
             from_instance: None,
             to_tag: msg.to_tag().is_some(),
+            now,
+            resumed,
         };
+        self.strict_route(&mut req, view);
         self.own_routes(&mut req, view);
         req.from_instance = self.sender(&req);
         Ok(req)
     }
 
+    /// RFC 3261 16.4: a Request-URI that is a Record-Route the gate wrote
+    /// (its address, a token that opens for this dialog) comes from a strict
+    /// router upstream; the last Route is the real Request-URI. A URI that
+    /// merely names the gate (a UA addressing it, a token that does not
+    /// open) is no such value, and routing treats it as before.
+    fn strict_route(&self, req: &mut Request<'_>, view: &DrainView) {
+        let Some(uri) = req.msg.request_uri().and_then(SipUri::parse) else {
+            return;
+        };
+        if req.routes.is_empty() || !uri.socket_addr().is_some_and(|a| self.listeners.is_own(a)) {
+            return;
+        }
+        if let Some(Ok(idx)) = uri.user.map(|user| self.open_token(req.msg, user, view)) {
+            req.strict = req.routes.pop();
+            req.token = Some(Ok(idx));
+            req.leg_tcp = Some(uri.wants_tcp());
+        }
+    }
+
     /// Counts the gate's own Routes at the top of the route set (the gate
-    /// inserts one Record-Route, but a UA may also preload the gate as its
-    /// outbound proxy) and opens the first token among them.
+    /// inserts one or two Record-Routes, and a UA may also preload the gate
+    /// as its outbound proxy), opens the first token among them and notes
+    /// the transport of the last one with a token.
     fn own_routes(&self, req: &mut Request<'_>, view: &DrainView) {
         for r in &req.routes {
             let Some(uri) = req.msg.raw().get(r.uri.clone()).and_then(SipUri::parse) else {
@@ -150,16 +193,20 @@ impl Core {
             req.ours += 1;
             if let Some(user) = uri.user {
                 if req.token.is_none() {
-                    req.token = Some(
-                        self.tokens
-                            .open(user, req.msg.call_id().unwrap_or_default())
-                            .ok()
-                            .and_then(|id| view.index_of(id))
-                            .ok_or(()),
-                    );
+                    req.token = Some(self.open_token(req.msg, user, view));
                 }
+                req.leg_tcp = Some(uri.wants_tcp());
             }
         }
+    }
+
+    /// The instance a token in one of the gate's URIs names, for this dialog.
+    fn open_token(&self, msg: &SipMessage, user: &[u8], view: &DrainView) -> Result<usize, ()> {
+        self.tokens
+            .open(user, msg.call_id().unwrap_or_default())
+            .ok()
+            .and_then(|id| view.index_of(id))
+            .ok_or(())
     }
 
     /// The instance that sent the request, when it is one this listener

@@ -1,6 +1,6 @@
 //! Responses: only those answering something the gate sent travel back
-//! (R-SEC-1), minus the gate's Via, to where the request came from (the
-//! transaction table), or along the next Via when the gate has no state
+//! (R-SEC-1), minus the gate's Via, to where [`response_out`] says: the
+//! request's source while the transaction is known, else the next Via
 //! (RFC 3261 18.2.2 with RFC 3581).
 
 use std::net::SocketAddr;
@@ -8,12 +8,13 @@ use std::time::Instant;
 
 use crate::branch::PROBE_PREFIX;
 use crate::edit::Splice;
-use crate::message::{Method, SipMessage, Via};
+use crate::message::{Method, SipMessage};
 use crate::metrics as m;
 use crate::txn::{Inbound, TxnEntry};
 use crate::uri::host_ip;
 
-use super::answer::back;
+use super::answer::response_out;
+use super::forward::stream_length;
 use super::{txn_span, Action, Core, Out};
 
 impl Core {
@@ -59,32 +60,30 @@ impl Core {
             span.record("instance", self.config.instances[i].id.as_str());
         }
 
-        // Drop our Via; the next one says where the response goes.
-        let mut s = Splice::new(msg);
-        let edited = s
-            .remove_element(via.field_index, via.range.clone())
-            .and_then(|()| s.finish());
-        let Ok(bytes) = edited else {
-            m::dropped("edit_conflict");
+        let Some(out) = response_out(&next, entry.map(|e| e.inbound), inbound.listener()) else {
+            m::dropped("bad_next_via");
             return Action::None;
         };
-        let out = match entry {
-            Some(e) => back(e.inbound),
-            // No state (the gate restarted, or the entry expired): the Via.
-            None => match via_out(&next, inbound.listener()) {
-                Ok(out) => out,
-                Err(why) => {
-                    m::dropped(why);
-                    return Action::None;
-                }
-            },
+        // Drop our Via; the next one is the client's.
+        let mut s = Splice::new(msg);
+        if let Err(e) = s.remove_element(via.field_index, via.range.clone()) {
+            tracing::debug!(error = %e, "cannot remove our Via");
+            m::dropped("edit_conflict");
+            return Action::None;
+        }
+        if matches!(out, Out::Tcp { .. }) {
+            stream_length(&mut s);
+        }
+        let Ok(bytes) = s.finish() else {
+            m::dropped("edit_conflict");
+            return Action::None;
         };
         m::response("forwarded");
         tracing::debug!(code = msg.code(), "response relayed");
         Action::Send(out, bytes)
     }
 
-    /// Updates the transaction (and the work counts) for a response to
+    /// Updates the transaction (and the work book: R-ST-2) for a response to
     /// transaction `key`; returns its entry, or what to do instead.
     fn track(&self, msg: &SipMessage, key: u64, now: Instant) -> Result<Option<TxnEntry>, Action> {
         let code = msg.code().unwrap_or(0);
@@ -105,45 +104,12 @@ impl Core {
             return Ok(e);
         }
         let before = self.txns.finish(key, now);
-        // The first final response of the transaction settles its work.
-        if let Some(e) = before.filter(|e| !e.finished) {
-            if let Some(i) = e.hop.instance {
-                if e.invite {
-                    self.work.invite_done(i);
-                }
-                if e.initial && e.invite && (200..300).contains(&code) {
-                    self.work.dialog_started(i, msg);
-                }
-                if cseq_method == Some(Method::Bye) {
-                    self.work.dialog_ended(i, msg);
-                }
-            }
+        let first = before.is_some_and(|e| !e.finished);
+        // The first final response settles the INVITE transaction's work.
+        if let Some(i) = before.filter(|e| first && e.invite).and_then(|e| e.owner) {
+            self.work.invite_done(i);
         }
+        self.work.final_response(msg, before.as_ref(), first, now);
         Ok(before)
     }
-}
-
-/// Where a response goes by its next Via, when the gate has no state for it;
-/// `Err` names the reason to drop it.
-fn via_out(next: &Via<'_>, listener: usize) -> Result<Out, &'static str> {
-    let to = via_destination(next).ok_or("bad_next_via")?;
-    Ok(if next.transport.eq_ignore_ascii_case(b"TCP") {
-        Out::Tcp {
-            listener,
-            conn: None,
-            to,
-        }
-    } else {
-        Out::Udp { listener, to }
-    })
-}
-
-/// RFC 3261 18.2.2 with RFC 3581: `received` and `rport` when present, else sent-by.
-fn via_destination(v: &Via<'_>) -> Option<SocketAddr> {
-    let ip = host_ip(v.received.unwrap_or(v.host))?;
-    let port = match v.rport {
-        Some(Some(p)) => p,
-        _ => v.port.unwrap_or(5060),
-    };
-    Some(SocketAddr::new(ip, port))
 }

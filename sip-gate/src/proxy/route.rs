@@ -5,6 +5,8 @@
 
 use ringsync::view::DrainView;
 
+use crate::dns::cache::Cached;
+use crate::dns::{DnsFailure, DnsQuery};
 use crate::listener::Mode;
 use crate::message::Method;
 use crate::policy::Admission;
@@ -29,6 +31,8 @@ pub(super) enum Decision {
         reply: Reply<'static>,
         why: &'static str,
     },
+    /// The next hop is a host name the DNS cache does not hold yet.
+    Resolve(DnsQuery),
 }
 
 impl Decision {
@@ -40,6 +44,11 @@ impl Decision {
     }
 }
 
+/// Whether a request came in over TCP.
+fn inbound_tcp(inbound: Inbound) -> bool {
+    matches!(inbound, Inbound::Tcp { .. })
+}
+
 /// Requests that create a dialog the gate must stay in (RFC 3261 12.1, RFC 6665).
 pub(super) fn creates_dialog(m: Method) -> bool {
     matches!(m, Method::Invite | Method::Subscribe | Method::Refer)
@@ -48,6 +57,16 @@ pub(super) fn creates_dialog(m: Method) -> bool {
 impl Core {
     /// Decides where `req` goes in `view`.
     pub(super) fn decide(&self, req: &Request<'_>, view: &DrainView) -> Decision {
+        // R-GW-1: a gate that is starting or stopping takes no new work, in
+        // either direction. In-dialog requests skip even the one load.
+        if !req.to_tag && !self.lifecycle.admits_new_work() {
+            let phase = self.lifecycle.phase();
+            if let Admission::Refuse { reply, rule } =
+                self.policy.not_serving(phase, req.msg, req.method)
+            {
+                return Decision::Refuse { reply, why: rule };
+            }
+        }
         if let Some(src) = req.from_instance {
             self.outward(req, src)
         } else if req.to_tag {
@@ -60,12 +79,17 @@ impl Core {
     /// From a configured instance toward the outside: along the route set,
     /// or to the Request-URI.
     fn outward(&self, req: &Request<'_>, src: usize) -> Decision {
-        let Some(hop) = req.target().and_then(|u| self.outside_hop(&u, req.inbound)) else {
+        let Some(uri) = req.target() else {
             return Decision::refuse(404, "Unroutable Request-URI", "unroutable");
         };
-        // Dialogs an instance starts through the gate come back to it.
-        let record_route = (!req.to_tag && creates_dialog(req.method)).then_some(src);
-        Decision::Forward { hop, record_route }
+        match self.outside_hop(&uri, req) {
+            Ok(hop) => {
+                // Dialogs an instance starts through the gate come back to it.
+                let record_route = (!req.to_tag && creates_dialog(req.method)).then_some(src);
+                Decision::Forward { hop, record_route }
+            }
+            Err(decision) => decision,
+        }
     }
 
     /// In-dialog from outside: the gate's token names the instance (R-SEC-1).
@@ -108,7 +132,10 @@ impl Core {
                 return Decision::refuse(403, "Route Not Allowed", "foreign_route");
             }
         }
-        self.to_instance(idx, req.inbound, None)
+        // The transport the dialog's instance leg was recorded with (RFC
+        // 5658); a UA without a route set gets the transport it came in on.
+        let tcp = req.leg_tcp.unwrap_or_else(|| inbound_tcp(req.inbound));
+        self.to_instance(idx, tcp, None)
     }
 
     /// A new dialog or out-of-dialog request from outside. Nothing the
@@ -147,18 +174,18 @@ impl Core {
             return Decision::Refuse { reply, why: rule };
         }
         let record_route = creates_dialog(req.method).then_some(idx);
-        self.to_instance(idx, req.inbound, record_route)
+        self.to_instance(idx, inbound_tcp(req.inbound), record_route)
     }
 
-    /// Forward to a configured instance, over the transport the request
-    /// came in on.
-    fn to_instance(&self, idx: usize, inbound: Inbound, record_route: Option<usize>) -> Decision {
+    /// Forward to a configured instance, over TCP or UDP.
+    fn to_instance(&self, idx: usize, tcp: bool, record_route: Option<usize>) -> Decision {
         match self.config.instances.get(idx).and_then(|i| i.sip) {
             Some(addr) => Decision::Forward {
                 hop: Hop {
                     instance: Some(idx),
                     addr,
-                    tcp: matches!(inbound, Inbound::Tcp { .. }),
+                    tcp,
+                    dns: None,
                 },
                 record_route,
             },
@@ -166,23 +193,81 @@ impl Core {
         }
     }
 
-    /// A hop toward the outside (requests sent by an instance); `None` for
-    /// a URI that is no IP address or that loops back to the gate.
-    fn outside_hop(&self, uri: &SipUri<'_>, inbound: Inbound) -> Option<Hop> {
-        let addr = uri.socket_addr()?;
-        if self.listeners.is_own(addr) {
-            return None; // a loop through ourselves
-        }
-        let listener = self.listeners.get(inbound.listener())?;
-        let tcp = if uri.wants_tcp() {
-            listener.tcp
-        } else {
-            !listener.udp
+    /// A hop toward the outside (requests sent by an instance), or what to
+    /// do instead: refuse a URI that loops back to the gate or cannot be
+    /// used, resolve a host name first. The transport: the URI's `transport`
+    /// parameter, else the one the dialog's outside leg was recorded with,
+    /// else UDP when the listener serves it (a host name: RFC 3263 decides).
+    fn outside_hop(&self, uri: &SipUri<'_>, req: &Request<'_>) -> Result<Hop, Decision> {
+        let unroutable = || Decision::refuse(404, "Unroutable Request-URI", "unroutable");
+        let listener = self
+            .listeners
+            .get(req.inbound.listener())
+            .ok_or_else(unroutable)?;
+        let explicit = uri.transport.map(|_| uri.wants_tcp());
+        let Some(addr) = uri.socket_addr() else {
+            return self.named_hop(uri, req, explicit.or(req.leg_tcp));
         };
-        Some(Hop {
+        if self.listeners.is_own(addr) {
+            return Err(unroutable()); // a loop through ourselves
+        }
+        let want_tcp = explicit.or(req.leg_tcp).unwrap_or(false);
+        Ok(Hop {
             instance: None,
             addr,
-            tcp,
+            tcp: if want_tcp {
+                listener.tcp
+            } else {
+                !listener.udp
+            },
+            dns: None,
         })
+    }
+
+    /// A hop to a host name (RFC 3263) from the DNS cache; on a miss, the
+    /// lookup to make first (unless this request already waited for one).
+    fn named_hop(
+        &self,
+        uri: &SipUri<'_>,
+        req: &Request<'_>,
+        tcp: Option<bool>,
+    ) -> Result<Hop, Decision> {
+        let listener = req.listener;
+        let Some(host) = std::str::from_utf8(uri.host).ok().filter(|_| !uri.secure) else {
+            return Err(Decision::refuse(
+                404,
+                "Unroutable Request-URI",
+                "unroutable",
+            ));
+        };
+        let query = DnsQuery {
+            host: host.trim_end_matches('.').to_ascii_lowercase(),
+            port: uri.port,
+            tcp,
+            udp_ok: listener.udp,
+            tcp_ok: listener.tcp,
+            v6: listener.advertise.is_ipv6(),
+        };
+        match self.dns.get(&query, req.key, req.now, req.resumed) {
+            Cached::Hit { key, addr, tcp } => Ok(Hop {
+                instance: None,
+                addr,
+                tcp,
+                dns: Some(key),
+            }),
+            Cached::Failed(DnsFailure::NotFound { .. }) => {
+                Err(Decision::refuse(404, "Host Not Found", "dns_not_found"))
+            }
+            Cached::Failed(DnsFailure::Unavailable) => Err(Decision::refuse(
+                503,
+                "DNS Lookup Failed",
+                "dns_unavailable",
+            )),
+            // Evicted between the lookup and now (a cache far too small).
+            Cached::Miss if req.resumed => {
+                Err(Decision::refuse(503, "DNS Answer Not Kept", "dns_evicted"))
+            }
+            Cached::Miss => Err(Decision::Resolve(query)),
+        }
     }
 }

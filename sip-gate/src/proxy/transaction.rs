@@ -27,9 +27,10 @@ impl Core {
         listener: &ListenerCtx,
         msg: &SipMessage,
         now: Instant,
+        resumed: bool,
     ) -> Action {
         let view = self.drain.view();
-        let req = match self.check(inbound, listener, msg, &view) {
+        let req = match self.check(inbound, listener, msg, &view, (now, resumed)) {
             Ok(req) => req,
             Err(action) => return action,
         };
@@ -43,25 +44,27 @@ impl Core {
             // Never remembered: an ACK has no response, a CANCEL's responses
             // follow the INVITE's entry (same branch) or the Via.
             let decision = self.decide(&req, &view);
-            return self.act(&req, decision, &span);
+            return self.act(&req, decision, &span, now);
         }
         if let Some(e) = self.txns.get(req.key) {
-            return self.retransmission(&req, e.hop);
+            let hop = self.moved_hop(req.key, e.hop, now);
+            return self.retransmission(&req, hop);
         }
         let decision = self.decide(&req, &view);
         let Decision::Forward { hop, .. } = decision else {
-            return self.act(&req, decision, &span);
+            return self.act(&req, decision, &span, now);
         };
         let entry = TxnEntry {
             inbound,
             hop,
             invite: req.method == Method::Invite,
             initial: !req.to_tag,
+            owner: hop.instance.or(req.from_instance),
             expires: now,
             finished: false,
         };
         match self.txns.insert(req.key, entry, now) {
-            Insert::New => self.act(&req, decision, &span),
+            Insert::New => self.act(&req, decision, &span, now),
             // Another copy of this request won the race: follow its hop.
             Insert::Known(hop) => self.retransmission(&req, hop),
             Insert::Full => self.reply_to(
@@ -75,14 +78,17 @@ impl Core {
     }
 
     /// Carries out a decision for a request that is not a retransmission.
-    fn act(&self, req: &Request<'_>, decision: Decision, span: &tracing::Span) -> Action {
+    fn act(
+        &self,
+        req: &Request<'_>,
+        decision: Decision,
+        span: &tracing::Span,
+        now: Instant,
+    ) -> Action {
         match decision {
             Decision::Forward { hop, record_route } => {
                 if let Some(i) = hop.instance {
                     span.record("instance", self.config.instances[i].id.as_str());
-                    if req.method == Method::Invite {
-                        self.work.invite_started(i);
-                    }
                     // New work handed to an instance (what a drain stops).
                     if !req.to_tag && crate::policy::is_new_work(req.msg, req.method, true) {
                         if let Some(Some(c)) = self.new_work.get(i) {
@@ -90,10 +96,12 @@ impl Core {
                         }
                     }
                 }
+                self.account(req, hop.instance.or(req.from_instance), now);
                 m::request(req.mname, "forwarded");
                 tracing::debug!(to = %hop.addr, tcp = hop.tcp, "forwarded");
                 self.forward(req, hop, record_route)
             }
+            Decision::Resolve(query) => self.park(req, query),
             Decision::Refuse { reply, why } => {
                 tracing::debug!(why, code = reply.code, "refused");
                 if req.method == Method::Ack {
@@ -102,6 +110,19 @@ impl Core {
                 }
                 self.reply_to(req.inbound, req.msg, &reply, req.mname, why)
             }
+        }
+    }
+
+    /// The work a forwarded request starts or touches, in either direction
+    /// (R-ST-2): an INVITE transaction, and a request inside a dialog (its
+    /// age restarts; a BYE or NOTIFY may end it).
+    fn account(&self, req: &Request<'_>, owner: Option<usize>, now: Instant) {
+        let Some(i) = owner else { return };
+        if req.method == Method::Invite {
+            self.work.invite_started(i);
+        }
+        if req.to_tag {
+            self.work.in_dialog(req.msg, req.method, i, now);
         }
     }
 

@@ -61,8 +61,18 @@ pub fn config(text: &str) -> SiteConfig {
     SiteConfig::from_str_at(text, Path::new("test-site.toml")).expect("test site is valid")
 }
 
-/// A drain state with no profile, and a gate on it.
+/// A drain state with no profile, and a gate on it. Every peer of these
+/// tests starts with no work, so the gate's work book is told it has seen
+/// everything since it started (no restart window: R-ST-3).
 pub async fn start_gate(cfg: SiteConfig) -> (Gate, Arc<DrainState>) {
+    let (gate, drain) = start_gate_restarted(cfg).await;
+    gate.core().work().assume_fresh_site();
+    (gate, drain)
+}
+
+/// Like [`start_gate`] for a gate that restarts while the site has work:
+/// it cannot vouch for its counts (R-ST-3).
+pub async fn start_gate_restarted(cfg: SiteConfig) -> (Gate, Arc<DrainState>) {
     let drain = DrainState::new(Arc::new(cfg.clone()));
     let gate = Gate::start(cfg, drain.clone(), CancellationToken::new())
         .await

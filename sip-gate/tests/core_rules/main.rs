@@ -34,16 +34,23 @@
 
 mod sip;
 mod site;
+mod work_flow;
 
 mod bad_input;
 mod balance;
+mod dns;
 mod drain_esg;
 mod drain_sg;
 mod forwarding;
+mod gate_stop;
 mod in_dialog;
 mod responses;
+mod rfc_edges;
 mod security;
 mod transactions;
+mod work_bindings;
+mod work_calls;
+mod work_known;
 
 /// What every topic module uses.
 mod prelude {

@@ -320,7 +320,8 @@ fn r_sec_1_the_instance_over_its_own_connection_or_source_range_goes_outward() {
     // From sg-b's configured source range, any port, TCP or UDP: sg-b.
     assert_eq!(outward("10.9.0.7:34567", "z9hG4bKown2", true), ua);
     assert_eq!(outward("10.9.0.200:5070", "z9hG4bKown3", false), ua);
-    // The record-route names the instance that placed the call.
+    // The record-route names the instance that placed the call; TCP from
+    // the instance, UDP to the callee: one for each leg (RFC 5658).
     let mut req = Req::new(
         "INVITE",
         "sip:alice@198.18.0.7:5062",
@@ -329,8 +330,9 @@ fn r_sec_1_the_instance_over_its_own_connection_or_source_range_goes_outward() {
     );
     req.start = "INVITE sip:alice@198.18.0.7:5062 SIP/2.0".into();
     let (_, m) = sent(tcp(&g, L_SG_BAL, "10.9.0.7:34568", &req.bytes()));
-    let want = gate_rr("sg-b", L_SG_BAL, "own-rr@sg").replace(";lr", ";transport=tcp;lr");
-    assert_eq!(rr_uris(&m), [want]);
+    let udp = gate_rr("sg-b", L_SG_BAL, "own-rr@sg");
+    let tcp = udp.replace(";lr", ";transport=tcp;lr");
+    assert_eq!(rr_uris(&m), [udp, tcp]);
     // Outside the range: a client, so to an sg, not outward.
     let to = outward("10.9.1.7:34567", "z9hG4bKown5", true);
     assert!(INSTANCE_ADDR[..3].iter().any(|a| addr(a) == to), "{to}");

@@ -143,7 +143,7 @@ pub fn sent(a: Action) -> (Out, SipMessage) {
                 .unwrap_or_else(|e| panic!("output does not parse ({e}): {}", text(&bytes)));
             (out, msg)
         }
-        Action::None => panic!("expected a message, got Action::None"),
+        other => panic!("expected a message, got {other:?}"),
     }
 }
 

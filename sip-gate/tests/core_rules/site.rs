@@ -71,6 +71,8 @@ pub struct SiteOpts {
     pub options_503: bool,
     pub retry_after: u32,
     pub jitter: u32,
+    /// Lines of the `[work]` section (R-ST-2, R-ST-3).
+    pub work: &'static str,
 }
 
 impl Default for SiteOpts {
@@ -82,6 +84,7 @@ impl Default for SiteOpts {
             options_503: false,
             retry_after: 30,
             jitter: 10,
+            work: "",
         }
     }
 }
@@ -99,6 +102,9 @@ retry_after_jitter_s = {jit}
 
 [drain]
 options_503 = {opt}
+
+[work]
+{work}
 
 [health]
 interval_ms = 0
@@ -201,6 +207,7 @@ leg = "inside"
         sgx = o.sg_a_exceptions,
         esgx = o.esg_a_exceptions,
         sgbsrc = o.sg_b_sources,
+        work = o.work,
     )
 }
 

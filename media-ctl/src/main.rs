@@ -1,0 +1,206 @@
+//! `media-ctl --config SITE.toml`: the drain-aware mg controller;
+//! `media-ctl --config SITE.toml status`: what a running one says.
+//!
+//! Thin on purpose: config, tracing, metrics, store, controller,
+//! registration, signal, stop.
+#![forbid(unsafe_code)]
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use media_ctl::{admin, MediaCtl, Status};
+use metrics_exporter_prometheus::PrometheusBuilder;
+use ringsync::config::SiteConfig;
+use ringsync::node::{NodeIdentity, NodeRole};
+use ringsync::state::DrainState;
+use tokio_util::sync::CancellationToken;
+
+/// Drain-aware mg controller in front of rtpengine media gateways.
+#[derive(Parser, Debug)]
+#[command(version, about)]
+struct Args {
+    /// Site configuration file.
+    #[arg(long, short)]
+    config: PathBuf,
+    /// Validate the configuration and exit (non-zero with the error).
+    #[arg(long)]
+    check: bool,
+    /// Admin HTTP address; overrides `admin.media_bind`.
+    #[arg(long)]
+    admin: Option<SocketAddr>,
+    /// ng address (UDP); overrides `media.ng_bind`.
+    #[arg(long)]
+    ng: Option<SocketAddr>,
+    /// This node's name in work reports (default: its admin address).
+    #[arg(long)]
+    node: Option<String>,
+    /// How long a graceful stop may take.
+    #[arg(long, default_value_t = 5)]
+    drain_deadline_s: u64,
+    /// Log lines as text (for people) or JSON (one object a line).
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Option<Cmd>,
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Logs to stderr, filtered by `RUST_LOG` (default `info`).
+fn init_logs(format: LogFormat) {
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => logs.json().init(),
+        // Colours only on a terminal: log files and journald get plain text.
+        LogFormat::Text => logs
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+    }
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Print the status of the media-ctl running for this site.
+    Status {
+        /// Print the JSON as served.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let started_ms = ringsync::work::now_ms();
+    init_logs(args.log_format);
+
+    let mut config = match SiteConfig::load(&args.config) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::exit(2);
+        }
+    };
+    let admin_addr = args.admin.unwrap_or(config.admin.media_bind);
+    if let Some(Cmd::Status { json }) = args.command {
+        return status(admin_addr, json).await;
+    }
+    if let Some(ng) = args.ng {
+        config.media.ng_bind = ng;
+    }
+    let mgs = config.instances.iter().filter(|i| i.ng.is_some()).count();
+    if args.check {
+        println!("{}: ok ({mgs} mg/bgmg instances)", args.config.display());
+        return Ok(());
+    }
+
+    let prometheus = PrometheusBuilder::new()
+        .install_recorder()
+        .context("installing the metrics recorder")?;
+    let shutdown = CancellationToken::new();
+    let store = ringsync::store::open(&config)
+        .await
+        .context("opening the profile store")?;
+    let drain = DrainState::new(Arc::new(config.clone()));
+    // What the store opened with: from the store, or (R-MN-2) from the view
+    // cache while etcd is unreachable, stale and saying so.
+    drain.set_profiles(store.watch().borrow().clone());
+    let freshness = store.freshness().borrow().clone();
+    if freshness.is_stale() {
+        tracing::warn!("{}", freshness.describe(ringsync::work::now_ms()));
+    }
+    drain.set_freshness(freshness);
+    let follower = drain.follow(store.clone(), shutdown.clone());
+
+    let media = MediaCtl::start(drain.clone(), shutdown.clone()).await?;
+    let admin_listener = tokio::net::TcpListener::bind(admin_addr)
+        .await
+        .with_context(|| format!("binding admin endpoint {admin_addr}"))?;
+    let admin_addr = admin_listener.local_addr()?;
+    let node = args.node.unwrap_or_else(|| admin_addr.to_string());
+    tracing::info!(%admin_addr, %node, "admin endpoint (/v1/status, /v1/work, /metrics, /readyz)");
+    // R-ST-3: on a shared store (etcd), register and publish the same report
+    // (on the embedded store, `ringsync status` asks the admin address).
+    let published = CancellationToken::new();
+    let publisher = {
+        let (controller, name) = (media.controller().clone(), node.clone());
+        let identity = NodeIdentity {
+            node: node.clone(),
+            role: NodeRole::MediaCtl,
+            address: admin_addr.to_string(),
+            started_ms,
+        };
+        ringsync::publish::spawn(
+            store,
+            drain,
+            identity,
+            move || Some(controller.work_report(&name, tokio::time::Instant::now().into_std())),
+            published.clone(),
+        )
+    };
+    let router = admin::router(
+        media.controller().clone(),
+        node,
+        Some(prometheus),
+        media.stopping(),
+    );
+    let admin_task = tokio::spawn(admin::serve(admin_listener, router, shutdown.clone()));
+
+    wait_for_signal().await;
+    tracing::info!("stopping: /readyz fails, answers in flight are relayed");
+    let clean = media
+        .shutdown(Duration::from_secs(args.drain_deadline_s))
+        .await;
+    let _ = admin_task.await;
+    // Withdrawn after the stop, so what work is left is recorded (R-ST-3).
+    published.cancel();
+    let _ = publisher.await;
+    let _ = follower.await;
+    if !clean {
+        tracing::warn!("some tasks did not finish before the deadline");
+    }
+    Ok(())
+}
+
+async fn status(admin: SocketAddr, json: bool) -> anyhow::Result<()> {
+    let s: Status = admin::fetch(admin, admin::STATUS_PATH, Duration::from_secs(2))
+        .await
+        .context("is media-ctl running? (`admin.media_bind` or --admin)")?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&s)?);
+    } else {
+        print!(
+            "{}",
+            media_ctl::status::render(&s, ringsync::work::now_ms())
+        );
+    }
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}

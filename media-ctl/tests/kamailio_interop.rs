@@ -1,0 +1,294 @@
+//! Interop with a real SIP stack: SIPp calls with SDP go SIPp uac →
+//! sip-gate → Kamailio (the sg, its `rtpengine` module pointed at the real
+//! media-ctl binary) → SIPp uas. The calls complete, and the media address
+//! both ends see (`c=` of every offer and answer, logged per Call-ID by the
+//! scenarios) is the rtpengine media-ctl chose: the bgmg of Kamailio's
+//! server while it is in the normal zone (R-BG-1), a normal-zone mg once
+//! that server drains (R-BG-3). Run through `netns-run`.
+
+mod real;
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use real::{http_get, BIN};
+use ringsync::config::SiteConfig;
+use ringsync::profile::{NewProfile, ProfileState};
+use ringsync::state::DrainState;
+use testbed::{Kamailio, Rtpengine, Scenario, Sipp, Transport};
+use tokio_util::sync::CancellationToken;
+
+fn ip(host: u8) -> IpAddr {
+    IpAddr::V4(std::net::Ipv4Addr::new(127, 81, 1, host))
+}
+
+const KAMAILIO: u8 = 21;
+const MG_A: u8 = 31;
+const MG_B: u8 = 32;
+const BGMG_A: u8 = 41;
+
+fn site_text() -> String {
+    format!(
+        r#"
+[site]
+name = "interop"
+secret = "interop-test-secret-0123456789"
+[health]
+interval_ms = 0
+[timers]
+mg_drain_window_s = 1
+[admin]
+media_bind = "{m}:9092"
+[media]
+ng_bind = "{m}:2223"
+ping_interval_ms = 200
+ping_timeout_ms = 150
+[[server]]
+name = "srv-a"
+[[server]]
+name = "srv-b"
+[[instance]]
+id = "sg-a"
+service = "sg"
+server = "srv-a"
+sip = "{k}:5060"
+[[instance]]
+id = "mg-a"
+service = "mg"
+server = "srv-a"
+ng = "{a}:22222"
+[[instance]]
+id = "mg-b"
+service = "mg"
+server = "srv-b"
+ng = "{b}:22222"
+[[instance]]
+id = "bgmg-a"
+service = "bgmg"
+server = "srv-a"
+ng = "{bg}:22222"
+[[listener]]
+name = "subs"
+bind = "{g}:5060"
+transports = ["udp"]
+mode = "balance"
+pool = "sg"
+leg = "subscriber"
+"#,
+        m = ip(1),
+        g = ip(2),
+        k = ip(KAMAILIO),
+        a = ip(MG_A),
+        b = ip(MG_B),
+        bg = ip(BGMG_A),
+    )
+}
+
+/// `call-id → [(what, address)]` from a scenario's `-trace_logs` file.
+fn media_log(path: &Path) -> BTreeMap<String, Vec<(String, String)>> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let mut out: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
+    for line in text.lines() {
+        let mut w = line.split_whitespace();
+        if w.next() != Some("media") {
+            continue;
+        }
+        if let (Some(call), Some(what), Some(addr)) = (w.next(), w.next(), w.next()) {
+            out.entry(call.into())
+                .or_default()
+                .push((what.into(), addr.into()));
+        }
+    }
+    out
+}
+
+/// Runs `calls` calls through the gate; returns the media addresses seen
+/// per call at both ends.
+fn run_calls(
+    dir: &Path,
+    tag: &str,
+    gate: SocketAddr,
+    uas_log: &Path,
+    calls: u64,
+) -> BTreeMap<String, Vec<(String, String)>> {
+    let log = dir.join(format!("uac-{tag}.log"));
+    let report = Sipp::new(Scenario::repo("uac_call_media"))
+        .local_ip(ip(61))
+        .remote(gate)
+        .transport(Transport::Udp)
+        .calls(calls)
+        .rate(10)
+        .duration(Duration::from_millis(200))
+        .timeout(Duration::from_secs(30))
+        .arg("-trace_logs")
+        .arg("-log_file")
+        .arg(&log)
+        .spawn()
+        .unwrap()
+        .wait(Duration::from_secs(40))
+        .unwrap();
+    assert_eq!(report.successful, calls, "{tag}: {report:#?}");
+    assert!(report.all_ok(), "{tag}: {report:#?}");
+    let mut seen = media_log(&log);
+    for (call, v) in media_log(uas_log) {
+        seen.entry(call).or_default().extend(v);
+    }
+    seen
+}
+
+/// media-ctl (the real binary) in front of three rtpengines, up and pinged.
+struct Media {
+    child: std::process::Child,
+    admin: SocketAddr,
+    _mgs: Vec<testbed::RtpengineHandle>,
+}
+
+impl Media {
+    fn start(path: &Path, dir: &Path) -> Media {
+        let _mgs = [MG_A, MG_B, BGMG_A]
+            .iter()
+            .map(|h| Rtpengine::new(ip(*h)).start().unwrap())
+            .collect();
+        let child = Command::new(BIN)
+            .arg("--config")
+            .arg(path)
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(
+                std::fs::File::create(dir.join("media-ctl.log")).unwrap(),
+            ))
+            .spawn()
+            .unwrap();
+        let m = Media {
+            child,
+            admin: SocketAddr::new(ip(1), 9092),
+            _mgs,
+        };
+        m.wait("media-ctl up, mgs pinged", &|s| {
+            s.instances
+                .iter()
+                .all(|i| i.health == ringsync::view::Health::Up)
+        });
+        m
+    }
+
+    fn status(&self) -> Option<media_ctl::Status> {
+        serde_json::from_str(&http_get(self.admin, "/v1/status")?).ok()
+    }
+
+    fn instance(&self, id: &str) -> media_ctl::MgStatus {
+        let s = self.status().unwrap();
+        s.instances.into_iter().find(|i| i.id == id).unwrap()
+    }
+
+    fn wait(&self, what: &str, f: &dyn Fn(&media_ctl::Status) -> bool) {
+        let start = std::time::Instant::now();
+        while !self.status().is_some_and(|s| f(&s)) {
+            assert!(start.elapsed() < Duration::from_secs(10), "{what}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Media {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+/// Every call seen with all four SDPs, each with its media on `addr`.
+fn all_on(seen: &BTreeMap<String, Vec<(String, String)>>, addr: IpAddr, calls: usize) {
+    assert_eq!(seen.len(), calls, "{seen:#?}");
+    for (call, v) in seen {
+        let whats: Vec<&str> = v.iter().map(|(w, _)| w.as_str()).collect();
+        for w in ["offer", "answer", "reoffer", "reanswer"] {
+            assert!(whats.contains(&w), "{call}: {v:?}");
+        }
+        let addr = addr.to_string();
+        assert!(v.iter().all(|(_, a)| *a == addr), "{call}: {v:?}");
+    }
+}
+
+#[test]
+fn kamailio_relays_sdp_through_media_ctl_to_the_rtpengine_it_chose() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("site.toml");
+    std::fs::write(&path, site_text()).unwrap();
+    let config = SiteConfig::load(&path).unwrap();
+    let media = Media::start(&path, dir.path());
+
+    let uas_log = dir.path().join("uas.log");
+    let uas = Sipp::new(Scenario::repo("uas_call_media"))
+        .local(ip(51), 5060)
+        .timeout(Duration::from_secs(90))
+        .arg("-trace_logs")
+        .arg("-log_file")
+        .arg(&uas_log)
+        .spawn()
+        .unwrap();
+    let kamailio = Kamailio::new()
+        .listen(SocketAddr::new(ip(KAMAILIO), 5060))
+        .transports(&[Transport::Udp])
+        .destination(uas.local_addr(), Transport::Udp)
+        .define(format!("RTPENGINE_SOCK=\"udp:{}:2223\"", ip(1)))
+        .define(format!("RTPENGINE_SOURCE=\"{}\"", ip(KAMAILIO)))
+        .start()
+        .unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let drain = DrainState::new(Arc::new(config.clone()));
+    let gate = rt
+        .block_on(sip_gate::Gate::start(
+            config.clone(),
+            drain,
+            CancellationToken::new(),
+        ))
+        .unwrap();
+    let gate_addr = gate.config().listener("subs").unwrap().bind;
+
+    // Normal zone: Kamailio is sg-a on srv-a; its calls get the bgmg of
+    // srv-a (R-BG-1), at both ends, for the offer and the re-offer.
+    let seen = run_calls(dir.path(), "normal", gate_addr, &uas_log, 10);
+    all_on(&seen, ip(BGMG_A), 10);
+    assert_eq!(media.instance("bgmg-a").new_calls, 10);
+    assert_eq!(
+        media.status().unwrap().calls,
+        0,
+        "every BYE deleted its call"
+    );
+
+    // srv-a drains: Kamailio (sg-a) is draining; the calls it still takes
+    // get a normal-zone mg, mg-b, not the bgmg and not mg-a (R-BG-3, R-MG-1).
+    let store = rt.block_on(ringsync::store::open(&config)).unwrap();
+    rt.block_on(store.create(NewProfile {
+        name: "maint-a".into(),
+        description: "interop".into(),
+        servers: vec!["srv-a".into()],
+        state: ProfileState::Active,
+    }))
+    .unwrap();
+    media.wait("drain applied", &|s| s.drain_zone == ["srv-a"]);
+    std::thread::sleep(Duration::from_millis(1200)); // the 1 s window
+    let seen: BTreeMap<_, _> = run_calls(dir.path(), "drain", gate_addr, &uas_log, 10)
+        .into_iter()
+        .filter(|(_, v)| v.iter().any(|(_, a)| *a != ip(BGMG_A).to_string()))
+        .collect();
+    all_on(&seen, ip(MG_B), 10);
+    assert_eq!(media.instance("mg-b").new_calls, 10);
+    assert_eq!(media.instance("bgmg-a").stoppable, Some(true));
+    let s = media.status().unwrap();
+    assert_eq!(s.counters.get("bgmg_skipped.local_draining"), Some(&10));
+
+    kamailio.stop();
+    let _ = uas.stop();
+    rt.block_on(gate.shutdown(Duration::from_secs(2)));
+}

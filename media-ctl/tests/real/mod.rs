@@ -1,0 +1,478 @@
+//! A site on its own loopback network with real rtpengine processes as its
+//! mgs and bgmg, the real media-ctl binary in front of them, and an ng
+//! client that plays the sg/esg. Profiles change through the real store,
+//! as `ringsync profile activate` would do it.
+#![allow(dead_code)] // not every test file uses every helper
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use media_ctl::ng::{split_cookie, DictView, NgMessage, Value};
+use media_ctl::Status;
+use ringsync::profile::{NewProfile, ProfileState};
+use ringsync::work::WorkReport;
+use testbed::{Rtpengine, RtpengineHandle};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_media-ctl");
+
+/// `127.a.b.host`.
+pub fn ip(net: (u8, u8), host: u8) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(127, net.0, net.1, host))
+}
+
+/// What to start.
+pub struct Spec {
+    /// `127.a.b.0/24` of this site.
+    pub net: (u8, u8),
+    /// mg instances (mg-a, mg-b, ... on srv-a, srv-b, ...).
+    pub mgs: u8,
+    /// Start a bgmg on srv-a.
+    pub bgmg: bool,
+    /// Which mgs get a real rtpengine (the others are configured but dead).
+    pub running: Vec<u8>,
+    /// `timers.mg_drain_window_s`.
+    pub window_s: u32,
+    /// Extra rtpengine arguments.
+    pub rtpengine_args: Vec<String>,
+    /// etcd client URLs: the site's store is etcd (else the embedded file).
+    pub etcd: Option<Vec<String>>,
+}
+
+impl Spec {
+    pub fn new(net: (u8, u8)) -> Spec {
+        Spec {
+            net,
+            mgs: 3,
+            bgmg: true,
+            running: vec![0, 1, 2],
+            window_s: 4,
+            rtpengine_args: Vec::new(),
+            etcd: None,
+        }
+    }
+}
+
+/// A running site.
+pub struct Site {
+    pub net: (u8, u8),
+    pub dir: tempfile::TempDir,
+    pub path: PathBuf,
+    pub ng: SocketAddr,
+    pub admin: SocketAddr,
+    pub mgs: BTreeMap<String, RtpengineHandle>,
+    pub child: Option<Child>,
+    rt: tokio::runtime::Runtime,
+    store: Arc<dyn ringsync::Store>,
+    profile: Option<String>,
+}
+
+/// Instance id of the i-th mg.
+pub fn mg_id(i: u8) -> String {
+    format!("mg-{}", (b'a' + i) as char)
+}
+
+/// Server of the i-th mg (and sg).
+pub fn srv(i: u8) -> String {
+    format!("srv-{}", (b'a' + i) as char)
+}
+
+impl Site {
+    pub fn start(spec: Spec) -> Site {
+        let net = spec.net;
+        let dir = tempfile::tempdir().unwrap();
+        let ng = SocketAddr::new(ip(net, 1), 2223);
+        let admin = SocketAddr::new(ip(net, 1), 9092);
+        let mut t = format!(
+            "[site]\nname = \"m{a}-{b}\"\n\n[timers]\nmg_drain_window_s = {w}\n\n\
+             [admin]\nmedia_bind = \"{admin}\"\n\n\
+             [media]\nng_bind = \"{ng}\"\nping_interval_ms = 200\nping_timeout_ms = 150\nping_failures = 2\nmg_timeout_ms = 800\n\n",
+            a = net.0,
+            b = net.1,
+            w = spec.window_s,
+        );
+        for i in 0..spec.mgs {
+            t.push_str(&format!("[[server]]\nname = \"{}\"\n", srv(i)));
+        }
+        // One sg per server; each sends ng from 127.a.b.(11+i).
+        for i in 0..spec.mgs {
+            t.push_str(&format!(
+                "[[instance]]\nid = \"sg-{c}\"\nservice = \"sg\"\nserver = \"{s}\"\nsip = \"{ip}:5060\"\n",
+                c = (b'a' + i) as char,
+                s = srv(i),
+                ip = ip(net, 11 + i)
+            ));
+        }
+        let mut mgs = BTreeMap::new();
+        for i in 0..spec.mgs {
+            let addr = ip(net, 31 + i);
+            t.push_str(&format!(
+                "[[instance]]\nid = \"{}\"\nservice = \"mg\"\nserver = \"{}\"\nng = \"{addr}:22222\"\n",
+                mg_id(i),
+                srv(i)
+            ));
+            if spec.running.contains(&i) {
+                let r = spec
+                    .rtpengine_args
+                    .iter()
+                    .fold(Rtpengine::new(addr), |r, a| r.arg(a.clone()));
+                mgs.insert(mg_id(i), r.start().unwrap());
+            }
+        }
+        if spec.bgmg {
+            let addr = ip(net, 41);
+            t.push_str(&format!(
+                "[[instance]]\nid = \"bgmg-a\"\nservice = \"bgmg\"\nserver = \"srv-a\"\nng = \"{addr}:22222\"\n"
+            ));
+            let r = spec
+                .rtpengine_args
+                .iter()
+                .fold(Rtpengine::new(addr), |r, a| r.arg(a.clone()));
+            mgs.insert("bgmg-a".into(), r.start().unwrap());
+        }
+        if let Some(eps) = &spec.etcd {
+            let eps: Vec<String> = eps.iter().map(|e| format!("\"{e}\"")).collect();
+            t.push_str(&format!(
+                "[store]\nkind = \"etcd\"\nendpoints = [{}]\nprefix = \"/media/{}-{}\"\n",
+                eps.join(", "),
+                net.0,
+                net.1
+            ));
+        }
+        let path = dir.path().join("site.toml");
+        std::fs::write(&path, &t).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let config = ringsync::SiteConfig::load(&path).unwrap();
+        let store = rt.block_on(ringsync::store::open(&config)).unwrap();
+        let child = spawn(&path, dir.path());
+        let site = Site {
+            net,
+            dir,
+            path,
+            ng,
+            admin,
+            mgs,
+            child: Some(child),
+            rt,
+            store,
+            profile: None,
+        };
+        site.wait_until("media-ctl up and every running mg pinged", |s| {
+            s.status().is_some_and(|st| {
+                st.instances
+                    .iter()
+                    .all(|i| i.health != ringsync::view::Health::Unknown)
+            })
+        });
+        site
+    }
+
+    /// Kills media-ctl (SIGKILL: no goodbye) and starts it again.
+    pub fn restart(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        self.child = Some(spawn(&self.path, self.dir.path()));
+        self.wait_until("media-ctl back", |s| s.status().is_some());
+    }
+
+    /// media-ctl's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("media-ctl.log")).unwrap_or_default()
+    }
+
+    /// An ng client on `127.a.b.host` (host 11+i plays sg i).
+    pub fn client(&self, host: u8) -> NgClient {
+        let sock = UdpSocket::bind(SocketAddr::new(ip(self.net, host), 0)).unwrap();
+        sock.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+        NgClient {
+            sock,
+            to: self.ng,
+            n: 0,
+        }
+    }
+
+    /// The status, as served.
+    pub fn status(&self) -> Option<Status> {
+        let body = http_get(self.admin, "/v1/status")?;
+        serde_json::from_str(&body).ok()
+    }
+
+    /// The work report, as served.
+    pub fn work(&self) -> WorkReport {
+        let body = http_get(self.admin, "/v1/work").expect("work report");
+        serde_json::from_str(&body).unwrap()
+    }
+
+    /// Polls until `cond` holds (10 s at most).
+    pub fn wait_until(&self, what: &str, cond: impl Fn(&Site) -> bool) -> Duration {
+        let start = Instant::now();
+        loop {
+            if cond(self) {
+                return start.elapsed();
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "timed out waiting for: {what}\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Activates a profile draining `servers` (replacing the previous one),
+    /// or lifts every drain with an empty list.
+    pub fn drain(&mut self, servers: &[&str]) {
+        if let Some(id) = self.profile.take() {
+            self.rt.block_on(self.store.delete(&id)).unwrap();
+        }
+        if servers.is_empty() {
+            return;
+        }
+        let p = self
+            .rt
+            .block_on(self.store.create(NewProfile {
+                name: "maint".into(),
+                description: "test".into(),
+                servers: servers.iter().map(|s| s.to_string()).collect(),
+                state: ProfileState::Active,
+            }))
+            .unwrap();
+        self.profile = Some(p.id);
+    }
+
+    /// The site's status as `ringsync status` computes it: the profiles
+    /// from the store, media-ctl's `/v1/work` asked by ringsync's own
+    /// fetcher and summed (R-ST-3). Only media-ctl is asked (no gate here).
+    pub fn ringsync_status(&self) -> ringsync::status::SiteStatus {
+        let config = Arc::new(ringsync::SiteConfig::load(&self.path).unwrap());
+        let state = ringsync::state::DrainState::new(config.clone());
+        state.set_profiles(self.rt.block_on(self.store.list()).unwrap());
+        let nodes = [ringsync::status::NodeAddr {
+            kind: ringsync::work::NodeKind::MediaCtl,
+            addr: self.admin,
+        }];
+        let round = self.rt.block_on(async {
+            let fetcher = ringsync::fetch::Fetcher::default();
+            ringsync::status::ask_all(&fetcher, &config.site.name, &nodes).await
+        });
+        round.status(&state.view())
+    }
+
+    /// The site's status from the store's node registry (etcd): what every
+    /// registered node published, summed (R-ST-3).
+    pub fn registry_status(&self) -> ringsync::status::SiteStatus {
+        let config = Arc::new(ringsync::SiteConfig::load(&self.path).unwrap());
+        let state = ringsync::state::DrainState::new(config);
+        state.set_profiles(self.rt.block_on(self.store.list()).unwrap());
+        let round = self
+            .rt
+            .block_on(ringsync::sitewide::round(self.store.as_ref()))
+            .unwrap()
+            .expect("the store keeps a node registry");
+        round.status(&state.view())
+    }
+
+    /// Waits until media-ctl shows `servers` as the drain zone.
+    pub fn wait_drain_zone(&self, servers: &[&str]) -> Duration {
+        let want: Vec<String> = servers.iter().map(|s| s.to_string()).collect();
+        self.wait_until("drain zone applied", |s| {
+            s.status().is_some_and(|st| st.drain_zone == want)
+        })
+    }
+
+    /// The instance whose rtpengine has this address.
+    pub fn mg_at(&self, addr: &str) -> String {
+        self.mgs
+            .iter()
+            .find(|(_, h)| h.ip().to_string() == addr)
+            .map(|(id, _)| id.clone())
+            .unwrap_or_else(|| panic!("no mg at {addr}"))
+    }
+
+    /// SIGTERM; true if it exited cleanly within 10 s.
+    pub fn stop(&mut self) -> bool {
+        let Some(mut child) = self.child.take() else {
+            return false;
+        };
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(10) {
+            if let Ok(Some(s)) = child.try_wait() {
+                return s.success();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        false
+    }
+}
+
+impl Drop for Site {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn spawn(path: &std::path::Path, dir: &std::path::Path) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("media-ctl.log"))
+        .unwrap();
+    Command::new(BIN)
+        .arg("--config")
+        .arg(path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(log))
+        .spawn()
+        .unwrap()
+}
+
+/// An ng client (plays an sg/esg, or Kamailio's rtpengine module).
+pub struct NgClient {
+    pub sock: UdpSocket,
+    pub to: SocketAddr,
+    n: u64,
+}
+
+/// An answer, read.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    pub raw: Vec<u8>,
+    pub result: String,
+    pub error: Option<String>,
+    /// The address in the SDP's `c=` line: which mg took the call.
+    pub media: Option<String>,
+}
+
+impl NgClient {
+    /// Sends a command, waits for its answer (same cookie).
+    pub fn cmd(&mut self, pairs: &[(&str, &str)]) -> Answer {
+        self.n += 1;
+        let cookie = format!("t{}", self.n);
+        let dict: BTreeMap<Vec<u8>, Value> = pairs
+            .iter()
+            .map(|(k, v)| (k.as_bytes().to_vec(), Value::str(v)))
+            .collect();
+        let d = NgMessage {
+            cookie: cookie.clone().into_bytes(),
+            dict,
+        }
+        .to_bytes();
+        self.raw(&d, &cookie).expect("an answer within 3 s")
+    }
+
+    /// Sends raw bytes; the answer carrying `cookie`, if any comes.
+    pub fn raw(&mut self, d: &[u8], cookie: &str) -> Option<Answer> {
+        self.sock.send_to(d, self.to).unwrap();
+        let mut buf = vec![0u8; 65_536];
+        loop {
+            let n = self.sock.recv(&mut buf).ok()?;
+            let Ok((c, payload)) = split_cookie(&buf[..n]) else {
+                continue;
+            };
+            if c != cookie.as_bytes() {
+                continue;
+            }
+            let v = DictView::parse(payload).ok()?;
+            let s = |k| v.bytes(k).map(|b| String::from_utf8_lossy(b).into_owned());
+            return Some(Answer {
+                raw: buf[..n].to_vec(),
+                result: s("result").unwrap_or_default(),
+                error: s("error-reason"),
+                media: s("sdp").and_then(|sdp| {
+                    sdp.lines()
+                        .find_map(|l| l.strip_prefix("c=IN IP4 ").map(|a| a.trim().to_owned()))
+                }),
+            });
+        }
+    }
+
+    /// An offer for a new call; returns the answer.
+    pub fn offer(&mut self, call: &str) -> Answer {
+        self.cmd(&[
+            ("command", "offer"),
+            ("call-id", call),
+            ("from-tag", "ft"),
+            ("sdp", &sdp("10.1.1.1", 4000)),
+        ])
+    }
+
+    /// The callee's answer.
+    pub fn answer(&mut self, call: &str) -> Answer {
+        self.cmd(&[
+            ("command", "answer"),
+            ("call-id", call),
+            ("from-tag", "ft"),
+            ("to-tag", "tt"),
+            ("sdp", &sdp("10.2.2.2", 5000)),
+        ])
+    }
+
+    /// Ends the call.
+    pub fn delete(&mut self, call: &str) -> Answer {
+        self.cmd(&[
+            ("command", "delete"),
+            ("call-id", call),
+            ("from-tag", "ft"),
+            ("to-tag", "tt"),
+        ])
+    }
+
+    /// A whole setup (offer + answer); returns the mg address, checking
+    /// both answers carry the same one (R-MG-2).
+    pub fn setup(&mut self, call: &str) -> String {
+        let o = self.offer(call);
+        assert_eq!(o.result, "ok", "offer {call}: {o:?}");
+        let a = self.answer(call);
+        assert_eq!(a.result, "ok", "answer {call}: {a:?}");
+        assert_eq!(o.media, a.media, "R-MG-2: answer on the offer's mg");
+        o.media.expect("c= in the SDP")
+    }
+}
+
+/// A minimal audio SDP.
+pub fn sdp(addr: &str, port: u16) -> String {
+    format!(
+        "v=0\r\no=- 1 1 IN IP4 {addr}\r\ns=-\r\nc=IN IP4 {addr}\r\nt=0 0\r\nm=audio {port} RTP/AVP 0\r\n"
+    )
+}
+
+/// The body of a GET, if 200.
+pub fn http_get(addr: SocketAddr, path: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
+        .ok()?;
+    let mut b = String::new();
+    s.read_to_string(&mut b).ok()?;
+    let (head, body) = b.split_once("\r\n\r\n")?;
+    (head.split_whitespace().nth(1) == Some("200")).then(|| body.to_owned())
+}
+
+/// The status line and body of a GET, whatever the code.
+pub fn http_get_any(addr: SocketAddr, path: &str) -> Option<(String, String)> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
+        .ok()?;
+    let mut b = String::new();
+    s.read_to_string(&mut b).ok()?;
+    let (head, body) = b.split_once("\r\n\r\n")?;
+    Some((head.lines().next()?.to_owned(), body.to_owned()))
+}

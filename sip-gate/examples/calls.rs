@@ -1,0 +1,63 @@
+//! Handles N whole calls (default 20000) through the routing core, five
+//! messages each (INVITE, its 200, ACK, BYE, its 200), prepared beforehand:
+//! routing plus the work book's accounting of a call, as a fixed workload
+//! for instruction counts (docs/benchmarks.md).
+//!
+//! ```console
+//! $ cargo build --release -p sip-gate --example calls
+//! $ valgrind --tool=callgrind target/release/examples/calls 10000
+//! $ callgrind_annotate --inclusive=yes callgrind.out.* | grep 'calls::play'
+//! ```
+//!
+//! `play` is the measured part: the messages are made beforehand by a second
+//! core, whose cost is not in it.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use ringsync::config::SiteConfig;
+use ringsync::state::DrainState;
+use sip_gate::{Action, Core, Inbound};
+
+#[path = "../benches/common/mod.rs"]
+mod common;
+
+fn main() {
+    let n: u64 = std::env::args()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(20_000);
+    let config =
+        Arc::new(SiteConfig::from_str_at(common::SITE, Path::new("bench.toml")).expect("site"));
+    let core = Core::new(config.clone(), DrainState::new(config.clone())).expect("core");
+    let scratch = Core::new(config.clone(), DrainState::new(config)).expect("core");
+    let inbound = Inbound::Udp {
+        listener: 0,
+        peer: "203.0.113.10:40000".parse().expect("address"),
+    };
+    let now = Instant::now();
+    let calls: Vec<_> = (0..n)
+        .map(|i| common::call_messages(&scratch, i, inbound, now))
+        .collect();
+    let start = Instant::now();
+    let sent = play(&core, calls, now);
+    let per = start.elapsed() / u32::try_from(5 * n.max(1)).unwrap_or(u32::MAX);
+    let up: u64 = (0..3).map(|i| core.work().get(i).dialogs).sum();
+    eprintln!(
+        "{sent} of {} forwarded, {per:?} per message, {up} calls left up",
+        5 * n
+    );
+}
+
+/// Feeds every call's messages to `core`; how many it sent on.
+#[inline(never)]
+fn play(core: &Core, calls: Vec<Vec<(Inbound, bytes::Bytes)>>, now: Instant) -> usize {
+    let mut sent = 0;
+    for msgs in calls {
+        for (from, m) in msgs {
+            sent += usize::from(matches!(core.handle(from, m, now), Action::Send(..)));
+        }
+    }
+    sent
+}

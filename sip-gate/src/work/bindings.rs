@@ -1,0 +1,195 @@
+//! Registration bindings (R-ST-2): per address-of-record, the contacts a
+//! registrar confirmed in a 2xx, each held by the instance whose 2xx
+//! listed it last, until its expiry.
+//!
+//! A REGISTER 2xx lists every binding the registrar holds for the AoR
+//! (RFC 3261 10.3 step 8), so it is the whole truth for that instance: a
+//! binding it lists is held there until the expiry it grants (moving from
+//! another instance when it was refreshed through this one); a binding of
+//! that AoR held there that it no longer lists is gone (removed with
+//! `expires=0` or `Contact: *`, or expired at the registrar).
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use dashmap::DashMap;
+use smallvec::SmallVec;
+
+/// One binding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Binding {
+    /// Key of the contact URI.
+    pub(crate) contact: u64,
+    /// The instance holding it.
+    pub(crate) instance: u32,
+    /// When it expires (Unix ms).
+    pub(crate) expires_ms: u64,
+}
+
+/// The bindings of one AoR: most have one contact, kept inline (no heap
+/// allocation per AoR).
+type Held = SmallVec<[Binding; 1]>;
+
+/// Bindings by AoR key, bounded, with a count per instance.
+#[derive(Debug)]
+pub(crate) struct Bindings {
+    map: DashMap<u64, Held>,
+    capacity: usize,
+    total: AtomicUsize,
+    live: Box<[AtomicU64]>,
+    full_at_ms: AtomicU64,
+}
+
+impl Bindings {
+    /// A table for `instances` instances holding at most `capacity` bindings.
+    pub(crate) fn new(instances: usize, capacity: usize) -> Bindings {
+        Bindings {
+            map: DashMap::new(),
+            capacity,
+            total: AtomicUsize::new(0),
+            live: (0..instances).map(|_| AtomicU64::new(0)).collect(),
+            full_at_ms: AtomicU64::new(0),
+        }
+    }
+
+    /// Bindings held.
+    pub(crate) fn len(&self) -> usize {
+        self.total.load(Ordering::Relaxed)
+    }
+
+    /// The bound.
+    pub(crate) fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Bindings held by instance `i`.
+    pub(crate) fn live(&self, i: usize) -> u64 {
+        self.live.get(i).map_or(0, |c| c.load(Ordering::Relaxed))
+    }
+
+    /// When a binding last found the table full, if ever.
+    pub(crate) fn full_at_ms(&self) -> Option<u64> {
+        Some(self.full_at_ms.load(Ordering::Relaxed)).filter(|&t| t != 0)
+    }
+
+    /// Carries a full-table time over from a snapshot.
+    pub(crate) fn note_full(&self, at_ms: u64) {
+        self.full_at_ms.fetch_max(at_ms, Ordering::Relaxed);
+    }
+
+    fn count(&self, instance: u32, up: bool) {
+        if let Some(c) = self.live.get(instance as usize) {
+            if up {
+                c.fetch_add(1, Ordering::Relaxed);
+            } else {
+                c.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// What a 2xx to a REGISTER for `aor` through `instance` says: `listed`
+    /// holds every contact it lists with an expiry still ahead, as (contact
+    /// key, expiry in Unix ms).
+    pub(crate) fn confirm(&self, aor: u64, instance: usize, listed: &[(u64, u64)], now_ms: u64) {
+        let inst = u32::try_from(instance).unwrap_or(u32::MAX);
+        let mut entry = self.map.entry(aor).or_default();
+        let held = entry.value_mut();
+        // Bindings this registrar held and no longer lists are gone.
+        held.retain(|b| {
+            let keep = b.instance != inst || listed.iter().any(|(c, _)| *c == b.contact);
+            if !keep {
+                self.count(b.instance, false);
+                self.total.fetch_sub(1, Ordering::Relaxed);
+            }
+            keep
+        });
+        for &(contact, expires_ms) in listed {
+            if let Some(b) = held.iter_mut().find(|b| b.contact == contact) {
+                if b.instance != inst {
+                    // Refreshed through another instance: the binding moves.
+                    self.count(b.instance, false);
+                    self.count(inst, true);
+                    b.instance = inst;
+                }
+                b.expires_ms = expires_ms;
+            } else if self.len() >= self.capacity {
+                self.full_at_ms.fetch_max(now_ms, Ordering::Relaxed);
+            } else {
+                self.total.fetch_add(1, Ordering::Relaxed);
+                self.count(inst, true);
+                held.push(Binding {
+                    contact,
+                    instance: inst,
+                    expires_ms,
+                });
+            }
+        }
+        let empty = held.is_empty();
+        drop(entry);
+        if empty {
+            self.map.remove_if(&aor, |_, v| v.is_empty());
+        }
+    }
+
+    /// Adds a binding from a snapshot unless the AoR's contact is known.
+    pub(crate) fn restore(&self, aor: u64, b: Binding) {
+        let mut entry = self.map.entry(aor).or_default();
+        if self.len() < self.capacity && !entry.iter().any(|x| x.contact == b.contact) {
+            self.total.fetch_add(1, Ordering::Relaxed);
+            self.count(b.instance, true);
+            entry.value_mut().push(b);
+        }
+    }
+
+    /// Drops the bindings expired at `now_ms`, handing every other to `kept`.
+    pub(crate) fn sweep(&self, now_ms: u64, mut kept: impl FnMut(&Binding)) {
+        self.map.retain(|_, held| {
+            held.retain(|b| {
+                let keep = b.expires_ms > now_ms;
+                if keep {
+                    kept(b);
+                } else {
+                    self.count(b.instance, false);
+                    self.total.fetch_sub(1, Ordering::Relaxed);
+                }
+                keep
+            });
+            !held.is_empty()
+        });
+    }
+
+    /// Calls `f` with every binding and its AoR key.
+    pub(crate) fn for_each(&self, mut f: impl FnMut(u64, &Binding)) {
+        for e in self.map.iter() {
+            for b in e.value() {
+                f(*e.key(), b);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refresh_moves_removal_and_expiry() {
+        let t = Bindings::new(2, 3);
+        t.confirm(7, 0, &[(1, 5000), (2, 6000)], 0);
+        assert_eq!((t.live(0), t.len()), (2, 2));
+        // The same contact refreshed through instance 1: it moves.
+        t.confirm(7, 1, &[(1, 9000)], 100);
+        assert_eq!((t.live(0), t.live(1)), (1, 1));
+        // Instance 0's registrar lists nothing any more: its binding is gone;
+        // instance 1's is another registrar's and stays.
+        t.confirm(7, 0, &[], 200);
+        assert_eq!((t.live(0), t.live(1), t.len()), (0, 1, 1));
+        // Expiry.
+        t.sweep(8999, |_| {});
+        assert_eq!(t.live(1), 1);
+        t.sweep(9000, |_| {});
+        assert_eq!((t.live(1), t.len()), (0, 0));
+        // The bound.
+        t.confirm(8, 0, &[(1, 10), (2, 10), (3, 10), (4, 10)], 300);
+        assert_eq!((t.len(), t.full_at_ms()), (3, Some(300)));
+    }
+}

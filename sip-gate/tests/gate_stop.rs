@@ -1,0 +1,290 @@
+//! The gate's own stop (R-GW-1), through the real `sip-gate` binary with
+//! SIPp on both sides: SIGTERM mid-load fails `/readyz` at once, new calls
+//! get 503 with Retry-After, every call already forwarded completes (its
+//! ACK, re-INVITE and BYE still pass), and the gate exits by itself once its
+//! transaction table is empty; the drain deadline cuts a stop short, and a
+//! second signal ends it at once. And the other end of a gate's life: until
+//! its drain view is loaded it is not ready and refuses new work.
+//!
+//! Each test has its own `127.24.N.0/24`: the gate's listener and admin on
+//! `.1`, the sg (a SIPp UAS) on `.11`, the callers on `.21` and `.22`.
+
+mod bins;
+mod common;
+mod running;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use common::{ip, server_addr};
+use running::{wait_for, GateProc};
+use serde_json::Value;
+use sip_gate::Phase;
+use testbed::{Scenario, Sipp, SippHandle, Transport};
+
+/// A site with one sg behind a balance listener on `127.24.N.1:5060`, its
+/// profiles in an embedded store next to it.
+fn site(net: (u8, u8)) -> (tempfile::TempDir, PathBuf, SocketAddr, SocketAddr) {
+    let dir = tempfile::tempdir().unwrap();
+    let listener = SocketAddr::new(ip(net, 1), 5060);
+    let admin = SocketAddr::new(ip(net, 1), 9091);
+    let extra = format!(
+        "[[listener]]\nname = \"subs\"\nbind = \"{listener}\"\nmode = \"balance\"\npool = \"sg\"\nleg = \"subscriber\"\n\n[store]\nkind = \"embedded\"\npath = \"profiles.json\"\n"
+    );
+    let path = dir.path().join("site.toml");
+    std::fs::write(&path, common::site(net, 1, &extra)).unwrap();
+    (dir, path, listener, admin)
+}
+
+/// sg-0's work as the gate reports it: (open INVITE transactions, calls).
+fn sg_work(gate: &GateProc) -> Option<(u64, u64)> {
+    let c = gate.work()?.instances.get("sg-0")?.counts;
+    Some((c.transactions, c.dialogs))
+}
+
+fn uac(scenario: &str, net: (u8, u8), host: u8, to: SocketAddr) -> Sipp {
+    Sipp::new(Scenario::repo(scenario))
+        .local_ip(ip(net, host))
+        .remote(to)
+        .transport(Transport::Udp)
+        .timeout(Duration::from_secs(120))
+}
+
+/// The value of `key=N` on the log line that contains `what`.
+fn logged(log: &str, what: &str, key: &str) -> Option<u64> {
+    let line = log.lines().find(|l| l.contains(what))?;
+    let at = line.find(&format!("{key}="))? + key.len() + 1;
+    line[at..]
+        .split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
+}
+
+#[test]
+fn r_gw_1_sigterm_mid_load_completes_every_forwarded_call_refuses_new_ones_and_exits_when_idle() {
+    let net = (24, 1);
+    let (_dir, site, listener, admin) = site(net);
+    let deadline_s = 120;
+    let mut gate = GateProc::spawn(&site, admin, &["--drain-deadline-s", "120"]);
+    gate.wait_ready();
+
+    // The sg rings 2 s before answering; callers hold 3 s, re-INVITE, BYE.
+    let uas = Sipp::new(Scenario::repo("uas_call_ringing"))
+        .local(server_addr(net, 0).ip(), 5060)
+        .duration(Duration::from_secs(2))
+        .timeout(Duration::from_secs(150))
+        .spawn()
+        .expect("uas starts");
+    let load = uac("uac_call", net, 21, listener)
+        .calls(10_000)
+        .rate(20)
+        .duration(Duration::from_secs(3))
+        .control()
+        .spawn()
+        .expect("load starts");
+    // Calls in every stage: some held, more ringing.
+    wait_for("calls established", Duration::from_secs(20), || {
+        sg_work(&gate).filter(|&(ringing, up)| up >= 10 && ringing > 0)
+    });
+
+    // The callers start no new call: what the gate forwarded is what must
+    // complete. Their counter settles once the last INVITE is through.
+    load.finish_calls().unwrap();
+    let new_work = "sipgate_new_work_total{instance=\"sg-0\"}";
+    let forwarded = wait_for("the load to stop", Duration::from_secs(5), || {
+        let before = gate.metric(new_work);
+        std::thread::sleep(Duration::from_millis(300));
+        (gate.metric(new_work) == before).then_some(before)
+    });
+
+    gate.signal("TERM");
+    let sigterm = Instant::now();
+    // /readyz fails at once, and says why.
+    let (code, ready) = wait_for("/readyz to fail", Duration::from_secs(5), || {
+        gate.readyz().filter(|(code, _)| *code != 200)
+    });
+    assert!(sigterm.elapsed() < Duration::from_secs(2));
+    assert_eq!(code, 503);
+    assert_eq!(ready["ready"], false, "{ready}");
+    assert_eq!(ready["phase"], "stopping", "{ready}");
+    assert!(ready["why"][0].as_str().unwrap().starts_with("stopping"));
+    assert!(ready["transactions"].as_u64().unwrap() > 0, "{ready}");
+    // INVITE transactions in flight when the stop began.
+    let (ringing, up) = sg_work(&gate).unwrap();
+    assert!(ringing > 0 && up > 0, "{ringing} ringing, {up} up");
+
+    // New calls: 503 with Retry-After (the scenario checks the header).
+    let refused = uac("uac_call_expect_503", net, 22, listener)
+        .calls(20)
+        .rate(20)
+        .spawn()
+        .expect("uac starts")
+        .wait(Duration::from_secs(60))
+        .expect("uac report");
+    assert_eq!(refused.successful, 20, "{refused:?}");
+    assert!(refused.all_ok(), "{refused:?}");
+    let outcome = "sipgate_requests_total{method=\"INVITE\",outcome=\"stopping\"}";
+    assert_eq!(gate.metric(outcome), 20.0);
+    assert_eq!(gate.metric("sipgate_phase{phase=\"stopping\"}"), 1.0);
+
+    // Every call forwarded before the stop completed: none failed, and
+    // every one the callers made had been forwarded.
+    let calls = load.wait(Duration::from_secs(60)).expect("load report");
+    let calls_done = sigterm.elapsed();
+    assert!(calls.created >= 10, "{calls:?}");
+    assert_eq!(calls.successful, calls.created, "{calls:?}");
+    assert!(calls.all_ok(), "{calls:?}");
+    assert_eq!(calls.created as f64, forwarded, "{calls:?}");
+
+    // The gate exits by itself once its last transaction is done, well
+    // before the deadline.
+    let status = gate
+        .wait_exit(Duration::from_secs(deadline_s))
+        .expect("the gate exits by itself");
+    let stopped = sigterm.elapsed();
+    assert!(status.success(), "{status:?}");
+    let log = gate.log();
+    assert!(log.contains("stopped: no transaction left"), "{log}");
+    assert!(stopped > calls_done, "{stopped:?} {calls_done:?}");
+    assert!(
+        stopped < Duration::from_secs(deadline_s - 30),
+        "{stopped:?}"
+    );
+    eprintln!(
+        "{} calls completed across the stop; exited {:.1} s after SIGTERM ({:.1} s after the last call)",
+        calls.created,
+        stopped.as_secs_f64(),
+        (stopped - calls_done).as_secs_f64()
+    );
+    let sg = uas.stop().expect("uas report");
+    assert_eq!(sg.successful, calls.created, "{sg:?}");
+    assert_eq!(sg.failed, 0, "{sg:?}");
+}
+
+/// A gate with `calls` calls up (held 60 s) through it, stopped with
+/// `--drain-deadline-s deadline`.
+fn gate_with_calls_up(
+    net: (u8, u8),
+    deadline: &str,
+) -> (tempfile::TempDir, GateProc, SippHandle, SippHandle) {
+    let (dir, site, listener, admin) = site(net);
+    let gate = GateProc::spawn(&site, admin, &["--drain-deadline-s", deadline]);
+    gate.wait_ready();
+    let uas = Sipp::new(Scenario::repo("uas_call"))
+        .local(server_addr(net, 0).ip(), 5060)
+        .timeout(Duration::from_secs(90))
+        .spawn()
+        .expect("uas starts");
+    let calls = uac("uac_call", net, 21, listener)
+        .calls(5)
+        .rate(10)
+        .duration(Duration::from_secs(60))
+        .timeout(Duration::from_secs(90))
+        .spawn()
+        .expect("uac starts");
+    wait_for("5 calls up", Duration::from_secs(10), || {
+        sg_work(&gate).filter(|&(_, up)| up == 5)
+    });
+    (dir, gate, uas, calls)
+}
+
+#[test]
+fn r_gw_1_the_drain_deadline_cuts_a_stop_short() {
+    let (_dir, mut gate, _uas, _calls) = gate_with_calls_up((24, 2), "3");
+    gate.signal("TERM");
+    let sigterm = Instant::now();
+    let status = gate
+        .wait_exit(Duration::from_secs(30))
+        .expect("the gate exits at the deadline");
+    let stopped = sigterm.elapsed();
+    assert!(status.success(), "{status:?}");
+    // At the deadline, not before; the join that follows is bounded too.
+    assert!(
+        (Duration::from_secs(3)..Duration::from_secs(8)).contains(&stopped),
+        "{stopped:?}"
+    );
+    let log = gate.log();
+    let left = logged(&log, "drain deadline reached", "transactions");
+    assert!(left.is_some_and(|n| n > 0), "{log}");
+    assert!(!log.contains("no transaction left"), "{log}");
+}
+
+#[test]
+fn r_gw_1_a_second_signal_stops_at_once() {
+    let (_dir, mut gate, _uas, _calls) = gate_with_calls_up((24, 3), "60");
+    gate.signal("TERM");
+    let (_, ready): (u16, Value) = wait_for("stopping", Duration::from_secs(5), || {
+        gate.readyz().filter(|(_, r)| r["phase"] == "stopping")
+    });
+    assert!(ready["transactions"].as_u64().unwrap() > 0, "{ready}");
+    gate.signal("INT");
+    let second = Instant::now();
+    let status = gate
+        .wait_exit(Duration::from_secs(10))
+        .expect("the gate exits on the second signal");
+    assert!(status.success(), "{status:?}");
+    assert!(
+        second.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        second.elapsed()
+    );
+    let log = gate.log();
+    assert!(log.contains("stopped at once: second signal"), "{log}");
+    assert!(log.contains("signal=\"SIGINT\""), "{log}");
+}
+
+/// Until its drain view is loaded a gate is `starting`: not ready, and new
+/// work gets 503 (the binary binds first, then reads the store); once
+/// loaded it serves. In-process, with the library's entry point.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_gw_1_a_starting_gate_refuses_new_work_until_its_view_is_loaded() {
+    let net = (24, 4);
+    let text = common::site(net, 1, &common::balance_sg(net));
+    let config = common::config(&text);
+    let drain = ringsync::state::DrainState::new(std::sync::Arc::new(config.clone()));
+    let gate = sip_gate::Gate::start_awaiting_view(
+        config,
+        drain,
+        tokio_util::sync::CancellationToken::new(),
+    )
+    .await
+    .expect("gate starts");
+    let listener = common::listener_addr(&gate, "subs");
+    let ready = sip_gate::admin::readiness(gate.core());
+    assert_eq!(ready.phase, Phase::Starting);
+    assert!(!ready.ready);
+    assert_eq!(ready.why, ["drain view not loaded"]);
+
+    let refused = common::run(common::uac(
+        Scenario::repo("uac_call_expect_503"),
+        ip(net, 21),
+        listener,
+        Transport::Udp,
+        3,
+        10,
+    ))
+    .await;
+    common::assert_all_ok("starting: 503", &refused, 3);
+
+    let mut phases = gate.lifecycle().subscribe();
+    gate.lifecycle().view_loaded();
+    phases
+        .wait_for(|p| *p == Phase::Serving)
+        .await
+        .expect("serving");
+    assert!(sip_gate::admin::readiness(gate.core()).ready);
+    let _uas = common::uas("uas_call", server_addr(net, 0), Transport::Udp);
+    let served = common::run(common::uac(
+        Scenario::repo("uac_call"),
+        ip(net, 21),
+        listener,
+        Transport::Udp,
+        3,
+        10,
+    ))
+    .await;
+    common::assert_all_ok("serving", &served, 3);
+    gate.shutdown(Duration::from_secs(5)).await;
+}
