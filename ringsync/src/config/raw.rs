@@ -28,6 +28,7 @@ pub(super) struct RawSite {
     pub(super) health: HealthConfig,
     #[serde(default)]
     pub(super) work: WorkConfig,
+    #[serde(default)]
     pub(super) dns: DnsConfig,
     #[serde(default)]
     pub(super) admin: AdminConfig,
