@@ -97,36 +97,7 @@ async fn r_ap_1_to_4_drain_and_lift_through_the_cli_with_real_agents() {
         .all(|(_, _, to, kind)| to.ends_with("-c") && *kind == MoveKind::Handover));
     assert_paced(&m);
 
-    // The operator's views: the table, the status sum, the metrics.
-    let table = cli(&path, &["handover", "status"]).await;
-    assert!(table.contains("pace 1 s"), "{table}");
-    let h1_row = table.lines().find(|l| l.starts_with("h1 ")).unwrap();
-    assert!(
-        h1_row.contains("blocked") && h1_row.contains("h1-b on srv-b draining"),
-        "{table}"
-    );
-    let sum: SiteStatus = serde_json::from_str(&cli(&path, &["--json", "status"]).await).unwrap();
-    let state_of = |id: &str| sum.instances.iter().find(|i| i.id == id).unwrap();
-    // R-ST-3: g1-a leads nothing now; h1-a still leads h1.
-    assert_eq!(
-        (state_of("g1-a").state, state_of("g1-a").work),
-        (InstanceState::Drained, Some(0))
-    );
-    assert_eq!(
-        (state_of("h1-a").state, state_of("h1-a").work),
-        (InstanceState::Draining, Some(1))
-    );
-    assert_eq!(state_of("g1-c").counts.groups, 1);
-    let (_, metrics) = get(api, "/metrics").await.unwrap();
-    assert!(
-        metrics.contains("ringsync_handover_moves_total{kind=\"handover\"} 3"),
-        "{metrics}"
-    );
-    assert!(
-        metrics.contains("ringsync_handover_blocked_groups 1"),
-        "{metrics}"
-    );
-    assert!(metrics.contains("ringsync_handover_acting 1"), "{metrics}");
+    operator_views_while_drained(&path, api).await;
     let said = std::fs::read_to_string(site.dir.path().join("g1-c.out")).unwrap();
     assert!(said.contains("agent g1/g1-c: leading (seq"), "{said}");
 
@@ -181,4 +152,38 @@ async fn r_mn_3_a_second_serve_on_the_same_store_stands_by_until_the_first_dies(
     })
     .await;
     assert!(second.terminate().success());
+}
+
+/// The operator's views with srv-a and srv-b drained: the table, the status
+/// sum (R-ST-3), the metrics.
+async fn operator_views_while_drained(path: &std::path::Path, api: std::net::SocketAddr) {
+    let table = cli(path, &["handover", "status"]).await;
+    assert!(table.contains("pace 1 s"), "{table}");
+    let h1_row = table.lines().find(|l| l.starts_with("h1 ")).unwrap();
+    assert!(
+        h1_row.contains("blocked") && h1_row.contains("h1-b on srv-b draining"),
+        "{table}"
+    );
+    let sum: SiteStatus = serde_json::from_str(&cli(path, &["--json", "status"]).await).unwrap();
+    let state_of = |id: &str| sum.instances.iter().find(|i| i.id == id).unwrap();
+    // R-ST-3: g1-a leads nothing now; h1-a still leads h1.
+    assert_eq!(
+        (state_of("g1-a").state, state_of("g1-a").work),
+        (InstanceState::Drained, Some(0))
+    );
+    assert_eq!(
+        (state_of("h1-a").state, state_of("h1-a").work),
+        (InstanceState::Draining, Some(1))
+    );
+    assert_eq!(state_of("g1-c").counts.groups, 1);
+    let (_, metrics) = get(api, "/metrics").await.unwrap();
+    assert!(
+        metrics.contains("ringsync_handover_moves_total{kind=\"handover\"} 3"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("ringsync_handover_blocked_groups 1"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("ringsync_handover_acting 1"), "{metrics}");
 }

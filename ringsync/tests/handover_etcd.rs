@@ -207,17 +207,27 @@ async fn two_serve_planners_one_acts_and_killing_it_hands_over_without_a_double_
         "b kept the pace from a's last move: {handoff} ms"
     );
 
-    // Lift: b takes every group home, at the pace.
-    cli(&site, &["profile", "deactivate", "m"]).await;
+    lift_and_go_home(&site, api_b, &records, m).await;
+    assert!(b.terminate().success());
+}
+
+/// Lift: the acting planner takes every group home, at the pace from the
+/// moves `before`.
+async fn lift_and_go_home(
+    site: &Path,
+    api: std::net::SocketAddr,
+    records: &Arc<dyn HandoverStore>,
+    before: Vec<(String, Desired)>,
+) {
+    cli(site, &["profile", "deactivate", "m"]).await;
     wait_for("home again", Duration::from_secs(40), || async {
-        handover_of(api_b)
+        handover_of(api)
             .await
             .filter(|st| all_settled(st) && st.groups.iter().all(|g| g.desired == g.home))
     })
     .await;
-    let mut all = m;
-    all.extend(moves(&records).await);
+    let mut all = before;
+    all.extend(moves(records).await);
     assert!(all[3..].iter().all(|(_, d)| d.kind == MoveKind::Takeover));
     assert_paced(&all);
-    assert!(b.terminate().success());
 }
