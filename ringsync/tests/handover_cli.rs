@@ -45,7 +45,9 @@ fn assert_paced(m: &[(u64, String, String, MoveKind)]) {
 
 #[tokio::test]
 async fn r_ap_1_to_4_drain_and_lift_through_the_cli_with_real_agents() {
-    let site = TestSite::with_text(&ap_site(3, 1, TEST_PACE));
+    // g3 goes first: a lower priority value moves earlier, then the name.
+    let text = ap_site(3, 1, TEST_PACE).replace("name = \"g3\"\n", "name = \"g3\"\npriority = 5\n");
+    let site = TestSite::with_text(&text);
     let path = site.site_path();
     let (serve, api) = serve(&path);
     let _agents: Vec<Proc> = members(&site.config)
@@ -91,7 +93,8 @@ async fn r_ap_1_to_4_drain_and_lift_through_the_cli_with_real_agents() {
         .unwrap()
         .contains("no follower in the normal zone"));
     let m = moves(&records(&site));
-    assert_eq!(m.len(), 3);
+    let order: Vec<&str> = m.iter().map(|(_, g, _, _)| g.as_str()).collect();
+    assert_eq!(order, ["g3", "g1", "g2"], "priority, then name");
     assert!(m
         .iter()
         .all(|(_, _, to, kind)| to.ends_with("-c") && *kind == MoveKind::Handover));
@@ -186,4 +189,23 @@ async fn operator_views_while_drained(path: &std::path::Path, api: std::net::Soc
         "{metrics}"
     );
     assert!(metrics.contains("ringsync_handover_acting 1"), "{metrics}");
+}
+
+#[test]
+fn r_ap_2_a_pace_under_a_minute_is_refused_unless_the_site_allows_a_test_pace() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("site.toml");
+    std::fs::write(&path, ap_site(1, 0, "ap_pace_s = 1")).unwrap();
+    let o = std::process::Command::new(common::handover::BIN)
+        .arg("--config")
+        .arg(&path)
+        .args(["handover", "status"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("timers.ap_pace_s") && err.contains("ap_test_pace_allowed"),
+        "{err}"
+    );
 }
