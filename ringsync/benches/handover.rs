@@ -85,30 +85,29 @@ fn main() {
         for round in 0..rounds {
             for (k, (name, figures)) in by.iter_mut().enumerate() {
                 let prefix = format!("/drain/r{round}");
-                let site = site_file(&dir.path().join(format!("{name}{round}")), groups, match k {
-                    0 => None,
-                    _ => Some((endpoint.as_str(), prefix.as_str())),
-                });
+                let site = site_file(
+                    &dir.path().join(format!("{name}{round}")),
+                    groups,
+                    match k {
+                        0 => None,
+                        _ => Some((endpoint.as_str(), prefix.as_str())),
+                    },
+                );
                 drain_and_lift(&site, figures).await;
             }
         }
-        println!(
-            "{groups} groups x 3 members, pace {PACE_MS} ms, {rounds} rounds of drain + lift"
+        println!("{groups} groups x 3 members, pace {PACE_MS} ms, {rounds} rounds of drain + lift");
+        report(&by[0].1, &by[1].1);
+        let site = site_file(
+            &dir.path().join("handoff"),
+            groups,
+            Some((&endpoint, "/drain/h")),
         );
-        println!("| measure (ms) | embedded p50 / max | etcd p50 / max |");
-        println!("|---|---|---|");
-        let rows: [(&str, fn(&Figures) -> &Vec<f64>); 3] = [
-            ("profile write sent (or the pace from the last move, if later) → first move published", |f| &f.first),
-            ("gap between moves − pace (planner overshoot)", |f| &f.overshoot),
-            ("move published → service confirmed", |f| &f.confirm),
-        ];
-        for (what, get) in rows {
-            let [a, b] = [&by[0].1, &by[1].1].map(|f| p50_max(get(f)));
-            println!("| {what} | {a} | {b} |");
-        }
-        let site = site_file(&dir.path().join("handoff"), groups, Some((&endpoint, "/drain/h")));
         let gap = crash_handoff(&site).await;
-        println!("etcd, acting serve killed (-9) after the first move: next move {gap} ms later (pace {PACE_MS} ms)");
+        println!(
+            "etcd, acting serve killed (-9) after the first move: \
+             next move {gap} ms later (pace {PACE_MS} ms)"
+        );
     });
 }
 
@@ -221,6 +220,29 @@ async fn crash_handoff(site: &Path) -> u64 {
     .await;
     assert!(second.terminate().success());
     two - one
+}
+
+/// The table: embedded and etcd side by side.
+fn report(embedded: &Figures, etcd: &Figures) {
+    println!("| measure (ms) | embedded p50 / max | etcd p50 / max |");
+    println!("|---|---|---|");
+    let rows = [
+        (
+            "profile write sent (or the pace from the last move, if later) → first move published",
+            [&embedded.first, &etcd.first],
+        ),
+        (
+            "gap between moves − pace (planner overshoot)",
+            [&embedded.overshoot, &etcd.overshoot],
+        ),
+        (
+            "move published → service confirmed",
+            [&embedded.confirm, &etcd.confirm],
+        ),
+    ];
+    for (what, [a, b]) in rows {
+        println!("| {what} | {} | {} |", p50_max(a), p50_max(b));
+    }
 }
 
 /// `p50 / max` of `v`, in ms with one decimal.
