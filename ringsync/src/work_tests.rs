@@ -38,6 +38,7 @@ fn view(drain_a: bool) -> DrainView {
             id: "p-1".into(),
             name: "a".into(),
             description: String::new(),
+            revision: 0,
             servers: vec!["srv-a".into()],
             state: if drain_a {
                 ProfileState::Active

@@ -46,6 +46,7 @@ fn view(config: &SiteConfig, drained: &[&str], down: &[&str]) -> DrainView {
             id: "p-1".into(),
             name: "d".into(),
             description: String::new(),
+            revision: 1,
             servers: drained.iter().map(|s| s.to_string()).collect(),
             state: if drained.is_empty() {
                 ProfileState::Inactive

@@ -125,6 +125,7 @@ mod tests {
                 id: "p".into(),
                 name: "p".into(),
                 description: String::new(),
+                revision: 1,
                 servers: vec!["srv-a".into()],
                 state: ProfileState::Active,
             }],
