@@ -184,6 +184,9 @@ pub fn serve(site: &std::path::Path) -> (Proc, std::net::SocketAddr) {
     let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
     let mut first = String::new();
     std::io::BufRead::read_line(&mut stdout, &mut first).unwrap();
+    // Keep reading: serve writes more lines (e.g. about its tokens), and a
+    // closed pipe would fail them.
+    std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
     let api = first
         .trim()
         .rsplit("http://")
