@@ -113,6 +113,9 @@ pub enum Error {
         /// What is wrong, naming the field.
         message: String,
     },
+    /// The run was interrupted (Ctrl-C, SIGTERM); everything was stopped.
+    #[error("interrupted: everything the run started has been stopped")]
+    Interrupted,
     /// Other socket or process I/O.
     #[error(transparent)]
     Io(#[from] io::Error),

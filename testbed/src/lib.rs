@@ -44,6 +44,7 @@ pub mod net;
 pub mod partition;
 pub mod proc_stats;
 mod process;
+pub mod rehearsal;
 pub mod relay;
 pub mod rtpengine;
 pub mod sipp;

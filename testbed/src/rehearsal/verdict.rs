@@ -1,0 +1,250 @@
+//! One verdict per rule a scenario names, each from what was measured,
+//! each able to fail: a rule with nothing to judge it on (no call, no
+//! drain window) fails and says so.
+
+use serde::Serialize;
+
+use super::play::{Mark, Played};
+use super::report::{at, delta, Calls};
+use super::scenario::Action;
+use crate::site::{Layout, Svc};
+
+/// Seconds the nodes get to apply a profile change (R-MN-1 says one;
+/// the sampler adds one more).
+const APPLY_S: f64 = 2.0;
+
+/// A rule's verdict.
+#[derive(Debug, Clone, Serialize)]
+pub struct Verdict {
+    /// Rule id.
+    pub rule: String,
+    /// Held or not.
+    pub pass: bool,
+    /// The figures behind it.
+    pub detail: String,
+}
+
+/// A drain window: a profile active from `from` to `to`.
+#[derive(Debug, Clone)]
+pub struct Window {
+    /// Profile name.
+    pub profile: String,
+    /// Its servers.
+    pub servers: Vec<String>,
+    /// Activated at.
+    pub from: f64,
+    /// Lifted at, or `None` if it was never lifted.
+    pub to: Option<f64>,
+}
+
+/// The drain windows of a run, in order.
+pub fn windows(marks: &[Mark]) -> Vec<Window> {
+    let mut out: Vec<Window> = Vec::new();
+    for m in marks.iter().filter(|m| m.error.is_none()) {
+        match &m.action {
+            Action::Activate { profile, servers } => out.push(Window {
+                profile: profile.clone(),
+                servers: servers.clone(),
+                from: m.t,
+                to: None,
+            }),
+            Action::Deactivate { profile } => {
+                if let Some(w) = out
+                    .iter_mut()
+                    .find(|w| &w.profile == profile && w.to.is_none())
+                {
+                    w.to = Some(m.t);
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// The verdict on `rule`.
+pub fn judge(rule: &str, layout: &Layout, played: &Played, calls: &Calls) -> Verdict {
+    let (pass, detail) = match rule {
+        "R-SG-4" | "R-ESG-4" | "R-GW-2" => established_calls(calls),
+        "R-AA-1" => per_window(layout, played, drain_holds),
+        "R-AA-3" => per_window(layout, played, return_holds),
+        "R-MG-1" => per_window(layout, played, mg_out),
+        "R-MG-4" => per_window(layout, played, mg_gradual),
+        other => (false, format!("no verdict is defined for {other}")),
+    };
+    Verdict {
+        rule: rule.into(),
+        pass,
+        detail,
+    }
+}
+
+fn established_calls(c: &Calls) -> (bool, String) {
+    if c.established == 0 {
+        return (false, "no call was established: nothing to judge".into());
+    }
+    (
+        c.established_failed == 0,
+        format!(
+            "{} of {} established calls failed",
+            c.established_failed, c.established
+        ),
+    )
+}
+
+type Check = fn(&Layout, &Played, &Window, f64) -> (bool, String);
+
+fn per_window(layout: &Layout, played: &Played, check: Check) -> (bool, String) {
+    let ws = windows(&played.marks);
+    if ws.is_empty() {
+        return (false, "no drain window in the run: nothing to judge".into());
+    }
+    let end = played.samples.last().map_or(0.0, |s| s.t);
+    let results: Vec<(bool, String)> = ws.iter().map(|w| check(layout, played, w, end)).collect();
+    let pass = results.iter().all(|r| r.0);
+    (
+        pass,
+        results
+            .into_iter()
+            .map(|r| r.1)
+            .collect::<Vec<_>>()
+            .join("; "),
+    )
+}
+
+fn instances_on(layout: &Layout, w: &Window, svcs: &[Svc]) -> Vec<String> {
+    layout
+        .instances()
+        .into_iter()
+        .filter(|i| svcs.contains(&i.svc) && w.servers.contains(&i.server))
+        .map(|i| i.id)
+        .collect()
+}
+
+/// New work per instance between two moments.
+fn new_work(played: &Played, from: f64, to: f64) -> std::collections::BTreeMap<String, u64> {
+    match (at(&played.samples, from), at(&played.samples, to)) {
+        (Some(a), Some(b)) => delta(&a.new_work, &b.new_work),
+        _ => Default::default(),
+    }
+}
+
+/// R-AA-1: no new work to a draining sg/esg while others took some.
+fn drain_holds(l: &Layout, p: &Played, w: &Window, end: f64) -> (bool, String) {
+    let drained = instances_on(l, w, &[Svc::Sg, Svc::Esg]);
+    let (from, to) = (w.from + APPLY_S, w.to.unwrap_or(end));
+    let nw = new_work(p, from, to);
+    let to_drained: u64 = drained.iter().filter_map(|i| nw.get(i)).sum();
+    let others: u64 = nw
+        .iter()
+        .filter(|(k, _)| !drained.contains(k))
+        .map(|(_, v)| v)
+        .sum();
+    let pass = !drained.is_empty() && to_drained == 0 && others > 0;
+    (
+        pass,
+        format!(
+            "{} took {to_drained} new calls in {:.0} s of drain ({}); the others took {others}",
+            drained.join(", "),
+            to - from,
+            w.profile
+        ),
+    )
+}
+
+/// R-AA-3: once lifted, the drained sg/esg take new work again.
+fn return_holds(l: &Layout, p: &Played, w: &Window, end: f64) -> (bool, String) {
+    let drained = instances_on(l, w, &[Svc::Sg, Svc::Esg]);
+    let Some(lifted) = w.to else {
+        return (false, format!("{} was never lifted", w.profile));
+    };
+    let nw = new_work(p, lifted + APPLY_S, end);
+    let back: Vec<String> = drained
+        .iter()
+        .map(|i| format!("{i} {}", nw.get(i).copied().unwrap_or(0)))
+        .collect();
+    let pass = !drained.is_empty() && drained.iter().all(|i| nw.get(i).copied().unwrap_or(0) > 0);
+    (
+        pass,
+        format!(
+            "new calls after {} was lifted: {}",
+            w.profile,
+            back.join(", ")
+        ),
+    )
+}
+
+/// The draining mgs of a window and, per mg, the samples of its ramp.
+fn mg_ramps(l: &Layout, p: &Played, w: &Window, end: f64) -> Vec<(String, Vec<(f64, f64)>)> {
+    let until =
+        w.to.unwrap_or(end)
+            .min(w.from + f64::from(l.mg_drain_window_s) + 2.0 * APPLY_S);
+    instances_on(l, w, &[Svc::Mg])
+        .into_iter()
+        .map(|id| {
+            let ramp = p
+                .samples
+                .iter()
+                .filter(|s| s.t >= w.from && s.t <= until)
+                .filter_map(|s| Some((s.t, *s.mg_weight.get(&id)?)))
+                .collect();
+            (id, ramp)
+        })
+        .collect()
+}
+
+/// R-MG-1: a draining mg's weight reaches 0 within the window.
+fn mg_out(l: &Layout, p: &Played, w: &Window, end: f64) -> (bool, String) {
+    let ramps = mg_ramps(l, p, w, end);
+    if ramps.is_empty() {
+        return (false, format!("{} drains no mg", w.profile));
+    }
+    let parts: Vec<(bool, String)> = ramps
+        .iter()
+        .map(|(id, r)| match r.iter().find(|(_, wt)| *wt == 0.0) {
+            Some((t, _)) => (true, format!("{id} weight 0 after {:.0} s", t - w.from)),
+            None => (
+                false,
+                format!(
+                    "{id} weight still {:.2} after {} s + {APPLY_S} s",
+                    r.last().map_or(1.0, |x| x.1),
+                    l.mg_drain_window_s
+                ),
+            ),
+        })
+        .collect();
+    let pass = parts.iter().all(|x| x.0);
+    let text = parts
+        .into_iter()
+        .map(|x| x.1)
+        .collect::<Vec<_>>()
+        .join(", ");
+    (pass, format!("{text} (window {} s)", l.mg_drain_window_s))
+}
+
+/// R-MG-4: the weight passes through values between 1 and 0 (no cliff).
+fn mg_gradual(l: &Layout, p: &Played, w: &Window, end: f64) -> (bool, String) {
+    let ramps = mg_ramps(l, p, w, end);
+    if ramps.is_empty() {
+        return (false, format!("{} drains no mg", w.profile));
+    }
+    let parts: Vec<(bool, String)> = ramps
+        .iter()
+        .map(|(id, r)| {
+            let between = r.iter().filter(|(_, x)| *x > 0.0 && *x < 1.0).count();
+            (
+                between >= 2,
+                format!("{id}: {between} samples between full weight and 0"),
+            )
+        })
+        .collect();
+    let pass = parts.iter().all(|x| x.0);
+    (
+        pass,
+        parts
+            .into_iter()
+            .map(|x| x.1)
+            .collect::<Vec<_>>()
+            .join(", "),
+    )
+}
