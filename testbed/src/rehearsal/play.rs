@@ -106,6 +106,10 @@ pub fn play(
             break;
         }
         while let Some(s) = steps.next_if(|s| s.at_s <= now) {
+            if !matches!(s.action, Action::Load { .. }) {
+                // A sample at the step itself, so phases cut exactly there.
+                rec.lock().unwrap_or_else(|e| e.into_inner()).sample();
+            }
             let error = run_step(site, &s.action, out, &mut callers, &mut deferred, now)
                 .err()
                 .map(|e| e.to_string());
