@@ -56,6 +56,12 @@ pub struct Calls {
     pub refused: u64,
     /// SIPp's failed calls (including those never answered).
     pub sipp_failed: u64,
+    /// SIPp's failures by reason (`MaxUDPRetrans`, `UnexpectedMessage`,
+    /// ...), all callers.
+    pub failures: BTreeMap<String, u64>,
+    /// The end of a caller's error log when it had failures.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub errors: String,
 }
 
 /// The whole report.
@@ -134,6 +140,10 @@ impl Report {
             "\nCalls: {} attempted, {} established, {} finished, {} established and failed, {} refused (503), {} failed in SIPp's count. Active-Passive handovers: {}.\n",
             c.attempted, c.established, c.finished, c.established_failed, c.refused, c.sipp_failed, self.handovers
         );
+        if !c.failures.is_empty() {
+            let why: Vec<String> = c.failures.iter().map(|(k, n)| format!("{k} {n}")).collect();
+            let _ = writeln!(m, "SIPp failures by reason: {}.\n", why.join(", "));
+        }
         for chart in self.charts.iter().filter(|c| c.ends_with(".svg")) {
             let _ = writeln!(m, "![new calls per instance and mg weights]({chart})\n");
         }
@@ -357,6 +367,13 @@ fn calls(played: &Played) -> Calls {
         if let Some(r) = &l.report {
             c.attempted += r.created;
             c.sipp_failed += r.failed;
+            for (why, n) in &r.failures {
+                *c.failures.entry(why.clone()).or_default() += n;
+            }
+            if r.failed > 0 && c.errors.is_empty() {
+                let tail = r.errors.len().saturating_sub(1500);
+                c.errors = r.errors[r.errors.ceil_char_boundary(tail)..].to_string();
+            }
         }
     }
     c

@@ -121,9 +121,12 @@ fn instances_on(layout: &Layout, w: &Window, svcs: &[Svc]) -> Vec<String> {
         .collect()
 }
 
-/// New work per instance between two moments.
+/// New work per instance between the first sample at or after `from` and
+/// the last at or before `to`, so the span never starts early.
 fn new_work(played: &Played, from: f64, to: f64) -> std::collections::BTreeMap<String, u64> {
-    match (at(&played.samples, from), at(&played.samples, to)) {
+    let first = played.samples.iter().find(|s| s.t >= from);
+    match (first, at(&played.samples, to)) {
+        (Some(a), Some(b)) if b.t < a.t => Default::default(),
         (Some(a), Some(b)) => delta(&a.new_work, &b.new_work),
         _ => Default::default(),
     }
