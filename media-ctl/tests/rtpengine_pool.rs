@@ -361,6 +361,14 @@ fn bad_input_is_answered_or_counted_and_service_goes_on() {
     assert!(metrics.contains("mediactl_new_calls_total"), "{metrics}");
     let (line, _) = http_get_any(site.admin, "/readyz").unwrap();
     assert!(line.contains("200"), "{line}");
+    // The admin port is read-only (R-PR-1): no method that could change
+    // state is routed, so it needs no tokens.
+    for path in ["/v1/status", "/v1/work", "/metrics", "/readyz", "/healthz"] {
+        for method in ["POST", "PUT", "PATCH", "DELETE"] {
+            let (line, _) = real::http_any(site.admin, method, path).unwrap();
+            assert!(line.contains(" 405 "), "{method} {path}: {line}");
+        }
+    }
     assert!(site.stop(), "clean exit on SIGTERM");
 }
 

@@ -43,6 +43,7 @@ fn profiles(n: usize, servers: usize) -> ProfileSet {
                 id: format!("p-{i:08x}"),
                 name: format!("profile-{i}"),
                 description: String::new(),
+                revision: 0,
                 servers: (0..3)
                     .map(|k| format!("srv-{}", (i * 7 + k) % servers))
                     .collect(),
@@ -66,6 +67,7 @@ fn decision(c: &mut Criterion) {
             id: "p-1".into(),
             name: "srv-0".into(),
             description: String::new(),
+            revision: 0,
             servers: vec!["srv-0".into()],
             state: ProfileState::Active,
         }],

@@ -1,32 +1,36 @@
 //! The admin HTTP API (`ringsync serve`): profile CRUD, the site's status
 //! (the drain view with the work every node reports, summed: R-ST-1,
-//! R-ST-3), metrics.
+//! R-ST-3), the audit log, metrics.
 //!
 //! JSON in and out. Bad input gets a 4xx with `{"error": "..."}` and stores
-//! nothing (R-PR-1); store failures get 503. The entry point takes a bound
-//! listener and a shutdown token, so tests bind `127.0.0.1:0`.
+//! nothing (R-PR-1); store failures get 503. Every endpoint has an access
+//! rule ([`endpoints`], checked by [`access`]), every change is audited, and
+//! the API speaks HTTPS when given a certificate ([`tls`]). The entry points
+//! take a bound listener and a shutdown token, so tests bind `127.0.0.1:0`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::Bytes;
-use axum::extract::{Path, State};
-use axum::http::{header, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
 use axum::{Json, Router};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusRecorder};
-use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::profile::{NewProfile, ProfilePatch, ProfileState};
+use crate::profile::Profile;
 use crate::state::DrainState;
 use crate::status::{NodeBoard, SiteStatus};
-use crate::store::{self, Store, StoreError};
+use crate::store::{self, AuditRecord, Store, StoreError};
 use crate::view::InstanceState;
+
+pub mod access;
+mod handlers;
+pub mod tls;
+
+pub use access::{Access, Endpoint, Need, Peer};
 
 /// What the handlers share.
 pub struct AdminApi {
@@ -35,6 +39,7 @@ pub struct AdminApi {
     nodes: Arc<NodeBoard>,
     recorder: PrometheusRecorder,
     ready: AtomicBool,
+    access: Access,
 }
 
 /// Body of every error response.
@@ -42,6 +47,9 @@ pub struct AdminApi {
 pub struct ErrorBody {
     /// What went wrong.
     pub error: String,
+    /// On a 409 for a stale revision: the profile as it is now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current: Option<Profile>,
 }
 
 /// An error answer.
@@ -49,32 +57,39 @@ pub struct ErrorBody {
 pub struct ApiError {
     status: StatusCode,
     message: String,
+    current: Option<Box<Profile>>,
 }
 
 impl ApiError {
-    fn bad_request(message: impl Into<String>) -> ApiError {
+    fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
         ApiError {
-            status: StatusCode::BAD_REQUEST,
+            status,
             message: message.into(),
+            current: None,
         }
+    }
+
+    fn bad_request(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, message)
     }
 }
 
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> ApiError {
         store::count_error(&e);
-        let status = match &e {
-            StoreError::NotFound { .. } => StatusCode::NOT_FOUND,
-            StoreError::DuplicateName { .. } | StoreError::Conflict { .. } => StatusCode::CONFLICT,
-            e if e.is_client_error() => StatusCode::BAD_REQUEST,
-            _ => StatusCode::SERVICE_UNAVAILABLE,
-        };
+        let status =
+            StatusCode::from_u16(e.status_code()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         if status == StatusCode::SERVICE_UNAVAILABLE {
             tracing::error!(error = %e, "profile store failed");
         }
+        let current = match &e {
+            StoreError::Stale { current, .. } => Some(current.clone()),
+            _ => None,
+        };
         ApiError {
             status,
             message: e.to_string(),
+            current,
         }
     }
 }
@@ -85,6 +100,7 @@ impl IntoResponse for ApiError {
             self.status,
             Json(ErrorBody {
                 error: self.message,
+                current: self.current.map(|p| *p),
             }),
         )
             .into_response()
@@ -95,11 +111,22 @@ type ApiResult<T> = Result<T, ApiError>;
 
 impl AdminApi {
     /// Handlers over a store, the drain state that follows it, and the
-    /// board of the nodes' latest work reports.
+    /// board of the nodes' latest work reports; open to every caller
+    /// ([`Access::Open`]).
     pub fn new(
         store: Arc<dyn Store>,
         drain: Arc<DrainState>,
         nodes: Arc<NodeBoard>,
+    ) -> Arc<AdminApi> {
+        Self::with_access(store, drain, nodes, Access::Open)
+    }
+
+    /// [`AdminApi::new`] with callers told apart by `access`.
+    pub fn with_access(
+        store: Arc<dyn Store>,
+        drain: Arc<DrainState>,
+        nodes: Arc<NodeBoard>,
+        access: Access,
     ) -> Arc<AdminApi> {
         Arc::new(AdminApi {
             store,
@@ -107,7 +134,17 @@ impl AdminApi {
             nodes,
             recorder: PrometheusBuilder::new().build_recorder(),
             ready: AtomicBool::new(false),
+            access,
         })
+    }
+
+    /// Appends the record of a refused change; a failure to is logged and
+    /// counted, and the refusal stands (nothing was changed).
+    async fn audit_refusal(&self, rec: AuditRecord) {
+        if let Err(e) = self.store.append_audit(rec).await {
+            store::count_error(&e);
+            tracing::error!(error = %e, "cannot append a refused change to the audit log");
+        }
     }
 
     /// True once the store has been read.
@@ -206,138 +243,79 @@ impl AdminApi {
             metrics::gauge!("ringsync_store_revision").set(f.store_revision as f64);
             metrics::counter!("ringsync_profile_updates_applied_total")
                 .absolute(self.drain.profile_updates());
+            let (r401, r403) = access::refused_counts();
+            metrics::counter!("ringsync_api_refused_total", "status" => "401").absolute(r401);
+            metrics::counter!("ringsync_api_refused_total", "status" => "403").absolute(r403);
+            metrics::counter!("ringsync_tokens_reload_errors_total")
+                .absolute(crate::auth::reload_errors());
+            metrics::counter!("ringsync_tls_reload_errors_total").absolute(tls::reload_errors());
+            metrics::counter!("ringsync_audit_skipped_total")
+                .absolute(store::audit::skipped_count());
         });
         self.recorder.handle().render()
     }
 }
 
-/// The API's routes.
+/// Every endpoint of the API with its access rule: the router is built
+/// from exactly this list.
+pub fn endpoints() -> Vec<Endpoint> {
+    handlers::table().into_iter().map(|(e, _)| e).collect()
+}
+
+/// The API's routes, each behind its access rule.
 pub fn router(api: Arc<AdminApi>) -> Router {
-    Router::new()
-        .route("/v1/profiles", get(list_profiles).post(create_profile))
-        .route(
-            "/v1/profiles/{id}",
-            get(get_profile)
-                .patch(update_profile)
-                .delete(delete_profile),
-        )
-        .route("/v1/profiles/{id}/activate", post(activate))
-        .route("/v1/profiles/{id}/deactivate", post(deactivate))
-        .route("/v1/status", get(status))
-        .route("/metrics", get(metrics_text))
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route("/readyz", get(readyz))
-        .fallback(|| async {
-            ApiError {
-                status: StatusCode::NOT_FOUND,
-                message: "no such endpoint".into(),
-            }
-        })
+    let table = handlers::table();
+    let rules = Arc::new(access::Rules::new(
+        &table.iter().map(|(e, _)| e.clone()).collect::<Vec<_>>(),
+    ));
+    let mut router = Router::new();
+    for (e, handler) in table {
+        router = router.route(e.path, handler);
+    }
+    router
+        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such endpoint") })
+        // Last, so that it wraps every route above, however it was added.
+        .layer(axum::middleware::from_fn_with_state(
+            (api.clone(), rules),
+            access::guard,
+        ))
         .with_state(api)
 }
 
-/// Serves the API on `listener` until `shutdown`; in-flight requests finish.
+/// Serves the API over plain HTTP on `listener` until `shutdown`;
+/// in-flight requests finish.
 pub async fn serve(
     listener: TcpListener,
     api: Arc<AdminApi>,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    let ready = {
-        let api = api.clone();
-        let shutdown = shutdown.clone();
-        tokio::spawn(async move { api.become_ready(&shutdown).await })
-    };
-    let result = axum::serve(listener, router(api))
+    let ready = api.clone().spawn_ready(&shutdown);
+    let app = router(api).into_make_service_with_connect_info::<Peer>();
+    let result = axum::serve(listener, app)
         .with_graceful_shutdown(shutdown.clone().cancelled_owned())
         .await;
     ready.abort();
     result
 }
 
-// === handlers ===
-
-fn parse<T: DeserializeOwned>(body: &Bytes) -> ApiResult<T> {
-    serde_json::from_slice(body)
-        .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
+/// [`serve`] over HTTPS.
+pub async fn serve_tls(
+    listener: tls::TlsListener,
+    api: Arc<AdminApi>,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
+    let ready = api.clone().spawn_ready(&shutdown);
+    let app = router(api).into_make_service_with_connect_info::<Peer>();
+    let result = axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown.clone().cancelled_owned())
+        .await;
+    ready.abort();
+    result
 }
 
-async fn list_profiles(State(api): State<Arc<AdminApi>>) -> ApiResult<Response> {
-    let set = api.store.list().await?;
-    Ok(Json(&*set).into_response())
-}
-
-async fn create_profile(State(api): State<Arc<AdminApi>>, body: Bytes) -> ApiResult<Response> {
-    let new: NewProfile = parse(&body)?;
-    let p = api.after_write(api.store.create(new).await)?;
-    Ok((StatusCode::CREATED, Json(p)).into_response())
-}
-
-async fn get_profile(
-    State(api): State<Arc<AdminApi>>,
-    Path(id): Path<String>,
-) -> ApiResult<Response> {
-    let set = api.store.list().await?;
-    match set.find(&id) {
-        Some(p) => Ok(Json(p).into_response()),
-        None => Err(StoreError::NotFound { id }.into()),
-    }
-}
-
-async fn update_profile(
-    State(api): State<Arc<AdminApi>>,
-    Path(id): Path<String>,
-    body: Bytes,
-) -> ApiResult<Response> {
-    let patch: ProfilePatch = parse(&body)?;
-    Ok(Json(api.after_write(api.store.update(&id, patch).await)?).into_response())
-}
-
-async fn delete_profile(
-    State(api): State<Arc<AdminApi>>,
-    Path(id): Path<String>,
-) -> ApiResult<Response> {
-    Ok(Json(api.after_write(api.store.delete(&id).await)?).into_response())
-}
-
-async fn activate(State(api): State<Arc<AdminApi>>, Path(id): Path<String>) -> ApiResult<Response> {
-    Ok(
-        Json(api.after_write(api.store.set_state(&id, ProfileState::Active).await)?)
-            .into_response(),
-    )
-}
-
-async fn deactivate(
-    State(api): State<Arc<AdminApi>>,
-    Path(id): Path<String>,
-) -> ApiResult<Response> {
-    Ok(
-        Json(api.after_write(api.store.set_state(&id, ProfileState::Inactive).await)?)
-            .into_response(),
-    )
-}
-
-async fn status(State(api): State<Arc<AdminApi>>) -> Json<SiteStatus> {
-    Json(api.site_status())
-}
-
-async fn metrics_text(State(api): State<Arc<AdminApi>>) -> Response {
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        api.render_metrics(),
-    )
-        .into_response()
-}
-
-async fn readyz(State(api): State<Arc<AdminApi>>) -> Response {
-    if api.is_ready() {
-        // R-MN-2: still ready when stale; the detail says so.
-        let detail = api.drain.freshness().describe(crate::work::now_ms());
-        (StatusCode::OK, format!("ready\n{detail}\n")).into_response()
-    } else {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "profile store not read yet\n",
-        )
-            .into_response()
+impl AdminApi {
+    fn spawn_ready(self: Arc<Self>, shutdown: &CancellationToken) -> tokio::task::JoinHandle<()> {
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move { self.become_ready(&shutdown).await })
     }
 }

@@ -12,11 +12,13 @@
 #![warn(missing_docs)]
 
 pub mod api;
+pub mod auth;
 pub mod cli;
 pub mod config;
 pub mod fetch;
 pub mod migrate;
 pub mod node;
+pub mod plan;
 pub mod profile;
 pub mod publish;
 pub mod ring;

@@ -51,6 +51,12 @@ pub struct Profile {
     /// Applied or not.
     #[serde(default)]
     pub state: ProfileState,
+    /// The set revision of the change that last created or changed this
+    /// profile (0 in files written before profiles carried one). An update,
+    /// activation, deactivation or deletion that names a revision is
+    /// refused when the profile has moved on (optimistic concurrency).
+    #[serde(default)]
+    pub revision: u64,
 }
 
 /// What an operator gives to create a profile.
@@ -139,6 +145,7 @@ mod tests {
             description: String::new(),
             servers: servers.iter().map(|s| s.to_string()).collect(),
             state,
+            revision: 0,
         }
     }
 
@@ -176,9 +183,13 @@ mod tests {
 
     #[test]
     fn serde_shape() {
-        let json = r#"{"revision":3,"profiles":[{"id":"p-1","name":"n","description":"d","servers":["srv-a"],"state":"active"}]}"#;
+        let json = r#"{"revision":3,"profiles":[{"id":"p-1","name":"n","description":"d","servers":["srv-a"],"state":"active","revision":3}]}"#;
         let set: ProfileSet = serde_json::from_str(json).unwrap();
         assert_eq!(set.profiles[0].state, ProfileState::Active);
         assert_eq!(serde_json::to_string(&set).unwrap(), json);
+        // Files written before profiles carried a revision still load.
+        let old = r#"{"revision":3,"profiles":[{"id":"p-1","name":"n","servers":["srv-a"]}]}"#;
+        let set: ProfileSet = serde_json::from_str(old).unwrap();
+        assert_eq!(set.profiles[0].revision, 0);
     }
 }

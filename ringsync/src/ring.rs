@@ -119,6 +119,47 @@ impl Ring {
     pub fn is_empty(&self) -> bool {
         self.members.is_empty()
     }
+
+    /// Each member's share of the hash space (0 to 1, summing to 1), read
+    /// off the ring's own points: a point owns the keys that hash after the
+    /// point before it, up to itself. Ascending by instance index.
+    pub fn shares(&self) -> Vec<(usize, f64)> {
+        let hasher = DefaultHashBuilder;
+        // The ring's points in its own order, with their places.
+        let points: Vec<(u64, u32)> = self
+            .ring
+            .clone()
+            .into_iter()
+            .map(|v| (hasher.hash_one(v), v.idx))
+            .collect();
+        let mut owned: Vec<(usize, u128)> = self.members.iter().map(|&m| (m, 0)).collect();
+        let Some(&(last, _)) = points.last() else {
+            return Vec::new();
+        };
+        let mut prev = last;
+        for &(at, idx) in &points {
+            // Wrapping: the first point also owns what lies past the last one.
+            let arc = at.wrapping_sub(prev) as u128;
+            if let Some(o) = owned.iter_mut().find(|(m, _)| *m == idx as usize) {
+                o.1 += arc;
+            }
+            prev = at;
+        }
+        let total = (1u128 << 64) as f64;
+        owned
+            .into_iter()
+            .map(|(m, arc)| {
+                (
+                    m,
+                    if points.len() == 1 {
+                        1.0
+                    } else {
+                        arc as f64 / total
+                    },
+                )
+            })
+            .collect()
+    }
 }
 
 #[cfg(test)]
@@ -133,6 +174,25 @@ mod tests {
 
     fn keys(n: usize) -> Vec<String> {
         (0..n).map(|i| format!("{i:08x}-call@10.0.0.1")).collect()
+    }
+
+    #[test]
+    fn shares_read_off_the_ring_match_where_keys_go() {
+        let r = four();
+        let shares = r.shares();
+        let sum: f64 = shares.iter().map(|(_, s)| s).sum();
+        assert!((sum - 1.0).abs() < 1e-9, "{sum}");
+        let mut counts = [0u32; 4];
+        for k in keys(100_000) {
+            counts[r.get(k.as_bytes()).unwrap()] += 1;
+        }
+        for (m, share) in shares {
+            let seen = counts[m] as f64 / 100_000.0;
+            assert!((seen - share).abs() < 0.01, "member {m}: {share} vs {seen}");
+        }
+        let one = Ring::new([(2, "sg-c")]);
+        assert_eq!(one.shares(), [(2, 1.0)]);
+        assert!(Ring::new(std::iter::empty()).shares().is_empty());
     }
 
     #[test]

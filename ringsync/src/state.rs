@@ -280,6 +280,7 @@ mod tests {
                 id: "p-1".into(),
                 name: "a".into(),
                 description: String::new(),
+                revision: 0,
                 servers: vec!["srv-a".into()],
                 state: ProfileState::Active,
             }],

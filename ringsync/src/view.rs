@@ -378,6 +378,7 @@ sip = "127.0.0.1:5011"
                 id: "p-1".into(),
                 name: "d".into(),
                 description: String::new(),
+                revision: 0,
                 servers: servers.iter().map(|s| s.to_string()).collect(),
                 state: ProfileState::Active,
             }],

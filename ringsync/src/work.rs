@@ -416,6 +416,7 @@ ng = "127.0.0.1:22221"
                 id: "p-1".into(),
                 name: "a".into(),
                 description: String::new(),
+                revision: 0,
                 servers: vec!["srv-a".into()],
                 state: if drain_a {
                     ProfileState::Active

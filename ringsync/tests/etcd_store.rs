@@ -30,6 +30,18 @@ fn blocking<T>(f: impl FnOnce() -> T) -> T {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audited_writes_and_stale_revisions_on_etcd() {
+    let etcd = blocking(|| Etcd::single(ip(68, 11))).expect("etcd");
+    let eps = etcd.endpoints();
+    let dir = tempfile::tempdir().unwrap();
+    let config = common::etcd::etcd_site(dir.path(), &eps, "/t/audit");
+    let a = node(&config, &eps, "/t/audit", dir.path().join("a.cache"))
+        .await
+        .unwrap();
+    common::audited_writes(&a).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r_pr_1_and_r_pr_2_across_nodes() {
     let etcd = blocking(|| Etcd::single(ip(61, 11))).expect("etcd");
     let eps = etcd.endpoints();

@@ -22,6 +22,19 @@ fn new(name: &str, servers: &[&str]) -> NewProfile {
 }
 
 #[tokio::test]
+async fn audited_writes_and_stale_revisions_on_the_embedded_store() {
+    let site = TestSite::new();
+    let s = store::open(&site.config).await.unwrap();
+    common::audited_writes(s.as_ref()).await;
+    let log = std::fs::read_to_string(site.dir.path().join("t1.profiles.json.audit.jsonl"));
+    assert_eq!(
+        log.unwrap().lines().count(),
+        5,
+        "one line a record, next to the store"
+    );
+}
+
+#[tokio::test]
 async fn missing_file_is_an_empty_set_created_on_first_write() {
     let site = TestSite::new();
     let s = store::open(&site.config).await.unwrap();

@@ -109,6 +109,17 @@ fn example_site_runs_and_stops_on_sigterm() {
     // Health probes of the (absent) instances have run through the core by now or soon;
     // the endpoint answers in Prometheus text either way.
     assert!(body.contains("text/plain"), "{body}");
+    // The admin port is read-only (R-PR-1): no method that could change
+    // state is routed, so it needs no tokens.
+    for path in ["/metrics", "/v1/work", "/healthz", "/readyz"] {
+        for method in ["POST", "PUT", "PATCH", "DELETE"] {
+            let answer = bins::http_send(admin, method, path).unwrap_or_default();
+            assert!(
+                answer.starts_with("HTTP/1.0 405"),
+                "{method} {path}: {answer}"
+            );
+        }
+    }
     let pid = child.id().to_string();
     assert!(Command::new("kill")
         .args(["-TERM", &pid])

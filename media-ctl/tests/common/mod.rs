@@ -162,6 +162,7 @@ impl Harness {
                 id: "p-t".into(),
                 name: "t".into(),
                 description: String::new(),
+                revision: 0,
                 servers: servers.iter().map(|s| s.to_string()).collect(),
                 state: ProfileState::Active,
             }]

@@ -466,11 +466,16 @@ pub fn http_get(addr: SocketAddr, path: &str) -> Option<String> {
 
 /// The status line and body of a GET, whatever the code.
 pub fn http_get_any(addr: SocketAddr, path: &str) -> Option<(String, String)> {
+    http_any(addr, "GET", path)
+}
+
+/// `method path` with an empty body: the status line and the body.
+pub fn http_any(addr: SocketAddr, method: &str, path: &str) -> Option<(String, String)> {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
-        .ok()?;
+    let head = format!("{method} {path} HTTP/1.0\r\nHost: x\r\nContent-Length: 0\r\n\r\n");
+    s.write_all(head.as_bytes()).ok()?;
     let mut b = String::new();
     s.read_to_string(&mut b).ok()?;
     let (head, body) = b.split_once("\r\n\r\n")?;

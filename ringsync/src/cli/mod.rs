@@ -1,44 +1,58 @@
-//! The operator's command line: `ringsync --config SITE.toml ...`.
+//! The operator's command line: `ringsync --config SITE.toml ...` on the
+//! store itself, or `ringsync --api URL --token-file FILE ...` through a
+//! remote `ringsync serve`.
 //!
-//! Parsing is clap's; every command is a function over the library, writing
-//! a table (or JSON with `--json`) to the given output. Errors are typed;
-//! the binary turns them into a message and a non-zero exit.
+//! Parsing is clap's; every command is a function over a [`site::Site`]
+//! (either mode), writing a table (or JSON with `--json`) to the given
+//! output, so both modes print the same. Errors are typed; the binary turns
+//! them into a message and a non-zero exit.
 
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
-use crate::api::AdminApi;
+use crate::api::tls::TlsError;
+use crate::auth::TokenError;
 use crate::config::{ConfigError, SiteConfig};
-use crate::fetch::Fetcher;
-use crate::node::{NodeIdentity, NodeRole};
 use crate::profile::{NewProfile, ProfilePatch, ProfileState};
-use crate::state::DrainState;
-use crate::status::{self, NodeBoard};
-use crate::store::{self, StoreError};
-use crate::view::DrainView;
+use crate::store::{AuditQuery, Op, StoreError};
 
+mod audit_text;
 mod registry;
+mod remote;
+mod serve;
+mod site;
 mod text;
 
 pub use registry::{MigrateArgs, NodeCommand};
+pub use serve::{TokenAddArgs, TokenCommand};
+use site::Site;
 
 /// Drain profiles and status of a SIP site.
 #[derive(Debug, Parser)]
 #[command(name = "ringsync", version, about)]
 pub struct Cli {
-    /// The site file.
+    /// The site file (not needed with `--api`).
     #[arg(long, short = 'c', value_name = "SITE.toml")]
-    pub config: PathBuf,
+    pub config: Option<PathBuf>,
     /// Print JSON instead of tables (for scripts).
     #[arg(long, global = true)]
     pub json: bool,
+    /// Act through the admin API of a `ringsync serve` at this URL
+    /// (`https://drain.example:8443`) instead of opening the store.
+    #[arg(long, global = true, env = "RINGSYNC_API", value_name = "URL")]
+    pub api: Option<String>,
+    /// With `--api`: the file holding your token (as `token add` printed it).
+    #[arg(long, global = true, env = "RINGSYNC_TOKEN_FILE", value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// With an `https://` API: trust this CA (PEM) instead of the system's.
+    #[arg(long, global = true, env = "RINGSYNC_CA_FILE", value_name = "FILE")]
+    pub ca_file: Option<PathBuf>,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -60,6 +74,25 @@ pub enum Command {
     /// The site's node registry (etcd store).
     #[command(subcommand)]
     Node(NodeCommand),
+    /// The audit log: every change asked for, made or refused, oldest first.
+    Audit(AuditArgs),
+    /// Tokens of the admin API.
+    #[command(subcommand)]
+    Token(TokenCommand),
+}
+
+/// `audit` options.
+#[derive(Debug, Args)]
+pub struct AuditArgs {
+    /// Only records after this seq (the `next` a page ends with).
+    #[arg(long, value_name = "SEQ")]
+    pub after: Option<u64>,
+    /// Only records made at or after this time (Unix ms).
+    #[arg(long, value_name = "MS")]
+    pub since_ms: Option<u64>,
+    /// At most this many records (default 100, at most 1000).
+    #[arg(long)]
+    pub limit: Option<usize>,
 }
 
 /// `profile` subcommands. Profiles are named by id or name.
@@ -90,21 +123,38 @@ pub enum ProfileCommand {
         /// New server list (repeat; replaces the old list).
         #[arg(long = "server", value_name = "SERVER")]
         servers: Vec<String>,
+        /// Refuse unless the profile is still at this revision.
+        #[arg(long, value_name = "N")]
+        revision: Option<u64>,
     },
     /// Delete a profile.
     Delete {
         /// Id or name.
         profile: String,
+        /// Refuse unless the profile is still at this revision.
+        #[arg(long, value_name = "N")]
+        revision: Option<u64>,
     },
     /// Apply a profile's drain.
     Activate {
         /// Id or name.
         profile: String,
+        /// Refuse unless the profile is still at this revision.
+        #[arg(long, value_name = "N")]
+        revision: Option<u64>,
+        /// Change nothing: show which instances would drain, how each
+        /// service's share of new work would move, and what would be left
+        /// the last of its service.
+        #[arg(long)]
+        dry_run: bool,
     },
     /// Lift a profile's drain.
     Deactivate {
         /// Id or name.
         profile: String,
+        /// Refuse unless the profile is still at this revision.
+        #[arg(long, value_name = "N")]
+        revision: Option<u64>,
     },
     /// List profiles.
     List,
@@ -143,6 +193,9 @@ pub struct ServeArgs {
     /// The nodes to poll, once a second.
     #[command(flatten)]
     pub nodes: NodeArgs,
+    /// Serve on a non-loopback address without TLS and tokens anyway.
+    #[arg(long)]
+    pub insecure: bool,
 }
 
 /// Why a command failed.
@@ -154,6 +207,23 @@ pub enum CliError {
     /// The store refused or failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The remote API refused or failed: its message, as the store gave it.
+    #[error("{message}")]
+    Api {
+        /// The HTTP status.
+        status: u16,
+        /// The API's error message.
+        message: String,
+    },
+    /// The remote API could not be asked.
+    #[error("{0}")]
+    Remote(String),
+    /// The tokens file is wrong.
+    #[error(transparent)]
+    Token(#[from] TokenError),
+    /// The TLS certificate or key is wrong.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
     /// The admin address cannot be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
@@ -178,24 +248,44 @@ pub async fn run(
     out: &mut (dyn Write + Send),
     shutdown: CancellationToken,
 ) -> Result<(), CliError> {
-    let config = Arc::new(SiteConfig::load(&cli.config)?);
+    if let Some(url) = &cli.api {
+        let remote = remote::Remote::new(url, cli.token_file.as_deref(), cli.ca_file.as_deref())?;
+        let site = Site::Remote(remote);
+        return match cli.command {
+            Command::Profile(cmd) => profile(&site, cmd, cli.json, out).await,
+            Command::Status(args) => status(&site, args, cli.json, out).await,
+            Command::Audit(args) => audit(&site, args, cli.json, out).await,
+            _ => Err(CliError::Usage(
+                "with --api only `profile`, `status` and `audit` work; run `serve`, `migrate`, \
+                 `node` and `token` where the site file and its store are"
+                    .into(),
+            )),
+        };
+    }
+    let Some(path) = &cli.config else {
+        if let Command::Token(cmd) = cli.command {
+            return serve::token(None, cmd, out);
+        }
+        return Err(CliError::Usage(
+            "give the site file (--config SITE.toml), or --api URL to act through `ringsync serve`"
+                .into(),
+        ));
+    };
+    let config = Arc::new(SiteConfig::load(path)?);
     match cli.command {
-        Command::Profile(cmd) => profile(&config, cmd, cli.json, out).await,
-        Command::Status(args) => status(&config, args, cli.json, out).await,
-        Command::Serve(args) => serve(config, args, out, shutdown).await,
+        Command::Profile(cmd) => profile(&Site::local(config).await?, cmd, cli.json, out).await,
+        Command::Status(args) => status(&Site::local(config).await?, args, cli.json, out).await,
+        Command::Audit(args) => audit(&Site::local(config).await?, args, cli.json, out).await,
+        Command::Serve(args) => serve::serve(config, args, out, shutdown).await,
         Command::Migrate(args) => registry::run_migrate(&config, args, out).await,
         Command::Node(cmd) => registry::node(&config, cmd, cli.json, out).await,
+        Command::Token(cmd) => serve::token(Some(&config), cmd, out),
     }
 }
 
-async fn profile(
-    config: &SiteConfig,
-    cmd: ProfileCommand,
-    json: bool,
-    out: &mut (dyn Write + Send),
-) -> Result<(), CliError> {
-    let store = store::open(config).await?;
-    let (verb, p) = match cmd {
+/// The change a profile command asks for, and the revision it names.
+fn change_of(cmd: ProfileCommand) -> Result<(Op, Option<u64>), CliError> {
+    Ok(match cmd {
         ProfileCommand::Create {
             name,
             description,
@@ -207,13 +297,14 @@ async fn profile(
                 servers,
                 state: ProfileState::Inactive,
             };
-            ("created", store.create(new).await?)
+            (Op::Create(new), None)
         }
         ProfileCommand::Update {
             profile,
             name,
             description,
             servers,
+            revision,
         } => {
             if name.is_none() && description.is_none() && servers.is_empty() {
                 return Err(CliError::Usage(
@@ -225,41 +316,83 @@ async fn profile(
                 description,
                 servers: (!servers.is_empty()).then_some(servers),
             };
-            ("updated", store.update(&profile, patch).await?)
+            (Op::Update { id: profile, patch }, revision)
         }
-        ProfileCommand::Delete { profile } => ("deleted", store.delete(&profile).await?),
-        ProfileCommand::Activate { profile } => (
-            "activated",
-            store.set_state(&profile, ProfileState::Active).await?,
-        ),
-        ProfileCommand::Deactivate { profile } => (
-            "deactivated",
-            store.set_state(&profile, ProfileState::Inactive).await?,
-        ),
+        ProfileCommand::Delete { profile, revision } => (Op::Delete { id: profile }, revision),
+        ProfileCommand::Activate {
+            profile, revision, ..
+        } => {
+            let state = ProfileState::Active;
+            (Op::SetState { id: profile, state }, revision)
+        }
+        ProfileCommand::Deactivate { profile, revision } => {
+            let state = ProfileState::Inactive;
+            (Op::SetState { id: profile, state }, revision)
+        }
+        ProfileCommand::List | ProfileCommand::Show { .. } => {
+            return Err(CliError::Usage("not a change".into()))
+        }
+    })
+}
+
+async fn profile(
+    site: &Site,
+    cmd: ProfileCommand,
+    json: bool,
+    out: &mut (dyn Write + Send),
+) -> Result<(), CliError> {
+    match cmd {
         ProfileCommand::List => {
-            let set = store.list().await?;
-            return if json {
-                write_json(out, &*set)
+            let set = site.list().await?;
+            if json {
+                write_json(out, &set)
             } else {
                 text::write_list(&set, out)
-            };
+            }
         }
         ProfileCommand::Show { profile } => {
-            let set = store.list().await?;
-            let p = set
-                .find(&profile)
-                .cloned()
-                .ok_or(StoreError::NotFound { id: profile })?;
-            ("", p)
+            let p = site.show(&profile).await?;
+            if json {
+                write_json(out, &p)
+            } else {
+                text::write_profile(&p, out)
+            }
         }
-    };
-    if json {
-        write_json(out, &p)
-    } else if verb.is_empty() {
-        text::write_profile(&p, out)
-    } else {
-        writeln!(out, "{verb} profile {} ({}): {}", p.id, p.name, p.state)?;
-        Ok(())
+        ProfileCommand::Activate {
+            profile,
+            dry_run: true,
+            ..
+        } => {
+            let plan = site.plan(&profile).await?;
+            if json {
+                write_json(out, &plan)
+            } else {
+                audit_text::write_plan(&plan, out)
+            }
+        }
+        cmd => {
+            let (op, expect) = change_of(cmd)?;
+            let verb = match &op {
+                Op::Create(_) => "created",
+                Op::Update { .. } => "updated",
+                Op::Delete { .. } => "deleted",
+                Op::SetState {
+                    state: ProfileState::Active,
+                    ..
+                } => "activated",
+                Op::SetState { .. } => "deactivated",
+            };
+            let p = site.write(op, expect).await?;
+            if json {
+                return write_json(out, &p);
+            }
+            writeln!(
+                out,
+                "{verb} profile {} ({}): {}, revision {}",
+                p.id, p.name, p.state, p.revision
+            )?;
+            Ok(())
+        }
     }
 }
 
@@ -270,24 +403,12 @@ fn write_json<T: Serialize>(out: &mut (dyn Write + Send), v: &T) -> Result<(), C
 }
 
 async fn status(
-    config: &Arc<SiteConfig>,
+    site: &Site,
     args: StatusArgs,
     json: bool,
     out: &mut (dyn Write + Send),
 ) -> Result<(), CliError> {
-    let store = store::open(config).await?;
-    let set = store.list().await?;
-    let view = DrainView::build(config.clone(), &set, &[], &[]);
-    // Several nodes (etcd): the reports they published; else ask them.
-    let round = match crate::sitewide::round(store.as_ref()).await? {
-        Some(round) => round,
-        None => {
-            let nodes = status::local_nodes(config, args.nodes.gate, args.nodes.media);
-            status::ask_all(&Fetcher::default(), &config.site.name, &nodes).await
-        }
-    };
-    let mut st = round.status(&view);
-    st.store = Some(store.freshness().borrow().clone());
+    let st = site.status(&args.nodes).await?;
     if json {
         write_json(out, &st)
     } else {
@@ -295,61 +416,21 @@ async fn status(
     }
 }
 
-async fn serve(
-    config: Arc<SiteConfig>,
-    args: ServeArgs,
+async fn audit(
+    site: &Site,
+    args: AuditArgs,
+    json: bool,
     out: &mut (dyn Write + Send),
-    shutdown: CancellationToken,
 ) -> Result<(), CliError> {
-    let store = store::open(&config).await?;
-    let state = DrainState::new(config.clone());
-    // What the store opened with (R-MN-2: possibly the view cache), before
-    // anything is served or published.
-    state.set_profiles(store.watch().borrow().clone());
-    state.set_freshness(store.freshness().borrow().clone());
-    let follower = state.follow(store.clone(), shutdown.clone());
-    let addr = args.bind.unwrap_or(config.admin.bind);
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|source| CliError::Bind { addr, source })?;
-    let local = listener.local_addr()?;
-    writeln!(
-        out,
-        "ringsync: admin API for site {} on http://{local}",
-        config.site.name
-    )?;
-    out.flush()?;
-    tracing::info!(%local, site = %config.site.name, "serving admin API");
-
-    // R-ST-1: the nodes' work: asked once a second, or on etcd read from
-    // the node registry every 5 s (an idle serve stays under 1 request/s).
-    let (board, every) = if store.keeps_nodes() {
-        let board = NodeBoard::from_registry(config.site.name.clone(), store.clone());
-        (board, Duration::from_secs(5))
+    let q = AuditQuery {
+        after: args.after,
+        since_ms: args.since_ms,
+        limit: args.limit,
+    };
+    let page = site.audit(&q).await?;
+    if json {
+        write_json(out, &page)
     } else {
-        let nodes = status::local_nodes(&config, args.nodes.gate, args.nodes.media);
-        let board = NodeBoard::new(config.site.name.clone(), nodes, Fetcher::default());
-        (board, Duration::from_secs(1))
-    };
-    let poller = tokio::spawn(board.clone().run(every, shutdown.clone()));
-    let identity = NodeIdentity {
-        node: local.to_string(),
-        role: NodeRole::Ringsync,
-        address: local.to_string(),
-        started_ms: crate::work::now_ms(),
-    };
-    let publisher = crate::publish::spawn(
-        store.clone(),
-        state.clone(),
-        identity,
-        || None,
-        shutdown.clone(),
-    );
-    let api = AdminApi::new(store, state, board);
-    let result = crate::api::serve(listener, api, shutdown.clone()).await;
-    shutdown.cancel();
-    let _ = follower.await;
-    let _ = poller.await;
-    let _ = publisher.await;
-    result.map_err(CliError::Io)
+        audit_text::write_audit(&page, out)
+    }
 }

@@ -15,6 +15,7 @@ pub(super) fn write_profile(p: &Profile, out: &mut (dyn Write + Send)) -> Result
     writeln!(out, "state:       {}", p.state)?;
     writeln!(out, "servers:     {}", p.servers.join(", "))?;
     writeln!(out, "description: {}", p.description)?;
+    writeln!(out, "revision:    {}", p.revision)?;
     Ok(())
 }
 

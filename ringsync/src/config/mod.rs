@@ -12,6 +12,7 @@ use std::path::Path;
 
 use ipnet::IpNet;
 
+mod admin;
 mod error;
 mod media;
 mod raw;

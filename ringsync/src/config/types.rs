@@ -280,6 +280,15 @@ pub struct AdminConfig {
     /// Where `media-ctl` exposes /metrics, /v1/status and /v1/work.
     /// Default 127.0.0.1:9092.
     pub media_bind: SocketAddr,
+    /// The API's tokens file (hashes only; `ringsync token add` writes it).
+    /// Without it the API asks no one for a token: allowed on a loopback
+    /// address only.
+    pub tokens: Option<PathBuf>,
+    /// The API's TLS certificate chain (PEM); with `tls_key`, the API
+    /// serves HTTPS only.
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of `tls_cert` (PEM).
+    pub tls_key: Option<PathBuf>,
 }
 
 impl Default for AdminConfig {
@@ -288,6 +297,9 @@ impl Default for AdminConfig {
             bind: SocketAddr::from(([127, 0, 0, 1], 8080)),
             gate_bind: SocketAddr::from(([127, 0, 0, 1], 9091)),
             media_bind: SocketAddr::from(([127, 0, 0, 1], 9092)),
+            tokens: None,
+            tls_cert: None,
+            tls_key: None,
         }
     }
 }

@@ -42,6 +42,7 @@ pub(super) fn validate(loc: Locator<'_>, raw: RawSite) -> Result<SiteConfig> {
     let media = super::media::validate(&v, raw.media.as_ref(), &instances)?;
     let work = v.work(raw.work)?;
     let dns = v.dns(raw.dns)?;
+    let admin = v.admin(raw.admin)?;
     Ok(SiteConfig {
         path: loc.path.to_owned(),
         site,
@@ -51,7 +52,7 @@ pub(super) fn validate(loc: Locator<'_>, raw: RawSite) -> Result<SiteConfig> {
         health,
         work,
         dns,
-        admin: raw.admin,
+        admin,
         media,
         servers,
         instances,
@@ -64,7 +65,7 @@ pub(super) fn validate(loc: Locator<'_>, raw: RawSite) -> Result<SiteConfig> {
 /// Checks sections of one file; section checks in sibling modules take it
 /// to place their errors.
 pub(super) struct Validator<'a> {
-    loc: Locator<'a>,
+    pub(super) loc: Locator<'a>,
 }
 
 /// The service of the instance with this id.

@@ -7,6 +7,12 @@
 //! nothing, and a kill -9 leaves the old or the new file, never a torn one.
 //! A file that does not parse is reported and never overwritten.
 //!
+//! The audit trail of the changes is `<file>.audit.jsonl` ([`super::audit`]),
+//! appended under the same lock, each record before the change it records;
+//! a writer killed between the two has its change committed by the next
+//! process that takes the lock, so the log never names a change the store
+//! lacks and the store never holds a change the log does not name.
+//!
 //! Other processes' changes are noticed by polling the file's identity
 //! (inode, size, mtime) every [`POLL_INTERVAL`] (R-PR-2).
 
@@ -21,9 +27,10 @@ use futures::future::BoxFuture;
 use tokio::sync::watch;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-use super::{new_id, Change, Freshness, Imported, Store, StoreError};
+use super::audit::{self, AuditPage, AuditQuery, AuditRecord};
+use super::{Freshness, Imported, Store, StoreError, WriteRequest, Written};
 use crate::config::{SiteConfig, StoreConfig};
-use crate::profile::{NewProfile, Profile, ProfilePatch, ProfileSet, ProfileState};
+use crate::profile::ProfileSet;
 
 /// How often the file is checked for changes by other processes.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(200);
@@ -39,6 +46,7 @@ struct Inner {
     path: PathBuf,
     lock_path: PathBuf,
     tmp_path: PathBuf,
+    audit_path: PathBuf,
     tx: watch::Sender<Arc<ProfileSet>>,
     fresh: watch::Sender<Freshness>,
 }
@@ -72,18 +80,27 @@ impl EmbeddedStore {
         config: Arc<SiteConfig>,
         path: PathBuf,
     ) -> Result<EmbeddedStore, StoreError> {
-        let p = path.clone();
-        let (set, fp) = blocking(move || read_file(&p)).await??;
-        let (fresh, _) = watch::channel(Freshness::fresh(set.revision));
-        let (tx, _) = watch::channel(Arc::new(set));
+        let (fresh, _) = watch::channel(Freshness::fresh(0));
+        let (tx, _) = watch::channel(Arc::new(ProfileSet::default()));
         let inner = Arc::new(Inner {
             fresh,
             config,
             lock_path: sibling(&path, ".lock"),
+            audit_path: sibling(&path, ".audit.jsonl"),
             tmp_path: sibling(&path, ".tmp"),
             path,
             tx,
         });
+        let i = inner.clone();
+        let (set, fp) = blocking(move || {
+            // Finish or drop what a writer killed mid-change left; a store
+            // this process may not lock (read-only) is read as it is.
+            let _lock = i.lock().ok();
+            read_file(&i.path)
+        })
+        .await??;
+        inner.fresh.send_replace(Freshness::fresh(set.revision));
+        inner.tx.send_replace(Arc::new(set));
         let token = CancellationToken::new();
         tokio::spawn(poll(inner.clone(), fp, token.clone()));
         Ok(EmbeddedStore {
@@ -97,16 +114,9 @@ impl EmbeddedStore {
         &self.inner.path
     }
 
-    fn change(
-        &self,
-        make: impl FnOnce(&ProfileSet) -> Change + Send + 'static,
-    ) -> BoxFuture<'_, Result<Profile, StoreError>> {
-        let inner = self.inner.clone();
-        Box::pin(async move {
-            let (set, profile) = blocking(move || inner.mutate(make)).await??;
-            self.inner.publish(set);
-            Ok(profile)
-        })
+    /// The audit log kept next to it.
+    pub fn audit_path(&self) -> &Path {
+        &self.inner.audit_path
     }
 }
 
@@ -121,30 +131,29 @@ impl Store for EmbeddedStore {
         })
     }
 
-    fn create(&self, new: NewProfile) -> BoxFuture<'_, Result<Profile, StoreError>> {
-        self.change(move |set| Change::Create {
-            id: new_id(set),
-            new,
+    fn write(&self, w: WriteRequest) -> BoxFuture<'_, Result<Written, StoreError>> {
+        let inner = self.inner.clone();
+        Box::pin(async move {
+            let (set, written) = blocking(move || inner.write(w)).await??;
+            self.inner.publish(set);
+            Ok(written)
         })
     }
 
-    fn update(&self, id: &str, patch: ProfilePatch) -> BoxFuture<'_, Result<Profile, StoreError>> {
-        let id = id.to_owned();
-        self.change(move |_| Change::Update { id, patch })
+    fn append_audit(&self, rec: AuditRecord) -> BoxFuture<'_, Result<u64, StoreError>> {
+        let inner = self.inner.clone();
+        Box::pin(async move {
+            blocking(move || {
+                let _lock = inner.lock()?;
+                audit::append(&inner.audit_path, &rec)
+            })
+            .await?
+        })
     }
 
-    fn delete(&self, id: &str) -> BoxFuture<'_, Result<Profile, StoreError>> {
-        let id = id.to_owned();
-        self.change(move |_| Change::Delete { id })
-    }
-
-    fn set_state(
-        &self,
-        id: &str,
-        state: ProfileState,
-    ) -> BoxFuture<'_, Result<Profile, StoreError>> {
-        let id = id.to_owned();
-        self.change(move |_| Change::SetState { id, state })
+    fn audit_log(&self, q: AuditQuery) -> BoxFuture<'_, Result<AuditPage, StoreError>> {
+        let path = self.inner.audit_path.clone();
+        Box::pin(async move { blocking(move || audit::read(&path, &q)).await? })
     }
 
     fn watch(&self) -> watch::Receiver<Arc<ProfileSet>> {
@@ -205,17 +214,93 @@ impl Inner {
         });
     }
 
-    /// The locked read-modify-write cycle (R-PR-4). Blocking.
-    fn mutate(
-        &self,
-        make: impl FnOnce(&ProfileSet) -> Change,
-    ) -> Result<(Arc<ProfileSet>, Profile), StoreError> {
-        self.mutate_set(|set| {
-            let change = make(set);
-            let profile = change.apply(&self.config, set)?;
-            set.revision += 1;
-            Ok((profile, true))
-        })
+    /// The locked read-modify-write cycle (R-PR-4) of one change, audited
+    /// when asked: the record is appended and fsynced before the new file
+    /// is renamed into place, so no change is ever made without its record.
+    /// Blocking.
+    fn write(&self, w: WriteRequest) -> Result<(Arc<ProfileSet>, Written), StoreError> {
+        let lock = self.lock()?;
+        let (mut set, _) = read_file(&self.path)?;
+        let change = w.op.change(&set);
+        let before = change.target(&set).and_then(|id| set.find(&id).cloned());
+        let committed = match change.commit(&self.config, &mut set, w.expect) {
+            Ok(c) => c,
+            Err(e) => {
+                if let Some(rec) = w.audit {
+                    self.audit_refusal(rec.refused(&e, before));
+                }
+                return Err(e);
+            }
+        };
+        self.write_tmp(&set)?;
+        if let Some(rec) = w.audit {
+            audit::append(&self.audit_path, &rec.done(&committed, set.revision))?;
+        }
+        self.commit_tmp()?;
+        drop(lock);
+        let revision = set.revision;
+        Ok((
+            Arc::new(set),
+            Written {
+                committed,
+                revision,
+            },
+        ))
+    }
+
+    /// Records a refused change; a failure to is logged, and the refusal
+    /// stands (nothing was changed).
+    fn audit_refusal(&self, rec: AuditRecord) {
+        if let Err(e) = audit::append(&self.audit_path, &rec) {
+            super::count_error(&e);
+            tracing::error!(error = %e, "cannot append a refused change to the audit log");
+        }
+    }
+
+    /// Takes the writers' lock (released when the file is closed, also
+    /// when the process dies). Blocking.
+    fn lock(&self) -> Result<File, StoreError> {
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(&self.lock_path)
+            .map_err(io_at(&self.lock_path))?;
+        fs4::FileExt::lock(&lock).map_err(io_at(&self.lock_path))?;
+        self.recover()?;
+        Ok(lock)
+    }
+
+    /// Under the lock: what a writer killed mid-change left behind. Its
+    /// `<file>.tmp` is committed if the audit log already holds the record
+    /// of that very change (the record is written first, so the change is
+    /// owed: the log never names a change the store lacks), else removed
+    /// (killed before its record: nothing claims it). Blocking.
+    fn recover(&self) -> Result<(), StoreError> {
+        if !self.tmp_path.exists() {
+            return Ok(());
+        }
+        let pending = fs::read(&self.tmp_path)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<ProfileSet>(&b).ok());
+        let (current, _) = read_file(&self.path)?;
+        let recorded = audit::last_record(&self.audit_path)?;
+        let owed = match (&pending, &recorded) {
+            (Some(p), Some(r)) => {
+                p.revision == current.revision + 1
+                    && r.revision == Some(p.revision)
+                    && (200..300).contains(&r.status)
+            }
+            _ => false,
+        };
+        if owed {
+            tracing::warn!(file = %self.path.display(), "a writer died after recording its change and before committing it; committing it now");
+            self.commit_tmp()
+        } else {
+            tracing::warn!(file = %self.tmp_path.display(), "removing the half-made change of a writer that died before recording it");
+            fs::remove_file(&self.tmp_path).map_err(io_at(&self.tmp_path))
+        }
     }
 
     /// Lock, re-read, let `edit` change the set (it says whether to write),
@@ -224,42 +309,42 @@ impl Inner {
         &self,
         edit: impl FnOnce(&mut ProfileSet) -> Result<(T, bool), StoreError>,
     ) -> Result<(Arc<ProfileSet>, T), StoreError> {
-        let io = |path: &Path| {
-            let path = path.to_owned();
-            move |source| StoreError::Io { path, source }
-        };
-        let lock = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .read(true)
-            .write(true)
-            .open(&self.lock_path)
-            .map_err(io(&self.lock_path))?;
-        // The lock is released when `lock` is closed, also when the process dies.
-        fs4::FileExt::lock(&lock).map_err(io(&self.lock_path))?;
-
+        let lock = self.lock()?;
         let (mut set, _) = read_file(&self.path)?;
         let (out, write) = edit(&mut set)?;
-        if !write {
-            return Ok((Arc::new(set), out));
+        if write {
+            self.write_tmp(&set)?;
+            self.commit_tmp()?;
         }
-
-        let mut bytes =
-            serde_json::to_vec_pretty(&set).map_err(|e| StoreError::Task(e.to_string()))?;
-        bytes.push(b'\n');
-        {
-            let mut tmp = File::create(&self.tmp_path).map_err(io(&self.tmp_path))?;
-            tmp.write_all(&bytes).map_err(io(&self.tmp_path))?;
-            tmp.sync_all().map_err(io(&self.tmp_path))?;
-        }
-        fs::rename(&self.tmp_path, &self.path).map_err(io(&self.path))?;
-        let dir = parent_dir(&self.path);
-        File::open(&dir)
-            .and_then(|d| d.sync_all())
-            .map_err(io(&dir))?;
         drop(lock);
         Ok((Arc::new(set), out))
     }
+
+    /// Writes and fsyncs `<file>.tmp`.
+    fn write_tmp(&self, set: &ProfileSet) -> Result<(), StoreError> {
+        let mut bytes =
+            serde_json::to_vec_pretty(set).map_err(|e| StoreError::Task(e.to_string()))?;
+        bytes.push(b'\n');
+        let mut tmp = File::create(&self.tmp_path).map_err(io_at(&self.tmp_path))?;
+        tmp.write_all(&bytes).map_err(io_at(&self.tmp_path))?;
+        tmp.sync_all().map_err(io_at(&self.tmp_path))
+    }
+
+    /// Renames `<file>.tmp` over the file and fsyncs the directory.
+    fn commit_tmp(&self) -> Result<(), StoreError> {
+        fs::rename(&self.tmp_path, &self.path).map_err(io_at(&self.path))?;
+        sync_dir(&self.path).map_err(io_at(&parent_dir(&self.path)))
+    }
+}
+
+fn io_at(path: &Path) -> impl FnOnce(io::Error) -> StoreError {
+    let path = path.to_owned();
+    move |source| StoreError::Io { path, source }
+}
+
+/// Fsyncs the directory holding `path`, so a file created or renamed there stays.
+pub(crate) fn sync_dir(path: &Path) -> io::Result<()> {
+    File::open(parent_dir(path)).and_then(|d| d.sync_all())
 }
 
 /// Polls the file for changes made by other processes (R-PR-2).

@@ -8,7 +8,6 @@
 //! ([`Freshness`], R-MN-2) and, where several nodes share it, keeps the
 //! node registry their work reports live in (R-ST-3).
 
-use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -20,11 +19,15 @@ use crate::config::{SiteConfig, StoreConfig};
 use crate::node::{NodeEntry, NodeRecord};
 use crate::profile::{NewProfile, Profile, ProfilePatch, ProfileSet, ProfileState};
 
+pub mod audit;
 pub mod cache;
+mod change;
 pub mod embedded;
 pub mod etcd;
 mod freshness;
 
+pub use audit::{AuditPage, AuditQuery, AuditRecord};
+pub use change::{new_id, Change, Committed, Op};
 pub use embedded::EmbeddedStore;
 pub use etcd::EtcdStore;
 pub use freshness::{rfc3339, Freshness};
@@ -67,6 +70,10 @@ pub enum StoreError {
         /// The id or name asked for.
         id: String,
     },
+    /// A query the store cannot answer as asked (e.g. an audit cursor that
+    /// is not a record's).
+    #[error("invalid query: {0}")]
+    InvalidQuery(String),
     /// The store's data cannot be parsed; it is left as it is (never auto-repaired).
     #[error("profile store {} is corrupt: {detail} (fix or remove the file; ringsync will not overwrite it)", path.display())]
     Corrupt {
@@ -83,6 +90,17 @@ pub enum StoreError {
         /// The OS error.
         #[source]
         source: std::io::Error,
+    },
+    /// The caller named a revision of the profile that is no longer its
+    /// current one (optimistic concurrency); nothing was stored (409).
+    #[error("profile `{id}` is at revision {}, not {expected} as asked: it changed since it was read; nothing was changed, read it again and retry", current.revision)]
+    Stale {
+        /// The profile's id.
+        id: String,
+        /// The revision the caller named.
+        expected: u64,
+        /// The profile as it is now.
+        current: Box<Profile>,
     },
     /// Another writer changed the same profile between our read and our
     /// write; nothing was stored (409 in the API). Read it again and retry.
@@ -123,26 +141,103 @@ impl StoreError {
                 | StoreError::DuplicateName { .. }
                 | StoreError::NotFound { .. }
                 | StoreError::Conflict { .. }
+                | StoreError::Stale { .. }
+                | StoreError::InvalidQuery(_)
         )
     }
+
+    /// The HTTP status the API answers with, and the audit log records.
+    pub fn status_code(&self) -> u16 {
+        match self {
+            StoreError::NotFound { .. } => 404,
+            StoreError::DuplicateName { .. }
+            | StoreError::Conflict { .. }
+            | StoreError::Stale { .. } => 409,
+            e if e.is_client_error() => 400,
+            _ => 503,
+        }
+    }
+}
+
+/// A change asked of a store, with the revision the caller expects the
+/// profile to be at and the audit record to keep with it.
+#[derive(Debug, Clone)]
+pub struct WriteRequest {
+    /// The change.
+    pub op: Op,
+    /// Refuse with [`StoreError::Stale`] unless the profile is at this
+    /// revision; `None`: whatever its revision (last writer wins).
+    pub expect: Option<u64>,
+    /// Who asks: the store appends the record of the outcome, made or
+    /// refused; for a change that is made, atomically with it where the
+    /// backend can (etcd) and before it otherwise (the embedded file).
+    pub audit: Option<AuditRecord>,
+}
+
+impl WriteRequest {
+    /// An unaudited change, whatever the profile's revision.
+    pub fn plain(op: Op) -> WriteRequest {
+        WriteRequest {
+            op,
+            expect: None,
+            audit: None,
+        }
+    }
+}
+
+/// What [`Store::write`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Written {
+    /// The profile before and after.
+    pub committed: Committed,
+    /// The profile set's revision after it.
+    pub revision: u64,
 }
 
 /// A profile store.
 pub trait Store: Send + Sync + 'static {
     /// The current profiles, read from the backend (not a cache).
     fn list(&self) -> BoxFuture<'_, Result<Arc<ProfileSet>, StoreError>>;
+    /// Applies a change (R-PR-1: servers must exist; names are unique),
+    /// audited when [`WriteRequest::audit`] is set: a change that cannot be audited
+    /// is not made.
+    fn write(&self, w: WriteRequest) -> BoxFuture<'_, Result<Written, StoreError>>;
+    /// Appends a record of a change refused before it reached the store
+    /// (401, 403, a bad request); returns its seq.
+    fn append_audit(&self, rec: AuditRecord) -> BoxFuture<'_, Result<u64, StoreError>>;
+    /// Reads a page of the audit log, oldest first.
+    fn audit_log(&self, q: AuditQuery) -> BoxFuture<'_, Result<AuditPage, StoreError>>;
     /// Creates a profile (R-PR-1: servers must exist; names are unique).
-    fn create(&self, p: NewProfile) -> BoxFuture<'_, Result<Profile, StoreError>>;
+    fn create(&self, p: NewProfile) -> BoxFuture<'_, Result<Profile, StoreError>> {
+        self.plain(Op::Create(p))
+    }
     /// Updates a profile found by id or name.
-    fn update(&self, id: &str, patch: ProfilePatch) -> BoxFuture<'_, Result<Profile, StoreError>>;
+    fn update(&self, id: &str, patch: ProfilePatch) -> BoxFuture<'_, Result<Profile, StoreError>> {
+        self.plain(Op::Update {
+            id: id.to_owned(),
+            patch,
+        })
+    }
     /// Deletes a profile found by id or name; returns what was deleted.
-    fn delete(&self, id: &str) -> BoxFuture<'_, Result<Profile, StoreError>>;
+    fn delete(&self, id: &str) -> BoxFuture<'_, Result<Profile, StoreError>> {
+        self.plain(Op::Delete { id: id.to_owned() })
+    }
     /// Activates or deactivates a profile found by id or name.
     fn set_state(
         &self,
         id: &str,
         state: ProfileState,
-    ) -> BoxFuture<'_, Result<Profile, StoreError>>;
+    ) -> BoxFuture<'_, Result<Profile, StoreError>> {
+        self.plain(Op::SetState {
+            id: id.to_owned(),
+            state,
+        })
+    }
+    /// [`Store::write`] unaudited, whatever the revision: the profile.
+    fn plain(&self, op: Op) -> BoxFuture<'_, Result<Profile, StoreError>> {
+        let w = self.write(WriteRequest::plain(op));
+        Box::pin(async move { w.await.map(|w| w.committed.profile) })
+    }
     /// A new snapshot on every change, including changes made by other
     /// processes (R-PR-2).
     fn watch(&self) -> watch::Receiver<Arc<ProfileSet>>;
@@ -225,7 +320,13 @@ pub fn checked_import(config: &SiteConfig, set: ProfileSet) -> Result<ProfileSet
             servers: p.servers,
             state: p.state,
         };
+        let id = p.id.clone();
         Change::Create { id: p.id, new }.apply(config, &mut out)?;
+        // The copy keeps each profile's revision: a change that names the
+        // revision it read before the move still applies after it.
+        if let Some(i) = out.position(&id) {
+            out.profiles[i].revision = p.revision;
+        }
     }
     Ok(out)
 }
@@ -291,290 +392,5 @@ pub async fn open(config: &SiteConfig) -> Result<Arc<dyn Store>, StoreError> {
             let store = EtcdStore::open(Arc::new(config.clone())).await?;
             Ok(Arc::new(store))
         }
-    }
-}
-
-// === changes ===
-
-/// One change to a profile set; backends apply it to the freshest set they
-/// can read, under their own exclusion.
-#[derive(Debug, Clone)]
-pub enum Change {
-    /// Create a profile with this id.
-    Create {
-        /// The id chosen for it.
-        id: String,
-        /// What to create.
-        new: NewProfile,
-    },
-    /// Update a profile.
-    Update {
-        /// Id or name.
-        id: String,
-        /// What to change.
-        patch: ProfilePatch,
-    },
-    /// Delete a profile.
-    Delete {
-        /// Id or name.
-        id: String,
-    },
-    /// Activate or deactivate a profile.
-    SetState {
-        /// Id or name.
-        id: String,
-        /// The new state.
-        state: ProfileState,
-    },
-}
-
-impl Change {
-    /// The id of the existing profile this change touches in `set` (`None`
-    /// for a create, or when no profile matches).
-    pub fn target(&self, set: &ProfileSet) -> Option<String> {
-        let id = match self {
-            Change::Create { .. } => return None,
-            Change::Update { id, .. } | Change::Delete { id } | Change::SetState { id, .. } => id,
-        };
-        set.find(id).map(|p| p.id.clone())
-    }
-
-    /// Applies the change to `set` after checking it against the site
-    /// (R-PR-1) and the other profiles. On error `set` is unchanged. Returns
-    /// the profile as created, updated or deleted. Does not touch the revision.
-    pub fn apply(self, config: &SiteConfig, set: &mut ProfileSet) -> Result<Profile, StoreError> {
-        match self {
-            Change::Create { id, new } => {
-                let name = check_name(&new.name)?;
-                check_description(&new.description)?;
-                let servers = check_servers(config, &new.servers)?;
-                if set.profiles.iter().any(|p| p.name == name) {
-                    return Err(StoreError::DuplicateName { name });
-                }
-                let p = Profile {
-                    id,
-                    name,
-                    description: new.description,
-                    servers,
-                    state: new.state,
-                };
-                set.profiles.push(p.clone());
-                Ok(p)
-            }
-            Change::Update { id, patch } => {
-                let i = find(set, &id)?;
-                let mut p = set.profiles[i].clone();
-                if let Some(name) = patch.name {
-                    let name = check_name(&name)?;
-                    if set
-                        .profiles
-                        .iter()
-                        .enumerate()
-                        .any(|(j, o)| j != i && o.name == name)
-                    {
-                        return Err(StoreError::DuplicateName { name });
-                    }
-                    p.name = name;
-                }
-                if let Some(d) = patch.description {
-                    check_description(&d)?;
-                    p.description = d;
-                }
-                if let Some(servers) = patch.servers {
-                    p.servers = check_servers(config, &servers)?;
-                }
-                set.profiles[i] = p.clone();
-                Ok(p)
-            }
-            Change::Delete { id } => {
-                let i = find(set, &id)?;
-                Ok(set.profiles.remove(i))
-            }
-            Change::SetState { id, state } => {
-                let i = find(set, &id)?;
-                set.profiles[i].state = state;
-                Ok(set.profiles[i].clone())
-            }
-        }
-    }
-}
-
-/// A fresh profile id: `p-` and 8 hex digits, not used in `set`.
-pub fn new_id(set: &ProfileSet) -> String {
-    loop {
-        let id = format!("p-{:08x}", rand::random::<u32>());
-        if set.find(&id).is_none() {
-            return id;
-        }
-    }
-}
-
-fn find(set: &ProfileSet, id: &str) -> Result<usize, StoreError> {
-    set.position(id)
-        .ok_or_else(|| StoreError::NotFound { id: id.to_owned() })
-}
-
-fn check_name(name: &str) -> Result<String, StoreError> {
-    let name = name.trim();
-    if name.is_empty() {
-        return Err(StoreError::InvalidName("must not be empty".into()));
-    }
-    if name.chars().count() > MAX_NAME_LEN {
-        return Err(StoreError::InvalidName(format!(
-            "must be at most {MAX_NAME_LEN} characters"
-        )));
-    }
-    if name.chars().any(char::is_control) {
-        return Err(StoreError::InvalidName(
-            "must not contain control characters".into(),
-        ));
-    }
-    Ok(name.to_owned())
-}
-
-fn check_description(d: &str) -> Result<(), StoreError> {
-    if d.chars().count() > MAX_DESCRIPTION_LEN {
-        return Err(StoreError::InvalidDescription(format!(
-            "must be at most {MAX_DESCRIPTION_LEN} characters"
-        )));
-    }
-    if d.chars().any(|c| c.is_control() && c != '\n' && c != '\t') {
-        return Err(StoreError::InvalidDescription(
-            "must not contain control characters other than newline and tab".into(),
-        ));
-    }
-    Ok(())
-}
-
-/// R-PR-1: every server must exist in the site; at least one; duplicates dropped.
-fn check_servers(config: &SiteConfig, servers: &[String]) -> Result<Vec<String>, StoreError> {
-    if servers.is_empty() {
-        return Err(StoreError::NoServers);
-    }
-    let mut seen = HashSet::new();
-    let mut out = Vec::with_capacity(servers.len());
-    for s in servers {
-        let s = s.trim();
-        if !config.has_server(s) {
-            return Err(StoreError::UnknownServer {
-                server: s.to_owned(),
-                config: config.path.clone(),
-            });
-        }
-        if seen.insert(s) {
-            out.push(s.to_owned());
-        }
-    }
-    Ok(out)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::path::Path;
-
-    pub(crate) fn site() -> SiteConfig {
-        SiteConfig::from_str_at(
-            "[site]\nname = \"t\"\n[[server]]\nname = \"srv-a\"\n[[server]]\nname = \"srv-b\"\n",
-            Path::new("/etc/site/t.toml"),
-        )
-        .unwrap()
-    }
-
-    fn new(name: &str, servers: &[&str]) -> NewProfile {
-        NewProfile {
-            name: name.into(),
-            servers: servers.iter().map(|s| s.to_string()).collect(),
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn r_pr_1_unknown_server_refused_set_unchanged() {
-        let c = site();
-        let mut set = ProfileSet::default();
-        let e = Change::Create {
-            id: "p-1".into(),
-            new: new("x", &["srv-a", "srv-z"]),
-        }
-        .apply(&c, &mut set)
-        .unwrap_err();
-        assert!(matches!(&e, StoreError::UnknownServer { server, .. } if server == "srv-z"));
-        assert!(e.to_string().contains("srv-z") && e.to_string().contains("/etc/site/t.toml"));
-        assert!(set.profiles.is_empty());
-        assert!(matches!(
-            Change::Create {
-                id: "p-1".into(),
-                new: new("x", &[])
-            }
-            .apply(&c, &mut set),
-            Err(StoreError::NoServers)
-        ));
-    }
-
-    #[test]
-    fn names_unique_and_valid() {
-        let c = site();
-        let mut set = ProfileSet::default();
-        Change::Create {
-            id: "p-1".into(),
-            new: new("a", &["srv-a", "srv-a"]),
-        }
-        .apply(&c, &mut set)
-        .unwrap();
-        assert_eq!(set.profiles[0].servers, ["srv-a"]);
-        Change::Create {
-            id: "p-2".into(),
-            new: new("b", &["srv-b"]),
-        }
-        .apply(&c, &mut set)
-        .unwrap();
-        assert!(matches!(
-            Change::Create {
-                id: "p-3".into(),
-                new: new(" a ", &["srv-a"])
-            }
-            .apply(&c, &mut set),
-            Err(StoreError::DuplicateName { .. })
-        ));
-        let rename = ProfilePatch {
-            name: Some("a".into()),
-            ..Default::default()
-        };
-        assert!(matches!(
-            Change::Update {
-                id: "b".into(),
-                patch: rename
-            }
-            .apply(&c, &mut set),
-            Err(StoreError::DuplicateName { .. })
-        ));
-        assert!(matches!(
-            Change::Create {
-                id: "p-3".into(),
-                new: new("", &["srv-a"])
-            }
-            .apply(&c, &mut set),
-            Err(StoreError::InvalidName(_))
-        ));
-        assert!(matches!(
-            Change::Delete { id: "nope".into() }.apply(&c, &mut set),
-            Err(StoreError::NotFound { .. })
-        ));
-        let bad = ProfilePatch {
-            servers: Some(vec!["srv-q".into()]),
-            ..Default::default()
-        };
-        assert!(Change::Update {
-            id: "a".into(),
-            patch: bad
-        }
-        .apply(&c, &mut set)
-        .is_err());
-        assert_eq!(
-            set.profiles[0].servers,
-            ["srv-a"],
-            "R-PR-1: nothing changed"
-        );
     }
 }

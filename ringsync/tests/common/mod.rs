@@ -12,6 +12,7 @@ use ringsync::work::{InstanceWork, NodeKind, WorkCounts, WorkReport, WORK_PATH};
 use ringsync::SiteConfig;
 
 pub mod etcd;
+pub mod served;
 
 /// A site file with three servers, sg on each, an mg and a bgmg on srv-a,
 /// and its embedded store next to it. Nothing listens at the admin
@@ -141,4 +142,114 @@ pub async fn stand_in(report: WorkReport) -> (SocketAddr, Arc<Mutex<WorkReport>>
 pub fn closed_port() -> SocketAddr {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     l.local_addr().unwrap()
+}
+
+/// Audited writes and per-profile revisions, the same on every backend: a
+/// stale revision is refused with the current profile and nothing changes;
+/// every change, made or refused, is in the log in order, with who and the
+/// profile before and after.
+pub async fn audited_writes(s: &dyn ringsync::Store) {
+    use ringsync::profile::{NewProfile, ProfileState};
+    use ringsync::store::audit::Actor;
+    use ringsync::store::{AuditQuery, Op, StoreError, WriteRequest};
+
+    let alice = Actor {
+        who: "alice".into(),
+        role: Some("operate".into()),
+        from: "127.0.0.1:4000".into(),
+    };
+    let ask = |op: Op, expect: Option<u64>| WriteRequest {
+        audit: Some(alice.record_op(&op, expect)),
+        op,
+        expect,
+    };
+    let new = NewProfile {
+        name: "maint-a".into(),
+        servers: vec!["srv-a".into()],
+        ..Default::default()
+    };
+    let made = s.write(ask(Op::Create(new), None)).await.unwrap();
+    let rev = made.committed.profile.revision;
+    assert_eq!(rev, made.revision);
+    let activate = Op::SetState {
+        id: "maint-a".into(),
+        state: ProfileState::Active,
+    };
+    let done = s.write(ask(activate.clone(), Some(rev))).await.unwrap();
+    assert!(done.committed.profile.revision > rev);
+    let e = s.write(ask(activate.clone(), Some(rev))).await.unwrap_err();
+    assert!(
+        matches!(&e, StoreError::Stale { expected, current, .. }
+            if *expected == rev && current.revision == done.committed.profile.revision),
+        "{e}"
+    );
+    assert_eq!(e.status_code(), 409);
+    assert_eq!(
+        s.list().await.unwrap().revision,
+        done.revision,
+        "nothing changed"
+    );
+    let bad = Op::Update {
+        id: "maint-a".into(),
+        patch: ringsync::ProfilePatch {
+            servers: Some(vec!["srv-q".into()]),
+            ..Default::default()
+        },
+    };
+    assert_eq!(
+        s.write(ask(bad, None)).await.unwrap_err().status_code(),
+        400
+    );
+    s.append_audit(alice.record("POST /v1/profiles", None))
+        .await
+        .unwrap();
+
+    let page = s.audit_log(AuditQuery::default()).await.unwrap();
+    let got: Vec<(&str, u16)> = page
+        .records
+        .iter()
+        .map(|r| (r.action.as_str(), r.status))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("create", 201),
+            ("activate", 200),
+            ("activate", 409),
+            ("update", 400),
+            ("POST /v1/profiles", 0)
+        ]
+    );
+    let r = &page.records;
+    assert!(r.windows(2).all(|w| w[0].seq < w[1].seq), "{r:?}");
+    assert_eq!((r[0].before.as_ref(), r[0].who.as_str()), (None, "alice"));
+    assert_eq!(
+        r[1].before.as_ref().map(|p| p.state),
+        Some(ProfileState::Inactive)
+    );
+    assert_eq!(
+        r[1].after.as_ref().map(|p| p.state),
+        Some(ProfileState::Active)
+    );
+    assert_eq!(
+        (r[1].revision, r[2].if_revision),
+        (Some(done.revision), Some(rev))
+    );
+    assert!(r[2].error.as_deref().unwrap().contains("not"), "{:?}", r[2]);
+    assert!(r[2].after.is_none() && r[2].before.is_some());
+    // Paging: two at a time, from the cursor.
+    let q = AuditQuery {
+        limit: Some(2),
+        ..Default::default()
+    };
+    let p1 = s.audit_log(q.clone()).await.unwrap();
+    let p2 = s
+        .audit_log(AuditQuery {
+            after: p1.next,
+            ..q
+        })
+        .await
+        .unwrap();
+    assert_eq!(p1.records[..], r[..2]);
+    assert_eq!(p2.records[..], r[2..4]);
 }

@@ -14,10 +14,15 @@ pub const GATE: &str = env!("CARGO_BIN_EXE_sip-gate");
 /// The body-and-head text of `GET path` on `addr` (HTTP/1.0), `None` when
 /// nothing answers.
 pub fn http_get(addr: &str, path: &str) -> Option<String> {
+    http_send(addr, "GET", path)
+}
+
+/// `method path` with an empty body: the whole answer.
+pub fn http_send(addr: &str, method: &str, path: &str) -> Option<String> {
     let mut s = std::net::TcpStream::connect(addr).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
-        .ok()?;
+    let head = format!("{method} {path} HTTP/1.0\r\nHost: x\r\nContent-Length: 0\r\n\r\n");
+    s.write_all(head.as_bytes()).ok()?;
     let mut b = String::new();
     s.read_to_string(&mut b).ok()?;
     Some(b)

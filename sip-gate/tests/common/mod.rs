@@ -89,6 +89,7 @@ pub fn drain(state: &DrainState, revision: u64, servers: &[&str]) {
             id: "p-test".into(),
             name: "test".into(),
             description: String::new(),
+            revision: 0,
             servers: servers.iter().map(|s| s.to_string()).collect(),
             state: ProfileState::Active,
         }]

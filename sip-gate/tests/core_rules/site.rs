@@ -253,6 +253,7 @@ impl Gate {
                     id: "p-1".into(),
                     name: "maintenance".into(),
                     description: String::new(),
+                    revision: 0,
                     servers: servers.iter().map(|s| s.to_string()).collect(),
                     state: if servers.is_empty() {
                         ProfileState::Inactive
@@ -265,6 +266,7 @@ impl Gate {
                     id: "p-2".into(),
                     name: "next-week".into(),
                     description: String::new(),
+                    revision: 0,
                     servers: vec!["srv-a".into(), "srv-b".into(), "srv-c".into()],
                     state: ProfileState::Inactive,
                 },

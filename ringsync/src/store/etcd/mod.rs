@@ -8,6 +8,7 @@
 //! | `P/profiles` | the whole [`ProfileSet`] as JSON | none |
 //! | `P/nodes/member/<node>` | [`NodeMember`](crate::node::NodeMember) | none |
 //! | `P/nodes/live/<node>` | [`NodeRecord`](crate::node::NodeRecord) | the node's |
+//! | `P/audit/<ms>-<hex>` | one [`AuditRecord`] (see [`audit`]) | none |
 //!
 //! **One document for the profiles**, not one key per profile: a node
 //! applies a change as one value from one watch event, so it can never see
@@ -42,12 +43,14 @@ use futures::future::BoxFuture;
 use tokio::sync::watch;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-use super::{cache, new_id, Change, Freshness, Imported, Store, StoreError};
+use super::audit::{AuditPage, AuditQuery, AuditRecord};
+use super::{cache, Freshness, Imported, Store, StoreError, WriteRequest, Written};
 use crate::config::{SiteConfig, StoreConfig};
 use crate::node::{NodeEntry, NodeRecord};
-use crate::profile::{NewProfile, Profile, ProfilePatch, ProfileSet, ProfileState};
+use crate::profile::ProfileSet;
 use crate::work::now_ms;
 
+mod audit;
 mod follow;
 mod registry;
 mod write;
@@ -77,6 +80,8 @@ pub(crate) struct Keys {
     members: String,
     /// `P/nodes/live/`.
     live: String,
+    /// `P/audit/` (one key per audit record).
+    audit: String,
 }
 
 impl Keys {
@@ -87,6 +92,7 @@ impl Keys {
             nodes: format!("{p}/nodes/"),
             members: format!("{p}/nodes/member/"),
             live: format!("{p}/nodes/live/"),
+            audit: format!("{p}/audit/"),
         }
     }
 }
@@ -197,21 +203,6 @@ impl EtcdStore {
     pub fn prefix(&self) -> &str {
         &self.inner.prefix
     }
-
-    fn change(
-        &self,
-        make: impl Fn(&ProfileSet) -> Change + Send + Sync + 'static,
-    ) -> BoxFuture<'_, Result<Profile, StoreError>> {
-        Box::pin(async move {
-            match tokio::time::timeout(WRITE_DEADLINE, self.inner.write(&make)).await {
-                Ok(r) => r,
-                Err(_) => Err(self.inner.unavailable(format!(
-                    "no answer within {WRITE_DEADLINE:?}; the change may or may not have been \
-                     applied: list the profiles to see"
-                ))),
-            }
-        })
-    }
 }
 
 impl Store for EtcdStore {
@@ -223,36 +214,24 @@ impl Store for EtcdStore {
         })
     }
 
-    fn create(&self, new: NewProfile) -> BoxFuture<'_, Result<Profile, StoreError>> {
-        self.change(move |set| Change::Create {
-            id: new_id(set),
-            new: new.clone(),
+    fn write(&self, w: WriteRequest) -> BoxFuture<'_, Result<Written, StoreError>> {
+        Box::pin(async move {
+            match tokio::time::timeout(WRITE_DEADLINE, self.inner.write(&w)).await {
+                Ok(r) => r,
+                Err(_) => Err(self.inner.unavailable(format!(
+                    "no answer within {WRITE_DEADLINE:?}; the change may or may not have been \
+                     applied: list the profiles to see"
+                ))),
+            }
         })
     }
 
-    fn update(&self, id: &str, patch: ProfilePatch) -> BoxFuture<'_, Result<Profile, StoreError>> {
-        let id = id.to_owned();
-        self.change(move |_| Change::Update {
-            id: id.clone(),
-            patch: patch.clone(),
-        })
+    fn append_audit(&self, rec: AuditRecord) -> BoxFuture<'_, Result<u64, StoreError>> {
+        Box::pin(async move { self.inner.append_audit(&rec).await })
     }
 
-    fn delete(&self, id: &str) -> BoxFuture<'_, Result<Profile, StoreError>> {
-        let id = id.to_owned();
-        self.change(move |_| Change::Delete { id: id.clone() })
-    }
-
-    fn set_state(
-        &self,
-        id: &str,
-        state: ProfileState,
-    ) -> BoxFuture<'_, Result<Profile, StoreError>> {
-        let id = id.to_owned();
-        self.change(move |_| Change::SetState {
-            id: id.clone(),
-            state,
-        })
+    fn audit_log(&self, q: AuditQuery) -> BoxFuture<'_, Result<AuditPage, StoreError>> {
+        Box::pin(async move { self.inner.read_audit(&q).await })
     }
 
     fn watch(&self) -> watch::Receiver<Arc<ProfileSet>> {

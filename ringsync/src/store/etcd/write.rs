@@ -1,13 +1,15 @@
 //! Writes: compare-and-swap on the profile document's mod revision
-//! (R-PR-4; see the parent module for why and how conflicts are decided).
+//! (R-PR-4; see the parent module for why and how conflicts are decided),
+//! each with its audit record in the same transaction.
 
 use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, Txn, TxnOp, TxnOpResponse};
 
+use super::audit::audit_bytes;
 use super::{Doc, EtcdStore, Inner, MAX_ATTEMPTS};
-use crate::profile::{Profile, ProfileSet};
-use crate::store::{Change, Imported, StoreError};
+use crate::profile::ProfileSet;
+use crate::store::{Imported, StoreError, WriteRequest, Written};
 
 impl EtcdStore {
     pub(super) async fn import_once(
@@ -21,7 +23,7 @@ impl EtcdStore {
         let Some(next) = next else {
             return Ok(imported);
         };
-        match self.inner.swap(cur.mod_revision, &next).await? {
+        match self.inner.swap(cur.mod_revision, &next, None).await? {
             Swap::Done { mod_revision } => {
                 self.inner.apply(next, mod_revision);
                 Ok(imported)
@@ -36,22 +38,36 @@ impl EtcdStore {
 }
 
 impl Inner {
-    /// The compare-and-swap write loop (see the module docs).
-    pub(super) async fn write(
-        &self,
-        make: &(impl Fn(&ProfileSet) -> Change + Sync),
-    ) -> Result<Profile, StoreError> {
+    /// The compare-and-swap write loop (see the module docs), the audit
+    /// record of a change that is made in the same transaction as it.
+    pub(super) async fn write(&self, w: &WriteRequest) -> Result<Written, StoreError> {
+        // One key for every attempt: a retry of a write that was in fact
+        // applied finds the document already changed and writes nothing.
+        let key = w.audit.as_ref().map(|r| self.audit_key(r.at_ms));
         let mut base = self.read_retrying().await?;
         for _ in 0..MAX_ATTEMPTS {
-            let change = make(&base.set);
+            let change = w.op.change(&base.set);
             let target = change.target(&base.set);
             let mut next = base.set.clone();
-            let profile = change.apply(&self.config, &mut next)?;
-            next.revision += 1;
-            let fresh = match self.swap(base.mod_revision, &next).await? {
+            let committed = match change.commit(&self.config, &mut next, w.expect) {
+                Ok(c) => c,
+                Err(e) => return Err(self.refuse(w, e, &base.set, target).await),
+            };
+            let audit = match (&key, &w.audit) {
+                (Some(k), Some(rec)) => {
+                    let rec = rec.clone().done(&committed, next.revision);
+                    Some((k.clone(), audit_bytes(&rec)?))
+                }
+                _ => None,
+            };
+            let written = Written {
+                committed,
+                revision: next.revision,
+            };
+            let fresh = match self.swap(base.mod_revision, &next, audit).await? {
                 Swap::Done { mod_revision } => {
                     self.apply(next, mod_revision);
-                    return Ok(profile);
+                    return Ok(written);
                 }
                 Swap::Lost(fresh) => fresh,
             };
@@ -59,34 +75,67 @@ impl Inner {
             // identical change: the outcome holds, once.
             if fresh.set == next {
                 self.apply(fresh.set, fresh.mod_revision);
-                return Ok(profile);
+                return Ok(written);
             }
-            if let Some(id) = target {
-                if fresh.set.find(&id) != base.set.find(&id) {
-                    self.apply(fresh.set, fresh.mod_revision);
-                    return Err(StoreError::Conflict {
-                        id,
+            if let Some(id) = &target {
+                // With a revision named, the next attempt says how it moved on.
+                if fresh.set.find(id) != base.set.find(id) && w.expect.is_none() {
+                    self.apply(fresh.set.clone(), fresh.mod_revision);
+                    let e = StoreError::Conflict {
+                        id: id.clone(),
                         detail: "another writer changed this profile at the same time".into(),
-                    });
+                    };
+                    return Err(self.refuse(w, e, &fresh.set, target).await);
                 }
             }
             base = fresh;
         }
-        Err(StoreError::Conflict {
+        let e = StoreError::Conflict {
             id: "(profile set)".into(),
             detail: format!("the profile set changed under {MAX_ATTEMPTS} attempts in a row"),
-        })
+        };
+        let target = w.op.change(&base.set).target(&base.set);
+        Err(self.refuse(w, e, &base.set, target).await)
+    }
+
+    /// Records a refused change (when audited) and hands the error back; a
+    /// failure to record is logged and the refusal stands.
+    async fn refuse(
+        &self,
+        w: &WriteRequest,
+        e: StoreError,
+        set: &ProfileSet,
+        target: Option<String>,
+    ) -> StoreError {
+        if let Some(rec) = &w.audit {
+            let before = target.and_then(|id| set.find(&id).cloned());
+            if let Err(ae) = self.append_audit(&rec.clone().refused(&e, before)).await {
+                crate::store::count_error(&ae);
+                tracing::error!(error = %ae, "cannot append a refused change to the audit log");
+            }
+        }
+        e
     }
 
     /// Writes `next` if the document is still at `expect`. Transport
     /// failures are retried: the compare makes a repeat harmless.
-    async fn swap(&self, expect: u64, next: &ProfileSet) -> Result<Swap, StoreError> {
+    /// `audit`: a record key and value written in the same transaction.
+    async fn swap(
+        &self,
+        expect: u64,
+        next: &ProfileSet,
+        audit: Option<(String, Vec<u8>)>,
+    ) -> Result<Swap, StoreError> {
         let key = self.keys.profiles.as_str();
         let mut bytes = serde_json::to_vec(next).map_err(|e| StoreError::Task(e.to_string()))?;
         bytes.push(b'\n');
+        let mut puts = vec![TxnOp::put(key, bytes, None)];
+        if let Some((k, v)) = audit {
+            puts.push(TxnOp::put(k, v, None));
+        }
         let txn = Txn::new()
             .when([Compare::mod_revision(key, CompareOp::Equal, expect as i64)])
-            .and_then([TxnOp::put(key, bytes, None)])
+            .and_then(puts)
             .or_else([TxnOp::get(key, None)]);
         let mut backoff = Duration::from_millis(50);
         let resp = loop {

@@ -1,0 +1,259 @@
+//! `ringsync serve` (the admin API, its tokens and TLS, and the refusal to
+//! expose it unprotected) and `ringsync token add`.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+use tokio_util::sync::CancellationToken;
+
+use super::{CliError, ServeArgs};
+use crate::api::tls::{CertFiles, TlsListener};
+use crate::api::{Access, AdminApi};
+use crate::auth::{self, Role, Tokens};
+use crate::config::SiteConfig;
+use crate::fetch::Fetcher;
+use crate::node::{NodeIdentity, NodeRole};
+use crate::state::DrainState;
+use crate::status::{self, NodeBoard};
+use crate::store;
+
+/// `token` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Make a token for the admin API: prints it once, keeps only its hash.
+    Add(TokenAddArgs),
+}
+
+/// `token add` options.
+#[derive(Debug, Args)]
+pub struct TokenAddArgs {
+    /// Who holds it: the name the audit log records.
+    pub name: String,
+    /// What it may do.
+    #[arg(long, value_enum)]
+    pub role: Role,
+    /// The tokens file (default: `[admin] tokens` of the site file).
+    #[arg(long, value_name = "FILE")]
+    pub file: Option<PathBuf>,
+}
+
+pub(super) fn token(
+    config: Option<&SiteConfig>,
+    cmd: TokenCommand,
+    out: &mut (dyn Write + Send),
+) -> Result<(), CliError> {
+    let TokenCommand::Add(args) = cmd;
+    let path = args
+        .file
+        .or_else(|| config.and_then(|c| c.admin.tokens.clone()))
+        .ok_or_else(|| {
+            CliError::Usage(
+                "no tokens file: give --file or set [admin] tokens in the site file".into(),
+            )
+        })?;
+    let token = auth::add_token(&path, &args.name, args.role)?;
+    writeln!(out, "{token}")?;
+    writeln!(
+        out,
+        "# token `{}` ({}) added to {}; this is the only time it is shown: \
+         store it in a file only its holder can read",
+        args.name,
+        args.role,
+        path.display()
+    )?;
+    Ok(())
+}
+
+/// Refuses to serve the API where others can reach it unless it is behind
+/// TLS and tokens, or the operator said `--insecure`.
+fn check_exposure(
+    addr: SocketAddr,
+    tls: bool,
+    tokens: bool,
+    insecure: bool,
+) -> Result<(), CliError> {
+    if addr.ip().to_canonical().is_loopback() || (tls && tokens) {
+        return Ok(());
+    }
+    let missing = match (tls, tokens) {
+        (false, false) => "without TLS and without tokens",
+        (false, true) => "without TLS (tokens would cross the network in clear)",
+        _ => "without tokens",
+    };
+    if insecure {
+        tracing::warn!(%addr, "--insecure: serving the admin API {missing} on a non-loopback address");
+        return Ok(());
+    }
+    Err(CliError::Usage(format!(
+        "refusing to serve the admin API on {addr} {missing}: anyone who can reach that address \
+         could read the site and create, activate or delete drain profiles. Set [admin] tls_cert, \
+         tls_key and tokens in the site file, bind a loopback address, or pass --insecure to \
+         accept the risk"
+    )))
+}
+
+pub(super) async fn serve(
+    config: Arc<SiteConfig>,
+    args: ServeArgs,
+    out: &mut (dyn Write + Send),
+    shutdown: CancellationToken,
+) -> Result<(), CliError> {
+    let addr = args.bind.unwrap_or(config.admin.bind);
+    let a = &config.admin;
+    check_exposure(
+        addr,
+        a.tls_cert.is_some(),
+        a.tokens.is_some(),
+        args.insecure,
+    )?;
+    let (access, certs) = protection(&config, &shutdown)?;
+    let store = store::open(&config).await?;
+    let state = DrainState::new(config.clone());
+    // What the store opened with (R-MN-2: possibly the view cache), before
+    // anything is served or published.
+    state.set_profiles(store.watch().borrow().clone());
+    state.set_freshness(store.freshness().borrow().clone());
+    let follower = state.follow(store.clone(), shutdown.clone());
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| CliError::Bind { addr, source })?;
+    let local = listener.local_addr()?;
+    announce(&config, local, &access, certs.is_some(), out)?;
+
+    let (board, every) = node_board(&config, &args, &store);
+    let poller = tokio::spawn(board.clone().run(every, shutdown.clone()));
+    let identity = NodeIdentity {
+        node: local.to_string(),
+        role: NodeRole::Ringsync,
+        address: local.to_string(),
+        started_ms: crate::work::now_ms(),
+    };
+    let publisher = crate::publish::spawn(
+        store.clone(),
+        state.clone(),
+        identity,
+        || None,
+        shutdown.clone(),
+    );
+    let api = AdminApi::with_access(store, state, board, access);
+    let result = match certs {
+        Some(c) => {
+            let tls = TlsListener::new(listener, c.server_config()?)?;
+            crate::api::serve_tls(tls, api, shutdown.clone()).await
+        }
+        None => crate::api::serve(listener, api, shutdown.clone()).await,
+    };
+    shutdown.cancel();
+    let _ = follower.await;
+    let _ = poller.await;
+    let _ = publisher.await;
+    result.map_err(CliError::Io)
+}
+
+/// The tokens and the certificate of `[admin]`, each re-read on change
+/// until `shutdown`.
+fn protection(
+    config: &SiteConfig,
+    shutdown: &CancellationToken,
+) -> Result<(Access, Option<Arc<CertFiles>>), CliError> {
+    let a = &config.admin;
+    let access = match &a.tokens {
+        Some(path) => {
+            let tokens = Tokens::open(path)?;
+            tokio::spawn(tokens.clone().watch(shutdown.clone()));
+            Access::Tokens(tokens)
+        }
+        None => Access::Open,
+    };
+    let certs = match (&a.tls_cert, &a.tls_key) {
+        (Some(cert), Some(key)) => {
+            let c = CertFiles::open(cert, key)?;
+            tokio::spawn(c.clone().watch(shutdown.clone()));
+            Some(c)
+        }
+        _ => None,
+    };
+    Ok((access, certs))
+}
+
+/// Where the API listens and who may call it: the first line is the URL.
+fn announce(
+    config: &SiteConfig,
+    local: SocketAddr,
+    access: &Access,
+    tls: bool,
+    out: &mut (dyn Write + Send),
+) -> Result<(), CliError> {
+    let scheme = if tls { "https" } else { "http" };
+    writeln!(
+        out,
+        "ringsync: admin API for site {} on {scheme}://{local}",
+        config.site.name
+    )?;
+    match access {
+        Access::Open => writeln!(
+            out,
+            "ringsync: no tokens file: every caller that reaches {local} may read and change profiles"
+        )?,
+        Access::Tokens(t) => writeln!(
+            out,
+            "ringsync: {} token(s) from {}",
+            t.current().len(),
+            config
+                .admin
+                .tokens
+                .as_ref()
+                .map_or(String::new(), |p| p.display().to_string())
+        )?,
+    }
+    out.flush()?;
+    tracing::info!(%local, site = %config.site.name, scheme, "serving admin API");
+    Ok(())
+}
+
+/// R-ST-1: the nodes' work: asked once a second, or on etcd read from the
+/// node registry every 5 s (an idle serve stays under 1 request/s).
+fn node_board(
+    config: &Arc<SiteConfig>,
+    args: &ServeArgs,
+    store: &Arc<dyn store::Store>,
+) -> (Arc<NodeBoard>, Duration) {
+    if store.keeps_nodes() {
+        let board = NodeBoard::from_registry(config.site.name.clone(), store.clone());
+        (board, Duration::from_secs(5))
+    } else {
+        let nodes = status::local_nodes(config, args.nodes.gate, args.nodes.media);
+        let board = NodeBoard::new(config.site.name.clone(), nodes, Fetcher::default());
+        (board, Duration::from_secs(1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exposure_needs_tls_and_tokens_off_loopback() {
+        let lo: SocketAddr = "127.0.0.1:8080".parse().unwrap();
+        let any: SocketAddr = "0.0.0.0:8080".parse().unwrap();
+        let v6: SocketAddr = "[::1]:8080".parse().unwrap();
+        assert!(check_exposure(lo, false, false, false).is_ok());
+        assert!(check_exposure(v6, false, false, false).is_ok());
+        assert!(check_exposure(any, true, true, false).is_ok());
+        assert!(check_exposure(any, false, false, true).is_ok());
+        for (tls, tokens, what) in [
+            (false, false, "without TLS and without tokens"),
+            (true, false, "without tokens"),
+            (false, true, "without TLS"),
+        ] {
+            let e = check_exposure(any, tls, tokens, false)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(what) && e.contains("--insecure"), "{e}");
+        }
+    }
+}

@@ -1,0 +1,445 @@
+//! One change to a profile set, checked against the site (R-PR-1) and the
+//! other profiles, and committed with its revisions: every backend applies
+//! changes through here, so the checks and the per-profile revision
+//! (optimistic concurrency) are the same whatever the backend.
+
+use std::collections::HashSet;
+
+use super::{StoreError, MAX_DESCRIPTION_LEN, MAX_NAME_LEN};
+use crate::config::SiteConfig;
+use crate::profile::{NewProfile, Profile, ProfilePatch, ProfileSet, ProfileState};
+/// One change to a profile set; backends apply it to the freshest set they
+/// can read, under their own exclusion.
+#[derive(Debug, Clone)]
+pub enum Change {
+    /// Create a profile with this id.
+    Create {
+        /// The id chosen for it.
+        id: String,
+        /// What to create.
+        new: NewProfile,
+    },
+    /// Update a profile.
+    Update {
+        /// Id or name.
+        id: String,
+        /// What to change.
+        patch: ProfilePatch,
+    },
+    /// Delete a profile.
+    Delete {
+        /// Id or name.
+        id: String,
+    },
+    /// Activate or deactivate a profile.
+    SetState {
+        /// Id or name.
+        id: String,
+        /// The new state.
+        state: ProfileState,
+    },
+}
+
+impl Change {
+    /// The id of the existing profile this change touches in `set` (`None`
+    /// for a create, or when no profile matches).
+    pub fn target(&self, set: &ProfileSet) -> Option<String> {
+        let id = match self {
+            Change::Create { .. } => return None,
+            Change::Update { id, .. } | Change::Delete { id } | Change::SetState { id, .. } => id,
+        };
+        set.find(id).map(|p| p.id.clone())
+    }
+
+    /// Applies the change to `set` after checking it against the site
+    /// (R-PR-1) and the other profiles. On error `set` is unchanged. Returns
+    /// the profile as created, updated or deleted. Does not touch the revision.
+    pub fn apply(self, config: &SiteConfig, set: &mut ProfileSet) -> Result<Profile, StoreError> {
+        match self {
+            Change::Create { id, new } => {
+                let name = check_name(&new.name)?;
+                check_description(&new.description)?;
+                let servers = check_servers(config, &new.servers)?;
+                if set.profiles.iter().any(|p| p.name == name) {
+                    return Err(StoreError::DuplicateName { name });
+                }
+                let p = Profile {
+                    id,
+                    name,
+                    description: new.description,
+                    servers,
+                    state: new.state,
+                    revision: 0,
+                };
+                set.profiles.push(p.clone());
+                Ok(p)
+            }
+            Change::Update { id, patch } => {
+                let i = find(set, &id)?;
+                let mut p = set.profiles[i].clone();
+                if let Some(name) = patch.name {
+                    let name = check_name(&name)?;
+                    if set
+                        .profiles
+                        .iter()
+                        .enumerate()
+                        .any(|(j, o)| j != i && o.name == name)
+                    {
+                        return Err(StoreError::DuplicateName { name });
+                    }
+                    p.name = name;
+                }
+                if let Some(d) = patch.description {
+                    check_description(&d)?;
+                    p.description = d;
+                }
+                if let Some(servers) = patch.servers {
+                    p.servers = check_servers(config, &servers)?;
+                }
+                set.profiles[i] = p.clone();
+                Ok(p)
+            }
+            Change::Delete { id } => {
+                let i = find(set, &id)?;
+                Ok(set.profiles.remove(i))
+            }
+            Change::SetState { id, state } => {
+                let i = find(set, &id)?;
+                set.profiles[i].state = state;
+                Ok(set.profiles[i].clone())
+            }
+        }
+    }
+}
+
+/// What a committed change did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Committed {
+    /// The profile as it was (`None` for a create).
+    pub before: Option<Profile>,
+    /// The profile as created, updated or deleted (a deleted one as it was).
+    pub profile: Profile,
+    /// True for a delete.
+    pub deleted: bool,
+}
+
+impl Committed {
+    /// The profile as it is after the change (`None` once deleted).
+    pub fn after(&self) -> Option<&Profile> {
+        (!self.deleted).then_some(&self.profile)
+    }
+}
+
+impl Change {
+    /// Applies the change like [`Change::apply`], refusing it with
+    /// [`StoreError::Stale`] when `expect` names a revision the profile has
+    /// moved past; then moves the set's revision on and stamps the changed
+    /// profile with it. On error `set` is unchanged.
+    pub fn commit(
+        self,
+        config: &SiteConfig,
+        set: &mut ProfileSet,
+        expect: Option<u64>,
+    ) -> Result<Committed, StoreError> {
+        let before = self.target(set).and_then(|id| set.find(&id).cloned());
+        if let (Some(want), Some(cur)) = (expect, &before) {
+            if cur.revision != want {
+                return Err(StoreError::Stale {
+                    id: cur.id.clone(),
+                    expected: want,
+                    current: Box::new(cur.clone()),
+                });
+            }
+        }
+        let deleted = matches!(self, Change::Delete { .. });
+        let mut profile = self.apply(config, set)?;
+        set.revision += 1;
+        if !deleted {
+            profile.revision = set.revision;
+            if let Some(i) = set.position(&profile.id) {
+                set.profiles[i].revision = set.revision;
+            }
+        }
+        Ok(Committed {
+            before,
+            profile,
+            deleted,
+        })
+    }
+}
+
+/// A change as an operator asks for it; [`Op::change`] picks a create's id
+/// against the set it is applied to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Op {
+    /// Create a profile.
+    Create(NewProfile),
+    /// Update a profile found by id or name.
+    Update {
+        /// Id or name.
+        id: String,
+        /// What to change.
+        patch: ProfilePatch,
+    },
+    /// Delete a profile found by id or name.
+    Delete {
+        /// Id or name.
+        id: String,
+    },
+    /// Activate or deactivate a profile found by id or name.
+    SetState {
+        /// Id or name.
+        id: String,
+        /// The new state.
+        state: ProfileState,
+    },
+}
+
+impl Op {
+    /// The change to apply to `set`.
+    pub fn change(&self, set: &ProfileSet) -> Change {
+        match self {
+            Op::Create(new) => Change::Create {
+                id: new_id(set),
+                new: new.clone(),
+            },
+            Op::Update { id, patch } => Change::Update {
+                id: id.clone(),
+                patch: patch.clone(),
+            },
+            Op::Delete { id } => Change::Delete { id: id.clone() },
+            Op::SetState { id, state } => Change::SetState {
+                id: id.clone(),
+                state: *state,
+            },
+        }
+    }
+
+    /// What it does, in the audit log's words.
+    pub fn action(&self) -> &'static str {
+        match self {
+            Op::Create(_) => "create",
+            Op::Update { .. } => "update",
+            Op::Delete { .. } => "delete",
+            Op::SetState {
+                state: ProfileState::Active,
+                ..
+            } => "activate",
+            Op::SetState { .. } => "deactivate",
+        }
+    }
+
+    /// The profile it names, as the caller named it (the new name for a create).
+    pub fn target(&self) -> &str {
+        match self {
+            Op::Create(new) => &new.name,
+            Op::Update { id, .. } | Op::Delete { id } | Op::SetState { id, .. } => id,
+        }
+    }
+}
+
+/// A fresh profile id: `p-` and 8 hex digits, not used in `set`.
+pub fn new_id(set: &ProfileSet) -> String {
+    loop {
+        let id = format!("p-{:08x}", rand::random::<u32>());
+        if set.find(&id).is_none() {
+            return id;
+        }
+    }
+}
+
+fn find(set: &ProfileSet, id: &str) -> Result<usize, StoreError> {
+    set.position(id)
+        .ok_or_else(|| StoreError::NotFound { id: id.to_owned() })
+}
+
+fn check_name(name: &str) -> Result<String, StoreError> {
+    let name = name.trim();
+    if name.is_empty() {
+        return Err(StoreError::InvalidName("must not be empty".into()));
+    }
+    if name.chars().count() > MAX_NAME_LEN {
+        return Err(StoreError::InvalidName(format!(
+            "must be at most {MAX_NAME_LEN} characters"
+        )));
+    }
+    if name.chars().any(char::is_control) {
+        return Err(StoreError::InvalidName(
+            "must not contain control characters".into(),
+        ));
+    }
+    Ok(name.to_owned())
+}
+
+fn check_description(d: &str) -> Result<(), StoreError> {
+    if d.chars().count() > MAX_DESCRIPTION_LEN {
+        return Err(StoreError::InvalidDescription(format!(
+            "must be at most {MAX_DESCRIPTION_LEN} characters"
+        )));
+    }
+    if d.chars().any(|c| c.is_control() && c != '\n' && c != '\t') {
+        return Err(StoreError::InvalidDescription(
+            "must not contain control characters other than newline and tab".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// R-PR-1: every server must exist in the site; at least one; duplicates dropped.
+fn check_servers(config: &SiteConfig, servers: &[String]) -> Result<Vec<String>, StoreError> {
+    if servers.is_empty() {
+        return Err(StoreError::NoServers);
+    }
+    let mut seen = HashSet::new();
+    let mut out = Vec::with_capacity(servers.len());
+    for s in servers {
+        let s = s.trim();
+        if !config.has_server(s) {
+            return Err(StoreError::UnknownServer {
+                server: s.to_owned(),
+                config: config.path.clone(),
+            });
+        }
+        if seen.insert(s) {
+            out.push(s.to_owned());
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    #[test]
+    fn commit_stamps_revisions_and_refuses_a_stale_one() {
+        let c = site();
+        let mut set = ProfileSet::default();
+        let a = Op::Create(new("a", &["srv-a"])).change(&set);
+        let done = a.commit(&c, &mut set, None).unwrap();
+        assert_eq!((set.revision, done.profile.revision), (1, 1));
+        assert_eq!(done.before, None);
+        let act = Op::SetState {
+            id: "a".into(),
+            state: ProfileState::Active,
+        };
+        let done = act.change(&set).commit(&c, &mut set, Some(1)).unwrap();
+        assert_eq!(done.before.as_ref().map(|p| p.revision), Some(1));
+        assert_eq!((set.revision, set.profiles[0].revision), (2, 2));
+        let stale = act.change(&set).commit(&c, &mut set, Some(1)).unwrap_err();
+        assert!(
+            matches!(&stale, StoreError::Stale { expected: 1, current, .. } if current.revision == 2),
+            "{stale}"
+        );
+        assert_eq!(set.revision, 2, "nothing changed");
+        let del = Op::Delete { id: "a".into() };
+        let done = del.change(&set).commit(&c, &mut set, Some(2)).unwrap();
+        assert!(done.deleted && done.after().is_none() && set.profiles.is_empty());
+    }
+
+    pub(crate) fn site() -> SiteConfig {
+        SiteConfig::from_str_at(
+            "[site]\nname = \"t\"\n[[server]]\nname = \"srv-a\"\n[[server]]\nname = \"srv-b\"\n",
+            Path::new("/etc/site/t.toml"),
+        )
+        .unwrap()
+    }
+
+    fn new(name: &str, servers: &[&str]) -> NewProfile {
+        NewProfile {
+            name: name.into(),
+            servers: servers.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn r_pr_1_unknown_server_refused_set_unchanged() {
+        let c = site();
+        let mut set = ProfileSet::default();
+        let e = Change::Create {
+            id: "p-1".into(),
+            new: new("x", &["srv-a", "srv-z"]),
+        }
+        .apply(&c, &mut set)
+        .unwrap_err();
+        assert!(matches!(&e, StoreError::UnknownServer { server, .. } if server == "srv-z"));
+        assert!(e.to_string().contains("srv-z") && e.to_string().contains("/etc/site/t.toml"));
+        assert!(set.profiles.is_empty());
+        assert!(matches!(
+            Change::Create {
+                id: "p-1".into(),
+                new: new("x", &[])
+            }
+            .apply(&c, &mut set),
+            Err(StoreError::NoServers)
+        ));
+    }
+
+    #[test]
+    fn names_unique_and_valid() {
+        let c = site();
+        let mut set = ProfileSet::default();
+        Change::Create {
+            id: "p-1".into(),
+            new: new("a", &["srv-a", "srv-a"]),
+        }
+        .apply(&c, &mut set)
+        .unwrap();
+        assert_eq!(set.profiles[0].servers, ["srv-a"]);
+        Change::Create {
+            id: "p-2".into(),
+            new: new("b", &["srv-b"]),
+        }
+        .apply(&c, &mut set)
+        .unwrap();
+        assert!(matches!(
+            Change::Create {
+                id: "p-3".into(),
+                new: new(" a ", &["srv-a"])
+            }
+            .apply(&c, &mut set),
+            Err(StoreError::DuplicateName { .. })
+        ));
+        let rename = ProfilePatch {
+            name: Some("a".into()),
+            ..Default::default()
+        };
+        assert!(matches!(
+            Change::Update {
+                id: "b".into(),
+                patch: rename
+            }
+            .apply(&c, &mut set),
+            Err(StoreError::DuplicateName { .. })
+        ));
+        assert!(matches!(
+            Change::Create {
+                id: "p-3".into(),
+                new: new("", &["srv-a"])
+            }
+            .apply(&c, &mut set),
+            Err(StoreError::InvalidName(_))
+        ));
+        assert!(matches!(
+            Change::Delete { id: "nope".into() }.apply(&c, &mut set),
+            Err(StoreError::NotFound { .. })
+        ));
+        let bad = ProfilePatch {
+            servers: Some(vec!["srv-q".into()]),
+            ..Default::default()
+        };
+        assert!(Change::Update {
+            id: "a".into(),
+            patch: bad
+        }
+        .apply(&c, &mut set)
+        .is_err());
+        assert_eq!(
+            set.profiles[0].servers,
+            ["srv-a"],
+            "R-PR-1: nothing changed"
+        );
+    }
+}

@@ -1,0 +1,174 @@
+//! The real `ringsync` binary for operator-plane tests: a `serve` process
+//! (stopped when dropped), CLI runs in either mode, tokens made by
+//! `token add`, and a plain HTTP/1.1 client for calls the CLI does not make.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use super::TestSite;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_ringsync");
+
+/// A site whose `[admin]` section starts with `admin` (e.g. a tokens file).
+pub fn site_with_admin(admin: &str) -> TestSite {
+    TestSite::with_text(&super::SITE.replace("[admin]\n", &format!("[admin]\n{admin}\n")))
+}
+
+/// A running `ringsync serve`, killed (SIGKILL) when dropped.
+pub struct Served {
+    pub child: Child,
+    /// Where it listens (a wildcard bind is reached on 127.0.0.1).
+    pub addr: SocketAddr,
+    /// `http://ADDR` or `https://ADDR`.
+    pub url: String,
+}
+
+impl Served {
+    /// `ringsync --config SITE serve --bind 127.0.0.1:0 EXTRA...`.
+    pub fn start(site: &TestSite, extra: &[&str]) -> Served {
+        Self::start_at(site, "127.0.0.1:0", extra)
+    }
+
+    pub fn start_at(site: &TestSite, bind: &str, extra: &[&str]) -> Served {
+        let mut child = Command::new(BIN)
+            .arg("--config")
+            .arg(site.site_path())
+            .args(["serve", "--bind", bind])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut first = String::new();
+        let mut lines = BufReader::new(child.stdout.take().unwrap());
+        lines.read_line(&mut first).unwrap();
+        // Keep reading: a closed pipe would fail serve's next line.
+        std::thread::spawn(move || std::io::copy(&mut lines, &mut std::io::sink()));
+        let url = first
+            .split_whitespace()
+            .last()
+            .unwrap_or_else(|| panic!("serve said: {first:?}"))
+            .to_owned();
+        let (scheme, rest) = url.split_once("://").unwrap();
+        let mut addr: SocketAddr = rest.parse().unwrap();
+        if addr.ip().is_unspecified() {
+            addr.set_ip([127, 0, 0, 1].into());
+        }
+        let url = format!("{scheme}://{addr}");
+        wait_until(Duration::from_secs(10), || {
+            scheme == "https" || call(addr, "GET", "/readyz", None, "").0 == 200
+        });
+        Served { child, addr, url }
+    }
+
+    /// SIGKILL, and wait for it to be gone.
+    pub fn kill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Polls `ok` every 50 ms until it holds; panics after `limit`.
+pub fn wait_until(limit: Duration, mut ok: impl FnMut() -> bool) -> Duration {
+    let t0 = Instant::now();
+    while !ok() {
+        assert!(t0.elapsed() < limit, "not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    t0.elapsed()
+}
+
+/// `ringsync --config SITE ARGS...` (the store itself).
+pub fn local(site: &TestSite, args: &[&str]) -> Output {
+    Command::new(BIN)
+        .arg("--config")
+        .arg(site.site_path())
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// `ringsync --api URL [--token-file F] ARGS...` (through `serve`).
+pub fn remote(url: &str, token_file: Option<&Path>, args: &[&str]) -> Output {
+    let mut c = Command::new(BIN);
+    c.args(["--api", url]);
+    if let Some(f) = token_file {
+        c.arg("--token-file").arg(f);
+    }
+    c.args(args).output().unwrap()
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// The output, asserting success.
+pub fn ok(o: &Output) -> String {
+    assert!(
+        o.status.success(),
+        "stdout: {}\nstderr: {}",
+        stdout(o),
+        stderr(o)
+    );
+    stdout(o)
+}
+
+/// A token made by `ringsync token add NAME --role ROLE`, saved (the whole
+/// output, as an operator would) to `<dir>/NAME.token`; returns the token
+/// and the file.
+pub fn add_token(site: &TestSite, name: &str, role: &str) -> (String, PathBuf) {
+    let out = ok(&local(site, &["token", "add", name, "--role", role]));
+    let token = out.lines().next().unwrap().trim().to_owned();
+    assert!(token.starts_with("rs1_"), "{out}");
+    let file = site.dir.path().join(format!("{name}.token"));
+    std::fs::write(&file, &out).unwrap();
+    (token, file)
+}
+
+/// One HTTP/1.1 exchange: the status and the body.
+pub fn call(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: &str,
+) -> (u16, String) {
+    let Ok(mut s) = TcpStream::connect(addr) else {
+        return (0, String::new());
+    };
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{auth}\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    if s.write_all(req.as_bytes()).is_err() {
+        return (0, String::new());
+    }
+    let mut resp = String::new();
+    if s.read_to_string(&mut resp).is_err() {
+        return (0, String::new());
+    }
+    let status = resp
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = resp.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    (status, body.to_owned())
+}
