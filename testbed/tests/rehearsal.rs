@@ -50,7 +50,7 @@ net = "127.94.1"
 at_s = 0
 do = "load"
 rate = 20
-duration_s = 16
+duration_s = 20
 hold_s = 2
 [[step]]
 at_s = 4
@@ -58,7 +58,7 @@ do = "activate"
 profile = "maint-a"
 servers = ["srv-a"]
 [[step]]
-at_s = 10
+at_s = 13
 do = "deactivate"
 profile = "maint-a"
 "#,
@@ -84,33 +84,43 @@ profile = "maint-a"
             verdict(&report, rule)
         );
     }
-    // 20 calls/s for 16 s, none refused, every one up and ended.
+    // 20 calls/s for 20 s, none refused, every one up and ended.
     let calls = &report["calls"];
-    assert_eq!(calls["attempted"], 320, "{calls}");
-    assert_eq!(calls["established"], 320, "{calls}");
-    assert_eq!(calls["finished"], 320, "{calls}");
+    assert_eq!(calls["attempted"], 400, "{calls}");
+    assert_eq!(calls["established"], 400, "{calls}");
+    assert_eq!(calls["finished"], 400, "{calls}");
     assert_eq!(calls["established_failed"], 0, "{calls}");
     assert!(verdict(&report, "R-SG-4")["detail"]
         .as_str()
         .unwrap()
-        .contains("0 of 320 established calls failed"));
+        .contains("0 of 400 established calls failed"));
 
     // Phases: start, drain, return. In the drain sg-b takes the calls; sg-a
-    // only those of the moment the nodes take to apply the change (the
-    // verdict above judges from 2 s after it: none); the new calls of all
-    // phases add up to the calls.
+    // only those of the moment the gate takes to apply the change (the
+    // verdict above judges from the sample in which the gate showed sg-a
+    // draining: none); the new calls of all phases add up to the calls.
     let phases = report["phases"].as_array().unwrap();
     assert_eq!(phases.len(), 3, "{phases:?}");
     let drain = &phases[1];
-    // 2 s at sg-a's 10 calls/s, what the verdict allows the nodes.
-    assert!(drain["new_work"]["sg-a"].as_u64().unwrap() <= 20, "{drain}");
-    assert!(drain["new_work"]["sg-b"].as_u64().unwrap() > 0, "{drain}");
+    let (a, b) = (
+        drain["new_work"]["sg-a"].as_u64().unwrap(),
+        drain["new_work"]["sg-b"].as_u64().unwrap(),
+    );
+    assert!(a < b, "{drain}");
+    // Every drain sample in which the gate showed sg-a draining.
+    let samples = report["samples"].as_array().unwrap();
+    assert!(
+        samples
+            .iter()
+            .any(|s| s["gates_draining"]["sg-a"] == 1 && s["mg_drain_zone"][0] == "srv-a"),
+        "the samples show the gate and media-ctl applying the drain"
+    );
     let new_total: u64 = phases
         .iter()
         .flat_map(|p| p["new_work"].as_object().unwrap().values())
         .map(|v| v.as_u64().unwrap())
         .sum();
-    assert_eq!(new_total, 320, "{phases:?}");
+    assert_eq!(new_total, 400, "{phases:?}");
     assert!(phases[2]["new_work"]["sg-a"].as_u64().unwrap() > 0);
 
     // The Markdown report and the chart it embeds.

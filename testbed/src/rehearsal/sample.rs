@@ -33,6 +33,12 @@ pub struct Sample {
     pub mg_weight: BTreeMap<String, f64>,
     /// New calls media-ctl placed on each mg/bgmg since it started.
     pub mg_new_calls: BTreeMap<String, u64>,
+    /// Per sg/esg, how many of the gates that answered had it in a drain
+    /// state (`sipgate_instance_state{state="draining"|"drained"|...}`):
+    /// the gates' own view, so a verdict knows when a change was applied.
+    pub gates_draining: BTreeMap<String, usize>,
+    /// The servers media-ctl had in its drain zone (its `/v1/status`).
+    pub mg_drain_zone: Vec<String>,
 }
 
 /// Cumulative counters over restarts of the node that reports them.
@@ -85,6 +91,9 @@ impl Recorder {
                 continue;
             };
             s.gates_up += 1;
+            for id in draining(&text) {
+                *s.gates_draining.entry(id.to_owned()).or_default() += 1;
+            }
             for (name, label, v) in series(&text) {
                 match name {
                     "sipgate_new_work_total" => self.new_work.observe(k, label, v),
@@ -97,6 +106,7 @@ impl Recorder {
             }
         }
         if let Some(st) = http::get_json::<media_ctl::Status>(self.media, "/v1/status") {
+            s.mg_drain_zone = st.drain_zone;
             for i in st.instances {
                 s.mg_weight.insert(i.id.clone(), i.weight);
                 s.mg_new_calls.insert(i.id, i.new_calls);
@@ -126,6 +136,30 @@ fn series(text: &str) -> impl Iterator<Item = (&str, &str, u64)> {
         let label = labels.split('"').nth(1)?;
         let v = value.trim().parse::<f64>().ok()?;
         Some((name, label, v as u64))
+    })
+}
+
+/// The instances a gate's `/metrics` shows in a drain state (draining,
+/// drained, draining while down).
+fn draining(text: &str) -> impl Iterator<Item = &str> {
+    text.lines().filter_map(|line| {
+        let rest = line.strip_prefix("sipgate_instance_state{")?;
+        let (labels, value) = rest.rsplit_once("} ")?;
+        if value.trim().parse::<f64>().ok()? != 1.0 {
+            return None;
+        }
+        let mut id = None;
+        let mut drain = false;
+        for kv in labels.split(',') {
+            let (k, v) = kv.split_once('=')?;
+            let v = v.trim_matches('"');
+            match k.trim() {
+                "instance" => id = Some(v),
+                "state" => drain = v.starts_with("drain"),
+                _ => {}
+            }
+        }
+        id.filter(|_| drain)
     })
 }
 
@@ -219,6 +253,15 @@ mod tests {
                 ("sipgate_drain_refusals_total", "R-GW-1", 3)
             ]
         );
+    }
+
+    #[test]
+    fn reads_which_instances_a_gate_drains() {
+        let text = "sipgate_instance_state{instance=\"sg-a\",state=\"up\"} 0\n\
+                    sipgate_instance_state{instance=\"sg-a\",state=\"draining\"} 1\n\
+                    sipgate_instance_state{instance=\"sg-b\",state=\"up\"} 1\n\
+                    sipgate_instance_state{instance=\"sg-b\",state=\"drained\"} 0\n";
+        assert_eq!(draining(text).collect::<Vec<_>>(), ["sg-a"]);
     }
 
     #[test]

@@ -6,12 +6,13 @@ use serde::Serialize;
 
 use super::play::{Mark, Played};
 use super::report::{at, delta, Calls};
+use super::sample::Sample;
 use super::scenario::Action;
 use crate::site::{Layout, Svc};
 
-/// Seconds the nodes get to apply a profile change (R-MN-1 says one;
-/// the sampler adds one more).
-const APPLY_S: f64 = 2.0;
+/// Seconds past its drain window media-ctl's ramp may end and still pass
+/// R-MG-1: the sampler's one-second resolution, and a loaded machine's.
+const RAMP_SLACK_S: f64 = 3.0;
 
 /// A rule's verdict.
 #[derive(Debug, Clone, Serialize)]
@@ -132,10 +133,47 @@ fn new_work(played: &Played, from: f64, to: f64) -> std::collections::BTreeMap<S
     }
 }
 
-/// R-AA-1: no new work to a draining sg/esg while others took some.
+/// The first sample from `from` on in which every gate of the site
+/// answered and each of `ids` was (`drain`) or was not in a drain state in
+/// every gate's view: from then on, a new call to a drained instance is the
+/// gates' fault, not the time a change takes to reach them.
+fn applied<'a>(
+    l: &Layout,
+    p: &'a Played,
+    ids: &[String],
+    from: f64,
+    drain: bool,
+) -> Option<&'a Sample> {
+    p.samples.iter().filter(|s| s.t >= from).find(|s| {
+        s.gates_up == l.gates
+            && ids.iter().all(|i| {
+                let n = s.gates_draining.get(i).copied().unwrap_or(0);
+                if drain {
+                    n == l.gates
+                } else {
+                    n == 0
+                }
+            })
+    })
+}
+
+/// R-AA-1: no new work to a draining sg/esg, once every gate applied the
+/// drain, while others took some.
 fn drain_holds(l: &Layout, p: &Played, w: &Window, end: f64) -> (bool, String) {
     let drained = instances_on(l, w, &[Svc::Sg, Svc::Esg]);
-    let (from, to) = (w.from + APPLY_S, w.to.unwrap_or(end));
+    let to = w.to.unwrap_or(end);
+    let Some(from) = applied(l, p, &drained, w.from, true)
+        .map(|s| s.t)
+        .filter(|t| *t < to)
+    else {
+        return (
+            false,
+            format!(
+                "the gates never all showed {} draining before {to:.0} s",
+                drained.join(", ")
+            ),
+        );
+    };
     let nw = new_work(p, from, to);
     let to_drained: u64 = drained.iter().filter_map(|i| nw.get(i)).sum();
     let others: u64 = nw
@@ -147,10 +185,11 @@ fn drain_holds(l: &Layout, p: &Played, w: &Window, end: f64) -> (bool, String) {
     (
         pass,
         format!(
-            "{} took {to_drained} new calls in {:.0} s of drain ({}); the others took {others}",
+            "{} took {to_drained} new calls in {:.0} s of drain ({}, applied by every gate {:.0} s after the activation); the others took {others}",
             drained.join(", "),
             to - from,
-            w.profile
+            w.profile,
+            from - w.from
         ),
     )
 }
@@ -161,7 +200,16 @@ fn return_holds(l: &Layout, p: &Played, w: &Window, end: f64) -> (bool, String) 
     let Some(lifted) = w.to else {
         return (false, format!("{} was never lifted", w.profile));
     };
-    let nw = new_work(p, lifted + APPLY_S, end);
+    let Some(back_at) = applied(l, p, &drained, lifted, false).map(|s| s.t) else {
+        return (
+            false,
+            format!(
+                "the gates still showed {} draining at the end",
+                drained.join(", ")
+            ),
+        );
+    };
+    let nw = new_work(p, back_at, end);
     let back: Vec<String> = drained
         .iter()
         .map(|i| format!("{i} {}", nw.get(i).copied().unwrap_or(0)))
@@ -179,9 +227,15 @@ fn return_holds(l: &Layout, p: &Played, w: &Window, end: f64) -> (bool, String) 
 
 /// The draining mgs of a window and, per mg, the samples of its ramp.
 fn mg_ramps(l: &Layout, p: &Played, w: &Window, end: f64) -> Vec<(String, Vec<(f64, f64)>)> {
+    // From the sample in which media-ctl had the servers in its drain zone.
+    let seen = p
+        .samples
+        .iter()
+        .find(|s| s.t >= w.from && w.servers.iter().all(|x| s.mg_drain_zone.contains(x)))
+        .map_or(end, |s| s.t);
     let until =
         w.to.unwrap_or(end)
-            .min(w.from + f64::from(l.mg_drain_window_s) + 2.0 * APPLY_S);
+            .min(seen + f64::from(l.mg_drain_window_s) + RAMP_SLACK_S);
     instances_on(l, w, &[Svc::Mg])
         .into_iter()
         .map(|id| {
@@ -209,7 +263,7 @@ fn mg_out(l: &Layout, p: &Played, w: &Window, end: f64) -> (bool, String) {
             None => (
                 false,
                 format!(
-                    "{id} weight still {:.2} after {} s + {APPLY_S} s",
+                    "{id} weight still {:.2} after {} s + {RAMP_SLACK_S} s",
                     r.last().map_or(1.0, |x| x.1),
                     l.mg_drain_window_s
                 ),
