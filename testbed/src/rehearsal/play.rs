@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::site::Site;
+use crate::site::{Site, StopPoll, StopSeen};
 use crate::{Error, Result, Scenario as SippScenario, Sipp, SippHandle, SippReport, Transport};
 
 use super::sample::{self, Recorder, Sample};
@@ -65,7 +65,27 @@ pub struct Played {
     pub samples: Vec<Sample>,
     /// The loads' callers.
     pub loads: Vec<LoadRun>,
+    /// Every gate stop (`sigterm_gate`, `restart_gate`) as seen from outside.
+    pub gate_stops: Vec<GateStop>,
 }
+
+/// A gate's stop: when its SIGTERM went and what followed.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct GateStop {
+    /// Gate number.
+    pub gate: usize,
+    /// Seconds after the start of the SIGTERM.
+    pub t: f64,
+    /// Restarted after it (`restart_gate`).
+    pub restart: bool,
+    /// What followed, in seconds after the SIGTERM.
+    #[serde(flatten)]
+    pub seen: StopSeen,
+}
+
+/// How long a `sigterm_gate`'s node is watched for its exit: the deadline
+/// the site gives it (20 s) and some.
+const STOP_WATCH_S: f64 = 25.0;
 
 struct Caller {
     label: String,
@@ -96,7 +116,7 @@ pub fn play(
     steps.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
     let mut steps = steps.into_iter().peekable();
     let mut deferred: Vec<(f64, Action)> = Vec::new();
-    let (mut marks, mut callers) = (Vec::new(), Vec::new());
+    let (mut marks, mut callers, mut stops) = (Vec::new(), Vec::new(), Vec::new());
     let end = scenario.end_s();
     let mut interrupted = false;
     loop {
@@ -110,7 +130,14 @@ pub fn play(
                 // A sample at the step itself, so phases cut exactly there.
                 rec.lock().unwrap_or_else(|e| e.into_inner()).sample();
             }
-            let error = run_step(site, &s.action, out, &mut callers, &mut deferred, now)
+            let mut cx = StepCtx {
+                out,
+                callers: &mut callers,
+                deferred: &mut deferred,
+                stops: &mut stops,
+                now,
+            };
+            let error = run_step(site, &s.action, &mut cx)
                 .err()
                 .map(|e| e.to_string());
             marks.push(Mark {
@@ -130,9 +157,23 @@ pub fn play(
                 true
             }
         });
+        watch_stops(site, &mut stops, now);
         if now >= end && steps.peek().is_none() && deferred.is_empty() {
             break;
         }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // A gate sent SIGTERM is watched to its exit (or its deadline), so
+    // R-GW-1 is judged on the whole stop, however short the timeline.
+    while !interrupted
+        && !stop.load(Ordering::Relaxed)
+        && stops.iter().any(|s| {
+            !s.restart
+                && s.seen.exited.is_none()
+                && start.elapsed().as_secs_f64() - s.t <= STOP_WATCH_S
+        })
+    {
+        watch_stops(site, &mut stops, start.elapsed().as_secs_f64());
         std::thread::sleep(Duration::from_millis(50));
     }
     let loads = finish_callers(callers, epoch0, interrupted);
@@ -147,19 +188,44 @@ pub fn play(
         marks,
         samples: rec.samples().to_vec(),
         loads,
+        gate_stops: stops,
     })
 }
 
-fn run_step(
-    site: &mut Site,
-    action: &Action,
-    out: &Path,
-    callers: &mut Vec<Caller>,
-    deferred: &mut Vec<(f64, Action)>,
+/// One look at every `sigterm_gate` node still watched: `/readyz` failing
+/// while it runs, then its exit.
+fn watch_stops(site: &mut Site, stops: &mut [GateStop], now: f64) {
+    for st in stops.iter_mut() {
+        if st.restart || st.seen.exited.is_some() || now - st.t > STOP_WATCH_S {
+            continue;
+        }
+        let Some(g) = site.gate_mut(st.gate) else {
+            continue;
+        };
+        match g.poll_stop() {
+            StopPoll::NotReady => {
+                st.seen.not_ready.get_or_insert(now - st.t);
+            }
+            StopPoll::Exited => st.seen.exited = Some(now - st.t),
+            StopPoll::Ready => st.seen.ready = Some(now - st.t),
+            StopPoll::Silent => {}
+        }
+    }
+}
+
+/// What a step may change besides the site.
+struct StepCtx<'a> {
+    out: &'a Path,
+    callers: &'a mut Vec<Caller>,
+    deferred: &'a mut Vec<(f64, Action)>,
+    stops: &'a mut Vec<GateStop>,
     now: f64,
-) -> Result<()> {
+}
+
+fn run_step(site: &mut Site, action: &Action, cx: &mut StepCtx<'_>) -> Result<()> {
+    let now = cx.now;
     match action {
-        Action::Load { .. } => start_load(site, action, out, callers),
+        Action::Load { .. } => start_load(site, action, cx.out, cx.callers),
         Action::Activate { profile, servers } => {
             let s: Vec<&str> = servers.iter().map(String::as_str).collect();
             site.activate(profile, &s)
@@ -167,9 +233,25 @@ fn run_step(
         Action::Deactivate { profile } => site.deactivate(profile),
         Action::SigtermGate { gate } => {
             gate_of(site, *gate)?.sigterm();
+            cx.stops.push(GateStop {
+                gate: *gate,
+                t: now,
+                restart: false,
+                seen: StopSeen::default(),
+            });
             Ok(())
         }
-        Action::RestartGate { gate } => gate_of(site, *gate)?.restart(Duration::from_secs(20)),
+        Action::RestartGate { gate } => {
+            // Past the node's own deadline, so it is seen to keep it.
+            let seen = gate_of(site, *gate)?.restart(Duration::from_secs(25))?;
+            cx.stops.push(GateStop {
+                gate: *gate,
+                t: now,
+                restart: true,
+                seen,
+            });
+            Ok(())
+        }
         Action::KillInstance { instance } => site.kill_instance(instance),
         Action::StopEtcd { for_s } => {
             let e = site.etcd_mut().ok_or(Error::Command {
@@ -177,7 +259,7 @@ fn run_step(
                 message: "the site has no etcd".into(),
             })?;
             e.stop();
-            deferred.push((now + for_s, action.clone()));
+            cx.deferred.push((now + for_s, action.clone()));
             Ok(())
         }
     }

@@ -81,6 +81,8 @@ pub struct Report {
     pub calls: Calls,
     /// Active-Passive handovers done (none on a site without AP groups).
     pub handovers: u64,
+    /// Gate stops (`sigterm_gate`, `restart_gate`) as seen from outside.
+    pub gate_stops: Vec<super::play::GateStop>,
     /// One verdict per rule the scenario names.
     pub verdicts: Vec<Verdict>,
     /// Chart files written next to the report.
@@ -107,6 +109,7 @@ impl Report {
             phases,
             calls,
             handovers: 0,
+            gate_stops: played.gate_stops.clone(),
             verdicts,
             charts: Vec::new(),
             samples: played.samples.clone(),

@@ -10,7 +10,7 @@ use crate::{Error, Result};
 
 /// Rules a scenario may ask a verdict on.
 pub const RULES: &[&str] = &[
-    "R-SG-4", "R-ESG-4", "R-GW-2", "R-AA-1", "R-AA-3", "R-MG-1", "R-MG-4",
+    "R-SG-4", "R-ESG-4", "R-GW-2", "R-AA-1", "R-AA-3", "R-MG-1", "R-MG-4", "R-GW-1",
 ];
 
 /// The longest a scenario may run, and the highest load rate, so every run

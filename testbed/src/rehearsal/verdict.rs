@@ -71,6 +71,7 @@ pub fn judge(rule: &str, layout: &Layout, played: &Played, calls: &Calls) -> Ver
         "R-AA-3" => per_window(layout, played, return_holds),
         "R-MG-1" => per_window(layout, played, mg_out),
         "R-MG-4" => per_window(layout, played, mg_gradual),
+        "R-GW-1" => gate_stops(played),
         other => (false, format!("no verdict is defined for {other}")),
     };
     Verdict {
@@ -91,6 +92,62 @@ fn established_calls(c: &Calls) -> (bool, String) {
             c.established_failed, c.established
         ),
     )
+}
+
+/// The deadline the site gives a stopping gate (`--drain-deadline-s`),
+/// and the watcher's resolution on top.
+const GATE_DEADLINE_S: f64 = 20.0 + 3.0;
+
+/// Time a SIGTERM takes to reach a node and its `/readyz` to change.
+const SIGNAL_S: f64 = 0.5;
+
+/// R-GW-1: no gate sent SIGTERM still said ready (`/readyz` 200) a
+/// moment after it (the signal's delivery), and each exited by itself
+/// within its deadline; when it lived long enough to be seen, its
+/// `/readyz` failing is shown, and the 503s the gates counted meanwhile.
+fn gate_stops(p: &Played) -> (bool, String) {
+    if p.gate_stops.is_empty() {
+        return (false, "no gate was stopped: nothing to judge".into());
+    }
+    let parts: Vec<(bool, String)> = p
+        .gate_stops
+        .iter()
+        .map(|st| {
+            let (nr, ex) = (st.seen.not_ready, st.seen.exited);
+            let refused = refusals_between(p, "R-GW-1", st.t, st.t + ex.unwrap_or(0.0) + 1.5);
+            let still_ready = st.seen.ready.filter(|t| *t > SIGNAL_S);
+            let pass = still_ready.is_none() && ex.is_some_and(|b| b <= GATE_DEADLINE_S);
+            let secs = |x: Option<f64>| x.map_or("never".into(), |v| format!("{v:.2} s"));
+            let mut text = format!(
+                "gate-{}: /readyz failed after {}, exited after {}, {refused} new calls refused (503 R-GW-1)",
+                st.gate,
+                secs(nr),
+                secs(ex)
+            );
+            if let Some(t) = still_ready {
+                text.push_str(&format!(", still ready after {t:.2} s"));
+            }
+            if st.restart {
+                text.push_str(&format!(", serving again after {}", secs(st.seen.back)));
+            }
+            (pass, text)
+        })
+        .collect();
+    let pass = parts.iter().all(|x| x.0);
+    let text = parts
+        .into_iter()
+        .map(|x| x.1)
+        .collect::<Vec<_>>()
+        .join("; ");
+    (pass, text)
+}
+
+/// 503s the gates counted for `rule` between `from` and `to`.
+fn refusals_between(p: &Played, rule: &str, from: f64, to: f64) -> u64 {
+    let count = |s: Option<&Sample>| s.and_then(|s| s.refusals.get(rule).copied()).unwrap_or(0);
+    let before = at(&p.samples, from);
+    let after = p.samples.iter().find(|s| s.t >= to).or(p.samples.last());
+    count(after).saturating_sub(count(before))
 }
 
 type Check = fn(&Layout, &Played, &Window, f64) -> (bool, String);

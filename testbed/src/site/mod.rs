@@ -26,7 +26,7 @@ use std::time::Duration;
 use tempfile::TempDir;
 
 pub use layout::{Inst, Layout, StoreKind, Svc};
-pub use nodes::{ringsync, BinDir, GateNode, MediaNode};
+pub use nodes::{ringsync, BinDir, GateNode, MediaNode, StopPoll, StopSeen};
 
 use crate::{Error, Etcd, Result, Rtpengine, RtpengineHandle, Scenario, Sipp, SippHandle};
 

@@ -150,14 +150,47 @@ impl GateNode {
             .is_some_and(|p| matches!(p.try_wait(), Ok(None)))
     }
 
-    /// Waits up to `t` for a stop begun by [`sigterm`](GateNode::sigterm),
-    /// killing it after that; then starts it again.
-    pub fn restart(&mut self, t: Duration) -> Result<()> {
-        if let Some(mut p) = self.proc.take() {
-            p.signal("TERM");
-            p.stop(t);
+    /// One look at a node stopping (R-GW-1): whether it still runs and,
+    /// if it does, whether its `/readyz` answered anything but 200.
+    pub fn poll_stop(&mut self) -> StopPoll {
+        if !self.running() {
+            return StopPoll::Exited;
         }
-        self.start()
+        match super::http::get(self.admin, "/readyz") {
+            Some((200, _)) => StopPoll::Ready,
+            Some(_) => StopPoll::NotReady,
+            None if self.running() => StopPoll::Silent,
+            None => StopPoll::Exited,
+        }
+    }
+
+    /// SIGTERM, then waits up to `t` for the node to exit by itself
+    /// (killing it after that) and starts it again. What the stop looked
+    /// like is returned, so a verdict can judge it (R-GW-1, R-GW-2).
+    pub fn restart(&mut self, t: Duration) -> Result<StopSeen> {
+        let t0 = Instant::now();
+        self.sigterm();
+        let mut seen = StopSeen::default();
+        while t0.elapsed() < t {
+            match self.poll_stop() {
+                StopPoll::NotReady => {
+                    seen.not_ready.get_or_insert(t0.elapsed().as_secs_f64());
+                }
+                StopPoll::Exited => {
+                    seen.exited = Some(t0.elapsed().as_secs_f64());
+                    break;
+                }
+                StopPoll::Ready => seen.ready = Some(t0.elapsed().as_secs_f64()),
+                StopPoll::Silent => {}
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        if let Some(mut p) = self.proc.take() {
+            p.stop(Duration::ZERO);
+        }
+        self.start()?;
+        seen.back = Some(t0.elapsed().as_secs_f64());
+        Ok(seen)
     }
 
     /// Stops the node (SIGTERM, then SIGKILL after `grace`).
@@ -166,6 +199,32 @@ impl GateNode {
             p.stop(grace);
         }
     }
+}
+
+/// A look at a stopping gate node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopPoll {
+    /// Its `/readyz` still says 200.
+    Ready,
+    /// Its `/readyz` answers, not 200: withdrawn from balancing (R-GW-1).
+    NotReady,
+    /// It runs but its admin port does not answer.
+    Silent,
+    /// The process has exited.
+    Exited,
+}
+
+/// A gate's stop as seen from outside, in seconds after its SIGTERM.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct StopSeen {
+    /// First `/readyz` that was not 200 while it ran.
+    pub not_ready: Option<f64>,
+    /// Last `/readyz` that still said 200.
+    pub ready: Option<f64>,
+    /// It exited by itself.
+    pub exited: Option<f64>,
+    /// It served again (a restart).
+    pub back: Option<f64>,
 }
 
 // === MediaNode ===
