@@ -206,13 +206,24 @@ pub(crate) fn is_content_length(name: &[u8]) -> bool {
 
 /// Reads `Content-Length` from the header lines in `buf[headers]`.
 pub(crate) fn content_length(buf: &[u8], headers: Range<usize>) -> ContentLength {
+    content_length_of(
+        buf,
+        header_lines(buf, headers).filter_map(|h| {
+            let name = buf.get(h.name.clone()).unwrap_or_default();
+            (h.well_formed && is_content_length(name)).then_some(h.value)
+        }),
+    )
+}
+
+/// [`content_length`] from the values of the `Content-Length` lines, for a
+/// caller that has already found them.
+pub(crate) fn content_length_of(
+    buf: &[u8],
+    values: impl IntoIterator<Item = Range<usize>>,
+) -> ContentLength {
     let mut found = ContentLength::Absent;
-    for h in header_lines(buf, headers) {
-        let name = buf.get(h.name.clone()).unwrap_or_default();
-        if !h.well_formed || !is_content_length(name) {
-            continue;
-        }
-        let value = buf.get(h.value.clone()).unwrap_or_default();
+    for v in values {
+        let value = buf.get(v).unwrap_or_default();
         let n = match parse_decimal(value).and_then(|n| usize::try_from(n).ok()) {
             Some(n) => n,
             None => return ContentLength::Bad,
@@ -259,27 +270,83 @@ pub(crate) fn quoted_end(buf: &[u8], pos: usize, end: usize) -> Option<usize> {
 /// ones dropped (RFC 3261 7.3.1 allows null list elements). `None` when a
 /// quote or angle bracket is left open.
 pub(crate) fn split_list(buf: &[u8], value: Range<usize>) -> Option<Vec<Range<usize>>> {
-    let end = value.end.min(buf.len());
     let mut out = Vec::new();
+    for_each_element(buf, value, |e| out.push(e))?;
+    Some(out)
+}
+
+/// The elements of a list value as [`split_list`] finds them, without a
+/// vector for the common value of one element.
+pub(crate) fn list_elements(buf: &[u8], value: Range<usize>) -> Option<Elements> {
+    let end = value.end.min(buf.len());
+    let bytes = buf.get(value.start..end).unwrap_or_default();
+    // Without a quote, `<` or comma the value is one element (a `>` alone
+    // changes nothing): most Via, Call-ID and CSeq values.
+    if memchr::memchr3(b'"', b'<', b',', bytes).is_none() {
+        let e = trim(buf, value.start..end);
+        return Some(Elements::One((!e.is_empty()).then_some(e)));
+    }
+    split_list(buf, value).map(|v| Elements::Many(v.into_iter()))
+}
+
+/// Iterator returned by [`list_elements`].
+pub(crate) enum Elements {
+    One(Option<Range<usize>>),
+    Many(std::vec::IntoIter<Range<usize>>),
+}
+
+impl Iterator for Elements {
+    type Item = Range<usize>;
+
+    fn next(&mut self) -> Option<Range<usize>> {
+        match self {
+            Elements::One(e) => e.take(),
+            Elements::Many(it) => it.next(),
+        }
+    }
+}
+
+/// Hands each element of a list value to `f` ([`split_list`]). Jumps
+/// between the bytes that matter: outside `<>` a quote, `<` or comma (a
+/// stray `>` changes nothing), inside it only the closing `>`.
+fn for_each_element(
+    buf: &[u8],
+    value: Range<usize>,
+    mut f: impl FnMut(Range<usize>),
+) -> Option<()> {
+    let end = value.end.min(buf.len());
     let mut elem_start = value.start;
     let mut p = value.start;
     let mut in_angle = false;
     while p < end {
+        let rest = buf.get(p..end).unwrap_or_default();
+        if in_angle {
+            match memchr::memchr(b'>', rest) {
+                Some(i) => {
+                    in_angle = false;
+                    p = p.saturating_add(i).saturating_add(1);
+                    continue;
+                }
+                None => return None,
+            }
+        }
+        let Some(i) = memchr::memchr3(b'"', b'<', b',', rest) else {
+            break;
+        };
+        p = p.saturating_add(i);
         match buf.get(p)? {
-            b'"' if !in_angle => {
+            b'"' => {
                 p = quoted_end(buf, p, end)?;
                 continue;
             }
             b'<' => in_angle = true,
-            b'>' => in_angle = false,
-            b',' if !in_angle => {
+            _ => {
                 let e = trim(buf, elem_start..p);
                 if !e.is_empty() {
-                    out.push(e);
+                    f(e);
                 }
                 elem_start = p.saturating_add(1);
             }
-            _ => {}
         }
         p = p.saturating_add(1);
     }
@@ -288,9 +355,9 @@ pub(crate) fn split_list(buf: &[u8], value: Range<usize>) -> Option<Vec<Range<us
     }
     let e = trim(buf, elem_start..end);
     if !e.is_empty() {
-        out.push(e);
+        f(e);
     }
-    Some(out)
+    Some(())
 }
 
 /// One `;name[=value]` parameter.
@@ -346,6 +413,7 @@ pub(crate) fn walk_params(buf: &[u8], range: Range<usize>, mut f: impl FnMut(Par
 }
 
 /// Every parameter of `range` ([`walk_params`]); `None` if one is malformed.
+#[cfg(test)]
 pub(crate) fn parse_params(buf: &[u8], range: Range<usize>) -> Option<Vec<Param>> {
     let mut out = Vec::new();
     walk_params(buf, range, |p| out.push(p))?;
@@ -403,6 +471,56 @@ mod tests {
         );
         assert_eq!(split_list(b"<a", 0..2), None);
         assert_eq!(split_list(b"\"a", 0..2), None);
+    }
+
+    /// The splitter as first written, byte by byte: the jumping one and the
+    /// one-element shortcut must find exactly what it finds.
+    fn split_list_bytewise(buf: &[u8], value: Range<usize>) -> Option<Vec<Range<usize>>> {
+        let end = value.end.min(buf.len());
+        let (mut out, mut elem_start, mut p, mut in_angle) =
+            (Vec::new(), value.start, value.start, false);
+        while p < end {
+            match buf[p] {
+                b'"' if !in_angle => {
+                    p = quoted_end(buf, p, end)?;
+                    continue;
+                }
+                b'<' => in_angle = true,
+                b'>' => in_angle = false,
+                b',' if !in_angle => {
+                    let e = trim(buf, elem_start..p);
+                    if !e.is_empty() {
+                        out.push(e);
+                    }
+                    elem_start = p + 1;
+                }
+                _ => {}
+            }
+            p += 1;
+        }
+        if in_angle {
+            return None;
+        }
+        let e = trim(buf, elem_start..end);
+        if !e.is_empty() {
+            out.push(e);
+        }
+        Some(out)
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn split_list_matches_the_bytewise_splitter(
+            v in proptest::collection::vec(
+                proptest::sample::select(b"ab ,<>\"\\;\r\n\t=".to_vec()), 0..40),
+            cut in 0usize..8,
+        ) {
+            let start = cut.min(v.len());
+            let want = split_list_bytewise(&v, start..v.len());
+            proptest::prop_assert_eq!(split_list(&v, start..v.len()), want.clone());
+            let listed = list_elements(&v, start..v.len()).map(|e| e.collect::<Vec<_>>());
+            proptest::prop_assert_eq!(listed, want);
+        }
     }
 
     #[test]

@@ -2,8 +2,11 @@
 //!
 //! Label values are `&'static str`, so no label string is copied; the
 //! `metrics` macros still build each call's key (a small vector of labels)
-//! and the recorder looks the counter up by it. Counters known at start
-//! (per instance) are registered once instead ([`crate::proxy::Core`]).
+//! and the recorder looks the counter up by it. That is fine for rare
+//! events; the counters every call moves ([`Forwarded`]) and those known at
+//! start (per instance) are registered once instead and kept as handles.
+
+use std::sync::OnceLock;
 
 use ringsync::view::InstanceState;
 use ringsync::work::WorkCounts;
@@ -81,6 +84,48 @@ pub(crate) fn transactions(n: usize) {
 /// client cannot blow up the metric cardinality.
 pub(crate) fn method_label(m: Method) -> &'static str {
     m.as_str().unwrap_or("other")
+}
+
+/// The two counters every message of a call moves (requests forwarded, by
+/// method, and responses forwarded), each registered the first time it
+/// moves and then incremented through its handle: the `counter!` macro
+/// would build the key (a vector of labels) and look it up in the
+/// recorder's registry for every message.
+#[derive(Debug)]
+pub(crate) struct Forwarded {
+    requests: [OnceLock<metrics::Counter>; METHODS],
+    response: OnceLock<metrics::Counter>,
+}
+
+/// One counter per [`Method`], `Other` (the last) included.
+const METHODS: usize = Method::Other as usize + 1;
+
+impl Forwarded {
+    pub(crate) fn new() -> Forwarded {
+        Forwarded {
+            requests: [const { OnceLock::new() }; METHODS],
+            response: OnceLock::new(),
+        }
+    }
+
+    /// `sipgate_requests_total{method, outcome="forwarded"}` + 1.
+    pub(crate) fn request(&self, method: Method) {
+        match self.requests.get(method as usize) {
+            Some(c) => c
+                .get_or_init(|| {
+                    metrics::counter!(REQUESTS, "method" => method_label(method), "outcome" => "forwarded")
+                })
+                .increment(1),
+            None => request(method_label(method), "forwarded"),
+        }
+    }
+
+    /// `sipgate_responses_total{outcome="forwarded"}` + 1.
+    pub(crate) fn response(&self) {
+        self.response
+            .get_or_init(|| metrics::counter!(RESPONSES, "outcome" => "forwarded"))
+            .increment(1);
+    }
 }
 
 /// The gauges of one SIP instance's work and state, registered once (no

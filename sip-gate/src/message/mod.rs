@@ -33,6 +33,10 @@ use bytes::Bytes;
 
 use crate::lex::{self, find_param, skip_lws, split_list, take_while, ContentLength};
 
+/// Header lines a message is expected to have at most: the vector of lines
+/// is allocated once at this size, and grows only for longer messages.
+const USUAL_HEADERS: usize = 24;
+
 pub use error::ParseError;
 pub use name_addr::{ContactView, NameAddr};
 pub use names::{HeaderName, Method};
@@ -110,25 +114,32 @@ impl SipMessage {
         let mut defect = None;
         let (start, method) = parse_start_line(buf, start_line, &mut defect)?;
 
-        let headers: Vec<HeaderField> = lex::header_lines(buf, first_header..header_end)
-            .map(|h| {
-                let name = if h.well_formed {
-                    HeaderName::from_bytes(buf.get(h.name.clone()).unwrap_or_default())
-                } else {
-                    note(&mut defect, ParseError::BadHeader);
-                    HeaderName::Other
-                };
-                HeaderField {
-                    name,
-                    name_range: h.name,
-                    line: h.line,
-                    value: h.value,
-                }
-            })
-            .collect();
+        let mut headers = Vec::with_capacity(USUAL_HEADERS);
+        for h in lex::header_lines(buf, first_header..header_end) {
+            let name = if h.well_formed {
+                HeaderName::from_bytes(buf.get(h.name.clone()).unwrap_or_default())
+            } else {
+                note(&mut defect, ParseError::BadHeader);
+                HeaderName::Other
+            };
+            headers.push(HeaderField {
+                name,
+                name_range: h.name,
+                line: h.line,
+                value: h.value,
+            });
+        }
 
         let len = buf.len();
-        let content_length = lex::content_length(buf, first_header..header_end);
+        // The lines named Content-Length (or `l`) are the well-formed ones
+        // `lex::content_length` reads: one pass over the header section.
+        let content_length = lex::content_length_of(
+            buf,
+            headers
+                .iter()
+                .filter(|f| f.name == HeaderName::ContentLength)
+                .map(|f| f.value.clone()),
+        );
         let body = match content_length {
             ContentLength::Absent => body_start..len,
             ContentLength::Bad | ContentLength::Conflicting => {
@@ -499,9 +510,15 @@ impl SipMessage {
             .iter()
             .enumerate()
             .filter(move |(_, f)| f.name == name)
-            .flat_map(move |(i, f)| match split_list(&self.raw, f.value.clone()) {
-                Some(elems) => elems.into_iter().map(|e| (i, Some(e))).collect::<Vec<_>>(),
-                None => vec![(i, None)],
+            .flat_map(move |(i, f)| {
+                let elems = lex::list_elements(&self.raw, f.value.clone());
+                // A line that cannot be split is one `None`.
+                let bad = elems.is_none().then_some((i, None));
+                elems
+                    .into_iter()
+                    .flatten()
+                    .map(move |e| (i, Some(e)))
+                    .chain(bad)
             })
     }
 

@@ -2,7 +2,7 @@
 
 use std::ops::Range;
 
-use crate::lex::{self, parse_params, skip_lws, take_while};
+use crate::lex::{self, skip_lws, take_while, walk_params, Param};
 
 /// One Via value (`sent-protocol sent-by *(;param)`), borrowed from the
 /// message.
@@ -75,7 +75,6 @@ pub(super) fn parse_via(buf: &[u8], range: Range<usize>, field_index: usize) -> 
         port = Some(u16::try_from(n).ok()?);
         p = d_end;
     }
-    let params = parse_params(buf, p..end)?;
     let mut via = Via {
         transport: buf.get(transport)?,
         host: buf.get(host_start..host_end)?,
@@ -87,23 +86,35 @@ pub(super) fn parse_via(buf: &[u8], range: Range<usize>, field_index: usize) -> 
         range: range.start..end,
         field_index,
     };
-    for prm in params {
-        let name = buf.get(prm.name.clone())?;
-        let value = match prm.value.clone() {
-            Some(v) => Some(buf.get(v)?),
-            None => None,
-        };
-        if name.eq_ignore_ascii_case(b"branch") && via.branch.is_none() {
-            via.branch = Some(value?);
-        } else if name.eq_ignore_ascii_case(b"received") && via.received.is_none() {
-            via.received = Some(value?);
-        } else if name.eq_ignore_ascii_case(b"rport") && via.rport.is_none() {
-            via.rport = Some(match value {
-                Some(v) => Some(u16::try_from(lex::parse_decimal(v)?).ok()?),
-                None => None,
-            });
-            via.rport_range = Some(prm.whole);
-        }
+    // Walked, not collected: a Via is parsed several times a message.
+    let mut ok = true;
+    walk_params(buf, p..end, |prm| {
+        ok &= via_param(buf, prm, &mut via).is_some();
+    })?;
+    if !ok {
+        return None;
     }
     Some(via)
+}
+
+/// Takes `branch`, `received` and `rport` (the first of each) into `via`;
+/// `None` when one of them is malformed.
+fn via_param<'a>(buf: &'a [u8], prm: Param, via: &mut Via<'a>) -> Option<()> {
+    let name = buf.get(prm.name.clone())?;
+    let value = match prm.value.clone() {
+        Some(v) => Some(buf.get(v)?),
+        None => None,
+    };
+    if name.eq_ignore_ascii_case(b"branch") && via.branch.is_none() {
+        via.branch = Some(value?);
+    } else if name.eq_ignore_ascii_case(b"received") && via.received.is_none() {
+        via.received = Some(value?);
+    } else if name.eq_ignore_ascii_case(b"rport") && via.rport.is_none() {
+        via.rport = Some(match value {
+            Some(v) => Some(u16::try_from(lex::parse_decimal(v)?).ok()?),
+            None => None,
+        });
+        via.rport_range = Some(prm.whole);
+    }
+    Some(())
 }

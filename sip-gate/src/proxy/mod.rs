@@ -43,7 +43,7 @@ use crate::health::{HealthBook, Prober};
 use crate::lifecycle::Lifecycle;
 use crate::listener::{ListenerCtx, Listeners};
 use crate::message::SipMessage;
-use crate::metrics::{self as m, InstanceGauges};
+use crate::metrics::{self as m, Forwarded, InstanceGauges};
 use crate::origin::Origins;
 use crate::policy::Policy;
 use crate::reply::TagKey;
@@ -118,6 +118,8 @@ pub struct Core {
     new_work: Vec<Option<metrics::Counter>>,
     /// Work and state gauges of the SIP instances, registered once.
     gauges: Vec<Option<InstanceGauges>>,
+    /// The counters every forwarded message moves, registered once.
+    forwarded: Forwarded,
 }
 
 impl std::fmt::Debug for Core {
@@ -184,6 +186,7 @@ impl Core {
             lifecycle,
             new_work,
             gauges,
+            forwarded: Forwarded::new(),
             config,
         })
     }

@@ -78,7 +78,7 @@ impl Core {
             m::dropped("edit_conflict");
             return Action::None;
         };
-        m::response("forwarded");
+        self.forwarded.response();
         tracing::debug!(code = msg.code(), "response relayed");
         Action::Send(out, bytes)
     }

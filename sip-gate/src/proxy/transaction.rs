@@ -97,7 +97,7 @@ impl Core {
                     }
                 }
                 self.account(req, hop.instance.or(req.from_instance), now);
-                m::request(req.mname, "forwarded");
+                self.forwarded.request(req.method);
                 tracing::debug!(to = %hop.addr, tcp = hop.tcp, "forwarded");
                 self.forward(req, hop, record_route)
             }
@@ -142,7 +142,7 @@ impl Core {
     /// a response the gate made itself ends here. `None`: neither applies.
     fn follow_transaction(&self, req: &Request<'_>) -> Option<Action> {
         if let Some(e) = self.txns.get(req.key) {
-            m::request(req.mname, "forwarded");
+            self.forwarded.request(req.method);
             return Some(self.forward(req, e.hop, None));
         }
         // The ACK of a final response the gate generated itself (the 503

@@ -8,7 +8,8 @@
 //! whole process tree over the run, divided by the calls), its peak RSS
 //! (summed per process: an upper bound for Kamailio, whose workers share
 //! memory) and its PSS at the end of the run (shared pages counted once);
-//! the table reports medians over rounds and the ratio to Kamailio.
+//! the table reports medians over rounds and the ratios to the relay and
+//! to Kamailio. A run that cannot finish is reported and left out.
 //!
 //! Systems: `relay` (the floor: one recv and one send per datagram, no
 //! parsing), `kamailio` (bench/kamailio/kamailio.cfg: tm + rr + dispatcher),
@@ -392,8 +393,11 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 fn table(runs: &[Run], o: &Opts) -> String {
     let mut t = String::new();
-    let _ = writeln!(t, "| rate (calls/s) | system | calls ok | failed | CPU µs/call (median of {}) | min..max | vs Kamailio | peak RSS (MiB) | PSS at end (MiB) | new calls per sg (last round) |", o.rounds);
-    let _ = writeln!(t, "|---:|---|---:|---:|---:|---|---:|---:|---:|---|");
+    let _ = writeln!(t, "| rate (calls/s) | system | runs | calls ok | failed | CPU µs/call (median) | min..max | vs relay | vs Kamailio | peak RSS (MiB) | PSS at end (MiB) | new calls per sg (last round) |");
+    let _ = writeln!(
+        t,
+        "|---:|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---|"
+    );
     for &rate in &o.rates {
         let med = |s: System| {
             median(
@@ -404,6 +408,14 @@ fn table(runs: &[Run], o: &Opts) -> String {
             )
         };
         let kam = med(System::Kamailio);
+        let relay = med(System::Relay);
+        let ratio = |cpu: f64, base: f64| {
+            if base.is_finite() && base > 0.0 {
+                format!("{:.2}x", cpu / base)
+            } else {
+                "-".into()
+            }
+        };
         for &s in &o.systems {
             let rs: Vec<&Run> = runs
                 .iter()
@@ -420,15 +432,11 @@ fn table(runs: &[Run], o: &Opts) -> String {
                 .map(|r| r.cpu_us_per_call)
                 .fold(f64::INFINITY, f64::min);
             let hi = rs.iter().map(|r| r.cpu_us_per_call).fold(0.0, f64::max);
-            let ratio = if kam.is_finite() && kam > 0.0 {
-                format!("{:.2}x", cpu / kam)
-            } else {
-                "-".into()
-            };
+            let (vs_relay, vs_kam) = (ratio(cpu, relay), ratio(cpu, kam));
             let rss = rs.iter().map(|r| r.peak_rss_kb).max().unwrap_or(0) as f64 / 1024.0;
             let pss = rs.iter().map(|r| r.pss_kb).max().unwrap_or(0) as f64 / 1024.0;
             let spread = rs.last().map_or("", |r| r.spread.as_str());
-            let _ = writeln!(t, "| {rate} | {} | {ok} | {failed} | {cpu:.1} | {lo:.1}..{hi:.1} | {ratio} | {rss:.1} | {pss:.1} | {spread} |", s.name());
+            let _ = writeln!(t, "| {rate} | {} | {} | {ok} | {failed} | {cpu:.1} | {lo:.1}..{hi:.1} | {vs_relay} | {vs_kam} | {rss:.1} | {pss:.1} | {spread} |", s.name(), rs.len());
         }
     }
     t
@@ -437,17 +445,26 @@ fn table(runs: &[Run], o: &Opts) -> String {
 /// Every run of every round, systems interleaved, with progress on stderr.
 fn run_all(o: &Opts) -> Result<Vec<Run>, String> {
     let total = o.rates.len() * o.systems.len() * o.rounds as usize;
-    let mut runs = Vec::new();
+    let (mut runs, mut started) = (Vec::new(), 0);
     for round in 1..=o.rounds {
         for &rate in &o.rates {
             for &system in &o.systems {
+                started += 1;
                 eprint!(
-                    "[{}/{total}] round {round}, {rate} calls/s x {} s, {:<15} ",
-                    runs.len() + 1,
+                    "[{started}/{total}] round {round}, {rate} calls/s x {} s, {:<15} ",
                     o.seconds,
                     system.name()
                 );
-                let r = measure(system, rate, o).inspect_err(|e| eprintln!("error: {e}"))?;
+                // A run that cannot finish (on a loaded machine SIPp may
+                // outlive its deadline) is reported and left out of the
+                // medians; the other runs still count.
+                let r = match measure(system, rate, o) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        eprintln!("error: {e} (run left out)");
+                        continue;
+                    }
+                };
                 eprintln!(
                     "ok {:>6} failed {:>4}  {:>7.1} µs/call  peak {:>6} KiB",
                     r.ok, r.failed, r.cpu_us_per_call, r.peak_rss_kb
