@@ -2,7 +2,8 @@
 //! steps: a gate restarted mid-call on a two-gate site loses no
 //! established call (R-GW-2) and stops as R-GW-1 says (`/readyz` fails
 //! first, then it exits by itself); a gate sent SIGTERM does the same; an
-//! sg killed under load stops taking calls and the others take them.
+//! sg killed under load stops taking calls and the others take them; a
+//! REGISTER load registers, refreshes and removes its bindings.
 //!
 //! Run through `netns-run`, after `cargo build --bins`.
 
@@ -179,4 +180,43 @@ instance = "sg-b"
         "{}",
         report["calls"]
     );
+}
+
+#[test]
+fn a_register_load_registers_refreshes_and_removes_every_binding_through_a_drain() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, report, stderr) = run(
+        dir.path(),
+        r#"
+name = "register-drain"
+rules = ["R-AA-1"]
+[site]
+sg = 2
+mg = 1
+net = "127.94.6"
+[[step]]
+at_s = 0
+do = "load"
+kind = "register"
+rate = 20
+duration_s = 10
+hold_s = 2
+[[step]]
+at_s = 3
+do = "activate"
+profile = "maint-a"
+servers = ["srv-a"]
+"#,
+    );
+    let r = &report["registrations"];
+    assert_eq!(code, Some(0), "{r}\n{}\n{stderr}", report["verdicts"]);
+    // 20/s for 10 s: every binding registered, refreshed and removed by
+    // the same instance, through the drain of the other (R-AA-1: new
+    // registrations go to sg-b once the gate shows sg-a draining).
+    assert_eq!(r["attempted"], 200, "{r}");
+    assert_eq!(r["registered"], 200, "{r}");
+    assert_eq!(r["removed"], 200, "{r}");
+    assert_eq!(r["failed"], 0, "{r}");
+    assert_eq!(report["calls"]["attempted"], 0, "{}", report["calls"]);
+    assert_eq!(verdict(&report, "R-AA-1")["pass"], true);
 }

@@ -13,10 +13,12 @@ use crate::site::{Site, StopPoll, StopSeen};
 use crate::{Error, Result, Scenario as SippScenario, Sipp, SippHandle, SippReport, Transport};
 
 use super::sample::{self, Recorder, Sample};
-use super::scenario::{Action, Scenario};
+use super::scenario::{Action, LoadKind, Scenario};
 
-/// The SIPp scenario of a `load` step.
+/// The SIPp scenario of a `load` step of calls.
 pub const UAC_SCENARIO: &str = "uac_rehearsal_call";
+/// The SIPp scenario of a `load` step of registrations.
+pub const UAC_REGISTER: &str = "uac_rehearsal_register";
 
 /// A step as it happened.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -43,6 +45,12 @@ pub enum CallEvent {
     End,
     /// 503 to the INVITE.
     Refused,
+    /// 200 to a first REGISTER.
+    RegUp,
+    /// 200 to the de-REGISTER.
+    RegEnd,
+    /// 503 to a first REGISTER.
+    RegRefused,
 }
 
 /// One load's caller: its SIPp report and per-call events.
@@ -52,6 +60,8 @@ pub struct LoadRun {
     pub label: String,
     /// SIPp's counters (`None` if it could not be read).
     pub report: Option<SippReport>,
+    /// Registrations, not calls.
+    pub register: bool,
     /// `(t, event, call-id)` from its log.
     pub events: Vec<(f64, CallEvent, String)>,
 }
@@ -89,6 +99,7 @@ const STOP_WATCH_S: f64 = 25.0;
 
 struct Caller {
     label: String,
+    register: bool,
     log: PathBuf,
     handle: SippHandle,
     bound: Duration,
@@ -281,6 +292,7 @@ fn start_load(site: &Site, action: &Action, out: &Path, callers: &mut Vec<Caller
         hold_s,
         listener,
         gate,
+        kind,
     } = action
     else {
         return Ok(());
@@ -304,7 +316,11 @@ fn start_load(site: &Site, action: &Action, out: &Path, callers: &mut Vec<Caller
         let bound = Duration::from_secs_f64(duration_s + hold_s + 20.0);
         let label = format!("{} via gate-{k}", action.label());
         let log = out.join(format!("caller-{}-gate-{k}.log", callers.len()));
-        let handle = Sipp::new(SippScenario::repo(UAC_SCENARIO))
+        let xml = match kind {
+            LoadKind::Call => UAC_SCENARIO,
+            LoadKind::Register => UAC_REGISTER,
+        };
+        let handle = Sipp::new(SippScenario::repo(xml))
             .local_ip(l.caller_ip())
             .remote(to)
             .transport(Transport::Udp)
@@ -318,6 +334,7 @@ fn start_load(site: &Site, action: &Action, out: &Path, callers: &mut Vec<Caller
             .spawn()?;
         callers.push(Caller {
             label,
+            register: *kind == LoadKind::Register,
             log,
             handle,
             bound,
@@ -338,6 +355,7 @@ fn finish_callers(callers: Vec<Caller>, epoch0: f64, interrupted: bool) -> Vec<L
             let text = std::fs::read_to_string(&c.log).unwrap_or_default();
             LoadRun {
                 label: c.label,
+                register: c.register,
                 report,
                 events: parse_events(&text, epoch0),
             }
@@ -355,6 +373,9 @@ fn parse_events(text: &str, epoch0: f64) -> Vec<(f64, CallEvent, String)> {
                 "up" => CallEvent::Up,
                 "end" => CallEvent::End,
                 "refused" => CallEvent::Refused,
+                "regup" => CallEvent::RegUp,
+                "regend" => CallEvent::RegEnd,
+                "regrefused" => CallEvent::RegRefused,
                 _ => return None,
             };
             let call = w.next()?.to_owned();

@@ -64,6 +64,51 @@ pub struct Calls {
     pub errors: String,
 }
 
+/// Totals over the run's `register` loads.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Registrations {
+    /// Registrations attempted (SIPp `TotalCallCreated`).
+    pub attempted: u64,
+    /// 200 to the first REGISTER.
+    pub registered: u64,
+    /// Of those, refreshed and removed (200 to the de-REGISTER).
+    pub removed: u64,
+    /// Of those, not removed normally (a failed refresh or removal).
+    pub failed: u64,
+    /// Refused with 503.
+    pub refused: u64,
+    /// SIPp's failed registrations (including those never answered).
+    pub sipp_failed: u64,
+}
+
+/// Registration totals from the `register` loads' logs and reports.
+fn registrations(played: &Played) -> Registrations {
+    let (mut up, mut end) = (BTreeSet::new(), BTreeSet::new());
+    let mut r = Registrations::default();
+    for l in played.loads.iter().filter(|l| l.register) {
+        for (_, ev, id) in &l.events {
+            match ev {
+                CallEvent::RegUp => {
+                    up.insert(id.clone());
+                }
+                CallEvent::RegEnd => {
+                    end.insert(id.clone());
+                }
+                CallEvent::RegRefused => r.refused += 1,
+                _ => {}
+            }
+        }
+        if let Some(s) = &l.report {
+            r.attempted += s.created;
+            r.sipp_failed += s.failed;
+        }
+    }
+    r.registered = up.len() as u64;
+    r.removed = up.intersection(&end).count() as u64;
+    r.failed = r.registered - r.removed;
+    r
+}
+
 /// The whole report.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
@@ -79,6 +124,8 @@ pub struct Report {
     pub phases: Vec<Phase>,
     /// Totals.
     pub calls: Calls,
+    /// Registration totals (`register` loads).
+    pub registrations: Registrations,
     /// Active-Passive handovers done (none on a site without AP groups).
     pub handovers: u64,
     /// Gate stops (`sigterm_gate`, `restart_gate`) as seen from outside.
@@ -108,6 +155,7 @@ impl Report {
             steps: played.marks.clone(),
             phases,
             calls,
+            registrations: registrations(played),
             handovers: 0,
             gate_stops: played.gate_stops.clone(),
             verdicts,
@@ -143,6 +191,14 @@ impl Report {
             "\nCalls: {} attempted, {} established, {} finished, {} established and failed, {} refused (503), {} failed in SIPp's count. Active-Passive handovers: {}.\n",
             c.attempted, c.established, c.finished, c.established_failed, c.refused, c.sipp_failed, self.handovers
         );
+        let r = &self.registrations;
+        if r.attempted > 0 {
+            let _ = writeln!(
+                m,
+                "Registrations: {} attempted, {} registered, {} refreshed and removed, {} registered and failed, {} refused (503), {} failed in SIPp's count.\n",
+                r.attempted, r.registered, r.removed, r.failed, r.refused, r.sipp_failed
+            );
+        }
         if !c.failures.is_empty() {
             let why: Vec<String> = c.failures.iter().map(|(k, n)| format!("{k} {n}")).collect();
             let _ = writeln!(m, "SIPp failures by reason: {}.\n", why.join(", "));
@@ -307,6 +363,7 @@ fn outcomes(played: &Played) -> Outcome {
                     o.ended.insert(call.clone(), *t);
                 }
                 CallEvent::Refused => o.refused.push(*t),
+                CallEvent::RegUp | CallEvent::RegEnd | CallEvent::RegRefused => {}
             }
         }
     }
@@ -366,7 +423,7 @@ fn calls(played: &Played) -> Calls {
         ..Calls::default()
     };
     c.established_failed = c.established - c.finished;
-    for l in &played.loads {
+    for l in played.loads.iter().filter(|l| !l.register) {
         if let Some(r) = &l.report {
             c.attempted += r.created;
             c.sipp_failed += r.failed;

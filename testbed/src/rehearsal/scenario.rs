@@ -109,6 +109,9 @@ pub enum Action {
         /// Gate node the calls go through (default: spread over all).
         #[serde(default)]
         gate: Option<usize>,
+        /// What each "call" of the load is.
+        #[serde(default)]
+        kind: LoadKind,
     },
     /// Create (if new) and activate a drain profile (ringsync CLI).
     Activate {
@@ -148,11 +151,31 @@ fn subscribers() -> String {
     "subscribers".into()
 }
 
+/// What a `load` step sends.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LoadKind {
+    /// A call with SDP, held, re-INVITEd and ended (`uac_rehearsal_call`).
+    #[default]
+    Call,
+    /// A registration, refreshed after the hold time and removed
+    /// (`uac_rehearsal_register`).
+    Register,
+}
+
 impl Action {
     /// The step's name in the report.
     pub fn label(&self) -> String {
         match self {
-            Action::Load { rate, listener, .. } => format!("load {rate}/s {listener}"),
+            Action::Load {
+                rate,
+                listener,
+                kind: LoadKind::Call,
+                ..
+            } => format!("load {rate}/s {listener}"),
+            Action::Load { rate, listener, .. } => {
+                format!("load {rate} registrations/s {listener}")
+            }
             Action::Activate { profile, servers } => {
                 format!("activate {profile} ({})", servers.join(", "))
             }
@@ -267,6 +290,7 @@ fn check_step(l: &Layout, a: &Action) -> std::result::Result<(), String> {
             hold_s,
             listener,
             gate,
+            ..
         } => {
             if *rate == 0 || *rate > MAX_RATE {
                 return Err(format!("rate = {rate}: 1 to {MAX_RATE} calls/s"));

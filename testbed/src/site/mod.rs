@@ -32,7 +32,7 @@ use crate::{Error, Etcd, Result, Rtpengine, RtpengineHandle, Scenario, Sipp, Sip
 
 /// The SIPp scenario every sg/esg instance plays: calls with SDP and
 /// re-INVITE; `-aa` answers the gates' OPTIONS probes.
-pub const UAS_SCENARIO: &str = "uas_call_media";
+pub const UAS_SCENARIO: &str = "uas_rehearsal";
 
 /// Builder of a [`Site`].
 #[derive(Debug, Clone)]
