@@ -90,6 +90,12 @@ profile = "maint-a"
     assert_eq!(calls["established"], 400, "{calls}");
     assert_eq!(calls["finished"], 400, "{calls}");
     assert_eq!(calls["established_failed"], 0, "{calls}");
+    // Beside every call an offer/answer/delete to media-ctl's ng port.
+    let media = &calls["media"];
+    for k in ["offered", "answered", "deleted"] {
+        assert_eq!(media[k], 400, "{media}");
+    }
+    assert_eq!(media["failed"], 0, "{media}");
     assert!(verdict(&report, "R-SG-4")["detail"]
         .as_str()
         .unwrap()
@@ -107,6 +113,21 @@ profile = "maint-a"
         drain["new_work"]["sg-b"].as_u64().unwrap(),
     );
     assert!(a < b, "{drain}");
+    // mg shares are media-ctl's placements: all of them add up to 1 in
+    // each phase; mg-a, drained over 3 s from the activation, takes less
+    // than mg-b in the drain and some again after it.
+    for p in phases {
+        let sum: f64 = p["mg_share"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|v| v.as_f64().unwrap())
+            .sum();
+        assert!((sum - 1.0).abs() < 1e-6, "{p}");
+    }
+    let share = |p: &Value, mg: &str| p["mg_share"][mg].as_f64().unwrap_or(0.0);
+    assert!(share(drain, "mg-a") < share(drain, "mg-b"), "{drain}");
+    assert!(share(&phases[2], "mg-a") > 0.0, "{}", phases[2]);
     // Every drain sample in which the gate showed sg-a draining.
     let samples = report["samples"].as_array().unwrap();
     assert!(

@@ -4,6 +4,7 @@
 //! SCENARIO.toml` is this module behind a command line.
 
 pub mod chart;
+pub mod media;
 pub mod play;
 pub mod report;
 pub mod sample;

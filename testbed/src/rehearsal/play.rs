@@ -12,6 +12,7 @@ use std::time::{Duration, Instant, SystemTime};
 use crate::site::{Site, StopPoll, StopSeen};
 use crate::{Error, Result, Scenario as SippScenario, Sipp, SippHandle, SippReport, Transport};
 
+use super::media::{self, MediaCalls};
 use super::sample::{self, Recorder, Sample};
 use super::scenario::{Action, LoadKind, Scenario};
 
@@ -62,6 +63,8 @@ pub struct LoadRun {
     pub report: Option<SippReport>,
     /// Registrations, not calls.
     pub register: bool,
+    /// The ng caller beside it (calls only).
+    pub media: Option<MediaCalls>,
     /// `(t, event, call-id)` from its log.
     pub events: Vec<(f64, CallEvent, String)>,
 }
@@ -100,6 +103,7 @@ const STOP_WATCH_S: f64 = 25.0;
 struct Caller {
     label: String,
     register: bool,
+    media: Option<std::thread::JoinHandle<MediaCalls>>,
     log: PathBuf,
     handle: SippHandle,
     bound: Duration,
@@ -332,9 +336,20 @@ fn start_load(site: &Site, action: &Action, out: &Path, callers: &mut Vec<Caller
             .arg("-log_file")
             .arg(&log)
             .spawn()?;
+        let media = (*kind == LoadKind::Call).then(|| {
+            media::spawn(
+                l.caller_ip(),
+                l.media_ng(),
+                format!("c{}-g{k}", callers.len()),
+                share,
+                Duration::from_secs_f64(*duration_s),
+                Duration::from_secs_f64(*hold_s),
+            )
+        });
         callers.push(Caller {
             label,
             register: *kind == LoadKind::Register,
+            media,
             log,
             handle,
             bound,
@@ -356,6 +371,7 @@ fn finish_callers(callers: Vec<Caller>, epoch0: f64, interrupted: bool) -> Vec<L
             LoadRun {
                 label: c.label,
                 register: c.register,
+                media: c.media.and_then(|m| m.join().ok()),
                 report,
                 events: parse_events(&text, epoch0),
             }

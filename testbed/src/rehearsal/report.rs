@@ -59,6 +59,8 @@ pub struct Calls {
     /// SIPp's failures by reason (`MaxUDPRetrans`, `UnexpectedMessage`,
     /// ...), all callers.
     pub failures: BTreeMap<String, u64>,
+    /// The ng side of the calls (offer/answer/delete to media-ctl).
+    pub media: super::media::MediaCalls,
     /// The end of a caller's error log when it had failures.
     #[serde(skip_serializing_if = "String::is_empty")]
     pub errors: String,
@@ -191,6 +193,14 @@ impl Report {
             "\nCalls: {} attempted, {} established, {} finished, {} established and failed, {} refused (503), {} failed in SIPp's count. Active-Passive handovers: {}.\n",
             c.attempted, c.established, c.finished, c.established_failed, c.refused, c.sipp_failed, self.handovers
         );
+        let md = &c.media;
+        if md.offered > 0 {
+            let _ = writeln!(
+                m,
+                "Media (ng to media-ctl, one per call): {} offered, {} answered, {} deleted, {} commands failed.\n",
+                md.offered, md.answered, md.deleted, md.failed
+            );
+        }
         let r = &self.registrations;
         if r.attempted > 0 {
             let _ = writeln!(
@@ -424,6 +434,9 @@ fn calls(played: &Played) -> Calls {
     };
     c.established_failed = c.established - c.finished;
     for l in played.loads.iter().filter(|l| !l.register) {
+        if let Some(m) = l.media {
+            c.media = c.media.plus(m);
+        }
         if let Some(r) = &l.report {
             c.attempted += r.created;
             c.sipp_failed += r.failed;

@@ -194,6 +194,12 @@ impl Layout {
         SocketAddr::new(self.ip(8), 9092)
     }
 
+    /// media-ctl's ng address (`ng_bind`), where the sg/esg's rtpengine
+    /// modules would send their commands.
+    pub fn media_ng(&self) -> SocketAddr {
+        SocketAddr::new(self.ip(8), 2223)
+    }
+
     /// The SIPp callers' address.
     pub fn caller_ip(&self) -> IpAddr {
         self.ip(9)

@@ -203,7 +203,11 @@ impl Site {
         for i in self.layout.instances() {
             match i.svc {
                 Svc::Mg | Svc::Bgmg => {
-                    self.mgs.insert(i.id.clone(), Rtpengine::new(i.ip).start()?);
+                    // A deleted call frees its ports at once: rtpengine's
+                    // default keeps them 30 s, which a rehearsal's load
+                    // would exhaust in its 1000-port range.
+                    let mg = Rtpengine::new(i.ip).arg("--delete-delay=0").start()?;
+                    self.mgs.insert(i.id.clone(), mg);
                 }
                 Svc::Sg | Svc::Esg => {
                     let uas = Self::uas(&i, lifetime)?;
