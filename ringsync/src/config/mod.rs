@@ -26,8 +26,8 @@ pub use error::ConfigError;
 pub use media::MediaConfig;
 pub use types::{
     Account, AccountMatch, AdminConfig, ApGroup, DnsConfig, DrainPolicy, Exception, HealthConfig,
-    Instance, Leg, Listener, ListenerMode, Server, Service, Site, SiteConfig, StoreConfig, Timers,
-    Transport, WorkConfig,
+    Instance, Leg, Listener, ListenerMode, Server, Service, Site, SiteConfig, StoreConfig,
+    TcpConfig, Timers, Transport, WorkConfig,
 };
 
 use error::Locator;

@@ -10,8 +10,8 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::types::{
-    AccountMatch, AdminConfig, DnsConfig, DrainPolicy, Exception, HealthConfig, Leg, Timers,
-    Transport, WorkConfig,
+    AccountMatch, AdminConfig, DnsConfig, DrainPolicy, Exception, HealthConfig, Leg, TcpConfig,
+    Timers, Transport, WorkConfig,
 };
 
 #[derive(Deserialize)]
@@ -30,6 +30,8 @@ pub(super) struct RawSite {
     pub(super) work: WorkConfig,
     #[serde(default)]
     pub(super) dns: DnsConfig,
+    #[serde(default)]
+    pub(super) tcp: TcpConfig,
     #[serde(default)]
     pub(super) admin: AdminConfig,
     #[serde(default)]

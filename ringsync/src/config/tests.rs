@@ -339,3 +339,27 @@ fn dns_section_defaults_values_and_errors() {
         "{e}"
     );
 }
+
+#[test]
+fn tcp_section_defaults_values_and_errors() {
+    let c = load(GOOD).unwrap();
+    assert_eq!(c.tcp, TcpConfig::default());
+    assert_eq!((c.tcp.max_connections, c.tcp.idle_s), (16_384, 600));
+    let c = load(&format!(
+        "{GOOD}\n[tcp]\nmax_connections = 64\nidle_s = 30\n"
+    ))
+    .unwrap();
+    assert_eq!((c.tcp.max_connections, c.tcp.idle_s), (64, 30));
+    assert_eq!(c.tcp.idle(), std::time::Duration::from_secs(30));
+    for (bad, field) in [
+        ("max_connections = 0", "tcp.max_connections"),
+        ("idle_s = 0", "tcp.idle_s"),
+    ] {
+        let e = load(&format!("{GOOD}\n[tcp]\n{bad}\n")).unwrap_err();
+        assert_eq!(e.field, field, "{e}");
+    }
+    assert!(
+        load(&format!("{GOOD}\n[tcp]\nidle = 3\n")).is_err(),
+        "unknown key"
+    );
+}

@@ -268,6 +268,36 @@ impl Default for DnsConfig {
     }
 }
 
+/// sip-gate's TCP connections: the table's bound and when an idle one closes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TcpConfig {
+    /// Open connections (accepted and opened by the gate) beyond which new
+    /// inbound ones are refused, so a flood cannot exhaust the file
+    /// descriptors established calls need. Default 16384.
+    pub max_connections: usize,
+    /// A connection with no traffic this many seconds is closed, unless a
+    /// subscriber's registration uses it (it is then kept until that
+    /// registration expires: RFC 5626 flows). Default 600.
+    pub idle_s: u32,
+}
+
+impl Default for TcpConfig {
+    fn default() -> Self {
+        TcpConfig {
+            max_connections: 16_384,
+            idle_s: 600,
+        }
+    }
+}
+
+impl TcpConfig {
+    /// The idle time as a duration.
+    pub fn idle(&self) -> Duration {
+        Duration::from_secs(self.idle_s.into())
+    }
+}
+
 /// Settings of the admin HTTP endpoints.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -492,6 +522,8 @@ pub struct SiteConfig {
     pub work: WorkConfig,
     /// Name resolution for requests the gate sends to host names.
     pub dns: DnsConfig,
+    /// The gate's TCP connections.
+    pub tcp: TcpConfig,
     /// Admin endpoints.
     pub admin: AdminConfig,
     /// The mg controller (media-ctl).

@@ -20,7 +20,7 @@ use super::raw::{
 };
 use super::types::{
     Account, ApGroup, DnsConfig, Exception, HealthConfig, Instance, Listener, ListenerMode, Server,
-    Service, Site, SiteConfig, StoreConfig, WorkConfig,
+    Service, Site, SiteConfig, StoreConfig, TcpConfig, WorkConfig,
 };
 
 type Result<T> = std::result::Result<T, ConfigError>;
@@ -42,6 +42,7 @@ pub(super) fn validate(loc: Locator<'_>, raw: RawSite) -> Result<SiteConfig> {
     let media = super::media::validate(&v, raw.media.as_ref(), &instances)?;
     let work = v.work(raw.work)?;
     let dns = v.dns(raw.dns)?;
+    let tcp = v.tcp(raw.tcp)?;
     let admin = v.admin(raw.admin)?;
     Ok(SiteConfig {
         path: loc.path.to_owned(),
@@ -52,6 +53,7 @@ pub(super) fn validate(loc: Locator<'_>, raw: RawSite) -> Result<SiteConfig> {
         health,
         work,
         dns,
+        tcp,
         admin,
         media,
         servers,
@@ -620,6 +622,21 @@ impl Validator<'_> {
         }
         if raw.cache_size == 0 {
             return bad("cache_size", "must be positive");
+        }
+        Ok(raw)
+    }
+}
+
+impl Validator<'_> {
+    /// `[tcp]`: room for at least one connection, and time to use it.
+    fn tcp(&self, raw: TcpConfig) -> Result<TcpConfig> {
+        let bad =
+            |field: &str, what: &str| Err(self.err(0..0, format!("tcp.{field}"), what.to_string()));
+        if raw.max_connections == 0 {
+            return bad("max_connections", "must be positive");
+        }
+        if raw.idle_s == 0 {
+            return bad("idle_s", "must be positive");
         }
         Ok(raw)
     }
