@@ -13,6 +13,7 @@ use std::path::Path;
 use ipnet::IpNet;
 
 mod admin;
+mod ap;
 mod error;
 mod media;
 mod raw;
@@ -22,6 +23,7 @@ mod validate;
 #[cfg(test)]
 mod tests;
 
+pub use ap::DEFAULT_PRIORITY;
 pub use error::ConfigError;
 pub use media::MediaConfig;
 pub use types::{

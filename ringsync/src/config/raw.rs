@@ -21,7 +21,7 @@ pub(super) struct RawSite {
     #[serde(default)]
     pub(super) store: Option<Spanned<RawStore>>,
     #[serde(default)]
-    pub(super) timers: Timers,
+    pub(super) timers: Option<Spanned<Timers>>,
     #[serde(default)]
     pub(super) drain: DrainPolicy,
     #[serde(default)]
@@ -119,6 +119,8 @@ pub(super) struct RawApGroup {
     pub(super) name: Spanned<String>,
     pub(super) members: Spanned<Vec<Spanned<String>>>,
     pub(super) home: Spanned<String>,
+    #[serde(default)]
+    pub(super) priority: Option<u32>,
 }
 
 #[derive(Deserialize)]

@@ -269,6 +269,39 @@ fn example_site_is_valid() {
     assert!(!c.listeners.is_empty());
 }
 
+#[test]
+fn r_ap_2_pace_below_a_minute_needs_the_test_switch() {
+    let c = load(GOOD).unwrap();
+    assert_eq!(c.timers.ap_pace_s, 60);
+    assert_eq!(c.ap_groups[0].priority, DEFAULT_PRIORITY);
+
+    let short = GOOD.replacen("[[server]]", "[timers]\nap_pace_s = 5\n\n[[server]]", 1);
+    let e = load(&short).unwrap_err();
+    assert_eq!(e.field, "timers.ap_pace_s");
+    assert!(e.line.is_some(), "{e}");
+    assert!(
+        e.message.contains("below the minimum of 60 s")
+            && e.message.contains("ap_test_pace_allowed"),
+        "{e}"
+    );
+
+    let allowed = GOOD.replacen(
+        "[[server]]",
+        "[timers]\nap_pace_s = 5\nap_test_pace_allowed = true\n\n[[server]]",
+        1,
+    );
+    assert_eq!(load(&allowed).unwrap().timers.ap_pace_s, 5);
+    let zero = GOOD.replacen(
+        "[[server]]",
+        "[timers]\nap_pace_s = 0\nap_test_pace_allowed = true\n\n[[server]]",
+        1,
+    );
+    assert_eq!(load(&zero).unwrap_err().message, "must be at least 1");
+
+    let prio = GOOD.replace("home = \"bill-a\"", "home = \"bill-a\"\npriority = 7");
+    assert_eq!(load(&prio).unwrap().ap_groups[0].priority, 7);
+}
+
 /// `[work]` (R-ST-2, R-ST-3): defaults when absent, values as written, and
 /// a zero refused with the field named.
 #[test]
