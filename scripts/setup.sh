@@ -12,7 +12,8 @@ set -euo pipefail
 
 # libprotobuf-dev: the well-known .proto files protoc needs to build etcd-client.
 # dnsmasq-base: a DNS server for sip-gate's RFC 3263 tests (no service).
-PACKAGES=(sip-tester kamailio rtpengine-daemon etcd-server protobuf-compiler libprotobuf-dev procps dnsmasq-base)
+# fonts-dejavu-core: the font testbed run draws its chart's text with.
+PACKAGES=(sip-tester kamailio rtpengine-daemon etcd-server protobuf-compiler libprotobuf-dev procps dnsmasq-base fonts-dejavu-core)
 # Services shipped by the packages above (names differ between releases;
 # absent ones are skipped).
 SERVICES=(kamailio etcd rtpengine-daemon rtpengine rtpengine-recording-daemon)

@@ -89,6 +89,33 @@ pub enum Error {
         /// Where that SIPp sends from.
         local: std::net::SocketAddr,
     },
+    /// One of the project's binaries is not built where testbed looks.
+    #[error("{program} not found in {dir}: build the workspace's binaries first (cargo build --bins), or point TESTBED_BIN_DIR at them")]
+    NotBuilt {
+        /// The program name.
+        program: String,
+        /// Where it was looked for.
+        dir: PathBuf,
+    },
+    /// A command the rehearsal runs (the ringsync CLI) failed.
+    #[error("{command}: {message}")]
+    Command {
+        /// The command line, shortened.
+        command: String,
+        /// What it said.
+        message: String,
+    },
+    /// A site or scenario description is wrong.
+    #[error("{path}: {message}")]
+    Scenario {
+        /// The file (or `builder` for a site built in code).
+        path: PathBuf,
+        /// What is wrong, naming the field.
+        message: String,
+    },
+    /// The run was interrupted (Ctrl-C, SIGTERM); everything was stopped.
+    #[error("interrupted: everything the run started has been stopped")]
+    Interrupted,
     /// Other socket or process I/O.
     #[error(transparent)]
     Io(#[from] io::Error),

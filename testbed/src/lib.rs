@@ -2,7 +2,9 @@
 //! benchmarks: SIPp ([`Sipp`]), Kamailio ([`Kamailio`]), rtpengine
 //! ([`Rtpengine`]), etcd ([`Etcd`]), a DNS server ([`Dnsmasq`]), a blind UDP
 //! relay ([`relay::BlindRelay`]), plus the helpers benchmarks need
-//! ([`free_port`], [`ProcStats`]).
+//! ([`free_port`], [`ProcStats`]); and a whole site of the project's own
+//! binaries with those peers ([`site::Site`]), which `testbed run` plays
+//! drain rehearsals on ([`rehearsal`]).
 //!
 //! Every peer is a real process bound to an explicit `127.0.0.x` address,
 //! is bounded in time (SIPp always gets a global timeout) and is killed when
@@ -42,9 +44,11 @@ pub mod net;
 pub mod partition;
 pub mod proc_stats;
 mod process;
+pub mod rehearsal;
 pub mod relay;
 pub mod rtpengine;
 pub mod sipp;
+pub mod site;
 
 pub use dnsmasq::{Dnsmasq, DnsmasqHandle};
 pub use error::Error;

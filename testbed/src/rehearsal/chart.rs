@@ -1,0 +1,170 @@
+//! The chart of a run (plotters): new calls per second per sg/esg with the
+//! drain windows shaded and the other steps marked, and the mg weights on a
+//! second panel. SVG and PNG; text needs a TrueType font (Debian
+//! `fonts-dejavu-core`, which scripts/setup.sh installs), read at run time.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::OnceLock;
+
+use plotters::coord::Shift;
+use plotters::prelude::*;
+
+use super::play::Played;
+use super::scenario::Action;
+use super::verdict::windows;
+
+/// Fonts tried, in order.
+const FONTS: &[&str] = &[
+    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/TTF/DejaVuSans.ttf",
+];
+
+const SIZE: (u32, u32) = (1100, 640);
+
+/// Registers the font once; an error naming the package when none is found.
+fn font() -> Result<(), String> {
+    static FONT: OnceLock<Result<(), String>> = OnceLock::new();
+    FONT.get_or_init(|| {
+        let bytes = FONTS.iter().find_map(|p| std::fs::read(p).ok()).ok_or(
+            "no TrueType font for the chart's text: install the Debian package fonts-dejavu-core",
+        )?;
+        // plotters keeps fonts for the life of the process.
+        let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+        plotters::style::register_font("sans-serif", FontStyle::Normal, bytes)
+            .map_err(|_| "the chart font does not parse".to_string())
+    })
+    .clone()
+}
+
+/// Writes `stem.svg` and `stem.png`; the file names written.
+pub fn write(played: &Played, end: f64, dir: &Path, stem: &str) -> Result<Vec<String>, String> {
+    font()?;
+    let svg = format!("{stem}.svg");
+    let png = format!("{stem}.png");
+    let (svg_path, png_path) = (dir.join(&svg), dir.join(&png));
+    let area = SVGBackend::new(&svg_path, SIZE).into_drawing_area();
+    draw(&area, played, end).map_err(|e| format!("{svg}: {e}"))?;
+    drop(area);
+    let area = BitMapBackend::new(&png_path, SIZE).into_drawing_area();
+    draw(&area, played, end).map_err(|e| format!("{png}: {e}"))?;
+    Ok(vec![svg, png])
+}
+
+type Series = BTreeMap<String, Vec<(f64, f64)>>;
+
+/// New calls per second per instance between consecutive samples.
+fn rates(played: &Played) -> Series {
+    let mut out = Series::new();
+    for w in played.samples.windows(2) {
+        let dt = (w[1].t - w[0].t).max(0.001);
+        for (id, n) in &w[1].new_work {
+            let before = w[0].new_work.get(id).copied().unwrap_or(0);
+            out.entry(id.clone())
+                .or_default()
+                .push((w[1].t, n.saturating_sub(before) as f64 / dt));
+        }
+    }
+    out
+}
+
+fn weights(played: &Played) -> Series {
+    let mut out = Series::new();
+    for s in &played.samples {
+        for (id, w) in &s.mg_weight {
+            out.entry(id.clone()).or_default().push((s.t, *w));
+        }
+    }
+    out
+}
+
+fn draw<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    played: &Played,
+    end: f64,
+) -> Result<(), Box<dyn std::error::Error + 'static>>
+where
+    DB::ErrorType: 'static,
+{
+    area.fill(&WHITE)?;
+    let (top, bottom) = area.split_vertically(SIZE.1 * 62 / 100);
+    let x_end = played.samples.last().map_or(end, |s| s.t).max(end).max(1.0);
+    let calls = rates(played);
+    let y_max = calls.values().flatten().map(|p| p.1).fold(1.0, f64::max) * 1.15;
+    panel(
+        &top,
+        played,
+        &calls,
+        "new calls per second, per instance",
+        (x_end, y_max),
+    )?;
+    panel(
+        &bottom,
+        played,
+        &weights(played),
+        "mg weight for new calls",
+        (x_end, 1.05),
+    )?;
+    area.present()?;
+    Ok(())
+}
+
+fn panel<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    played: &Played,
+    series: &Series,
+    title: &str,
+    (x_end, y_max): (f64, f64),
+) -> Result<(), Box<dyn std::error::Error + 'static>>
+where
+    DB::ErrorType: 'static,
+{
+    let mut chart = ChartBuilder::on(area)
+        .caption(title, ("sans-serif", 18))
+        .margin(10)
+        .x_label_area_size(28)
+        .y_label_area_size(44)
+        .build_cartesian_2d(0.0..x_end, 0.0..y_max)?;
+    chart
+        .configure_mesh()
+        .x_desc("seconds")
+        .light_line_style(WHITE)
+        .draw()?;
+    // Drain windows, shaded; every other step, a dashed line.
+    for w in windows(&played.marks) {
+        let to = w.to.unwrap_or(x_end);
+        chart.draw_series(std::iter::once(Rectangle::new(
+            [(w.from, 0.0), (to, y_max)],
+            RED.mix(0.10).filled(),
+        )))?;
+    }
+    for m in played.marks.iter().filter(|m| {
+        !matches!(
+            m.action,
+            Action::Load { .. } | Action::Activate { .. } | Action::Deactivate { .. }
+        )
+    }) {
+        chart.draw_series(DashedLineSeries::new(
+            [(m.t, 0.0), (m.t, y_max)],
+            4,
+            4,
+            BLACK.mix(0.5).stroke_width(1),
+        ))?;
+    }
+    for (i, (id, pts)) in series.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        chart
+            .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))?
+            .label(id.as_str())
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], color.stroke_width(2)));
+    }
+    if !series.is_empty() {
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK.mix(0.3))
+            .position(SeriesLabelPosition::UpperRight)
+            .draw()?;
+    }
+    Ok(())
+}

@@ -1,0 +1,284 @@
+//! Once a second, what the site's own nodes say: every gate's `/metrics`
+//! (new work per instance, 503s by rule) and `/v1/work` (calls up), and
+//! media-ctl's `/v1/status` (mg weights and new calls). Counters are kept
+//! cumulative across a gate's restart (a counter that goes down started
+//! again from zero), so a phase's figure is the difference of two samples.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use ringsync::work::{WorkReport, WORK_PATH};
+use serde::Serialize;
+
+use crate::site::http;
+
+/// The site at one moment.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Sample {
+    /// Seconds since the run started.
+    pub t: f64,
+    /// New work forwarded to each sg/esg since the start, all gates.
+    pub new_work: BTreeMap<String, u64>,
+    /// Drain and stop refusals (503) since the start, by rule.
+    pub refusals: BTreeMap<String, u64>,
+    /// Calls up (dialogs) the gates count, summed.
+    pub calls_up: u64,
+    /// Gates that answered.
+    pub gates_up: usize,
+    /// Weight of each mg/bgmg for new calls (0..1).
+    pub mg_weight: BTreeMap<String, f64>,
+    /// New calls media-ctl placed on each mg/bgmg since it started.
+    pub mg_new_calls: BTreeMap<String, u64>,
+    /// Per sg/esg, how many of the gates that answered had it in a drain
+    /// state (`sipgate_instance_state{state="draining"|"drained"|...}`):
+    /// the gates' own view, so a verdict knows when a change was applied.
+    pub gates_draining: BTreeMap<String, usize>,
+    /// The servers media-ctl had in its drain zone (its `/v1/status`).
+    pub mg_drain_zone: Vec<String>,
+}
+
+/// Cumulative counters over restarts of the node that reports them.
+#[derive(Debug, Default)]
+struct Counters {
+    last: BTreeMap<(usize, String), u64>,
+    total: BTreeMap<String, u64>,
+}
+
+impl Counters {
+    fn observe(&mut self, node: usize, key: &str, raw: u64) {
+        let last = self.last.insert((node, key.to_owned()), raw).unwrap_or(0);
+        let delta = if raw >= last { raw - last } else { raw };
+        *self.total.entry(key.to_owned()).or_default() += delta;
+    }
+}
+
+/// Samples the site; shared with the progress line and the report.
+#[derive(Debug)]
+pub struct Recorder {
+    gates: Vec<SocketAddr>,
+    media: SocketAddr,
+    start: Instant,
+    new_work: Counters,
+    refusals: Counters,
+    samples: Vec<Sample>,
+}
+
+impl Recorder {
+    /// A recorder of these nodes, its clock started now.
+    pub fn new(gates: Vec<SocketAddr>, media: SocketAddr, start: Instant) -> Recorder {
+        Recorder {
+            gates,
+            media,
+            start,
+            new_work: Counters::default(),
+            refusals: Counters::default(),
+            samples: Vec::new(),
+        }
+    }
+
+    /// Takes one sample now.
+    pub fn sample(&mut self) -> &Sample {
+        let mut s = Sample {
+            t: self.start.elapsed().as_secs_f64(),
+            ..Sample::default()
+        };
+        for (k, admin) in self.gates.iter().enumerate() {
+            let Some((200, text)) = http::get(*admin, "/metrics") else {
+                continue;
+            };
+            s.gates_up += 1;
+            for id in draining(&text) {
+                *s.gates_draining.entry(id.to_owned()).or_default() += 1;
+            }
+            for (name, label, v) in series(&text) {
+                match name {
+                    "sipgate_new_work_total" => self.new_work.observe(k, label, v),
+                    "sipgate_drain_refusals_total" => self.refusals.observe(k, label, v),
+                    _ => {}
+                }
+            }
+            if let Some(w) = http::get_json::<WorkReport>(*admin, WORK_PATH) {
+                s.calls_up += w.instances.values().map(|i| i.counts.dialogs).sum::<u64>();
+            }
+        }
+        if let Some(st) = http::get_json::<media_ctl::Status>(self.media, "/v1/status") {
+            s.mg_drain_zone = st.drain_zone;
+            for i in st.instances {
+                s.mg_weight.insert(i.id.clone(), i.weight);
+                s.mg_new_calls.insert(i.id, i.new_calls);
+            }
+        }
+        s.new_work = self.new_work.total.clone();
+        s.refusals = self.refusals.total.clone();
+        self.samples.push(s);
+        self.samples.last().expect("just pushed")
+    }
+
+    /// Every sample so far.
+    pub fn samples(&self) -> &[Sample] {
+        &self.samples
+    }
+}
+
+/// `(metric, first label value, value)` of the counters the rehearsal reads:
+/// `sipgate_new_work_total{instance="sg-a"} 12`.
+fn series(text: &str) -> impl Iterator<Item = (&str, &str, u64)> {
+    text.lines().filter_map(|line| {
+        let (name, rest) = line.split_once('{')?;
+        if name != "sipgate_new_work_total" && name != "sipgate_drain_refusals_total" {
+            return None;
+        }
+        let (labels, value) = rest.rsplit_once("} ")?;
+        let label = labels.split('"').nth(1)?;
+        let v = value.trim().parse::<f64>().ok()?;
+        Some((name, label, v as u64))
+    })
+}
+
+/// The instances a gate's `/metrics` shows in a drain state (draining,
+/// drained, draining while down).
+fn draining(text: &str) -> impl Iterator<Item = &str> {
+    text.lines().filter_map(|line| {
+        let rest = line.strip_prefix("sipgate_instance_state{")?;
+        let (labels, value) = rest.rsplit_once("} ")?;
+        if value.trim().parse::<f64>().ok()? != 1.0 {
+            return None;
+        }
+        let mut id = None;
+        let mut drain = false;
+        for kv in labels.split(',') {
+            let (k, v) = kv.split_once('=')?;
+            let v = v.trim_matches('"');
+            match k.trim() {
+                "instance" => id = Some(v),
+                "state" => drain = v.starts_with("drain"),
+                _ => {}
+            }
+        }
+        id.filter(|_| drain)
+    })
+}
+
+/// The progress line of the newest sample: time, calls up, new calls per
+/// instance in the last second, 503s by rule, mg weights.
+pub fn progress_line(prev: Option<&Sample>, s: &Sample) -> String {
+    let mut line = format!("t={:>4.0}s up {:>4}", s.t, s.calls_up);
+    line.push_str(" | new/s");
+    for (id, n) in &s.new_work {
+        let before = prev.and_then(|p| p.new_work.get(id)).copied().unwrap_or(0);
+        line.push_str(&format!(" {id} {}", n.saturating_sub(before)));
+    }
+    if !s.refusals.is_empty() {
+        line.push_str(" | 503");
+        for (rule, n) in &s.refusals {
+            line.push_str(&format!(" {rule}:{n}"));
+        }
+    }
+    if !s.mg_weight.is_empty() {
+        line.push_str(" | w");
+        for (id, w) in &s.mg_weight {
+            line.push_str(&format!(" {id} {w:.2}"));
+        }
+    }
+    if s.gates_up == 0 {
+        line.push_str(" | no gate answers");
+    }
+    line
+}
+
+/// A thread sampling once a second until `stop`, printing the progress
+/// line unless `quiet`.
+pub fn spawn(
+    rec: Arc<Mutex<Recorder>>,
+    stop: Arc<AtomicBool>,
+    quiet: bool,
+) -> thread::JoinHandle<()> {
+    thread::spawn(move || {
+        let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
+        let mut next = Instant::now();
+        while !stop.load(Ordering::Relaxed) {
+            let line = {
+                let mut r = rec.lock().unwrap_or_else(|e| e.into_inner());
+                r.sample();
+                let n = r.samples.len();
+                progress_line(n.checked_sub(2).map(|i| &r.samples[i]), &r.samples[n - 1])
+            };
+            if !quiet {
+                // On a terminal the line is rewritten in place; in a log,
+                // one line a second.
+                if tty {
+                    eprint!("\r\x1b[2K{line}");
+                } else {
+                    eprintln!("{line}");
+                }
+            }
+            next += Duration::from_secs(1);
+            while Instant::now() < next && !stop.load(Ordering::Relaxed) {
+                thread::sleep(Duration::from_millis(50));
+            }
+        }
+        if !quiet && tty {
+            eprintln!();
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_survive_a_restart_of_the_node() {
+        let mut c = Counters::default();
+        c.observe(0, "sg-a", 10);
+        c.observe(0, "sg-a", 15);
+        c.observe(0, "sg-a", 3); // restarted: 3 new since
+        c.observe(1, "sg-a", 4);
+        assert_eq!(c.total["sg-a"], 15 + 3 + 4);
+    }
+
+    #[test]
+    fn reads_the_counters_of_a_gate() {
+        let text = "# TYPE x counter\nsipgate_new_work_total{instance=\"sg-a\"} 12\n\
+                    sipgate_drain_refusals_total{rule=\"R-GW-1\"} 3\nsipgate_phase{phase=\"serving\"} 1\n";
+        let got: Vec<_> = series(text).collect();
+        assert_eq!(
+            got,
+            [
+                ("sipgate_new_work_total", "sg-a", 12),
+                ("sipgate_drain_refusals_total", "R-GW-1", 3)
+            ]
+        );
+    }
+
+    #[test]
+    fn reads_which_instances_a_gate_drains() {
+        let text = "sipgate_instance_state{instance=\"sg-a\",state=\"up\"} 0\n\
+                    sipgate_instance_state{instance=\"sg-a\",state=\"draining\"} 1\n\
+                    sipgate_instance_state{instance=\"sg-b\",state=\"up\"} 1\n\
+                    sipgate_instance_state{instance=\"sg-b\",state=\"drained\"} 0\n";
+        assert_eq!(draining(text).collect::<Vec<_>>(), ["sg-a"]);
+    }
+
+    #[test]
+    fn the_progress_line_shows_rates_refusals_and_weights() {
+        let mut a = Sample::default();
+        a.new_work.insert("sg-a".into(), 10);
+        let mut b = a.clone();
+        b.t = 3.0;
+        b.calls_up = 7;
+        b.gates_up = 1;
+        b.new_work.insert("sg-a".into(), 14);
+        b.refusals.insert("R-GW-1".into(), 2);
+        b.mg_weight.insert("mg-a".into(), 0.5);
+        let l = progress_line(Some(&a), &b);
+        assert_eq!(
+            l,
+            "t=   3s up    7 | new/s sg-a 4 | 503 R-GW-1:2 | w mg-a 0.50"
+        );
+    }
+}

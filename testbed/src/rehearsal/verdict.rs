@@ -1,0 +1,364 @@
+//! One verdict per rule a scenario names, each from what was measured,
+//! each able to fail: a rule with nothing to judge it on (no call, no
+//! drain window) fails and says so.
+
+use serde::Serialize;
+
+use super::play::{Mark, Played};
+use super::report::{at, delta, Calls};
+use super::sample::Sample;
+use super::scenario::Action;
+use crate::site::{Layout, Svc};
+
+/// Seconds past its drain window media-ctl's ramp may end and still pass
+/// R-MG-1: the sampler's one-second resolution, and a loaded machine's.
+const RAMP_SLACK_S: f64 = 3.0;
+
+/// A rule's verdict.
+#[derive(Debug, Clone, Serialize)]
+pub struct Verdict {
+    /// Rule id.
+    pub rule: String,
+    /// Held or not.
+    pub pass: bool,
+    /// The figures behind it.
+    pub detail: String,
+}
+
+/// A drain window: a profile active from `from` to `to`.
+#[derive(Debug, Clone)]
+pub struct Window {
+    /// Profile name.
+    pub profile: String,
+    /// Its servers.
+    pub servers: Vec<String>,
+    /// Activated at.
+    pub from: f64,
+    /// Lifted at, or `None` if it was never lifted.
+    pub to: Option<f64>,
+}
+
+/// The drain windows of a run, in order.
+pub fn windows(marks: &[Mark]) -> Vec<Window> {
+    let mut out: Vec<Window> = Vec::new();
+    for m in marks.iter().filter(|m| m.error.is_none()) {
+        match &m.action {
+            Action::Activate { profile, servers } => out.push(Window {
+                profile: profile.clone(),
+                servers: servers.clone(),
+                from: m.t,
+                to: None,
+            }),
+            Action::Deactivate { profile } => {
+                if let Some(w) = out
+                    .iter_mut()
+                    .find(|w| &w.profile == profile && w.to.is_none())
+                {
+                    w.to = Some(m.t);
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// The verdict on `rule`.
+pub fn judge(rule: &str, layout: &Layout, played: &Played, calls: &Calls) -> Verdict {
+    let (pass, detail) = match rule {
+        "R-SG-4" | "R-ESG-4" | "R-GW-2" => established_calls(calls),
+        "R-AA-1" => per_window(layout, played, drain_holds),
+        "R-AA-3" => per_window(layout, played, return_holds),
+        "R-MG-1" => per_window(layout, played, mg_out),
+        "R-MG-4" => per_window(layout, played, mg_gradual),
+        "R-GW-1" => gate_stops(played),
+        other => (false, format!("no verdict is defined for {other}")),
+    };
+    Verdict {
+        rule: rule.into(),
+        pass,
+        detail,
+    }
+}
+
+fn established_calls(c: &Calls) -> (bool, String) {
+    if c.established == 0 {
+        return (false, "no call was established: nothing to judge".into());
+    }
+    (
+        c.established_failed == 0,
+        format!(
+            "{} of {} established calls failed",
+            c.established_failed, c.established
+        ),
+    )
+}
+
+/// The deadline the site gives a stopping gate (`--drain-deadline-s`),
+/// and the watcher's resolution on top.
+const GATE_DEADLINE_S: f64 = 20.0 + 3.0;
+
+/// Time a SIGTERM takes to reach a node and its `/readyz` to change.
+const SIGNAL_S: f64 = 0.5;
+
+/// R-GW-1: no gate sent SIGTERM still said ready (`/readyz` 200) a
+/// moment after it (the signal's delivery), and each exited by itself
+/// within its deadline; when it lived long enough to be seen, its
+/// `/readyz` failing is shown, and the 503s the gates counted meanwhile.
+fn gate_stops(p: &Played) -> (bool, String) {
+    if p.gate_stops.is_empty() {
+        return (false, "no gate was stopped: nothing to judge".into());
+    }
+    let parts: Vec<(bool, String)> = p
+        .gate_stops
+        .iter()
+        .map(|st| {
+            let (nr, ex) = (st.seen.not_ready, st.seen.exited);
+            let refused = refusals_between(p, "R-GW-1", st.t, st.t + ex.unwrap_or(0.0) + 1.5);
+            let still_ready = st.seen.ready.filter(|t| *t > SIGNAL_S);
+            let pass = still_ready.is_none() && ex.is_some_and(|b| b <= GATE_DEADLINE_S);
+            let secs = |x: Option<f64>| x.map_or("never".into(), |v| format!("{v:.2} s"));
+            let mut text = format!(
+                "gate-{}: /readyz failed after {}, exited after {}, {refused} new calls refused (503 R-GW-1)",
+                st.gate,
+                secs(nr),
+                secs(ex)
+            );
+            if let Some(t) = still_ready {
+                text.push_str(&format!(", still ready after {t:.2} s"));
+            }
+            if st.restart {
+                text.push_str(&format!(", serving again after {}", secs(st.seen.back)));
+            }
+            (pass, text)
+        })
+        .collect();
+    let pass = parts.iter().all(|x| x.0);
+    let text = parts
+        .into_iter()
+        .map(|x| x.1)
+        .collect::<Vec<_>>()
+        .join("; ");
+    (pass, text)
+}
+
+/// 503s the gates counted for `rule` between `from` and `to`.
+fn refusals_between(p: &Played, rule: &str, from: f64, to: f64) -> u64 {
+    let count = |s: Option<&Sample>| s.and_then(|s| s.refusals.get(rule).copied()).unwrap_or(0);
+    let before = at(&p.samples, from);
+    let after = p.samples.iter().find(|s| s.t >= to).or(p.samples.last());
+    count(after).saturating_sub(count(before))
+}
+
+type Check = fn(&Layout, &Played, &Window, f64) -> (bool, String);
+
+fn per_window(layout: &Layout, played: &Played, check: Check) -> (bool, String) {
+    let ws = windows(&played.marks);
+    if ws.is_empty() {
+        return (false, "no drain window in the run: nothing to judge".into());
+    }
+    let end = played.samples.last().map_or(0.0, |s| s.t);
+    let results: Vec<(bool, String)> = ws.iter().map(|w| check(layout, played, w, end)).collect();
+    let pass = results.iter().all(|r| r.0);
+    (
+        pass,
+        results
+            .into_iter()
+            .map(|r| r.1)
+            .collect::<Vec<_>>()
+            .join("; "),
+    )
+}
+
+fn instances_on(layout: &Layout, w: &Window, svcs: &[Svc]) -> Vec<String> {
+    layout
+        .instances()
+        .into_iter()
+        .filter(|i| svcs.contains(&i.svc) && w.servers.contains(&i.server))
+        .map(|i| i.id)
+        .collect()
+}
+
+/// New work per instance between the first sample at or after `from` and
+/// the last at or before `to`, so the span never starts early.
+fn new_work(played: &Played, from: f64, to: f64) -> std::collections::BTreeMap<String, u64> {
+    let first = played.samples.iter().find(|s| s.t >= from);
+    match (first, at(&played.samples, to)) {
+        (Some(a), Some(b)) if b.t < a.t => Default::default(),
+        (Some(a), Some(b)) => delta(&a.new_work, &b.new_work),
+        _ => Default::default(),
+    }
+}
+
+/// The first sample from `from` on in which every gate of the site
+/// answered and each of `ids` was (`drain`) or was not in a drain state in
+/// every gate's view: from then on, a new call to a drained instance is the
+/// gates' fault, not the time a change takes to reach them.
+fn applied<'a>(
+    l: &Layout,
+    p: &'a Played,
+    ids: &[String],
+    from: f64,
+    drain: bool,
+) -> Option<&'a Sample> {
+    p.samples.iter().filter(|s| s.t >= from).find(|s| {
+        s.gates_up == l.gates
+            && ids.iter().all(|i| {
+                let n = s.gates_draining.get(i).copied().unwrap_or(0);
+                if drain {
+                    n == l.gates
+                } else {
+                    n == 0
+                }
+            })
+    })
+}
+
+/// R-AA-1: no new work to a draining sg/esg, once every gate applied the
+/// drain, while others took some.
+fn drain_holds(l: &Layout, p: &Played, w: &Window, end: f64) -> (bool, String) {
+    let drained = instances_on(l, w, &[Svc::Sg, Svc::Esg]);
+    let to = w.to.unwrap_or(end);
+    let Some(from) = applied(l, p, &drained, w.from, true)
+        .map(|s| s.t)
+        .filter(|t| *t < to)
+    else {
+        return (
+            false,
+            format!(
+                "the gates never all showed {} draining before {to:.0} s",
+                drained.join(", ")
+            ),
+        );
+    };
+    let nw = new_work(p, from, to);
+    let to_drained: u64 = drained.iter().filter_map(|i| nw.get(i)).sum();
+    let others: u64 = nw
+        .iter()
+        .filter(|(k, _)| !drained.contains(k))
+        .map(|(_, v)| v)
+        .sum();
+    let pass = !drained.is_empty() && to_drained == 0 && others > 0;
+    (
+        pass,
+        format!(
+            "{} took {to_drained} new calls in {:.0} s of drain ({}, applied by every gate {:.0} s after the activation); the others took {others}",
+            drained.join(", "),
+            to - from,
+            w.profile,
+            from - w.from
+        ),
+    )
+}
+
+/// R-AA-3: once lifted, the drained sg/esg take new work again.
+fn return_holds(l: &Layout, p: &Played, w: &Window, end: f64) -> (bool, String) {
+    let drained = instances_on(l, w, &[Svc::Sg, Svc::Esg]);
+    let Some(lifted) = w.to else {
+        return (false, format!("{} was never lifted", w.profile));
+    };
+    let Some(back_at) = applied(l, p, &drained, lifted, false).map(|s| s.t) else {
+        return (
+            false,
+            format!(
+                "the gates still showed {} draining at the end",
+                drained.join(", ")
+            ),
+        );
+    };
+    let nw = new_work(p, back_at, end);
+    let back: Vec<String> = drained
+        .iter()
+        .map(|i| format!("{i} {}", nw.get(i).copied().unwrap_or(0)))
+        .collect();
+    let pass = !drained.is_empty() && drained.iter().all(|i| nw.get(i).copied().unwrap_or(0) > 0);
+    (
+        pass,
+        format!(
+            "new calls after {} was lifted: {}",
+            w.profile,
+            back.join(", ")
+        ),
+    )
+}
+
+/// The draining mgs of a window and, per mg, the samples of its ramp.
+fn mg_ramps(l: &Layout, p: &Played, w: &Window, end: f64) -> Vec<(String, Vec<(f64, f64)>)> {
+    // From the sample in which media-ctl had the servers in its drain zone.
+    let seen = p
+        .samples
+        .iter()
+        .find(|s| s.t >= w.from && w.servers.iter().all(|x| s.mg_drain_zone.contains(x)))
+        .map_or(end, |s| s.t);
+    let until =
+        w.to.unwrap_or(end)
+            .min(seen + f64::from(l.mg_drain_window_s) + RAMP_SLACK_S);
+    instances_on(l, w, &[Svc::Mg])
+        .into_iter()
+        .map(|id| {
+            let ramp = p
+                .samples
+                .iter()
+                .filter(|s| s.t >= w.from && s.t <= until)
+                .filter_map(|s| Some((s.t, *s.mg_weight.get(&id)?)))
+                .collect();
+            (id, ramp)
+        })
+        .collect()
+}
+
+/// R-MG-1: a draining mg's weight reaches 0 within the window.
+fn mg_out(l: &Layout, p: &Played, w: &Window, end: f64) -> (bool, String) {
+    let ramps = mg_ramps(l, p, w, end);
+    if ramps.is_empty() {
+        return (false, format!("{} drains no mg", w.profile));
+    }
+    let parts: Vec<(bool, String)> = ramps
+        .iter()
+        .map(|(id, r)| match r.iter().find(|(_, wt)| *wt == 0.0) {
+            Some((t, _)) => (true, format!("{id} weight 0 after {:.0} s", t - w.from)),
+            None => (
+                false,
+                format!(
+                    "{id} weight still {:.2} after {} s + {RAMP_SLACK_S} s",
+                    r.last().map_or(1.0, |x| x.1),
+                    l.mg_drain_window_s
+                ),
+            ),
+        })
+        .collect();
+    let pass = parts.iter().all(|x| x.0);
+    let text = parts
+        .into_iter()
+        .map(|x| x.1)
+        .collect::<Vec<_>>()
+        .join(", ");
+    (pass, format!("{text} (window {} s)", l.mg_drain_window_s))
+}
+
+/// R-MG-4: the weight passes through values between 1 and 0 (no cliff).
+fn mg_gradual(l: &Layout, p: &Played, w: &Window, end: f64) -> (bool, String) {
+    let ramps = mg_ramps(l, p, w, end);
+    if ramps.is_empty() {
+        return (false, format!("{} drains no mg", w.profile));
+    }
+    let parts: Vec<(bool, String)> = ramps
+        .iter()
+        .map(|(id, r)| {
+            let between = r.iter().filter(|(_, x)| *x > 0.0 && *x < 1.0).count();
+            (
+                between >= 2,
+                format!("{id}: {between} samples between full weight and 0"),
+            )
+        })
+        .collect();
+    let pass = parts.iter().all(|x| x.0);
+    (
+        pass,
+        parts
+            .into_iter()
+            .map(|x| x.1)
+            .collect::<Vec<_>>()
+            .join(", "),
+    )
+}

@@ -1,0 +1,356 @@
+//! A whole site on one machine: the ringsync store (embedded, or a
+//! three-member etcd cluster), the gate node(s), media-ctl with one
+//! rtpengine per mg and bgmg, and one SIPp UAS per sg and esg instance, each
+//! on its own `127.A.B.x` of a per-run `/24` ([`layout`]).
+//!
+//! ```no_run
+//! # fn main() -> Result<(), testbed::Error> {
+//! let mut site = testbed::site::Site::builder().sg(3).esg(2).mg(3).gates(1).run()?;
+//! site.activate("maint-a", &["srv-a"])?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Everything it started is stopped when the [`Site`] drops (also when
+//! `run` fails half-way): gates first, then the instances, media-ctl, the
+//! rtpengines and etcd.
+
+pub mod http;
+pub mod layout;
+mod nodes;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tempfile::TempDir;
+
+pub use layout::{Inst, Layout, StoreKind, Svc};
+pub use nodes::{ringsync, BinDir, GateNode, MediaNode, StopPoll, StopSeen};
+
+use crate::{Error, Etcd, Result, Rtpengine, RtpengineHandle, Scenario, Sipp, SippHandle};
+
+/// The SIPp scenario every sg/esg instance plays: calls with SDP and
+/// re-INVITE; `-aa` answers the gates' OPTIONS probes.
+pub const UAS_SCENARIO: &str = "uas_rehearsal";
+
+/// Builder of a [`Site`].
+#[derive(Debug, Clone)]
+pub struct SiteBuilder {
+    layout: Layout,
+    dir: Option<PathBuf>,
+    bins: Option<BinDir>,
+    lifetime: Duration,
+}
+
+impl SiteBuilder {
+    /// sg instances (default 2).
+    pub fn sg(mut self, n: usize) -> Self {
+        self.layout.sg = n;
+        self
+    }
+    /// esg instances (default 0).
+    pub fn esg(mut self, n: usize) -> Self {
+        self.layout.esg = n;
+        self
+    }
+    /// mg instances (default 2).
+    pub fn mg(mut self, n: usize) -> Self {
+        self.layout.mg = n;
+        self
+    }
+    /// A bgmg on every server with an sg or esg (default off).
+    pub fn bgmg(mut self, on: bool) -> Self {
+        self.layout.bgmg = on;
+        self
+    }
+    /// Gate nodes (default 1).
+    pub fn gates(mut self, n: usize) -> Self {
+        self.layout.gates = n;
+        self
+    }
+    /// The profile store (default embedded).
+    pub fn store(mut self, kind: StoreKind) -> Self {
+        self.layout.store = kind;
+        self
+    }
+    /// `timers.mg_drain_window_s` (default 10 s, short for a rehearsal).
+    pub fn mg_drain_window_s(mut self, s: u32) -> Self {
+        self.layout.mg_drain_window_s = s;
+        self
+    }
+    /// The run's `/24`, `127.A.B` (default: one derived from the process id).
+    pub fn net(mut self, net: [u8; 3]) -> Self {
+        self.layout.net = net;
+        self
+    }
+    /// Where site files and logs go (default: a temporary directory removed
+    /// with the site).
+    pub fn dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.dir = Some(dir.into());
+        self
+    }
+    /// Where the project's binaries are (default [`BinDir::locate`]).
+    pub fn bins(mut self, bins: BinDir) -> Self {
+        self.bins = Some(bins);
+        self
+    }
+    /// The longest the site may run: every SIPp UAS ends by itself after
+    /// it (default 10 minutes).
+    pub fn lifetime(mut self, t: Duration) -> Self {
+        self.lifetime = t;
+        self
+    }
+    /// The layout this builder describes.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// Writes the site files and starts everything; returns once every gate
+    /// is ready and media-ctl answers.
+    pub fn run(self) -> Result<Site> {
+        self.layout.check().map_err(|message| Error::Scenario {
+            path: "site".into(),
+            message,
+        })?;
+        let (tmp, dir) = match &self.dir {
+            Some(d) => {
+                std::fs::create_dir_all(d).map_err(|source| Error::File {
+                    path: d.clone(),
+                    source,
+                })?;
+                (None, d.clone())
+            }
+            None => {
+                let t = tempfile::Builder::new().prefix("testbed-site-").tempdir()?;
+                let p = t.path().to_path_buf();
+                (Some(t), p)
+            }
+        };
+        let mut site = Site {
+            layout: self.layout.clone(),
+            bins: self.bins.clone().unwrap_or_else(BinDir::locate),
+            site_file: dir.join("site.toml"),
+            dir,
+            gates: Vec::new(),
+            uas: BTreeMap::new(),
+            media: None,
+            mgs: BTreeMap::new(),
+            etcd: None,
+            _tmp: tmp,
+        };
+        site.start_all(self.lifetime)?;
+        Ok(site)
+    }
+}
+
+/// A running site. Dropping it stops everything it started.
+#[derive(Debug)]
+pub struct Site {
+    layout: Layout,
+    bins: BinDir,
+    dir: PathBuf,
+    site_file: PathBuf,
+    gates: Vec<GateNode>,
+    uas: BTreeMap<String, SippHandle>,
+    media: Option<MediaNode>,
+    mgs: BTreeMap<String, RtpengineHandle>,
+    etcd: Option<Etcd>,
+    _tmp: Option<TempDir>,
+}
+
+impl Site {
+    /// A builder: 2 sg, 2 mg, 1 gate, embedded store.
+    pub fn builder() -> SiteBuilder {
+        let pid = std::process::id();
+        SiteBuilder {
+            layout: Layout {
+                net: [127, 100 + (pid % 100) as u8, ((pid / 100) % 250) as u8],
+                sg: 2,
+                esg: 0,
+                mg: 2,
+                bgmg: false,
+                gates: 1,
+                store: StoreKind::Embedded,
+                mg_drain_window_s: 10,
+                retry_after_s: 5,
+            },
+            dir: None,
+            bins: None,
+            lifetime: Duration::from_secs(600),
+        }
+    }
+
+    fn start_all(&mut self, lifetime: Duration) -> Result<()> {
+        let endpoints = if self.layout.store == StoreKind::Etcd {
+            let etcd = Etcd::cluster(&self.layout.etcd_ips())?;
+            let e = etcd.endpoints();
+            self.etcd = Some(etcd);
+            e
+        } else {
+            Vec::new()
+        };
+        let mut files = Vec::new();
+        for k in 0..self.layout.gates {
+            let path = self.gate_file(k);
+            let text = self.layout.site_toml(k, &endpoints);
+            std::fs::write(&path, text).map_err(|source| Error::File {
+                path: path.clone(),
+                source,
+            })?;
+            files.push(path);
+        }
+        for i in self.layout.instances() {
+            match i.svc {
+                Svc::Mg | Svc::Bgmg => {
+                    // A deleted call frees its ports at once: rtpengine's
+                    // default keeps them 30 s, which a rehearsal's load
+                    // would exhaust in its 1000-port range.
+                    let mg = Rtpengine::new(i.ip).arg("--delete-delay=0").start()?;
+                    self.mgs.insert(i.id.clone(), mg);
+                }
+                Svc::Sg | Svc::Esg => {
+                    let uas = Self::uas(&i, lifetime)?;
+                    self.uas.insert(i.id.clone(), uas);
+                }
+            }
+        }
+        self.media = Some(MediaNode::start(
+            &self.bins,
+            &self.site_file,
+            self.layout.media_admin(),
+        )?);
+        for (k, file) in files.iter().enumerate() {
+            let mut g = GateNode::new(
+                &self.bins,
+                &format!("gate-{k}"),
+                file,
+                self.layout.gate_admin(k),
+            )?;
+            g.start()?;
+            self.gates.push(g);
+        }
+        Ok(())
+    }
+
+    fn uas(i: &Inst, lifetime: Duration) -> Result<SippHandle> {
+        Sipp::new(Scenario::repo(UAS_SCENARIO))
+            .local(i.ip, i.addr().port())
+            .arg("-aa")
+            .timeout(lifetime)
+            .spawn()
+    }
+
+    fn gate_file(&self, k: usize) -> PathBuf {
+        if k == 0 {
+            self.site_file.clone()
+        } else {
+            self.dir.join(format!("gate-{k}.toml"))
+        }
+    }
+
+    /// The layout (addresses, counts).
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// The site file every tool reads (gate 0's).
+    pub fn site_file(&self) -> &Path {
+        &self.site_file
+    }
+
+    /// The directory of site files and logs.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Where the project's binaries are.
+    pub fn bins(&self) -> &BinDir {
+        &self.bins
+    }
+
+    /// Gate nodes.
+    pub fn gates(&self) -> &[GateNode] {
+        &self.gates
+    }
+
+    /// Gate node `k`.
+    pub fn gate_mut(&mut self, k: usize) -> Option<&mut GateNode> {
+        self.gates.get_mut(k)
+    }
+
+    /// media-ctl's admin address.
+    pub fn media_admin(&self) -> std::net::SocketAddr {
+        self.layout.media_admin()
+    }
+
+    /// The etcd cluster, with [`StoreKind::Etcd`].
+    pub fn etcd_mut(&mut self) -> Option<&mut Etcd> {
+        self.etcd.as_mut()
+    }
+
+    /// Kills an instance as a crash would: its SIPp UAS or its rtpengine.
+    pub fn kill_instance(&mut self, id: &str) -> Result<()> {
+        if let Some(u) = self.uas.remove(id) {
+            drop(u);
+        } else if let Some(m) = self.mgs.remove(id) {
+            m.kill();
+        } else {
+            return Err(Error::Scenario {
+                path: "site".into(),
+                message: format!("no running instance `{id}` to kill"),
+            });
+        }
+        Ok(())
+    }
+
+    /// Creates (if new) and activates a drain profile through the ringsync CLI.
+    pub fn activate(&self, profile: &str, servers: &[&str]) -> Result<()> {
+        let list = ringsync(&self.bins, &self.site_file, &["profile", "list"])?;
+        let exists = list
+            .as_array()
+            .or_else(|| list["profiles"].as_array())
+            .is_some_and(|ps| ps.iter().any(|p| p["name"] == profile));
+        if !exists {
+            let mut args = vec!["profile", "create", "--name", profile];
+            for s in servers {
+                args.extend(["--server", s]);
+            }
+            ringsync(&self.bins, &self.site_file, &args)?;
+        }
+        ringsync(
+            &self.bins,
+            &self.site_file,
+            &["profile", "activate", profile],
+        )?;
+        Ok(())
+    }
+
+    /// Lifts a drain profile through the ringsync CLI.
+    pub fn deactivate(&self, profile: &str) -> Result<()> {
+        ringsync(
+            &self.bins,
+            &self.site_file,
+            &["profile", "deactivate", profile],
+        )?;
+        Ok(())
+    }
+}
+
+impl Drop for Site {
+    fn drop(&mut self) {
+        for g in &mut self.gates {
+            g.stop(Duration::from_secs(1));
+        }
+        self.uas.clear();
+        if let Some(m) = self.media.take() {
+            m.stop(Duration::from_secs(1));
+        }
+        for (_, m) in std::mem::take(&mut self.mgs) {
+            m.stop();
+        }
+        if let Some(e) = &mut self.etcd {
+            e.stop();
+        }
+    }
+}
