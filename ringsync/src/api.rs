@@ -1,6 +1,7 @@
 //! The admin HTTP API (`ringsync serve`): profile CRUD, the site's status
 //! (the drain view with the work every node reports, summed: R-ST-1,
-//! R-ST-3), the audit log, metrics.
+//! R-ST-3), the Active-Passive handover (`/v1/handover`), the audit log,
+//! metrics.
 //!
 //! JSON in and out. Bad input gets a 4xx with `{"error": "..."}` and stores
 //! nothing (R-PR-1); store failures get 503. Every endpoint has an access
@@ -9,7 +10,7 @@
 //! take a bound listener and a shutdown token, so tests bind `127.0.0.1:0`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use axum::http::StatusCode;
@@ -20,14 +21,16 @@ use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use crate::handover::PlannerStats;
 use crate::profile::Profile;
 use crate::state::DrainState;
-use crate::status::{NodeBoard, SiteStatus};
+use crate::status::{NodeBoard, Round, SiteStatus};
 use crate::store::{self, AuditRecord, Store, StoreError};
-use crate::view::InstanceState;
+use crate::view::{DrainView, InstanceState};
 
 pub mod access;
 mod handlers;
+mod handover;
 pub mod tls;
 
 pub use access::{Access, Endpoint, Need, Peer};
@@ -39,6 +42,8 @@ pub struct AdminApi {
     nodes: Arc<NodeBoard>,
     recorder: PrometheusRecorder,
     ready: AtomicBool,
+    /// This node's handover planner: its name and counters.
+    planner: OnceLock<(String, Arc<PlannerStats>)>,
     access: Access,
 }
 
@@ -134,10 +139,16 @@ impl AdminApi {
             nodes,
             recorder: PrometheusBuilder::new().build_recorder(),
             ready: AtomicBool::new(false),
+            planner: OnceLock::new(),
             access,
         })
     }
 
+    /// Names the handover planner this node runs (`/v1/handover` says
+    /// whether it acts; `/metrics` counts its moves). Set once.
+    pub fn set_planner(&self, node: String, stats: Arc<PlannerStats>) {
+        let _ = self.planner.set((node, stats));
+    }
     /// Appends the record of a refused change; a failure to is logged and
     /// counted, and the refusal stands (nothing was changed).
     async fn audit_refusal(&self, rec: AuditRecord) {
@@ -191,19 +202,39 @@ impl AdminApi {
         Ok(v)
     }
 
-    /// The site's status: the current view with the nodes' last reports summed.
+    /// The site's status: the current view with the nodes' last reports
+    /// summed, the handover records counting the Active-Passive work.
     pub fn site_status(&self) -> SiteStatus {
-        let mut st = self.nodes.status(&self.drain.view());
+        let view = self.drain.view();
+        let mut st = self.round(&view).status(&view);
         st.store = Some((*self.drain.freshness()).clone());
         st
+    }
+
+    /// The nodes' last round plus the handover records' report (R-ST-3).
+    fn round(&self, view: &DrainView) -> Arc<Round> {
+        let round = self.nodes.latest();
+        let Some(records) = self.store.handover() else {
+            return round;
+        };
+        let state = records.watch().borrow().clone();
+        let mut round = (*round).clone();
+        round.outcomes.push(crate::handover::work::outcome(
+            view.config(),
+            Ok(&state),
+            view.revision(),
+            crate::work::now_ms(),
+        ));
+        Arc::new(round)
     }
 
     /// Prometheus text: per-instance state and summed work, which nodes
     /// report, profile counts, store errors.
     pub fn render_metrics(&self) -> String {
         let view = self.drain.view();
-        let status = self.nodes.status(&view);
+        let status = self.round(&view).status(&view);
         let set = self.store.watch().borrow().clone();
+        self.handover_metrics(&view);
         metrics::with_local_recorder(&self.recorder, || {
             for node in &status.nodes {
                 metrics::gauge!(

@@ -5,8 +5,9 @@
 //! immutable drain view ([`view`]) and the live handle every process holds
 //! ([`state`]). Nodes report the work they hold as one shared shape
 //! ([`work`]); [`fetch`] gets a node's report and [`status`] sums every
-//! node's into the site's status. The operator's interfaces are [`cli`] and
-//! the admin HTTP [`api`]. Every other crate loads its site through
+//! node's into the site's status. [`handover`] moves the leaders of
+//! Active-Passive groups off draining servers, one group per pace, and home
+//! again. The operator's interfaces are [`cli`] and the admin HTTP [`api`]. Every other crate loads its site through
 //! [`config::SiteConfig::load`], so there is one schema and one set of errors.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -16,6 +17,7 @@ pub mod auth;
 pub mod cli;
 pub mod config;
 pub mod fetch;
+pub mod handover;
 pub mod migrate;
 pub mod node;
 pub mod plan;

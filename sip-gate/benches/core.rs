@@ -17,7 +17,9 @@ use ringsync::state::DrainState;
 use sip_gate::{Action, Core, Inbound, TokenKey};
 
 mod common;
-use common::{call_messages, invite, SITE};
+use common::{
+    call_messages, flow_site, invite, invite_from_sg, path_of, register, SITE, SUBSCRIBER,
+};
 
 fn tokens(c: &mut Criterion) {
     let key = TokenKey::new("bench-site-secret-0123456789");
@@ -105,5 +107,65 @@ fn call(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, tokens, handle, call);
+/// The flow token's cost, side by side: a REGISTER with and without the
+/// Path the gate adds on a `subscriber` listener (sealing a token), and an
+/// INVITE from an instance sent into a subscriber's flow (opening one)
+/// against the same INVITE routed to a plain outside address.
+fn flows(c: &mut Criterion) {
+    let config =
+        Arc::new(SiteConfig::from_str_at(&flow_site(), Path::new("bench.toml")).expect("site"));
+    let core = Core::new(config.clone(), DrainState::new(config)).expect("core");
+    let start = Instant::now();
+    let sub = SUBSCRIBER.parse().unwrap();
+    let sg = Inbound::Udp {
+        listener: 0,
+        peer: "127.0.1.1:5060".parse().unwrap(),
+    };
+    let path = path_of(&core, start);
+    let mut n = 0u64;
+    let mut fresh = |core: &Core| {
+        n += 1;
+        if n.is_multiple_of(100_000) {
+            core.sweep(start + Duration::from_secs(3600));
+        }
+        n
+    };
+    let mut group = c.benchmark_group("flow");
+    for (name, listener) in [("register_with_path", 0), ("register_no_path", 1)] {
+        let inbound = Inbound::Udp {
+            listener,
+            peer: sub,
+        };
+        group.bench_function(name, |b| {
+            b.iter_batched(
+                || register(fresh(&core)),
+                |msg| {
+                    let a = core.handle(inbound, msg, start);
+                    assert!(matches!(a, Action::Send(..)));
+                    a
+                },
+                BatchSize::SmallInput,
+            )
+        });
+    }
+    for (name, route) in [
+        ("invite_into_flow", path.as_str()),
+        ("invite_to_address", "<sip:203.0.113.10:40000;lr>"),
+    ] {
+        group.bench_function(name, |b| {
+            b.iter_batched(
+                || invite_from_sg(fresh(&core), route),
+                |msg| {
+                    let a = core.handle(sg, msg, start);
+                    assert!(matches!(a, Action::Send(..)), "{a:?}");
+                    a
+                },
+                BatchSize::SmallInput,
+            )
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, tokens, handle, call, flows);
 criterion_main!(benches);

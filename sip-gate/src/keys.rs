@@ -34,6 +34,9 @@ pub(crate) enum Purpose {
     /// Keys of the work book's tables ([`crate::work`]): the same on every
     /// gate node of a site and across restarts, so a work snapshot reads back.
     WorkBook,
+    /// Flow tokens in the Path and Record-Route of subscribers' flows
+    /// ([`crate::flow`]).
+    FlowToken,
 }
 
 impl Purpose {
@@ -44,6 +47,7 @@ impl Purpose {
             Purpose::TxnKey => "sip-gate 2026-11 transaction key v2",
             Purpose::ReplyTag => "sip-gate 2026-11 reply to-tag v2",
             Purpose::WorkBook => "sip-gate 2026-11 work book keys v1",
+            Purpose::FlowToken => "sip-gate 2026-11 subscriber flow token v1",
         }
     }
 }
@@ -118,6 +122,7 @@ mod tests {
             Purpose::TxnKey,
             Purpose::ReplyTag,
             Purpose::WorkBook,
+            Purpose::FlowToken,
         ]
         .into_iter()
         .map(|p| Key::derive(s, p).mac(&[b"same input"]))

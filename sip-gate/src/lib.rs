@@ -25,6 +25,7 @@ pub use message::{
 // === the routing core: keys, site tables, policy, state, decisions ===
 mod branch;
 mod dns;
+mod flow;
 mod health;
 mod keys;
 mod lifecycle;

@@ -46,6 +46,15 @@ pub(crate) const DNS_LOOKUPS: &str = "sipgate_dns_lookups_total";
 /// Requests moved off a DNS target that could not be reached, by outcome
 /// (`next_target`, `none_left`).
 pub(crate) const DNS_FAILOVERS: &str = "sipgate_dns_failovers_total";
+/// Requests from instances that could not be sent into a subscriber's
+/// flow, by `reason`: `closed`, `restarted`, `unknown_listener`,
+/// `other_node` (each answered 430 Flow Failed) and `bad_token` (403).
+pub(crate) const FLOW_FAILURES: &str = "sipgate_flow_failures_total";
+/// Path headers the gate added to subscribers' REGISTERs, by `transport`.
+pub(crate) const FLOW_PATHS: &str = "sipgate_flow_paths_total";
+/// Subscribers' TCP connections open (`state="open"`) and, of those, the
+/// ones a registration uses (`state="registered"`).
+pub(crate) const FLOWS: &str = "sipgate_flows";
 /// Open TCP connections.
 pub(crate) const TCP_CONNECTIONS: &str = "sipgate_tcp_connections";
 /// The gate's own phase (`starting`, `serving`, `stopping`, `stopped`), 1
@@ -74,6 +83,20 @@ pub(crate) fn dns_lookup(result: &'static str) {
 
 pub(crate) fn dns_failover(outcome: &'static str) {
     metrics::counter!(DNS_FAILOVERS, "outcome" => outcome).increment(1);
+}
+
+pub(crate) fn flow_failure(reason: &'static str) {
+    metrics::counter!(FLOW_FAILURES, "reason" => reason).increment(1);
+}
+
+pub(crate) fn flow_path(tcp: bool) {
+    let transport = if tcp { "tcp" } else { "udp" };
+    metrics::counter!(FLOW_PATHS, "transport" => transport).increment(1);
+}
+
+pub(crate) fn flows(open: usize, registered: usize) {
+    metrics::gauge!(FLOWS, "state" => "open").set(open as f64);
+    metrics::gauge!(FLOWS, "state" => "registered").set(registered as f64);
 }
 
 pub(crate) fn transactions(n: usize) {

@@ -164,6 +164,7 @@ fn standard_reason(code: u16) -> &'static str {
         400 => "Bad Request",
         403 => "Forbidden",
         404 => "Not Found",
+        430 => "Flow Failed",
         481 => "Call/Transaction Does Not Exist",
         483 => "Too Many Hops",
         500 => "Server Internal Error",

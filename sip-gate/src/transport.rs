@@ -46,12 +46,6 @@ const UDP_RCVBUF: usize = 4 << 20;
 const UDP_POLL: Duration = Duration::from_millis(200);
 /// Messages queued for one TCP connection before new ones are dropped.
 const TCP_QUEUE: usize = 1024;
-/// Open TCP connections (in and out) beyond which new inbound ones are
-/// refused: a flood of connections must not exhaust file descriptors that
-/// established calls need.
-const TCP_MAX_CONNECTIONS: usize = 16_384;
-/// A TCP connection with no traffic this long is closed.
-const TCP_IDLE: Duration = Duration::from_secs(600);
 /// A connect that takes longer fails.
 const TCP_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
@@ -289,6 +283,19 @@ impl Net {
                 None => self.tcp_send(listener, None, to, bytes),
             },
             Out::Tcp { listener, conn, to } => self.tcp_send(listener, conn, to, bytes),
+            Out::Flow { conn, to, .. } => match self.conns.get(&conn).map(|t| t.clone()) {
+                Some(tx) => {
+                    if tx.try_send(bytes).is_err() {
+                        m::dropped("tcp_queue_full");
+                    }
+                }
+                // Closed since the core looked: never a new connection
+                // toward a subscriber behind NAT.
+                None => {
+                    tracing::debug!(%to, conn, "flow closed before the send");
+                    m::dropped("flow_closed");
+                }
+            },
         }
     }
 }
@@ -415,6 +422,7 @@ impl Net {
     }
 
     fn unregister(&self, id: ConnId, peer: SocketAddr) {
+        self.core.tcp_closed(id);
         if self.conns.remove(&id).is_some() {
             metrics::gauge!(m::TCP_CONNECTIONS).decrement(1.0);
         }
@@ -492,13 +500,18 @@ async fn accept_loop(
                 }
             },
         };
-        if net.conns.len() >= TCP_MAX_CONNECTIONS {
+        if net.conns.len() >= net.core.tcp_config().max_connections {
             m::dropped("tcp_connection_limit");
             drop(stream);
             continue;
         }
         let _ = stream.set_nodelay(true);
         let (id, _tx, rx) = net.register(peer);
+        net.core.tcp_opened(Inbound::Tcp {
+            listener,
+            conn: id,
+            peer,
+        });
         net.tracker
             .spawn(connection(net.clone(), listener, id, peer, stream, rx));
     }
@@ -531,6 +544,7 @@ async fn connection(
     };
     let reader_net = net.clone();
     let reader_stop = stop.clone();
+    let idle = reader_net.core.tcp_config().idle();
     let reader = async move {
         let mut buf = BytesMut::with_capacity(16 * 1024);
         loop {
@@ -573,9 +587,12 @@ async fn connection(
             }
             let read = tokio::select! {
                 _ = reader_stop.cancelled() => return,
-                r = tokio::time::timeout(TCP_IDLE, rd.read_buf(&mut buf)) => r,
+                r = tokio::time::timeout(idle, rd.read_buf(&mut buf)) => r,
             };
             match read {
+                // Idle, but a registration uses it: the subscriber's
+                // requests reach it only this way (RFC 5626 5.3).
+                Err(_) if reader_net.core.tcp_held(id, Instant::now()) => {}
                 Ok(Ok(0)) | Ok(Err(_)) | Err(_) => {
                     reader_stop.cancel();
                     return;

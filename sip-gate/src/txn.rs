@@ -76,6 +76,18 @@ pub(crate) struct Hop {
     /// The cached DNS answer `addr` came from (a host name the instance
     /// sent to), so a failed target can give way to the next one.
     pub(crate) dns: Option<u64>,
+    /// Sent into a subscriber's flow (RFC 5626 5.3), not to an address.
+    pub(crate) flow: Option<FlowOut>,
+}
+
+/// A request sent into a subscriber's flow: from the listener the flow came
+/// in on, over TCP on the subscriber's own connection and never a new one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FlowOut {
+    /// Listener index.
+    pub(crate) listener: usize,
+    /// The subscriber's connection (TCP); `None` over UDP.
+    pub(crate) conn: Option<ConnId>,
 }
 
 /// One remembered transaction.
@@ -219,6 +231,7 @@ mod tests {
                 addr: "127.0.1.1:5060".parse().unwrap(),
                 tcp: false,
                 dns: None,
+                flow: None,
             },
             invite,
             initial: invite,

@@ -84,3 +84,46 @@ async fn udp_garbage_is_dropped_and_service_goes_on() {
     .unwrap();
     assert!(gate.shutdown(Duration::from_secs(5)).await);
 }
+
+/// `[tcp] idle_s` closes an idle connection, except a subscriber's whose
+/// registration (a REGISTER 2xx relayed back on it) still lasts: the
+/// registrar reaches the subscriber only over it (RFC 5626 5.3).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_idle_connection_closes_unless_a_registration_uses_it() {
+    let net = (23, 3);
+    let sg = server_addr(net, 0);
+    let _registrar = uas("uas_register", sg, testbed::Transport::Tcp);
+    let text = site(net, 1, &balance_sg(net)) + "\n[tcp]\nidle_s = 1\n";
+    let (gate, _drain) = start_gate(config(&text)).await;
+    let addr = listener_addr(&gate, "subs");
+    tokio::task::spawn_blocking(move || {
+        let registered = TcpStream::connect(addr).unwrap();
+        let idle = TcpStream::connect(addr).unwrap();
+        for s in [&registered, &idle] {
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        }
+        let local = registered.local_addr().unwrap();
+        let register = format!(
+            "REGISTER sip:{addr} SIP/2.0\r\nVia: SIP/2.0/TCP {local};branch=z9hG4bKidlereg\r\n\
+             Max-Forwards: 70\r\nFrom: <sip:bob@example.com>;tag=r1\r\nTo: <sip:bob@example.com>\r\n\
+             Call-ID: idle-reg@transport-test\r\nCSeq: 1 REGISTER\r\n\
+             Contact: <sip:bob@192.168.1.20:5060;transport=tcp>\r\nExpires: 600\r\nContent-Length: 0\r\n\r\n"
+        );
+        (&registered).write_all(register.as_bytes()).unwrap();
+        let mut buf = [0u8; 2048];
+        let n = (&registered).read(&mut buf).unwrap();
+        let reply = String::from_utf8_lossy(&buf[..n]).into_owned();
+        assert!(reply.starts_with("SIP/2.0 200"), "{reply}");
+        // Well past the idle time.
+        std::thread::sleep(Duration::from_millis(3500));
+        let mut rest = Vec::new();
+        assert_eq!((&idle).read_to_end(&mut rest).unwrap(), 0, "idle one closed");
+        (&registered).write_all(b"\r\n\r\n").unwrap();
+        let mut pong = [0u8; 2];
+        (&registered).read_exact(&mut pong).unwrap();
+        assert_eq!(&pong, b"\r\n", "the registered one is still open");
+    })
+    .await
+    .unwrap();
+    assert!(gate.shutdown(Duration::from_secs(5)).await);
+}

@@ -59,6 +59,7 @@ pub(super) fn table() -> Vec<(Endpoint, MethodRouter<Arc<AdminApi>>)> {
             deactivate,
         ),
         ep(Method::GET, "/v1/status", R(Read), status),
+        ep(Method::GET, "/v1/handover", R(Read), handover),
         ep(Method::GET, "/v1/audit", R(Read), audit),
         ep(Method::GET, "/metrics", R(Read), metrics_text),
         ep(Method::GET, "/healthz", Public, healthz),
@@ -294,6 +295,10 @@ async fn deactivate(
 
 async fn status(State(api): State<Arc<AdminApi>>) -> Response {
     Json(api.site_status()).into_response()
+}
+
+async fn handover(State(api): State<Arc<AdminApi>>) -> ApiResult<Response> {
+    Ok(Json(api.handover_status().await?).into_response())
 }
 
 async fn audit(

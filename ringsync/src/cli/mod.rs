@@ -23,12 +23,14 @@ use crate::profile::{NewProfile, ProfilePatch, ProfileState};
 use crate::store::{AuditQuery, Op, StoreError};
 
 mod audit_text;
+mod handover;
 mod registry;
 mod remote;
 mod serve;
 mod site;
 mod text;
 
+pub use handover::{AgentArgs, HandoverCommand};
 pub use registry::{MigrateArgs, NodeCommand};
 pub use serve::{TokenAddArgs, TokenCommand};
 use site::Site;
@@ -74,6 +76,13 @@ pub enum Command {
     /// The site's node registry (etcd store).
     #[command(subcommand)]
     Node(NodeCommand),
+    /// The Active-Passive handover: leaders moved off draining servers,
+    /// one group per pace, and home again (R-AP-1..4).
+    #[command(subcommand)]
+    Handover(HandoverCommand),
+    /// Run one group member's follower agent with a simulated service: it
+    /// leads when the planner wants it to and confirms.
+    Agent(AgentArgs),
     /// The audit log: every change asked for, made or refused, oldest first.
     Audit(AuditArgs),
     /// Tokens of the admin API.
@@ -257,7 +266,7 @@ pub async fn run(
             Command::Audit(args) => audit(&site, args, cli.json, out).await,
             _ => Err(CliError::Usage(
                 "with --api only `profile`, `status` and `audit` work; run `serve`, `migrate`, \
-                 `node` and `token` where the site file and its store are"
+                 `node`, `token`, `handover` and `agent` where the site file and its store are"
                     .into(),
             )),
         };
@@ -279,6 +288,8 @@ pub async fn run(
         Command::Serve(args) => serve::serve(config, args, out, shutdown).await,
         Command::Migrate(args) => registry::run_migrate(&config, args, out).await,
         Command::Node(cmd) => registry::node(&config, cmd, cli.json, out).await,
+        Command::Handover(cmd) => handover::status(&config, cmd, cli.json, out).await,
+        Command::Agent(args) => handover::agent(&config, args, out, shutdown).await,
         Command::Token(cmd) => serve::token(Some(&config), cmd, out),
     }
 }

@@ -139,7 +139,13 @@ pub(super) async fn serve(
         || None,
         shutdown.clone(),
     );
+    // The Active-Passive planner: one per site acts (R-MN-3).
+    let node = local.to_string();
+    let planner = super::handover::start_planner(&config, store.as_ref(), &state, &node, &shutdown);
     let api = AdminApi::with_access(store, state, board, access);
+    if let Some((stats, _)) = &planner {
+        api.set_planner(node, stats.clone());
+    }
     let result = match certs {
         Some(c) => {
             let tls = TlsListener::new(listener, c.server_config()?)?;
@@ -151,6 +157,9 @@ pub(super) async fn serve(
     let _ = follower.await;
     let _ = poller.await;
     let _ = publisher.await;
+    if let Some((_, task)) = planner {
+        let _ = task.await;
+    }
     result.map_err(CliError::Io)
 }
 

@@ -158,6 +158,11 @@ impl Site {
                 status::ask_all(&Fetcher::default(), &config.site.name, &nodes).await
             }
         };
+        let mut round = round;
+        // R-ST-3: Active-Passive work is the groups an instance leads.
+        if let Some(o) = super::handover::work_outcome(config, store.as_ref(), set.revision).await {
+            round.outcomes.push(o);
+        }
         let mut st = round.status(&view);
         st.store = Some(store.freshness().borrow().clone());
         Ok(st)

@@ -123,6 +123,7 @@ fn kinds(c: &WorkCounts) -> String {
         (c.registrations, "reg"),
         (c.subscriptions, "sub"),
         (c.calls, "calls"),
+        (c.groups, "grp"),
     ]
     .iter()
     .filter(|(n, _)| *n > 0)

@@ -13,6 +13,7 @@ use std::path::Path;
 use ipnet::IpNet;
 
 mod admin;
+mod ap;
 mod error;
 mod media;
 mod raw;
@@ -22,12 +23,13 @@ mod validate;
 #[cfg(test)]
 mod tests;
 
+pub use ap::DEFAULT_PRIORITY;
 pub use error::ConfigError;
 pub use media::MediaConfig;
 pub use types::{
     Account, AccountMatch, AdminConfig, ApGroup, DnsConfig, DrainPolicy, Exception, HealthConfig,
-    Instance, Leg, Listener, ListenerMode, Server, Service, Site, SiteConfig, StoreConfig, Timers,
-    Transport, WorkConfig,
+    Instance, Leg, Listener, ListenerMode, Server, Service, Site, SiteConfig, StoreConfig,
+    TcpConfig, Timers, Transport, WorkConfig,
 };
 
 use error::Locator;

@@ -10,8 +10,8 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::types::{
-    AccountMatch, AdminConfig, DnsConfig, DrainPolicy, Exception, HealthConfig, Leg, Timers,
-    Transport, WorkConfig,
+    AccountMatch, AdminConfig, DnsConfig, DrainPolicy, Exception, HealthConfig, Leg, TcpConfig,
+    Timers, Transport, WorkConfig,
 };
 
 #[derive(Deserialize)]
@@ -21,7 +21,7 @@ pub(super) struct RawSite {
     #[serde(default)]
     pub(super) store: Option<Spanned<RawStore>>,
     #[serde(default)]
-    pub(super) timers: Timers,
+    pub(super) timers: Option<Spanned<Timers>>,
     #[serde(default)]
     pub(super) drain: DrainPolicy,
     #[serde(default)]
@@ -30,6 +30,8 @@ pub(super) struct RawSite {
     pub(super) work: WorkConfig,
     #[serde(default)]
     pub(super) dns: DnsConfig,
+    #[serde(default)]
+    pub(super) tcp: TcpConfig,
     #[serde(default)]
     pub(super) admin: AdminConfig,
     #[serde(default)]
@@ -117,6 +119,8 @@ pub(super) struct RawApGroup {
     pub(super) name: Spanned<String>,
     pub(super) members: Spanned<Vec<Spanned<String>>>,
     pub(super) home: Spanned<String>,
+    #[serde(default)]
+    pub(super) priority: Option<u32>,
 }
 
 #[derive(Deserialize)]

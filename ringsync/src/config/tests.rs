@@ -269,6 +269,39 @@ fn example_site_is_valid() {
     assert!(!c.listeners.is_empty());
 }
 
+#[test]
+fn r_ap_2_pace_below_a_minute_needs_the_test_switch() {
+    let c = load(GOOD).unwrap();
+    assert_eq!(c.timers.ap_pace_s, 60);
+    assert_eq!(c.ap_groups[0].priority, DEFAULT_PRIORITY);
+
+    let short = GOOD.replacen("[[server]]", "[timers]\nap_pace_s = 5\n\n[[server]]", 1);
+    let e = load(&short).unwrap_err();
+    assert_eq!(e.field, "timers.ap_pace_s");
+    assert!(e.line.is_some(), "{e}");
+    assert!(
+        e.message.contains("below the minimum of 60 s")
+            && e.message.contains("ap_test_pace_allowed"),
+        "{e}"
+    );
+
+    let allowed = GOOD.replacen(
+        "[[server]]",
+        "[timers]\nap_pace_s = 5\nap_test_pace_allowed = true\n\n[[server]]",
+        1,
+    );
+    assert_eq!(load(&allowed).unwrap().timers.ap_pace_s, 5);
+    let zero = GOOD.replacen(
+        "[[server]]",
+        "[timers]\nap_pace_s = 0\nap_test_pace_allowed = true\n\n[[server]]",
+        1,
+    );
+    assert_eq!(load(&zero).unwrap_err().message, "must be at least 1");
+
+    let prio = GOOD.replace("home = \"bill-a\"", "home = \"bill-a\"\npriority = 7");
+    assert_eq!(load(&prio).unwrap().ap_groups[0].priority, 7);
+}
+
 /// `[work]` (R-ST-2, R-ST-3): defaults when absent, values as written, and
 /// a zero refused with the field named.
 #[test]
@@ -337,5 +370,29 @@ fn dns_section_defaults_values_and_errors() {
     assert!(
         e.line.is_some() && e.to_string().contains("socket address"),
         "{e}"
+    );
+}
+
+#[test]
+fn tcp_section_defaults_values_and_errors() {
+    let c = load(GOOD).unwrap();
+    assert_eq!(c.tcp, TcpConfig::default());
+    assert_eq!((c.tcp.max_connections, c.tcp.idle_s), (16_384, 600));
+    let c = load(&format!(
+        "{GOOD}\n[tcp]\nmax_connections = 64\nidle_s = 30\n"
+    ))
+    .unwrap();
+    assert_eq!((c.tcp.max_connections, c.tcp.idle_s), (64, 30));
+    assert_eq!(c.tcp.idle(), std::time::Duration::from_secs(30));
+    for (bad, field) in [
+        ("max_connections = 0", "tcp.max_connections"),
+        ("idle_s = 0", "tcp.idle_s"),
+    ] {
+        let e = load(&format!("{GOOD}\n[tcp]\n{bad}\n")).unwrap_err();
+        assert_eq!(e.field, field, "{e}");
+    }
+    assert!(
+        load(&format!("{GOOD}\n[tcp]\nidle = 3\n")).is_err(),
+        "unknown key"
     );
 }

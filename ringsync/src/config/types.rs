@@ -116,8 +116,13 @@ pub struct Timers {
     pub retry_after_jitter_s: u32,
     /// Window over which the mg controller sheds a draining mg (R-MG-1). Default 180.
     pub mg_drain_window_s: u32,
-    /// Minimum time between two Active-Passive leader moves (R-AP-2). Default 60.
+    /// Minimum time between two Active-Passive leader moves (R-AP-2). Default
+    /// 60; below 60 only with `ap_test_pace_allowed`.
     pub ap_pace_s: u32,
+    /// Allows an `ap_pace_s` below 60 (down to 1) for test and lab sites, so
+    /// a handover can be watched in seconds. Never set it in production:
+    /// R-AP-2 asks for at most one group per minute. Default false.
+    pub ap_test_pace_allowed: bool,
 }
 
 impl Default for Timers {
@@ -127,11 +132,15 @@ impl Default for Timers {
             retry_after_jitter_s: 10,
             mg_drain_window_s: 180,
             ap_pace_s: 60,
+            ap_test_pace_allowed: false,
         }
     }
 }
 
 impl Timers {
+    /// The smallest `ap_pace_s` a production site may set (R-AP-2).
+    pub const MIN_AP_PACE_S: u32 = 60;
+
     /// The mg drain window as a duration.
     pub fn mg_drain_window(&self) -> Duration {
         Duration::from_secs(self.mg_drain_window_s.into())
@@ -265,6 +274,36 @@ impl Default for DnsConfig {
             negative_ttl_s: 30,
             failover_hold_s: 30,
         }
+    }
+}
+
+/// sip-gate's TCP connections: the table's bound and when an idle one closes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TcpConfig {
+    /// Open connections (accepted and opened by the gate) beyond which new
+    /// inbound ones are refused, so a flood cannot exhaust the file
+    /// descriptors established calls need. Default 16384.
+    pub max_connections: usize,
+    /// A connection with no traffic this many seconds is closed, unless a
+    /// subscriber's registration uses it (it is then kept until that
+    /// registration expires: RFC 5626 flows). Default 600.
+    pub idle_s: u32,
+}
+
+impl Default for TcpConfig {
+    fn default() -> Self {
+        TcpConfig {
+            max_connections: 16_384,
+            idle_s: 600,
+        }
+    }
+}
+
+impl TcpConfig {
+    /// The idle time as a duration.
+    pub fn idle(&self) -> Duration {
+        Duration::from_secs(self.idle_s.into())
     }
 }
 
@@ -405,6 +444,9 @@ pub struct ApGroup {
     pub members: Vec<String>,
     /// The home leader (where leadership returns after a drain, R-AP-3).
     pub home: String,
+    /// Order of moves: groups move in ascending priority (1 before 2), then
+    /// by name. Default 100.
+    pub priority: u32,
 }
 
 /// Transport of a listener.
@@ -492,6 +534,8 @@ pub struct SiteConfig {
     pub work: WorkConfig,
     /// Name resolution for requests the gate sends to host names.
     pub dns: DnsConfig,
+    /// The gate's TCP connections.
+    pub tcp: TcpConfig,
     /// Admin endpoints.
     pub admin: AdminConfig,
     /// The mg controller (media-ctl).

@@ -5,8 +5,9 @@
 //! groups, listeners, then store, health and media; `media.rs` checks
 //! `[media]` and the instances' `ng` and `ng_source`).
 //!
-//! `[timers]`, `[drain]` and `[admin]` have no cross-field rules: serde's
-//! types and `deny_unknown_fields` are their whole check.
+//! `ap.rs` checks the Active-Passive groups and their pace in `[timers]`.
+//! `[drain]` and `[admin]` have no cross-field rules: serde's types and
+//! `deny_unknown_fields` are their whole check.
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -15,12 +16,10 @@ use ipnet::IpNet;
 use toml::Spanned;
 
 use super::error::{ConfigError, Locator};
-use super::raw::{
-    RawAccount, RawApGroup, RawInstance, RawListener, RawServer, RawSite, RawSiteId, RawStore,
-};
+use super::raw::{RawAccount, RawInstance, RawListener, RawServer, RawSite, RawSiteId, RawStore};
 use super::types::{
-    Account, ApGroup, DnsConfig, Exception, HealthConfig, Instance, Listener, ListenerMode, Server,
-    Service, Site, SiteConfig, StoreConfig, WorkConfig,
+    Account, DnsConfig, Exception, HealthConfig, Instance, Listener, ListenerMode, Server, Service,
+    Site, SiteConfig, StoreConfig, TcpConfig, WorkConfig,
 };
 
 type Result<T> = std::result::Result<T, ConfigError>;
@@ -35,23 +34,26 @@ pub(super) fn validate(loc: Locator<'_>, raw: RawSite) -> Result<SiteConfig> {
     let servers = v.servers(&raw.server)?;
     let instances = v.instances(&raw.instance, &servers)?;
     let accounts = v.accounts(&raw.account, &instances)?;
-    let ap_groups = v.ap_groups(&raw.ap_group, &instances)?;
+    let ap_groups = super::ap::groups(&v, &raw.ap_group, &instances)?;
     let listeners = v.listeners(&raw.listener, &instances)?;
     let store = v.store(raw.store.as_ref(), &site.name)?;
     let health = v.health(raw.health)?;
+    let timers = super::ap::timers(&v, raw.timers)?;
     let media = super::media::validate(&v, raw.media.as_ref(), &instances)?;
     let work = v.work(raw.work)?;
     let dns = v.dns(raw.dns)?;
+    let tcp = v.tcp(raw.tcp)?;
     let admin = v.admin(raw.admin)?;
     Ok(SiteConfig {
         path: loc.path.to_owned(),
         site,
         store,
-        timers: raw.timers,
+        timers,
         drain: raw.drain,
         health,
         work,
         dns,
+        tcp,
         admin,
         media,
         servers,
@@ -69,7 +71,7 @@ pub(super) struct Validator<'a> {
 }
 
 /// The service of the instance with this id.
-fn service_of<'a>(instances: &'a [Instance], id: &str) -> Option<&'a Service> {
+pub(super) fn service_of<'a>(instances: &'a [Instance], id: &str) -> Option<&'a Service> {
     instances.iter().find(|i| i.id == id).map(|i| &i.service)
 }
 
@@ -85,7 +87,7 @@ impl Validator<'_> {
     }
 
     /// A name at `field`, checked with [`check_name`].
-    fn name(&self, name: &Spanned<String>, field: impl Into<String>) -> Result<()> {
+    pub(super) fn name(&self, name: &Spanned<String>, field: impl Into<String>) -> Result<()> {
         check_name(name.get_ref()).map_err(|m| self.err(name.span(), field, m))
     }
 
@@ -284,87 +286,6 @@ impl Validator<'_> {
             });
         }
         Ok(accounts)
-    }
-
-    /// `[[ap_group]]`: unique names, two or more Active-Passive members, a
-    /// home among them.
-    fn ap_groups(
-        &self,
-        raw: &[Spanned<RawApGroup>],
-        instances: &[Instance],
-    ) -> Result<Vec<ApGroup>> {
-        let mut groups: Vec<ApGroup> = Vec::new();
-        for (i, spanned) in raw.iter().enumerate() {
-            let r = spanned.get_ref();
-            let name = r.name.get_ref();
-            self.name(&r.name, format!("ap_group[{i}].name"))?;
-            if groups.iter().any(|g| &g.name == name) {
-                return Err(self.err(
-                    r.name.span(),
-                    format!("ap_group[{i}].name"),
-                    format!("duplicate group `{name}`"),
-                ));
-            }
-            if r.members.get_ref().len() < 2 {
-                return Err(self.err(
-                    r.members.span(),
-                    format!("ap_group[{i}].members"),
-                    "an Active-Passive group needs at least two members",
-                ));
-            }
-            let members = self.ap_members(i, r, instances)?;
-            if !members.contains(r.home.get_ref()) {
-                return Err(self.err(
-                    r.home.span(),
-                    format!("ap_group[{i}].home"),
-                    format!("home `{}` is not a member of the group", r.home.get_ref()),
-                ));
-            }
-            groups.push(ApGroup {
-                name: name.clone(),
-                members,
-                home: r.home.get_ref().clone(),
-            });
-        }
-        Ok(groups)
-    }
-
-    /// The members of group `i`: known instances of an Active-Passive
-    /// service, each listed once.
-    fn ap_members(&self, i: usize, r: &RawApGroup, instances: &[Instance]) -> Result<Vec<String>> {
-        let mut members: Vec<String> = Vec::new();
-        for (j, m) in r.members.get_ref().iter().enumerate() {
-            let field = format!("ap_group[{i}].members[{j}]");
-            match service_of(instances, m.get_ref()) {
-                None => {
-                    return Err(self.err(
-                        m.span(),
-                        field,
-                        format!("unknown instance `{}`", m.get_ref()),
-                    ))
-                }
-                Some(s) if s.is_active_active() || s.never_drained() => {
-                    return Err(self.err(
-                        m.span(),
-                        field,
-                        format!(
-                            "`{}` runs `{s}`, which is not an Active-Passive service",
-                            m.get_ref()
-                        ),
-                    ))
-                }
-                Some(_) => {}
-            }
-            if members.contains(m.get_ref()) {
-                return Err(self.err(
-                    m.span(),
-                    field,
-                    format!("`{}` is listed twice", m.get_ref()),
-                ));
-            }
-            members.push(m.get_ref().clone());
-        }
-        Ok(members)
     }
 
     /// `[[listener]]`: unique names and bind addresses, a concrete advertised
@@ -620,6 +541,21 @@ impl Validator<'_> {
         }
         if raw.cache_size == 0 {
             return bad("cache_size", "must be positive");
+        }
+        Ok(raw)
+    }
+}
+
+impl Validator<'_> {
+    /// `[tcp]`: room for at least one connection, and time to use it.
+    fn tcp(&self, raw: TcpConfig) -> Result<TcpConfig> {
+        let bad =
+            |field: &str, what: &str| Err(self.err(0..0, format!("tcp.{field}"), what.to_string()));
+        if raw.max_connections == 0 {
+            return bad("max_connections", "must be positive");
+        }
+        if raw.idle_s == 0 {
+            return bad("idle_s", "must be positive");
         }
         Ok(raw)
     }

@@ -39,6 +39,8 @@ pub const POLL_INTERVAL: Duration = Duration::from_millis(200);
 pub struct EmbeddedStore {
     inner: Arc<Inner>,
     _poller: DropGuard,
+    /// The handover records next to the file, opened on first use.
+    handover: std::sync::OnceLock<Arc<super::handover_file::FileHandover>>,
 }
 
 struct Inner {
@@ -53,7 +55,7 @@ struct Inner {
 
 /// What identifies a version of the file without reading it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Fingerprint {
+pub(super) struct Fingerprint {
     ino: u64,
     len: u64,
     mtime: Option<SystemTime>,
@@ -106,6 +108,7 @@ impl EmbeddedStore {
         Ok(EmbeddedStore {
             inner,
             _poller: token.drop_guard(),
+            handover: std::sync::OnceLock::new(),
         })
     }
 
@@ -162,6 +165,13 @@ impl Store for EmbeddedStore {
 
     fn freshness(&self) -> watch::Receiver<Freshness> {
         self.inner.fresh.subscribe()
+    }
+
+    fn handover(&self) -> Option<Arc<dyn super::HandoverStore>> {
+        let h = self
+            .handover
+            .get_or_init(|| Arc::new(super::handover_file::FileHandover::open(&self.inner.path)));
+        Some(h.clone())
     }
 
     fn import(
@@ -425,7 +435,7 @@ fn read_file(path: &Path) -> Result<(ProfileSet, Option<Fingerprint>), StoreErro
     Ok((set, fp))
 }
 
-fn fingerprint(path: &Path) -> io::Result<Option<Fingerprint>> {
+pub(super) fn fingerprint(path: &Path) -> io::Result<Option<Fingerprint>> {
     match fs::metadata(path) {
         Ok(m) => Ok(Some(fp_of(&m))),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
@@ -445,20 +455,20 @@ fn fp_of(m: &fs::Metadata) -> Fingerprint {
     }
 }
 
-fn sibling(path: &Path, suffix: &str) -> PathBuf {
+pub(super) fn sibling(path: &Path, suffix: &str) -> PathBuf {
     let mut s = OsString::from(path.as_os_str());
     s.push(suffix);
     PathBuf::from(s)
 }
 
-fn parent_dir(path: &Path) -> PathBuf {
+pub(super) fn parent_dir(path: &Path) -> PathBuf {
     match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
         _ => PathBuf::from("."),
     }
 }
 
-async fn blocking<T: Send + 'static>(
+pub(super) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, StoreError> {
     tokio::task::spawn_blocking(f)

@@ -6,7 +6,8 @@
 //! through [`Change::apply`], so R-PR-1 and name uniqueness hold whatever the
 //! backend. Besides profiles a store says how current they are
 //! ([`Freshness`], R-MN-2) and, where several nodes share it, keeps the
-//! node registry their work reports live in (R-ST-3).
+//! node registry their work reports live in (R-ST-3), and the records of
+//! the Active-Passive handover ([`HandoverStore`]).
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -25,12 +26,15 @@ mod change;
 pub mod embedded;
 pub mod etcd;
 mod freshness;
+pub mod handover;
+pub mod handover_file;
 
 pub use audit::{AuditPage, AuditQuery, AuditRecord};
 pub use change::{new_id, Change, Committed, Op};
 pub use embedded::EmbeddedStore;
 pub use etcd::EtcdStore;
 pub use freshness::{rfc3339, Freshness};
+pub use handover::{Campaign, HandoverStore, Leadership, Published};
 
 /// Longest accepted profile name.
 pub const MAX_NAME_LEN: usize = 128;
@@ -274,6 +278,12 @@ pub trait Store: Send + Sync + 'static {
         set: ProfileSet,
         overwrite: bool,
     ) -> BoxFuture<'_, Result<Imported, StoreError>>;
+    /// The Active-Passive handover records kept with these profiles
+    /// (R-AP-1..4, R-MN-3); `None` when the backend keeps none. Every call
+    /// gives the same handle.
+    fn handover(&self) -> Option<Arc<dyn HandoverStore>> {
+        None
+    }
     /// Removes a node that is gone for good from the registry; false if it
     /// was not registered.
     fn forget_node(&self, _node: &str) -> BoxFuture<'_, Result<bool, StoreError>> {

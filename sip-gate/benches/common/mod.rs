@@ -1,5 +1,5 @@
 //! The site and the messages the core benchmarks use (`benches/core.rs`,
-//! `examples/invites.rs`, `examples/calls.rs`).
+//! `examples/invites.rs`, `examples/calls.rs`, `examples/flows.rs`).
 
 #![allow(dead_code)] // each user takes what it needs
 
@@ -147,4 +147,63 @@ pub fn call_messages(
         (inbound, bye),
         (from_sg, bye_ok),
     ]
+}
+
+/// A REGISTER from the subscriber; `n` makes its branch unique.
+pub fn register(n: u64) -> Bytes {
+    Bytes::from(format!(
+        "REGISTER sip:example.com SIP/2.0\r\n\
+Via: SIP/2.0/UDP 192.168.1.20:5060;branch=z9hG4bKreg-{n};rport\r\n\
+Max-Forwards: 70\r\n\
+From: <sip:alice@example.com>;tag=r1\r\n\
+To: <sip:alice@example.com>\r\n\
+Call-ID: reg-1@192.168.1.20\r\n\
+CSeq: {n} REGISTER\r\n\
+Contact: <sip:alice@192.168.1.20:5060>\r\n\
+Expires: 600\r\n\
+Content-Length: 0\r\n\r\n"
+    ))
+}
+
+/// An INVITE from sg-a to the subscriber, routed by `route`.
+pub fn invite_from_sg(n: u64, route: &str) -> Bytes {
+    Bytes::from(format!(
+        "INVITE sip:alice@192.168.1.20:5060 SIP/2.0\r\n\
+Via: SIP/2.0/UDP 127.0.1.1:5060;branch=z9hG4bKsg-{n};rport\r\n\
+Route: {route}\r\n\
+Max-Forwards: 70\r\n\
+From: <sip:bob@example.com>;tag=b1\r\n\
+To: <sip:alice@example.com>\r\n\
+Call-ID: sg-{n}@127.0.1.1\r\n\
+CSeq: 1 INVITE\r\n\
+Contact: <sip:bob@127.0.1.1:5060>\r\n\
+Content-Length: 0\r\n\r\n"
+    ))
+}
+
+/// Where the subscriber's REGISTERs come from (after its NAT).
+pub const SUBSCRIBER: &str = "203.0.113.10:40000";
+
+/// [`SITE`] plus listener 1: the same pool on the inside leg, where no
+/// Path is added.
+pub fn flow_site() -> String {
+    format!(
+        "{SITE}\n[[listener]]\nname = \"inside\"\nbind = \"127.0.0.1:5070\"\nmode = \"balance\"\n\
+         pool = \"sg\"\nleg = \"inside\"\n"
+    )
+}
+
+/// The Path the gate adds to the subscriber's REGISTER on listener 0, as a
+/// registrar stores it (a Route value).
+pub fn path_of(core: &Core, now: Instant) -> String {
+    let peer = SUBSCRIBER.parse().expect("address");
+    let Action::Send(_, fwd) = core.handle(Inbound::Udp { listener: 0, peer }, register(0), now)
+    else {
+        panic!("REGISTER not forwarded")
+    };
+    String::from_utf8_lossy(&fwd)
+        .lines()
+        .find_map(|l| l.strip_prefix("Path: "))
+        .expect("a Path")
+        .to_string()
 }

@@ -6,11 +6,15 @@ use std::ops::Range;
 
 use bytes::Bytes;
 
+use ringsync::config::Leg;
+
 use crate::edit::{EditError, Splice};
-use crate::message::{HeaderName, StartLine};
+use crate::flow::Flow;
+use crate::listener::ListenerCtx;
+use crate::message::{HeaderName, Method, SipMessage, StartLine};
 use crate::metrics as m;
 use crate::reply;
-use crate::txn::{Hop, Inbound};
+use crate::txn::{FlowOut, Hop, Inbound};
 use crate::uri::host_ip;
 
 use super::request::{Request, DEFAULT_MAX_FORWARDS};
@@ -36,6 +40,7 @@ impl Core {
         if let Some(idx) = record_route {
             self.push_record_routes(&mut head, req, idx, hop);
         }
+        self.push_path(&mut head, req, hop);
         if req.max_forwards.is_none() {
             head.push_str("Max-Forwards: ");
             head.push_str(&DEFAULT_MAX_FORWARDS.to_string());
@@ -86,7 +91,8 @@ impl Core {
     }
 
     /// The gate's Via, with a branch derived from the client's, so a
-    /// retransmission or CANCEL carries the same branch downstream.
+    /// retransmission or CANCEL carries the same branch downstream; its
+    /// address is the listener the request leaves from.
     fn via_line(&self, req: &Request<'_>, hop: Hop) -> String {
         let mut line = String::with_capacity(96);
         line.push_str(if hop.tcp {
@@ -94,7 +100,7 @@ impl Core {
         } else {
             "Via: SIP/2.0/UDP "
         });
-        line.push_str(&req.listener.host);
+        line.push_str(&self.out_listener(req, hop).host);
         line.push_str(";branch=");
         self.branches.write(req.key, &mut line);
         line.push_str(";rport\r\n");
@@ -115,22 +121,129 @@ impl Core {
             req.msg.call_id().unwrap_or_default(),
         );
         let inbound_tcp = matches!(req.inbound, Inbound::Tcp { .. });
+        if let Some(flow) = hop.flow {
+            // Into a subscriber's flow: the subscriber's side (top) names
+            // the instance, the instance's side the flow, so the instance's
+            // in-dialog requests come back into it (RFC 5626 5.3).
+            let out = self.out_listener(req, hop);
+            let f = self.flow_of_hop(hop, flow);
+            push_rr(head, &token, &out.host, hop.tcp);
+            let ft = self.flows.seal(&f, req.listener.advertise);
+            push_rr(head, &ft, &req.listener.host, inbound_tcp);
+            return;
+        }
+        if let Some(f) = self
+            .subscriber_flow(req, hop)
+            .filter(|_| wants_outbound(req.msg))
+        {
+            // From a subscriber's flow, asked for with `ob` (RFC 5626 5.3):
+            // the instance's side (top) names the flow, the subscriber's
+            // side the instance.
+            let ft = self.flows.seal(&f, req.listener.advertise);
+            push_rr(head, &ft, &req.listener.host, hop.tcp);
+            push_rr(head, &token, &req.listener.host, inbound_tcp);
+            return;
+        }
         let legs: &[bool] = if hop.tcp == inbound_tcp {
             &[inbound_tcp]
         } else {
             &[hop.tcp, inbound_tcp]
         };
         for &tcp in legs {
-            head.push_str("Record-Route: <sip:");
-            head.push_str(&token);
-            head.push('@');
-            head.push_str(&req.listener.host);
-            if tcp {
-                head.push_str(";transport=tcp");
-            }
-            head.push_str(";lr>\r\n");
+            push_rr(head, &token, &req.listener.host, tcp);
         }
     }
+
+    /// `Path: <sip:FLOW@gate;lr>` on a subscriber's REGISTER to an instance
+    /// (RFC 3327, RFC 5626 5.2): the registrar sends the subscriber's
+    /// requests to the gate with that Route, and the gate sends them into
+    /// the flow. Above any Path already present, as a proxy adds its own.
+    fn push_path(&self, head: &mut String, req: &Request<'_>, hop: Hop) {
+        if req.method != Method::Register {
+            return;
+        }
+        let Some(f) = self.subscriber_flow(req, hop) else {
+            return;
+        };
+        m::flow_path(f.tcp.is_some());
+        head.push_str("Path: <sip:");
+        head.push_str(&self.flows.seal(&f, req.listener.advertise));
+        head.push('@');
+        head.push_str(&req.listener.host);
+        if hop.tcp {
+            head.push_str(";transport=tcp");
+        }
+        head.push_str(";lr>\r\n");
+    }
+
+    /// The flow a request from a subscriber came in on: a client's request
+    /// on a `subscriber` listener, going to an instance.
+    fn subscriber_flow(&self, req: &Request<'_>, hop: Hop) -> Option<Flow> {
+        if req.listener.leg != Leg::Subscriber
+            || req.from_instance.is_some()
+            || hop.instance.is_none()
+        {
+            return None;
+        }
+        Some(match req.inbound {
+            Inbound::Udp { listener, peer } => Flow {
+                listener,
+                peer,
+                tcp: None,
+            },
+            Inbound::Tcp {
+                listener,
+                conn,
+                peer,
+            } => Flow {
+                listener,
+                peer,
+                tcp: Some((conn, self.flow_table.epoch())),
+            },
+        })
+    }
+
+    /// The flow a hop into a flow uses, as its token names it.
+    fn flow_of_hop(&self, hop: Hop, out: FlowOut) -> Flow {
+        Flow {
+            listener: out.listener,
+            peer: hop.addr,
+            tcp: out.conn.map(|c| (c, self.flow_table.epoch())),
+        }
+    }
+
+    /// The listener a request to `hop` leaves from: the flow's, else the
+    /// one it came in on.
+    fn out_listener<'a>(&'a self, req: &Request<'a>, hop: Hop) -> &'a ListenerCtx {
+        hop.flow
+            .and_then(|f| self.listeners.get(f.listener))
+            .unwrap_or(req.listener)
+    }
+}
+
+/// Whether the Contact URI carries `ob` (RFC 5626 4.2.1): the UA asks that
+/// requests inside the dialog reach it over the flow it sent this one on.
+fn wants_outbound(msg: &SipMessage) -> bool {
+    msg.contacts().first().is_some_and(|c| {
+        msg.raw().get(c.uri.clone()).is_some_and(|uri| {
+            uri.split(|&b| b == b';').skip(1).any(|p| {
+                let name = p.split(|&b| b == b'=').next().unwrap_or_default();
+                name.eq_ignore_ascii_case(b"ob")
+            })
+        })
+    })
+}
+
+/// One `Record-Route: <sip:TOKEN@host[;transport=tcp];lr>` line.
+fn push_rr(head: &mut String, token: &str, host: &str, tcp: bool) {
+    head.push_str("Record-Route: <sip:");
+    head.push_str(token);
+    head.push('@');
+    head.push_str(host);
+    if tcp {
+        head.push_str(";transport=tcp");
+    }
+    head.push_str(";lr>\r\n");
 }
 
 /// The Route edits: the gate's own Routes go, and under a strict router
@@ -151,8 +264,22 @@ fn route_edits(req: &Request<'_>, s: &mut Splice<'_>) -> Result<(), EditError> {
     Ok(())
 }
 
-/// Where a request forwarded to `hop` goes out: from the listener it came in on.
+/// Where a request forwarded to `hop` goes out: into a subscriber's flow,
+/// else from the listener it came in on.
 pub(super) fn out(inbound: Inbound, hop: Hop) -> Out {
+    if let Some(f) = hop.flow {
+        return match f.conn {
+            Some(conn) => Out::Flow {
+                listener: f.listener,
+                conn,
+                to: hop.addr,
+            },
+            None => Out::Udp {
+                listener: f.listener,
+                to: hop.addr,
+            },
+        };
+    }
     if hop.tcp {
         Out::Tcp {
             listener: inbound.listener(),

@@ -32,13 +32,14 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use ringsync::config::SiteConfig;
+use ringsync::config::{Leg, SiteConfig};
 use ringsync::state::DrainState;
 use ringsync::view::DrainView;
 
 use crate::branch::BranchKey;
 use crate::dns::cache::DnsCache;
 use crate::dns::DnsQuery;
+use crate::flow::{FlowKey, FlowTable};
 use crate::health::{HealthBook, Prober};
 use crate::lifecycle::Lifecycle;
 use crate::listener::{ListenerCtx, Listeners};
@@ -74,6 +75,17 @@ pub enum Out {
         /// Destination.
         to: SocketAddr,
     },
+    /// Into a subscriber's TCP flow (RFC 5626 5.3): on `conn` only. If it
+    /// has closed meanwhile the message is dropped: a new connection toward
+    /// an address behind NAT reaches nobody.
+    Flow {
+        /// Listener index.
+        listener: usize,
+        /// The subscriber's connection.
+        conn: ConnId,
+        /// Its remote address.
+        to: SocketAddr,
+    },
 }
 
 /// What to do with a received message.
@@ -104,6 +116,10 @@ pub struct Core {
     listeners: Listeners,
     origins: Origins,
     tokens: TokenKey,
+    /// Flow tokens of subscribers' flows (RFC 5626, RFC 3327).
+    flows: FlowKey,
+    /// The subscribers' open TCP connections.
+    flow_table: FlowTable,
     branches: BranchKey,
     tags: TagKey,
     txns: TxnTable,
@@ -173,6 +189,8 @@ impl Core {
             .collect();
         Ok(Core {
             tokens: TokenKey::new(&config.site.secret),
+            flows: FlowKey::new(&config.site.secret),
+            flow_table: FlowTable::new(),
             branches: BranchKey::new(&config.site.secret),
             tags: TagKey::new(&config.site.secret),
             txns: TxnTable::new(capacity),
@@ -199,6 +217,11 @@ impl Core {
     /// How host names are resolved (`[dns]`).
     pub(crate) fn dns_config(&self) -> &ringsync::config::DnsConfig {
         &self.config.dns
+    }
+
+    /// The TCP connection settings (`[tcp]`).
+    pub(crate) fn tcp_config(&self) -> &ringsync::config::TcpConfig {
+        &self.config.tcp
     }
 
     /// The gate's phase (R-GW-1).
@@ -253,6 +276,8 @@ impl Core {
         }
         self.work.sweep(now);
         m::transactions(self.txns.len());
+        let (open, registered) = self.flow_table.counts(now);
+        m::flows(open, registered);
     }
 
     /// Hands the work counts to the drain state, so it can tell `draining`
@@ -298,6 +323,37 @@ impl Core {
     /// work book: it then knows the work set up since that book did.
     pub fn restore_work(&self, snapshot: &WorkSnapshot, now: Instant) -> Result<(), SnapshotError> {
         self.work.restore(snapshot, now)
+    }
+
+    /// A TCP connection was accepted (`inbound` names it): one on a
+    /// `subscriber` listener is a flow requests can be sent into.
+    pub fn tcp_opened(&self, inbound: Inbound) {
+        let Inbound::Tcp {
+            listener,
+            conn,
+            peer,
+        } = inbound
+        else {
+            return;
+        };
+        if self
+            .listeners
+            .get(listener)
+            .is_some_and(|l| l.leg == Leg::Subscriber)
+        {
+            self.flow_table.opened(conn, listener, peer);
+        }
+    }
+
+    /// A TCP connection closed: its flow is gone (430 from now on).
+    pub fn tcp_closed(&self, conn: ConnId) {
+        self.flow_table.closed(conn);
+    }
+
+    /// Whether a registration still uses subscriber connection `conn`, so
+    /// the transport keeps it open while it is idle.
+    pub fn tcp_held(&self, conn: ConnId, now: Instant) -> bool {
+        self.flow_table.held(conn, now)
     }
 
     /// Handles one received message.

@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use ringsync::view::DrainView;
 
+use crate::flow::{self, Flow, FlowTokenError};
 use crate::listener::ListenerCtx;
 use crate::message::{HeaderName, Method, NameAddr, SipMessage, Via};
 use crate::metrics as m;
@@ -50,6 +51,10 @@ pub(super) struct Request<'a> {
     /// of the dialog's leg on the far side of the gate (with two
     /// Record-Routes, RFC 5658, the one toward the next hop).
     pub(super) leg_tcp: Option<bool>,
+    /// The first flow token among the gate's Routes (a subscriber's flow,
+    /// from the Path or a Record-Route the gate wrote): `Err` when it does
+    /// not open (forged, another site's).
+    pub(super) flow: Option<Result<Flow, FlowTokenError>>,
     /// The configured instance that sent it, when it is one this listener
     /// fronts (such a request goes outward).
     pub(super) from_instance: Option<usize>,
@@ -148,6 +153,7 @@ impl Core {
             strict: None,
             token: None,
             leg_tcp: None,
+            flow: None,
             from_instance: None,
             to_tag: msg.to_tag().is_some(),
             now,
@@ -180,19 +186,23 @@ impl Core {
 
     /// Counts the gate's own Routes at the top of the route set (the gate
     /// inserts one or two Record-Routes, and a UA may also preload the gate
-    /// as its outbound proxy), opens the first token among them and notes
-    /// the transport of the last one with a token.
+    /// as its outbound proxy), opens the first token and the first flow
+    /// token among them and notes the transport of the last one with a token.
     fn own_routes(&self, req: &mut Request<'_>, view: &DrainView) {
         for r in &req.routes {
             let Some(uri) = req.msg.raw().get(r.uri.clone()).and_then(SipUri::parse) else {
                 break;
             };
-            if !uri.socket_addr().is_some_and(|a| self.listeners.is_own(a)) {
+            let Some(node) = uri.socket_addr().filter(|a| self.listeners.is_own(*a)) else {
                 break;
-            }
+            };
             req.ours += 1;
             if let Some(user) = uri.user {
-                if req.token.is_none() {
+                if user.starts_with(flow::PREFIX) {
+                    if req.flow.is_none() {
+                        req.flow = Some(self.flows.open(user, node));
+                    }
+                } else if req.token.is_none() {
                     req.token = Some(self.open_token(req.msg, user, view));
                 }
                 req.leg_tcp = Some(uri.wants_tcp());

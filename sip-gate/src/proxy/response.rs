@@ -10,7 +10,7 @@ use crate::branch::PROBE_PREFIX;
 use crate::edit::Splice;
 use crate::message::{Method, SipMessage};
 use crate::metrics as m;
-use crate::txn::{Inbound, TxnEntry};
+use crate::txn::{ConnId, Inbound, TxnEntry};
 use crate::uri::host_ip;
 
 use super::answer::response_out;
@@ -59,6 +59,9 @@ impl Core {
         if let Some(i) = entry.and_then(|e| e.hop.instance) {
             span.record("instance", self.config.instances[i].id.as_str());
         }
+        if let Some(Inbound::Tcp { conn, .. }) = entry.map(|e| e.inbound) {
+            self.hold_flow(msg, conn, now);
+        }
 
         let Some(out) = response_out(&next, entry.map(|e| e.inbound), inbound.listener()) else {
             m::dropped("bad_next_via");
@@ -81,6 +84,29 @@ impl Core {
         self.forwarded.response();
         tracing::debug!(code = msg.code(), "response relayed");
         Action::Send(out, bytes)
+    }
+
+    /// A REGISTER 2xx going back on a subscriber's connection: the
+    /// registrar keeps the subscriber reachable through it until the
+    /// longest expiry the 2xx lists (capped at `[work] max_expires_s`), so
+    /// the connection is kept open that long while idle.
+    fn hold_flow(&self, msg: &SipMessage, conn: ConnId, now: Instant) {
+        let code = msg.code().unwrap_or(0);
+        if !(200..300).contains(&code) || msg.cseq().map(|c| c.1) != Some(Method::Register) {
+            return;
+        }
+        let default = msg.expires();
+        let secs = msg
+            .contacts()
+            .iter()
+            .filter(|c| !c.star)
+            .filter_map(|c| c.expires.or(default))
+            .max()
+            .unwrap_or(0)
+            .min(self.config.work.max_expires_s);
+        if secs > 0 {
+            self.flow_table.hold(conn, now, secs);
+        }
     }
 
     /// Updates the transaction (and the work book: R-ST-2) for a response to

@@ -7,11 +7,13 @@ use ringsync::view::DrainView;
 
 use crate::dns::cache::Cached;
 use crate::dns::{DnsFailure, DnsQuery};
+use crate::flow::{self, Flow};
 use crate::listener::Mode;
 use crate::message::Method;
+use crate::metrics as m;
 use crate::policy::Admission;
 use crate::reply::Reply;
-use crate::txn::{Hop, Inbound};
+use crate::txn::{FlowOut, Hop, Inbound};
 use crate::uri::SipUri;
 
 use super::request::Request;
@@ -79,6 +81,29 @@ impl Core {
     /// From a configured instance toward the outside: along the route set,
     /// or to the Request-URI.
     fn outward(&self, req: &Request<'_>, src: usize) -> Decision {
+        match &req.flow {
+            Some(Ok(flow)) => return self.to_flow(req, flow, src),
+            // R-SEC-2: nothing is sent along a flow the gate did not name.
+            Some(Err(_)) => {
+                m::flow_failure("bad_token");
+                return Decision::refuse(403, "Bad Flow Token", "bad_flow_token");
+            }
+            None => {}
+        }
+        // Another gate node's flow (its address in the URI): only that node
+        // holds the connection, and a relay through this one would reach it
+        // as a client's request.
+        if req.next_route().is_some_and(|r| {
+            req.msg
+                .raw()
+                .get(r.uri.clone())
+                .and_then(SipUri::parse)
+                .and_then(|u| u.user)
+                .is_some_and(|u| u.starts_with(flow::PREFIX))
+        }) {
+            m::flow_failure("other_node");
+            return Decision::refuse(430, "Flow Failed", "flow_failed");
+        }
         let Some(uri) = req.target() else {
             return Decision::refuse(404, "Unroutable Request-URI", "unroutable");
         };
@@ -89,6 +114,46 @@ impl Core {
                 Decision::Forward { hop, record_route }
             }
             Err(decision) => decision,
+        }
+    }
+
+    /// From an instance into a subscriber's flow (RFC 5626 5.3): over TCP on
+    /// the subscriber's own connection, over UDP to the address and port its
+    /// REGISTER came from; the Request-URI (its Contact, often a private
+    /// address) is left as it is. A flow that is gone gets 430, so the
+    /// instance can try the subscriber's other bindings.
+    fn to_flow(&self, req: &Request<'_>, flow: &Flow, src: usize) -> Decision {
+        let failed = |why: &'static str| {
+            m::flow_failure(why);
+            tracing::debug!(why, peer = %flow.peer, "flow failed");
+            Decision::refuse(430, "Flow Failed", "flow_failed")
+        };
+        let Some(listener) = self.listeners.get(flow.listener) else {
+            return failed("unknown_listener");
+        };
+        let conn = match flow.tcp {
+            // Connection ids of an earlier run of the gate name nothing now.
+            Some((_, epoch)) if epoch != self.flow_table.epoch() => return failed("restarted"),
+            Some((conn, _)) if !self.flow_table.is_open(conn, flow.listener, flow.peer) => {
+                return failed("closed")
+            }
+            Some((conn, _)) => Some(conn),
+            None if listener.udp => None,
+            None => return failed("unknown_listener"),
+        };
+        let record_route = (!req.to_tag && creates_dialog(req.method)).then_some(src);
+        Decision::Forward {
+            hop: Hop {
+                instance: None,
+                addr: flow.peer,
+                tcp: conn.is_some(),
+                dns: None,
+                flow: Some(FlowOut {
+                    listener: flow.listener,
+                    conn,
+                }),
+            },
+            record_route,
         }
     }
 
@@ -186,6 +251,7 @@ impl Core {
                     addr,
                     tcp,
                     dns: None,
+                    flow: None,
                 },
                 record_route,
             },
@@ -221,6 +287,7 @@ impl Core {
                 !listener.udp
             },
             dns: None,
+            flow: None,
         })
     }
 
@@ -254,6 +321,7 @@ impl Core {
                 addr,
                 tcp,
                 dns: Some(key),
+                flow: None,
             }),
             Cached::Failed(DnsFailure::NotFound { .. }) => {
                 Err(Decision::refuse(404, "Host Not Found", "dns_not_found"))

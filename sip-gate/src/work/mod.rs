@@ -184,6 +184,7 @@ impl WorkBook {
             registrations: self.regs.live(i),
             subscriptions: self.subs.live(i),
             calls: 0,
+            groups: 0,
         }
     }
 

@@ -44,6 +44,7 @@ mod drain_sg;
 mod forwarding;
 mod gate_stop;
 mod in_dialog;
+mod nat;
 mod responses;
 mod rfc_edges;
 mod security;

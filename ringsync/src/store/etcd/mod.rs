@@ -8,6 +8,7 @@
 //! | `P/profiles` | the whole [`ProfileSet`] as JSON | none |
 //! | `P/nodes/member/<node>` | [`NodeMember`](crate::node::NodeMember) | none |
 //! | `P/nodes/live/<node>` | [`NodeRecord`](crate::node::NodeRecord) | the node's |
+//! | `P/handover/...` | Active-Passive handover records ([`handover`]) | the planner's for `P/handover/election` |
 //! | `P/audit/<ms>-<hex>` | one [`AuditRecord`] (see [`audit`]) | none |
 //!
 //! **One document for the profiles**, not one key per profile: a node
@@ -51,9 +52,14 @@ use crate::profile::ProfileSet;
 use crate::work::now_ms;
 
 mod audit;
+mod election;
 mod follow;
+mod handover;
 mod registry;
 mod write;
+
+pub use election::PLANNER_LEASE_TTL_S;
+pub use handover::EtcdHandover;
 
 /// Time allowed for one request to etcd.
 pub const RPC_TIMEOUT: Duration = Duration::from_secs(2);
@@ -67,6 +73,8 @@ const MAX_ATTEMPTS: usize = 8;
 pub struct EtcdStore {
     inner: Arc<Inner>,
     _tasks: DropGuard,
+    /// The handover records under `P/handover/`, opened on first use.
+    handover: std::sync::OnceLock<Arc<EtcdHandover>>,
 }
 
 /// The key names under the site's prefix.
@@ -190,6 +198,7 @@ impl EtcdStore {
         Ok(EtcdStore {
             inner,
             _tasks: token.drop_guard(),
+            handover: std::sync::OnceLock::new(),
         })
     }
 
@@ -273,6 +282,13 @@ impl Store for EtcdStore {
 
     fn nodes(&self) -> BoxFuture<'_, Result<Option<Vec<NodeEntry>>, StoreError>> {
         Box::pin(async move { registry::list(&self.inner).await.map(Some) })
+    }
+
+    fn handover(&self) -> Option<Arc<dyn super::HandoverStore>> {
+        let h = self
+            .handover
+            .get_or_init(|| Arc::new(EtcdHandover::open(self.inner.clone())));
+        Some(h.clone())
     }
 
     fn forget_node(&self, node: &str) -> BoxFuture<'_, Result<bool, StoreError>> {

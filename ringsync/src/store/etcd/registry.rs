@@ -129,7 +129,7 @@ async fn keeper(inner: Arc<Inner>, token: CancellationToken) {
             }
         };
         if let Some(lease) = lease {
-            let reason = keep_alive(&inner, lease, &token).await;
+            let reason = keep_alive(&inner, lease, &token, KEEPALIVE_EVERY).await;
             if token.is_cancelled() {
                 return;
             }
@@ -150,8 +150,13 @@ async fn keeper(inner: Arc<Inner>, token: CancellationToken) {
     }
 }
 
-/// Renews `lease` until it is lost (the reason) or shutdown.
-async fn keep_alive(inner: &Inner, lease: i64, token: &CancellationToken) -> String {
+/// Renews `lease` every `every` until it is lost (the reason) or shutdown.
+pub(super) async fn keep_alive(
+    inner: &Inner,
+    lease: i64,
+    token: &CancellationToken,
+    every: Duration,
+) -> String {
     let mut lc = inner.client.lease_client();
     let (mut keeper, mut stream) = match inner
         .rpc("starting lease keep-alives", lc.keep_alive(lease))
@@ -160,10 +165,7 @@ async fn keep_alive(inner: &Inner, lease: i64, token: &CancellationToken) -> Str
         Ok(k) => k,
         Err(e) => return e.to_string(),
     };
-    let mut tick = tokio::time::interval_at(
-        tokio::time::Instant::now() + KEEPALIVE_EVERY,
-        KEEPALIVE_EVERY,
-    );
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
     loop {
         tokio::select! {
             _ = token.cancelled() => return "shutdown".into(),

@@ -1,0 +1,281 @@
+//! Helpers for handover tests: a site of Active-Passive groups, simulated
+//! members behind real agents, and a log of every move published.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use futures::future::BoxFuture;
+use ringsync::handover::agent::{Agent, Member};
+use ringsync::handover::record::{Desired, HandoverState};
+use ringsync::store::{HandoverStore, Store};
+use ringsync::SiteConfig;
+use tokio_util::sync::CancellationToken;
+
+/// A site with servers srv-a..srv-c, `groups` groups `g1..gN` with a member
+/// on every server (`g1-a`, `g1-b`, `g1-c`; home on srv-a), plus `blocked`
+/// groups `h1..` with members on srv-a and srv-b only. `[timers]` text as given.
+pub fn ap_site(groups: usize, two_server_groups: usize, timers: &str) -> String {
+    let mut t = format!(
+        "[site]\nname = \"t1\"\n[store]\nkind = \"embedded\"\npath = \"t1.profiles.json\"\n\
+         [admin]\nbind = \"127.0.0.1:0\"\ngate_bind = \"127.0.0.1:9\"\nmedia_bind = \"127.0.0.1:7\"\n\
+         [timers]\n{timers}\n"
+    );
+    for s in ["a", "b", "c"] {
+        t.push_str(&format!("[[server]]\nname = \"srv-{s}\"\n"));
+    }
+    let mut group = |name: String, servers: &[&str]| {
+        for s in servers {
+            t.push_str(&format!(
+                "[[instance]]\nid = \"{name}-{s}\"\nservice = \"billing\"\nserver = \"srv-{s}\"\n"
+            ));
+        }
+        let members: Vec<String> = servers.iter().map(|s| format!("\"{name}-{s}\"")).collect();
+        t.push_str(&format!(
+            "[[ap_group]]\nname = \"{name}\"\nmembers = [{}]\nhome = \"{name}-a\"\n",
+            members.join(", ")
+        ));
+    };
+    for g in 1..=groups {
+        group(format!("g{g}"), &["a", "b", "c"]);
+    }
+    for h in 1..=two_server_groups {
+        group(format!("h{h}"), &["a", "b"]);
+    }
+    t
+}
+
+/// Every (group, member) of the site.
+pub fn members(config: &SiteConfig) -> Vec<(String, String)> {
+    config
+        .ap_groups
+        .iter()
+        .flat_map(|g| g.members.iter().map(move |m| (g.name.clone(), m.clone())))
+        .collect()
+}
+
+/// What simulated members did: `(member, "lead"|"follow", seq)`.
+pub type SimLog = Arc<Mutex<Vec<(String, &'static str, u64)>>>;
+
+/// A member that leads and follows at once, and remembers what it did.
+#[derive(Clone, Default)]
+pub struct Sim {
+    pub log: SimLog,
+    pub name: String,
+}
+
+impl Member for Sim {
+    fn lead(&mut self, seq: u64) -> BoxFuture<'_, Result<(), String>> {
+        self.log
+            .lock()
+            .unwrap()
+            .push((self.name.clone(), "lead", seq));
+        Box::pin(async { Ok(()) })
+    }
+
+    fn follow(&mut self, _leader: &str) -> BoxFuture<'_, ()> {
+        self.log
+            .lock()
+            .unwrap()
+            .push((self.name.clone(), "follow", 0));
+        Box::pin(async {})
+    }
+}
+
+/// Starts an agent with a [`Sim`] member for each `(group, member)`.
+pub fn spawn_agents(
+    config: &SiteConfig,
+    store: &Arc<dyn HandoverStore>,
+    who: &[(String, String)],
+    shutdown: &CancellationToken,
+) -> Sim {
+    let sim = Sim::default();
+    for (g, m) in who {
+        let agent = Agent::new(config, store.clone(), g, m).unwrap();
+        let mut member = Sim {
+            log: sim.log.clone(),
+            name: m.clone(),
+        };
+        let token = shutdown.clone();
+        tokio::spawn(async move { agent.run(&mut member, token).await });
+    }
+    sim
+}
+
+/// Every desired record ever published, by publication number.
+#[derive(Clone, Default)]
+pub struct MoveLog(pub Arc<Mutex<BTreeMap<u64, (String, Desired)>>>);
+
+impl MoveLog {
+    /// Follows `store`'s records until `shutdown`.
+    pub fn follow(store: &Arc<dyn HandoverStore>, shutdown: &CancellationToken) -> MoveLog {
+        let log = MoveLog::default();
+        let mut rx = store.watch();
+        let (out, token) = (log.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            loop {
+                let st: Arc<HandoverState> = rx.borrow_and_update().clone();
+                {
+                    let mut map = out.0.lock().unwrap();
+                    for (g, d) in &st.desired {
+                        map.entry(d.seq).or_insert_with(|| (g.clone(), d.clone()));
+                    }
+                }
+                tokio::select! {
+                    _ = token.cancelled() => return,
+                    r = rx.changed() => if r.is_err() { return },
+                }
+            }
+        });
+        log
+    }
+
+    /// The publications so far, in order: `(group, record)`.
+    pub fn all(&self) -> Vec<(String, Desired)> {
+        self.0.lock().unwrap().values().cloned().collect()
+    }
+}
+
+/// The handover records of a store.
+pub fn records(store: &Arc<dyn Store>) -> Arc<dyn HandoverStore> {
+    store.handover().expect("the store keeps handover records")
+}
+
+// === real processes ===
+
+/// The `ringsync` binary.
+pub const BIN: &str = env!("CARGO_BIN_EXE_ringsync");
+
+/// A child process, killed when dropped.
+pub struct Proc(pub std::process::Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Proc {
+    /// SIGTERM, then the exit status.
+    pub fn terminate(mut self) -> std::process::ExitStatus {
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &self.0.id().to_string()])
+            .status();
+        self.0.wait().unwrap()
+    }
+
+    /// SIGKILL (a crash).
+    pub fn kill(mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `ringsync serve` on `site` (binding 127.0.0.1:0), and its API address.
+pub fn serve(site: &std::path::Path) -> (Proc, std::net::SocketAddr) {
+    let mut child = std::process::Command::new(BIN)
+        .arg("--config")
+        .arg(site)
+        .args(["serve", "--bind", "127.0.0.1:0"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    std::io::BufRead::read_line(&mut stdout, &mut first).unwrap();
+    // Keep reading: serve writes more lines (e.g. about its tokens), and a
+    // closed pipe would fail them.
+    std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
+    let api = first
+        .trim()
+        .rsplit("http://")
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap_or_else(|e| panic!("{first}: {e}"));
+    (Proc(child), api)
+}
+
+/// `ringsync agent` for one member; its stdout goes to `log`.
+pub fn agent(site: &std::path::Path, group: &str, member: &str, log: &std::path::Path) -> Proc {
+    let out = std::fs::File::create(log).unwrap();
+    let child = std::process::Command::new(BIN)
+        .arg("--config")
+        .arg(site)
+        .args(["agent", "--group", group, "--member", member])
+        .stdout(out)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    Proc(child)
+}
+
+/// `ringsync ARGS` off the async runtime; stdout, or a panic with stderr.
+pub async fn cli(site: &std::path::Path, args: &[&str]) -> String {
+    let site = site.to_owned();
+    let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+    let o = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(BIN)
+            .arg("--config")
+            .arg(site)
+            .args(args)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(
+        o.status.success(),
+        "stdout: {}\nstderr: {}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout).unwrap()
+}
+
+/// `GET path` over HTTP/1.0: status code and body.
+pub async fn get(api: std::net::SocketAddr, path: &str) -> Option<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(api).await.ok()?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes())
+        .await
+        .ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).await.ok()?;
+    let (head, body) = buf.split_once("\r\n\r\n")?;
+    let code = head.split_whitespace().nth(1)?.parse().ok()?;
+    Some((code, body.to_owned()))
+}
+
+/// `/v1/handover` of a serve node.
+pub async fn handover_of(api: std::net::SocketAddr) -> Option<ringsync::handover::HandoverStatus> {
+    let (code, body) = get(api, "/v1/handover").await?;
+    (code == 200).then(|| serde_json::from_str(&body).ok())?
+}
+
+/// Polls `check` every 100 ms until it gives a value; panics with `what` after `limit`.
+pub async fn wait_for<T, F, Fut>(what: &str, limit: std::time::Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let t0 = std::time::Instant::now();
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(t0.elapsed() < limit, "{what}: not within {limit:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+/// True when every group's service confirmed the leader the planner wants
+/// and nothing is planned (blocked groups included).
+pub fn all_settled(st: &ringsync::handover::HandoverStatus) -> bool {
+    use ringsync::handover::status::GroupState;
+    st.groups.iter().all(|g| {
+        g.confirmed.as_deref() == Some(g.desired.as_str())
+            && matches!(g.state, GroupState::Settled | GroupState::Blocked)
+    })
+}
