@@ -182,6 +182,22 @@ fn ringsync_drains_sg_a_the_gate_binary_refuses_new_work_and_status_goes_drainin
         a["work"].is_null() || a["work"].as_u64().is_some_and(|w| w >= 5),
         "{a}"
     );
+    // `status` may read the drain before the gate has applied it (R-SG-1):
+    // the gate's own view, as its state gauge shows it, decides the 503.
+    // Its gauges are set about once a second; drained counts too, should
+    // the held calls end meanwhile.
+    wait_for(
+        "the gate's view: sg-a draining",
+        Duration::from_secs(10),
+        || {
+            let state = |s| {
+                gate.metric(&format!(
+                    r#"sipgate_instance_state{{instance="sg-a",state="{s}"}}"#
+                ))
+            };
+            (state("draining") + state("drained") == 1.0).then_some(())
+        },
+    );
 
     // New work gets 503 + Retry-After from the gate (the scenarios check
     // the header); the calls up carry on (re-INVITE, BYE).

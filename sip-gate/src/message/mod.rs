@@ -28,6 +28,7 @@ mod tests;
 mod via;
 
 use std::ops::Range;
+use std::sync::OnceLock;
 
 use bytes::Bytes;
 
@@ -45,7 +46,7 @@ pub use via::Via;
 
 use name_addr::{parse_contact, parse_delta, parse_name_addr, NameAddrParts};
 use start_line::parse_start_line;
-use via::parse_via;
+use via::{parse_via, ViaAt};
 
 /// One logical header line (folded continuations included).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,6 +74,11 @@ pub struct SipMessage {
     body: Range<usize>,
     /// The first problem `scan` tolerated; `validate` reports it.
     defect: Option<ParseError>,
+    /// Routing reads these several times a message: each is parsed once,
+    /// by `validate` or by the first reader, and kept as offsets.
+    top_via: OnceLock<Option<ViaAt>>,
+    from_tag: OnceLock<Option<Range<usize>>>,
+    to_tag: OnceLock<Option<Range<usize>>>,
 }
 
 impl SipMessage {
@@ -170,6 +176,9 @@ impl SipMessage {
             header_end,
             body,
             defect,
+            top_via: OnceLock::new(),
+            from_tag: OnceLock::new(),
+            to_tag: OnceLock::new(),
         })
     }
 
@@ -189,12 +198,14 @@ impl SipMessage {
         if self.is_request() && self.slice(cseq_method) != self.method_bytes() {
             return Err(ParseError::CSeqMethodMismatch);
         }
-        if self.single_name_addr(HeaderName::From).is_none() {
-            return Err(ParseError::BadFrom);
-        }
-        if self.single_name_addr(HeaderName::To).is_none() {
-            return Err(ParseError::BadTo);
-        }
+        let from = self
+            .single_name_addr(HeaderName::From)
+            .ok_or(ParseError::BadFrom)?;
+        let _ = self.from_tag.set(self.tag_in(from));
+        let to = self
+            .single_name_addr(HeaderName::To)
+            .ok_or(ParseError::BadTo)?;
+        let _ = self.to_tag.set(self.tag_in(to));
         self.check_lists()?;
         if let Some(Err(e)) = self.max_forwards() {
             return Err(e);
@@ -244,12 +255,14 @@ impl SipMessage {
     fn check_lists(&self) -> Result<(), ParseError> {
         let mut vias = 0usize;
         for (i, elem) in self.list(HeaderName::Via) {
-            match elem {
-                Some(r) if parse_via(&self.raw, r.clone(), i).is_some() => {
-                    vias = vias.saturating_add(1)
-                }
-                _ => return Err(ParseError::BadVia),
+            let via = elem.and_then(|r| parse_via(&self.raw, r, i));
+            let Some(via) = via else {
+                return Err(ParseError::BadVia);
+            };
+            if vias == 0 {
+                let _ = self.top_via.set(Some(ViaAt::of(&self.raw, &via)));
             }
+            vias = vias.saturating_add(1);
         }
         if vias == 0 {
             return Err(ParseError::BadVia);
@@ -414,20 +427,24 @@ impl SipMessage {
         parse_name_addr(&self.raw, f.value.clone())
     }
 
-    fn param_of(&self, name: HeaderName, param: &[u8]) -> Option<&[u8]> {
-        let parts = self.single_name_addr(name)?;
-        let p = find_param(&self.raw, parts.params, param)?;
-        p.value.map(|v| self.slice(v))
+    fn tag_in(&self, parts: NameAddrParts) -> Option<Range<usize>> {
+        find_param(&self.raw, parts.params, b"tag")?.value
+    }
+
+    fn tag_of(&self, name: HeaderName) -> Option<Range<usize>> {
+        self.tag_in(self.single_name_addr(name)?)
     }
 
     /// The `tag` parameter of From.
     pub fn from_tag(&self) -> Option<&[u8]> {
-        self.param_of(HeaderName::From, b"tag")
+        let tag = self.from_tag.get_or_init(|| self.tag_of(HeaderName::From));
+        tag.clone().map(|r| self.slice(r))
     }
 
     /// The `tag` parameter of To.
     pub fn to_tag(&self) -> Option<&[u8]> {
-        self.param_of(HeaderName::To, b"tag")
+        let tag = self.to_tag.get_or_init(|| self.tag_of(HeaderName::To));
+        tag.clone().map(|r| self.slice(r))
     }
 
     /// The URI of From (inside `<>` or the bare addr-spec, no parameters).
@@ -475,7 +492,10 @@ impl SipMessage {
 
     /// The topmost via-value, `None` if absent or malformed.
     pub fn top_via(&self) -> Option<Via<'_>> {
-        self.vias().next()
+        let top = self
+            .top_via
+            .get_or_init(|| Some(ViaAt::of(&self.raw, &self.vias().next()?)));
+        top.as_ref().map(|v| v.view(&self.raw))
     }
 
     /// Every Route element in order; stops at the first malformed one.

@@ -196,6 +196,70 @@ const HEADER_NAMES: &[(&[u8], Option<u8>, HeaderName)] = &[
     (b"Subscription-State", None, HeaderName::SubscriptionState),
 ];
 
+/// [`HEADER_NAMES`] by length, so a name is compared with the few of its
+/// length only (a test checks the two agree).
+const BY_LENGTH: [&[(&[u8], HeaderName)]; 20] = [
+    &[],
+    &[],
+    &[(b"To", HeaderName::To)],
+    &[(b"Via", HeaderName::Via)],
+    &[
+        (b"CSeq", HeaderName::CSeq),
+        (b"From", HeaderName::From),
+        (b"Path", HeaderName::Path),
+        (b"RSeq", HeaderName::RSeq),
+        (b"RAck", HeaderName::RAck),
+    ],
+    &[
+        (b"Route", HeaderName::Route),
+        (b"Event", HeaderName::Event),
+        (b"Allow", HeaderName::Allow),
+    ],
+    &[(b"Server", HeaderName::Server)],
+    &[
+        (b"Call-ID", HeaderName::CallId),
+        (b"Contact", HeaderName::Contact),
+        (b"Expires", HeaderName::Expires),
+        (b"Subject", HeaderName::Subject),
+        (b"Require", HeaderName::Require),
+    ],
+    &[
+        (b"Refer-To", HeaderName::ReferTo),
+        (b"Identity", HeaderName::Identity),
+    ],
+    &[(b"Supported", HeaderName::Supported)],
+    &[(b"User-Agent", HeaderName::UserAgent)],
+    &[
+        (b"Referred-By", HeaderName::ReferredBy),
+        (b"Unsupported", HeaderName::Unsupported),
+        (b"Retry-After", HeaderName::RetryAfter),
+        (b"Min-Expires", HeaderName::MinExpires),
+    ],
+    &[
+        (b"Max-Forwards", HeaderName::MaxForwards),
+        (b"Record-Route", HeaderName::RecordRoute),
+        (b"Content-Type", HeaderName::ContentType),
+        (b"Allow-Events", HeaderName::AllowEvents),
+    ],
+    &[
+        (b"Proxy-Require", HeaderName::ProxyRequire),
+        (b"Service-Route", HeaderName::ServiceRoute),
+        (b"Authorization", HeaderName::Authorization),
+    ],
+    &[(b"Content-Length", HeaderName::ContentLength)],
+    &[(b"Session-Expires", HeaderName::SessionExpires)],
+    &[
+        (b"Content-Encoding", HeaderName::ContentEncoding),
+        (b"WWW-Authenticate", HeaderName::WwwAuthenticate),
+    ],
+    &[],
+    &[
+        (b"Proxy-Authenticate", HeaderName::ProxyAuthenticate),
+        (b"Subscription-State", HeaderName::SubscriptionState),
+    ],
+    &[(b"Proxy-Authorization", HeaderName::ProxyAuthorization)],
+];
+
 impl HeaderName {
     /// Classifies a header name, case-insensitively, compact forms included.
     pub fn from_bytes(name: &[u8]) -> HeaderName {
@@ -206,10 +270,14 @@ impl HeaderName {
                 .find(|(_, compact, _)| *compact == Some(c))
                 .map_or(HeaderName::Other, |&(_, _, h)| h);
         }
-        HEADER_NAMES
-            .iter()
-            .find(|(long, _, _)| long.eq_ignore_ascii_case(name))
-            .map_or(HeaderName::Other, |&(_, _, h)| h)
+        BY_LENGTH
+            .get(name.len())
+            .and_then(|names| {
+                names
+                    .iter()
+                    .find(|(long, _)| long.eq_ignore_ascii_case(name))
+            })
+            .map_or(HeaderName::Other, |&(_, h)| h)
     }
 
     /// The canonical long name, `None` for `Other`.
@@ -218,5 +286,26 @@ impl HeaderName {
             .iter()
             .find(|(_, _, h)| h == self)
             .and_then(|(long, _, _)| std::str::from_utf8(long).ok())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{HeaderName, BY_LENGTH, HEADER_NAMES};
+
+    #[test]
+    fn the_table_by_length_holds_every_header_name_once_at_its_length() {
+        let by_length: usize = BY_LENGTH.iter().map(|names| names.len()).sum();
+        assert_eq!(by_length, HEADER_NAMES.len());
+        for (long, compact, h) in HEADER_NAMES {
+            assert!(BY_LENGTH[long.len()].contains(&(*long, *h)), "{h:?}");
+            assert_eq!(HeaderName::from_bytes(long), *h);
+            assert_eq!(HeaderName::from_bytes(&long.to_ascii_lowercase()), *h);
+            if let Some(c) = compact {
+                assert_eq!(HeaderName::from_bytes(&[*c]), *h);
+            }
+        }
+        assert_eq!(HeaderName::from_bytes(b"X-Via"), HeaderName::Other);
+        assert_eq!(HeaderName::from_bytes(&[b'V'; 40]), HeaderName::Other);
     }
 }

@@ -29,6 +29,56 @@ pub struct Via<'a> {
     pub field_index: usize,
 }
 
+/// A [`Via`] as offsets into its message, so the view can keep its top one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct ViaAt {
+    transport: Range<usize>,
+    host: Range<usize>,
+    port: Option<u16>,
+    branch: Option<Range<usize>>,
+    rport: Option<Option<u16>>,
+    rport_range: Option<Range<usize>>,
+    received: Option<Range<usize>>,
+    range: Range<usize>,
+    field_index: usize,
+}
+
+impl ViaAt {
+    /// `via` must borrow from `buf` (as [`parse_via`] returns it).
+    pub(super) fn of(buf: &[u8], via: &Via<'_>) -> ViaAt {
+        let at = |s: &[u8]| {
+            let start = (s.as_ptr() as usize).saturating_sub(buf.as_ptr() as usize);
+            start..start.saturating_add(s.len())
+        };
+        ViaAt {
+            transport: at(via.transport),
+            host: at(via.host),
+            port: via.port,
+            branch: via.branch.map(at),
+            rport: via.rport,
+            rport_range: via.rport_range.clone(),
+            received: via.received.map(at),
+            range: via.range.clone(),
+            field_index: via.field_index,
+        }
+    }
+
+    pub(super) fn view<'a>(&self, buf: &'a [u8]) -> Via<'a> {
+        let get = |r: &Range<usize>| buf.get(r.clone()).unwrap_or_default();
+        Via {
+            transport: get(&self.transport),
+            host: get(&self.host),
+            port: self.port,
+            branch: self.branch.as_ref().map(get),
+            rport: self.rport,
+            rport_range: self.rport_range.clone(),
+            received: self.received.as_ref().map(get),
+            range: self.range.clone(),
+            field_index: self.field_index,
+        }
+    }
+}
+
 /// Parses one via-value:
 /// `protocol-name SWS "/" SWS version SWS "/" SWS transport LWS sent-by *(;param)`.
 pub(super) fn parse_via(buf: &[u8], range: Range<usize>, field_index: usize) -> Option<Via<'_>> {
