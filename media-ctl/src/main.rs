@@ -42,35 +42,13 @@ struct Args {
     #[arg(long, default_value_t = 5)]
     drain_deadline_s: u64,
     /// Log lines as text (for people) or JSON (one object a line).
-    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
-    log_format: LogFormat,
+    #[arg(long, value_enum, default_value_t = ringsync::logs::LogFormat::Text)]
+    log_format: ringsync::logs::LogFormat,
     #[command(subcommand)]
     command: Option<Cmd>,
 }
 
 /// How log lines are written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-enum LogFormat {
-    Text,
-    Json,
-}
-
-/// Logs to stderr, filtered by `RUST_LOG` (default `info`).
-fn init_logs(format: LogFormat) {
-    let filter =
-        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
-    let logs = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Json => logs.json().init(),
-        // Colours only on a terminal: log files and journald get plain text.
-        LogFormat::Text => logs
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .init(),
-    }
-}
-
 #[derive(Subcommand, Debug)]
 enum Cmd {
     /// Print the status of the media-ctl running for this site.
@@ -85,7 +63,7 @@ enum Cmd {
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let started_ms = ringsync::work::now_ms();
-    init_logs(args.log_format);
+    ringsync::logs::init(args.log_format);
 
     let mut config = match SiteConfig::load(&args.config) {
         Ok(c) => c,

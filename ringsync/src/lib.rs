@@ -18,6 +18,7 @@ pub mod cli;
 pub mod config;
 pub mod fetch;
 pub mod handover;
+pub mod logs;
 pub mod migrate;
 pub mod node;
 pub mod plan;

@@ -51,38 +51,16 @@ struct Args {
     work_snapshot: Option<PathBuf>,
     /// Log lines as text (for people) or JSON (one object a line, with the
     /// fields of the span they are in: call_id, branch, instance).
-    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
-    log_format: LogFormat,
+    #[arg(long, value_enum, default_value_t = ringsync::logs::LogFormat::Text)]
+    log_format: ringsync::logs::LogFormat,
 }
 
 /// How log lines are written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-enum LogFormat {
-    Text,
-    Json,
-}
-
-/// Logs to stderr, filtered by `RUST_LOG` (default `info`).
-fn init_logs(format: LogFormat) {
-    let filter =
-        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
-    let logs = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Json => logs.json().init(),
-        // Colours only on a terminal: log files and journald get plain text.
-        LogFormat::Text => logs
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .init(),
-    }
-}
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let started_ms = ringsync::work::now_ms();
-    init_logs(args.log_format);
+    ringsync::logs::init(args.log_format);
 
     let config = match SiteConfig::load(&args.config) {
         Ok(c) => c,
