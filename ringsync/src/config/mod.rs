@@ -17,6 +17,7 @@ mod ap;
 mod error;
 mod media;
 mod raw;
+mod tls;
 mod types;
 mod validate;
 
@@ -26,6 +27,7 @@ mod tests;
 pub use ap::DEFAULT_PRIORITY;
 pub use error::ConfigError;
 pub use media::MediaConfig;
+pub use tls::TlsConfig;
 pub use types::{
     Account, AccountMatch, AdminConfig, ApGroup, DnsConfig, DrainPolicy, Exception, HealthConfig,
     Instance, Leg, Listener, ListenerMode, Server, Service, Site, SiteConfig, StoreConfig,

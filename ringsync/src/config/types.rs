@@ -457,6 +457,9 @@ pub enum Transport {
     Udp,
     /// SIP over TCP.
     Tcp,
+    /// SIP over TLS over TCP (RFC 3261 26); needs `[tls]`, and excludes
+    /// `tcp` on the same listener.
+    Tls,
 }
 
 /// Which side of the platform a listener faces. The esg rules apply on
@@ -536,6 +539,8 @@ pub struct SiteConfig {
     pub dns: DnsConfig,
     /// The gate's TCP connections.
     pub tcp: TcpConfig,
+    /// The gate's TLS certificate and CA (`[tls]`), when given.
+    pub tls: Option<super::TlsConfig>,
     /// Admin endpoints.
     pub admin: AdminConfig,
     /// The mg controller (media-ctl).

@@ -43,6 +43,7 @@ pub(super) fn validate(loc: Locator<'_>, raw: RawSite) -> Result<SiteConfig> {
     let work = v.work(raw.work)?;
     let dns = v.dns(raw.dns)?;
     let tcp = v.tcp(raw.tcp)?;
+    let tls = v.tls(raw.tls.as_ref(), &listeners)?;
     let admin = v.admin(raw.admin)?;
     Ok(SiteConfig {
         path: loc.path.to_owned(),
@@ -54,6 +55,7 @@ pub(super) fn validate(loc: Locator<'_>, raw: RawSite) -> Result<SiteConfig> {
         work,
         dns,
         tcp,
+        tls,
         admin,
         media,
         servers,
@@ -343,7 +345,7 @@ impl Validator<'_> {
             return Err(self.err(
                 r.transports.span(),
                 format!("listener[{i}].transports"),
-                "needs at least one of \"udp\", \"tcp\"",
+                "needs at least one of \"udp\", \"tcp\", \"tls\"",
             ));
         }
         let mode = match r.mode.get_ref().as_str() {
