@@ -408,3 +408,27 @@ fn stalled_handshakes_are_cut_and_garbage_does_not_hurt() {
         (gate.metric("sipgate_tcp_connections") == 0.0).then_some(())
     });
 }
+
+/// Without a signal: a renewed pair is picked up when the files change
+/// (`reload_poll_ms`), from the next handshake on.
+#[test]
+fn certificate_reloads_when_its_files_change() {
+    let site = Site::new((41, 5), 200);
+    let gate = site.gate();
+    let cert_a = std::fs::read_to_string(site.path("gate-cert.pem")).unwrap();
+    assert_eq!(
+        peer::connect(site.sip(), &site.ca.pem).peer_cert(),
+        peer::der(&cert_a)
+    );
+    let (cert_b, key_b) = site.ca.issue(&ip(site.net, 1).to_string());
+    // Written aside and renamed in, as a certificate manager does.
+    std::fs::write(site.path("new-key.pem"), &key_b).unwrap();
+    std::fs::write(site.path("new-cert.pem"), &cert_b).unwrap();
+    std::fs::rename(site.path("new-key.pem"), site.path("gate-key.pem")).unwrap();
+    std::fs::rename(site.path("new-cert.pem"), site.path("gate-cert.pem")).unwrap();
+    wait_for("the new certificate served", T, || {
+        let c = peer::connect(site.sip(), &site.ca.pem);
+        (c.peer_cert() == peer::der(&cert_b)).then_some(())
+    });
+    assert!(gate.metric(r#"sipgate_tls_reloads_total{result="ok"}"#) >= 1.0);
+}

@@ -48,6 +48,7 @@ mod nat;
 mod responses;
 mod rfc_edges;
 mod security;
+mod tls;
 mod transactions;
 mod work_bindings;
 mod work_calls;
