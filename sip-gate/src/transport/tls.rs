@@ -94,7 +94,8 @@ impl TlsSide {
     }
 
     /// The server side of a handshake on an accepted connection, within the
-    /// handshake deadline.
+    /// handshake deadline. Failures are logged at debug only: a flood of
+    /// them would fill the log, and the metric counts every one.
     pub(crate) async fn accept(
         &self,
         tcp: TcpStream,
@@ -106,12 +107,12 @@ impl TlsSide {
                 Some(s)
             }
             Ok(Err(e)) => {
-                tracing::info!(%peer, error = %e, "TLS handshake failed");
+                tracing::debug!(%peer, error = %e, "TLS handshake failed");
                 m::tls_handshake("server", "error");
                 None
             }
             Err(_) => {
-                tracing::info!(%peer, timeout_ms = self.handshake_timeout.as_millis() as u64, "TLS handshake not finished in time: closed");
+                tracing::debug!(%peer, timeout_ms = self.handshake_timeout.as_millis() as u64, "TLS handshake not finished in time: closed");
                 m::tls_handshake("server", "timeout");
                 None
             }
