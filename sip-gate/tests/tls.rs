@@ -37,6 +37,11 @@ struct Site {
 
 impl Site {
     fn new(net: (u8, u8), reload_poll_ms: u32) -> Site {
+        Site::with(net, reload_poll_ms, "")
+    }
+
+    /// [`Site::new`] with `extra` TOML (sections) at the end.
+    fn with(net: (u8, u8), reload_poll_ms: u32, extra: &str) -> Site {
         let dir = tempfile::tempdir().unwrap();
         let ca = Ca::new(dir.path(), "site");
         let (cert, key) = ca.issue(&ip(net, 1).to_string());
@@ -72,7 +77,7 @@ transports = ["udp", "tls"]
 mode = "balance"
 pool = "sg"
 leg = "subscriber"
-"#,
+{extra}"#,
             n = net.1,
             sg = SocketAddr::new(ip(net, 11), 5060),
             gate = SocketAddr::new(ip(net, 1), 5061),
@@ -348,11 +353,13 @@ fn certificate_reloads_on_sighup_without_dropping_connections() {
 }
 
 /// Clients that open a connection and never finish the handshake are cut
-/// at `handshake_timeout_ms` (counted); garbage instead of a ClientHello
-/// closes the connection; the gate serves TLS after both.
+/// at `handshake_timeout_ms` (counted) and, meanwhile, hold slots of the
+/// bounded connection table (R-OV-1: one more is refused at once); garbage
+/// instead of a ClientHello closes the connection; the gate serves TLS
+/// after both.
 #[test]
-fn stalled_handshakes_are_cut_and_garbage_does_not_hurt() {
-    let site = Site::new((41, 4), 1000);
+fn r_ov_1_stalled_handshakes_are_bounded_and_cut_and_garbage_does_not_hurt() {
+    let site = Site::with((41, 4), 1000, "[tcp]\nmax_connections = 3\n");
     let mut gate = site.gate();
     let stalled: Vec<TcpStream> = (0..3)
         .map(|_| {
@@ -362,6 +369,19 @@ fn stalled_handshakes_are_cut_and_garbage_does_not_hurt() {
         })
         .collect();
     let start = Instant::now();
+    wait_for("three slots taken", T, || {
+        (gate.metric("sipgate_tcp_connections") == 3.0).then_some(())
+    });
+    // The table is full: the next one is closed at once, not at the deadline.
+    let mut over = TcpStream::connect(site.sip()).unwrap();
+    over.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut b = [0u8; 16];
+    assert!(matches!(over.read(&mut b), Ok(0) | Err(_)));
+    assert_eq!(
+        gate.metric(r#"sipgate_dropped_total{reason="tcp_connection_limit"}"#),
+        1.0
+    );
     for mut s in stalled {
         let mut b = [0u8; 16];
         // Closed by the gate: end of stream (or a reset), not our timeout.
