@@ -1,6 +1,7 @@
 //! Sockets: UDP receive workers, TCP accept and connect, and the table of
-//! open TCP connections. Everything here moves bytes; what to send where is
-//! the core's business ([`crate::proxy::Core::handle`]).
+//! open TCP connections (TLS ones included: `tls.rs` adds the handshakes).
+//! Everything here moves bytes; what to send where is the core's business
+//! ([`crate::proxy::Core::handle`]).
 //!
 //! UDP is served by plain OS threads doing blocking `recvfrom`/`sendto` on
 //! one shared socket, like Kamailio's UDP workers: the kernel hands each
