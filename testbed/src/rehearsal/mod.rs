@@ -4,12 +4,15 @@
 //! SCENARIO.toml` is this module behind a command line.
 
 pub mod chart;
+pub mod load;
 pub mod media;
 pub mod play;
 pub mod report;
 pub mod sample;
 pub mod scenario;
 pub mod verdict;
+mod verdict_calls;
+mod verdict_media;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;

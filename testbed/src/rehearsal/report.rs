@@ -52,8 +52,11 @@ pub struct Calls {
     pub finished: u64,
     /// Of those, not ended normally (a failed BYE, re-INVITE, timeout).
     pub established_failed: u64,
-    /// Refused with 503.
+    /// Refused with 503 (by every gate tried, when failing over).
     pub refused: u64,
+    /// Calls a gate refused (503) or left unanswered that the caller sent
+    /// to another gate.
+    pub retried: u64,
     /// SIPp's failed calls (including those never answered).
     pub sipp_failed: u64,
     /// SIPp's failures by reason (`MaxUDPRetrans`, `UnexpectedMessage`,
@@ -190,8 +193,8 @@ impl Report {
         let c = &self.calls;
         let _ = writeln!(
             m,
-            "\nCalls: {} attempted, {} established, {} finished, {} established and failed, {} refused (503), {} failed in SIPp's count. Active-Passive handovers: {}.\n",
-            c.attempted, c.established, c.finished, c.established_failed, c.refused, c.sipp_failed, self.handovers
+            "\nCalls: {} attempted, {} established, {} finished, {} established and failed, {} refused (503), {} sent to another gate after a 503 or no answer, {} failed in SIPp's count. Active-Passive handovers: {}.\n",
+            c.attempted, c.established, c.finished, c.established_failed, c.refused, c.retried, c.sipp_failed, self.handovers
         );
         let md = &c.media;
         if md.offered > 0 {
@@ -355,6 +358,7 @@ struct Outcome {
     up: BTreeMap<String, f64>,
     ended: BTreeMap<String, f64>,
     refused: Vec<f64>,
+    retried: BTreeSet<String>,
 }
 
 fn outcomes(played: &Played) -> Outcome {
@@ -362,6 +366,7 @@ fn outcomes(played: &Played) -> Outcome {
         up: BTreeMap::new(),
         ended: BTreeMap::new(),
         refused: Vec::new(),
+        retried: BTreeSet::new(),
     };
     for l in &played.loads {
         for (t, ev, call) in &l.events {
@@ -373,6 +378,9 @@ fn outcomes(played: &Played) -> Outcome {
                     o.ended.insert(call.clone(), *t);
                 }
                 CallEvent::Refused => o.refused.push(*t),
+                CallEvent::Retry => {
+                    o.retried.insert(call.clone());
+                }
                 CallEvent::RegUp | CallEvent::RegEnd | CallEvent::RegRefused => {}
             }
         }
@@ -430,6 +438,7 @@ fn calls(played: &Played) -> Calls {
         established: o.up.len() as u64,
         finished: o.up.keys().filter(|k| o.ended.contains_key(*k)).count() as u64,
         refused: o.refused.len() as u64,
+        retried: o.retried.len() as u64,
         ..Calls::default()
     };
     c.established_failed = c.established - c.finished;

@@ -39,6 +39,16 @@ pub struct Sample {
     pub gates_draining: BTreeMap<String, usize>,
     /// The servers media-ctl had in its drain zone (its `/v1/status`).
     pub mg_drain_zone: Vec<String>,
+    /// How each mg/bgmg took new calls (`normal`, `ramping_down`, `out`,
+    /// `queued_for_drain`, `pinned`, `closed`, ...: media-ctl's `assign`).
+    pub mg_assign: BTreeMap<String, String>,
+    /// Calls media-ctl tracked on each mg/bgmg.
+    pub mg_calls: BTreeMap<String, u64>,
+    /// Per bgmg, whether media-ctl reported it stoppable (R-BG-2, R-BG-3).
+    pub bgmg_stoppable: BTreeMap<String, bool>,
+    /// Gates that said their view of the store was stale
+    /// (`ringsync_store_stale 1`, R-MN-2).
+    pub gates_stale: usize,
 }
 
 /// Cumulative counters over restarts of the node that reports them.
@@ -91,6 +101,12 @@ impl Recorder {
                 continue;
             };
             s.gates_up += 1;
+            if text
+                .lines()
+                .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["ringsync_store_stale", "1"])
+            {
+                s.gates_stale += 1;
+            }
             for id in draining(&text) {
                 *s.gates_draining.entry(id.to_owned()).or_default() += 1;
             }
@@ -108,6 +124,12 @@ impl Recorder {
         if let Some(st) = http::get_json::<media_ctl::Status>(self.media, "/v1/status") {
             s.mg_drain_zone = st.drain_zone;
             for i in st.instances {
+                s.mg_assign
+                    .insert(i.id.clone(), i.assign.as_str().to_owned());
+                s.mg_calls.insert(i.id.clone(), i.calls);
+                if let Some(stop) = i.stoppable {
+                    s.bgmg_stoppable.insert(i.id.clone(), stop);
+                }
                 s.mg_weight.insert(i.id.clone(), i.weight);
                 s.mg_new_calls.insert(i.id, i.new_calls);
             }

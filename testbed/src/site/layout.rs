@@ -8,7 +8,7 @@
 //! |---|---|
 //! | `.1`–`.4` | gate nodes (SIP 5060 subscribers, 5070 providers, 5080 inside; admin 9091) |
 //! | `.8` | media-ctl (ng 2223, admin 9092) |
-//! | `.9` | SIPp callers (UAC) |
+//! | `.9` | SIPp callers (UAC); `.10` the callers of a single-instance esg account |
 //! | `.11`–`.13` | etcd members |
 //! | `.20`+ | sg, `.40`+ esg, `.60`+ mg, `.80`+ bgmg (one per server, `a`, `b`, ...) |
 
@@ -52,6 +52,9 @@ pub struct Layout {
     pub mg_drain_window_s: u32,
     /// `timers.retry_after_s`.
     pub retry_after_s: u32,
+    /// Seconds a gate sent SIGTERM keeps serving its transactions before it
+    /// exits regardless (`sip-gate --drain-deadline-s`, R-GW-1).
+    pub gate_deadline_s: u32,
 }
 
 /// A service of the layout's instances.
@@ -136,6 +139,12 @@ impl Layout {
         if self.gates == 0 || self.gates > MAX_GATES {
             return Err(format!("gates = {}: 1 to {MAX_GATES}", self.gates));
         }
+        if !(1..=60).contains(&self.gate_deadline_s) {
+            return Err(format!(
+                "gate_deadline_s = {}: 1 to 60",
+                self.gate_deadline_s
+            ));
+        }
         if self.net[0] != 127 {
             return Err(format!("net {:?}: must be in 127.0.0.0/8", self.net));
         }
@@ -205,6 +214,13 @@ impl Layout {
         self.ip(9)
     }
 
+    /// The address of the callers of the single-instance esg account
+    /// (`rehearsal-single`, home `esg-a`, R-ESG-5): the gate tells the
+    /// accounts apart by source address.
+    pub fn single_caller_ip(&self) -> IpAddr {
+        self.ip(10)
+    }
+
     /// etcd members' addresses.
     pub fn etcd_ips(&self) -> [IpAddr; 3] {
         [11, 12, 13].map(|h| self.ip(h))
@@ -236,6 +252,11 @@ impl Layout {
                 t,
                 "\n[[account]]\nname = \"rehearsal-carrier\"\nmulti_instance = true\nmatch = {{ source = [\"{}/32\"] }}",
                 self.caller_ip()
+            );
+            let _ = writeln!(
+                t,
+                "\n[[account]]\nname = \"rehearsal-single\"\nmulti_instance = false\nhome = \"esg-a\"\nmatch = {{ source = [\"{}/32\"] }}",
+                self.single_caller_ip()
             );
         }
         self.listeners(k, &mut t);
@@ -301,6 +322,7 @@ mod tests {
             store: StoreKind::Embedded,
             mg_drain_window_s: 10,
             retry_after_s: 5,
+            gate_deadline_s: 20,
         }
     }
 

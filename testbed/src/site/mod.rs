@@ -79,6 +79,12 @@ impl SiteBuilder {
         self.layout.mg_drain_window_s = s;
         self
     }
+    /// Seconds a gate sent SIGTERM serves its transactions before it exits
+    /// regardless (default 20; R-GW-1).
+    pub fn gate_deadline_s(mut self, s: u32) -> Self {
+        self.layout.gate_deadline_s = s;
+        self
+    }
     /// The run's `/24`, `127.A.B` (default: one derived from the process id).
     pub fn net(mut self, net: [u8; 3]) -> Self {
         self.layout.net = net;
@@ -174,6 +180,7 @@ impl Site {
                 store: StoreKind::Embedded,
                 mg_drain_window_s: 10,
                 retry_after_s: 5,
+                gate_deadline_s: 20,
             },
             dir: None,
             bins: None,
@@ -226,6 +233,7 @@ impl Site {
                 &format!("gate-{k}"),
                 file,
                 self.layout.gate_admin(k),
+                self.layout.gate_deadline_s,
             )?;
             g.start()?;
             self.gates.push(g);

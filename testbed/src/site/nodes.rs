@@ -97,10 +97,17 @@ pub struct GateNode {
     dir: PathBuf,
     proc: Option<Proc>,
     runs: u32,
+    deadline_s: u32,
 }
 
 impl GateNode {
-    pub(crate) fn new(bins: &BinDir, name: &str, config: &Path, admin: SocketAddr) -> Result<Self> {
+    pub(crate) fn new(
+        bins: &BinDir,
+        name: &str,
+        config: &Path,
+        admin: SocketAddr,
+        deadline_s: u32,
+    ) -> Result<Self> {
         Ok(GateNode {
             name: name.into(),
             admin,
@@ -109,6 +116,7 @@ impl GateNode {
             dir: config.parent().map(Path::to_path_buf).unwrap_or_default(),
             proc: None,
             runs: 0,
+            deadline_s,
         })
     }
 
@@ -122,7 +130,7 @@ impl GateNode {
             .arg("--node")
             .arg(&self.name)
             .arg("--drain-deadline-s")
-            .arg("20")
+            .arg(self.deadline_s.to_string())
             .arg("--work-snapshot")
             .arg(self.dir.join(format!("{}.work.json", self.name)));
         let label = format!("{}.run{}", self.name, self.runs);
@@ -191,6 +199,11 @@ impl GateNode {
         self.start()?;
         seen.back = Some(t0.elapsed().as_secs_f64());
         Ok(seen)
+    }
+
+    /// Seconds it serves its transactions after a SIGTERM (R-GW-1).
+    pub fn deadline_s(&self) -> u32 {
+        self.deadline_s
     }
 
     /// Stops the node (SIGTERM, then SIGKILL after `grace`).
