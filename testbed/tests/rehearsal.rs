@@ -215,13 +215,26 @@ fn a_missing_binary_and_a_bad_scenario_are_clear_errors() {
 }
 
 #[test]
-fn the_shipped_example_scenario_checks() {
-    let example = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../docs/examples/rehearsal/sg-drain.toml"
-    );
-    let o = testbed(&["check", example]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+fn every_shipped_example_scenario_checks() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/examples/rehearsal");
+    let mut n = 0;
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_none_or(|x| x != "toml") {
+            continue;
+        }
+        let o = testbed(&["check", p.to_str().unwrap()]);
+        assert!(
+            o.status.success(),
+            "{}: {}",
+            p.display(),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        n += 1;
+    }
+    // sg, esg, mg, bgmg, every instance, gate rolling restart, etcd outage.
+    assert!(n >= 7, "{n} examples");
+    let o = testbed(&["check", &format!("{dir}/sg-drain.toml")]);
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(
         out.contains("activate maint-a (srv-a)") && out.contains("deactivate maint-a"),
