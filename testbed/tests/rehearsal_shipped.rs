@@ -169,3 +169,21 @@ fn r_mn_2_etcd_outage_under_load_is_fail_static() {
     assert_eq!(stale(6.0, 12.5), 1);
     assert!(detail(&r, "R-MN-2").contains("every gate said stale: yes"));
 }
+
+#[test]
+fn r_ap_2_active_passive_groups_hand_over_one_per_pace_and_go_home() {
+    let r = run("ap-pacing");
+    no_call_failed(&r);
+    // Three groups away from srv-a and back home: six leader changes the
+    // agents confirmed, every group led from home at the end (R-AP-3).
+    assert_eq!(r["handovers"], 6, "{}", detail(&r, "R-AP-2"));
+    let last = r["samples"].as_array().unwrap().last().unwrap();
+    for g in 1..=3 {
+        assert_eq!(
+            last["ap_leader"][format!("ap-{g}")],
+            format!("ap{g}-a"),
+            "{last}"
+        );
+    }
+    assert!(detail(&r, "R-AP-2").contains("(pace 3 s)"));
+}

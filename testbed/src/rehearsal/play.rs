@@ -76,7 +76,14 @@ pub fn play(
         .unwrap_or_default()
         .as_secs_f64();
     let admins = site.gates().iter().map(|g| g.admin).collect();
-    let rec = Arc::new(Mutex::new(Recorder::new(admins, site.media_admin(), start)));
+    let ap = (site.layout().ap_groups > 0)
+        .then(|| (site.bins().clone(), site.site_file().to_path_buf()));
+    let rec = Arc::new(Mutex::new(Recorder::new(
+        admins,
+        site.media_admin(),
+        ap,
+        start,
+    )));
     let sampling = Arc::new(AtomicBool::new(false));
     let sampler = sample::spawn(rec.clone(), sampling.clone(), quiet);
 

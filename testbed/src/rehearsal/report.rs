@@ -131,7 +131,8 @@ pub struct Report {
     pub calls: Calls,
     /// Registration totals (`register` loads).
     pub registrations: Registrations,
-    /// Active-Passive handovers done (none on a site without AP groups).
+    /// Active-Passive leader changes the groups' services confirmed
+    /// (handovers and takeovers home; none on a site without AP groups).
     pub handovers: u64,
     /// Gate stops (`sigterm_gate`, `restart_gate`) as seen from outside.
     pub gate_stops: Vec<super::play::GateStop>,
@@ -161,7 +162,7 @@ impl Report {
             phases,
             calls,
             registrations: registrations(played),
-            handovers: 0,
+            handovers: super::verdict_ap::handovers_done(played),
             gate_stops: played.gate_stops.clone(),
             verdicts,
             charts: Vec::new(),

@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 use ringsync::work::{WorkReport, WORK_PATH};
 use serde::Serialize;
 
-use crate::site::http;
+use std::path::PathBuf;
+
+use crate::site::{http, ringsync, BinDir};
 
 /// The site at one moment.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -49,6 +51,13 @@ pub struct Sample {
     /// Gates that said their view of the store was stale
     /// (`ringsync_store_stale 1`, R-MN-2).
     pub gates_stale: usize,
+    /// Per Active-Passive group, the member its service confirmed leads
+    /// (`ringsync handover status`).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub ap_leader: BTreeMap<String, String>,
+    /// When the planner last published a move (Unix ms).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ap_last_move_ms: Option<u64>,
 }
 
 /// Cumulative counters over restarts of the node that reports them.
@@ -71,6 +80,7 @@ impl Counters {
 pub struct Recorder {
     gates: Vec<SocketAddr>,
     media: SocketAddr,
+    ap: Option<(BinDir, PathBuf)>,
     start: Instant,
     new_work: Counters,
     refusals: Counters,
@@ -78,11 +88,18 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    /// A recorder of these nodes, its clock started now.
-    pub fn new(gates: Vec<SocketAddr>, media: SocketAddr, start: Instant) -> Recorder {
+    /// A recorder of these nodes, its clock started now; with `ap` (the
+    /// binaries and the site file) it also reads the handover status.
+    pub fn new(
+        gates: Vec<SocketAddr>,
+        media: SocketAddr,
+        ap: Option<(BinDir, PathBuf)>,
+        start: Instant,
+    ) -> Recorder {
         Recorder {
             gates,
             media,
+            ap,
             start,
             new_work: Counters::default(),
             refusals: Counters::default(),
@@ -132,6 +149,18 @@ impl Recorder {
                 }
                 s.mg_weight.insert(i.id.clone(), i.weight);
                 s.mg_new_calls.insert(i.id, i.new_calls);
+            }
+        }
+        if let Some((bins, site)) = &self.ap {
+            if let Ok(h) = ringsync(bins, site, &["handover", "status"]) {
+                s.ap_last_move_ms = h["planner"]["last_move_ms"].as_u64();
+                for g in h["groups"].as_array().into_iter().flatten() {
+                    if let (Some(name), Some(leader)) =
+                        (g["group"].as_str(), g["confirmed"].as_str())
+                    {
+                        s.ap_leader.insert(name.to_owned(), leader.to_owned());
+                    }
+                }
             }
         }
         s.new_work = self.new_work.total.clone();

@@ -11,7 +11,7 @@ use crate::{Error, Result};
 /// Rules a scenario may ask a verdict on.
 pub const RULES: &[&str] = &[
     "R-SG-4", "R-ESG-4", "R-GW-2", "R-AA-1", "R-AA-3", "R-AA-4", "R-MG-1", "R-MG-3", "R-MG-4",
-    "R-GW-1", "R-ESG-1", "R-ESG-3", "R-ESG-5", "R-BG-1", "R-BG-3", "R-MN-2",
+    "R-GW-1", "R-ESG-1", "R-ESG-3", "R-ESG-5", "R-BG-1", "R-BG-3", "R-MN-2", "R-AP-2",
 ];
 
 /// The longest a scenario may run, and the highest load rate, so every run
@@ -65,6 +65,10 @@ pub struct SiteSpec {
     /// Seconds a gate sent SIGTERM serves its transactions before it exits
     /// regardless (R-GW-1).
     pub gate_deadline_s: u32,
+    /// Active-Passive groups (a member on every server, homed on srv-a).
+    pub ap_groups: usize,
+    /// Seconds between two Active-Passive leader moves (R-AP-2).
+    pub ap_pace_s: u32,
     /// `127.A.B` of the run's /24, e.g. `"127.60.1"` (default: from the pid).
     pub net: Option<String>,
 }
@@ -80,6 +84,8 @@ impl Default for SiteSpec {
             store: StoreKind::Embedded,
             mg_drain_window_s: 10,
             gate_deadline_s: 20,
+            ap_groups: 0,
+            ap_pace_s: 60,
             net: None,
         }
     }
@@ -267,6 +273,8 @@ impl Scenario {
             .store(s.store)
             .mg_drain_window_s(s.mg_drain_window_s)
             .gate_deadline_s(s.gate_deadline_s)
+            .ap_groups(s.ap_groups)
+            .ap_pace_s(s.ap_pace_s)
             .lifetime(std::time::Duration::from_secs_f64(self.end_s() + 60.0));
         if let Some(net) = &s.net {
             b = b.net(parse_net(net).ok_or_else(|| Error::Scenario {

@@ -78,6 +78,7 @@ pub fn judge(rule: &str, layout: &Layout, played: &Played, calls: &Calls) -> Ver
         "R-ESG-5" => super::verdict_calls::esg_single_account(layout, played),
         "R-MN-2" => super::verdict_calls::store_outage(layout, played),
         "R-MG-3" => super::verdict_media::last_mg(layout, played),
+        "R-AP-2" => super::verdict_ap::paced(layout, played),
         "R-BG-1" => super::verdict_media::bgmg_never_drained(layout, played),
         "R-BG-3" => super::verdict_media::bgmg_closes(layout, played),
         other => (false, format!("no verdict is defined for {other}")),

@@ -268,6 +268,34 @@ impl MediaNode {
     }
 }
 
+// === Active-Passive: the planner and the agents ===
+
+/// `ringsync serve` (the handover planner, on `admin.bind`) and one
+/// `ringsync agent` per group member standing in for the service; returns
+/// once the planner answers.
+pub(crate) fn start_ap(bins: &BinDir, site: &Path, l: &super::Layout) -> Result<Vec<Proc>> {
+    let dir = site.parent().unwrap_or(Path::new("."));
+    let program = bins.program("ringsync")?;
+    let mut cmd = Command::new(&program);
+    cmd.arg("--config").arg(site).arg("serve");
+    let mut serve = spawn(cmd, "ringsync-serve", dir)?;
+    let addr = l.serve_addr();
+    wait_until(&mut serve, addr, Duration::from_secs(15), || {
+        super::http::get(addr, "/healthz").is_some()
+    })?;
+    let mut out = vec![serve];
+    for (group, members) in l.ap_groups() {
+        for (member, _) in members {
+            let mut cmd = Command::new(&program);
+            cmd.arg("--config")
+                .arg(site)
+                .args(["agent", "--group", &group, "--member", &member]);
+            out.push(spawn(cmd, &format!("agent-{member}"), dir)?);
+        }
+    }
+    Ok(out)
+}
+
 // === the ringsync CLI ===
 
 /// Runs `ringsync --config SITE --json ARGS`; its JSON output, or an error
