@@ -25,6 +25,10 @@ pub const UAC_SCENARIO: &str = "uac_rehearsal_call";
 pub const UAC_FAILOVER: &str = "uac_rehearsal_call_failover";
 /// The SIPp scenario of a `load` step of registrations.
 pub const UAC_REGISTER: &str = "uac_rehearsal_register";
+/// The SIPp scenario of a `load` step of subscriptions.
+pub const UAC_SUBSCRIBE: &str = "uac_rehearsal_subscribe";
+/// The SIPp scenario of a `load` step of OPTIONS.
+pub const UAC_OPTIONS: &str = "uac_rehearsal_options";
 
 /// What a caller logged about one call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -44,6 +48,16 @@ pub enum CallEvent {
     RegEnd,
     /// 503 to a first REGISTER.
     RegRefused,
+    /// 200 to a first SUBSCRIBE.
+    SubUp,
+    /// The subscription removed (200 and NOTIFY terminated).
+    SubEnd,
+    /// 503 to a first SUBSCRIBE.
+    SubRefused,
+    /// 200 to an OPTIONS.
+    OptOk,
+    /// 503 to an OPTIONS.
+    OptRefused,
 }
 
 /// One load's caller: its SIPp report and per-call events.
@@ -57,8 +71,8 @@ pub struct LoadRun {
     pub account: AccountKind,
     /// SIPp's counters (`None` if it could not be read).
     pub report: Option<SippReport>,
-    /// Registrations, not calls.
-    pub register: bool,
+    /// What its "calls" are.
+    pub kind: LoadKind,
     /// The ng caller beside it (calls only).
     pub media: Option<MediaCalls>,
     /// `(t, event, call-id)` from its log.
@@ -73,7 +87,7 @@ pub(super) struct Caller {
     label: String,
     listener: String,
     account: AccountKind,
-    register: bool,
+    kind: LoadKind,
     media: Option<(Arc<AtomicBool>, std::thread::JoinHandle<MediaCalls>)>,
     log: PathBuf,
     handle: SippHandle,
@@ -124,6 +138,8 @@ pub(super) fn start(
         let log = out.join(format!("caller-{}-gate-{k}.log", callers.len()));
         let xml = match (kind, failover) {
             (LoadKind::Register, _) => UAC_REGISTER,
+            (LoadKind::Subscribe, _) => UAC_SUBSCRIBE,
+            (LoadKind::Options, _) => UAC_OPTIONS,
             (LoadKind::Call, true) => UAC_FAILOVER,
             (LoadKind::Call, false) => UAC_SCENARIO,
         };
@@ -165,7 +181,7 @@ pub(super) fn start(
             label,
             listener: listener.clone(),
             account: *account,
-            register: *kind == LoadKind::Register,
+            kind: *kind,
             media,
             log,
             handle,
@@ -173,6 +189,13 @@ pub(super) fn start(
         });
     }
     Ok(())
+}
+
+impl LoadRun {
+    /// A load of calls (INVITE dialogs with media).
+    pub fn is_call(&self) -> bool {
+        self.kind == LoadKind::Call
+    }
 }
 
 /// Waits for every caller (or stops it, when the run was interrupted) and
@@ -195,7 +218,7 @@ pub(super) fn finish(callers: Vec<Caller>, epoch0: f64, interrupted: bool) -> Ve
                 label: c.label,
                 listener: c.listener,
                 account: c.account,
-                register: c.register,
+                kind: c.kind,
                 media,
                 report,
                 events: parse_events(&text, epoch0),
@@ -219,6 +242,11 @@ pub(super) fn parse_events(text: &str, epoch0: f64) -> Vec<(f64, CallEvent, Stri
                 "regup" => CallEvent::RegUp,
                 "regend" => CallEvent::RegEnd,
                 "regrefused" => CallEvent::RegRefused,
+                "subup" => CallEvent::SubUp,
+                "subend" => CallEvent::SubEnd,
+                "subrefused" => CallEvent::SubRefused,
+                "optok" => CallEvent::OptOk,
+                "optrefused" => CallEvent::OptRefused,
                 _ => return None,
             };
             let call = w.next()?.to_owned();

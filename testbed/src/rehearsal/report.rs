@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use super::play::{CallEvent, Played};
 use super::sample::Sample;
-use super::scenario::{Action, Scenario};
+use super::scenario::{Action, LoadKind, Scenario};
 use super::verdict::{self, Verdict};
 use crate::site::Layout;
 
@@ -86,11 +86,69 @@ pub struct Registrations {
     pub sipp_failed: u64,
 }
 
+/// Totals over the run's `subscribe` or `options` loads.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Requests {
+    /// Sent (SIPp `TotalCallCreated`).
+    pub attempted: u64,
+    /// Answered 200 (the first SUBSCRIBE; the OPTIONS).
+    pub ok: u64,
+    /// Of those, ended normally (a subscription refreshed and removed; an
+    /// OPTIONS is done with its 200).
+    pub ended: u64,
+    /// Answered and not ended normally.
+    pub failed: u64,
+    /// Refused with 503.
+    pub refused: u64,
+    /// SIPp's failed ones (including those never answered).
+    pub sipp_failed: u64,
+}
+
+impl Requests {
+    fn line(&self, what: &str) -> String {
+        format!(
+            "{what}: {} sent, {} answered 200, {} ended normally, {} answered and failed, {} refused (503), {} failed in SIPp's count.\n",
+            self.attempted, self.ok, self.ended, self.failed, self.refused, self.sipp_failed
+        )
+    }
+}
+
+/// Totals of the loads of `kind` from their logs and reports.
+fn requests(played: &Played, kind: LoadKind) -> Requests {
+    let (up_ev, end_ev, refused_ev) = match kind {
+        LoadKind::Subscribe => (CallEvent::SubUp, CallEvent::SubEnd, CallEvent::SubRefused),
+        _ => (CallEvent::OptOk, CallEvent::OptOk, CallEvent::OptRefused),
+    };
+    let (mut up, mut end) = (BTreeSet::new(), BTreeSet::new());
+    let mut r = Requests::default();
+    for l in played.loads.iter().filter(|l| l.kind == kind) {
+        for (_, ev, id) in &l.events {
+            if *ev == up_ev {
+                up.insert(id.clone());
+            }
+            if *ev == end_ev {
+                end.insert(id.clone());
+            }
+            if *ev == refused_ev {
+                r.refused += 1;
+            }
+        }
+        if let Some(s) = &l.report {
+            r.attempted += s.created;
+            r.sipp_failed += s.failed;
+        }
+    }
+    r.ok = up.len() as u64;
+    r.ended = up.intersection(&end).count() as u64;
+    r.failed = r.ok - r.ended;
+    r
+}
+
 /// Registration totals from the `register` loads' logs and reports.
 fn registrations(played: &Played) -> Registrations {
     let (mut up, mut end) = (BTreeSet::new(), BTreeSet::new());
     let mut r = Registrations::default();
-    for l in played.loads.iter().filter(|l| l.register) {
+    for l in played.loads.iter().filter(|l| l.kind == LoadKind::Register) {
         for (_, ev, id) in &l.events {
             match ev {
                 CallEvent::RegUp => {
@@ -131,6 +189,10 @@ pub struct Report {
     pub calls: Calls,
     /// Registration totals (`register` loads).
     pub registrations: Registrations,
+    /// Subscription totals (`subscribe` loads).
+    pub subscriptions: Requests,
+    /// OPTIONS totals (`options` loads).
+    pub options: Requests,
     /// Active-Passive leader changes the groups' services confirmed
     /// (handovers and takeovers home; none on a site without AP groups).
     pub handovers: u64,
@@ -162,6 +224,8 @@ impl Report {
             phases,
             calls,
             registrations: registrations(played),
+            subscriptions: requests(played, LoadKind::Subscribe),
+            options: requests(played, LoadKind::Options),
             handovers: super::verdict_ap::handovers_done(played),
             gate_stops: played.gate_stops.clone(),
             verdicts,
@@ -212,6 +276,12 @@ impl Report {
                 "Registrations: {} attempted, {} registered, {} refreshed and removed, {} registered and failed, {} refused (503), {} failed in SIPp's count.\n",
                 r.attempted, r.registered, r.removed, r.failed, r.refused, r.sipp_failed
             );
+        }
+        if self.subscriptions.attempted > 0 {
+            let _ = writeln!(m, "{}", self.subscriptions.line("Subscriptions"));
+        }
+        if self.options.attempted > 0 {
+            let _ = writeln!(m, "{}", self.options.line("OPTIONS"));
         }
         if !c.failures.is_empty() {
             let why: Vec<String> = c.failures.iter().map(|(k, n)| format!("{k} {n}")).collect();
@@ -382,7 +452,7 @@ fn outcomes(played: &Played) -> Outcome {
                 CallEvent::Retry => {
                     o.retried.insert(call.clone());
                 }
-                CallEvent::RegUp | CallEvent::RegEnd | CallEvent::RegRefused => {}
+                _ => {}
             }
         }
     }
@@ -443,7 +513,7 @@ fn calls(played: &Played) -> Calls {
         ..Calls::default()
     };
     c.established_failed = c.established - c.finished;
-    for l in played.loads.iter().filter(|l| !l.register) {
+    for l in played.loads.iter().filter(|l| l.is_call()) {
         if let Some(m) = l.media {
             c.media = c.media.plus(m);
         }

@@ -175,6 +175,11 @@ pub enum LoadKind {
     /// A registration, refreshed after the hold time and removed
     /// (`uac_rehearsal_register`).
     Register,
+    /// A presence subscription: SUBSCRIBE and its NOTIFY, refreshed after
+    /// the hold time and removed (`uac_rehearsal_subscribe`).
+    Subscribe,
+    /// An out-of-dialog OPTIONS (`uac_rehearsal_options`).
+    Options,
 }
 
 /// Which esg account a load's calls belong to: the gate tells them apart
@@ -206,8 +211,18 @@ impl Action {
                 kind: LoadKind::Call,
                 ..
             } => format!("load {rate}/s {listener}"),
-            Action::Load { rate, listener, .. } => {
-                format!("load {rate} registrations/s {listener}")
+            Action::Load {
+                rate,
+                listener,
+                kind,
+                ..
+            } => {
+                let what = match kind {
+                    LoadKind::Register => "registrations",
+                    LoadKind::Subscribe => "subscriptions",
+                    _ => "OPTIONS",
+                };
+                format!("load {rate} {what}/s {listener}")
             }
             Action::Activate { profile, servers } => {
                 format!("activate {profile} ({})", servers.join(", "))

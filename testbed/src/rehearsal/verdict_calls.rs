@@ -61,7 +61,7 @@ fn drain_span(l: &Layout, p: &Played, w: &Window, end: f64) -> Option<(Vec<Strin
 }
 
 fn multi_provider(x: &LoadRun) -> bool {
-    !x.register && x.listener == "providers" && x.account == AccountKind::Multi
+    x.is_call() && x.listener == "providers" && x.account == AccountKind::Multi
 }
 
 /// R-ESG-1, R-ESG-2: on the provider leg, a multi-instance account's new
@@ -106,8 +106,8 @@ pub fn esg_inside_leg(l: &Layout, p: &Played) -> (bool, String) {
                 format!("the gates never all showed {} draining its esg", w.profile),
             );
         };
-        let inside = |x: &LoadRun| !x.register && x.listener == "inside";
-        let single = |x: &LoadRun| !x.register && x.account == AccountKind::Single;
+        let inside = |x: &LoadRun| x.is_call() && x.listener == "inside";
+        let single = |x: &LoadRun| x.is_call() && x.account == AccountKind::Single;
         let by = answered_by(l, p, inside, from, to);
         let served: u64 = by.values().sum();
         let refused = refused_in(p, inside, from, to);
@@ -142,7 +142,7 @@ fn refused_in(p: &Played, keep: impl Fn(&LoadRun) -> bool, from: f64, to: f64) -
 /// R-ESG-5: every call of the single-instance account goes to its home
 /// esg (`esg-a`), drain or not.
 pub fn esg_single_account(l: &Layout, p: &Played) -> (bool, String) {
-    let single = |x: &LoadRun| !x.register && x.account == AccountKind::Single;
+    let single = |x: &LoadRun| x.is_call() && x.account == AccountKind::Single;
     let all = answered_by(l, p, single, 0.0, f64::MAX);
     let total: u64 = all.values().sum();
     if total == 0 {
@@ -213,7 +213,7 @@ pub fn all_draining(l: &Layout, p: &Played) -> (bool, String) {
                     .all(|i| s.gates_draining.get(i).copied().unwrap_or(0) == l.gates)
         };
         for (from, to) in spans(&p.samples, every) {
-            let by = answered_by(l, p, |x| !x.register, from, to);
+            let by = answered_by(l, p, |x| x.is_call(), from, to);
             let served: u64 = by.values().sum();
             let refused = refused_in(p, |_| true, from, to);
             parts.push((
@@ -260,7 +260,7 @@ pub fn store_outage(l: &Layout, p: &Played) -> (bool, String) {
             let views: Vec<_> = inside.iter().map(|s| &s.gates_draining).collect();
             let static_view = views.windows(2).all(|w| w[0] == w[1]);
             let fresh_after = p.samples.iter().any(|s| s.t >= to && s.gates_up == l.gates && s.gates_stale == 0);
-            let by = answered_by(l, p, |x| !x.register, from, to);
+            let by = answered_by(l, p, |x| x.is_call(), from, to);
             let served: u64 = by.values().sum();
             let failed = failed_established(p, from, to);
             (
@@ -288,7 +288,7 @@ fn yes(b: bool) -> &'static str {
 /// Calls established in `[from, to)` that did not end normally.
 fn failed_established(p: &Played, from: f64, to: f64) -> u64 {
     let mut n = 0;
-    for load in p.loads.iter().filter(|x| !x.register) {
+    for load in p.loads.iter().filter(|x| x.is_call()) {
         let ended: std::collections::BTreeSet<&String> = load
             .events
             .iter()
