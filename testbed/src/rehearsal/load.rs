@@ -125,60 +125,18 @@ pub(super) fn start(
         if share == 0 {
             continue;
         }
-        let to = |g: usize| -> Result<SocketAddr> {
-            l.gate_listener(g % l.gates, listener)
-                .ok_or(Error::Command {
-                    command: action.label(),
-                    message: format!("no listener {listener}"),
-                })
-        };
-        let calls = (f64::from(share) * duration_s).ceil() as u64;
         let bound = Duration::from_secs_f64(duration_s + hold_s + 20.0);
-        let label = format!("{} via gate-{k}", action.label());
         let log = out.join(format!("caller-{}-gate-{k}.log", callers.len()));
-        let xml = match (kind, failover) {
-            (LoadKind::Register, _) => UAC_REGISTER,
-            (LoadKind::Subscribe, _) => UAC_SUBSCRIBE,
-            (LoadKind::Options, _) => UAC_OPTIONS,
-            (LoadKind::Call, true) => UAC_FAILOVER,
-            (LoadKind::Call, false) => UAC_SCENARIO,
-        };
-        let from = match account {
-            AccountKind::Multi => l.caller_ip(),
-            AccountKind::Single => l.single_caller_ip(),
-        };
-        let mut sipp = Sipp::new(SippScenario::repo(xml))
-            .local_ip(from)
-            .remote(to(*k)?)
-            .transport(Transport::Udp)
-            .calls(calls)
-            .rate(share)
-            .duration(Duration::from_secs_f64(*hold_s))
+        let handle = sipp(site, action, *k, share, failover, &log)?
             .timeout(bound)
-            .arg("-trace_logs")
-            .arg("-log_file")
-            .arg(&log);
-        if failover {
-            // The next gates, in order, wrapping round.
-            for (i, name) in [(1, "gate2"), (2, "gate3")] {
-                let next = to(k + i)?;
-                sipp = sipp
-                    .arg("-key")
-                    .arg(format!("{name}_ip"))
-                    .arg(next.ip().to_string())
-                    .arg("-key")
-                    .arg(format!("{name}_port"))
-                    .arg(next.port().to_string());
-            }
-        }
-        let handle = sipp.spawn()?;
+            .spawn()?;
         let media = (*kind == LoadKind::Call).then(|| {
             let done = Arc::new(AtomicBool::new(false));
             let t = media::follow(log.clone(), l.media_ng(), done.clone());
             (done, t)
         });
         callers.push(Caller {
-            label,
+            label: format!("{} via gate-{k}", action.label()),
             listener: listener.clone(),
             account: *account,
             kind: *kind,
@@ -189,6 +147,75 @@ pub(super) fn start(
         });
     }
     Ok(())
+}
+
+/// The SIPp caller of a load's `share` through gate `k`, logging to `log`;
+/// with `failover`, the next gates are given as its alternatives.
+fn sipp(
+    site: &Site,
+    action: &Action,
+    k: usize,
+    share: u32,
+    failover: bool,
+    log: &Path,
+) -> Result<Sipp> {
+    let Action::Load {
+        duration_s,
+        hold_s,
+        listener,
+        kind,
+        account,
+        ..
+    } = action
+    else {
+        return Err(Error::Command {
+            command: action.label(),
+            message: "not a load".into(),
+        });
+    };
+    let l = site.layout();
+    let to = |g: usize| -> Result<SocketAddr> {
+        l.gate_listener(g % l.gates, listener)
+            .ok_or(Error::Command {
+                command: action.label(),
+                message: format!("no listener {listener}"),
+            })
+    };
+    let xml = match (kind, failover) {
+        (LoadKind::Register, _) => UAC_REGISTER,
+        (LoadKind::Subscribe, _) => UAC_SUBSCRIBE,
+        (LoadKind::Options, _) => UAC_OPTIONS,
+        (LoadKind::Call, true) => UAC_FAILOVER,
+        (LoadKind::Call, false) => UAC_SCENARIO,
+    };
+    let from = match account {
+        AccountKind::Multi => l.caller_ip(),
+        AccountKind::Single => l.single_caller_ip(),
+    };
+    let mut sipp = Sipp::new(SippScenario::repo(xml))
+        .local_ip(from)
+        .remote(to(k)?)
+        .transport(Transport::Udp)
+        .calls((f64::from(share) * duration_s).ceil() as u64)
+        .rate(share)
+        .duration(Duration::from_secs_f64(*hold_s))
+        .arg("-trace_logs")
+        .arg("-log_file")
+        .arg(log);
+    if failover {
+        // The next gates, in order, wrapping round.
+        for (i, name) in [(1, "gate2"), (2, "gate3")] {
+            let next = to(k + i)?;
+            sipp = sipp
+                .arg("-key")
+                .arg(format!("{name}_ip"))
+                .arg(next.ip().to_string())
+                .arg("-key")
+                .arg(format!("{name}_port"))
+                .arg(next.port().to_string());
+        }
+    }
+    Ok(sipp)
 }
 
 impl LoadRun {

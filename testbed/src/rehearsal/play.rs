@@ -75,15 +75,7 @@ pub fn play(
         .duration_since(SystemTime::UNIX_EPOCH)
         .unwrap_or_default()
         .as_secs_f64();
-    let admins = site.gates().iter().map(|g| g.admin).collect();
-    let ap = (site.layout().ap_groups > 0)
-        .then(|| (site.bins().clone(), site.site_file().to_path_buf()));
-    let rec = Arc::new(Mutex::new(Recorder::new(
-        admins,
-        site.media_admin(),
-        ap,
-        start,
-    )));
+    let rec = Arc::new(Mutex::new(recorder(site, start)));
     let sampling = Arc::new(AtomicBool::new(false));
     let sampler = sample::spawn(rec.clone(), sampling.clone(), quiet);
 
@@ -138,17 +130,8 @@ pub fn play(
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    let watch_s = f64::from(site.layout().gate_deadline_s) + STOP_WATCH_SLACK_S;
-    // A gate sent SIGTERM is watched to its exit (or its deadline), so
-    // R-GW-1 is judged on the whole stop, however short the timeline.
-    while !interrupted
-        && !stop.load(Ordering::Relaxed)
-        && stops.iter().any(|s| {
-            !s.restart && s.seen.exited.is_none() && start.elapsed().as_secs_f64() - s.t <= watch_s
-        })
-    {
-        watch_stops(site, &mut stops, start.elapsed().as_secs_f64());
-        std::thread::sleep(Duration::from_millis(50));
+    if !interrupted {
+        watch_to_exit(site, &mut stops, start, stop);
     }
     let loads = load::finish(callers, epoch0, interrupted);
     sampling.store(true, Ordering::Relaxed);
@@ -164,6 +147,29 @@ pub fn play(
         loads,
         gate_stops: stops,
     })
+}
+
+/// The site's sampler: every gate, media-ctl, and the handover status when
+/// the site has Active-Passive groups.
+fn recorder(site: &Site, start: Instant) -> Recorder {
+    let admins = site.gates().iter().map(|g| g.admin).collect();
+    let ap = (site.layout().ap_groups > 0)
+        .then(|| (site.bins().clone(), site.site_file().to_path_buf()));
+    Recorder::new(admins, site.media_admin(), ap, start)
+}
+
+/// A gate sent SIGTERM is watched to its exit (or its deadline), so R-GW-1
+/// is judged on the whole stop, however short the timeline.
+fn watch_to_exit(site: &mut Site, stops: &mut [GateStop], start: Instant, stop: &AtomicBool) {
+    let watch_s = f64::from(site.layout().gate_deadline_s) + STOP_WATCH_SLACK_S;
+    while !stop.load(Ordering::Relaxed)
+        && stops.iter().any(|s| {
+            !s.restart && s.seen.exited.is_none() && start.elapsed().as_secs_f64() - s.t <= watch_s
+        })
+    {
+        watch_stops(site, stops, start.elapsed().as_secs_f64());
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// One look at every `sigterm_gate` node still watched: `/readyz` failing
