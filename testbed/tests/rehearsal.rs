@@ -171,6 +171,10 @@ fn a_failed_verdict_is_a_non_zero_exit() {
         "name = \"no-load\"\nrules = [\"R-SG-4\"]\nend_s = 1\n[site]\nsg = 1\nmg = 1\nnet = \"127.94.2\"\n",
     );
     let out = dir.path().join("out");
+    // What an earlier run into the same directory left (its embedded
+    // store, here unreadable) is not this run's: it starts from nothing.
+    std::fs::create_dir_all(out.join("site")).unwrap();
+    std::fs::write(out.join("site/profiles.json"), "not json").unwrap();
     let o = testbed(&["run", &file, "--quiet", "--out", out.to_str().unwrap()]);
     assert_eq!(
         o.status.code(),

@@ -127,6 +127,9 @@ pub(super) fn start(
         }
         let bound = Duration::from_secs_f64(duration_s + hold_s + 20.0);
         let log = out.join(format!("caller-{}-gate-{k}.log", callers.len()));
+        // The ng caller follows this file from its start: none of an
+        // earlier run's lines.
+        let _ = std::fs::remove_file(&log);
         let handle = sipp(site, action, *k, share, failover, &log)?
             .timeout(bound)
             .spawn()?;
