@@ -456,5 +456,15 @@ servers = ["srv-a"]
         assert!(e.contains("etcd"), "{e}");
         let e = parse(&format!("{base}[[step]]\nat_s = 1\ndo = \"explode\"\n")).unwrap_err();
         assert!(e.contains("explode"), "{e}");
+        // The single-instance account is an esg account.
+        let e = parse(&format!(
+            "{base}[[step]]\nat_s = 0\ndo = \"load\"\naccount = \"single\"\nrate = 1\nduration_s = 1\nhold_s = 1\n"
+        ))
+        .unwrap_err();
+        assert!(e.contains("esg account"), "{e}");
+        let e = parse("name = \"t\"\n[site]\nsg = 2\ngate_deadline_s = 0\n").unwrap_err();
+        assert!(e.contains("gate_deadline_s = 0"), "{e}");
+        let e = parse("name = \"t\"\n[site]\nsg = 1\nmg = 0\nap_groups = 2\n").unwrap_err();
+        assert!(e.contains("two servers"), "{e}");
     }
 }

@@ -413,6 +413,11 @@ mod tests {
                 .unwrap_or_else(|e| panic!("{e}\n{text}"));
             assert_eq!(c.instances.len(), 11 + 2 * 3);
             assert!(text.contains("home = \"ap1-a\""), "{text}");
+            assert_eq!(c.ap_groups.len(), 2);
+            // The two esg accounts, told apart by the callers' address.
+            assert_eq!(c.accounts.len(), 2);
+            assert!(c.accounts[0].multi_instance);
+            assert_eq!(c.accounts[1].home.as_deref(), Some("esg-a"));
             assert_eq!(
                 c.listener("subscribers").unwrap().bind,
                 l.gate_listener(k, "subscribers").unwrap()
