@@ -8,10 +8,16 @@ use crate::site::Layout;
 /// Leader changes the groups' services confirmed, over the run: each is a
 /// handover (or a takeover home) done.
 pub fn handovers_done(p: &Played) -> u64 {
+    // Against the last leader seen per group, so a sample in which the
+    // status could not be read hides no change.
+    let mut last: std::collections::BTreeMap<&str, &str> = Default::default();
     let mut n = 0;
-    for w in p.samples.windows(2) {
-        for (g, leader) in &w[1].ap_leader {
-            if w[0].ap_leader.get(g).is_some_and(|before| before != leader) {
+    for s in &p.samples {
+        for (g, leader) in &s.ap_leader {
+            if last
+                .insert(g, leader)
+                .is_some_and(|before| before != leader)
+            {
                 n += 1;
             }
         }
@@ -50,4 +56,35 @@ pub fn paced(l: &Layout, p: &Played) -> (bool, String) {
             moves.len()
         ),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rehearsal::sample::Sample;
+
+    fn at(leaders: &[(&str, &str)]) -> Sample {
+        let mut s = Sample::default();
+        for (g, l) in leaders {
+            s.ap_leader.insert((*g).into(), (*l).into());
+        }
+        s
+    }
+
+    #[test]
+    fn leader_changes_are_counted_across_a_sample_without_status() {
+        let p = Played {
+            marks: Vec::new(),
+            samples: vec![
+                at(&[("ap-1", "ap1-a"), ("ap-2", "ap2-a")]),
+                at(&[]),
+                at(&[("ap-1", "ap1-b"), ("ap-2", "ap2-a")]),
+                at(&[("ap-1", "ap1-b"), ("ap-2", "ap2-b")]),
+                at(&[("ap-1", "ap1-a"), ("ap-2", "ap2-b")]),
+            ],
+            loads: Vec::new(),
+            gate_stops: Vec::new(),
+        };
+        assert_eq!(handovers_done(&p), 3);
+    }
 }
