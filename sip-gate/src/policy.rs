@@ -136,7 +136,7 @@ impl Policy {
     /// The esg account a request belongs to, on a listener's leg: on the
     /// provider leg by source network or the From host; inside, by the
     /// Request-URI host (where the call goes).
-    fn account(&self, leg: Leg, msg: &SipMessage, source: IpAddr) -> Option<usize> {
+    pub(crate) fn account(&self, leg: Leg, msg: &SipMessage, source: IpAddr) -> Option<usize> {
         let host_of = |b: Option<&[u8]>| b.and_then(SipUri::parse).map(|u| u.host.to_vec());
         let host = match leg {
             Leg::Provider => host_of(msg.from_uri()),

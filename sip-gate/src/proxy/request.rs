@@ -15,7 +15,7 @@ use crate::reply::Reply;
 use crate::txn::Inbound;
 use crate::uri::SipUri;
 
-use super::{Action, Core};
+use super::{Action, Core, Received};
 
 /// Max-Forwards a proxy adds when the request has none (RFC 3261 16.6 step 3).
 pub(super) const DEFAULT_MAX_FORWARDS: u32 = 70;
@@ -64,6 +64,8 @@ pub(super) struct Request<'a> {
     pub(super) now: Instant,
     /// Handed back after a DNS lookup (see [`Core::resolved`]).
     pub(super) resumed: bool,
+    /// Read by a UDP worker that is behind (R-OV-1).
+    pub(super) behind: bool,
 }
 
 impl<'a> Request<'a> {
@@ -97,7 +99,7 @@ impl Core {
         listener: &'a ListenerCtx,
         msg: &'a SipMessage,
         view: &DrainView,
-        (now, resumed): (Instant, bool),
+        (now, how): (Instant, Received),
     ) -> Result<Request<'a>, Action> {
         let method = msg.method().unwrap_or(Method::Other);
         let mname = m::method_label(method);
@@ -157,7 +159,8 @@ impl Core {
             from_instance: None,
             to_tag: msg.to_tag().is_some(),
             now,
-            resumed,
+            resumed: how == Received::Resumed,
+            behind: how == Received::Behind,
         };
         self.strict_route(&mut req, view);
         self.own_routes(&mut req, view);
