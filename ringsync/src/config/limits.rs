@@ -55,9 +55,11 @@ pub struct OverloadConfig {
     /// The `Retry-After` seconds of every overload 503. Default 5.
     pub retry_after_s: u32,
     /// New dialogs per second from one source address (R-OV-2); configured
-    /// instances are exempt. Default 20 (ten times a busy PBX's 2 calls/s).
+    /// instances are exempt. Default 50: ten times the 5 a second of a busy
+    /// source (an office of a hundred phones behind one NAT address, its
+    /// calls, registrations and subscriptions together).
     pub per_source_rate: u32,
-    /// New dialogs one source may send at once. Default 40.
+    /// New dialogs one source may send at once. Default 100.
     pub per_source_burst: u32,
     /// New dialogs per second of one esg account (R-OV-2). Default 200 (ten
     /// times a trunk's 20 calls/s).
@@ -82,8 +84,8 @@ impl Default for OverloadConfig {
             udp_rcvbuf_bytes: 4 << 20,
             max_transactions: 1 << 20,
             retry_after_s: 5,
-            per_source_rate: 20,
-            per_source_burst: 40,
+            per_source_rate: 50,
+            per_source_burst: 100,
             per_account_rate: 200,
             per_account_burst: 400,
             max_sources: 65_536,

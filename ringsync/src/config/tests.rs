@@ -402,7 +402,7 @@ fn overload_section_defaults_values_and_errors() {
     let c = load(GOOD).unwrap();
     assert_eq!(c.overload, OverloadConfig::default());
     let d = &c.overload;
-    assert_eq!((d.per_source_rate, d.per_source_burst), (20, 40));
+    assert_eq!((d.per_source_rate, d.per_source_burst), (50, 100));
     assert_eq!((d.per_account_rate, d.per_account_burst), (200, 400));
     assert_eq!((d.max_sources, d.max_transactions), (65_536, 1 << 20));
     assert_eq!(d.action, LimitAction::Reject);
