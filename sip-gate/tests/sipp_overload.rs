@@ -244,3 +244,82 @@ fn r_ov_1_a_flood_at_five_times_capacity_is_refused_while_calls_up_complete_and_
         "R-OV-1 flood: {refused} refused / {up} admitted; normal load {n_up} up / {n_refused} refused; RSS {rss_idle} -> {rss_peak} KiB"
     );
 }
+
+/// A new INVITE from `sock`, sent as bytes: the test times exactly when it
+/// is sent (while the gate is stopped).
+fn raw_invite(sock: &std::net::UdpSocket, to: SocketAddr, n: u32) {
+    let me = sock.local_addr().unwrap();
+    let text = format!(
+        "INVITE sip:bob@{to} SIP/2.0\r\nVia: SIP/2.0/UDP {me};branch=z9hG4bK-stall-{n};rport\r\nFrom: <sip:alice@{me}>;tag=stall-{n}\r\nTo: <sip:bob@{to}>\r\nCall-ID: stall-{n}@{me}\r\nCSeq: 1 INVITE\r\nContact: <sip:alice@{me}>\r\nMax-Forwards: 70\r\nContent-Length: 0\r\n\r\n"
+    );
+    sock.send_to(text.as_bytes(), to).unwrap();
+}
+
+#[test]
+fn r_ov_1_new_dialogs_that_waited_past_the_deadline_get_503_while_queued_in_dialog_requests_pass() {
+    let net = (31, 3);
+    let (dir, site, listener, admin) =
+        site(net, "new_dialog_deadline_ms = 200\nretry_after_s = 4\n");
+    let gate = GateProc::spawn(&site, admin, &[]);
+    gate.wait_ready();
+    let uas = sg(net);
+
+    // 10 calls placed in the first second, each up for 1 s, then a
+    // re-INVITE and a BYE: many of those fall in the stall below.
+    let log = dir.path().join("calls.log");
+    let calls = caller(net, 22, listener, &log)
+        .calls(10)
+        .rate(10)
+        .duration(Duration::from_secs(1))
+        .spawn()
+        .expect("calls start");
+    std::thread::sleep(Duration::from_millis(1300));
+
+    // The gate stalls for 600 ms (SIGSTOP): what arrives meanwhile waits in
+    // its receive queue. Three new INVITEs arrive at the start of it.
+    gate.signal("STOP");
+    let client = std::net::UdpSocket::bind(SocketAddr::new(ip(net, 23), 0)).unwrap();
+    for n in 0..3 {
+        raw_invite(&client, listener, n);
+    }
+    std::thread::sleep(Duration::from_millis(600));
+    gate.signal("CONT");
+
+    // Each INVITE waited past the deadline: 503 with Retry-After.
+    client
+        .set_read_timeout(Some(Duration::from_secs(3)))
+        .unwrap();
+    let mut buf = [0u8; 4096];
+    for _ in 0..3 {
+        let n = client.recv(&mut buf).expect("a response to each INVITE");
+        let text = String::from_utf8_lossy(&buf[..n]).to_string();
+        assert!(text.starts_with("SIP/2.0 503 Overloaded\r\n"), "{text}");
+        assert!(text.contains("\r\nRetry-After: 4\r\n"), "{text}");
+    }
+    // Everything queued with them that was not a new dialog went on: every
+    // call completed its re-INVITE and BYE.
+    let calls = wait(calls, "calls");
+    assert!(calls.all_ok(), "{calls:?}");
+    assert_eq!(outcomes(&log), (0, 10, 10), "{calls:?}");
+    let deadline = metric_sum(
+        &gate,
+        "sipgate_overload_refusals_total",
+        &["rule=\"R-OV-1\"", "limit=\"deadline\""],
+    );
+    assert_eq!(deadline, 3.0);
+
+    // The worker caught up: a new call goes through at once.
+    let after = Sipp::new(Scenario::repo("uac_call"))
+        .local_ip(ip(net, 24))
+        .remote(listener)
+        .transport(Transport::Udp)
+        .calls(1)
+        .duration(Duration::from_millis(100))
+        .timeout(Duration::from_secs(20))
+        .spawn()
+        .expect("uac starts");
+    let after = wait(after, "the call after the stall");
+    assert!(after.all_ok(), "{after:?}");
+    let sg = uas.stop().expect("uas report");
+    assert_eq!((sg.successful, sg.failed), (11, 0), "{sg:?}");
+}
