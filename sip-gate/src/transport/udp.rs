@@ -132,7 +132,7 @@ struct Received {
 }
 
 /// `recvfrom` with the control messages of [`bind_udp`]; `cmsg` is reused.
-fn recv(sock: &UdpSocket, buf: &mut [u8], cmsg: &mut Vec<u8>) -> io::Result<Received> {
+fn recv(sock: &UdpSocket, buf: &mut [u8], cmsg: &mut [u8]) -> io::Result<Received> {
     let mut iov = [IoSliceMut::new(buf)];
     let msg =
         recvmsg::<SockaddrStorage>(sock.as_raw_fd(), &mut iov, Some(cmsg), MsgFlags::empty())?;
