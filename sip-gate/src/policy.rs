@@ -154,6 +154,17 @@ impl Policy {
         })
     }
 
+    /// Whether `source`, on the provider leg, is a peer of an esg account
+    /// by its source network: a trunk, one address carrying the account's
+    /// calls (limited per account, not per source address; R-OV-2).
+    pub(crate) fn trunk(&self, leg: Leg, source: IpAddr) -> bool {
+        leg == Leg::Provider
+            && self
+                .accounts
+                .iter()
+                .any(|a| ringsync::config::in_networks(source, &a.matcher.source))
+    }
+
     /// R-ESG-5: the home esg of a single-instance account, which a balancer
     /// keeps the account's traffic on, drain or not.
     pub(crate) fn home_instance(
