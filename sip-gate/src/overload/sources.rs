@@ -11,6 +11,7 @@
 //! idle for `burst / rate` seconds holds anyway.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasher, Hasher};
 use std::net::IpAddr;
 use std::sync::Mutex;
 use std::time::Instant;
@@ -28,10 +29,54 @@ pub(crate) struct SourceTable {
     shards: [Mutex<Shard>; SHARDS],
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Shard {
-    current: HashMap<IpAddr, Bucket>,
-    previous: HashMap<IpAddr, Bucket>,
+    current: HashMap<IpAddr, Bucket, Keyed>,
+    previous: HashMap<IpAddr, Bucket, Keyed>,
+}
+
+/// The maps' hash: the address bits XORed with a random key, then a full
+/// 64-bit mix (murmur3's finaliser). Far cheaper than SipHash on the path
+/// of every new dialog, and without the key a scanner cannot choose
+/// addresses that collide.
+#[derive(Debug, Clone, Copy)]
+struct Keyed(u64);
+
+impl BuildHasher for Keyed {
+    type Hasher = Mix;
+    fn build_hasher(&self) -> Mix {
+        Mix(self.0)
+    }
+}
+
+/// The state of one [`Keyed`] hash.
+#[derive(Debug)]
+struct Mix(u64);
+
+impl Hasher for Mix {
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut b = [0u8; 8];
+            if let Some(head) = b.get_mut(..chunk.len()) {
+                head.copy_from_slice(chunk);
+            }
+            self.0 = fmix(self.0 ^ u64::from_le_bytes(b));
+        }
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.0 = fmix(self.0 ^ u64::from(n));
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+fn fmix(mut x: u64) -> u64 {
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    x ^ (x >> 33)
 }
 
 impl SourceTable {
@@ -40,7 +85,13 @@ impl SourceTable {
         SourceTable {
             limit,
             half: bound.div_ceil(2 * SHARDS).max(1),
-            shards: std::array::from_fn(|_| Mutex::default()),
+            shards: std::array::from_fn(|_| {
+                let key = Keyed(rand::random());
+                Mutex::new(Shard {
+                    current: HashMap::with_hasher(key),
+                    previous: HashMap::with_hasher(key),
+                })
+            }),
         }
     }
 

@@ -19,8 +19,7 @@ impl Core {
         // Configured instances and esg trunks carry many users' calls from
         // one address: never limited per source (a trunk is limited as its
         // account, and the gate's capacity still applies).
-        let shared =
-            self.origins.instance(peer).is_some() || self.policy.trunk(req.listener.leg, peer.ip());
+        let shared = req.origin.is_some() || self.policy.trunk(req.listener.leg, peer.ip());
         let source = (!shared).then_some(peer.ip());
         let account = if self.overload.limits_accounts() && req.from_instance.is_none() {
             self.policy.account(req.listener.leg, req.msg, peer.ip())

@@ -58,6 +58,9 @@ pub(super) struct Request<'a> {
     /// The configured instance that sent it, when it is one this listener
     /// fronts (such a request goes outward).
     pub(super) from_instance: Option<usize>,
+    /// The configured instance at its source address, fronted or not (not
+    /// limited per source: R-OV-2).
+    pub(super) origin: Option<usize>,
     /// To tag present: inside a dialog.
     pub(super) to_tag: bool,
     /// When it was received.
@@ -157,6 +160,7 @@ impl Core {
             leg_tcp: None,
             flow: None,
             from_instance: None,
+            origin: self.origins.instance(inbound.peer()),
             to_tag: msg.to_tag().is_some(),
             now,
             resumed: how == Received::Resumed,
@@ -227,7 +231,7 @@ impl Core {
     /// instance, e.g. an sg calling out through the esg's inside leg, is a
     /// client here: its new dialogs are new work for the listener's instances.
     fn sender(&self, req: &Request<'_>) -> Option<usize> {
-        let idx = self.origins.instance(req.inbound.peer())?;
+        let idx = req.origin?;
         let service = &self.config.instances.get(idx)?.service;
         req.listener.mode.fronts(idx, service).then_some(idx)
     }
