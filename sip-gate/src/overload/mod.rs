@@ -255,7 +255,10 @@ impl IntakeMeter {
 
     /// `waited`: how long the datagram was queued, when the kernel stamped
     /// it; `drops`: the kernel's drop count delivered with it (the kernel
-    /// sends none while it is 0).
+    /// sends none while it is 0). The count rides on the datagrams queued
+    /// after a drop, so the worker learns of an overflow once it has read
+    /// what was queued before it; refusing new dialogs for one deadline from
+    /// then gives the queue time to drain before the next burst fills it.
     pub(crate) fn behind(
         &mut self,
         waited: Option<Duration>,
