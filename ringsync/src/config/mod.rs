@@ -15,6 +15,7 @@ use ipnet::IpNet;
 mod admin;
 mod ap;
 mod error;
+mod limits;
 mod media;
 mod raw;
 mod types;
@@ -25,6 +26,7 @@ mod tests;
 
 pub use ap::DEFAULT_PRIORITY;
 pub use error::ConfigError;
+pub use limits::{LimitAction, OverloadConfig};
 pub use media::MediaConfig;
 pub use types::{
     Account, AccountMatch, AdminConfig, ApGroup, DnsConfig, DrainPolicy, Exception, HealthConfig,

@@ -536,6 +536,8 @@ pub struct SiteConfig {
     pub dns: DnsConfig,
     /// The gate's TCP connections.
     pub tcp: TcpConfig,
+    /// The gate's overload protection and per-source limits.
+    pub overload: super::OverloadConfig,
     /// Admin endpoints.
     pub admin: AdminConfig,
     /// The mg controller (media-ctl).
