@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::lifecycle::Lifecycle;
-use crate::proxy::{Core, CoreError, TXN_CAPACITY};
+use crate::proxy::{Core, CoreError};
 use crate::transport::{self, BoundListener, TlsReload, TlsSide};
 
 /// How often a stopping gate looks at its transaction table.
@@ -98,7 +98,7 @@ impl Gate {
         let core = Arc::new(Core::build(
             config.clone(),
             drain,
-            TXN_CAPACITY,
+            config.overload.max_transactions,
             lifecycle.clone(),
         )?);
         let tls = match &config.tls {

@@ -32,6 +32,7 @@ mod lifecycle;
 mod listener;
 mod metrics;
 mod origin;
+mod overload;
 mod policy;
 mod proxy;
 mod reply;

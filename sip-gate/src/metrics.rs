@@ -23,6 +23,12 @@ pub(crate) const RESPONSES: &str = "sipgate_responses_total";
 pub(crate) const DROPPED: &str = "sipgate_dropped_total";
 /// Drain refusals (503) by the rule that decided them.
 pub(crate) const DRAIN_REFUSALS: &str = "sipgate_drain_refusals_total";
+/// New dialogs refused or dropped under overload, by `rule` (`R-OV-1`,
+/// `R-OV-2`), `limit` (`deadline`, `capacity`, `transactions`, `source`,
+/// `account`) and `action` (`reject`: 503 with Retry-After; `drop`).
+pub(crate) const OVERLOAD_REFUSALS: &str = "sipgate_overload_refusals_total";
+/// Source addresses in the per-source limit table (R-OV-2).
+pub(crate) const OVERLOAD_SOURCES: &str = "sipgate_overload_sources";
 /// New work (REGISTER, new SUBSCRIBE, new INVITE, out-of-dialog OPTIONS)
 /// forwarded to each instance: a draining instance's counter stops moving.
 pub(crate) const NEW_WORK: &str = "sipgate_new_work_total";
@@ -86,6 +92,14 @@ pub(crate) fn tls_reload(result: &'static str) {
 
 pub(crate) fn dropped(reason: &'static str) {
     metrics::counter!(DROPPED, "reason" => reason).increment(1);
+}
+
+pub(crate) fn dropped_n(reason: &'static str, n: u64) {
+    metrics::counter!(DROPPED, "reason" => reason).increment(n);
+}
+
+pub(crate) fn overload_sources(n: usize) {
+    metrics::gauge!(OVERLOAD_SOURCES).set(n as f64);
 }
 
 pub(crate) fn refused(rule: &'static str) {

@@ -136,7 +136,7 @@ impl Policy {
     /// The esg account a request belongs to, on a listener's leg: on the
     /// provider leg by source network or the From host; inside, by the
     /// Request-URI host (where the call goes).
-    fn account(&self, leg: Leg, msg: &SipMessage, source: IpAddr) -> Option<usize> {
+    pub(crate) fn account(&self, leg: Leg, msg: &SipMessage, source: IpAddr) -> Option<usize> {
         let host_of = |b: Option<&[u8]>| b.and_then(SipUri::parse).map(|u| u.host.to_vec());
         let host = match leg {
             Leg::Provider => host_of(msg.from_uri()),
@@ -152,6 +152,17 @@ impl Policy {
                         .any(|d| d.as_bytes().eq_ignore_ascii_case(h))
                 })
         })
+    }
+
+    /// Whether `source`, on the provider leg, is a peer of an esg account
+    /// by its source network: a trunk, one address carrying the account's
+    /// calls (limited per account, not per source address; R-OV-2).
+    pub(crate) fn trunk(&self, leg: Leg, source: IpAddr) -> bool {
+        leg == Leg::Provider
+            && self
+                .accounts
+                .iter()
+                .any(|a| ringsync::config::in_networks(source, &a.matcher.source))
     }
 
     /// R-ESG-5: the home esg of a single-instance account, which a balancer

@@ -41,6 +41,12 @@ secret = "core-props-secret-0123456789"
 [health]
 interval_ms = 0
 
+# Thousands of cases from a few sources in no time: the R-OV-2 limits and
+# the gate's capacity must not be what answers them.
+[overload]
+per_source_rate = 0
+new_dialogs_per_s = 0
+
 [[server]]
 name = "srv-a"
 [[server]]

@@ -15,6 +15,7 @@ use ipnet::IpNet;
 mod admin;
 mod ap;
 mod error;
+mod limits;
 mod media;
 mod raw;
 mod tls;
@@ -26,6 +27,7 @@ mod tests;
 
 pub use ap::DEFAULT_PRIORITY;
 pub use error::ConfigError;
+pub use limits::{LimitAction, OverloadConfig};
 pub use media::MediaConfig;
 pub use tls::TlsConfig;
 pub use types::{

@@ -35,6 +35,8 @@ pub(super) struct RawSite {
     #[serde(default)]
     pub(super) tls: Option<Spanned<super::tls::RawTls>>,
     #[serde(default)]
+    pub(super) overload: Option<Spanned<super::limits::OverloadConfig>>,
+    #[serde(default)]
     pub(super) admin: AdminConfig,
     #[serde(default)]
     pub(super) media: Option<Spanned<super::media::RawMedia>>,

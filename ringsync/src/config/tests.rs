@@ -396,3 +396,47 @@ fn tcp_section_defaults_values_and_errors() {
         "unknown key"
     );
 }
+
+#[test]
+fn overload_section_defaults_values_and_errors() {
+    let c = load(GOOD).unwrap();
+    assert_eq!(c.overload, OverloadConfig::default());
+    let d = &c.overload;
+    assert_eq!((d.per_source_rate, d.per_source_burst), (50, 100));
+    assert_eq!((d.per_account_rate, d.per_account_burst), (200, 400));
+    assert_eq!((d.max_sources, d.max_transactions), (65_536, 1 << 20));
+    assert_eq!(d.action, LimitAction::Reject);
+    let c = load(&format!(
+        "{GOOD}\n[overload]\nper_source_rate = 5\nper_source_burst = 2\naction = \"drop\"\nnew_dialog_deadline_ms = 50\nnew_dialogs_per_s = 0\nnew_dialogs_burst = 0\n"
+    ))
+    .unwrap();
+    let o = &c.overload;
+    assert_eq!((o.per_source_rate, o.per_source_burst), (5, 2));
+    assert_eq!(o.action, LimitAction::Drop);
+    assert_eq!(
+        o.new_dialog_deadline(),
+        std::time::Duration::from_millis(50)
+    );
+    assert_eq!(o.new_dialogs_per_s, 0, "a rate of 0 turns the limit off");
+    for (bad, field) in [
+        ("max_sources = 0", "overload.max_sources"),
+        ("max_transactions = 0", "overload.max_transactions"),
+        (
+            "new_dialog_deadline_ms = 0",
+            "overload.new_dialog_deadline_ms",
+        ),
+        ("retry_after_s = 0", "overload.retry_after_s"),
+        ("udp_rcvbuf_bytes = 1000", "overload.udp_rcvbuf_bytes"),
+        ("per_source_burst = 0", "overload.per_source_burst"),
+        ("per_account_burst = 0", "overload.per_account_burst"),
+        ("new_dialogs_burst = 0", "overload.new_dialogs_burst"),
+    ] {
+        let e = load(&format!("{GOOD}\n[overload]\n{bad}\n")).unwrap_err();
+        assert_eq!(e.field, field, "{e}");
+        assert!(e.line.is_some(), "{e}");
+    }
+    for bad in ["action = \"ignore\"", "per_source = 3", "max_sources = -1"] {
+        let e = load(&format!("{GOOD}\n[overload]\n{bad}\n")).unwrap_err();
+        assert!(e.line.is_some(), "{bad}: {e}");
+    }
+}

@@ -541,6 +541,8 @@ pub struct SiteConfig {
     pub tcp: TcpConfig,
     /// The gate's TLS certificate and CA (`[tls]`), when given.
     pub tls: Option<super::TlsConfig>,
+    /// The gate's overload protection and per-source limits.
+    pub overload: super::OverloadConfig,
     /// Admin endpoints.
     pub admin: AdminConfig,
     /// The mg controller (media-ctl).

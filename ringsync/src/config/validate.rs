@@ -3,7 +3,8 @@
 //! listeners. The first error found wins; sections are checked in file
 //! order of dependency (site, servers, instances, accounts, Active-Passive
 //! groups, listeners, then store, health and media; `media.rs` checks
-//! `[media]` and the instances' `ng` and `ng_source`).
+//! `[media]` and the instances' `ng` and `ng_source`, `limits.rs`
+//! `[overload]`).
 //!
 //! `ap.rs` checks the Active-Passive groups and their pace in `[timers]`.
 //! `[drain]` and `[admin]` have no cross-field rules: serde's types and
@@ -44,6 +45,7 @@ pub(super) fn validate(loc: Locator<'_>, raw: RawSite) -> Result<SiteConfig> {
     let dns = v.dns(raw.dns)?;
     let tcp = v.tcp(raw.tcp)?;
     let tls = v.tls(raw.tls.as_ref(), &listeners)?;
+    let overload = super::limits::validate(&v, raw.overload)?;
     let admin = v.admin(raw.admin)?;
     Ok(SiteConfig {
         path: loc.path.to_owned(),
@@ -56,6 +58,7 @@ pub(super) fn validate(loc: Locator<'_>, raw: RawSite) -> Result<SiteConfig> {
         dns,
         tcp,
         tls,
+        overload,
         admin,
         media,
         servers,

@@ -46,6 +46,12 @@ bind = "127.0.0.1:5060"
 mode = "balance"
 pool = "sg"
 leg = "subscriber"
+
+# Every call of a run comes from one address at one instant: bursts large
+# enough that none is refused, while the checks still run on every INVITE.
+[overload]
+new_dialogs_burst = 4000000
+per_source_burst = 4000000
 "#;
 
 /// A new INVITE with SDP; `n` makes its branch and Call-ID unique.

@@ -17,8 +17,10 @@
 //! builds the gate's own replies; [`transaction`] runs a request through
 //! these with the transaction table; [`resolved`] parks requests to host
 //! names while the transport resolves them (RFC 3263) and fails over
-//! between targets; [`response`] sends responses back.
+//! between targets; [`response`] sends responses back. [`admit`] applies
+//! the overload limits to new dialogs before routing (R-OV-1, R-OV-2).
 
+mod admit;
 mod answer;
 mod forward;
 mod request;
@@ -46,14 +48,12 @@ use crate::listener::{ListenerCtx, Listeners};
 use crate::message::SipMessage;
 use crate::metrics::{self as m, Forwarded, InstanceGauges};
 use crate::origin::Origins;
+use crate::overload::Overload;
 use crate::policy::Policy;
 use crate::reply::TagKey;
 use crate::token::TokenKey;
 use crate::txn::{ConnId, Inbound, TxnTable};
 use crate::work::{SnapshotError, WorkBook, WorkSnapshot};
-
-/// Bound on remembered transactions (see [`TxnTable`]).
-pub(crate) const TXN_CAPACITY: usize = 1 << 20;
 
 /// Where a message goes out.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -124,6 +124,8 @@ pub struct Core {
     tags: TagKey,
     txns: TxnTable,
     policy: Policy,
+    /// Overload protection and per-source limits (R-OV-1, R-OV-2).
+    overload: Overload,
     work: Arc<WorkBook>,
     health: Arc<HealthBook>,
     dns: DnsCache,
@@ -148,13 +150,15 @@ impl std::fmt::Debug for Core {
 
 impl Core {
     /// Builds the core for a validated site, serving at once (its
-    /// [`Lifecycle`] has nothing to wait for).
+    /// [`Lifecycle`] has nothing to wait for); the transaction table holds
+    /// `[overload] max_transactions`.
     pub fn new(config: Arc<SiteConfig>, drain: Arc<DrainState>) -> Result<Core, CoreError> {
-        Core::with_txn_capacity(config, drain, TXN_CAPACITY)
+        let capacity = config.overload.max_transactions;
+        Core::with_txn_capacity(config, drain, capacity)
     }
 
     /// The same, with a transaction table bounded to `capacity` entries
-    /// (when it is full, new transactions get 503; R-OV-1).
+    /// (when it is full, new transactions get 503 with Retry-After; R-OV-1).
     pub fn with_txn_capacity(
         config: Arc<SiteConfig>,
         drain: Arc<DrainState>,
@@ -195,6 +199,7 @@ impl Core {
             tags: TagKey::new(&config.site.secret),
             txns: TxnTable::new(capacity),
             policy: Policy::new(&config),
+            overload: Overload::new(&config.overload, config.accounts.len(), Instant::now()),
             origins: Origins::new(&config),
             listeners,
             drain,
@@ -217,6 +222,11 @@ impl Core {
     /// How host names are resolved (`[dns]`).
     pub(crate) fn dns_config(&self) -> &ringsync::config::DnsConfig {
         &self.config.dns
+    }
+
+    /// How long a new dialog may wait in a UDP worker's intake (R-OV-1).
+    pub(crate) fn overload_deadline(&self) -> std::time::Duration {
+        self.config.overload.new_dialog_deadline()
     }
 
     /// The TCP connection settings (`[tcp]`).
@@ -278,6 +288,7 @@ impl Core {
         m::transactions(self.txns.len());
         let (open, registered) = self.flow_table.counts(now);
         m::flows(open, registered);
+        m::overload_sources(self.overload.sources());
     }
 
     /// Hands the work counts to the drain state, so it can tell `draining`
@@ -358,13 +369,29 @@ impl Core {
 
     /// Handles one received message.
     pub fn handle(&self, inbound: Inbound, data: Bytes, now: Instant) -> Action {
-        self.handle_as(inbound, data, now, false)
+        self.handle_as(inbound, data, now, Received::Fresh)
     }
 
-    /// [`Core::handle`]; `resumed`: a message handed back after the lookup
-    /// it waited for, which routes on that answer even if its TTL has run
-    /// out meanwhile, and is never parked twice.
-    fn handle_as(&self, inbound: Inbound, data: Bytes, now: Instant, resumed: bool) -> Action {
+    /// [`Core::handle`] for a message its UDP worker read `behind`: past
+    /// the intake deadline, or just after its queue overflowed. If it is a
+    /// new dialog, it gets 503 (R-OV-1); anything else is handled as usual.
+    pub(crate) fn handle_intake(
+        &self,
+        inbound: Inbound,
+        data: Bytes,
+        now: Instant,
+        behind: bool,
+    ) -> Action {
+        let how = if behind {
+            Received::Behind
+        } else {
+            Received::Fresh
+        };
+        self.handle_as(inbound, data, now, how)
+    }
+
+    /// [`Core::handle`], for a message received as `how` says.
+    fn handle_as(&self, inbound: Inbound, data: Bytes, now: Instant, how: Received) -> Action {
         let Some(listener) = self.listeners.get(inbound.listener()) else {
             m::dropped("unknown_listener");
             return Action::None;
@@ -380,11 +407,24 @@ impl Core {
             return self.bad_message(inbound, &msg, e);
         }
         if msg.is_request() {
-            self.request(inbound, listener, &msg, now, resumed)
+            self.request(inbound, listener, &msg, now, how)
         } else {
             self.response(inbound, &msg, now)
         }
     }
+}
+
+/// How a message reached the core.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Received {
+    /// From the network, in time.
+    Fresh,
+    /// From the network, read by a worker that is behind (R-OV-1).
+    Behind,
+    /// Handed back after the lookup it waited for: it routes on that answer
+    /// even if its TTL has run out meanwhile, is never parked twice, and
+    /// was admitted already.
+    Resumed,
 }
 
 /// The span of one transaction: every message of it (request,

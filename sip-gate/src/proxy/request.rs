@@ -15,7 +15,7 @@ use crate::reply::Reply;
 use crate::txn::Inbound;
 use crate::uri::SipUri;
 
-use super::{Action, Core};
+use super::{Action, Core, Received};
 
 /// Max-Forwards a proxy adds when the request has none (RFC 3261 16.6 step 3).
 pub(super) const DEFAULT_MAX_FORWARDS: u32 = 70;
@@ -58,12 +58,17 @@ pub(super) struct Request<'a> {
     /// The configured instance that sent it, when it is one this listener
     /// fronts (such a request goes outward).
     pub(super) from_instance: Option<usize>,
+    /// The configured instance at its source address, fronted or not (not
+    /// limited per source: R-OV-2).
+    pub(super) origin: Option<usize>,
     /// To tag present: inside a dialog.
     pub(super) to_tag: bool,
     /// When it was received.
     pub(super) now: Instant,
     /// Handed back after a DNS lookup (see [`Core::resolved`]).
     pub(super) resumed: bool,
+    /// Read by a UDP worker that is behind (R-OV-1).
+    pub(super) behind: bool,
 }
 
 impl<'a> Request<'a> {
@@ -97,7 +102,7 @@ impl Core {
         listener: &'a ListenerCtx,
         msg: &'a SipMessage,
         view: &DrainView,
-        (now, resumed): (Instant, bool),
+        (now, how): (Instant, Received),
     ) -> Result<Request<'a>, Action> {
         let method = msg.method().unwrap_or(Method::Other);
         let mname = m::method_label(method);
@@ -155,9 +160,11 @@ impl Core {
             leg_tcp: None,
             flow: None,
             from_instance: None,
+            origin: self.origins.instance(inbound.peer()),
             to_tag: msg.to_tag().is_some(),
             now,
-            resumed,
+            resumed: how == Received::Resumed,
+            behind: how == Received::Behind,
         };
         self.strict_route(&mut req, view);
         self.own_routes(&mut req, view);
@@ -224,7 +231,7 @@ impl Core {
     /// instance, e.g. an sg calling out through the esg's inside leg, is a
     /// client here: its new dialogs are new work for the listener's instances.
     fn sender(&self, req: &Request<'_>) -> Option<usize> {
-        let idx = self.origins.instance(req.inbound.peer())?;
+        let idx = req.origin?;
         let service = &self.config.instances.get(idx)?.service;
         req.listener.mode.fronts(idx, service).then_some(idx)
     }

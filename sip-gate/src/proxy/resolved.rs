@@ -57,7 +57,7 @@ impl Core {
         self.dns
             .take_parked(&query)
             .into_iter()
-            .map(|(inbound, data)| self.handle_as(inbound, data, now, true))
+            .map(|(inbound, data)| self.handle_as(inbound, data, now, super::Received::Resumed))
             .collect()
     }
 

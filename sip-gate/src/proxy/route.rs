@@ -35,6 +35,8 @@ pub(super) enum Decision {
     },
     /// The next hop is a host name the DNS cache does not hold yet.
     Resolve(DnsQuery),
+    /// Say nothing; the metrics outcome (R-OV-2 with `action = "drop"`).
+    Drop(&'static str),
 }
 
 impl Decision {
@@ -76,6 +78,10 @@ impl Core {
             {
                 return Decision::Refuse { reply, why: rule };
             }
+        }
+        // R-OV-1, R-OV-2: new dialogs over a limit, before routing them.
+        if let Some(refused) = self.admit_new(req) {
+            return refused;
         }
         if let Some(src) = req.from_instance {
             self.outward(req, src)

@@ -12,12 +12,12 @@ use std::time::Instant;
 use crate::listener::ListenerCtx;
 use crate::message::{Method, SipMessage};
 use crate::metrics as m;
-use crate::reply::Reply;
+use crate::overload::Why;
 use crate::txn::{Hop, Inbound, Insert, TxnEntry};
 
 use super::request::Request;
 use super::route::{creates_dialog, Decision};
-use super::{txn_span, Action, Core};
+use super::{txn_span, Action, Core, Received};
 
 impl Core {
     /// Routes one request.
@@ -27,10 +27,10 @@ impl Core {
         listener: &ListenerCtx,
         msg: &SipMessage,
         now: Instant,
-        resumed: bool,
+        how: Received,
     ) -> Action {
         let view = self.drain.view();
-        let req = match self.check(inbound, listener, msg, &view, (now, resumed)) {
+        let req = match self.check(inbound, listener, msg, &view, (now, how)) {
             Ok(req) => req,
             Err(action) => return action,
         };
@@ -67,13 +67,10 @@ impl Core {
             Insert::New => self.act(&req, decision, &span, now),
             // Another copy of this request won the race: follow its hop.
             Insert::Known(hop) => self.retransmission(&req, hop),
-            Insert::Full => self.reply_to(
-                inbound,
-                msg,
-                &Reply::reason(503, "Overloaded"),
-                req.mname,
-                "overload",
-            ),
+            Insert::Full => {
+                self.overload.refused(Why::Transactions);
+                self.overloaded(&req, Why::Transactions)
+            }
         }
     }
 
@@ -102,6 +99,10 @@ impl Core {
                 self.forward(req, hop, record_route)
             }
             Decision::Resolve(query) => self.park(req, query),
+            Decision::Drop(why) => {
+                m::request(req.mname, why);
+                Action::None
+            }
             Decision::Refuse { reply, why } => {
                 tracing::debug!(why, code = reply.code, "refused");
                 if req.method == Method::Ack {

@@ -42,9 +42,6 @@ use udp::{bind_udp, udp_worker, udp_workers};
 
 /// Largest SIP message accepted on a stream (and the UDP receive buffer).
 pub(crate) const MAX_MESSAGE: usize = 65_535;
-/// Kernel receive buffer asked for on UDP sockets: bursts of a few thousand
-/// datagrams must not be dropped while the workers are busy.
-const UDP_RCVBUF: usize = 4 << 20;
 /// How often a blocked UDP worker wakes to check for shutdown.
 const UDP_POLL: Duration = Duration::from_millis(200);
 /// Messages queued for one TCP connection before new ones are dropped.
@@ -68,6 +65,8 @@ pub(crate) struct BoundListener {
 /// `127.0.0.1:0` and read back where the gate listens.
 pub(crate) async fn bind(mut config: SiteConfig) -> io::Result<(SiteConfig, Vec<BoundListener>)> {
     let mut bound = Vec::new();
+    // Each UDP worker's intake bound (R-OV-1).
+    let rcvbuf = config.overload.udp_rcvbuf_bytes;
     for l in &mut config.listeners {
         let want_udp = l.transports.contains(&Transport::Udp);
         // A TLS listener accepts TCP and shakes hands on it (tls.rs).
@@ -77,7 +76,7 @@ pub(crate) async fn bind(mut config: SiteConfig) -> io::Result<(SiteConfig, Vec<
         let (udp, tcp) = loop {
             attempt += 1;
             let udp = if want_udp {
-                Some(bind_udp(l.bind)?)
+                Some(bind_udp(l.bind, rcvbuf)?)
             } else {
                 None
             };
@@ -126,7 +125,7 @@ pub(crate) async fn bind(mut config: SiteConfig) -> io::Result<(SiteConfig, Vec<
         if let Some(first) = udp {
             sockets.push(Arc::new(first));
             for _ in 1..udp_workers() {
-                sockets.push(Arc::new(bind_udp(actual)?));
+                sockets.push(Arc::new(bind_udp(actual, rcvbuf)?));
             }
         }
         bound.push(BoundListener { udp: sockets, tcp });

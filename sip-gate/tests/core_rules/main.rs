@@ -45,6 +45,7 @@ mod forwarding;
 mod gate_stop;
 mod in_dialog;
 mod nat;
+mod overload;
 mod responses;
 mod rfc_edges;
 mod security;

@@ -73,6 +73,8 @@ pub struct SiteOpts {
     pub jitter: u32,
     /// Lines of the `[work]` section (R-ST-2, R-ST-3).
     pub work: &'static str,
+    /// Lines of the `[overload]` section (R-OV-1, R-OV-2).
+    pub overload: &'static str,
 }
 
 impl Default for SiteOpts {
@@ -85,6 +87,10 @@ impl Default for SiteOpts {
             retry_after: 30,
             jitter: 10,
             work: "",
+            // Tests send hundreds of new dialogs from one address at one
+            // instant: no per-source or per-account limit unless a test
+            // sets one (the `overload` module).
+            overload: "per_source_rate = 0\nper_account_rate = 0\n",
         }
     }
 }
@@ -105,6 +111,9 @@ options_503 = {opt}
 
 [work]
 {work}
+
+[overload]
+{overload}
 
 [health]
 interval_ms = 0
@@ -208,6 +217,7 @@ leg = "inside"
         esgx = o.esg_a_exceptions,
         sgbsrc = o.sg_b_sources,
         work = o.work,
+        overload = o.overload,
     )
 }
 

@@ -40,6 +40,11 @@ impl GateProc {
         GateProc { child, admin, log }
     }
 
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Sends a signal (`TERM`, `INT`).
     pub fn signal(&self, sig: &str) {
         let ok = Command::new("kill")

@@ -1,0 +1,278 @@
+//! Overload protection (R-OV-1) and per-source limits (R-OV-2).
+//!
+//! The intake of a UDP worker is its socket's receive queue: bounded by
+//! `[overload] udp_rcvbuf_bytes`, read in order by the one thread that owns
+//! it. How far behind the worker is shows in how long the datagram it reads
+//! waited there (the kernel's receive timestamp) and in the kernel's count
+//! of datagrams it dropped because the queue was full ([`IntakeMeter`]).
+//!
+//! Only new dialogs are ever refused ([`classify`]): while a worker is
+//! behind, while the gate is above its capacity for new dialogs, or while
+//! their source or account is above its limit, they get a stateless 503
+//! with Retry-After (R-OV-2 may drop them instead). Responses, ACK, CANCEL
+//! and in-dialog requests pass untouched, and the check costs nothing for
+//! them: it runs where the core already knows the method and the To tag.
+
+mod bucket;
+mod sources;
+
+use std::net::IpAddr;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use ringsync::config::{LimitAction, OverloadConfig};
+
+use crate::message::Method;
+use crate::metrics as m;
+
+pub(crate) use bucket::{Bucket, Limit};
+use sources::SourceTable;
+
+/// What a message is to the overload rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Class {
+    /// A response: always handled.
+    Response,
+    /// ACK, CANCEL or a request inside a dialog (To tag): always handled.
+    InDialog,
+    /// Any other request (INVITE, SUBSCRIBE, REGISTER, OPTIONS, MESSAGE
+    /// ... without To tag): new work, the first to be refused.
+    NewDialog,
+}
+
+/// R-OV-1's classification, from what the core has already scanned:
+/// `method` (`None` for a response) and whether the To tag is present.
+pub(crate) fn classify(method: Option<Method>, to_tag: bool) -> Class {
+    match method {
+        None => Class::Response,
+        Some(Method::Ack | Method::Cancel) => Class::InDialog,
+        Some(_) if to_tag => Class::InDialog,
+        Some(_) => Class::NewDialog,
+    }
+}
+
+/// Why a new dialog is refused: the `limit` label of
+/// `sipgate_overload_refusals_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Why {
+    /// R-OV-1: it waited past the deadline in the intake queue, or that
+    /// queue overflowed just now.
+    Deadline,
+    /// R-OV-1: the gate is above its capacity for new dialogs.
+    Capacity,
+    /// R-OV-1: the transaction table is full.
+    Transactions,
+    /// R-OV-2: its source address is above its limit.
+    Source,
+    /// R-OV-2: its esg account is above its limit.
+    Account,
+}
+
+impl Why {
+    const ALL: [Why; 5] = [
+        Why::Deadline,
+        Why::Capacity,
+        Why::Transactions,
+        Why::Source,
+        Why::Account,
+    ];
+
+    pub(crate) fn rule(self) -> &'static str {
+        match self {
+            Why::Deadline | Why::Capacity | Why::Transactions => "R-OV-1",
+            Why::Source | Why::Account => "R-OV-2",
+        }
+    }
+
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Why::Deadline => "deadline",
+            Why::Capacity => "capacity",
+            Why::Transactions => "transactions",
+            Why::Source => "source",
+            Why::Account => "account",
+        }
+    }
+}
+
+/// The verdict on a new dialog.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// Go on routing it.
+    Pass,
+    /// Answer 503 with Retry-After.
+    Reject(Why),
+    /// Say nothing (R-OV-2 with `action = "drop"`).
+    Drop(Why),
+}
+
+/// The limits of one gate, shared by every transport thread.
+#[derive(Debug)]
+pub(crate) struct Overload {
+    retry_after: u32,
+    action: LimitAction,
+    capacity: Limit,
+    gate: Mutex<Bucket>,
+    source_limit: Limit,
+    sources: SourceTable,
+    account_limit: Limit,
+    accounts: Vec<Mutex<Bucket>>,
+    /// `sipgate_overload_refusals_total{rule, limit, action}`, registered
+    /// once: [reject, drop] per [`Why`].
+    refusals: [[metrics::Counter; 2]; 5],
+}
+
+impl Overload {
+    /// The limits of `[overload]`, for a site with `accounts` esg accounts.
+    pub(crate) fn new(c: &OverloadConfig, accounts: usize, now: Instant) -> Overload {
+        let capacity = Limit {
+            rate: c.new_dialogs_per_s,
+            burst: c.new_dialogs_burst,
+        };
+        let account_limit = Limit {
+            rate: c.per_account_rate,
+            burst: c.per_account_burst,
+        };
+        let source_limit = Limit {
+            rate: c.per_source_rate,
+            burst: c.per_source_burst,
+        };
+        Overload {
+            retry_after: c.retry_after_s,
+            action: c.action,
+            capacity,
+            gate: Mutex::new(Bucket::full(capacity, now)),
+            source_limit,
+            sources: SourceTable::new(source_limit, c.max_sources),
+            account_limit,
+            accounts: (0..accounts)
+                .map(|_| Mutex::new(Bucket::full(account_limit, now)))
+                .collect(),
+            refusals: Why::ALL.map(|w| {
+                ["reject", "drop"].map(|action| {
+                    metrics::counter!(m::OVERLOAD_REFUSALS, "rule" => w.rule(), "limit" => w.label(), "action" => action)
+                })
+            }),
+        }
+    }
+
+    /// The Retry-After of every overload 503.
+    pub(crate) fn retry_after(&self) -> u32 {
+        self.retry_after
+    }
+
+    /// Whether the account limit is on (the account lookup is skipped
+    /// when it is not).
+    pub(crate) fn limits_accounts(&self) -> bool {
+        self.account_limit.is_on() && !self.accounts.is_empty()
+    }
+
+    /// Decides on a new dialog. `behind`: its worker read it past the
+    /// deadline; `source`: its address, `None` for a configured instance
+    /// (never limited per source); `account`: the esg account it belongs to.
+    /// The per-source and per-account limits come before the gate's
+    /// capacity, so one flooding source does not use up everyone's share.
+    pub(crate) fn admit(
+        &self,
+        behind: bool,
+        source: Option<IpAddr>,
+        account: Option<usize>,
+        now: Instant,
+    ) -> Verdict {
+        if behind {
+            return self.refuse(Why::Deadline, LimitAction::Reject);
+        }
+        if let Some(ip) = source.filter(|_| self.sources_on()) {
+            if !self.sources.take(ip, now) {
+                return self.refuse(Why::Source, self.action);
+            }
+        }
+        if let Some(b) = account.and_then(|a| self.accounts.get(a)) {
+            if self.account_limit.is_on() && !lock(b).take(self.account_limit, now) {
+                return self.refuse(Why::Account, self.action);
+            }
+        }
+        if self.capacity.is_on() && !lock(&self.gate).take(self.capacity, now) {
+            return self.refuse(Why::Capacity, LimitAction::Reject);
+        }
+        Verdict::Pass
+    }
+
+    /// Counts a refusal that was decided elsewhere (the transaction table
+    /// was full).
+    pub(crate) fn refused(&self, why: Why) {
+        self.count(why, LimitAction::Reject);
+    }
+
+    fn sources_on(&self) -> bool {
+        self.source_limit.is_on()
+    }
+
+    fn refuse(&self, why: Why, action: LimitAction) -> Verdict {
+        self.count(why, action);
+        match action {
+            LimitAction::Reject => Verdict::Reject(why),
+            LimitAction::Drop => Verdict::Drop(why),
+        }
+    }
+
+    fn count(&self, why: Why, action: LimitAction) {
+        let a = usize::from(action == LimitAction::Drop);
+        if let Some(c) = self.refusals.get(why as usize).and_then(|r| r.get(a)) {
+            c.increment(1);
+        }
+    }
+
+    /// Sources in the per-source table.
+    pub(crate) fn sources(&self) -> usize {
+        self.sources.len()
+    }
+}
+
+fn lock(b: &Mutex<Bucket>) -> std::sync::MutexGuard<'_, Bucket> {
+    b.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// One UDP worker's view of its intake queue: whether the datagram it just
+/// read says the worker is behind (R-OV-1).
+#[derive(Debug)]
+pub(crate) struct IntakeMeter {
+    deadline: Duration,
+    /// The kernel's count of datagrams this socket dropped, last seen.
+    drops: u32,
+    /// Behind until then: the queue overflowed.
+    overflowed_until: Option<Instant>,
+}
+
+impl IntakeMeter {
+    pub(crate) fn new(deadline: Duration) -> IntakeMeter {
+        IntakeMeter {
+            deadline,
+            drops: 0,
+            overflowed_until: None,
+        }
+    }
+
+    /// `waited`: how long the datagram was queued, when the kernel stamped
+    /// it; `drops`: the kernel's drop count delivered with it (the kernel
+    /// sends none while it is 0). The count rides on the datagrams queued
+    /// after a drop, so the worker learns of an overflow once it has read
+    /// what was queued before it; refusing new dialogs for one deadline from
+    /// then gives the queue time to drain before the next burst fills it.
+    pub(crate) fn behind(
+        &mut self,
+        waited: Option<Duration>,
+        drops: Option<u32>,
+        now: Instant,
+    ) -> bool {
+        if let Some(d) = drops.filter(|&d| d != self.drops) {
+            m::dropped_n("udp_queue_full", u64::from(d.wrapping_sub(self.drops)));
+            self.drops = d;
+            self.overflowed_until = Some(now + self.deadline);
+        }
+        waited.is_some_and(|w| w > self.deadline) || self.overflowed_until.is_some_and(|t| now < t)
+    }
+}
+
+#[cfg(test)]
+mod tests;

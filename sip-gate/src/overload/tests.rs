@@ -1,0 +1,177 @@
+//! The classifier and the admission order of R-OV-1/R-OV-2.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use proptest::prelude::*;
+use ringsync::config::{LimitAction, OverloadConfig};
+
+use super::*;
+use crate::message::SipMessage;
+
+fn scan(text: &str) -> SipMessage {
+    SipMessage::scan(Bytes::from(text.replace('\n', "\r\n"))).expect("scans")
+}
+
+/// The classifier on a scanned message, as the core calls it.
+fn class_of(msg: &SipMessage) -> Class {
+    classify(msg.method(), msg.to_tag().is_some())
+}
+
+fn request(method: &str, to_tag: Option<&str>) -> String {
+    let tag = to_tag.map(|t| format!(";tag={t}")).unwrap_or_default();
+    format!(
+        "{method} sip:bob@example.com SIP/2.0\nVia: SIP/2.0/UDP 192.0.2.1:5060;branch=z9hG4bK-1\nFrom: <sip:alice@example.com>;tag=a1\nTo: <sip:bob@example.com>{tag}\nCall-ID: c1\nCSeq: 1 {method}\nMax-Forwards: 70\nContent-Length: 0\n\n"
+    )
+}
+
+#[test]
+fn r_ov_1_classifies_new_dialogs_last_and_everything_else_first() {
+    for m in [
+        "INVITE",
+        "SUBSCRIBE",
+        "REGISTER",
+        "OPTIONS",
+        "MESSAGE",
+        "PUBLISH",
+    ] {
+        assert_eq!(class_of(&scan(&request(m, None))), Class::NewDialog, "{m}");
+        assert_eq!(
+            class_of(&scan(&request(m, Some("b2")))),
+            Class::InDialog,
+            "{m}"
+        );
+    }
+    for m in ["BYE", "NOTIFY", "INFO", "UPDATE", "PRACK", "REFER"] {
+        assert_eq!(
+            class_of(&scan(&request(m, Some("b2")))),
+            Class::InDialog,
+            "{m}"
+        );
+    }
+    // CANCEL never has a To tag, and an ACK belongs to its INVITE.
+    assert_eq!(class_of(&scan(&request("CANCEL", None))), Class::InDialog);
+    assert_eq!(class_of(&scan(&request("ACK", None))), Class::InDialog);
+    let response = "SIP/2.0 200 OK\nVia: SIP/2.0/UDP 192.0.2.1:5060;branch=z9hG4bK-1\nFrom: <sip:alice@example.com>;tag=a1\nTo: <sip:bob@example.com>\nCall-ID: c1\nCSeq: 1 INVITE\nContent-Length: 0\n\n";
+    assert_eq!(class_of(&scan(response)), Class::Response);
+}
+
+proptest! {
+    /// R-OV-1: whatever the method, a request with a To tag, an ACK, a
+    /// CANCEL and every response is never the one refused.
+    #[test]
+    fn r_ov_1_only_requests_without_to_tag_are_new_dialogs(
+        method in "[A-Z]{3,10}",
+        tag in proptest::option::of("[a-z0-9]{1,12}"),
+    ) {
+        let msg = scan(&request(&method, tag.as_deref()));
+        let class = class_of(&msg);
+        let new = tag.is_none() && method != "ACK" && method != "CANCEL";
+        prop_assert_eq!(class == Class::NewDialog, new, "{} {:?}", method, tag);
+        let response = format!("SIP/2.0 180 Ringing\nVia: SIP/2.0/UDP 192.0.2.1:5060;branch=z9hG4bK-1\nFrom: <sip:a@x>;tag=a1\nTo: <sip:b@x>\nCall-ID: c1\nCSeq: 1 {method}\nContent-Length: 0\n\n");
+        prop_assert_eq!(class_of(&scan(&response)), Class::Response);
+    }
+}
+
+fn config(f: impl FnOnce(&mut OverloadConfig)) -> OverloadConfig {
+    let mut c = OverloadConfig::default();
+    f(&mut c);
+    c
+}
+
+const A: IpAddr = IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1));
+const B: IpAddr = IpAddr::V4(Ipv4Addr::new(192, 0, 2, 2));
+
+#[test]
+fn r_ov_1_a_worker_behind_refuses_new_dialogs_without_spending_tokens() {
+    let o = Overload::new(&config(|c| c.per_source_burst = 1), 0, Instant::now());
+    let now = Instant::now();
+    assert_eq!(
+        o.admit(true, Some(A), None, now),
+        Verdict::Reject(Why::Deadline)
+    );
+    assert_eq!(o.admit(false, Some(A), None, now), Verdict::Pass);
+}
+
+#[test]
+fn r_ov_1_the_gate_capacity_is_shared_and_refills() {
+    let c = config(|c| {
+        c.new_dialogs_per_s = 10;
+        c.new_dialogs_burst = 2;
+        c.per_source_rate = 0;
+    });
+    let now = Instant::now();
+    let o = Overload::new(&c, 0, now);
+    assert_eq!(o.admit(false, Some(A), None, now), Verdict::Pass);
+    assert_eq!(o.admit(false, Some(B), None, now), Verdict::Pass);
+    assert_eq!(
+        o.admit(false, None, None, now),
+        Verdict::Reject(Why::Capacity)
+    );
+    let later = now + Duration::from_millis(100);
+    assert_eq!(o.admit(false, None, None, later), Verdict::Pass);
+}
+
+#[test]
+fn r_ov_2_one_source_over_its_limit_leaves_the_others_their_share() {
+    let c = config(|c| {
+        c.per_source_rate = 1;
+        c.per_source_burst = 3;
+        c.new_dialogs_per_s = 10;
+        c.new_dialogs_burst = 5;
+    });
+    let now = Instant::now();
+    let o = Overload::new(&c, 0, now);
+    let a: Vec<_> = (0..10)
+        .map(|_| o.admit(false, Some(A), None, now))
+        .collect();
+    assert_eq!(a.iter().filter(|v| **v == Verdict::Pass).count(), 3);
+    assert!(a[3..].iter().all(|v| *v == Verdict::Reject(Why::Source)));
+    // B still gets the gate's remaining capacity: A's refusals took none.
+    assert_eq!(o.admit(false, Some(B), None, now), Verdict::Pass);
+    assert_eq!(o.admit(false, Some(B), None, now), Verdict::Pass);
+    // Instances (no source) are never limited per source.
+    assert_eq!(
+        o.admit(false, None, None, now),
+        Verdict::Reject(Why::Capacity)
+    );
+}
+
+#[test]
+fn r_ov_2_accounts_have_their_own_limit_and_drop_is_silent() {
+    let c = config(|c| {
+        c.per_account_rate = 1;
+        c.per_account_burst = 2;
+        c.action = LimitAction::Drop;
+    });
+    let now = Instant::now();
+    let o = Overload::new(&c, 2, now);
+    assert!(o.limits_accounts());
+    let v: Vec<_> = (0..3)
+        .map(|i| o.admit(false, Some(IpAddr::V4(Ipv4Addr::from(i))), Some(1), now))
+        .collect();
+    assert_eq!(
+        v,
+        [Verdict::Pass, Verdict::Pass, Verdict::Drop(Why::Account)]
+    );
+    assert_eq!(o.admit(false, Some(A), Some(0), now), Verdict::Pass);
+    // The deadline is R-OV-1's: always a 503, never a silent drop.
+    assert_eq!(
+        o.admit(true, Some(A), Some(0), now),
+        Verdict::Reject(Why::Deadline)
+    );
+}
+
+#[test]
+fn r_ov_1_the_intake_meter_is_behind_past_the_deadline_or_after_an_overflow() {
+    let mut m = IntakeMeter::new(Duration::from_millis(200));
+    let t0 = Instant::now();
+    assert!(!m.behind(None, None, t0));
+    assert!(!m.behind(Some(Duration::from_millis(150)), None, t0));
+    assert!(m.behind(Some(Duration::from_millis(250)), None, t0));
+    // The kernel dropped datagrams: behind for one deadline.
+    assert!(m.behind(Some(Duration::ZERO), Some(7), t0));
+    assert!(m.behind(None, Some(7), t0 + Duration::from_millis(100)));
+    assert!(!m.behind(None, Some(7), t0 + Duration::from_millis(201)));
+}

@@ -1,0 +1,57 @@
+//! Overload admission of new dialogs (R-OV-1, R-OV-2), before routing
+//! spends anything on them: see [`crate::overload`].
+
+use crate::overload::{classify, Class, Verdict, Why};
+use crate::reply::Reply;
+
+use super::request::Request;
+use super::route::Decision;
+use super::{Action, Core};
+
+impl Core {
+    /// `None`: `req` is not a new dialog, or it is admitted; else what the
+    /// gate does instead (a 503 with Retry-After, or nothing).
+    pub(super) fn admit_new(&self, req: &Request<'_>) -> Option<Decision> {
+        if classify(Some(req.method), req.to_tag) != Class::NewDialog {
+            return None;
+        }
+        let peer = req.inbound.peer();
+        // Configured instances and esg trunks carry many users' calls from
+        // one address: never limited per source (a trunk is limited as its
+        // account, and the gate's capacity still applies).
+        let shared = req.origin.is_some() || self.policy.trunk(req.listener.leg, peer.ip());
+        let source = (!shared).then_some(peer.ip());
+        let account = if self.overload.limits_accounts() && req.from_instance.is_none() {
+            self.policy.account(req.listener.leg, req.msg, peer.ip())
+        } else {
+            None
+        };
+        match self.overload.admit(req.behind, source, account, req.now) {
+            Verdict::Pass => None,
+            Verdict::Reject(why) => Some(Decision::Refuse {
+                reply: self.overload_reply(why),
+                why: why.rule(),
+            }),
+            Verdict::Drop(why) => Some(Decision::Drop(why.rule())),
+        }
+    }
+
+    /// The 503 of an overload refusal (already counted).
+    pub(super) fn overloaded(&self, req: &Request<'_>, why: Why) -> Action {
+        let reply = self.overload_reply(why);
+        self.reply_to(req.inbound, req.msg, &reply, req.mname, why.rule())
+    }
+
+    fn overload_reply(&self, why: Why) -> Reply<'static> {
+        let reason = match why {
+            Why::Source | Why::Account => "Rate Limited",
+            Why::Deadline | Why::Capacity | Why::Transactions => "Overloaded",
+        };
+        Reply {
+            code: 503,
+            reason: Some(reason),
+            retry_after: Some(self.overload.retry_after()),
+            extra: &[],
+        }
+    }
+}
