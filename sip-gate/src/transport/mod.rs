@@ -33,7 +33,9 @@ use crate::metrics as m;
 use crate::proxy::{Action, Core, Out};
 use crate::txn::{ConnId, Inbound};
 
+mod read_timer;
 mod udp;
+use read_timer::{Expired, ReadTimer};
 use udp::{bind_udp, udp_worker, udp_workers};
 
 /// Largest SIP message accepted on a stream (and the UDP receive buffer).
@@ -443,10 +445,12 @@ async fn connection(
     };
     let reader_net = net.clone();
     let reader_stop = stop.clone();
-    let idle = reader_net.core.tcp_config().idle();
+    let tcp = reader_net.core.tcp_config();
+    let mut timer = ReadTimer::new(tcp.idle(), tcp.frame());
     let reader = async move {
         let mut buf = BytesMut::with_capacity(16 * 1024);
         loop {
+            let mut consumed = false;
             // Frame everything already buffered before reading more.
             loop {
                 match frame::check(&buf, MAX_MESSAGE) {
@@ -462,6 +466,7 @@ async fn connection(
                         }
                     }
                     Ok(Some(Frame::Message { len })) => {
+                        consumed = true;
                         let data = buf.split_to(len.min(buf.len())).freeze();
                         let action = reader_net.core.handle(
                             Inbound::Tcp {
@@ -484,11 +489,19 @@ async fn connection(
                     }
                 }
             }
+            timer.framed(!buf.is_empty(), consumed, Instant::now());
+            let (wait, expiry) = timer.wait(Instant::now());
             let read = tokio::select! {
                 _ = reader_stop.cancelled() => return,
-                r = tokio::time::timeout(idle, rd.read_buf(&mut buf)) => r,
+                r = tokio::time::timeout(wait, rd.read_buf(&mut buf)) => r,
             };
             match read {
+                Err(_) if expiry == Expired::Frame => {
+                    tracing::info!(%peer, "closing tcp connection: message not complete in time");
+                    m::dropped("tcp_frame_timeout");
+                    reader_stop.cancel();
+                    return;
+                }
                 // Idle, but a registration uses it: the subscriber's
                 // requests reach it only this way (RFC 5626 5.3).
                 Err(_) if reader_net.core.tcp_held(id, Instant::now()) => {}
