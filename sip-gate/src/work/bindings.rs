@@ -9,10 +9,10 @@
 //! that AoR held there that it no longer lists is gone (removed with
 //! `expires=0` or `Contact: *`, or expired at the registrar).
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-
 use dashmap::DashMap;
 use smallvec::SmallVec;
+
+use super::tally::Tally;
 
 /// One binding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,10 +33,7 @@ type Held = SmallVec<[Binding; 1]>;
 #[derive(Debug)]
 pub(crate) struct Bindings {
     map: DashMap<u64, Held>,
-    capacity: usize,
-    total: AtomicUsize,
-    live: Box<[AtomicU64]>,
-    full_at_ms: AtomicU64,
+    tally: Tally,
 }
 
 impl Bindings {
@@ -44,46 +41,18 @@ impl Bindings {
     pub(crate) fn new(instances: usize, capacity: usize) -> Bindings {
         Bindings {
             map: DashMap::new(),
-            capacity,
-            total: AtomicUsize::new(0),
-            live: (0..instances).map(|_| AtomicU64::new(0)).collect(),
-            full_at_ms: AtomicU64::new(0),
+            tally: Tally::new(instances, capacity),
         }
     }
 
-    /// Bindings held.
-    pub(crate) fn len(&self) -> usize {
-        self.total.load(Ordering::Relaxed)
+    /// Its bound, bindings held, live counts per instance, full-at time.
+    pub(crate) fn tally(&self) -> &Tally {
+        &self.tally
     }
 
-    /// The bound.
-    pub(crate) fn capacity(&self) -> usize {
-        self.capacity
-    }
-
-    /// Bindings held by instance `i`.
-    pub(crate) fn live(&self, i: usize) -> u64 {
-        self.live.get(i).map_or(0, |c| c.load(Ordering::Relaxed))
-    }
-
-    /// When a binding last found the table full, if ever.
-    pub(crate) fn full_at_ms(&self) -> Option<u64> {
-        Some(self.full_at_ms.load(Ordering::Relaxed)).filter(|&t| t != 0)
-    }
-
-    /// Carries a full-table time over from a snapshot.
-    pub(crate) fn note_full(&self, at_ms: u64) {
-        self.full_at_ms.fetch_max(at_ms, Ordering::Relaxed);
-    }
-
-    fn count(&self, instance: u32, up: bool) {
-        if let Some(c) = self.live.get(instance as usize) {
-            if up {
-                c.fetch_add(1, Ordering::Relaxed);
-            } else {
-                c.fetch_sub(1, Ordering::Relaxed);
-            }
-        }
+    fn gone(&self, b: &Binding) {
+        self.tally.count(b.instance, false);
+        self.tally.left();
     }
 
     /// What a 2xx to a REGISTER for `aor` through `instance` says: `listed`
@@ -97,8 +66,7 @@ impl Bindings {
         held.retain(|b| {
             let keep = b.instance != inst || listed.iter().any(|(c, _)| *c == b.contact);
             if !keep {
-                self.count(b.instance, false);
-                self.total.fetch_sub(1, Ordering::Relaxed);
+                self.gone(b);
             }
             keep
         });
@@ -106,16 +74,16 @@ impl Bindings {
             if let Some(b) = held.iter_mut().find(|b| b.contact == contact) {
                 if b.instance != inst {
                     // Refreshed through another instance: the binding moves.
-                    self.count(b.instance, false);
-                    self.count(inst, true);
+                    self.tally.count(b.instance, false);
+                    self.tally.count(inst, true);
                     b.instance = inst;
                 }
                 b.expires_ms = expires_ms;
-            } else if self.len() >= self.capacity {
-                self.full_at_ms.fetch_max(now_ms, Ordering::Relaxed);
+            } else if self.tally.is_full() {
+                self.tally.note_full(now_ms);
             } else {
-                self.total.fetch_add(1, Ordering::Relaxed);
-                self.count(inst, true);
+                self.tally.entered();
+                self.tally.count(inst, true);
                 held.push(Binding {
                     contact,
                     instance: inst,
@@ -133,9 +101,9 @@ impl Bindings {
     /// Adds a binding from a snapshot unless the AoR's contact is known.
     pub(crate) fn restore(&self, aor: u64, b: Binding) {
         let mut entry = self.map.entry(aor).or_default();
-        if self.len() < self.capacity && !entry.iter().any(|x| x.contact == b.contact) {
-            self.total.fetch_add(1, Ordering::Relaxed);
-            self.count(b.instance, true);
+        if !self.tally.is_full() && !entry.iter().any(|x| x.contact == b.contact) {
+            self.tally.entered();
+            self.tally.count(b.instance, true);
             entry.value_mut().push(b);
         }
     }
@@ -148,8 +116,7 @@ impl Bindings {
                 if keep {
                     kept(b);
                 } else {
-                    self.count(b.instance, false);
-                    self.total.fetch_sub(1, Ordering::Relaxed);
+                    self.gone(b);
                 }
                 keep
             });
@@ -175,21 +142,24 @@ mod tests {
     fn refresh_moves_removal_and_expiry() {
         let t = Bindings::new(2, 3);
         t.confirm(7, 0, &[(1, 5000), (2, 6000)], 0);
-        assert_eq!((t.live(0), t.len()), (2, 2));
+        assert_eq!((t.tally().live(0), t.tally().len()), (2, 2));
         // The same contact refreshed through instance 1: it moves.
         t.confirm(7, 1, &[(1, 9000)], 100);
-        assert_eq!((t.live(0), t.live(1)), (1, 1));
+        assert_eq!((t.tally().live(0), t.tally().live(1)), (1, 1));
         // Instance 0's registrar lists nothing any more: its binding is gone;
         // instance 1's is another registrar's and stays.
         t.confirm(7, 0, &[], 200);
-        assert_eq!((t.live(0), t.live(1), t.len()), (0, 1, 1));
+        assert_eq!(
+            (t.tally().live(0), t.tally().live(1), t.tally().len()),
+            (0, 1, 1)
+        );
         // Expiry.
         t.sweep(8999, |_| {});
-        assert_eq!(t.live(1), 1);
+        assert_eq!(t.tally().live(1), 1);
         t.sweep(9000, |_| {});
-        assert_eq!((t.live(1), t.len()), (0, 0));
+        assert_eq!((t.tally().live(1), t.tally().len()), (0, 0));
         // The bound.
         t.confirm(8, 0, &[(1, 10), (2, 10), (3, 10), (4, 10)], 300);
-        assert_eq!((t.len(), t.full_at_ms()), (3, Some(300)));
+        assert_eq!((t.tally().len(), t.tally().full_at_ms()), (3, Some(300)));
     }
 }

@@ -4,10 +4,10 @@
 //! retransmitted after the BYE, or arriving after the NOTIFY that
 //! terminated the subscription, finds it and counts nothing.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-
 use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
+
+use super::tally::Tally;
 
 /// How long an ended dialog is remembered: 64*T1, the longest a UAS
 /// retransmits its 2xx (RFC 3261 13.3.1.4).
@@ -63,11 +63,8 @@ pub(crate) enum Added {
 #[derive(Debug)]
 pub(crate) struct Dialogs {
     map: DashMap<u64, Dialog>,
-    capacity: usize,
-    entries: AtomicUsize,
-    live: Box<[AtomicU64]>,
-    /// When an add last found the table full (Unix ms; 0: never).
-    full_at_ms: AtomicU64,
+    /// Entries counted with tombstones; live ones without.
+    tally: Tally,
 }
 
 impl Dialogs {
@@ -76,60 +73,28 @@ impl Dialogs {
     pub(crate) fn new(instances: usize, capacity: usize) -> Dialogs {
         Dialogs {
             map: DashMap::new(),
-            capacity,
-            entries: AtomicUsize::new(0),
-            live: (0..instances).map(|_| AtomicU64::new(0)).collect(),
-            full_at_ms: AtomicU64::new(0),
+            tally: Tally::new(instances, capacity),
         }
     }
 
-    /// Entries held, tombstones included.
-    pub(crate) fn len(&self) -> usize {
-        self.entries.load(Ordering::Relaxed)
-    }
-
-    /// The bound.
-    pub(crate) fn capacity(&self) -> usize {
-        self.capacity
-    }
-
-    /// Live dialogs of instance `i`.
-    pub(crate) fn live(&self, i: usize) -> u64 {
-        self.live.get(i).map_or(0, |c| c.load(Ordering::Relaxed))
-    }
-
-    /// When an add last found the table full, if ever.
-    pub(crate) fn full_at_ms(&self) -> Option<u64> {
-        Some(self.full_at_ms.load(Ordering::Relaxed)).filter(|&t| t != 0)
-    }
-
-    /// Carries a full-table time over from a snapshot.
-    pub(crate) fn note_full(&self, at_ms: u64) {
-        self.full_at_ms.fetch_max(at_ms, Ordering::Relaxed);
-    }
-
-    fn count(&self, d: &Dialog, up: bool) {
-        if let Some(c) = self.live.get(d.instance as usize) {
-            if up {
-                c.fetch_add(1, Ordering::Relaxed);
-            } else {
-                c.fetch_sub(1, Ordering::Relaxed);
-            }
-        }
+    /// Its bound, entries held (tombstones included), live dialogs per
+    /// instance, full-at time.
+    pub(crate) fn tally(&self) -> &Tally {
+        &self.tally
     }
 
     /// Adds a live dialog unless its key is live or recently ended.
     pub(crate) fn add(&self, key: u64, d: Dialog) -> Added {
-        if self.len() >= self.capacity && !self.map.contains_key(&key) {
-            self.full_at_ms.fetch_max(d.since_ms, Ordering::Relaxed);
+        if self.tally.is_full() && !self.map.contains_key(&key) {
+            self.tally.note_full(d.since_ms);
             return Added::Full;
         }
         match self.map.entry(key) {
             Entry::Occupied(e) if e.get().ended => Added::Ended,
             Entry::Occupied(_) => Added::Known,
             Entry::Vacant(v) => {
-                self.count(&d, true);
-                self.entries.fetch_add(1, Ordering::Relaxed);
+                self.tally.count(d.instance, true);
+                self.tally.entered();
                 v.insert(d);
                 Added::New
             }
@@ -152,7 +117,7 @@ impl Dialogs {
         e.ended = true;
         e.since_ms = now_ms;
         drop(e);
-        self.count(&was, false);
+        self.tally.count(was.instance, false);
         Some(was)
     }
 
@@ -165,9 +130,9 @@ impl Dialogs {
         }
         let mut grave = Dialog::new(instance, now_ms, 0, false);
         grave.ended = true;
-        if self.len() < self.capacity {
+        if !self.tally.is_full() {
             if let Entry::Vacant(v) = self.map.entry(key) {
-                self.entries.fetch_add(1, Ordering::Relaxed);
+                self.tally.entered();
                 v.insert(grave);
             }
         }
@@ -187,13 +152,13 @@ impl Dialogs {
             let keep = if d.ended {
                 now_ms < d.since_ms.saturating_add(TOMBSTONE_MS)
             } else if over(d) {
-                self.count(d, false);
+                self.tally.count(d.instance, false);
                 false
             } else {
                 true
             };
             if !keep {
-                self.entries.fetch_sub(1, Ordering::Relaxed);
+                self.tally.left();
             }
             keep
         });
@@ -219,10 +184,10 @@ mod tests {
         assert_eq!(t.add(1, Dialog::new(0, 1000, 0, false)), Added::New);
         assert_eq!(t.add(1, Dialog::new(0, 1001, 0, false)), Added::Known);
         assert_eq!(t.add(2, Dialog::new(1, 1000, 0, false)), Added::New);
-        assert_eq!((t.live(0), t.live(1)), (1, 1));
+        assert_eq!((t.tally().live(0), t.tally().live(1)), (1, 1));
         assert_eq!(t.end(1, 2000).map(|d| d.since_ms), Some(1000));
         assert_eq!(t.end(1, 2001), None, "ends once");
-        assert_eq!(t.live(0), 0);
+        assert_eq!(t.tally().live(0), 0);
         // A retransmitted 2xx after the end does not bring it back.
         assert_eq!(t.add(1, Dialog::new(0, 2500, 0, false)), Added::Ended);
         assert_eq!(t.update(1, |d| d.seen_ms = 9), None);
@@ -230,10 +195,10 @@ mod tests {
         // Unknown key: a grave keeps a late 2xx out.
         assert_eq!(t.end_or_bury(3, 1, 2000), None);
         assert_eq!(t.add(3, Dialog::new(1, 2100, 0, false)), Added::Ended);
-        assert_eq!(t.len(), 3);
+        assert_eq!(t.tally().len(), 3);
         // Full: refused, and the time noted.
         assert_eq!(t.add(4, Dialog::new(0, 2200, 0, false)), Added::Full);
-        assert_eq!(t.full_at_ms(), Some(2200));
+        assert_eq!(t.tally().full_at_ms(), Some(2200));
         // Tombstones go after TOMBSTONE_MS; live ones when `over` says.
         let mut seen = Vec::new();
         t.sweep(2000 + TOMBSTONE_MS, |d| {
@@ -241,7 +206,7 @@ mod tests {
             d.instance == 1
         });
         assert_eq!(seen, [1], "live ones only");
-        assert_eq!((t.len(), t.live(1)), (0, 0));
+        assert_eq!((t.tally().len(), t.tally().live(1)), (0, 0));
         assert_eq!(t.add(4, Dialog::new(0, 40_000, 0, false)), Added::New);
     }
 }

@@ -257,9 +257,9 @@ impl WorkBook {
                 (secs > 0).then(|| (self.hashes.contact(uri), self.expiry(now_ms, secs)))
             })
             .collect();
-        let before = self.regs.full_at_ms();
+        let before = self.regs.tally().full_at_ms();
         self.regs.confirm(self.hashes.aor(aor), i, &listed, now_ms);
-        if self.regs.full_at_ms() != before {
+        if self.regs.tally().full_at_ms() != before {
             self.counters.full[1].increment(1);
         }
     }

@@ -35,6 +35,7 @@ mod events;
 mod hash;
 mod holds;
 mod snapshot;
+mod tally;
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -180,9 +181,9 @@ impl WorkBook {
         let invites = self.invites.get(i).map_or(0, |c| c.load(Ordering::Relaxed));
         WorkCounts {
             transactions: u64::try_from(invites).unwrap_or(0),
-            dialogs: self.calls.live(i),
-            registrations: self.regs.live(i),
-            subscriptions: self.subs.live(i),
+            dialogs: self.calls.tally().live(i),
+            registrations: self.regs.tally().live(i),
+            subscriptions: self.subs.tally().live(i),
             calls: 0,
             groups: 0,
         }
@@ -205,20 +206,26 @@ impl WorkBook {
         let l = self.limits;
         let since = self.known_since_ms.load(Ordering::Relaxed);
         note(since, l.blind_ms, &|| self.blind_reason(since));
-        if let Some(t) = self.calls.full_at_ms() {
-            note(t, l.max_call_age_ms, &|| {
-                full_reason("call", self.calls.capacity(), t, "calls")
-            });
-        }
-        if let Some(t) = self.regs.full_at_ms() {
-            note(t, l.max_expires_ms, &|| {
-                full_reason("registration", self.regs.capacity(), t, "registrations")
-            });
-        }
-        if let Some(t) = self.subs.full_at_ms() {
-            note(t, l.max_expires_ms, &|| {
-                full_reason("subscription", self.subs.capacity(), t, "subscriptions")
-            });
+        for (tally, window, what, plural) in [
+            (self.calls.tally(), l.max_call_age_ms, "call", "calls"),
+            (
+                self.regs.tally(),
+                l.max_expires_ms,
+                "registration",
+                "registrations",
+            ),
+            (
+                self.subs.tally(),
+                l.max_expires_ms,
+                "subscription",
+                "subscriptions",
+            ),
+        ] {
+            if let Some(t) = tally.full_at_ms() {
+                note(t, window, &|| {
+                    full_reason(what, tally.capacity(), t, plural)
+                });
+            }
         }
         (!why.is_empty()).then(|| Unknown {
             reason: why.join("; "),

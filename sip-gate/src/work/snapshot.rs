@@ -166,9 +166,9 @@ impl WorkBook {
             written_ms: self.clock.ms(now),
             known_since_ms: self.known_since_ms.load(Ordering::Relaxed),
             full_ms: [
-                self.calls.full_at_ms(),
-                self.regs.full_at_ms(),
-                self.subs.full_at_ms(),
+                self.calls.tally().full_at_ms(),
+                self.regs.tally().full_at_ms(),
+                self.subs.tally().full_at_ms(),
             ],
             instances: self.ids.clone(),
             calls,
@@ -223,13 +223,13 @@ impl WorkBook {
         self.holds.restore(&s.holds);
         let [calls, regs, subs] = s.full_ms;
         if let Some(t) = calls {
-            self.calls.note_full(t);
+            self.calls.tally().note_full(t);
         }
         if let Some(t) = regs {
-            self.regs.note_full(t);
+            self.regs.tally().note_full(t);
         }
         if let Some(t) = subs {
-            self.subs.note_full(t);
+            self.subs.tally().note_full(t);
         }
         self.known_since_ms
             .fetch_min(s.known_since_ms, Ordering::Relaxed);

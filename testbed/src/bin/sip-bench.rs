@@ -442,6 +442,37 @@ fn table(runs: &[Run], o: &Opts) -> String {
     t
 }
 
+/// The failure knee of each system: the highest rate of `--rates` up to
+/// which every run of every round had zero failed calls (issue 12 compares
+/// the gate's to the relay's). "below R" when the lowest rate failed.
+fn knees(runs: &[Run], o: &Opts) -> String {
+    let mut rates = o.rates.clone();
+    rates.sort_unstable();
+    let mut t =
+        String::from("\nFailure knee (highest rate with zero failed calls in every run up to it):");
+    for &s in &o.systems {
+        let clean = |rate: u32| {
+            let rs: Vec<&Run> = runs
+                .iter()
+                .filter(|r| r.rate == rate && r.system == s)
+                .collect();
+            !rs.is_empty() && rs.iter().all(|r| r.failed == 0)
+        };
+        let knee = rates.iter().take_while(|&&r| clean(r)).last();
+        let shown = match (knee, rates.first()) {
+            (Some(k), _) if Some(k) == rates.last() => {
+                format!("{k} calls/s or more (the highest rate tried)")
+            }
+            (Some(k), _) => format!("{k} calls/s"),
+            (None, Some(lo)) => format!("below {lo} calls/s"),
+            (None, None) => "-".into(),
+        };
+        let _ = write!(t, " {}: {shown};", s.name());
+    }
+    t.push('\n');
+    t
+}
+
 /// Every run of every round, systems interleaved, with progress on stderr.
 fn run_all(o: &Opts) -> Result<Vec<Run>, String> {
     let total = o.rates.len() * o.systems.len() * o.rounds as usize;
@@ -491,6 +522,7 @@ fn write_results(o: &Opts, runs: &[Run], started: Instant) {
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     out.push_str(&table(runs, o));
+    out.push_str(&knees(runs, o));
     println!("{out}");
     if std::fs::create_dir_all(&o.out).is_ok() {
         let _ = std::fs::write(o.out.join("results.md"), &out);
