@@ -376,7 +376,7 @@ proptest! {
             loop {
                 match frame::check(&buf, MAX) {
                     Ok(Some(f)) => {
-                        prop_assert!(f.len() > 0 && f.len() <= buf.len().min(MAX));
+                        prop_assert!(!f.is_empty() && f.len() <= buf.len().min(MAX));
                         let rest = buf.split_off(f.len());
                         let unit = std::mem::replace(&mut buf, rest);
                         if let Frame::Message { .. } = f {
