@@ -220,3 +220,53 @@ servers = ["srv-a"]
     assert_eq!(report["calls"]["attempted"], 0, "{}", report["calls"]);
     assert_eq!(verdict(&report, "R-AA-1")["pass"], true);
 }
+
+#[test]
+fn subscribe_and_options_loads_go_through_a_drain() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, report, stderr) = run(
+        dir.path(),
+        r#"
+name = "subscribe-options-drain"
+rules = ["R-AA-1"]
+[site]
+sg = 2
+mg = 1
+net = "127.94.7"
+[[step]]
+at_s = 0
+do = "load"
+kind = "subscribe"
+rate = 10
+duration_s = 10
+hold_s = 2
+[[step]]
+at_s = 0
+do = "load"
+kind = "options"
+rate = 10
+duration_s = 10
+hold_s = 0
+[[step]]
+at_s = 3
+do = "activate"
+profile = "maint-a"
+servers = ["srv-a"]
+"#,
+    );
+    let (s, o) = (&report["subscriptions"], &report["options"]);
+    assert_eq!(code, Some(0), "{s}\n{o}\n{}\n{stderr}", report["verdicts"]);
+    // Every subscription set up (200 and NOTIFY), refreshed and removed
+    // by the same instance through the drain of the other; new ones go to
+    // sg-b once the gate shows sg-a draining (R-AA-1).
+    assert_eq!(s["attempted"], 100, "{s}");
+    assert_eq!(s["ok"], 100, "{s}");
+    assert_eq!(s["ended"], 100, "{s}");
+    assert_eq!(s["failed"], 0, "{s}");
+    // Every OPTIONS answered 200 by an sg behind the gate.
+    assert_eq!(o["attempted"], 100, "{o}");
+    assert_eq!(o["ok"], 100, "{o}");
+    assert_eq!(o["refused"], 0, "{o}");
+    assert_eq!(report["calls"]["attempted"], 0, "{}", report["calls"]);
+    assert_eq!(verdict(&report, "R-AA-1")["pass"], true);
+}

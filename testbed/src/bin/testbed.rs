@@ -3,6 +3,7 @@
 //! (docs/rehearsal.md).
 #![forbid(unsafe_code)]
 
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
@@ -62,14 +63,17 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Check { scenario } => {
             let s = Scenario::load(&scenario)?;
-            println!(
+            // A closed pipe (`| head`) ends the listing, not the program.
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(
+                out,
                 "{}: ok, {} steps, ends at {:.0} s",
                 scenario.display(),
                 s.steps.len(),
                 s.end_s()
             );
             for step in &s.steps {
-                println!("  {:>6.1} s  {}", step.at_s, step.action.label());
+                let _ = writeln!(out, "  {:>6.1} s  {}", step.at_s, step.action.label());
             }
             Ok(ExitCode::SUCCESS)
         }

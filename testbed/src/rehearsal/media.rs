@@ -1,12 +1,19 @@
 //! The media side of a `load` of calls. The sg/esg are SIPp, which sends
-//! no ng command, so alongside each SIPp caller an ng caller plays, per
-//! call of the load, what an sg's rtpengine module would: `offer` when the
-//! call starts, `answer`, and `delete` after the hold time, to media-ctl's
-//! ng port. media-ctl then places as many calls as the load has, on the mg
-//! its weights choose, and the report's mg shares are its real choices.
+//! no ng command, so beside each SIPp caller an ng caller plays what the
+//! sg's rtpengine module would, call by call: it follows the caller's log
+//! and, for each established call, sends media-ctl's ng port the `offer`
+//! and `answer` from the address of the sg/esg instance that answered it
+//! (the address in its SDP answer), and the `delete` when the call ends. So
+//! media-ctl places exactly the calls that are up, sees them come from the
+//! instance's server (its bgmg, R-BG-1) and the report's mg shares are its
+//! real choices.
 
-use std::collections::VecDeque;
+use std::collections::BTreeMap;
+use std::io::{Read, Seek, SeekFrom};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -37,54 +44,123 @@ impl MediaCalls {
     }
 }
 
-/// An ng caller: `rate` calls/s for `duration` toward `to`, each deleted
-/// `hold` after its offer; it ends by itself.
-pub fn spawn(
-    from: IpAddr,
+/// An ng caller following the SIPp caller's `log`: per `media CALL answer
+/// ADDRESS` line an offer and answer from ADDRESS, per `ev end CALL` a
+/// delete. Once `done` is set (the SIPp caller has exited) it reads the log
+/// to its end, deletes the calls still up and returns.
+pub fn follow(
+    log: PathBuf,
     to: SocketAddr,
-    tag: String,
-    rate: u32,
-    duration: Duration,
-    hold: Duration,
+    done: Arc<AtomicBool>,
 ) -> thread::JoinHandle<MediaCalls> {
     thread::spawn(move || {
-        let mut out = MediaCalls::default();
-        let Ok(sock) = UdpSocket::bind(SocketAddr::new(from, 0)) else {
-            return out;
+        let mut f = Follower {
+            to,
+            out: MediaCalls::default(),
+            socks: BTreeMap::new(),
+            up: BTreeMap::new(),
+            n: 0,
         };
-        let _ = sock.set_read_timeout(Some(Duration::from_millis(200)));
-        let total = (f64::from(rate) * duration.as_secs_f64()).ceil() as u64;
-        let start = Instant::now();
-        let mut up: VecDeque<(Instant, String)> = VecDeque::new();
-        let mut i = 0;
-        while i < total || !up.is_empty() {
-            let next = start + Duration::from_secs_f64(i as f64 / f64::from(rate.max(1)));
-            while up.front().is_some_and(|(at, _)| *at <= Instant::now()) {
-                let (_, call) = up.pop_front().expect("front exists");
-                match command(&sock, to, &format!("{call}.d"), "delete", &call, None) {
-                    true => out.deleted += 1,
-                    false => out.failed += 1,
-                }
+        let mut pos = 0u64;
+        let mut partial = String::new();
+        loop {
+            let last = done.load(Ordering::Relaxed);
+            for line in read_lines(&log, &mut pos, &mut partial) {
+                f.line(&line);
             }
-            if i < total && Instant::now() >= next {
-                let call = format!("{tag}-{i}@rehearsal");
-                out.offered += 1;
-                let sdp = offer_sdp(i);
-                let ok = command(&sock, to, &format!("{call}.o"), "offer", &call, Some(&sdp))
-                    && command(&sock, to, &format!("{call}.a"), "answer", &call, Some(&sdp));
-                if ok {
-                    out.answered += 1;
-                    up.push_back((Instant::now() + hold, call));
-                } else {
-                    out.failed += 1;
-                }
-                i += 1;
-                continue;
+            if last {
+                break;
             }
-            thread::sleep(Duration::from_millis(5));
+            thread::sleep(Duration::from_millis(20));
         }
-        out
+        for call in f.up.keys().cloned().collect::<Vec<_>>() {
+            f.delete(&call);
+        }
+        f.out
     })
+}
+
+/// The complete lines added to `path` since `pos`.
+fn read_lines(path: &std::path::Path, pos: &mut u64, partial: &mut String) -> Vec<String> {
+    let Ok(mut file) = std::fs::File::open(path) else {
+        return Vec::new();
+    };
+    let mut buf = String::new();
+    if file.seek(SeekFrom::Start(*pos)).is_err() || file.read_to_string(&mut buf).is_err() {
+        return Vec::new();
+    }
+    *pos += buf.len() as u64;
+    partial.push_str(&buf);
+    let Some(end) = partial.rfind('\n') else {
+        return Vec::new();
+    };
+    let rest = partial.split_off(end + 1);
+    let lines = std::mem::replace(partial, rest);
+    lines.lines().map(str::to_owned).collect()
+}
+
+struct Follower {
+    to: SocketAddr,
+    out: MediaCalls,
+    socks: BTreeMap<IpAddr, UdpSocket>,
+    /// Calls up: their instance's address.
+    up: BTreeMap<String, IpAddr>,
+    n: u64,
+}
+
+impl Follower {
+    fn line(&mut self, line: &str) {
+        let w: Vec<&str> = line.split_whitespace().collect();
+        match w.as_slice() {
+            ["media", call, "answer", ip, ..] => {
+                if let Ok(ip) = ip.parse() {
+                    self.offer(call, ip);
+                }
+            }
+            ["ev", "end", call, ..] => self.delete(call),
+            _ => {}
+        }
+    }
+
+    fn sock(&mut self, ip: IpAddr) -> Option<&UdpSocket> {
+        if let std::collections::btree_map::Entry::Vacant(e) = self.socks.entry(ip) {
+            let s = UdpSocket::bind(SocketAddr::new(ip, 0)).ok()?;
+            s.set_read_timeout(Some(Duration::from_millis(200))).ok()?;
+            e.insert(s);
+        }
+        self.socks.get(&ip)
+    }
+
+    fn offer(&mut self, call: &str, ip: IpAddr) {
+        self.out.offered += 1;
+        let sdp = offer_sdp(self.n);
+        self.n += 1;
+        let to = self.to;
+        let ok = self.sock(ip).is_some_and(|s| {
+            command(s, to, &format!("{call}.o"), "offer", call, Some(&sdp))
+                && command(s, to, &format!("{call}.a"), "answer", call, Some(&sdp))
+        });
+        if ok {
+            self.out.answered += 1;
+            self.up.insert(call.to_owned(), ip);
+        } else {
+            self.out.failed += 1;
+        }
+    }
+
+    fn delete(&mut self, call: &str) {
+        let Some(ip) = self.up.remove(call) else {
+            return;
+        };
+        let to = self.to;
+        match self
+            .sock(ip)
+            .is_some_and(|s| command(s, to, &format!("{call}.d"), "delete", call, None))
+        {
+            true => self.out.deleted += 1,
+            false => self.out.failed += 1,
+        }
+    }
 }
 
 fn offer_sdp(i: u64) -> String {

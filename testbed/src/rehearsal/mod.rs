@@ -4,12 +4,16 @@
 //! SCENARIO.toml` is this module behind a command line.
 
 pub mod chart;
+pub mod load;
 pub mod media;
 pub mod play;
 pub mod report;
 pub mod sample;
 pub mod scenario;
 pub mod verdict;
+mod verdict_ap;
+mod verdict_calls;
+mod verdict_media;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
@@ -37,6 +41,14 @@ pub struct Options {
 /// from a signal handler) ends the run early with [`Error::Interrupted`].
 pub fn run(scenario: &Scenario, opts: &Options, stop: &Arc<AtomicBool>) -> Result<Report> {
     let site_dir = opts.out.join("site");
+    // A run starts from nothing: a site directory left by an earlier run
+    // holds its profiles (the embedded store), work books and caller logs.
+    if site_dir.exists() {
+        std::fs::remove_dir_all(&site_dir).map_err(|source| Error::File {
+            path: site_dir.clone(),
+            source,
+        })?;
+    }
     let mut builder = scenario.builder()?.dir(&site_dir);
     if let Some(b) = &opts.bins {
         builder = builder.bins(b.clone());

@@ -3,23 +3,18 @@
 //! (or SIGTERM) ends the run early; the caller then drops the site, which
 //! stops everything.
 
-use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::site::{Site, StopPoll, StopSeen};
-use crate::{Error, Result, Scenario as SippScenario, Sipp, SippHandle, SippReport, Transport};
+use crate::{Error, Result};
 
-use super::media::{self, MediaCalls};
+use super::load;
+pub use super::load::{CallEvent, LoadRun};
 use super::sample::{self, Recorder, Sample};
-use super::scenario::{Action, LoadKind, Scenario};
-
-/// The SIPp scenario of a `load` step of calls.
-pub const UAC_SCENARIO: &str = "uac_rehearsal_call";
-/// The SIPp scenario of a `load` step of registrations.
-pub const UAC_REGISTER: &str = "uac_rehearsal_register";
+use super::scenario::{Action, Scenario};
 
 /// A step as it happened.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -34,39 +29,6 @@ pub struct Mark {
     /// The action.
     #[serde(skip)]
     pub action: Action,
-}
-
-/// What a caller logged about one call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum CallEvent {
-    /// 200 to the INVITE.
-    Up,
-    /// 200 to the BYE.
-    End,
-    /// 503 to the INVITE.
-    Refused,
-    /// 200 to a first REGISTER.
-    RegUp,
-    /// 200 to the de-REGISTER.
-    RegEnd,
-    /// 503 to a first REGISTER.
-    RegRefused,
-}
-
-/// One load's caller: its SIPp report and per-call events.
-#[derive(Debug, Clone)]
-pub struct LoadRun {
-    /// The step's label and gate.
-    pub label: String,
-    /// SIPp's counters (`None` if it could not be read).
-    pub report: Option<SippReport>,
-    /// Registrations, not calls.
-    pub register: bool,
-    /// The ng caller beside it (calls only).
-    pub media: Option<MediaCalls>,
-    /// `(t, event, call-id)` from its log.
-    pub events: Vec<(f64, CallEvent, String)>,
 }
 
 /// Everything a run produced, for the report.
@@ -96,18 +58,9 @@ pub struct GateStop {
     pub seen: StopSeen,
 }
 
-/// How long a `sigterm_gate`'s node is watched for its exit: the deadline
-/// the site gives it (20 s) and some.
-const STOP_WATCH_S: f64 = 25.0;
-
-struct Caller {
-    label: String,
-    register: bool,
-    media: Option<std::thread::JoinHandle<MediaCalls>>,
-    log: PathBuf,
-    handle: SippHandle,
-    bound: Duration,
-}
+/// How long past the deadline the site gives a stopping gate its exit is
+/// watched for.
+const STOP_WATCH_SLACK_S: f64 = 5.0;
 
 /// Plays `scenario` on `site`; `stop` is set by a signal handler.
 pub fn play(
@@ -122,8 +75,7 @@ pub fn play(
         .duration_since(SystemTime::UNIX_EPOCH)
         .unwrap_or_default()
         .as_secs_f64();
-    let admins = site.gates().iter().map(|g| g.admin).collect();
-    let rec = Arc::new(Mutex::new(Recorder::new(admins, site.media_admin(), start)));
+    let rec = Arc::new(Mutex::new(recorder(site, start)));
     let sampling = Arc::new(AtomicBool::new(false));
     let sampler = sample::spawn(rec.clone(), sampling.clone(), quiet);
 
@@ -178,20 +130,10 @@ pub fn play(
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    // A gate sent SIGTERM is watched to its exit (or its deadline), so
-    // R-GW-1 is judged on the whole stop, however short the timeline.
-    while !interrupted
-        && !stop.load(Ordering::Relaxed)
-        && stops.iter().any(|s| {
-            !s.restart
-                && s.seen.exited.is_none()
-                && start.elapsed().as_secs_f64() - s.t <= STOP_WATCH_S
-        })
-    {
-        watch_stops(site, &mut stops, start.elapsed().as_secs_f64());
-        std::thread::sleep(Duration::from_millis(50));
+    if !interrupted {
+        watch_to_exit(site, &mut stops, start, stop);
     }
-    let loads = finish_callers(callers, epoch0, interrupted);
+    let loads = load::finish(callers, epoch0, interrupted);
     sampling.store(true, Ordering::Relaxed);
     let _ = sampler.join();
     if interrupted {
@@ -207,11 +149,35 @@ pub fn play(
     })
 }
 
+/// The site's sampler: every gate, media-ctl, and the handover status when
+/// the site has Active-Passive groups.
+fn recorder(site: &Site, start: Instant) -> Recorder {
+    let admins = site.gates().iter().map(|g| g.admin).collect();
+    let ap = (site.layout().ap_groups > 0)
+        .then(|| (site.bins().clone(), site.site_file().to_path_buf()));
+    Recorder::new(admins, site.media_admin(), ap, start)
+}
+
+/// A gate sent SIGTERM is watched to its exit (or its deadline), so R-GW-1
+/// is judged on the whole stop, however short the timeline.
+fn watch_to_exit(site: &mut Site, stops: &mut [GateStop], start: Instant, stop: &AtomicBool) {
+    let watch_s = f64::from(site.layout().gate_deadline_s) + STOP_WATCH_SLACK_S;
+    while !stop.load(Ordering::Relaxed)
+        && stops.iter().any(|s| {
+            !s.restart && s.seen.exited.is_none() && start.elapsed().as_secs_f64() - s.t <= watch_s
+        })
+    {
+        watch_stops(site, stops, start.elapsed().as_secs_f64());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// One look at every `sigterm_gate` node still watched: `/readyz` failing
 /// while it runs, then its exit.
 fn watch_stops(site: &mut Site, stops: &mut [GateStop], now: f64) {
     for st in stops.iter_mut() {
-        if st.restart || st.seen.exited.is_some() || now - st.t > STOP_WATCH_S {
+        let watch_s = f64::from(site.layout().gate_deadline_s) + STOP_WATCH_SLACK_S;
+        if st.restart || st.seen.exited.is_some() || now - st.t > watch_s {
             continue;
         }
         let Some(g) = site.gate_mut(st.gate) else {
@@ -231,7 +197,7 @@ fn watch_stops(site: &mut Site, stops: &mut [GateStop], now: f64) {
 /// What a step may change besides the site.
 struct StepCtx<'a> {
     out: &'a Path,
-    callers: &'a mut Vec<Caller>,
+    callers: &'a mut Vec<load::Caller>,
     deferred: &'a mut Vec<(f64, Action)>,
     stops: &'a mut Vec<GateStop>,
     now: f64,
@@ -240,7 +206,7 @@ struct StepCtx<'a> {
 fn run_step(site: &mut Site, action: &Action, cx: &mut StepCtx<'_>) -> Result<()> {
     let now = cx.now;
     match action {
-        Action::Load { .. } => start_load(site, action, cx.out, cx.callers),
+        Action::Load { .. } => load::start(site, action, cx.out, cx.callers),
         Action::Activate { profile, servers } => {
             let s: Vec<&str> = servers.iter().map(String::as_str).collect();
             site.activate(profile, &s)
@@ -258,7 +224,9 @@ fn run_step(site: &mut Site, action: &Action, cx: &mut StepCtx<'_>) -> Result<()
         }
         Action::RestartGate { gate } => {
             // Past the node's own deadline, so it is seen to keep it.
-            let seen = gate_of(site, *gate)?.restart(Duration::from_secs(25))?;
+            let g = gate_of(site, *gate)?;
+            let wait = Duration::from_secs(u64::from(g.deadline_s()) + 5);
+            let seen = g.restart(wait)?;
             cx.stops.push(GateStop {
                 gate: *gate,
                 t: now,
@@ -285,140 +253,4 @@ fn gate_of(site: &mut Site, k: usize) -> Result<&mut crate::site::GateNode> {
         command: format!("gate {k}"),
         message: "no such gate".into(),
     })
-}
-
-/// One SIPp caller per gate the load goes through, the rate split
-/// between them; each bounded by its call count and a global timeout.
-fn start_load(site: &Site, action: &Action, out: &Path, callers: &mut Vec<Caller>) -> Result<()> {
-    let Action::Load {
-        rate,
-        duration_s,
-        hold_s,
-        listener,
-        gate,
-        kind,
-    } = action
-    else {
-        return Ok(());
-    };
-    let l = site.layout();
-    let gates: Vec<usize> = match gate {
-        Some(g) => vec![*g],
-        None => (0..l.gates).collect(),
-    };
-    let n = u32::try_from(gates.len()).unwrap_or(1).max(1);
-    for (j, k) in gates.iter().enumerate() {
-        let share = rate / n + u32::from((j as u32) < rate % n);
-        if share == 0 {
-            continue;
-        }
-        let to: SocketAddr = l.gate_listener(*k, listener).ok_or(Error::Command {
-            command: action.label(),
-            message: format!("no listener {listener}"),
-        })?;
-        let calls = (f64::from(share) * duration_s).ceil() as u64;
-        let bound = Duration::from_secs_f64(duration_s + hold_s + 20.0);
-        let label = format!("{} via gate-{k}", action.label());
-        let log = out.join(format!("caller-{}-gate-{k}.log", callers.len()));
-        let xml = match kind {
-            LoadKind::Call => UAC_SCENARIO,
-            LoadKind::Register => UAC_REGISTER,
-        };
-        let handle = Sipp::new(SippScenario::repo(xml))
-            .local_ip(l.caller_ip())
-            .remote(to)
-            .transport(Transport::Udp)
-            .calls(calls)
-            .rate(share)
-            .duration(Duration::from_secs_f64(*hold_s))
-            .timeout(bound)
-            .arg("-trace_logs")
-            .arg("-log_file")
-            .arg(&log)
-            .spawn()?;
-        let media = (*kind == LoadKind::Call).then(|| {
-            media::spawn(
-                l.caller_ip(),
-                l.media_ng(),
-                format!("c{}-g{k}", callers.len()),
-                share,
-                Duration::from_secs_f64(*duration_s),
-                Duration::from_secs_f64(*hold_s),
-            )
-        });
-        callers.push(Caller {
-            label,
-            register: *kind == LoadKind::Register,
-            media,
-            log,
-            handle,
-            bound,
-        });
-    }
-    Ok(())
-}
-
-fn finish_callers(callers: Vec<Caller>, epoch0: f64, interrupted: bool) -> Vec<LoadRun> {
-    callers
-        .into_iter()
-        .map(|c| {
-            let report = if interrupted {
-                c.handle.stop().ok()
-            } else {
-                c.handle.wait(c.bound).ok()
-            };
-            let text = std::fs::read_to_string(&c.log).unwrap_or_default();
-            LoadRun {
-                label: c.label,
-                register: c.register,
-                media: c.media.and_then(|m| m.join().ok()),
-                report,
-                events: parse_events(&text, epoch0),
-            }
-        })
-        .collect()
-}
-
-/// `ev up|end|refused CALL-ID ... UNIX-SECONDS` lines of a caller's log.
-fn parse_events(text: &str, epoch0: f64) -> Vec<(f64, CallEvent, String)> {
-    text.lines()
-        .filter_map(|line| {
-            let mut w = line.split_whitespace();
-            (w.next()? == "ev").then_some(())?;
-            let ev = match w.next()? {
-                "up" => CallEvent::Up,
-                "end" => CallEvent::End,
-                "refused" => CallEvent::Refused,
-                "regup" => CallEvent::RegUp,
-                "regend" => CallEvent::RegEnd,
-                "regrefused" => CallEvent::RegRefused,
-                _ => return None,
-            };
-            let call = w.next()?.to_owned();
-            let at: f64 = line.split_whitespace().last()?.parse().ok()?;
-            Some(((at - epoch0).max(0.0), ev, call))
-        })
-        .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn caller_logs_become_timed_events() {
-        let log = "ev up 1-2@x 2026-11-30\t20:01:36.282307\t1000.5\n\
-                   media 1-2@x answer 127.0.0.1\n\
-                   ev end 1-2@x 2026-11-30\t20:01:40.0\t1004.0\n\
-                   ev refused 2-2@x 2026-11-30\t20:01:41.0\t1005.25\n";
-        let e = parse_events(log, 1000.0);
-        assert_eq!(
-            e,
-            [
-                (0.5, CallEvent::Up, "1-2@x".to_string()),
-                (4.0, CallEvent::End, "1-2@x".to_string()),
-                (5.25, CallEvent::Refused, "2-2@x".to_string()),
-            ]
-        );
-    }
 }

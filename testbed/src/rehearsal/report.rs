@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use super::play::{CallEvent, Played};
 use super::sample::Sample;
-use super::scenario::{Action, Scenario};
+use super::scenario::{Action, LoadKind, Scenario};
 use super::verdict::{self, Verdict};
 use crate::site::Layout;
 
@@ -52,8 +52,11 @@ pub struct Calls {
     pub finished: u64,
     /// Of those, not ended normally (a failed BYE, re-INVITE, timeout).
     pub established_failed: u64,
-    /// Refused with 503.
+    /// Refused with 503 (by every gate tried, when failing over).
     pub refused: u64,
+    /// Calls a gate refused (503) or left unanswered that the caller sent
+    /// to another gate.
+    pub retried: u64,
     /// SIPp's failed calls (including those never answered).
     pub sipp_failed: u64,
     /// SIPp's failures by reason (`MaxUDPRetrans`, `UnexpectedMessage`,
@@ -83,11 +86,69 @@ pub struct Registrations {
     pub sipp_failed: u64,
 }
 
+/// Totals over the run's `subscribe` or `options` loads.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Requests {
+    /// Sent (SIPp `TotalCallCreated`).
+    pub attempted: u64,
+    /// Answered 200 (the first SUBSCRIBE; the OPTIONS).
+    pub ok: u64,
+    /// Of those, ended normally (a subscription refreshed and removed; an
+    /// OPTIONS is done with its 200).
+    pub ended: u64,
+    /// Answered and not ended normally.
+    pub failed: u64,
+    /// Refused with 503.
+    pub refused: u64,
+    /// SIPp's failed ones (including those never answered).
+    pub sipp_failed: u64,
+}
+
+impl Requests {
+    fn line(&self, what: &str) -> String {
+        format!(
+            "{what}: {} sent, {} answered 200, {} ended normally, {} answered and failed, {} refused (503), {} failed in SIPp's count.\n",
+            self.attempted, self.ok, self.ended, self.failed, self.refused, self.sipp_failed
+        )
+    }
+}
+
+/// Totals of the loads of `kind` from their logs and reports.
+fn requests(played: &Played, kind: LoadKind) -> Requests {
+    let (up_ev, end_ev, refused_ev) = match kind {
+        LoadKind::Subscribe => (CallEvent::SubUp, CallEvent::SubEnd, CallEvent::SubRefused),
+        _ => (CallEvent::OptOk, CallEvent::OptOk, CallEvent::OptRefused),
+    };
+    let (mut up, mut end) = (BTreeSet::new(), BTreeSet::new());
+    let mut r = Requests::default();
+    for l in played.loads.iter().filter(|l| l.kind == kind) {
+        for (_, ev, id) in &l.events {
+            if *ev == up_ev {
+                up.insert(id.clone());
+            }
+            if *ev == end_ev {
+                end.insert(id.clone());
+            }
+            if *ev == refused_ev {
+                r.refused += 1;
+            }
+        }
+        if let Some(s) = &l.report {
+            r.attempted += s.created;
+            r.sipp_failed += s.failed;
+        }
+    }
+    r.ok = up.len() as u64;
+    r.ended = up.intersection(&end).count() as u64;
+    r.failed = r.ok - r.ended;
+    r
+}
+
 /// Registration totals from the `register` loads' logs and reports.
 fn registrations(played: &Played) -> Registrations {
     let (mut up, mut end) = (BTreeSet::new(), BTreeSet::new());
     let mut r = Registrations::default();
-    for l in played.loads.iter().filter(|l| l.register) {
+    for l in played.loads.iter().filter(|l| l.kind == LoadKind::Register) {
         for (_, ev, id) in &l.events {
             match ev {
                 CallEvent::RegUp => {
@@ -128,7 +189,12 @@ pub struct Report {
     pub calls: Calls,
     /// Registration totals (`register` loads).
     pub registrations: Registrations,
-    /// Active-Passive handovers done (none on a site without AP groups).
+    /// Subscription totals (`subscribe` loads).
+    pub subscriptions: Requests,
+    /// OPTIONS totals (`options` loads).
+    pub options: Requests,
+    /// Active-Passive leader changes the groups' services confirmed
+    /// (handovers and takeovers home; none on a site without AP groups).
     pub handovers: u64,
     /// Gate stops (`sigterm_gate`, `restart_gate`) as seen from outside.
     pub gate_stops: Vec<super::play::GateStop>,
@@ -158,7 +224,9 @@ impl Report {
             phases,
             calls,
             registrations: registrations(played),
-            handovers: 0,
+            subscriptions: requests(played, LoadKind::Subscribe),
+            options: requests(played, LoadKind::Options),
+            handovers: super::verdict_ap::handovers_done(played),
             gate_stops: played.gate_stops.clone(),
             verdicts,
             charts: Vec::new(),
@@ -190,8 +258,8 @@ impl Report {
         let c = &self.calls;
         let _ = writeln!(
             m,
-            "\nCalls: {} attempted, {} established, {} finished, {} established and failed, {} refused (503), {} failed in SIPp's count. Active-Passive handovers: {}.\n",
-            c.attempted, c.established, c.finished, c.established_failed, c.refused, c.sipp_failed, self.handovers
+            "\nCalls: {} attempted, {} established, {} finished, {} established and failed, {} refused (503), {} sent to another gate after a 503 or no answer, {} failed in SIPp's count. Active-Passive handovers: {}.\n",
+            c.attempted, c.established, c.finished, c.established_failed, c.refused, c.retried, c.sipp_failed, self.handovers
         );
         let md = &c.media;
         if md.offered > 0 {
@@ -208,6 +276,12 @@ impl Report {
                 "Registrations: {} attempted, {} registered, {} refreshed and removed, {} registered and failed, {} refused (503), {} failed in SIPp's count.\n",
                 r.attempted, r.registered, r.removed, r.failed, r.refused, r.sipp_failed
             );
+        }
+        if self.subscriptions.attempted > 0 {
+            let _ = writeln!(m, "{}", self.subscriptions.line("Subscriptions"));
+        }
+        if self.options.attempted > 0 {
+            let _ = writeln!(m, "{}", self.options.line("OPTIONS"));
         }
         if !c.failures.is_empty() {
             let why: Vec<String> = c.failures.iter().map(|(k, n)| format!("{k} {n}")).collect();
@@ -355,6 +429,7 @@ struct Outcome {
     up: BTreeMap<String, f64>,
     ended: BTreeMap<String, f64>,
     refused: Vec<f64>,
+    retried: BTreeSet<String>,
 }
 
 fn outcomes(played: &Played) -> Outcome {
@@ -362,6 +437,7 @@ fn outcomes(played: &Played) -> Outcome {
         up: BTreeMap::new(),
         ended: BTreeMap::new(),
         refused: Vec::new(),
+        retried: BTreeSet::new(),
     };
     for l in &played.loads {
         for (t, ev, call) in &l.events {
@@ -373,7 +449,10 @@ fn outcomes(played: &Played) -> Outcome {
                     o.ended.insert(call.clone(), *t);
                 }
                 CallEvent::Refused => o.refused.push(*t),
-                CallEvent::RegUp | CallEvent::RegEnd | CallEvent::RegRefused => {}
+                CallEvent::Retry => {
+                    o.retried.insert(call.clone());
+                }
+                _ => {}
             }
         }
     }
@@ -430,10 +509,11 @@ fn calls(played: &Played) -> Calls {
         established: o.up.len() as u64,
         finished: o.up.keys().filter(|k| o.ended.contains_key(*k)).count() as u64,
         refused: o.refused.len() as u64,
+        retried: o.retried.len() as u64,
         ..Calls::default()
     };
     c.established_failed = c.established - c.finished;
-    for l in played.loads.iter().filter(|l| !l.register) {
+    for l in played.loads.iter().filter(|l| l.is_call()) {
         if let Some(m) = l.media {
             c.media = c.media.plus(m);
         }

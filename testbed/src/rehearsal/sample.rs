@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 use ringsync::work::{WorkReport, WORK_PATH};
 use serde::Serialize;
 
-use crate::site::http;
+use std::path::PathBuf;
+
+use crate::site::{http, ringsync, BinDir};
 
 /// The site at one moment.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -39,6 +41,23 @@ pub struct Sample {
     pub gates_draining: BTreeMap<String, usize>,
     /// The servers media-ctl had in its drain zone (its `/v1/status`).
     pub mg_drain_zone: Vec<String>,
+    /// How each mg/bgmg took new calls (`normal`, `ramping_down`, `out`,
+    /// `queued_for_drain`, `pinned`, `closed`, ...: media-ctl's `assign`).
+    pub mg_assign: BTreeMap<String, String>,
+    /// Calls media-ctl tracked on each mg/bgmg.
+    pub mg_calls: BTreeMap<String, u64>,
+    /// Per bgmg, whether media-ctl reported it stoppable (R-BG-2, R-BG-3).
+    pub bgmg_stoppable: BTreeMap<String, bool>,
+    /// Gates that said their view of the store was stale
+    /// (`ringsync_store_stale 1`, R-MN-2).
+    pub gates_stale: usize,
+    /// Per Active-Passive group, the member its service confirmed leads
+    /// (`ringsync handover status`).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub ap_leader: BTreeMap<String, String>,
+    /// When the planner last published a move (Unix ms).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ap_last_move_ms: Option<u64>,
 }
 
 /// Cumulative counters over restarts of the node that reports them.
@@ -61,6 +80,7 @@ impl Counters {
 pub struct Recorder {
     gates: Vec<SocketAddr>,
     media: SocketAddr,
+    ap: Option<(BinDir, PathBuf)>,
     start: Instant,
     new_work: Counters,
     refusals: Counters,
@@ -68,11 +88,18 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    /// A recorder of these nodes, its clock started now.
-    pub fn new(gates: Vec<SocketAddr>, media: SocketAddr, start: Instant) -> Recorder {
+    /// A recorder of these nodes, its clock started now; with `ap` (the
+    /// binaries and the site file) it also reads the handover status.
+    pub fn new(
+        gates: Vec<SocketAddr>,
+        media: SocketAddr,
+        ap: Option<(BinDir, PathBuf)>,
+        start: Instant,
+    ) -> Recorder {
         Recorder {
             gates,
             media,
+            ap,
             start,
             new_work: Counters::default(),
             refusals: Counters::default(),
@@ -91,6 +118,12 @@ impl Recorder {
                 continue;
             };
             s.gates_up += 1;
+            if text
+                .lines()
+                .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["ringsync_store_stale", "1"])
+            {
+                s.gates_stale += 1;
+            }
             for id in draining(&text) {
                 *s.gates_draining.entry(id.to_owned()).or_default() += 1;
             }
@@ -108,8 +141,26 @@ impl Recorder {
         if let Some(st) = http::get_json::<media_ctl::Status>(self.media, "/v1/status") {
             s.mg_drain_zone = st.drain_zone;
             for i in st.instances {
+                s.mg_assign
+                    .insert(i.id.clone(), i.assign.as_str().to_owned());
+                s.mg_calls.insert(i.id.clone(), i.calls);
+                if let Some(stop) = i.stoppable {
+                    s.bgmg_stoppable.insert(i.id.clone(), stop);
+                }
                 s.mg_weight.insert(i.id.clone(), i.weight);
                 s.mg_new_calls.insert(i.id, i.new_calls);
+            }
+        }
+        if let Some((bins, site)) = &self.ap {
+            if let Ok(h) = ringsync(bins, site, &["handover", "status"]) {
+                s.ap_last_move_ms = h["planner"]["last_move_ms"].as_u64();
+                for g in h["groups"].as_array().into_iter().flatten() {
+                    if let (Some(name), Some(leader)) =
+                        (g["group"].as_str(), g["confirmed"].as_str())
+                    {
+                        s.ap_leader.insert(name.to_owned(), leader.to_owned());
+                    }
+                }
             }
         }
         s.new_work = self.new_work.total.clone();

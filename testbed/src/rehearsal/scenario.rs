@@ -10,7 +10,8 @@ use crate::{Error, Result};
 
 /// Rules a scenario may ask a verdict on.
 pub const RULES: &[&str] = &[
-    "R-SG-4", "R-ESG-4", "R-GW-2", "R-AA-1", "R-AA-3", "R-MG-1", "R-MG-4", "R-GW-1",
+    "R-SG-4", "R-ESG-4", "R-GW-2", "R-AA-1", "R-AA-3", "R-AA-4", "R-MG-1", "R-MG-3", "R-MG-4",
+    "R-GW-1", "R-ESG-1", "R-ESG-3", "R-ESG-5", "R-BG-1", "R-BG-3", "R-MN-2", "R-AP-2",
 ];
 
 /// The longest a scenario may run, and the highest load rate, so every run
@@ -61,6 +62,13 @@ pub struct SiteSpec {
     pub store: StoreKind,
     /// The mg drain window, seconds.
     pub mg_drain_window_s: u32,
+    /// Seconds a gate sent SIGTERM serves its transactions before it exits
+    /// regardless (R-GW-1).
+    pub gate_deadline_s: u32,
+    /// Active-Passive groups (a member on every server, homed on srv-a).
+    pub ap_groups: usize,
+    /// Seconds between two Active-Passive leader moves (R-AP-2).
+    pub ap_pace_s: u32,
     /// `127.A.B` of the run's /24, e.g. `"127.60.1"` (default: from the pid).
     pub net: Option<String>,
 }
@@ -75,6 +83,9 @@ impl Default for SiteSpec {
             gates: 1,
             store: StoreKind::Embedded,
             mg_drain_window_s: 10,
+            gate_deadline_s: 20,
+            ap_groups: 0,
+            ap_pace_s: 60,
             net: None,
         }
     }
@@ -112,6 +123,9 @@ pub enum Action {
         /// What each "call" of the load is.
         #[serde(default)]
         kind: LoadKind,
+        /// The esg account the calls belong to (by their source address).
+        #[serde(default)]
+        account: AccountKind,
     },
     /// Create (if new) and activate a drain profile (ringsync CLI).
     Activate {
@@ -161,6 +175,23 @@ pub enum LoadKind {
     /// A registration, refreshed after the hold time and removed
     /// (`uac_rehearsal_register`).
     Register,
+    /// A presence subscription: SUBSCRIBE and its NOTIFY, refreshed after
+    /// the hold time and removed (`uac_rehearsal_subscribe`).
+    Subscribe,
+    /// An out-of-dialog OPTIONS (`uac_rehearsal_options`).
+    Options,
+}
+
+/// Which esg account a load's calls belong to: the gate tells them apart
+/// by the callers' source address.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AccountKind {
+    /// `rehearsal-carrier`, multi-instance: moved off a draining esg.
+    #[default]
+    Multi,
+    /// `rehearsal-single`, single-instance, home `esg-a` (R-ESG-5).
+    Single,
 }
 
 impl Action {
@@ -171,10 +202,27 @@ impl Action {
                 rate,
                 listener,
                 kind: LoadKind::Call,
+                account: AccountKind::Single,
+                ..
+            } => format!("load {rate}/s {listener} single-instance account"),
+            Action::Load {
+                rate,
+                listener,
+                kind: LoadKind::Call,
                 ..
             } => format!("load {rate}/s {listener}"),
-            Action::Load { rate, listener, .. } => {
-                format!("load {rate} registrations/s {listener}")
+            Action::Load {
+                rate,
+                listener,
+                kind,
+                ..
+            } => {
+                let what = match kind {
+                    LoadKind::Register => "registrations",
+                    LoadKind::Subscribe => "subscriptions",
+                    _ => "OPTIONS",
+                };
+                format!("load {rate} {what}/s {listener}")
             }
             Action::Activate { profile, servers } => {
                 format!("activate {profile} ({})", servers.join(", "))
@@ -239,6 +287,9 @@ impl Scenario {
             .gates(s.gates)
             .store(s.store)
             .mg_drain_window_s(s.mg_drain_window_s)
+            .gate_deadline_s(s.gate_deadline_s)
+            .ap_groups(s.ap_groups)
+            .ap_pace_s(s.ap_pace_s)
             .lifetime(std::time::Duration::from_secs_f64(self.end_s() + 60.0));
         if let Some(net) = &s.net {
             b = b.net(parse_net(net).ok_or_else(|| Error::Scenario {
@@ -290,8 +341,14 @@ fn check_step(l: &Layout, a: &Action) -> std::result::Result<(), String> {
             hold_s,
             listener,
             gate,
+            account,
             ..
         } => {
+            if *account == AccountKind::Single && (listener == "subscribers" || l.esg == 0) {
+                return Err(
+                    "account = \"single\" is an esg account: listener providers or inside".into(),
+                );
+            }
             if *rate == 0 || *rate > MAX_RATE {
                 return Err(format!("rate = {rate}: 1 to {MAX_RATE} calls/s"));
             }
@@ -399,5 +456,15 @@ servers = ["srv-a"]
         assert!(e.contains("etcd"), "{e}");
         let e = parse(&format!("{base}[[step]]\nat_s = 1\ndo = \"explode\"\n")).unwrap_err();
         assert!(e.contains("explode"), "{e}");
+        // The single-instance account is an esg account.
+        let e = parse(&format!(
+            "{base}[[step]]\nat_s = 0\ndo = \"load\"\naccount = \"single\"\nrate = 1\nduration_s = 1\nhold_s = 1\n"
+        ))
+        .unwrap_err();
+        assert!(e.contains("esg account"), "{e}");
+        let e = parse("name = \"t\"\n[site]\nsg = 2\ngate_deadline_s = 0\n").unwrap_err();
+        assert!(e.contains("gate_deadline_s = 0"), "{e}");
+        let e = parse("name = \"t\"\n[site]\nsg = 1\nmg = 0\nap_groups = 2\n").unwrap_err();
+        assert!(e.contains("two servers"), "{e}");
     }
 }

@@ -71,7 +71,16 @@ pub fn judge(rule: &str, layout: &Layout, played: &Played, calls: &Calls) -> Ver
         "R-AA-3" => per_window(layout, played, return_holds),
         "R-MG-1" => per_window(layout, played, mg_out),
         "R-MG-4" => per_window(layout, played, mg_gradual),
-        "R-GW-1" => gate_stops(played),
+        "R-GW-1" => gate_stops(layout, played),
+        "R-AA-4" => super::verdict_calls::all_draining(layout, played),
+        "R-ESG-1" => super::verdict_calls::esg_provider_leg(layout, played),
+        "R-ESG-3" => super::verdict_calls::esg_inside_leg(layout, played),
+        "R-ESG-5" => super::verdict_calls::esg_single_account(layout, played),
+        "R-MN-2" => super::verdict_calls::store_outage(layout, played),
+        "R-MG-3" => super::verdict_media::last_mg(layout, played),
+        "R-AP-2" => super::verdict_ap::paced(layout, played),
+        "R-BG-1" => super::verdict_media::bgmg_never_drained(layout, played),
+        "R-BG-3" => super::verdict_media::bgmg_closes(layout, played),
         other => (false, format!("no verdict is defined for {other}")),
     };
     Verdict {
@@ -94,9 +103,9 @@ fn established_calls(c: &Calls) -> (bool, String) {
     )
 }
 
-/// The deadline the site gives a stopping gate (`--drain-deadline-s`),
-/// and the watcher's resolution on top.
-const GATE_DEADLINE_S: f64 = 20.0 + 3.0;
+/// Past the deadline the site gives a stopping gate (`--drain-deadline-s`):
+/// the watcher's resolution and a loaded machine's.
+const GATE_DEADLINE_SLACK_S: f64 = 3.0;
 
 /// Time a SIGTERM takes to reach a node and its `/readyz` to change.
 const SIGNAL_S: f64 = 0.5;
@@ -105,7 +114,8 @@ const SIGNAL_S: f64 = 0.5;
 /// moment after it (the signal's delivery), and each exited by itself
 /// within its deadline; when it lived long enough to be seen, its
 /// `/readyz` failing is shown, and the 503s the gates counted meanwhile.
-fn gate_stops(p: &Played) -> (bool, String) {
+fn gate_stops(l: &Layout, p: &Played) -> (bool, String) {
+    let deadline = f64::from(l.gate_deadline_s) + GATE_DEADLINE_SLACK_S;
     if p.gate_stops.is_empty() {
         return (false, "no gate was stopped: nothing to judge".into());
     }
@@ -116,7 +126,7 @@ fn gate_stops(p: &Played) -> (bool, String) {
             let (nr, ex) = (st.seen.not_ready, st.seen.exited);
             let refused = refusals_between(p, "R-GW-1", st.t, st.t + ex.unwrap_or(0.0) + 1.5);
             let still_ready = st.seen.ready.filter(|t| *t > SIGNAL_S);
-            let pass = still_ready.is_none() && ex.is_some_and(|b| b <= GATE_DEADLINE_S);
+            let pass = still_ready.is_none() && ex.is_some_and(|b| b <= deadline);
             let secs = |x: Option<f64>| x.map_or("never".into(), |v| format!("{v:.2} s"));
             let mut text = format!(
                 "gate-{}: /readyz failed after {}, exited after {}, {refused} new calls refused (503 R-GW-1)",
@@ -150,9 +160,23 @@ fn refusals_between(p: &Played, rule: &str, from: f64, to: f64) -> u64 {
     count(after).saturating_sub(count(before))
 }
 
-type Check = fn(&Layout, &Played, &Window, f64) -> (bool, String);
+/// Every part must pass; their details joined.
+pub(super) fn join(parts: Vec<(bool, String)>) -> (bool, String) {
+    let pass = parts.iter().all(|x| x.0);
+    let text = parts
+        .into_iter()
+        .map(|x| x.1)
+        .collect::<Vec<_>>()
+        .join("; ");
+    (pass, text)
+}
 
-fn per_window(layout: &Layout, played: &Played, check: Check) -> (bool, String) {
+/// `check` on every drain window of the run; fails when there is none.
+pub(super) fn per_window(
+    layout: &Layout,
+    played: &Played,
+    check: impl Fn(&Layout, &Played, &Window, f64) -> (bool, String),
+) -> (bool, String) {
     let ws = windows(&played.marks);
     if ws.is_empty() {
         return (false, "no drain window in the run: nothing to judge".into());
@@ -170,7 +194,7 @@ fn per_window(layout: &Layout, played: &Played, check: Check) -> (bool, String) 
     )
 }
 
-fn instances_on(layout: &Layout, w: &Window, svcs: &[Svc]) -> Vec<String> {
+pub(super) fn instances_on(layout: &Layout, w: &Window, svcs: &[Svc]) -> Vec<String> {
     layout
         .instances()
         .into_iter()
@@ -194,7 +218,7 @@ fn new_work(played: &Played, from: f64, to: f64) -> std::collections::BTreeMap<S
 /// answered and each of `ids` was (`drain`) or was not in a drain state in
 /// every gate's view: from then on, a new call to a drained instance is the
 /// gates' fault, not the time a change takes to reach them.
-fn applied<'a>(
+pub(super) fn applied<'a>(
     l: &Layout,
     p: &'a Played,
     ids: &[String],
@@ -307,6 +331,22 @@ fn mg_ramps(l: &Layout, p: &Played, w: &Window, end: f64) -> Vec<(String, Vec<(f
         .collect()
 }
 
+/// True when media-ctl kept `id` assignable as the last mg up (R-MG-3)
+/// before its weight ever reached 0 in the window: R-MG-1 and R-MG-4 do
+/// not apply to it then.
+fn was_last(p: &Played, id: &str, w: &Window, end: f64) -> bool {
+    let to = w.to.unwrap_or(end);
+    for s in p.samples.iter().filter(|s| s.t >= w.from && s.t <= to) {
+        if s.mg_weight.get(id).is_some_and(|x| *x == 0.0) {
+            return false;
+        }
+        if s.mg_assign.get(id).is_some_and(|a| a == "queued_for_drain") {
+            return true;
+        }
+    }
+    false
+}
+
 /// R-MG-1: a draining mg's weight reaches 0 within the window.
 fn mg_out(l: &Layout, p: &Played, w: &Window, end: f64) -> (bool, String) {
     let ramps = mg_ramps(l, p, w, end);
@@ -316,6 +356,7 @@ fn mg_out(l: &Layout, p: &Played, w: &Window, end: f64) -> (bool, String) {
     let parts: Vec<(bool, String)> = ramps
         .iter()
         .map(|(id, r)| match r.iter().find(|(_, wt)| *wt == 0.0) {
+            _ if was_last(p, id, w, end) => (true, format!("{id} kept as the last mg up (R-MG-3)")),
             Some((t, _)) => (true, format!("{id} weight 0 after {:.0} s", t - w.from)),
             None => (
                 false,
@@ -345,6 +386,9 @@ fn mg_gradual(l: &Layout, p: &Played, w: &Window, end: f64) -> (bool, String) {
     let parts: Vec<(bool, String)> = ramps
         .iter()
         .map(|(id, r)| {
+            if was_last(p, id, w, end) {
+                return (true, format!("{id} kept as the last mg up (R-MG-3)"));
+            }
             let between = r.iter().filter(|(_, x)| *x > 0.0 && *x < 1.0).count();
             (
                 between >= 2,

@@ -8,7 +8,7 @@
 //! |---|---|
 //! | `.1`–`.4` | gate nodes (SIP 5060 subscribers, 5070 providers, 5080 inside; admin 9091) |
 //! | `.8` | media-ctl (ng 2223, admin 9092) |
-//! | `.9` | SIPp callers (UAC) |
+//! | `.9` | SIPp callers (UAC); `.10` the callers of a single-instance esg account |
 //! | `.11`–`.13` | etcd members |
 //! | `.20`+ | sg, `.40`+ esg, `.60`+ mg, `.80`+ bgmg (one per server, `a`, `b`, ...) |
 
@@ -52,6 +52,14 @@ pub struct Layout {
     pub mg_drain_window_s: u32,
     /// `timers.retry_after_s`.
     pub retry_after_s: u32,
+    /// Seconds a gate sent SIGTERM keeps serving its transactions before it
+    /// exits regardless (`sip-gate --drain-deadline-s`, R-GW-1).
+    pub gate_deadline_s: u32,
+    /// Active-Passive groups (`ap-1`, ...): a member on every server, homed
+    /// on `srv-a`.
+    pub ap_groups: usize,
+    /// `timers.ap_pace_s`: seconds between two leader moves (R-AP-2).
+    pub ap_pace_s: u32,
 }
 
 /// A service of the layout's instances.
@@ -136,6 +144,24 @@ impl Layout {
         if self.gates == 0 || self.gates > MAX_GATES {
             return Err(format!("gates = {}: 1 to {MAX_GATES}", self.gates));
         }
+        if self.ap_groups > MAX_PER_SERVICE {
+            return Err(format!(
+                "ap_groups = {}: at most {MAX_PER_SERVICE}",
+                self.ap_groups
+            ));
+        }
+        if self.ap_groups > 0 && self.servers().len() < 2 {
+            return Err("ap_groups needs at least two servers (a leader and a follower)".into());
+        }
+        if self.ap_pace_s == 0 {
+            return Err("ap_pace_s = 0: at least 1".into());
+        }
+        if !(1..=60).contains(&self.gate_deadline_s) {
+            return Err(format!(
+                "gate_deadline_s = {}: 1 to 60",
+                self.gate_deadline_s
+            ));
+        }
         if self.net[0] != 127 {
             return Err(format!("net {:?}: must be in 127.0.0.0/8", self.net));
         }
@@ -166,6 +192,29 @@ impl Layout {
             (0..self.sg.max(self.esg)).for_each(|i| add(Svc::Bgmg, i));
         }
         out
+    }
+
+    /// `(group, members)` of the Active-Passive groups: `ap-1` with
+    /// `ap1-a` (its home, on `srv-a`), `ap1-b`, ...
+    pub fn ap_groups(&self) -> Vec<(String, Vec<(String, String)>)> {
+        (1..=self.ap_groups)
+            .map(|g| {
+                let members = self
+                    .servers()
+                    .iter()
+                    .map(|srv| {
+                        let l = srv.trim_start_matches("srv-");
+                        (format!("ap{g}-{l}"), srv.clone())
+                    })
+                    .collect();
+                (format!("ap-{g}"), members)
+            })
+            .collect()
+    }
+
+    /// `ringsync serve`'s address (the handover planner, `admin.bind`).
+    pub fn serve_addr(&self) -> SocketAddr {
+        SocketAddr::new(self.ip(8), 8080)
     }
 
     /// Gate node `k`'s address (SIP listeners and admin).
@@ -205,6 +254,13 @@ impl Layout {
         self.ip(9)
     }
 
+    /// The address of the callers of the single-instance esg account
+    /// (`rehearsal-single`, home `esg-a`, R-ESG-5): the gate tells the
+    /// accounts apart by source address.
+    pub fn single_caller_ip(&self) -> IpAddr {
+        self.ip(10)
+    }
+
     /// etcd members' addresses.
     pub fn etcd_ips(&self) -> [IpAddr; 3] {
         [11, 12, 13].map(|h| self.ip(h))
@@ -231,11 +287,17 @@ impl Layout {
                 i.addr()
             );
         }
+        self.ap_toml(&mut t);
         if self.esg > 0 {
             let _ = writeln!(
                 t,
                 "\n[[account]]\nname = \"rehearsal-carrier\"\nmulti_instance = true\nmatch = {{ source = [\"{}/32\"] }}",
                 self.caller_ip()
+            );
+            let _ = writeln!(
+                t,
+                "\n[[account]]\nname = \"rehearsal-single\"\nmulti_instance = false\nhome = \"esg-a\"\nmatch = {{ source = [\"{}/32\"] }}",
+                self.single_caller_ip()
             );
         }
         self.listeners(k, &mut t);
@@ -258,17 +320,37 @@ impl Layout {
             "# Written by testbed for one rehearsal run on {a}.{b}.{c}.0/24.\n\
              [site]\nname = \"rehearsal\"\nsecret = \"rehearsal-secret-{a}-{b}-{c}-0123456789\"\n\n\
              [store]\n{store}\n\n\
-             [timers]\nretry_after_s = {ra}\nretry_after_jitter_s = 0\nmg_drain_window_s = {w}\nap_pace_s = 60\n\n\
+             [timers]\nretry_after_s = {ra}\nretry_after_jitter_s = 0\nmg_drain_window_s = {w}\nap_pace_s = {pace}\nap_test_pace_allowed = {test_pace}\n\n\
              [health]\ninterval_ms = 500\ntimeout_ms = 300\nfailures = 2\n\n\
              [work]\nmax_expires_s = 10\nmax_call_age_s = 60\ntypical_call_s = 10\n\n\
              [admin]\nbind = \"{m}:8080\"\ngate_bind = \"{g}\"\nmedia_bind = \"{ma}\"\n\n\
              [media]\nng_bind = \"{m}:2223\"\nping_interval_ms = 500\nping_timeout_ms = 300\nping_failures = 2\n\n",
             ra = self.retry_after_s,
             w = self.mg_drain_window_s,
+            pace = self.ap_pace_s,
+            test_pace = self.ap_pace_s < 60,
             m = self.ip(8),
             g = self.gate_admin(k),
             ma = self.media_admin(),
         )
+    }
+
+    fn ap_toml(&self, t: &mut String) {
+        for (g, members) in self.ap_groups() {
+            for (id, srv) in &members {
+                let _ = writeln!(
+                    t,
+                    "\n[[instance]]\nid = \"{id}\"\nservice = \"ap\"\nserver = \"{srv}\""
+                );
+            }
+            let ids: Vec<String> = members.iter().map(|m| format!("\"{}\"", m.0)).collect();
+            let _ = writeln!(
+                t,
+                "\n[[ap_group]]\nname = \"{g}\"\nmembers = [{}]\nhome = {}",
+                ids.join(", "),
+                ids[0]
+            );
+        }
     }
 
     fn listeners(&self, k: usize, t: &mut String) {
@@ -301,6 +383,9 @@ mod tests {
             store: StoreKind::Embedded,
             mg_drain_window_s: 10,
             retry_after_s: 5,
+            gate_deadline_s: 20,
+            ap_groups: 2,
+            ap_pace_s: 5,
         }
     }
 
@@ -326,7 +411,13 @@ mod tests {
             let text = l.site_toml(k, &[]);
             let c = ringsync::config::SiteConfig::from_str_at(&text, "site.toml".as_ref())
                 .unwrap_or_else(|e| panic!("{e}\n{text}"));
-            assert_eq!(c.instances.len(), 11);
+            assert_eq!(c.instances.len(), 11 + 2 * 3);
+            assert!(text.contains("home = \"ap1-a\""), "{text}");
+            assert_eq!(c.ap_groups.len(), 2);
+            // The two esg accounts, told apart by the callers' address.
+            assert_eq!(c.accounts.len(), 2);
+            assert!(c.accounts[0].multi_instance);
+            assert_eq!(c.accounts[1].home.as_deref(), Some("esg-a"));
             assert_eq!(
                 c.listener("subscribers").unwrap().bind,
                 l.gate_listener(k, "subscribers").unwrap()

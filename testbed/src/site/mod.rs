@@ -79,6 +79,24 @@ impl SiteBuilder {
         self.layout.mg_drain_window_s = s;
         self
     }
+    /// Seconds a gate sent SIGTERM serves its transactions before it exits
+    /// regardless (default 20; R-GW-1).
+    pub fn gate_deadline_s(mut self, s: u32) -> Self {
+        self.layout.gate_deadline_s = s;
+        self
+    }
+    /// Active-Passive groups (default 0): `ringsync serve` plans their
+    /// handovers and a `ringsync agent` per member stands in for the service.
+    pub fn ap_groups(mut self, n: usize) -> Self {
+        self.layout.ap_groups = n;
+        self
+    }
+    /// `timers.ap_pace_s` (default 60; below 60 the site file allows a test
+    /// pace).
+    pub fn ap_pace_s(mut self, s: u32) -> Self {
+        self.layout.ap_pace_s = s;
+        self
+    }
     /// The run's `/24`, `127.A.B` (default: one derived from the process id).
     pub fn net(mut self, net: [u8; 3]) -> Self {
         self.layout.net = net;
@@ -137,6 +155,7 @@ impl SiteBuilder {
             media: None,
             mgs: BTreeMap::new(),
             etcd: None,
+            ap: Vec::new(),
             _tmp: tmp,
         };
         site.start_all(self.lifetime)?;
@@ -156,6 +175,7 @@ pub struct Site {
     media: Option<MediaNode>,
     mgs: BTreeMap<String, RtpengineHandle>,
     etcd: Option<Etcd>,
+    ap: Vec<crate::process::Proc>,
     _tmp: Option<TempDir>,
 }
 
@@ -174,6 +194,9 @@ impl Site {
                 store: StoreKind::Embedded,
                 mg_drain_window_s: 10,
                 retry_after_s: 5,
+                gate_deadline_s: 20,
+                ap_groups: 0,
+                ap_pace_s: 60,
             },
             dir: None,
             bins: None,
@@ -220,12 +243,16 @@ impl Site {
             &self.site_file,
             self.layout.media_admin(),
         )?);
+        if self.layout.ap_groups > 0 {
+            self.ap = nodes::start_ap(&self.bins, &self.site_file, &self.layout)?;
+        }
         for (k, file) in files.iter().enumerate() {
             let mut g = GateNode::new(
                 &self.bins,
                 &format!("gate-{k}"),
                 file,
                 self.layout.gate_admin(k),
+                self.layout.gate_deadline_s,
             )?;
             g.start()?;
             self.gates.push(g);
@@ -345,6 +372,9 @@ impl Drop for Site {
         self.uas.clear();
         if let Some(m) = self.media.take() {
             m.stop(Duration::from_secs(1));
+        }
+        for p in &mut self.ap {
+            p.stop(Duration::from_secs(1));
         }
         for (_, m) in std::mem::take(&mut self.mgs) {
             m.stop();

@@ -97,10 +97,17 @@ pub struct GateNode {
     dir: PathBuf,
     proc: Option<Proc>,
     runs: u32,
+    deadline_s: u32,
 }
 
 impl GateNode {
-    pub(crate) fn new(bins: &BinDir, name: &str, config: &Path, admin: SocketAddr) -> Result<Self> {
+    pub(crate) fn new(
+        bins: &BinDir,
+        name: &str,
+        config: &Path,
+        admin: SocketAddr,
+        deadline_s: u32,
+    ) -> Result<Self> {
         Ok(GateNode {
             name: name.into(),
             admin,
@@ -109,6 +116,7 @@ impl GateNode {
             dir: config.parent().map(Path::to_path_buf).unwrap_or_default(),
             proc: None,
             runs: 0,
+            deadline_s,
         })
     }
 
@@ -122,7 +130,7 @@ impl GateNode {
             .arg("--node")
             .arg(&self.name)
             .arg("--drain-deadline-s")
-            .arg("20")
+            .arg(self.deadline_s.to_string())
             .arg("--work-snapshot")
             .arg(self.dir.join(format!("{}.work.json", self.name)));
         let label = format!("{}.run{}", self.name, self.runs);
@@ -193,6 +201,11 @@ impl GateNode {
         Ok(seen)
     }
 
+    /// Seconds it serves its transactions after a SIGTERM (R-GW-1).
+    pub fn deadline_s(&self) -> u32 {
+        self.deadline_s
+    }
+
     /// Stops the node (SIGTERM, then SIGKILL after `grace`).
     pub fn stop(&mut self, grace: Duration) {
         if let Some(mut p) = self.proc.take() {
@@ -253,6 +266,34 @@ impl MediaNode {
     pub fn stop(mut self, grace: Duration) {
         self.proc.stop(grace);
     }
+}
+
+// === Active-Passive: the planner and the agents ===
+
+/// `ringsync serve` (the handover planner, on `admin.bind`) and one
+/// `ringsync agent` per group member standing in for the service; returns
+/// once the planner answers.
+pub(crate) fn start_ap(bins: &BinDir, site: &Path, l: &super::Layout) -> Result<Vec<Proc>> {
+    let dir = site.parent().unwrap_or(Path::new("."));
+    let program = bins.program("ringsync")?;
+    let mut cmd = Command::new(&program);
+    cmd.arg("--config").arg(site).arg("serve");
+    let mut serve = spawn(cmd, "ringsync-serve", dir)?;
+    let addr = l.serve_addr();
+    wait_until(&mut serve, addr, Duration::from_secs(15), || {
+        super::http::get(addr, "/healthz").is_some()
+    })?;
+    let mut out = vec![serve];
+    for (group, members) in l.ap_groups() {
+        for (member, _) in members {
+            let mut cmd = Command::new(&program);
+            cmd.arg("--config")
+                .arg(site)
+                .args(["agent", "--group", &group, "--member", &member]);
+            out.push(spawn(cmd, &format!("agent-{member}"), dir)?);
+        }
+    }
+    Ok(out)
 }
 
 // === the ringsync CLI ===
