@@ -2,6 +2,11 @@
 //! from anyone (clients, mgs, strangers) without panicking, answer every
 //! client datagram that has a cookie under that cookie, and keep their
 //! call counts consistent.
+//!
+//! The codec's fuzz target (R-FT-5) is structure-aware: valid ng commands
+//! (cookie, bencoded dictionary) mutated by byte flips, truncation, splicing
+//! with another command and a duplicated key-value run, then decoded both
+//! ways. `PROPTEST_CASES` sets the number of cases (CI runs 2000).
 
 mod common;
 
@@ -32,8 +37,104 @@ fn value() -> impl Strategy<Value = Value> {
     })
 }
 
+/// `PROPTEST_CASES` if set, else `default` (an explicit `with_cases` alone
+/// would ignore the variable, and CI's budget with it).
+fn cases(default: u32) -> ProptestConfig {
+    let n = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default);
+    ProptestConfig::with_cases(n)
+}
+
+/// A valid ng command: `cookie SP d...e`.
+fn ng_command() -> impl Strategy<Value = Vec<u8>> {
+    let command = prop::sample::select(vec!["offer", "answer", "delete", "query", "ping"]);
+    (
+        "[a-z0-9]{1,12}",
+        command,
+        "[a-z0-9@.]{1,24}",
+        proptest::collection::btree_map("[a-z-]{1,10}", value(), 0..4),
+    )
+        .prop_map(|(cookie, cmd, call, extra)| {
+            let mut d: BTreeMap<Vec<u8>, Value> = extra
+                .into_iter()
+                .map(|(k, v)| (k.into_bytes(), v))
+                .collect();
+            d.insert(b"command".to_vec(), Value::Bytes(cmd.as_bytes().to_vec()));
+            d.insert(b"call-id".to_vec(), Value::Bytes(call.into_bytes()));
+            let mut out = cookie.into_bytes();
+            out.push(b' ');
+            Value::Dict(d).encode_into(&mut out);
+            out
+        })
+}
+
+/// One structure-aware change to an encoded command.
+#[derive(Debug, Clone)]
+enum Mutation {
+    Flip(usize, u8),
+    Truncate(usize),
+    /// This command up to the first, the other from the second.
+    Splice(usize, usize),
+    /// The bytes `start..start+len` written twice (a key-value run, a
+    /// length prefix, a nested container's opening).
+    Duplicate(usize, usize),
+}
+
+fn mutation() -> impl Strategy<Value = Mutation> {
+    prop_oneof![
+        (any::<usize>(), 1..=255u8).prop_map(|(i, b)| Mutation::Flip(i, b)),
+        any::<usize>().prop_map(Mutation::Truncate),
+        (any::<usize>(), any::<usize>()).prop_map(|(a, b)| Mutation::Splice(a, b)),
+        (any::<usize>(), 1usize..24).prop_map(|(a, n)| Mutation::Duplicate(a, n)),
+    ]
+}
+
+fn apply(mut raw: Vec<u8>, other: &[u8], muts: &[Mutation]) -> Vec<u8> {
+    for m in muts {
+        let len = raw.len().max(1);
+        match *m {
+            Mutation::Flip(i, b) => {
+                if let Some(x) = raw.get_mut(i % len) {
+                    *x ^= b;
+                }
+            }
+            Mutation::Truncate(i) => raw.truncate(i % len),
+            Mutation::Splice(a, b) => {
+                raw.truncate(a % len);
+                raw.extend_from_slice(&other[b % (other.len() + 1)..]);
+            }
+            Mutation::Duplicate(a, n) => {
+                let start = (a % len).min(raw.len());
+                let end = (start + n).min(raw.len());
+                let run = raw[start..end].to_vec();
+                raw.splice(end..end, run);
+            }
+        }
+    }
+    raw
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(512))]
+    #![proptest_config(cases(512))]
+
+    #[test]
+    fn mutated_ng_commands_never_panic_and_the_two_parsers_agree(
+        cmd in ng_command(),
+        other in ng_command(),
+        muts in proptest::collection::vec(mutation(), 1..5),
+    ) {
+        let (_, payload) = split_cookie(&cmd).expect("a generated command has a cookie");
+        prop_assert!(DictView::parse(payload).is_ok(), "the unmutated command decodes");
+        let bytes = apply(cmd.clone(), &other, &muts);
+        let _ = NgMessage::parse(&bytes);
+        if let Ok((_, payload)) = split_cookie(&bytes) {
+            let full = Value::decode(payload);
+            let view = DictView::parse(payload);
+            prop_assert_eq!(matches!(full, Ok(Value::Dict(_))), view.is_ok());
+        }
+    }
 
     #[test]
     fn codec_never_panics_and_the_two_parsers_agree(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
@@ -128,7 +229,7 @@ fn client_addr(i: u8) -> SocketAddr {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(256))]
+    #![proptest_config(cases(256))]
 
     #[test]
     fn the_handlers_take_anything(steps in proptest::collection::vec(step(), 1..60)) {

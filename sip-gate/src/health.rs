@@ -6,11 +6,13 @@
 //! instance refuses only while another instance is up.
 
 use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use nix::sys::socket::{sendto, MsgFlags, SockaddrStorage};
 use ringsync::config::SiteConfig;
 use ringsync::state::DrainState;
 use ringsync::view::Health;
@@ -92,9 +94,26 @@ fn probe(p: &Prober, idx: usize, seq: u64) -> Option<(Bytes, SocketAddr)> {
     Some((Bytes::from(text), to))
 }
 
+/// Sends one probe without waiting: the socket is the forwarding socket,
+/// blocking for the UDP workers' receives, and a full send buffer must cost
+/// a probe (counted as unanswered), never a stalled runtime thread (R-FT-2).
+fn send_now(socket: &UdpSocket, bytes: &[u8], to: SocketAddr) {
+    let flags = MsgFlags::MSG_DONTWAIT;
+    if let Err(e) = sendto(socket.as_raw_fd(), bytes, &SockaddrStorage::from(to), flags) {
+        tracing::debug!(%to, error = %e, "health probe not sent");
+    }
+}
+
 /// Probes every SIP instance until `shutdown`; reports health changes to the
 /// drain state. `socket` is the UDP socket of the listener at `p.from`, whose
 /// receive loop hands the answers to the core (which records them in `p.book`).
+///
+/// Bounded whatever the instances do (R-FT-2): one task, one round at a
+/// time (every instance's probe sent without blocking, then one wait of
+/// `timeout_ms` for all of them), so at most one probe per instance is ever
+/// outstanding and an unreachable or blackholed instance costs one datagram
+/// per round. Nothing here runs on the forwarding path: the UDP workers only
+/// record an answer (an atomic max) and read the view the health feeds.
 pub(crate) async fn run(p: Prober, socket: Arc<UdpSocket>, shutdown: CancellationToken) {
     let cfg = p.config.health.clone();
     if cfg.interval_ms == 0 {
@@ -120,7 +139,7 @@ pub(crate) async fn run(p: Prober, socket: Arc<UdpSocket>, shutdown: Cancellatio
         seq += 1;
         for &idx in &targets {
             if let Some((bytes, to)) = probe(&p, idx, seq) {
-                let _ = socket.send_to(&bytes, to);
+                send_now(&socket, &bytes, to);
             }
         }
         tokio::select! {

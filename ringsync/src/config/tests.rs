@@ -377,16 +377,21 @@ fn dns_section_defaults_values_and_errors() {
 fn tcp_section_defaults_values_and_errors() {
     let c = load(GOOD).unwrap();
     assert_eq!(c.tcp, TcpConfig::default());
-    assert_eq!((c.tcp.max_connections, c.tcp.idle_s), (16_384, 600));
+    assert_eq!(
+        (c.tcp.max_connections, c.tcp.idle_s, c.tcp.frame_s),
+        (16_384, 600, 10)
+    );
     let c = load(&format!(
-        "{GOOD}\n[tcp]\nmax_connections = 64\nidle_s = 30\n"
+        "{GOOD}\n[tcp]\nmax_connections = 64\nidle_s = 30\nframe_s = 2\n"
     ))
     .unwrap();
     assert_eq!((c.tcp.max_connections, c.tcp.idle_s), (64, 30));
+    assert_eq!(c.tcp.frame(), std::time::Duration::from_secs(2));
     assert_eq!(c.tcp.idle(), std::time::Duration::from_secs(30));
     for (bad, field) in [
         ("max_connections = 0", "tcp.max_connections"),
         ("idle_s = 0", "tcp.idle_s"),
+        ("frame_s = 0", "tcp.frame_s"),
     ] {
         let e = load(&format!("{GOOD}\n[tcp]\n{bad}\n")).unwrap_err();
         assert_eq!(e.field, field, "{e}");

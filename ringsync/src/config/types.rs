@@ -289,6 +289,11 @@ pub struct TcpConfig {
     /// subscriber's registration uses it (it is then kept until that
     /// registration expires: RFC 5626 flows). Default 600.
     pub idle_s: u32,
+    /// A message whose first bytes arrived must be complete within this
+    /// many seconds, or the connection is closed: a peer dribbling a byte
+    /// at a time (slowloris) never looks idle, and would otherwise hold a
+    /// connection and a 64 KB buffer for as long as it likes. Default 10.
+    pub frame_s: u32,
 }
 
 impl Default for TcpConfig {
@@ -296,6 +301,7 @@ impl Default for TcpConfig {
         TcpConfig {
             max_connections: 16_384,
             idle_s: 600,
+            frame_s: 10,
         }
     }
 }
@@ -304,6 +310,11 @@ impl TcpConfig {
     /// The idle time as a duration.
     pub fn idle(&self) -> Duration {
         Duration::from_secs(self.idle_s.into())
+    }
+
+    /// The time a started message has to complete.
+    pub fn frame(&self) -> Duration {
+        Duration::from_secs(self.frame_s.into())
     }
 }
 

@@ -562,6 +562,9 @@ impl Validator<'_> {
         if raw.idle_s == 0 {
             return bad("idle_s", "must be positive");
         }
+        if raw.frame_s == 0 {
+            return bad("frame_s", "must be positive");
+        }
         Ok(raw)
     }
 }

@@ -21,7 +21,8 @@ pub enum ParseError {
     /// The SIP version is not 2.0; a request deserves a 505.
     #[error("Version Not Supported")]
     UnsupportedVersion,
-    /// A header line has no colon or its name is not a token.
+    /// A header line has no colon or its name is not a token, or the
+    /// header section holds a NUL byte.
     #[error("Malformed Header")]
     BadHeader,
     /// Content-Length is not a number, or several disagree.

@@ -23,6 +23,7 @@ mod error;
 mod name_addr;
 mod names;
 mod start_line;
+
 #[cfg(test)]
 mod tests;
 mod via;
@@ -134,6 +135,10 @@ impl SipMessage {
                 line: h.line,
                 value: h.value,
             });
+        }
+
+        if bare_nul(buf.get(begin..header_end).unwrap_or_default()) {
+            note(&mut defect, ParseError::BadHeader);
         }
 
         let len = buf.len();
@@ -555,4 +560,23 @@ pub(super) fn note(defect: &mut Option<ParseError>, e: ParseError) {
     if defect.is_none() {
         *defect = Some(e);
     }
+}
+
+/// Whether the header section holds a NUL that no backslash escapes. The
+/// grammar allows a NUL only as a quoted-pair (RFC 3261 25.1; RFC 4475
+/// 3.1.1.2 sends one); a bare one is a malformed header. The instances
+/// behind the gate are C stacks that end a string at a NUL, so forwarding
+/// one would let a header read differently to them than to the gate
+/// (R-FT-3). Bodies may hold any byte.
+fn bare_nul(head: &[u8]) -> bool {
+    memchr::memchr_iter(0, head).any(|i| {
+        let slashes = head
+            .get(..i)
+            .unwrap_or_default()
+            .iter()
+            .rev()
+            .take_while(|&&b| b == b'\\')
+            .count();
+        slashes % 2 == 0
+    })
 }

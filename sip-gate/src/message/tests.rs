@@ -251,3 +251,28 @@ fn star_contact_and_leading_crlf() {
     assert_eq!(m.expires(), Some(0));
     assert_eq!(m.method(), Some(Method::Register));
 }
+
+#[test]
+fn a_bare_nul_in_the_header_section_is_malformed_an_escaped_one_is_not() {
+    let with = |subject: &[u8]| {
+        let at = INVITE.find("Content-Length").unwrap();
+        let mut m = INVITE.as_bytes()[..at].to_vec();
+        m.extend_from_slice(b"Subject: ");
+        m.extend_from_slice(subject);
+        m.extend_from_slice(b"\r\n");
+        m.extend_from_slice(&INVITE.as_bytes()[at..]);
+        SipMessage::scan(Bytes::from(m)).unwrap().validate()
+    };
+    assert_eq!(with(b"a\0b"), Err(ParseError::BadHeader));
+    assert_eq!(
+        with(b"a\\\\\0b"),
+        Err(ParseError::BadHeader),
+        "the NUL is bare"
+    );
+    assert_eq!(
+        with(b"\"a\\\0b\""),
+        Ok(()),
+        "a quoted-pair (RFC 4475 intmeth)"
+    );
+    assert_eq!(with(b"ab"), Ok(()));
+}

@@ -3,7 +3,7 @@
 //! config: it holds no lock and changes nothing but metrics and logs, so the
 //! transaction table is only touched after it returns (see [`super::request`]).
 
-use ringsync::view::DrainView;
+use ringsync::view::{DrainView, Health};
 
 use crate::dns::cache::Cached;
 use crate::dns::{DnsFailure, DnsQuery};
@@ -46,6 +46,19 @@ impl Decision {
             why,
         }
     }
+}
+
+/// An in-dialog request to an instance the probes found `down` (R-FT-1):
+/// the gate answers at once instead of forwarding into silence until Timer
+/// F (32 s) or B. 408, not 503: the probes timed out, and RFC 3261 8.1.3.1
+/// has a timeout treated as a 408 (a transport error would be a 503); a 408
+/// to a request inside a dialog also ends that dialog at the UA (RFC 3261
+/// 12.2.1.2), which is right when the instance holding it died, where a
+/// 503 would keep the UA retrying a dialog nobody holds. The ACK of a 2xx
+/// has no response: [`super::transaction`] drops it.
+/// Counted as `sipgate_requests_total{outcome="instance_down"}`.
+fn instance_down() -> Decision {
+    Decision::refuse(408, "Instance Down", "instance_down")
 }
 
 /// Whether a request came in over TCP.
@@ -210,6 +223,13 @@ impl Core {
             if !to_instance {
                 return Decision::refuse(403, "Route Not Allowed", "foreign_route");
             }
+        }
+        if view
+            .instances()
+            .get(idx)
+            .is_some_and(|v| v.health == Health::Down)
+        {
+            return instance_down();
         }
         // The transport the dialog's instance leg was recorded with (RFC
         // 5658); a UA without a route set gets the transport it came in on.

@@ -34,8 +34,10 @@ use crate::metrics as m;
 use crate::proxy::{Action, Core, Out};
 use crate::txn::{ConnId, Inbound};
 
+mod read_timer;
 mod tls;
 mod udp;
+use read_timer::{Expired, ReadTimer};
 pub use tls::TlsReload;
 pub(crate) use tls::TlsSide;
 use udp::{bind_udp, udp_worker, udp_workers};
@@ -444,6 +446,43 @@ async fn accept_loop(
     }
 }
 
+impl Net {
+    /// Hands every complete message at the start of `buf` to the core and
+    /// answers pings; whether a message was taken off, or the framing error
+    /// that ends the connection.
+    fn frame_buffered(
+        self: &Arc<Net>,
+        buf: &mut BytesMut,
+        listener: usize,
+        id: ConnId,
+        peer: SocketAddr,
+    ) -> Result<bool, frame::FrameError> {
+        let mut consumed = false;
+        loop {
+            match frame::check(buf, MAX_MESSAGE)? {
+                Some(Frame::KeepAlive { len, ping }) => {
+                    buf.advance(len.min(buf.len()));
+                    if ping {
+                        self.tcp_send(listener, Some(id), peer, Bytes::from_static(b"\r\n"));
+                    }
+                }
+                Some(Frame::Message { len }) => {
+                    consumed = true;
+                    let data = buf.split_to(len.min(buf.len())).freeze();
+                    let inbound = Inbound::Tcp {
+                        listener,
+                        conn: id,
+                        peer,
+                    };
+                    let action = self.core.handle(inbound, data, Instant::now());
+                    self.execute(action);
+                }
+                None => return Ok(consumed),
+            }
+        }
+    }
+}
+
 /// One TCP connection: a reader that frames messages (RFC 3261 18.3) and
 /// hands them to the core, and a writer fed by the connection's queue.
 /// The halves are a TCP stream's, or a TLS stream's (tls.rs).
@@ -475,52 +514,35 @@ async fn connection<R, W>(
     };
     let reader_net = net.clone();
     let reader_stop = stop.clone();
-    let idle = reader_net.core.tcp_config().idle();
+    let tcp = reader_net.core.tcp_config();
+    let mut timer = ReadTimer::new(tcp.idle(), tcp.frame());
     let reader = async move {
         let mut buf = BytesMut::with_capacity(16 * 1024);
         loop {
             // Frame everything already buffered before reading more.
-            loop {
-                match frame::check(&buf, MAX_MESSAGE) {
-                    Ok(Some(Frame::KeepAlive { len, ping })) => {
-                        buf.advance(len.min(buf.len()));
-                        if ping {
-                            reader_net.tcp_send(
-                                listener,
-                                Some(id),
-                                peer,
-                                Bytes::from_static(b"\r\n"),
-                            );
-                        }
-                    }
-                    Ok(Some(Frame::Message { len })) => {
-                        let data = buf.split_to(len.min(buf.len())).freeze();
-                        let action = reader_net.core.handle(
-                            Inbound::Tcp {
-                                listener,
-                                conn: id,
-                                peer,
-                            },
-                            data,
-                            Instant::now(),
-                        );
-                        reader_net.execute(action);
-                    }
-                    Ok(None) => break,
-                    Err(e) => {
-                        // A stream that lost its framing cannot be resynchronised.
-                        tracing::info!(%peer, error = %e, "closing tcp connection: bad framing");
-                        m::dropped("tcp_framing");
-                        reader_stop.cancel();
-                        return;
-                    }
+            let consumed = match reader_net.frame_buffered(&mut buf, listener, id, peer) {
+                Ok(consumed) => consumed,
+                Err(e) => {
+                    // A stream that lost its framing cannot be resynchronised.
+                    tracing::info!(%peer, error = %e, "closing tcp connection: bad framing");
+                    m::dropped("tcp_framing");
+                    reader_stop.cancel();
+                    return;
                 }
-            }
+            };
+            timer.framed(!buf.is_empty(), consumed, Instant::now());
+            let (wait, expiry) = timer.wait(Instant::now());
             let read = tokio::select! {
                 _ = reader_stop.cancelled() => return,
-                r = tokio::time::timeout(idle, rd.read_buf(&mut buf)) => r,
+                r = tokio::time::timeout(wait, rd.read_buf(&mut buf)) => r,
             };
             match read {
+                Err(_) if expiry == Expired::Frame => {
+                    tracing::info!(%peer, "closing tcp connection: message not complete in time");
+                    m::dropped("tcp_frame_timeout");
+                    reader_stop.cancel();
+                    return;
+                }
                 // Idle, but a registration uses it: the subscriber's
                 // requests reach it only this way (RFC 5626 5.3).
                 Err(_) if reader_net.core.tcp_held(id, Instant::now()) => {}

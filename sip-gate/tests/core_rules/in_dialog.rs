@@ -97,3 +97,50 @@ fn r_sg_4_route_less_bye_of_a_call_set_up_before_the_drain_reaches_its_instance(
         .bytes();
     forwarded(g.udp(L_SG_BAL, UA, &bye), L_SG_BAL, inst(SG_B));
 }
+
+/// R-FT-1: an in-dialog request to an instance the probes marked `down` gets
+/// 408 at once (not silence until Timer F); its ACK is dropped; a request to
+/// a live instance is untouched, and one up again is forwarded again.
+#[test]
+fn r_ft_1_in_dialog_to_a_down_instance_is_408_at_once_and_its_ack_dropped() {
+    let g = Gate::std();
+    let call = call_id_for(&g, SG_C, "down");
+    let invite = Req::ua("INVITE", &call, "z9hG4bKua-down").bytes();
+    let rr = rr_uris(&forwarded(
+        g.udp(L_SG_BAL, UA, &invite),
+        L_SG_BAL,
+        inst(SG_C),
+    ));
+    let live = call_id_for(&g, SG_A, "live");
+    let invite = Req::ua("INVITE", &live, "z9hG4bKua-live").bytes();
+    let live_rr = rr_uris(&forwarded(
+        g.udp(L_SG_BAL, UA, &invite),
+        L_SG_BAL,
+        inst(SG_A),
+    ));
+    let in_dialog = |call: &str, rr: &str, method: &str, branch: &str| {
+        Req::ua(method, call, branch)
+            .tagged("uas-down")
+            .set("CSeq", &format!("2 {method}"))
+            .add_first("Route", &format!("<{rr}>"))
+            .bytes()
+    };
+    g.health(SG_C, Health::Down);
+    for method in ["BYE", "INVITE", "UPDATE", "INFO"] {
+        let req = in_dialog(&call, &rr[0], method, &format!("z9hG4bKd-{method}"));
+        let r = replied(g.udp(L_SG_BAL, UA, &req), L_SG_BAL, UA, 408);
+        assert!(
+            r.raw().starts_with(b"SIP/2.0 408 Instance Down\r\n"),
+            "{method}"
+        );
+    }
+    let ack = in_dialog(&call, &rr[0], "ACK", "z9hG4bKd-ack");
+    assert_eq!(g.udp(L_SG_BAL, UA, &ack), Action::None);
+    // Another instance's dialog is not affected.
+    let bye = in_dialog(&live, &live_rr[0], "BYE", "z9hG4bKl-bye");
+    forwarded(g.udp(L_SG_BAL, UA, &bye), L_SG_BAL, inst(SG_A));
+    // Up again: forwarded again.
+    g.health(SG_C, Health::Up);
+    let bye = in_dialog(&call, &rr[0], "BYE", "z9hG4bKd-bye-up");
+    forwarded(g.udp(L_SG_BAL, UA, &bye), L_SG_BAL, inst(SG_C));
+}
