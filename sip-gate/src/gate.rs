@@ -18,7 +18,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::lifecycle::Lifecycle;
 use crate::proxy::{Core, CoreError};
-use crate::transport::{self, BoundListener};
+use crate::transport::{self, BoundListener, TlsReload, TlsSide};
 
 /// How often a stopping gate looks at its transaction table.
 const DRAIN_POLL: Duration = Duration::from_millis(100);
@@ -34,6 +34,9 @@ pub enum GateError {
     /// The config does not make a core.
     #[error(transparent)]
     Core(#[from] CoreError),
+    /// The `[tls]` certificate, key or CA do not load.
+    #[error(transparent)]
+    Tls(#[from] ringsync::api::tls::TlsError),
 }
 
 /// A running gate.
@@ -44,6 +47,7 @@ pub struct Gate {
     shutdown: CancellationToken,
     tracker: TaskTracker,
     threads: Vec<std::thread::JoinHandle<()>>,
+    tls: Option<Arc<TlsSide>>,
 }
 
 /// How [`Gate::drain`] ended.
@@ -97,8 +101,13 @@ impl Gate {
             config.overload.max_transactions,
             lifecycle.clone(),
         )?);
+        let tls = match &config.tls {
+            Some(t) => Some(Arc::new(TlsSide::new(t)?)),
+            None => None,
+        };
         let tracker = TaskTracker::new();
-        let threads = transport::spawn(core.clone(), bound, shutdown.clone(), &tracker)?;
+        let threads =
+            transport::spawn(core.clone(), bound, tls.clone(), shutdown.clone(), &tracker)?;
         tracker.close();
         lifecycle.listeners_bound();
         for l in &config.listeners {
@@ -110,7 +119,14 @@ impl Gate {
             shutdown,
             tracker,
             threads,
+            tls,
         })
+    }
+
+    /// A handle that reloads the `[tls]` certificate (the binary calls it
+    /// on SIGHUP); `None` without `[tls]`.
+    pub fn tls_reload(&self) -> Option<TlsReload> {
+        self.tls.clone().map(TlsReload)
     }
 
     /// The config with the addresses actually bound.

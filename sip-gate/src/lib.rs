@@ -1,4 +1,4 @@
-//! sip-gate: a drain-aware inline SIP proxy over UDP and TCP.
+//! sip-gate: a drain-aware inline SIP proxy over UDP, TCP and TLS.
 //!
 //! Layers, bottom up, each depending only on the ones before it:
 //! [`frame`] (stream framing) and the message view ([`SipMessage`]) on a
@@ -53,3 +53,4 @@ mod gate;
 mod transport;
 
 pub use gate::{Drained, Gate, GateError};
+pub use transport::TlsReload;

@@ -19,8 +19,11 @@ pub(crate) struct ListenerCtx {
     pub(crate) leg: Leg,
     /// Serves UDP.
     pub(crate) udp: bool,
-    /// Serves TCP.
+    /// Serves a stream transport: TCP, or TLS when `tls`.
     pub(crate) tcp: bool,
+    /// Its stream transport is TLS (RFC 3261 26): Via `SIP/2.0/TLS`,
+    /// Record-Route `transport=tls` (or `sips:`), connections with rustls.
+    pub(crate) tls: bool,
     /// `advertise` as written in SIP (IPv6 in brackets).
     pub(crate) host: String,
 }
@@ -77,7 +80,9 @@ impl Listeners {
                 mode,
                 leg: l.leg,
                 udp: l.transports.contains(&Transport::Udp),
-                tcp: l.transports.contains(&Transport::Tcp),
+                tcp: l.transports.contains(&Transport::Tcp)
+                    || l.transports.contains(&Transport::Tls),
+                tls: l.transports.contains(&Transport::Tls),
                 // SocketAddr's Display writes IPv6 in brackets, as SIP wants.
                 host: l.advertise.to_string(),
             });

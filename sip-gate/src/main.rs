@@ -94,6 +94,7 @@ async fn main() -> anyhow::Result<()> {
     let snapshot = args.work_snapshot.as_deref().and_then(take_snapshot);
     let gate = Gate::start_awaiting_view(config.clone(), drain.clone(), shutdown.clone()).await?;
     restore_snapshot(gate.core(), snapshot);
+    reload_on_sighup(gate.tls_reload()).context("watching SIGHUP")?;
     let core = gate.core().clone();
     let admin = tokio::net::TcpListener::bind(admin_addr)
         .await
@@ -259,6 +260,30 @@ fn save_snapshot(core: &Core, path: Option<&std::path::Path>, clean: bool) {
         }
         Err(e) => tracing::warn!("{e}"),
     }
+}
+
+/// SIGHUP reads the `[tls]` certificate and key again (a pair that does
+/// not load keeps the one in force); without `[tls]` it is logged and
+/// ignored, never the default (exit).
+fn reload_on_sighup(tls: Option<sip_gate::TlsReload>) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut hup = signal(SignalKind::hangup())?;
+        tokio::spawn(async move {
+            while hup.recv().await.is_some() {
+                match &tls {
+                    Some(t) => {
+                        t.reload();
+                    }
+                    None => tracing::info!("SIGHUP: no [tls] to reload"),
+                }
+            }
+        });
+    }
+    #[cfg(not(unix))]
+    drop(tls);
+    Ok(())
 }
 
 /// SIGTERM and SIGINT, registered once.

@@ -63,6 +63,13 @@ pub(crate) const FLOW_PATHS: &str = "sipgate_flow_paths_total";
 pub(crate) const FLOWS: &str = "sipgate_flows";
 /// Open TCP connections.
 pub(crate) const TCP_CONNECTIONS: &str = "sipgate_tcp_connections";
+/// TLS handshakes by `side` (`server`: accepted, `client`: opened by the
+/// gate) and `result` (`ok`, `error`, `timeout`: not finished within
+/// `[tls] handshake_timeout_ms`, `no_ca`: no `[tls] ca` to verify with).
+pub(crate) const TLS_HANDSHAKES: &str = "sipgate_tls_handshakes_total";
+/// Certificate reloads (file change or SIGHUP) by `result` (`ok`, `error`:
+/// the new pair did not load and the old one stays in force).
+pub(crate) const TLS_RELOADS: &str = "sipgate_tls_reloads_total";
 /// The gate's own phase (`starting`, `serving`, `stopping`, `stopped`), 1
 /// for the current one (R-GW-1).
 pub(crate) const PHASE: &str = "sipgate_phase";
@@ -73,6 +80,14 @@ pub(crate) fn request(method: &'static str, outcome: &'static str) {
 
 pub(crate) fn response(outcome: &'static str) {
     metrics::counter!(RESPONSES, "outcome" => outcome).increment(1);
+}
+
+pub(crate) fn tls_handshake(side: &'static str, result: &'static str) {
+    metrics::counter!(TLS_HANDSHAKES, "side" => side, "result" => result).increment(1);
+}
+
+pub(crate) fn tls_reload(result: &'static str) {
+    metrics::counter!(TLS_RELOADS, "result" => result).increment(1);
 }
 
 pub(crate) fn dropped(reason: &'static str) {

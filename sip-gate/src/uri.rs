@@ -60,10 +60,28 @@ impl<'a> SipUri<'a> {
         })
     }
 
-    /// True if `transport=tcp` (or tls, which we do not serve) is asked for.
+    /// True if a stream is asked for: `transport=tcp`, or TLS
+    /// ([`SipUri::wants_tls`]), which runs over TCP.
     pub(crate) fn wants_tcp(&self) -> bool {
-        self.transport
-            .is_some_and(|t| t.eq_ignore_ascii_case(b"tcp"))
+        self.wants_tls()
+            || self
+                .transport
+                .is_some_and(|t| t.eq_ignore_ascii_case(b"tcp"))
+    }
+
+    /// True if TLS is asked for: a `sips:` URI (RFC 5630) or the older
+    /// `transport=tls`.
+    pub(crate) fn wants_tls(&self) -> bool {
+        self.secure
+            || self
+                .transport
+                .is_some_and(|t| t.eq_ignore_ascii_case(b"tls"))
+    }
+
+    /// Whether the URI names its transport: a `transport` parameter, or the
+    /// `sips` scheme (TLS).
+    pub(crate) fn names_transport(&self) -> bool {
+        self.secure || self.transport.is_some()
     }
 
     /// The socket address, when the host is an IP literal.
@@ -158,6 +176,19 @@ mod tests {
         assert_eq!(u.host, b"example.com");
         assert_eq!(u.socket_addr(), None);
         assert_eq!(SipUri::parse(b"sips:h").unwrap().socket_addr(), None);
+    }
+
+    #[test]
+    fn tls_is_asked_by_sips_or_transport_tls() {
+        let sips = SipUri::parse(b"sips:bob@127.0.0.1").unwrap();
+        assert!(sips.wants_tls() && sips.wants_tcp() && sips.names_transport());
+        assert_eq!(sips.socket_addr(), Some("127.0.0.1:5061".parse().unwrap()));
+        let tls = SipUri::parse(b"sip:bob@127.0.0.1:5071;transport=TLS").unwrap();
+        assert!(tls.wants_tls() && tls.wants_tcp());
+        let tcp = SipUri::parse(b"sip:bob@127.0.0.1;transport=tcp").unwrap();
+        assert!(!tcp.wants_tls() && tcp.wants_tcp());
+        let plain = SipUri::parse(b"sip:bob@127.0.0.1").unwrap();
+        assert!(!plain.wants_tls() && !plain.wants_tcp() && !plain.names_transport());
     }
 
     #[test]

@@ -88,13 +88,7 @@ impl CertFiles {
 
     /// Re-reads the pair whenever either file changes, until `shutdown`.
     pub async fn watch(self: Arc<Self>, shutdown: CancellationToken) {
-        let stamps = || {
-            (
-                crate::auth::stamp(&self.cert),
-                crate::auth::stamp(&self.key),
-            )
-        };
-        let mut last = stamps();
+        let mut last = self.stamps();
         let mut tick = tokio::time::interval(RELOAD_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -102,22 +96,41 @@ impl CertFiles {
                 _ = shutdown.cancelled() => return,
                 _ = tick.tick() => {}
             }
-            let now = stamps();
+            let now = self.stamps();
             if now == last {
                 continue;
             }
             last = now;
-            match load(&self.cert, &self.key) {
-                Ok(ck) => {
-                    tracing::info!(cert = %self.cert.display(), "TLS certificate reloaded");
-                    self.current.store(Arc::new(ck));
-                }
+            match self.reload() {
+                Ok(()) => tracing::info!(cert = %self.cert.display(), "TLS certificate reloaded"),
                 Err(e) => {
                     RELOAD_ERRORS.fetch_add(1, Ordering::Relaxed);
                     tracing::error!(error = %e, "TLS files changed but do not load; keeping the certificate in force");
                 }
             }
         }
+    }
+
+    /// Reads the pair again and puts it in force for the next handshakes;
+    /// a pair that does not load leaves the one in force as it is.
+    pub fn reload(&self) -> Result<(), TlsError> {
+        let ck = load(&self.cert, &self.key)?;
+        self.current.store(Arc::new(ck));
+        Ok(())
+    }
+
+    /// What tells a changed file (size, mtime, inode of both files):
+    /// compare two of them to see whether to [`CertFiles::reload`].
+    pub fn stamps(&self) -> impl Eq + Send + Sync + 'static {
+        (
+            crate::auth::stamp(&self.cert),
+            crate::auth::stamp(&self.key),
+        )
+    }
+
+    /// The leaf certificate in force (DER), to log or compare.
+    pub fn leaf(&self) -> Option<CertificateDer<'static>> {
+        self.current.load().cert.first().cloned()
     }
 }
 

@@ -18,6 +18,7 @@ mod error;
 mod limits;
 mod media;
 mod raw;
+mod tls;
 mod types;
 mod validate;
 
@@ -28,6 +29,7 @@ pub use ap::DEFAULT_PRIORITY;
 pub use error::ConfigError;
 pub use limits::{LimitAction, OverloadConfig};
 pub use media::MediaConfig;
+pub use tls::TlsConfig;
 pub use types::{
     Account, AccountMatch, AdminConfig, ApGroup, DnsConfig, DrainPolicy, Exception, HealthConfig,
     Instance, Leg, Listener, ListenerMode, Server, Service, Site, SiteConfig, StoreConfig,

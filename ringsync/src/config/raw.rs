@@ -33,6 +33,8 @@ pub(super) struct RawSite {
     #[serde(default)]
     pub(super) tcp: TcpConfig,
     #[serde(default)]
+    pub(super) tls: Option<Spanned<super::tls::RawTls>>,
+    #[serde(default)]
     pub(super) overload: Option<Spanned<super::limits::OverloadConfig>>,
     #[serde(default)]
     pub(super) admin: AdminConfig,

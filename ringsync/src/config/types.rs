@@ -468,6 +468,9 @@ pub enum Transport {
     Udp,
     /// SIP over TCP.
     Tcp,
+    /// SIP over TLS over TCP (RFC 3261 26); needs `[tls]`, and excludes
+    /// `tcp` on the same listener.
+    Tls,
 }
 
 /// Which side of the platform a listener faces. The esg rules apply on
@@ -547,6 +550,8 @@ pub struct SiteConfig {
     pub dns: DnsConfig,
     /// The gate's TCP connections.
     pub tcp: TcpConfig,
+    /// The gate's TLS certificate and CA (`[tls]`), when given.
+    pub tls: Option<super::TlsConfig>,
     /// The gate's overload protection and per-source limits.
     pub overload: super::OverloadConfig,
     /// Admin endpoints.

@@ -44,6 +44,7 @@ pub(super) fn validate(loc: Locator<'_>, raw: RawSite) -> Result<SiteConfig> {
     let work = v.work(raw.work)?;
     let dns = v.dns(raw.dns)?;
     let tcp = v.tcp(raw.tcp)?;
+    let tls = v.tls(raw.tls.as_ref(), &listeners)?;
     let overload = super::limits::validate(&v, raw.overload)?;
     let admin = v.admin(raw.admin)?;
     Ok(SiteConfig {
@@ -56,6 +57,7 @@ pub(super) fn validate(loc: Locator<'_>, raw: RawSite) -> Result<SiteConfig> {
         work,
         dns,
         tcp,
+        tls,
         overload,
         admin,
         media,
@@ -346,7 +348,7 @@ impl Validator<'_> {
             return Err(self.err(
                 r.transports.span(),
                 format!("listener[{i}].transports"),
-                "needs at least one of \"udp\", \"tcp\"",
+                "needs at least one of \"udp\", \"tcp\", \"tls\"",
             ));
         }
         let mode = match r.mode.get_ref().as_str() {

@@ -11,8 +11,9 @@ use crate::uri::host_ip;
 
 use super::{Action, Core, Out};
 
-/// The port of a sent-by without one (RFC 3261 18.2.2; no TLS here).
+/// The port of a sent-by without one (RFC 3261 18.2.2), TLS's (19.1.2).
 const DEFAULT_PORT: u16 = 5060;
+const DEFAULT_TLS_PORT: u16 = 5061;
 
 impl Core {
     /// Answers `msg` with `r`, counting the request under `outcome`. An ACK
@@ -75,8 +76,8 @@ impl Core {
 /// `from` is where the request came from, while the gate knows it;
 /// `listener` sends when it does not.
 ///
-/// - Over TCP: on the request's connection while it is open, else on a new
-///   connection to the source address and the sent-by port (5060 if none),
+/// - Over TCP or TLS: on the request's connection while it is open, else on a new
+///   connection to the source address and the sent-by port (5060, for TLS 5061, if none),
 ///   not the connection's ephemeral port.
 /// - Over UDP: to the source address (`received`), at the source port when
 ///   the client asked for `rport`, else at the sent-by port.
@@ -85,13 +86,16 @@ impl Core {
 /// from what the Via claims; without one, the stamped Via is all there is.
 /// `None`: the Via names no address (a host name without `received`).
 pub(super) fn response_out(via: &Via<'_>, from: Option<Inbound>, listener: usize) -> Option<Out> {
-    let sent_by = via.port.unwrap_or(DEFAULT_PORT);
+    let tls = via.transport.eq_ignore_ascii_case(b"TLS");
+    let sent_by = via
+        .port
+        .unwrap_or(if tls { DEFAULT_TLS_PORT } else { DEFAULT_PORT });
     let Some(from) = from else {
         let ip = via
             .received
             .and_then(host_ip)
             .or_else(|| host_ip(via.host))?;
-        return Some(if via.transport.eq_ignore_ascii_case(b"TCP") {
+        return Some(if tls || via.transport.eq_ignore_ascii_case(b"TCP") {
             Out::Tcp {
                 listener,
                 conn: None,

@@ -15,7 +15,7 @@ use crate::message::{HeaderName, Method, SipMessage, StartLine};
 use crate::metrics as m;
 use crate::reply;
 use crate::txn::{FlowOut, Hop, Inbound};
-use crate::uri::host_ip;
+use crate::uri::{host_ip, SipUri};
 
 use super::request::{Request, DEFAULT_MAX_FORWARDS};
 use super::{Action, Core, Out};
@@ -95,12 +95,13 @@ impl Core {
     /// address is the listener the request leaves from.
     fn via_line(&self, req: &Request<'_>, hop: Hop) -> String {
         let mut line = String::with_capacity(96);
-        line.push_str(if hop.tcp {
-            "Via: SIP/2.0/TCP "
-        } else {
-            "Via: SIP/2.0/UDP "
+        let out = self.out_listener(req, hop);
+        line.push_str(match (hop.tcp, out.tls) {
+            (true, true) => "Via: SIP/2.0/TLS ",
+            (true, false) => "Via: SIP/2.0/TCP ",
+            (false, _) => "Via: SIP/2.0/UDP ",
         });
-        line.push_str(&self.out_listener(req, hop).host);
+        line.push_str(&out.host);
         line.push_str(";branch=");
         self.branches.write(req.key, &mut line);
         line.push_str(";rport\r\n");
@@ -108,7 +109,9 @@ impl Core {
     }
 
     /// `Record-Route: <sip:TOKEN@gate;lr>` naming instance `idx` for this
-    /// request's dialog (its Call-ID), with `transport=tcp` on a TCP leg.
+    /// request's dialog (its Call-ID), with `transport=tcp` on a TCP leg and
+    /// `transport=tls` on a TLS leg (`sips:` when the Request-URI is, RFC
+    /// 3261 16.6 step 4), so in-dialog requests come back over TLS.
     ///
     /// When the two legs differ (UDP in, TCP out or the reverse), two of them
     /// (RFC 5658): the top one for the next hop's side, the other for the
@@ -121,15 +124,23 @@ impl Core {
             req.msg.call_id().unwrap_or_default(),
         );
         let inbound_tcp = matches!(req.inbound, Inbound::Tcp { .. });
+        let sips = req
+            .msg
+            .request_uri()
+            .and_then(SipUri::parse)
+            .is_some_and(|u| u.secure);
+        let push_rr = |head: &mut String, token: &str, l: &ListenerCtx, stream: bool| {
+            push_rr(head, token, l, stream, sips)
+        };
         if let Some(flow) = hop.flow {
             // Into a subscriber's flow: the subscriber's side (top) names
             // the instance, the instance's side the flow, so the instance's
             // in-dialog requests come back into it (RFC 5626 5.3).
             let out = self.out_listener(req, hop);
             let f = self.flow_of_hop(hop, flow);
-            push_rr(head, &token, &out.host, hop.tcp);
+            push_rr(head, &token, out, hop.tcp);
             let ft = self.flows.seal(&f, req.listener.advertise);
-            push_rr(head, &ft, &req.listener.host, inbound_tcp);
+            push_rr(head, &ft, req.listener, inbound_tcp);
             return;
         }
         if let Some(f) = self
@@ -140,8 +151,8 @@ impl Core {
             // the instance's side (top) names the flow, the subscriber's
             // side the instance.
             let ft = self.flows.seal(&f, req.listener.advertise);
-            push_rr(head, &ft, &req.listener.host, hop.tcp);
-            push_rr(head, &token, &req.listener.host, inbound_tcp);
+            push_rr(head, &ft, req.listener, hop.tcp);
+            push_rr(head, &token, req.listener, inbound_tcp);
             return;
         }
         let legs: &[bool] = if hop.tcp == inbound_tcp {
@@ -150,7 +161,7 @@ impl Core {
             &[hop.tcp, inbound_tcp]
         };
         for &tcp in legs {
-            push_rr(head, &token, &req.listener.host, tcp);
+            push_rr(head, &token, req.listener, tcp);
         }
     }
 
@@ -171,7 +182,7 @@ impl Core {
         head.push('@');
         head.push_str(&req.listener.host);
         if hop.tcp {
-            head.push_str(";transport=tcp");
+            head.push_str(stream_param(req.listener));
         }
         head.push_str(";lr>\r\n");
     }
@@ -234,16 +245,31 @@ fn wants_outbound(msg: &SipMessage) -> bool {
     })
 }
 
-/// One `Record-Route: <sip:TOKEN@host[;transport=tcp];lr>` line.
-fn push_rr(head: &mut String, token: &str, host: &str, tcp: bool) {
-    head.push_str("Record-Route: <sip:");
+/// One `Record-Route: <sip:TOKEN@host[;transport=tcp|tls];lr>` line for
+/// listener `l`; on a TLS leg of a `sips:` request, `<sips:TOKEN@host;lr>`.
+fn push_rr(head: &mut String, token: &str, l: &ListenerCtx, stream: bool, sips: bool) {
+    let sips = sips && stream && l.tls;
+    head.push_str(if sips {
+        "Record-Route: <sips:"
+    } else {
+        "Record-Route: <sip:"
+    });
     head.push_str(token);
     head.push('@');
-    head.push_str(host);
-    if tcp {
-        head.push_str(";transport=tcp");
+    head.push_str(&l.host);
+    if stream && !sips {
+        head.push_str(stream_param(l));
     }
     head.push_str(";lr>\r\n");
+}
+
+/// The URI parameter naming a listener's stream transport.
+fn stream_param(l: &ListenerCtx) -> &'static str {
+    if l.tls {
+        ";transport=tls"
+    } else {
+        ";transport=tcp"
+    }
 }
 
 /// The Route edits: the gate's own Routes go, and under a strict router

@@ -66,6 +66,14 @@ fn inbound_tcp(inbound: Inbound) -> bool {
     matches!(inbound, Inbound::Tcp { .. })
 }
 
+/// The transport toward the instance for a request from outside: the one
+/// it came in on, except that TLS ends at the gate when the listener also
+/// serves UDP (TLS protects the public leg; instances sit inside the
+/// platform and are reached over the listener's UDP).
+fn instance_stream(req: &Request<'_>) -> bool {
+    inbound_tcp(req.inbound) && !(req.listener.tls && req.listener.udp)
+}
+
 /// Requests that create a dialog the gate must stay in (RFC 3261 12.1, RFC 6665).
 pub(super) fn creates_dialog(m: Method) -> bool {
     matches!(m, Method::Invite | Method::Subscribe | Method::Refer)
@@ -225,7 +233,7 @@ impl Core {
         }
         // The transport the dialog's instance leg was recorded with (RFC
         // 5658); a UA without a route set gets the transport it came in on.
-        let tcp = req.leg_tcp.unwrap_or_else(|| inbound_tcp(req.inbound));
+        let tcp = req.leg_tcp.unwrap_or_else(|| instance_stream(req));
         self.to_instance(idx, tcp, None)
     }
 
@@ -265,7 +273,7 @@ impl Core {
             return Decision::Refuse { reply, why: rule };
         }
         let record_route = creates_dialog(req.method).then_some(idx);
-        self.to_instance(idx, inbound_tcp(req.inbound), record_route)
+        self.to_instance(idx, instance_stream(req), record_route)
     }
 
     /// Forward to a configured instance, over TCP or UDP.
@@ -296,7 +304,16 @@ impl Core {
             .listeners
             .get(req.inbound.listener())
             .ok_or_else(unroutable)?;
-        let explicit = uri.transport.map(|_| uri.wants_tcp());
+        let explicit = uri.names_transport().then(|| uri.wants_tcp());
+        if uri.wants_tls() && !listener.tls {
+            // RFC 3261 26.2.2: a `sips:` hop is reached over TLS or not at
+            // all, and this listener has no TLS to reach it with.
+            return Err(Decision::refuse(
+                416,
+                "TLS Not Served Here",
+                "tls_not_served",
+            ));
+        }
         let Some(addr) = uri.socket_addr() else {
             return self.named_hop(uri, req, explicit.or(req.leg_tcp));
         };

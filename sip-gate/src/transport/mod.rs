@@ -1,6 +1,7 @@
 //! Sockets: UDP receive workers, TCP accept and connect, and the table of
-//! open TCP connections. Everything here moves bytes; what to send where is
-//! the core's business ([`crate::proxy::Core::handle`]).
+//! open TCP connections (TLS ones included: `tls.rs` adds the handshakes).
+//! Everything here moves bytes; what to send where is the core's business
+//! ([`crate::proxy::Core::handle`]).
 //!
 //! UDP is served by plain OS threads doing blocking `recvfrom`/`sendto` on
 //! one shared socket, like Kamailio's UDP workers: the kernel hands each
@@ -19,8 +20,8 @@ use bytes::{Buf, Bytes, BytesMut};
 use dashmap::DashMap;
 use ringsync::config::{SiteConfig, Transport};
 use std::net::UdpSocket;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -34,8 +35,11 @@ use crate::proxy::{Action, Core, Out};
 use crate::txn::{ConnId, Inbound};
 
 mod read_timer;
+mod tls;
 mod udp;
 use read_timer::{Expired, ReadTimer};
+pub use tls::TlsReload;
+pub(crate) use tls::TlsSide;
 use udp::{bind_udp, udp_worker, udp_workers};
 
 /// Largest SIP message accepted on a stream (and the UDP receive buffer).
@@ -67,7 +71,9 @@ pub(crate) async fn bind(mut config: SiteConfig) -> io::Result<(SiteConfig, Vec<
     let rcvbuf = config.overload.udp_rcvbuf_bytes;
     for l in &mut config.listeners {
         let want_udp = l.transports.contains(&Transport::Udp);
-        let want_tcp = l.transports.contains(&Transport::Tcp);
+        // A TLS listener accepts TCP and shakes hands on it (tls.rs).
+        let want_tcp =
+            l.transports.contains(&Transport::Tcp) || l.transports.contains(&Transport::Tls);
         let mut attempt = 0;
         let (udp, tcp) = loop {
             attempt += 1;
@@ -143,10 +149,11 @@ fn bind_tcp(addr: SocketAddr) -> io::Result<TcpListener> {
 
 /// Runs the gate on bound listeners until `shutdown` is cancelled. Tokio
 /// tasks are tracked by `tracker`; the UDP worker threads are returned so the
-/// caller can join them.
+/// caller can join them. `tls` serves the listeners whose stream is TLS.
 pub(crate) fn spawn(
     core: Arc<Core>,
     listeners: Vec<BoundListener>,
+    tls: Option<Arc<TlsSide>>,
     shutdown: CancellationToken,
     tracker: &TaskTracker,
 ) -> io::Result<Vec<std::thread::JoinHandle<()>>> {
@@ -161,8 +168,13 @@ pub(crate) fn spawn(
             None
         }
     };
+    if let Some(t) = &tls {
+        tracker.spawn(t.clone().watch(shutdown.clone()));
+    }
     let net = Arc::new(Net {
         udp,
+        tls,
+        tls_on: core.listeners().iter().map(|l| l.tls).collect(),
         resolver,
         core: core.clone(),
         conns: DashMap::new(),
@@ -217,6 +229,9 @@ pub(crate) fn spawn(
 /// The sockets and open connections, shared by every task.
 struct Net {
     udp: Vec<Option<Arc<UdpSocket>>>,
+    /// The gate's TLS, and which listeners' streams use it.
+    tls: Option<Arc<TlsSide>>,
+    tls_on: Vec<bool>,
     resolver: Option<Arc<TokioResolver>>,
     core: Arc<Core>,
     conns: DashMap<ConnId, mpsc::Sender<Bytes>>,
@@ -361,23 +376,31 @@ impl Net {
             match stream {
                 Ok(s) => {
                     let _ = s.set_nodelay(true);
-                    connection(net, listener, id, to, s, rx).await;
+                    tls::serve_opened(net, listener, id, to, s, rx).await;
                 }
-                Err(e) => {
-                    tracing::info!(%to, error = %e, "tcp connect failed");
-                    m::dropped("tcp_connect_failed");
-                    net.unregister(id, to);
-                    // What queued behind the connect: a request to a DNS
-                    // target goes to the next one (or the client gets 503).
-                    let mut rx = rx;
-                    while let Ok(bytes) = rx.try_recv() {
-                        let action = net.core.undeliverable(to, bytes, Instant::now());
-                        net.execute(action);
-                    }
-                }
+                Err(e) => net.connect_failed(id, to, rx, &e),
             }
         });
         tx
+    }
+
+    /// A connection the gate opened failed (connect or TLS handshake).
+    fn connect_failed(
+        self: &Arc<Net>,
+        id: ConnId,
+        to: SocketAddr,
+        mut rx: mpsc::Receiver<Bytes>,
+        e: &io::Error,
+    ) {
+        tracing::info!(%to, error = %e, "tcp connect failed");
+        m::dropped("tcp_connect_failed");
+        self.unregister(id, to);
+        // What queued behind the connect: a request to a DNS target goes
+        // to the next one (or the client gets 503).
+        while let Ok(bytes) = rx.try_recv() {
+            let action = self.core.undeliverable(to, bytes, Instant::now());
+            self.execute(action);
+        }
     }
 }
 
@@ -412,8 +435,14 @@ async fn accept_loop(
             conn: id,
             peer,
         });
-        net.tracker
-            .spawn(connection(net.clone(), listener, id, peer, stream, rx));
+        net.tracker.spawn(tls::serve_accepted(
+            net.clone(),
+            listener,
+            id,
+            peer,
+            stream,
+            rx,
+        ));
     }
 }
 
@@ -456,15 +485,18 @@ impl Net {
 
 /// One TCP connection: a reader that frames messages (RFC 3261 18.3) and
 /// hands them to the core, and a writer fed by the connection's queue.
-async fn connection(
+/// The halves are a TCP stream's, or a TLS stream's (tls.rs).
+async fn connection<R, W>(
     net: Arc<Net>,
     listener: usize,
     id: ConnId,
     peer: SocketAddr,
-    stream: TcpStream,
+    (mut rd, mut wr): (R, W),
     mut rx: mpsc::Receiver<Bytes>,
-) {
-    let (mut rd, mut wr) = stream.into_split();
+) where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
     let stop = net.shutdown.child_token();
     let writer_stop = stop.clone();
     let writer = async move {
@@ -473,7 +505,8 @@ async fn connection(
                 _ = writer_stop.cancelled() => break,
                 m = rx.recv() => match m { Some(m) => m, None => break },
             };
-            if wr.write_all(&msg).await.is_err() {
+            // TLS holds records until flushed; on TCP a flush is free.
+            if wr.write_all(&msg).await.is_err() || wr.flush().await.is_err() {
                 break;
             }
         }

@@ -49,6 +49,7 @@ mod overload;
 mod responses;
 mod rfc_edges;
 mod security;
+mod tls;
 mod transactions;
 mod work_bindings;
 mod work_calls;
