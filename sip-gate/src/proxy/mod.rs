@@ -229,6 +229,11 @@ impl Core {
         self.config.overload.new_dialog_deadline()
     }
 
+    /// The bound of each TCP connection's send queue, in messages.
+    pub(crate) fn tcp_queue(&self) -> usize {
+        self.config.overload.tcp_queue_messages
+    }
+
     /// The TCP connection settings (`[tcp]`).
     pub(crate) fn tcp_config(&self) -> &ringsync::config::TcpConfig {
         &self.config.tcp

@@ -47,8 +47,6 @@ use udp::{bind_udp, udp_worker, udp_workers};
 pub(crate) const MAX_MESSAGE: usize = 65_535;
 /// How often a blocked UDP worker wakes to check for shutdown.
 const UDP_POLL: Duration = Duration::from_millis(200);
-/// Messages queued for one TCP connection before new ones are dropped.
-const TCP_QUEUE: usize = 1024;
 /// A connect that takes longer fails.
 const TCP_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
@@ -330,7 +328,7 @@ impl Net {
 
     fn register(&self, peer: SocketAddr) -> (ConnId, mpsc::Sender<Bytes>, mpsc::Receiver<Bytes>) {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = mpsc::channel(TCP_QUEUE);
+        let (tx, rx) = mpsc::channel(self.core.tcp_queue().max(1));
         self.conns.insert(id, tx.clone());
         self.by_peer.insert(peer, id);
         metrics::gauge!(m::TCP_CONNECTIONS).increment(1.0);
