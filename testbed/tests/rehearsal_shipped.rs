@@ -187,3 +187,53 @@ fn r_ap_2_active_passive_groups_hand_over_one_per_pace_and_go_home() {
     }
     assert!(detail(&r, "R-AP-2").contains("(pace 3 s)"));
 }
+
+/// An operator's own site file (docs/examples/rehearsal/sites/nyc-1.toml,
+/// production addresses): its names, listeners, accounts and store profile
+/// drive the run; every address is mapped onto the run's loopback and the
+/// mapping is in the report.
+#[test]
+fn own_site_file_drains_its_own_profile_under_its_own_names() {
+    let r = run("own-site");
+    no_call_failed(&r);
+    let d = detail(&r, "R-AA-1");
+    assert!(d.contains("sg-nyc-2, esg-nyc-2 took 0 new calls"), "{d}");
+    assert!(detail(&r, "R-AA-3").contains("sg-nyc-2 "), "{r:#}");
+    assert!(detail(&r, "R-ESG-1").contains("esg-nyc-2 took 0 new calls"));
+    assert!(detail(&r, "R-ESG-5").contains("went to its home esg-nyc-1"));
+    assert!(detail(&r, "R-MG-1").contains("mg-nyc-2 weight 0 after"));
+    // The store's own profile, with its servers.
+    assert_eq!(r["steps"][3]["label"], "activate maint-srv2 (nyc-srv2)");
+    let map = &r["site_map"];
+    assert!(map["file"].as_str().unwrap().ends_with("sites/nyc-1.toml"));
+    let net = map["net"].as_str().unwrap().trim_end_matches("0/24");
+    let row = |what: &str| {
+        map["mapping"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["what"] == what)
+            .unwrap_or_else(|| panic!("no {what} in {map:#}"))
+            .clone()
+    };
+    let sg2 = row("instance sg-nyc-2 sip");
+    assert_eq!(sg2["site"], "10.20.1.12:5060");
+    assert_eq!(sg2["rehearsal"], format!("{net}21:5060"));
+    assert_eq!(
+        row("instance mg-nyc-3 ng")["rehearsal"],
+        format!("{net}62:22222")
+    );
+    // Two listeners shared port 5060 on other addresses: moved to 5100.
+    assert_eq!(row("listener carriers")["rehearsal"], "gate address:5100");
+    assert_eq!(
+        row("account carrier-y match.source")["rehearsal"],
+        format!("{net}101/32")
+    );
+    // Every new call went to one of the operator's instances.
+    let phases = r["phases"].as_array().unwrap();
+    for p in phases {
+        for k in p["new_work"].as_object().unwrap().keys() {
+            assert!(k.contains("-nyc-"), "{k}");
+        }
+    }
+}
