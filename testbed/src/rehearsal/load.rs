@@ -240,6 +240,13 @@ fn load_account(l: &Layout, listener: &str, name: Option<&str>) -> Option<Acct> 
     }
 }
 
+impl Caller {
+    /// Its SIPp log (the `ev` lines).
+    pub(super) fn log(&self) -> &Path {
+        &self.log
+    }
+}
+
 impl LoadRun {
     /// A load of calls (INVITE dialogs with media).
     pub fn is_call(&self) -> bool {

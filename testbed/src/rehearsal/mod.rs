@@ -11,6 +11,7 @@ pub mod report;
 pub mod sample;
 pub mod scenario;
 pub mod site_map;
+mod tally;
 pub mod verdict;
 mod verdict_ap;
 mod verdict_calls;

@@ -104,9 +104,15 @@ pub fn play(
                 stops: &mut stops,
                 now,
             };
+            let before = cx.callers.len();
             let error = run_step(site, &s.action, &mut cx)
                 .err()
                 .map(|e| e.to_string());
+            let mut r = rec.lock().unwrap_or_else(|e| e.into_inner());
+            for c in &callers[before..] {
+                r.follow_caller(c.log().to_path_buf());
+            }
+            drop(r);
             marks.push(Mark {
                 t: now,
                 label: s.action.label(),
