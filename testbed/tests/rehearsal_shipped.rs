@@ -211,6 +211,12 @@ fn r_ap_2_active_passive_groups_hand_over_one_per_pace_and_go_home() {
         );
     }
     assert!(detail(&r, "R-AP-2").contains("(pace 3 s)"));
+    // Away from srv-a, blocked while both servers drained, home after.
+    assert!(detail(&r, "R-AP-1").contains("3 of 3 groups"));
+    let d = detail(&r, "R-AP-4");
+    assert!(d.contains("ap-1: kept ap1-b, reported blocked"), "{d}");
+    let d = detail(&r, "R-AP-3");
+    assert!(d.contains("ap-3: ap3-b → ap3-a after"), "{d}");
 }
 
 /// An operator's own site file (docs/examples/rehearsal/sites/nyc-1.toml,

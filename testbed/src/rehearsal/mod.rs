@@ -14,6 +14,7 @@ pub mod site_map;
 mod tally;
 pub mod verdict;
 mod verdict_ap;
+mod verdict_ap_moves;
 mod verdict_calls;
 mod verdict_media;
 

@@ -55,6 +55,9 @@ pub struct Sample {
     /// (`ringsync handover status`).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub ap_leader: BTreeMap<String, String>,
+    /// Per Active-Passive group the planner reported blocked, why (R-AP-4).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub ap_blocked: BTreeMap<String, String>,
     /// When the planner last published a move (Unix ms).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ap_last_move_ms: Option<u64>,
@@ -162,10 +165,15 @@ impl Recorder {
             if let Ok(h) = ringsync(bins, site, &["handover", "status"]) {
                 s.ap_last_move_ms = h["planner"]["last_move_ms"].as_u64();
                 for g in h["groups"].as_array().into_iter().flatten() {
-                    if let (Some(name), Some(leader)) =
-                        (g["group"].as_str(), g["confirmed"].as_str())
-                    {
+                    let Some(name) = g["group"].as_str() else {
+                        continue;
+                    };
+                    if let Some(leader) = g["confirmed"].as_str() {
                         s.ap_leader.insert(name.to_owned(), leader.to_owned());
+                    }
+                    if g["state"] == "blocked" {
+                        let why = g["blocked"].as_str().unwrap_or("blocked");
+                        s.ap_blocked.insert(name.to_owned(), why.to_owned());
                     }
                 }
             }

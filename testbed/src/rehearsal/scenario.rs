@@ -11,7 +11,8 @@ use crate::{Error, Result};
 /// Rules a scenario may ask a verdict on.
 pub const RULES: &[&str] = &[
     "R-SG-4", "R-ESG-4", "R-GW-2", "R-AA-1", "R-AA-3", "R-AA-4", "R-MG-1", "R-MG-3", "R-MG-4",
-    "R-GW-1", "R-ESG-1", "R-ESG-3", "R-ESG-5", "R-BG-1", "R-BG-3", "R-MN-2", "R-AP-2",
+    "R-GW-1", "R-ESG-1", "R-ESG-3", "R-ESG-5", "R-BG-1", "R-BG-3", "R-MN-2", "R-AP-1", "R-AP-2",
+    "R-AP-3", "R-AP-4",
 ];
 
 /// The longest a scenario may run, and the highest load rate, so every run
