@@ -208,7 +208,8 @@ fn sipp(
         .arg(log);
     if failover {
         // The next gates, in order, wrapping round.
-        for (i, name) in [(1, "gate2"), (2, "gate3")] {
+        // The caller knows four gates, the most a site has (MAX_GATES).
+        for (i, name) in [(1, "gate2"), (2, "gate3"), (3, "gate4")] {
             let next = to(k + i)?;
             sipp = sipp
                 .arg("-key")
