@@ -11,6 +11,10 @@
 //! # }
 //! ```
 //!
+//! An operator's own site file runs the same way, its addresses mapped onto
+//! the run's loopback ([`Layout::from_file`]):
+//! `Site::builder().site_file("nyc-1.toml").run()?`.
+//!
 //! Everything it started is stopped when the [`Site`] drops (also when
 //! `run` fails half-way): gates first, then the instances, media-ctl, the
 //! rtpengines and etcd.
