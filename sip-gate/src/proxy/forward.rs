@@ -8,6 +8,7 @@ use bytes::Bytes;
 
 use ringsync::config::Leg;
 
+use crate::digits;
 use crate::edit::{EditError, Splice};
 use crate::flow::Flow;
 use crate::listener::ListenerCtx;
@@ -43,7 +44,7 @@ impl Core {
         self.push_path(&mut head, req, hop);
         if req.max_forwards.is_none() {
             head.push_str("Max-Forwards: ");
-            head.push_str(&DEFAULT_MAX_FORWARDS.to_string());
+            head.push_str(DEFAULT_MAX_FORWARDS);
             head.push_str("\r\n");
         }
         let via_line = self.via_line(req, hop);
@@ -66,15 +67,16 @@ impl Core {
         let (via, peer) = (&req.top_via, req.inbound.peer());
         if via.rport.is_some() || via.received.is_some() || host_ip(via.host) != Some(peer.ip()) {
             if let Some(raw) = msg.raw().get(via.range.clone()) {
-                let stamped =
-                    reply::stamp_via(&String::from_utf8_lossy(raw), via.rport.is_some(), peer);
+                let stamped = reply::stamp_via(raw, via.rport.is_some(), peer);
                 s.replace(via.range.clone(), Bytes::from(stamped));
             }
         }
 
         if let Some(n) = req.max_forwards {
             if let Some(f) = msg.fields(HeaderName::MaxForwards).next() {
-                s.replace(f.value.clone(), Bytes::from((n - 1).to_string()));
+                let mut value = Vec::with_capacity(4);
+                digits::push_decimal(&mut value, u64::from(n.saturating_sub(1)));
+                s.replace(f.value.clone(), Bytes::from(value));
             }
         }
         if hop.tcp {
