@@ -143,6 +143,10 @@ fn r_ov_2_a_source_over_its_limit_gets_503_with_retry_after_while_another_source
     eprintln!("R-OV-2: A {up} admitted / {refused} refused (metric {counted}); B 10/10");
 }
 
+/// The flood test's loads: 30 s each, as issue 12 asks.
+const FLOOD_CALLS: u64 = 6000;
+const NORMAL_CALLS: u64 = 120;
+
 #[test]
 fn r_ov_1_a_flood_at_five_times_capacity_is_refused_while_calls_up_complete_and_memory_stays_flat()
 {
@@ -158,21 +162,21 @@ fn r_ov_1_a_flood_at_five_times_capacity_is_refused_while_calls_up_complete_and_
     let rss_idle = peak_rss_kib(&gate);
     let uas = sg(net);
 
-    // The normal load: 4 calls/s for 12 s, each up for 3 s with a
+    // The normal load: 4 calls/s for 30 s, each up for 3 s with a
     // re-INVITE and a BYE, so calls are up through the whole flood. It
     // starts 2 s before the flood: those calls are up when it begins.
     let normal_log = dir.path().join("normal.log");
     let normal = caller(net, 22, listener, &normal_log)
-        .calls(48)
+        .calls(NORMAL_CALLS)
         .rate(4)
         .duration(Duration::from_secs(3))
         .spawn()
         .expect("normal load starts");
     std::thread::sleep(Duration::from_secs(2));
-    // The flood: 200 new calls/s for 12 s, five times the capacity.
+    // The flood: 200 new calls/s for 30 s, five times the capacity.
     let flood_log = dir.path().join("flood.log");
     let flood = caller(net, 21, listener, &flood_log)
-        .calls(2400)
+        .calls(FLOOD_CALLS)
         .rate(200)
         .duration(Duration::from_millis(100))
         .spawn()
@@ -200,13 +204,17 @@ fn r_ov_1_a_flood_at_five_times_capacity_is_refused_while_calls_up_complete_and_
     assert!(flood.all_ok(), "{flood:?}");
     let (refused, up, ended) = outcomes(&flood_log);
     assert_eq!(up, ended, "an admitted flood call failed: {flood:?}");
-    assert!(refused >= 1200, "{refused} refused, {up} admitted");
+    // 30 s at 40/s (plus the burst) may be admitted; the rest is refused.
+    assert!(
+        refused >= FLOOD_CALLS - 1400,
+        "{refused} refused, {up} admitted"
+    );
     // Established calls never fail: every call of the normal load that was
     // admitted got its re-INVITE and BYE answered.
     assert!(normal.all_ok(), "{normal:?}");
     let (n_refused, n_up, n_ended) = outcomes(&normal_log);
     assert_eq!(n_up, n_ended, "{normal:?}");
-    assert_eq!(n_refused + n_up, 48, "{normal:?}");
+    assert_eq!(n_refused + n_up, NORMAL_CALLS, "{normal:?}");
     assert!(n_up >= 6, "{n_up} normal calls up");
     // Only new dialogs were refused: by the capacity (or, on a machine
     // too busy to keep up, by the intake deadline), never an ACK or BYE.

@@ -105,3 +105,50 @@ fn mg_bench_help_and_bounds() {
         "2000000 is not in 0..=1000000",
     );
 }
+
+/// `testbed check` on a scenario naming an operator's site file prints the
+/// mapping onto loopback; a site file ringsync refuses, or one that cannot
+/// run on loopback, is refused (exit 2) naming the file and the field.
+#[test]
+fn check_prints_the_mapping_of_an_operators_site_and_refuses_what_cannot_run() {
+    const TESTBED: &str = env!("CARGO_BIN_EXE_testbed");
+    let examples = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/examples/rehearsal");
+    let out = run(TESTBED, &["check", &format!("{examples}/own-site.toml")]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("activate maint-srv2 (nyc-srv2)"), "{text}");
+    assert!(
+        text.contains("| instance sg-nyc-2 sip          | 10.20.1.12:5060  |"),
+        "{text}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let site = std::fs::read_to_string(format!("{examples}/sites/nyc-1.toml")).unwrap();
+    let scenario = dir.path().join("s.toml");
+    let refused = |site_text: &str, steps: &str, wanted: &[&str]| {
+        std::fs::write(
+            &scenario,
+            format!("name = \"t\"\nsite = \"site.toml\"\n{steps}"),
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("site.toml"), site_text).unwrap();
+        let out = run(TESTBED, &["check", scenario.to_str().unwrap()]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        for w in wanted {
+            assert!(err.contains(w), "{w} in {err}");
+        }
+    };
+    refused(
+        &site.replace("server = \"nyc-srv3\"", "server = \"nyc-srv9\""),
+        "",
+        &["site.toml", "nyc-srv9"],
+    );
+    refused(
+        &site.replace(
+            "transports = [\"udp\"]\nmode = \"balance\"\npool = \"esg\"\nleg = \"inside\"",
+            "transports = [\"tcp\"]\nmode = \"balance\"\npool = \"esg\"\nleg = \"inside\"",
+        ),
+        "[[step]]\nat_s = 0\ndo = \"load\"\nlistener = \"core\"\nrate = 1\nduration_s = 1\nhold_s = 1\n",
+        &["listener `core` serves no udp"],
+    );
+}

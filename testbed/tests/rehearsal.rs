@@ -196,7 +196,18 @@ fn a_missing_binary_and_a_bad_scenario_are_clear_errors() {
         dir.path(),
         "name = \"x\"\n[site]\nsg = 1\nnet = \"127.94.3\"\n",
     );
-    let o = testbed(&["run", &file, "--quiet", "--bin-dir", "/nonexistent"]);
+    // Its own --out: the default (`rehearsal-x/` in the working directory)
+    // would leave the site files it wrote before failing in the source tree.
+    let out = dir.path().join("out");
+    let o = testbed(&[
+        "run",
+        &file,
+        "--quiet",
+        "--bin-dir",
+        "/nonexistent",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
     assert_eq!(o.status.code(), Some(2));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(

@@ -270,3 +270,51 @@ servers = ["srv-a"]
     assert_eq!(report["calls"]["attempted"], 0, "{}", report["calls"]);
     assert_eq!(verdict(&report, "R-AA-1")["pass"], true);
 }
+
+/// The failover caller knows every gate of a four-gate site: with gates 0,
+/// 1 and 2 sent SIGTERM (503 while they stop, silence once they exited),
+/// the calls that start on gate 0 reach gate 3, the fourth in their list;
+/// none is refused by every gate.
+#[test]
+fn r_gw_1_the_failover_caller_reaches_the_fourth_gate() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut text = String::from(
+        r#"
+name = "four-gates"
+rules = ["R-SG-4"]
+[site]
+sg = 2
+mg = 1
+gates = 4
+gate_deadline_s = 2
+net = "127.94.9"
+[[step]]
+at_s = 0
+do = "load"
+rate = 8
+duration_s = 8
+hold_s = 1
+"#,
+    );
+    for g in 0..3 {
+        text.push_str(&format!(
+            "[[step]]\nat_s = 2\ndo = \"sigterm_gate\"\ngate = {g}\n"
+        ));
+    }
+    let (code, report, stderr) = run(dir.path(), &text);
+    let c = &report["calls"];
+    assert_eq!(code, Some(0), "{c}\n{}\n{stderr}", report["verdicts"]);
+    assert_eq!(c["refused"], 0, "{c}");
+    assert_eq!(c["established_failed"], 0, "{c}");
+    // After the SIGTERMs only gate-3 serves: every call started then
+    // (6 s of them, a quarter of them first sent to each gate) was
+    // established, many after failing over three times.
+    assert!(c["established"].as_u64().unwrap() >= 60, "{c}");
+    let failovers = report["samples"].as_array().unwrap().last().unwrap()["failovers"]
+        .as_u64()
+        .unwrap();
+    assert!(failovers >= 3 * 10, "{failovers} {c}");
+    let phases = report["phases"].as_array().unwrap();
+    let after = phases.last().unwrap();
+    assert!(after["established"].as_u64().unwrap() > 30, "{after}");
+}

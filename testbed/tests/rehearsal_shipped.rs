@@ -22,10 +22,17 @@ fn example(name: &str) -> String {
 /// Runs a shipped scenario; its JSON report, after checking that it
 /// passed (exit 0, every step ran, every verdict passed).
 fn run(name: &str) -> Value {
+    run_seen(name, true).0
+}
+
+/// [`run`], also returning what it wrote on stderr (with `quiet` off, the
+/// progress line, one line a second) and its SVG chart.
+fn run_seen(name: &str, quiet: bool) -> (Value, String, String) {
     let dir = tempfile::tempdir().unwrap();
     let o = Command::new(BIN)
-        .args(["run", &example(name), "--quiet", "--json", "--out"])
+        .args(["run", &example(name), "--json", "--out"])
         .arg(dir.path())
+        .args(quiet.then_some("--quiet"))
         .output()
         .expect("testbed runs");
     let stderr = String::from_utf8_lossy(&o.stderr);
@@ -43,7 +50,8 @@ fn run(name: &str) -> Value {
         assert_eq!(v["pass"], true, "{name}: {v}");
     }
     assert!(!verdicts.as_array().unwrap().is_empty());
-    report
+    let svg = std::fs::read_to_string(dir.path().join("chart.svg")).unwrap_or_default();
+    (report, stderr.into_owned(), svg)
 }
 
 fn detail<'a>(report: &'a Value, rule: &str) -> &'a str {
@@ -130,7 +138,7 @@ fn r_aa_4_every_instance_draining_still_serves_new_calls() {
 
 #[test]
 fn r_gw_2_rolling_restart_of_three_gates_under_load_with_failover_callers() {
-    let r = run("gate-rolling-restart");
+    let (r, progress, svg) = run_seen("gate-rolling-restart", false);
     no_call_failed(&r);
     // Each of the three gates stopped, exited by itself and came back;
     // the calls they refused meanwhile went to another gate.
@@ -144,6 +152,19 @@ fn r_gw_2_rolling_restart_of_three_gates_under_load_with_failover_callers() {
     let c = &r["calls"];
     assert!(c["retried"].as_u64().unwrap() > 0, "{c}");
     assert_eq!(c["refused"], 0, "{c}");
+    // The failovers counted live (every INVITE sent to another gate) are
+    // on the progress line and a series of the chart.
+    let live = r["samples"].as_array().unwrap().last().unwrap()["failovers"]
+        .as_u64()
+        .unwrap();
+    assert!(live >= c["retried"].as_u64().unwrap(), "{live} {c}");
+    assert!(
+        progress
+            .lines()
+            .any(|l| l.contains(&format!("| failover {live} |"))),
+        "{progress}"
+    );
+    assert!(svg.contains("calls failed over to another gate"));
 }
 
 #[test]
@@ -172,12 +193,16 @@ fn r_mn_2_etcd_outage_under_load_is_fail_static() {
 
 #[test]
 fn r_ap_2_active_passive_groups_hand_over_one_per_pace_and_go_home() {
-    let r = run("ap-pacing");
+    let (r, progress, svg) = run_seen("ap-pacing", false);
     no_call_failed(&r);
     // Three groups away from srv-a and back home: six leader changes the
     // agents confirmed, every group led from home at the end (R-AP-3).
     assert_eq!(r["handovers"], 6, "{}", detail(&r, "R-AP-2"));
     let last = r["samples"].as_array().unwrap().last().unwrap();
+    // Counted live too: on the progress line and as the chart's triangles.
+    assert_eq!(last["ap_handovers"], 6, "{last}");
+    assert!(progress.contains("| AP handovers 6"), "{progress}");
+    assert!(svg.contains("Active-Passive handover"));
     for g in 1..=3 {
         assert_eq!(
             last["ap_leader"][format!("ap-{g}")],
@@ -186,4 +211,60 @@ fn r_ap_2_active_passive_groups_hand_over_one_per_pace_and_go_home() {
         );
     }
     assert!(detail(&r, "R-AP-2").contains("(pace 3 s)"));
+    // Away from srv-a, blocked while both servers drained, home after.
+    assert!(detail(&r, "R-AP-1").contains("3 of 3 groups"));
+    let d = detail(&r, "R-AP-4");
+    assert!(d.contains("ap-1: kept ap1-b, reported blocked"), "{d}");
+    let d = detail(&r, "R-AP-3");
+    assert!(d.contains("ap-3: ap3-b → ap3-a after"), "{d}");
+}
+
+/// An operator's own site file (docs/examples/rehearsal/sites/nyc-1.toml,
+/// production addresses): its names, listeners, accounts and store profile
+/// drive the run; every address is mapped onto the run's loopback and the
+/// mapping is in the report.
+#[test]
+fn own_site_file_drains_its_own_profile_under_its_own_names() {
+    let r = run("own-site");
+    no_call_failed(&r);
+    let d = detail(&r, "R-AA-1");
+    assert!(d.contains("sg-nyc-2, esg-nyc-2 took 0 new calls"), "{d}");
+    assert!(detail(&r, "R-AA-3").contains("sg-nyc-2 "), "{r:#}");
+    assert!(detail(&r, "R-ESG-1").contains("esg-nyc-2 took 0 new calls"));
+    assert!(detail(&r, "R-ESG-5").contains("went to its home esg-nyc-1"));
+    assert!(detail(&r, "R-MG-1").contains("mg-nyc-2 weight 0 after"));
+    // The store's own profile, with its servers.
+    assert_eq!(r["steps"][3]["label"], "activate maint-srv2 (nyc-srv2)");
+    let map = &r["site_map"];
+    assert!(map["file"].as_str().unwrap().ends_with("sites/nyc-1.toml"));
+    let net = map["net"].as_str().unwrap().trim_end_matches("0/24");
+    let row = |what: &str| {
+        map["mapping"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["what"] == what)
+            .unwrap_or_else(|| panic!("no {what} in {map:#}"))
+            .clone()
+    };
+    let sg2 = row("instance sg-nyc-2 sip");
+    assert_eq!(sg2["site"], "10.20.1.12:5060");
+    assert_eq!(sg2["rehearsal"], format!("{net}21:5060"));
+    assert_eq!(
+        row("instance mg-nyc-3 ng")["rehearsal"],
+        format!("{net}62:22222")
+    );
+    // Two listeners shared port 5060 on other addresses: moved to 5100.
+    assert_eq!(row("listener carriers")["rehearsal"], "gate address:5100");
+    assert_eq!(
+        row("account carrier-y match.source")["rehearsal"],
+        format!("{net}101/32")
+    );
+    // Every new call went to one of the operator's instances.
+    let phases = r["phases"].as_array().unwrap();
+    for p in phases {
+        for k in p["new_work"].as_object().unwrap().keys() {
+            assert!(k.contains("-nyc-"), "{k}");
+        }
+    }
 }

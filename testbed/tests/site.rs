@@ -45,3 +45,39 @@ fn a_site_starts_and_a_drain_reaches_the_gate_and_media_ctl() {
             .is_some_and(|s| s.drain_zone == ["srv-a"])
     });
 }
+
+/// `Site::builder().site_file(...)`: an operator's site file (production
+/// addresses) runs on loopback under its own names; the profile of its
+/// store is there to activate by name.
+#[test]
+fn an_operators_site_file_runs_under_its_own_names() {
+    let file = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../docs/examples/rehearsal/sites/nyc-1.toml"
+    );
+    let site = Site::builder()
+        .site_file(file)
+        .mg_drain_window_s(4)
+        .net([127, 93, 2])
+        .run()
+        .expect("site starts");
+    let l = site.layout();
+    assert_eq!(
+        l.gate_listener(0, "public"),
+        Some("127.93.2.1:5060".parse().unwrap())
+    );
+    let written = std::fs::read_to_string(site.site_file()).unwrap();
+    assert!(written.contains("sg-nyc-2") && !written.contains("10.20."));
+    let gate = site.gates()[0].admin;
+    site.activate("maint-srv2", &[])
+        .expect("activate the store's profile");
+    wait("gate sees sg-nyc-2 draining", || {
+        http::get(gate, "/metrics").is_some_and(|(_, m)| {
+            m.lines().any(|l| {
+                l.contains("instance=\"sg-nyc-2\"")
+                    && l.contains("state=\"drain")
+                    && l.ends_with(" 1")
+            })
+        })
+    });
+}

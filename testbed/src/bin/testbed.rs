@@ -63,6 +63,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Check { scenario } => {
             let s = Scenario::load(&scenario)?;
+            let layout = s.builder()?.layout()?;
+            let s = s.resolved(&layout);
             // A closed pipe (`| head`) ends the listing, not the program.
             let mut out = std::io::stdout().lock();
             let _ = writeln!(
@@ -74,6 +76,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             );
             for step in &s.steps {
                 let _ = writeln!(out, "  {:>6.1} s  {}", step.at_s, step.action.label());
+            }
+            if layout.source.is_some() {
+                let map = testbed::rehearsal::site_map::SiteMap::new(&layout);
+                let _ = writeln!(out, "\n{}", map.markdown());
             }
             Ok(ExitCode::SUCCESS)
         }

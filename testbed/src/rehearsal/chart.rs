@@ -1,6 +1,7 @@
 //! The chart of a run (plotters): new calls per second per sg/esg with the
-//! drain windows shaded and the other steps marked, and the mg weights on a
-//! second panel. SVG and PNG; text needs a TrueType font (Debian
+//! drain windows shaded and the other steps marked, calls failed over to
+//! another gate as a black line and Active-Passive handovers as triangles;
+//! the mg weights on a second panel. SVG and PNG; text needs a TrueType font (Debian
 //! `fonts-dejavu-core`, which scripts/setup.sh installs), read at run time.
 
 use std::collections::BTreeMap;
@@ -68,6 +69,38 @@ fn rates(played: &Played) -> Series {
     out
 }
 
+/// The name of the gate-failover series among the instances' rates.
+const FAILOVER: &str = "calls failed over to another gate";
+
+/// Gate failovers per second between consecutive samples; none when no
+/// caller ever failed over.
+fn failovers(played: &Played) -> Option<Vec<(f64, f64)>> {
+    played.samples.last().filter(|s| s.failovers > 0)?;
+    Some(
+        played
+            .samples
+            .windows(2)
+            .map(|w| {
+                let dt = (w[1].t - w[0].t).max(0.001);
+                (
+                    w[1].t,
+                    w[1].failovers.saturating_sub(w[0].failovers) as f64 / dt,
+                )
+            })
+            .collect(),
+    )
+}
+
+/// When an Active-Passive leader change was first seen.
+fn handovers(played: &Played) -> Vec<f64> {
+    played
+        .samples
+        .windows(2)
+        .filter(|w| w[1].ap_handovers > w[0].ap_handovers)
+        .map(|w| w[1].t)
+        .collect()
+}
+
 fn weights(played: &Played) -> Series {
     let mut out = Series::new();
     for s in &played.samples {
@@ -89,14 +122,18 @@ where
     area.fill(&WHITE)?;
     let (top, bottom) = area.split_vertically(SIZE.1 * 62 / 100);
     let x_end = played.samples.last().map_or(end, |s| s.t).max(end).max(1.0);
-    let calls = rates(played);
+    let mut calls = rates(played);
+    if let Some(f) = failovers(played) {
+        calls.insert(FAILOVER.into(), f);
+    }
     let y_max = calls.values().flatten().map(|p| p.1).fold(1.0, f64::max) * 1.15;
     panel(
         &top,
         played,
         &calls,
-        "new calls per second, per instance",
+        "new calls per second, per instance (triangles: Active-Passive handovers)",
         (x_end, y_max),
+        &handovers(played),
     )?;
     panel(
         &bottom,
@@ -104,6 +141,7 @@ where
         &weights(played),
         "mg weight for new calls",
         (x_end, 1.05),
+        &[],
     )?;
     area.present()?;
     Ok(())
@@ -115,6 +153,7 @@ fn panel<DB: DrawingBackend>(
     series: &Series,
     title: &str,
     (x_end, y_max): (f64, f64),
+    handovers: &[f64],
 ) -> Result<(), Box<dyn std::error::Error + 'static>>
 where
     DB::ErrorType: 'static,
@@ -151,14 +190,25 @@ where
             BLACK.mix(0.5).stroke_width(1),
         ))?;
     }
+    if !handovers.is_empty() {
+        let mark = |(x, y): (f64, f64)| TriangleMarker::new((x, y), 7, BLUE.filled());
+        chart
+            .draw_series(handovers.iter().map(|t| mark((*t, y_max * 0.93))))?
+            .label("Active-Passive handover")
+            .legend(move |(x, y)| TriangleMarker::new((x + 8, y), 5, BLUE.filled()));
+    }
     for (i, (id, pts)) in series.iter().enumerate() {
-        let color = Palette99::pick(i).to_rgba();
+        let color = if id == FAILOVER {
+            BLACK.to_rgba()
+        } else {
+            Palette99::pick(i).to_rgba()
+        };
         chart
             .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))?
             .label(id.as_str())
             .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], color.stroke_width(2)));
     }
-    if !series.is_empty() {
+    if !series.is_empty() || !handovers.is_empty() {
         chart
             .configure_series_labels()
             .background_style(WHITE.mix(0.85))

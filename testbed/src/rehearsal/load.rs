@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::site::Site;
+use crate::site::{Acct, Layout, Site, Svc};
 use crate::{Error, Result, Scenario as SippScenario, Sipp, SippHandle, SippReport, Transport};
 
 use super::media::{self, MediaCalls};
@@ -67,8 +67,11 @@ pub struct LoadRun {
     pub label: String,
     /// The gate listener it called.
     pub listener: String,
-    /// The esg account of its calls.
+    /// The kind of esg account of its calls.
     pub account: AccountKind,
+    /// The esg account of its calls, by name (none: the callers match no
+    /// account).
+    pub account_name: Option<String>,
     /// SIPp's counters (`None` if it could not be read).
     pub report: Option<SippReport>,
     /// What its "calls" are.
@@ -86,7 +89,7 @@ pub struct LoadRun {
 pub(super) struct Caller {
     label: String,
     listener: String,
-    account: AccountKind,
+    account: Option<Acct>,
     kind: LoadKind,
     media: Option<(Arc<AtomicBool>, std::thread::JoinHandle<MediaCalls>)>,
     log: PathBuf,
@@ -116,9 +119,10 @@ pub(super) fn start(
     let l = site.layout();
     let gates: Vec<usize> = match gate {
         Some(g) => vec![*g],
-        None => (0..l.gates).collect(),
+        None => (0..l.gates()).collect(),
     };
-    let failover = gate.is_none() && l.gates > 1 && *kind == LoadKind::Call;
+    let failover = gate.is_none() && l.gates() > 1 && *kind == LoadKind::Call;
+    let account = load_account(l, listener, account.as_deref());
     let n = u32::try_from(gates.len()).unwrap_or(1).max(1);
     for (j, k) in gates.iter().enumerate() {
         let share = rate / n + u32::from((j as u32) < rate % n);
@@ -130,7 +134,8 @@ pub(super) fn start(
         // The ng caller follows this file from its start: none of an
         // earlier run's lines.
         let _ = std::fs::remove_file(&log);
-        let handle = sipp(site, action, *k, share, failover, &log)?
+        let from = account.as_ref().map_or(l.caller_ip(), |a| a.caller);
+        let handle = sipp(site, action, *k, share, failover, from, &log)?
             .timeout(bound)
             .spawn()?;
         let media = (*kind == LoadKind::Call).then(|| {
@@ -141,7 +146,7 @@ pub(super) fn start(
         callers.push(Caller {
             label: format!("{} via gate-{k}", action.label()),
             listener: listener.clone(),
-            account: *account,
+            account: account.clone(),
             kind: *kind,
             media,
             log,
@@ -160,6 +165,7 @@ fn sipp(
     k: usize,
     share: u32,
     failover: bool,
+    from: IpAddr,
     log: &Path,
 ) -> Result<Sipp> {
     let Action::Load {
@@ -167,7 +173,6 @@ fn sipp(
         hold_s,
         listener,
         kind,
-        account,
         ..
     } = action
     else {
@@ -178,7 +183,7 @@ fn sipp(
     };
     let l = site.layout();
     let to = |g: usize| -> Result<SocketAddr> {
-        l.gate_listener(g % l.gates, listener)
+        l.gate_listener(g % l.gates(), listener)
             .ok_or(Error::Command {
                 command: action.label(),
                 message: format!("no listener {listener}"),
@@ -190,10 +195,6 @@ fn sipp(
         (LoadKind::Options, _) => UAC_OPTIONS,
         (LoadKind::Call, true) => UAC_FAILOVER,
         (LoadKind::Call, false) => UAC_SCENARIO,
-    };
-    let from = match account {
-        AccountKind::Multi => l.caller_ip(),
-        AccountKind::Single => l.single_caller_ip(),
     };
     let mut sipp = Sipp::new(SippScenario::repo(xml))
         .local_ip(from)
@@ -207,7 +208,8 @@ fn sipp(
         .arg(log);
     if failover {
         // The next gates, in order, wrapping round.
-        for (i, name) in [(1, "gate2"), (2, "gate3")] {
+        // The caller knows four gates, the most a site has (MAX_GATES).
+        for (i, name) in [(1, "gate2"), (2, "gate3"), (3, "gate4")] {
             let next = to(k + i)?;
             sipp = sipp
                 .arg("-key")
@@ -219,6 +221,31 @@ fn sipp(
         }
     }
     Ok(sipp)
+}
+
+/// The account a load's callers belong to: the one it names, or on a
+/// listener in front of the esg the site's first multi-instance account.
+fn load_account(l: &Layout, listener: &str, name: Option<&str>) -> Option<Acct> {
+    let esg = l.listener(listener).is_some_and(|x| {
+        x.pool == Some(Svc::Esg)
+            || x.guard.as_ref().is_some_and(|g| {
+                l.instances()
+                    .iter()
+                    .any(|i| &i.id == g && i.svc == Svc::Esg)
+            })
+    });
+    match name {
+        Some(n) => l.account(n).cloned(),
+        None if esg => l.account("multi").cloned(),
+        None => None,
+    }
+}
+
+impl Caller {
+    /// Its SIPp log (the `ev` lines).
+    pub(super) fn log(&self) -> &Path {
+        &self.log
+    }
 }
 
 impl LoadRun {
@@ -247,7 +274,11 @@ pub(super) fn finish(callers: Vec<Caller>, epoch0: f64, interrupted: bool) -> Ve
             LoadRun {
                 label: c.label,
                 listener: c.listener,
-                account: c.account,
+                account: match &c.account {
+                    Some(a) if !a.multi => AccountKind::Single,
+                    _ => AccountKind::Multi,
+                },
+                account_name: c.account.map(|a| a.name),
                 kind: c.kind,
                 media,
                 report,

@@ -10,8 +10,11 @@ pub mod play;
 pub mod report;
 pub mod sample;
 pub mod scenario;
+pub mod site_map;
+mod tally;
 pub mod verdict;
 mod verdict_ap;
+mod verdict_ap_moves;
 mod verdict_calls;
 mod verdict_media;
 
@@ -53,7 +56,11 @@ pub fn run(scenario: &Scenario, opts: &Options, stop: &Arc<AtomicBool>) -> Resul
     if let Some(b) = &opts.bins {
         builder = builder.bins(b.clone());
     }
-    let layout = builder.layout().clone();
+    let layout = builder.layout()?;
+    let scenario = &scenario.resolved(&layout);
+    if !opts.quiet {
+        eprintln!("{}", site_map::SiteMap::new(&layout).markdown());
+    }
     let played = {
         let mut site = builder.run()?;
         play::play(scenario, &mut site, &site_dir, opts.quiet, stop)?

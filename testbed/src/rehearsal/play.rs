@@ -104,9 +104,15 @@ pub fn play(
                 stops: &mut stops,
                 now,
             };
+            let before = cx.callers.len();
             let error = run_step(site, &s.action, &mut cx)
                 .err()
                 .map(|e| e.to_string());
+            let mut r = rec.lock().unwrap_or_else(|e| e.into_inner());
+            for c in &callers[before..] {
+                r.follow_caller(c.log().to_path_buf());
+            }
+            drop(r);
             marks.push(Mark {
                 t: now,
                 label: s.action.label(),
@@ -153,7 +159,7 @@ pub fn play(
 /// the site has Active-Passive groups.
 fn recorder(site: &Site, start: Instant) -> Recorder {
     let admins = site.gates().iter().map(|g| g.admin).collect();
-    let ap = (site.layout().ap_groups > 0)
+    let ap = (!site.layout().ap().is_empty())
         .then(|| (site.bins().clone(), site.site_file().to_path_buf()));
     Recorder::new(admins, site.media_admin(), ap, start)
 }
@@ -161,7 +167,7 @@ fn recorder(site: &Site, start: Instant) -> Recorder {
 /// A gate sent SIGTERM is watched to its exit (or its deadline), so R-GW-1
 /// is judged on the whole stop, however short the timeline.
 fn watch_to_exit(site: &mut Site, stops: &mut [GateStop], start: Instant, stop: &AtomicBool) {
-    let watch_s = f64::from(site.layout().gate_deadline_s) + STOP_WATCH_SLACK_S;
+    let watch_s = f64::from(site.layout().run.gate_deadline_s) + STOP_WATCH_SLACK_S;
     while !stop.load(Ordering::Relaxed)
         && stops.iter().any(|s| {
             !s.restart && s.seen.exited.is_none() && start.elapsed().as_secs_f64() - s.t <= watch_s
@@ -176,7 +182,7 @@ fn watch_to_exit(site: &mut Site, stops: &mut [GateStop], start: Instant, stop: 
 /// while it runs, then its exit.
 fn watch_stops(site: &mut Site, stops: &mut [GateStop], now: f64) {
     for st in stops.iter_mut() {
-        let watch_s = f64::from(site.layout().gate_deadline_s) + STOP_WATCH_SLACK_S;
+        let watch_s = f64::from(site.layout().run.gate_deadline_s) + STOP_WATCH_SLACK_S;
         if st.restart || st.seen.exited.is_some() || now - st.t > watch_s {
             continue;
         }
@@ -208,6 +214,7 @@ fn run_step(site: &mut Site, action: &Action, cx: &mut StepCtx<'_>) -> Result<()
     match action {
         Action::Load { .. } => load::start(site, action, cx.out, cx.callers),
         Action::Activate { profile, servers } => {
+            // A profile of the site's store is there already (seeded).
             let s: Vec<&str> = servers.iter().map(String::as_str).collect();
             site.activate(profile, &s)
         }

@@ -181,6 +181,8 @@ pub struct Report {
     pub description: String,
     /// The site, in words.
     pub site: String,
+    /// The site file the run played and where its addresses went.
+    pub site_map: super::site_map::SiteMap,
     /// Steps as they happened, with errors.
     pub steps: Vec<super::play::Mark>,
     /// Phases.
@@ -219,7 +221,8 @@ impl Report {
         Report {
             scenario: scenario.name.clone(),
             description: scenario.description.clone(),
-            site: site_words(layout),
+            site: super::site_map::words(layout),
+            site_map: super::site_map::SiteMap::new(layout),
             steps: played.marks.clone(),
             phases,
             calls,
@@ -247,6 +250,7 @@ impl Report {
             let _ = writeln!(m, "{}\n", self.description);
         }
         let _ = writeln!(m, "Site: {}.\n", self.site);
+        let _ = writeln!(m, "## The site on loopback\n\n{}", self.site_map.markdown());
         let _ = writeln!(m, "## Verdicts\n");
         for v in &self.verdicts {
             let mark = if v.pass { "PASS" } else { "FAIL" };
@@ -374,22 +378,6 @@ impl Report {
             let _ = writeln!(m);
         }
     }
-}
-
-fn site_words(l: &Layout) -> String {
-    format!(
-        "{} sg, {} esg, {} mg{}, {} gate node(s), {:?} store, mg drain window {} s, on {}.{}.{}.0/24",
-        l.sg,
-        l.esg,
-        l.mg,
-        if l.bgmg { " + bgmg per server" } else { "" },
-        l.gates,
-        l.store,
-        l.mg_drain_window_s,
-        l.net[0],
-        l.net[1],
-        l.net[2]
-    )
 }
 
 /// The last sample taken at or before `t` (the first if none).

@@ -55,9 +55,17 @@ pub struct Sample {
     /// (`ringsync handover status`).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub ap_leader: BTreeMap<String, String>,
+    /// Per Active-Passive group the planner reported blocked, why (R-AP-4).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub ap_blocked: BTreeMap<String, String>,
     /// When the planner last published a move (Unix ms).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ap_last_move_ms: Option<u64>,
+    /// Active-Passive leader changes confirmed since the start.
+    pub ap_handovers: u64,
+    /// Calls the callers sent to another gate after a 503 or no answer
+    /// (gate failover), since the start.
+    pub failovers: u64,
 }
 
 /// Cumulative counters over restarts of the node that reports them.
@@ -84,6 +92,7 @@ pub struct Recorder {
     start: Instant,
     new_work: Counters,
     refusals: Counters,
+    tally: super::tally::Tally,
     samples: Vec<Sample>,
 }
 
@@ -103,6 +112,7 @@ impl Recorder {
             start,
             new_work: Counters::default(),
             refusals: Counters::default(),
+            tally: super::tally::Tally::default(),
             samples: Vec::new(),
         }
     }
@@ -155,18 +165,30 @@ impl Recorder {
             if let Ok(h) = ringsync(bins, site, &["handover", "status"]) {
                 s.ap_last_move_ms = h["planner"]["last_move_ms"].as_u64();
                 for g in h["groups"].as_array().into_iter().flatten() {
-                    if let (Some(name), Some(leader)) =
-                        (g["group"].as_str(), g["confirmed"].as_str())
-                    {
+                    let Some(name) = g["group"].as_str() else {
+                        continue;
+                    };
+                    if let Some(leader) = g["confirmed"].as_str() {
                         s.ap_leader.insert(name.to_owned(), leader.to_owned());
+                    }
+                    if g["state"] == "blocked" {
+                        let why = g["blocked"].as_str().unwrap_or("blocked");
+                        s.ap_blocked.insert(name.to_owned(), why.to_owned());
                     }
                 }
             }
         }
         s.new_work = self.new_work.total.clone();
         s.refusals = self.refusals.total.clone();
+        s.ap_handovers = self.tally.handovers(&s.ap_leader);
+        s.failovers = self.tally.failovers();
         self.samples.push(s);
         self.samples.last().expect("just pushed")
+    }
+
+    /// Counts the gate failovers a caller writes into its log from now on.
+    pub fn follow_caller(&mut self, log: PathBuf) {
+        self.tally.follow(log);
     }
 
     /// Every sample so far.
@@ -215,7 +237,8 @@ fn draining(text: &str) -> impl Iterator<Item = &str> {
 }
 
 /// The progress line of the newest sample: time, calls up, new calls per
-/// instance in the last second, 503s by rule, mg weights.
+/// instance in the last second, 503s by rule, gate failovers and
+/// Active-Passive handovers so far, mg weights.
 pub fn progress_line(prev: Option<&Sample>, s: &Sample) -> String {
     let mut line = format!("t={:>4.0}s up {:>4}", s.t, s.calls_up);
     line.push_str(" | new/s");
@@ -228,6 +251,12 @@ pub fn progress_line(prev: Option<&Sample>, s: &Sample) -> String {
         for (rule, n) in &s.refusals {
             line.push_str(&format!(" {rule}:{n}"));
         }
+    }
+    if s.failovers > 0 {
+        line.push_str(&format!(" | failover {}", s.failovers));
+    }
+    if !s.ap_leader.is_empty() || s.ap_handovers > 0 {
+        line.push_str(&format!(" | AP handovers {}", s.ap_handovers));
     }
     if !s.mg_weight.is_empty() {
         line.push_str(" | w");
@@ -330,6 +359,13 @@ mod tests {
         assert_eq!(
             l,
             "t=   3s up    7 | new/s sg-a 4 | 503 R-GW-1:2 | w mg-a 0.50"
+        );
+        b.failovers = 5;
+        b.ap_leader.insert("billing".into(), "bill-2".into());
+        b.ap_handovers = 1;
+        assert_eq!(
+            progress_line(Some(&a), &b),
+            "t=   3s up    7 | new/s sg-a 4 | 503 R-GW-1:2 | failover 5 | AP handovers 1 | w mg-a 0.50"
         );
     }
 }

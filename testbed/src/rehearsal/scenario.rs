@@ -1,7 +1,7 @@
 //! A rehearsal scenario: the site to build and a timeline of steps, read
 //! from TOML (docs/rehearsal.md describes every field).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
@@ -11,7 +11,8 @@ use crate::{Error, Result};
 /// Rules a scenario may ask a verdict on.
 pub const RULES: &[&str] = &[
     "R-SG-4", "R-ESG-4", "R-GW-2", "R-AA-1", "R-AA-3", "R-AA-4", "R-MG-1", "R-MG-3", "R-MG-4",
-    "R-GW-1", "R-ESG-1", "R-ESG-3", "R-ESG-5", "R-BG-1", "R-BG-3", "R-MN-2", "R-AP-2",
+    "R-GW-1", "R-ESG-1", "R-ESG-3", "R-ESG-5", "R-BG-1", "R-BG-3", "R-MN-2", "R-AP-1", "R-AP-2",
+    "R-AP-3", "R-AP-4",
 ];
 
 /// The longest a scenario may run, and the highest load rate, so every run
@@ -32,8 +33,10 @@ pub struct Scenario {
     /// Rules to give a verdict on (see [`RULES`]).
     #[serde(default)]
     pub rules: Vec<String>,
-    /// The site.
-    #[serde(default)]
+    /// The site: counts (`[site]` with `sg = 3, ...`) or the operator's
+    /// own site file (`site = "path.toml"`, or `[site] file = ...` with
+    /// the run's settings beside it).
+    #[serde(default, deserialize_with = "site_spec")]
     pub site: SiteSpec,
     /// When the run ends, seconds after it starts (default: when the last
     /// step's effect ends, plus a few seconds).
@@ -44,50 +47,54 @@ pub struct Scenario {
     pub steps: Vec<Step>,
 }
 
-/// Counts and timers of the site to build.
-#[derive(Debug, Clone, Deserialize)]
+/// The site to run: the operator's site file or counts, and the run's
+/// settings.
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SiteSpec {
-    /// sg instances.
-    pub sg: usize,
-    /// esg instances.
-    pub esg: usize,
-    /// mg instances.
-    pub mg: usize,
-    /// A bgmg per server with an sg or esg.
-    pub bgmg: bool,
-    /// Gate nodes.
-    pub gates: usize,
+    /// The operator's site file (relative to the scenario file).
+    pub file: Option<PathBuf>,
+    /// sg instances (counts; default 2).
+    pub sg: Option<usize>,
+    /// esg instances (counts; default 0).
+    pub esg: Option<usize>,
+    /// mg instances (counts; default 2).
+    pub mg: Option<usize>,
+    /// A bgmg per server with an sg or esg (counts).
+    pub bgmg: Option<bool>,
+    /// Active-Passive groups (counts: a member on every server, homed on srv-a).
+    pub ap_groups: Option<usize>,
+    /// Gate nodes (default 1).
+    pub gates: Option<usize>,
     /// `embedded` or `etcd` (a three-member cluster).
     pub store: StoreKind,
-    /// The mg drain window, seconds.
-    pub mg_drain_window_s: u32,
+    /// The mg drain window, seconds (default 10 for counts, the site
+    /// file's for a site file).
+    pub mg_drain_window_s: Option<u32>,
     /// Seconds a gate sent SIGTERM serves its transactions before it exits
-    /// regardless (R-GW-1).
-    pub gate_deadline_s: u32,
-    /// Active-Passive groups (a member on every server, homed on srv-a).
-    pub ap_groups: usize,
-    /// Seconds between two Active-Passive leader moves (R-AP-2).
-    pub ap_pace_s: u32,
+    /// regardless (R-GW-1; default 20).
+    pub gate_deadline_s: Option<u32>,
+    /// Seconds between two Active-Passive leader moves (R-AP-2; default
+    /// 60, or the site file's).
+    pub ap_pace_s: Option<u32>,
     /// `127.A.B` of the run's /24, e.g. `"127.60.1"` (default: from the pid).
     pub net: Option<String>,
 }
 
-impl Default for SiteSpec {
-    fn default() -> Self {
-        SiteSpec {
-            sg: 2,
-            esg: 0,
-            mg: 2,
-            bgmg: false,
-            gates: 1,
-            store: StoreKind::Embedded,
-            mg_drain_window_s: 10,
-            gate_deadline_s: 20,
-            ap_groups: 0,
-            ap_pace_s: 60,
-            net: None,
+/// `site = "file.toml"` or a `[site]` table.
+fn site_spec<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<SiteSpec, D::Error> {
+    match toml::Value::deserialize(d)? {
+        toml::Value::String(f) => Ok(SiteSpec {
+            file: Some(f.into()),
+            ..SiteSpec::default()
+        }),
+        v @ toml::Value::Table(_) => {
+            SiteSpec::deserialize(v).map_err(|e| serde::de::Error::custom(format!("site: {e}")))
         }
+        other => Err(serde::de::Error::custom(format!(
+            "site: a site file's path or a table, not {}",
+            other.type_str()
+        ))),
     }
 }
 
@@ -123,15 +130,19 @@ pub enum Action {
         /// What each "call" of the load is.
         #[serde(default)]
         kind: LoadKind,
-        /// The esg account the calls belong to (by their source address).
+        /// The esg account the calls belong to (by their source address):
+        /// `multi` (the site's first multi-instance account), `single` (its
+        /// first single-instance one) or an account's name. Default: `multi`
+        /// when the site has one.
         #[serde(default)]
-        account: AccountKind,
+        account: Option<String>,
     },
     /// Create (if new) and activate a drain profile (ringsync CLI).
     Activate {
         /// Profile name.
         profile: String,
-        /// Its servers.
+        /// Its servers; none for a profile of the site's store.
+        #[serde(default)]
         servers: Vec<String>,
     },
     /// Lift a drain profile (ringsync CLI).
@@ -182,15 +193,15 @@ pub enum LoadKind {
     Options,
 }
 
-/// Which esg account a load's calls belong to: the gate tells them apart
-/// by the callers' source address.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+/// Which kind of esg account a load's calls belong to: the gate tells the
+/// accounts apart by the callers' source address.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum AccountKind {
-    /// `rehearsal-carrier`, multi-instance: moved off a draining esg.
+    /// A multi-instance account (or none): moved off a draining esg.
     #[default]
     Multi,
-    /// `rehearsal-single`, single-instance, home `esg-a` (R-ESG-5).
+    /// A single-instance account, kept on its home (R-ESG-5).
     Single,
 }
 
@@ -202,9 +213,16 @@ impl Action {
                 rate,
                 listener,
                 kind: LoadKind::Call,
-                account: AccountKind::Single,
+                account: Some(a),
                 ..
-            } => format!("load {rate}/s {listener} single-instance account"),
+            } if a == "single" => format!("load {rate}/s {listener} single-instance account"),
+            Action::Load {
+                rate,
+                listener,
+                kind: LoadKind::Call,
+                account: Some(a),
+                ..
+            } if a != "multi" => format!("load {rate}/s {listener} account {a}"),
             Action::Load {
                 rate,
                 listener,
@@ -223,6 +241,9 @@ impl Action {
                     _ => "OPTIONS",
                 };
                 format!("load {rate} {what}/s {listener}")
+            }
+            Action::Activate { profile, servers } if servers.is_empty() => {
+                format!("activate {profile}")
             }
             Action::Activate { profile, servers } => {
                 format!("activate {profile} ({})", servers.join(", "))
@@ -254,10 +275,15 @@ impl Scenario {
             path: path.to_path_buf(),
             source,
         })?;
-        let s: Scenario = toml::from_str(&text).map_err(|e| Error::Scenario {
+        let mut s: Scenario = toml::from_str(&text).map_err(|e| Error::Scenario {
             path: path.to_path_buf(),
             message: e.to_string(),
         })?;
+        if let Some(f) = &mut s.site.file {
+            if f.is_relative() {
+                *f = path.parent().unwrap_or(Path::new(".")).join(&*f);
+            }
+        }
         s.check().map_err(|message| Error::Scenario {
             path: path.to_path_buf(),
             message,
@@ -279,25 +305,69 @@ impl Scenario {
     /// The site builder this scenario describes.
     pub fn builder(&self) -> Result<SiteBuilder> {
         let s = &self.site;
+        let bad = |message: String| Error::Scenario {
+            path: "scenario".into(),
+            message,
+        };
         let mut b = Site::builder()
-            .sg(s.sg)
-            .esg(s.esg)
-            .mg(s.mg)
-            .bgmg(s.bgmg)
-            .gates(s.gates)
             .store(s.store)
-            .mg_drain_window_s(s.mg_drain_window_s)
-            .gate_deadline_s(s.gate_deadline_s)
-            .ap_groups(s.ap_groups)
-            .ap_pace_s(s.ap_pace_s)
             .lifetime(std::time::Duration::from_secs_f64(self.end_s() + 60.0));
+        if let Some(f) = &s.file {
+            let counts = [
+                ("sg", s.sg.is_some()),
+                ("esg", s.esg.is_some()),
+                ("mg", s.mg.is_some()),
+                ("bgmg", s.bgmg.is_some()),
+                ("ap_groups", s.ap_groups.is_some()),
+            ];
+            if let Some((k, _)) = counts.iter().find(|c| c.1) {
+                return Err(bad(format!(
+                    "site.{k}: counts build a site; with site.file the site file says what runs"
+                )));
+            }
+            b = b.site_file(f);
+        } else {
+            let d = crate::site::Counts::default();
+            b = b
+                .sg(s.sg.unwrap_or(d.sg))
+                .esg(s.esg.unwrap_or(d.esg))
+                .mg(s.mg.unwrap_or(d.mg))
+                .bgmg(s.bgmg.unwrap_or(d.bgmg))
+                .ap_groups(s.ap_groups.unwrap_or(d.ap_groups));
+        }
+        b = b.gates(s.gates.unwrap_or(1));
+        if let Some(w) = s.mg_drain_window_s {
+            b = b.mg_drain_window_s(w);
+        }
+        if let Some(d) = s.gate_deadline_s {
+            b = b.gate_deadline_s(d);
+        }
+        if let Some(p) = s.ap_pace_s {
+            b = b.ap_pace_s(p);
+        }
         if let Some(net) = &s.net {
-            b = b.net(parse_net(net).ok_or_else(|| Error::Scenario {
-                path: "scenario".into(),
-                message: format!("site.net = {net:?}: expected \"127.A.B\""),
-            })?);
+            b = b.net(
+                parse_net(net)
+                    .ok_or_else(|| bad(format!("site.net = {net:?}: expected \"127.A.B\"")))?,
+            );
         }
         Ok(b)
+    }
+
+    /// This scenario with every `activate` of a profile of the site's store
+    /// given that profile's servers, so steps and verdicts name them.
+    pub fn resolved(&self, l: &Layout) -> Scenario {
+        let mut s = self.clone();
+        for step in &mut s.steps {
+            if let Action::Activate { profile, servers } = &mut step.action {
+                if servers.is_empty() {
+                    if let Some((_, srv)) = l.profiles().iter().find(|p| &p.0 == profile) {
+                        servers.clone_from(srv);
+                    }
+                }
+            }
+        }
+        s
     }
 
     fn check(&self) -> std::result::Result<(), String> {
@@ -309,8 +379,10 @@ impl Scenario {
                 ));
             }
         }
-        let layout = self.builder().map_err(|e| e.to_string())?.layout().clone();
-        layout.check().map_err(|e| format!("site: {e}"))?;
+        let layout = self
+            .builder()
+            .and_then(|b| b.layout())
+            .map_err(|e| format!("site: {e}"))?;
         if self.end_s() > MAX_DURATION_S {
             return Err(format!(
                 "the run would last {} s: at most {MAX_DURATION_S}",
@@ -330,48 +402,28 @@ impl Scenario {
 
 fn check_step(l: &Layout, a: &Action) -> std::result::Result<(), String> {
     let gate_ok = |g: usize| {
-        (g < l.gates)
+        (g < l.gates())
             .then_some(())
-            .ok_or(format!("gate {g}: the site has {} gate(s)", l.gates))
+            .ok_or(format!("gate {g}: the site has {} gate(s)", l.gates()))
     };
     match a {
-        Action::Load {
-            rate,
-            duration_s,
-            hold_s,
-            listener,
-            gate,
-            account,
-            ..
-        } => {
-            if *account == AccountKind::Single && (listener == "subscribers" || l.esg == 0) {
-                return Err(
-                    "account = \"single\" is an esg account: listener providers or inside".into(),
-                );
-            }
-            if *rate == 0 || *rate > MAX_RATE {
-                return Err(format!("rate = {rate}: 1 to {MAX_RATE} calls/s"));
-            }
-            if !(*duration_s > 0.0
-                && *duration_s <= MAX_DURATION_S
-                && *hold_s >= 0.0
-                && *hold_s <= 600.0)
-            {
-                return Err("duration_s must be in (0, 1800], hold_s in [0, 600]".into());
-            }
-            if l.gate_listener(0, listener).is_none() {
-                return Err(format!("listener `{listener}`: not on this site (subscribers needs sg, providers/inside need esg)"));
-            }
+        Action::Load { gate, .. } => {
+            check_load(l, a)?;
             gate.map_or(Ok(()), gate_ok)
         }
-        Action::Activate { servers, .. } => {
+        Action::Activate { servers, profile } => {
             let known = l.servers();
             match servers.iter().find(|s| !known.contains(s)) {
                 Some(s) => Err(format!(
                     "server `{s}` is not on the site ({})",
                     known.join(", ")
                 )),
-                None if servers.is_empty() => Err("servers: name at least one".into()),
+                None if servers.is_empty() && !l.profiles().iter().any(|p| &p.0 == profile) => {
+                    Err(format!(
+                        "profile `{profile}` is not in the site's store ({}): name its servers",
+                        names(l.profiles().iter().map(|p| p.0.as_str()))
+                    ))
+                }
                 None => Ok(()),
             }
         }
@@ -381,12 +433,77 @@ fn check_step(l: &Layout, a: &Action) -> std::result::Result<(), String> {
             .iter()
             .any(|i| &i.id == instance)
             .then_some(())
-            .ok_or(format!("no instance `{instance}`")),
-        Action::StopEtcd { .. } if l.store != StoreKind::Etcd => {
+            .ok_or(format!(
+                "no instance `{instance}` with a process (sg, esg, mg, bgmg): {}",
+                names(l.instances().iter().map(|i| i.id.as_str()))
+            )),
+        Action::StopEtcd { .. } if l.store() != StoreKind::Etcd => {
             Err("stop_etcd needs site.store = \"etcd\"".into())
         }
         _ => Ok(()),
     }
+}
+
+fn names<'a>(it: impl Iterator<Item = &'a str>) -> String {
+    let v: Vec<&str> = it.collect();
+    if v.is_empty() {
+        "none".into()
+    } else {
+        v.join(", ")
+    }
+}
+
+fn check_load(l: &Layout, a: &Action) -> std::result::Result<(), String> {
+    let Action::Load {
+        rate,
+        duration_s,
+        hold_s,
+        listener,
+        account,
+        ..
+    } = a
+    else {
+        return Ok(());
+    };
+    if *rate == 0 || *rate > MAX_RATE {
+        return Err(format!("rate = {rate}: 1 to {MAX_RATE} calls/s"));
+    }
+    if !(*duration_s > 0.0 && *duration_s <= MAX_DURATION_S && *hold_s >= 0.0 && *hold_s <= 600.0) {
+        return Err("duration_s must be in (0, 1800], hold_s in [0, 600]".into());
+    }
+    let Some(lsn) = l.listener(listener) else {
+        return Err(format!(
+            "listener `{listener}`: not on this site (its listeners: {})",
+            names(l.listeners().iter().map(|x| x.name.as_str()))
+        ));
+    };
+    if !lsn.udp {
+        return Err(format!(
+            "listener `{listener}` serves no udp: the rehearsal's callers speak UDP"
+        ));
+    }
+    let Some(name) = account else {
+        return Ok(());
+    };
+    let Some(acct) = l.account(name) else {
+        return Err(format!(
+            "account `{name}`: not on this site (multi, single or one of: {})",
+            names(l.accounts().iter().map(|x| x.name.as_str()))
+        ));
+    };
+    let esg = lsn.pool == Some(crate::site::Svc::Esg)
+        || lsn.guard.as_ref().is_some_and(|g| {
+            l.instances()
+                .iter()
+                .any(|i| &i.id == g && i.svc == crate::site::Svc::Esg)
+        });
+    if !esg {
+        return Err(format!(
+            "account = \"{name}\" ({}) is an esg account: give a listener in front of the esg",
+            acct.name
+        ));
+    }
+    Ok(())
 }
 
 /// `"127.A.B"` as octets.
@@ -397,74 +514,5 @@ fn parse_net(s: &str) -> Option<[u8; 3]> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn parse(text: &str) -> std::result::Result<Scenario, String> {
-        let s: Scenario = toml::from_str(text).map_err(|e| e.to_string())?;
-        s.check()?;
-        Ok(s)
-    }
-
-    #[test]
-    fn a_timeline_parses_and_ends_after_its_last_effect() {
-        let s = parse(
-            r#"
-name = "t"
-rules = ["R-SG-4", "R-AA-1"]
-[site]
-sg = 3
-net = "127.60.1"
-[[step]]
-at_s = 0
-do = "load"
-rate = 10
-duration_s = 20
-hold_s = 4
-[[step]]
-at_s = 5
-do = "activate"
-profile = "maint-a"
-servers = ["srv-a"]
-"#,
-        )
-        .unwrap();
-        assert_eq!(s.steps.len(), 2);
-        assert_eq!(s.end_s(), 0.0 + 20.0 + 4.0 + 1.0 + 3.0);
-        assert_eq!(s.builder().unwrap().layout().net, [127, 60, 1]);
-    }
-
-    #[test]
-    fn mistakes_are_named() {
-        let base = "name = \"t\"\n[site]\nsg = 2\n";
-        let e = parse(&format!(
-            "{base}[[step]]\nat_s = 1\ndo = \"activate\"\nprofile = \"p\"\nservers = [\"srv-q\"]\n"
-        ))
-        .unwrap_err();
-        assert!(e.contains("step[0]") && e.contains("srv-q"), "{e}");
-        let e = parse(&format!(
-            "{base}[[step]]\nat_s = 1\ndo = \"load\"\nrate = 5000\nduration_s = 1\nhold_s = 1\n"
-        ))
-        .unwrap_err();
-        assert!(e.contains("rate = 5000"), "{e}");
-        let e = parse("name = \"t\"\nrules = [\"R-XX-9\"]\n").unwrap_err();
-        assert!(e.contains("R-XX-9"), "{e}");
-        let e = parse(&format!(
-            "{base}[[step]]\nat_s = 1\ndo = \"stop_etcd\"\nfor_s = 3\n"
-        ))
-        .unwrap_err();
-        assert!(e.contains("etcd"), "{e}");
-        let e = parse(&format!("{base}[[step]]\nat_s = 1\ndo = \"explode\"\n")).unwrap_err();
-        assert!(e.contains("explode"), "{e}");
-        // The single-instance account is an esg account.
-        let e = parse(&format!(
-            "{base}[[step]]\nat_s = 0\ndo = \"load\"\naccount = \"single\"\nrate = 1\nduration_s = 1\nhold_s = 1\n"
-        ))
-        .unwrap_err();
-        assert!(e.contains("esg account"), "{e}");
-        let e = parse("name = \"t\"\n[site]\nsg = 2\ngate_deadline_s = 0\n").unwrap_err();
-        assert!(e.contains("gate_deadline_s = 0"), "{e}");
-        let e = parse("name = \"t\"\n[site]\nsg = 1\nmg = 0\nap_groups = 2\n").unwrap_err();
-        assert!(e.contains("two servers"), "{e}");
-    }
-}
+#[path = "scenario_tests.rs"]
+mod tests;

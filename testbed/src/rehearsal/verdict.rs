@@ -79,6 +79,9 @@ pub fn judge(rule: &str, layout: &Layout, played: &Played, calls: &Calls) -> Ver
         "R-MN-2" => super::verdict_calls::store_outage(layout, played),
         "R-MG-3" => super::verdict_media::last_mg(layout, played),
         "R-AP-2" => super::verdict_ap::paced(layout, played),
+        "R-AP-1" => super::verdict_ap_moves::leaders_leave(layout, played),
+        "R-AP-3" => super::verdict_ap_moves::leaders_go_home(layout, played),
+        "R-AP-4" => super::verdict_ap_moves::blocked_keeps_leader(layout, played),
         "R-BG-1" => super::verdict_media::bgmg_never_drained(layout, played),
         "R-BG-3" => super::verdict_media::bgmg_closes(layout, played),
         other => (false, format!("no verdict is defined for {other}")),
@@ -115,7 +118,7 @@ const SIGNAL_S: f64 = 0.5;
 /// within its deadline; when it lived long enough to be seen, its
 /// `/readyz` failing is shown, and the 503s the gates counted meanwhile.
 fn gate_stops(l: &Layout, p: &Played) -> (bool, String) {
-    let deadline = f64::from(l.gate_deadline_s) + GATE_DEADLINE_SLACK_S;
+    let deadline = f64::from(l.run.gate_deadline_s) + GATE_DEADLINE_SLACK_S;
     if p.gate_stops.is_empty() {
         return (false, "no gate was stopped: nothing to judge".into());
     }
@@ -226,11 +229,11 @@ pub(super) fn applied<'a>(
     drain: bool,
 ) -> Option<&'a Sample> {
     p.samples.iter().filter(|s| s.t >= from).find(|s| {
-        s.gates_up == l.gates
+        s.gates_up == l.gates()
             && ids.iter().all(|i| {
                 let n = s.gates_draining.get(i).copied().unwrap_or(0);
                 if drain {
-                    n == l.gates
+                    n == l.gates()
                 } else {
                     n == 0
                 }
@@ -316,7 +319,7 @@ fn mg_ramps(l: &Layout, p: &Played, w: &Window, end: f64) -> Vec<(String, Vec<(f
         .map_or(end, |s| s.t);
     let until =
         w.to.unwrap_or(end)
-            .min(seen + f64::from(l.mg_drain_window_s) + RAMP_SLACK_S);
+            .min(seen + f64::from(l.mg_drain_window_s()) + RAMP_SLACK_S);
     instances_on(l, w, &[Svc::Mg])
         .into_iter()
         .map(|id| {
@@ -363,7 +366,7 @@ fn mg_out(l: &Layout, p: &Played, w: &Window, end: f64) -> (bool, String) {
                 format!(
                     "{id} weight still {:.2} after {} s + {RAMP_SLACK_S} s",
                     r.last().map_or(1.0, |x| x.1),
-                    l.mg_drain_window_s
+                    l.mg_drain_window_s()
                 ),
             ),
         })
@@ -374,7 +377,7 @@ fn mg_out(l: &Layout, p: &Played, w: &Window, end: f64) -> (bool, String) {
         .map(|x| x.1)
         .collect::<Vec<_>>()
         .join(", ");
-    (pass, format!("{text} (window {} s)", l.mg_drain_window_s))
+    (pass, format!("{text} (window {} s)", l.mg_drain_window_s()))
 }
 
 /// R-MG-4: the weight passes through values between 1 and 0 (no cliff).

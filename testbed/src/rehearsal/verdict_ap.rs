@@ -48,7 +48,7 @@ pub fn paced(l: &Layout, p: &Played) -> (bool, String) {
         .collect();
     let min = gaps.iter().copied().fold(f64::MAX, f64::min);
     let max = gaps.iter().copied().fold(0.0, f64::max);
-    let pace = f64::from(l.ap_pace_s);
+    let pace = f64::from(l.ap_pace_s());
     (
         min >= pace,
         format!(

@@ -60,8 +60,13 @@ fn drain_span(l: &Layout, p: &Played, w: &Window, end: f64) -> Option<(Vec<Strin
     Some((drained, from, to))
 }
 
-fn multi_provider(x: &LoadRun) -> bool {
-    x.is_call() && x.listener == "providers" && x.account == AccountKind::Multi
+/// The leg (`subscriber`, `provider`, `inside`) of the listener a load called.
+fn leg<'a>(l: &'a Layout, x: &LoadRun) -> &'a str {
+    l.listener(&x.listener).map_or("", |x| x.leg.as_str())
+}
+
+fn multi_provider(l: &Layout, x: &LoadRun) -> bool {
+    x.is_call() && leg(l, x) == "provider" && x.account == AccountKind::Multi
 }
 
 /// R-ESG-1, R-ESG-2: on the provider leg, a multi-instance account's new
@@ -74,7 +79,7 @@ pub fn esg_provider_leg(l: &Layout, p: &Played) -> (bool, String) {
                 format!("the gates never all showed {} draining its esg", w.profile),
             );
         };
-        let by = answered_by(l, p, multi_provider, from, to);
+        let by = answered_by(l, p, |x| multi_provider(l, x), from, to);
         let to_drained: u64 = drained.iter().filter_map(|i| by.get(i)).sum();
         let others: u64 = by
             .iter()
@@ -106,7 +111,7 @@ pub fn esg_inside_leg(l: &Layout, p: &Played) -> (bool, String) {
                 format!("the gates never all showed {} draining its esg", w.profile),
             );
         };
-        let inside = |x: &LoadRun| x.is_call() && x.listener == "inside";
+        let inside = |x: &LoadRun| x.is_call() && leg(l, x) == "inside";
         let single = |x: &LoadRun| x.is_call() && x.account == AccountKind::Single;
         let by = answered_by(l, p, inside, from, to);
         let served: u64 = by.values().sum();
@@ -140,9 +145,15 @@ fn refused_in(p: &Played, keep: impl Fn(&LoadRun) -> bool, from: f64, to: f64) -
 }
 
 /// R-ESG-5: every call of the single-instance account goes to its home
-/// esg (`esg-a`), drain or not.
+/// esg (its account's `home`), drain or not.
 pub fn esg_single_account(l: &Layout, p: &Played) -> (bool, String) {
     let single = |x: &LoadRun| x.is_call() && x.account == AccountKind::Single;
+    let home_id = p
+        .loads
+        .iter()
+        .filter(|x| single(x))
+        .find_map(|x| l.account(x.account_name.as_deref()?)?.home.clone())
+        .unwrap_or_default();
     let all = answered_by(l, p, single, 0.0, f64::MAX);
     let total: u64 = all.values().sum();
     if total == 0 {
@@ -151,14 +162,14 @@ pub fn esg_single_account(l: &Layout, p: &Played) -> (bool, String) {
             "no call of the single-instance account: nothing to judge".into(),
         );
     }
-    let home = all.get("esg-a").copied().unwrap_or(0);
+    let home = all.get(&home_id).copied().unwrap_or(0);
     let end = p.samples.last().map_or(0.0, |s| s.t);
     let during: u64 = super::verdict::windows(&p.marks)
         .iter()
         .filter_map(|w| drain_span(l, p, w, end))
         .map(|(_, from, to)| {
             answered_by(l, p, single, from, to)
-                .get("esg-a")
+                .get(&home_id)
                 .copied()
                 .unwrap_or(0)
         })
@@ -166,7 +177,7 @@ pub fn esg_single_account(l: &Layout, p: &Played) -> (bool, String) {
     (
         home == total,
         format!(
-            "{home} of {total} calls of the single-instance account went to its home esg-a, {during} of them while it drained ({})",
+            "{home} of {total} calls of the single-instance account went to its home {home_id}, {during} of them while it drained ({})",
             list(&all)
         ),
     )
@@ -207,10 +218,10 @@ pub fn all_draining(l: &Layout, p: &Played) -> (bool, String) {
             continue;
         }
         let every = |s: &Sample| {
-            s.gates_up == l.gates
+            s.gates_up == l.gates()
                 && ids
                     .iter()
-                    .all(|i| s.gates_draining.get(i).copied().unwrap_or(0) == l.gates)
+                    .all(|i| s.gates_draining.get(i).copied().unwrap_or(0) == l.gates())
         };
         for (from, to) in spans(&p.samples, every) {
             let by = answered_by(l, p, |x| x.is_call(), from, to);
@@ -256,10 +267,10 @@ pub fn store_outage(l: &Layout, p: &Played) -> (bool, String) {
         .into_iter()
         .map(|(from, to)| {
             let inside: Vec<&Sample> = p.samples.iter().filter(|s| s.t >= from && s.t < to).collect();
-            let stale_seen = inside.iter().any(|s| s.gates_stale == l.gates);
+            let stale_seen = inside.iter().any(|s| s.gates_stale == l.gates());
             let views: Vec<_> = inside.iter().map(|s| &s.gates_draining).collect();
             let static_view = views.windows(2).all(|w| w[0] == w[1]);
-            let fresh_after = p.samples.iter().any(|s| s.t >= to && s.gates_up == l.gates && s.gates_stale == 0);
+            let fresh_after = p.samples.iter().any(|s| s.t >= to && s.gates_up == l.gates() && s.gates_stale == 0);
             let by = answered_by(l, p, |x| x.is_call(), from, to);
             let served: u64 = by.values().sum();
             let failed = failed_established(p, from, to);

@@ -11,13 +11,21 @@
 //! # }
 //! ```
 //!
+//! An operator's own site file runs the same way, its addresses mapped onto
+//! the run's loopback ([`Layout::from_file`]):
+//! `Site::builder().site_file("nyc-1.toml").run()?`.
+//!
 //! Everything it started is stopped when the [`Site`] drops (also when
 //! `run` fails half-way): gates first, then the instances, media-ctl, the
 //! rtpengines and etcd.
 
+mod counts;
 pub mod http;
 pub mod layout;
+#[cfg(test)]
+mod layout_tests;
 mod nodes;
+mod own;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -25,7 +33,7 @@ use std::time::Duration;
 
 use tempfile::TempDir;
 
-pub use layout::{Inst, Layout, StoreKind, Svc};
+pub use layout::{Acct, ApGroup, Counts, Inst, Layout, Lsn, Mapped, RunSpec, StoreKind, Svc};
 pub use nodes::{ringsync, BinDir, GateNode, MediaNode, StopPoll, StopSeen};
 
 use crate::{Error, Etcd, Result, Rtpengine, RtpengineHandle, Scenario, Sipp, SippHandle};
@@ -37,7 +45,9 @@ pub const UAS_SCENARIO: &str = "uas_rehearsal";
 /// Builder of a [`Site`].
 #[derive(Debug, Clone)]
 pub struct SiteBuilder {
-    layout: Layout,
+    counts: Counts,
+    file: Option<PathBuf>,
+    run: RunSpec,
     dir: Option<PathBuf>,
     bins: Option<BinDir>,
     lifetime: Duration,
@@ -46,60 +56,68 @@ pub struct SiteBuilder {
 impl SiteBuilder {
     /// sg instances (default 2).
     pub fn sg(mut self, n: usize) -> Self {
-        self.layout.sg = n;
+        self.counts.sg = n;
         self
     }
     /// esg instances (default 0).
     pub fn esg(mut self, n: usize) -> Self {
-        self.layout.esg = n;
+        self.counts.esg = n;
         self
     }
     /// mg instances (default 2).
     pub fn mg(mut self, n: usize) -> Self {
-        self.layout.mg = n;
+        self.counts.mg = n;
         self
     }
     /// A bgmg on every server with an sg or esg (default off).
     pub fn bgmg(mut self, on: bool) -> Self {
-        self.layout.bgmg = on;
-        self
-    }
-    /// Gate nodes (default 1).
-    pub fn gates(mut self, n: usize) -> Self {
-        self.layout.gates = n;
-        self
-    }
-    /// The profile store (default embedded).
-    pub fn store(mut self, kind: StoreKind) -> Self {
-        self.layout.store = kind;
-        self
-    }
-    /// `timers.mg_drain_window_s` (default 10 s, short for a rehearsal).
-    pub fn mg_drain_window_s(mut self, s: u32) -> Self {
-        self.layout.mg_drain_window_s = s;
-        self
-    }
-    /// Seconds a gate sent SIGTERM serves its transactions before it exits
-    /// regardless (default 20; R-GW-1).
-    pub fn gate_deadline_s(mut self, s: u32) -> Self {
-        self.layout.gate_deadline_s = s;
+        self.counts.bgmg = on;
         self
     }
     /// Active-Passive groups (default 0): `ringsync serve` plans their
     /// handovers and a `ringsync agent` per member stands in for the service.
     pub fn ap_groups(mut self, n: usize) -> Self {
-        self.layout.ap_groups = n;
+        self.counts.ap_groups = n;
         self
     }
-    /// `timers.ap_pace_s` (default 60; below 60 the site file allows a test
-    /// pace).
+    /// The operator's own site file instead of counts: its names, services,
+    /// accounts, listeners and groups, every address mapped onto the run's
+    /// loopback (`Layout::from_file`).
+    pub fn site_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.file = Some(path.into());
+        self
+    }
+    /// Gate nodes (default 1).
+    pub fn gates(mut self, n: usize) -> Self {
+        self.run.gates = n;
+        self
+    }
+    /// The profile store (default embedded).
+    pub fn store(mut self, kind: StoreKind) -> Self {
+        self.run.store = kind;
+        self
+    }
+    /// `timers.mg_drain_window_s` (default 10 s for counts, the site
+    /// file's for a site file).
+    pub fn mg_drain_window_s(mut self, s: u32) -> Self {
+        self.run.mg_drain_window_s = Some(s);
+        self
+    }
+    /// Seconds a gate sent SIGTERM serves its transactions before it exits
+    /// regardless (default 20; R-GW-1).
+    pub fn gate_deadline_s(mut self, s: u32) -> Self {
+        self.run.gate_deadline_s = s;
+        self
+    }
+    /// `timers.ap_pace_s` (default 60, or the site file's; below 60 the
+    /// run's site file allows a test pace).
     pub fn ap_pace_s(mut self, s: u32) -> Self {
-        self.layout.ap_pace_s = s;
+        self.run.ap_pace_s = Some(s);
         self
     }
     /// The run's `/24`, `127.A.B` (default: one derived from the process id).
     pub fn net(mut self, net: [u8; 3]) -> Self {
-        self.layout.net = net;
+        self.run.net = net;
         self
     }
     /// Where site files and logs go (default: a temporary directory removed
@@ -119,18 +137,22 @@ impl SiteBuilder {
         self.lifetime = t;
         self
     }
-    /// The layout this builder describes.
-    pub fn layout(&self) -> &Layout {
-        &self.layout
+    /// The layout this builder describes: the site file loaded and mapped,
+    /// or the counts' site; the error names the field.
+    pub fn layout(&self) -> Result<Layout> {
+        let l = match &self.file {
+            Some(f) => Layout::from_file(f, &self.run),
+            None => Layout::from_counts(&self.counts, &self.run),
+        };
+        let path = self.file.clone().unwrap_or_else(|| "site".into());
+        l.and_then(|l| l.check().map(|()| l))
+            .map_err(|message| Error::Scenario { path, message })
     }
 
     /// Writes the site files and starts everything; returns once every gate
     /// is ready and media-ctl answers.
     pub fn run(self) -> Result<Site> {
-        self.layout.check().map_err(|message| Error::Scenario {
-            path: "site".into(),
-            message,
-        })?;
+        let layout = self.layout()?;
         let (tmp, dir) = match &self.dir {
             Some(d) => {
                 std::fs::create_dir_all(d).map_err(|source| Error::File {
@@ -146,7 +168,7 @@ impl SiteBuilder {
             }
         };
         let mut site = Site {
-            layout: self.layout.clone(),
+            layout,
             bins: self.bins.clone().unwrap_or_else(BinDir::locate),
             site_file: dir.join("site.toml"),
             dir,
@@ -184,19 +206,15 @@ impl Site {
     pub fn builder() -> SiteBuilder {
         let pid = std::process::id();
         SiteBuilder {
-            layout: Layout {
+            counts: Counts::default(),
+            file: None,
+            run: RunSpec {
                 net: [127, 100 + (pid % 100) as u8, ((pid / 100) % 250) as u8],
-                sg: 2,
-                esg: 0,
-                mg: 2,
-                bgmg: false,
                 gates: 1,
                 store: StoreKind::Embedded,
-                mg_drain_window_s: 10,
-                retry_after_s: 5,
                 gate_deadline_s: 20,
-                ap_groups: 0,
-                ap_pace_s: 60,
+                mg_drain_window_s: None,
+                ap_pace_s: None,
             },
             dir: None,
             bins: None,
@@ -205,7 +223,7 @@ impl Site {
     }
 
     fn start_all(&mut self, lifetime: Duration) -> Result<()> {
-        let endpoints = if self.layout.store == StoreKind::Etcd {
+        let endpoints = if self.layout.store() == StoreKind::Etcd {
             let etcd = Etcd::cluster(&self.layout.etcd_ips())?;
             let e = etcd.endpoints();
             self.etcd = Some(etcd);
@@ -214,7 +232,7 @@ impl Site {
             Vec::new()
         };
         let mut files = Vec::new();
-        for k in 0..self.layout.gates {
+        for k in 0..self.layout.gates() {
             let path = self.gate_file(k);
             let text = self.layout.site_toml(k, &endpoints);
             std::fs::write(&path, text).map_err(|source| Error::File {
@@ -243,7 +261,8 @@ impl Site {
             &self.site_file,
             self.layout.media_admin(),
         )?);
-        if self.layout.ap_groups > 0 {
+        self.seed_profiles()?;
+        if !self.layout.ap().is_empty() {
             self.ap = nodes::start_ap(&self.bins, &self.site_file, &self.layout)?;
         }
         for (k, file) in files.iter().enumerate() {
@@ -252,10 +271,22 @@ impl Site {
                 &format!("gate-{k}"),
                 file,
                 self.layout.gate_admin(k),
-                self.layout.gate_deadline_s,
+                self.layout.run.gate_deadline_s,
             )?;
             g.start()?;
             self.gates.push(g);
+        }
+        Ok(())
+    }
+
+    /// The profiles of the operator's store, created inactive in the run's.
+    fn seed_profiles(&self) -> Result<()> {
+        for (name, servers) in self.layout.profiles() {
+            let mut args = vec!["profile", "create", "--name", name.as_str()];
+            for s in servers {
+                args.extend(["--server", s.as_str()]);
+            }
+            ringsync(&self.bins, &self.site_file, &args)?;
         }
         Ok(())
     }
@@ -331,7 +362,8 @@ impl Site {
         Ok(())
     }
 
-    /// Creates (if new) and activates a drain profile through the ringsync CLI.
+    /// Creates (if new) and activates a drain profile through the ringsync
+    /// CLI; with no servers, the profile is one of the site's store.
     pub fn activate(&self, profile: &str, servers: &[&str]) -> Result<()> {
         let list = ringsync(&self.bins, &self.site_file, &["profile", "list"])?;
         let exists = list
