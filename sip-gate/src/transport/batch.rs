@@ -1,7 +1,7 @@
 //! Reading a UDP worker's queue a batch at a time (R-OV-1): one
 //! `recvmmsg` that blocks for the first datagram (up to the socket's read
 //! timeout) and then takes, without waiting, whatever else is queued, up to
-//! [`MAX_BATCH`]. When the queue is empty that is one datagram per system
+//! [`MAX_BATCH`] (a few while the worker keeps up). When the queue is empty that is one datagram per system
 //! call, as with `recvmsg`; under a backlog it is one call per batch, and
 //! the worker sees the whole batch before handling any of it, so it can
 //! serve in-dialog traffic first.
@@ -53,7 +53,12 @@ pub(super) struct BatchReceiver {
     buf: Vec<u8>,
     /// A datagram's control messages did not fit its slot's space.
     truncated: bool,
+    /// Datagrams in the last batch.
+    last: usize,
 }
+
+/// Slots offered while the queue keeps up.
+const SMALL: usize = 4;
 
 /// Room for each datagram's control messages: its receive timestamp and
 /// the queue's drop count.
@@ -67,11 +72,16 @@ impl BatchReceiver {
             headers: headers(),
             buf: vec![0u8; MAX_BATCH * MAX_MESSAGE],
             truncated: false,
+            last: 0,
         }
     }
 
     /// Reads a batch into `out` (cleared first), in the order the kernel
     /// queued it, and gives `meter` each datagram's drop count in that order.
+    /// While the worker keeps up (its last batch had room to spare) the
+    /// kernel is offered [`SMALL`] slots, so a batch of one costs little more
+    /// than `recvmsg`; a full batch means a backlog, and the next offers
+    /// [`MAX_BATCH`].
     pub(super) fn recv(
         &mut self,
         sock: &UdpSocket,
@@ -87,8 +97,24 @@ impl BatchReceiver {
             self.headers = headers();
             self.truncated = false;
         }
+        let read = if self.last < SMALL {
+            self.read::<SMALL>(sock, meter, out)
+        } else {
+            self.read::<MAX_BATCH>(sock, meter, out)
+        };
+        self.last = out.len();
+        read
+    }
+
+    /// One `recvmmsg` into the first `N` slots.
+    fn read<const N: usize>(
+        &mut self,
+        sock: &UdpSocket,
+        meter: &mut IntakeMeter,
+        out: &mut Vec<Datagram>,
+    ) -> io::Result<()> {
         let mut slots = self.buf.chunks_mut(MAX_MESSAGE);
-        let mut iovs: [[IoSliceMut<'_>; 1]; MAX_BATCH] =
+        let mut iovs: [[IoSliceMut<'_>; 1]; N] =
             std::array::from_fn(|_| [IoSliceMut::new(slots.next().unwrap_or_default())]);
         let read = recvmmsg(
             sock.as_raw_fd(),
