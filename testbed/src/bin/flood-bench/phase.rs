@@ -71,6 +71,8 @@ pub(crate) struct Run {
     pub(crate) refusals: BTreeMap<String, u64>,
     /// The gate's on-CPU time over the phase, µs.
     pub(crate) cpu_us: u64,
+    /// How long the phase ran (first call placed to last caller done), µs.
+    pub(crate) wall_us: u64,
     pub(crate) peak_rss_kb: u64,
     /// Response times of the normal calls' re-INVITEs and BYEs, µs, sorted.
     pub(crate) latency_us: Vec<u64>,
@@ -83,6 +85,11 @@ impl Run {
 
     pub(crate) fn failed_established(&self) -> u64 {
         self.normal.failed_established() + self.flood.failed_established()
+    }
+
+    /// The gate's CPU over the phase as a share of one core, %.
+    pub(crate) fn core_percent(&self) -> f64 {
+        100.0 * self.cpu_us as f64 / self.wall_us.max(1) as f64
     }
 
     pub(crate) fn cpu_us_per_established(&self) -> f64 {
@@ -117,11 +124,7 @@ fn site_toml(o: &Opts, listen: SocketAddr) -> String {
         t,
         "[store]\nkind = \"embedded\"\npath = \"bench.profiles.json\"\n"
     );
-    let _ = writeln!(
-        t,
-        "[admin]\ngate_bind = \"{}:{ADMIN_PORT}\"\n",
-        listen.ip()
-    );
+    let _ = writeln!(t, "[admin]\ngate_bind = \"{}:{ADMIN_PORT}\"\n", listen.ip());
     let _ = writeln!(
         t,
         "[overload]\nnew_dialogs_per_s = {}\nnew_dialogs_burst = {}\nper_source_rate = {}\nper_source_burst = {}\n",
@@ -213,13 +216,20 @@ fn start_callers(
     for i in 0..n {
         let rate = o.rate / n + u32::from(i < o.rate % n);
         let log = dir.join(format!("normal-{i}.log"));
-        let sipp = caller(o, 100 + i as u8, to, u64::from(rate * o.seconds), rate, &log)
-            .duration(Duration::from_millis(o.hold_ms.into()))
-            .arg("-trace_shortmsg")
-            .arg("-shortmessage_file")
-            .arg(dir.join(format!("normal-{i}.msg")))
-            .spawn()
-            .map_err(|e| format!("starting normal caller {i}: {e}"))?;
+        let sipp = caller(
+            o,
+            100 + i as u8,
+            to,
+            u64::from(rate * o.seconds),
+            rate,
+            &log,
+        )
+        .duration(Duration::from_millis(o.hold_ms.into()))
+        .arg("-trace_shortmsg")
+        .arg("-shortmessage_file")
+        .arg(dir.join(format!("normal-{i}.msg")))
+        .spawn()
+        .map_err(|e| format!("starting normal caller {i}: {e}"))?;
         callers.push((false, log, sipp));
     }
     if phase == Phase::Flood {
@@ -228,10 +238,17 @@ fn start_callers(
             let rate = o.flood_rate / n + u32::from(i < o.flood_rate % n);
             let log = dir.join(format!("flood-{i}.log"));
             // Admitted flood calls are short: a scanner does not talk long.
-            let sipp = caller(o, 200 + i as u8, to, u64::from(rate * o.seconds), rate, &log)
-                .duration(Duration::from_millis(100))
-                .spawn()
-                .map_err(|e| format!("starting flood caller {i}: {e}"))?;
+            let sipp = caller(
+                o,
+                200 + i as u8,
+                to,
+                u64::from(rate * o.seconds),
+                rate,
+                &log,
+            )
+            .duration(Duration::from_millis(100))
+            .spawn()
+            .map_err(|e| format!("starting flood caller {i}: {e}"))?;
             callers.push((true, log, sipp));
         }
     }
@@ -246,6 +263,7 @@ pub(crate) fn measure(o: &Opts, phase: Phase, round: u32) -> Result<Run, String>
         .tempdir()
         .map_err(|e| e.to_string())?;
     let before = ProcStats::sample(gate.child.id()).map_err(|e| e.to_string())?;
+    let started = std::time::Instant::now();
     let callers = start_callers(o, phase, dir.path())?;
     let wait = Duration::from_secs(u64::from(o.seconds) + 60);
     let (mut normal_logs, mut flood_logs, mut sipp_failed) = (Vec::new(), Vec::new(), 0);
@@ -265,6 +283,7 @@ pub(crate) fn measure(o: &Opts, phase: Phase, round: u32) -> Result<Run, String>
         }
     }
     let after = ProcStats::sample(gate.child.id()).map_err(|e| e.to_string())?;
+    let wall_us = started.elapsed().as_micros() as u64;
     let metrics = http_get(SocketAddr::new(phase.addr().ip(), ADMIN_PORT), "/metrics");
     drop(gate);
     for e in &errors {
@@ -272,7 +291,9 @@ pub(crate) fn measure(o: &Opts, phase: Phase, round: u32) -> Result<Run, String>
     }
     let mut latency_us = Vec::new();
     for i in 0..o.normal_sources {
-        latency_us.extend(in_dialog_latencies(&dir.path().join(format!("normal-{i}.msg"))));
+        latency_us.extend(in_dialog_latencies(
+            &dir.path().join(format!("normal-{i}.msg")),
+        ));
     }
     latency_us.sort_unstable();
     Ok(Run {
@@ -283,6 +304,7 @@ pub(crate) fn measure(o: &Opts, phase: Phase, round: u32) -> Result<Run, String>
         sipp_failed,
         refusals: refusals(&metrics),
         cpu_us: after.cpu_since(&before).as_micros() as u64,
+        wall_us,
         peak_rss_kb: after.peak_rss_kb,
         latency_us,
     })

@@ -146,6 +146,7 @@ struct Summary {
     flood_refused: u64,
     refusals: BTreeMap<String, u64>,
     cpu: f64,
+    core: f64,
     p50_ms: f64,
     p99_ms: f64,
     samples: usize,
@@ -171,6 +172,7 @@ fn summary(runs: &[&Run]) -> Summary {
         flood_refused: sum(&|r| r.flood.refused),
         refusals,
         cpu: med(&|r| r.cpu_us_per_established()),
+        core: med(&|r| r.core_percent()),
         p50_ms: med(&|r| percentile(&r.latency_us, 50.0) / 1000.0),
         p99_ms: med(&|r| percentile(&r.latency_us, 99.0) / 1000.0),
         samples: runs.iter().map(|r| r.latency_us.len()).sum(),
@@ -194,10 +196,10 @@ fn by_limit(m: &BTreeMap<String, u64>) -> String {
 /// CPU and latency), then the ratios against the 2x target.
 pub(crate) fn table(runs: &[Run]) -> String {
     let mut t = String::new();
-    let _ = writeln!(t, "| phase | runs | established calls (of them flood) | failed established | other failed calls | normal calls refused | flood INVITEs refused 503 | gate's 503s by limit | CPU µs / established call | in-dialog p50 (ms) | in-dialog p99 (ms) | in-dialog samples | peak RSS (MiB) |");
+    let _ = writeln!(t, "| phase | runs | established calls (of them flood) | failed established | other failed calls | normal calls refused | flood INVITEs refused 503 | gate's 503s by limit | CPU µs / established call | gate CPU (% of a core) | in-dialog p50 (ms) | in-dialog p99 (ms) | in-dialog samples | peak RSS (MiB) |");
     let _ = writeln!(
         t,
-        "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|"
+        "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|"
     );
     let mut by_phase = BTreeMap::new();
     for phase in [Phase::Unloaded, Phase::Flood] {
@@ -208,7 +210,7 @@ pub(crate) fn table(runs: &[Run]) -> String {
         let s = summary(&rs);
         let _ = writeln!(
             t,
-            "| {} | {} | {} ({}) | {} | {} | {} | {} | {} | {:.1} | {:.2} | {:.2} | {} | {:.1} |",
+            "| {} | {} | {} ({}) | {} | {} | {} | {} | {} | {:.1} | {:.0} | {:.2} | {:.2} | {} | {:.1} |",
             phase.name(),
             s.runs,
             s.established,
@@ -219,6 +221,7 @@ pub(crate) fn table(runs: &[Run]) -> String {
             s.flood_refused,
             by_limit(&s.refusals),
             s.cpu,
+            s.core,
             s.p50_ms,
             s.p99_ms,
             s.samples,
@@ -253,13 +256,13 @@ pub(crate) fn table(runs: &[Run]) -> String {
 pub(crate) fn csv(runs: &[Run]) -> String {
     let mut c = String::from(
         "round,phase,normal_up,normal_ended,normal_refused,flood_up,flood_ended,flood_refused,\
-         sipp_failed,refused_by_limit,cpu_us,cpu_us_per_established,in_dialog_samples,\
+         sipp_failed,refused_by_limit,cpu_us,wall_us,cpu_us_per_established,in_dialog_samples,\
          in_dialog_p50_us,in_dialog_p99_us,peak_rss_kb\n",
     );
     for r in runs {
         let _ = writeln!(
             c,
-            "{},{},{},{},{},{},{},{},{},{},{},{:.1},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{},{:.1},{},{},{},{}",
             r.round,
             r.phase.name(),
             r.normal.up,
@@ -271,6 +274,7 @@ pub(crate) fn csv(runs: &[Run]) -> String {
             r.sipp_failed,
             by_limit(&r.refusals).replace(" / ", ";"),
             r.cpu_us,
+            r.wall_us,
             r.cpu_us_per_established(),
             r.latency_us.len(),
             percentile(&r.latency_us, 50.0),
