@@ -93,6 +93,26 @@ impl Iterator for HeaderLines<'_> {
         self.pos = end;
 
         let first = self.buf.get(start..first_end).unwrap_or_default();
+        // The usual line, `Token: value` or `Token : value`, in one walk over
+        // the name; anything else takes the general path below.
+        let name_len = first
+            .iter()
+            .position(|&b| !is_token(b))
+            .unwrap_or(first.len());
+        let after_name = first.get(name_len..).unwrap_or_default();
+        let gap = after_name
+            .iter()
+            .position(|&b| b != b' ' && b != b'\t')
+            .unwrap_or(after_name.len());
+        if name_len > 0 && after_name.get(gap) == Some(&b':') {
+            let colon = start.saturating_add(name_len).saturating_add(gap);
+            return Some(RawHeader {
+                line: start..end,
+                name: start..start.saturating_add(name_len),
+                value: trim(self.buf, colon.saturating_add(1)..end),
+                well_formed: true,
+            });
+        }
         let Some(colon) = memchr::memchr(b':', first) else {
             return Some(RawHeader {
                 line: start..end,
@@ -239,11 +259,10 @@ pub(crate) fn content_length_of(
 /// End of the run starting at `pos` (bounded by `end`) of bytes matching `f`.
 pub(crate) fn take_while(buf: &[u8], pos: usize, end: usize, f: impl Fn(u8) -> bool) -> usize {
     let end = end.min(buf.len());
-    let mut p = pos;
-    while p < end && buf.get(p).is_some_and(|&b| f(b)) {
-        p = p.saturating_add(1);
+    match buf.get(pos..end) {
+        Some(run) => pos.saturating_add(run.iter().position(|&b| !f(b)).unwrap_or(run.len())),
+        None => pos,
     }
-    p.max(pos.min(end))
 }
 
 pub(crate) fn skip_lws(buf: &[u8], pos: usize, end: usize) -> usize {

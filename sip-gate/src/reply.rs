@@ -6,6 +6,7 @@
 
 use std::net::SocketAddr;
 
+use crate::digits;
 use crate::keys::{self, Key, Purpose};
 use crate::message::{HeaderName, SipMessage};
 use bytes::Bytes;
@@ -112,10 +113,11 @@ pub(crate) fn build(
     let mut hs: Vec<Header> = Vec::with_capacity(10);
     for (i, via) in req.vias().enumerate() {
         let raw = req.raw().get(via.range.clone()).unwrap_or_default();
-        let mut value = text(raw);
-        if i == 0 {
-            value = stamp_via(&value, via.rport.is_some(), source);
-        }
+        let value = if i == 0 {
+            text(&stamp_via(raw, via.rport.is_some(), source))
+        } else {
+            text(raw)
+        };
         hs.push(headers::Via::new(value).into());
     }
     for f in req.fields(HeaderName::From).take(1) {
@@ -176,25 +178,31 @@ fn standard_reason(code: u16) -> &'static str {
 
 /// Adds `received` (when the source differs from sent-by) and fills `rport`
 /// (when the client asked for it), RFC 3261 18.2.1 and RFC 3581 4.
-pub(crate) fn stamp_via(value: &str, wants_rport: bool, source: SocketAddr) -> String {
-    let mut out = String::with_capacity(value.len() + 40);
+pub(crate) fn stamp_via(raw: &[u8], wants_rport: bool, source: SocketAddr) -> Vec<u8> {
+    let mut out = Vec::with_capacity(raw.len().saturating_add(48));
     // Drop an empty `;rport` (to be filled) and any stale `received`.
-    for (i, part) in value.split(';').enumerate() {
-        let p = part.trim();
-        let name = p.split('=').next().unwrap_or("").trim();
-        if i > 0 && (name.eq_ignore_ascii_case("rport") || name.eq_ignore_ascii_case("received")) {
+    for (i, part) in raw.split(|&b| b == b';').enumerate() {
+        if i == 0 {
+            out.extend_from_slice(part.trim_ascii_end());
             continue;
         }
-        if i > 0 {
-            out.push(';');
+        let p = part.trim_ascii();
+        let name = p
+            .split(|&b| b == b'=')
+            .next()
+            .unwrap_or_default()
+            .trim_ascii();
+        if name.eq_ignore_ascii_case(b"rport") || name.eq_ignore_ascii_case(b"received") {
+            continue;
         }
-        out.push_str(if i == 0 { part.trim_end() } else { p });
+        out.push(b';');
+        out.extend_from_slice(p);
     }
-    out.push_str(";received=");
-    out.push_str(&source.ip().to_string());
+    out.extend_from_slice(b";received=");
+    digits::push_ip(&mut out, source.ip());
     if wants_rport {
-        out.push_str(";rport=");
-        out.push_str(&source.port().to_string());
+        out.extend_from_slice(b";rport=");
+        digits::push_decimal(&mut out, u64::from(source.port()));
     }
     out
 }

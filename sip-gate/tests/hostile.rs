@@ -1,6 +1,7 @@
 //! A corpus of hostile input sent to the real `sip-gate` binary over UDP and
 //! TCP (R-FT-3, R-FT-4): oversized headers, 10 000 Via values,
-//! Content-Length lies, NUL bytes, truncated streams, a slowloris peer and a
+//! a request that would not fit a datagram once the gate's headers are in
+//! (513), Content-Length lies, NUL bytes, truncated streams, a slowloris peer and a
 //! connection that never sends. Each gets the right answer: 400 where a
 //! response is possible, the connection closed where the framing is lost,
 //! silence for a datagram that cannot be answered. Afterwards the gate is
@@ -147,6 +148,16 @@ fn hostile_udp() {
     assert!(
         got.as_deref().is_some_and(status(200)),
         "oversized header: {got:?}"
+    );
+    // 65 480 bytes fit a datagram to the gate, but not with the gate's Via
+    // and `received` on the way out: 513 Message Too Large (R-FT-6), where
+    // the send used to fail and the client heard nothing.
+    let base = options("huge", "X-Big: \r\n", None, b"").len();
+    let huge = format!("X-Big: {}\r\n", "a".repeat(65_480 - base));
+    let got = udp(&options("huge", &huge, None, b""), Duration::from_secs(3));
+    assert!(
+        got.as_deref().is_some_and(status(513)),
+        "past the datagram limit: {got:?}"
     );
     // Content-Length lies.
     for (name, cl, want) in [

@@ -3,17 +3,19 @@
 
 use std::collections::BTreeMap;
 use std::ops::Range;
+use std::time::Instant;
 
 use bytes::Bytes;
 
 use ringsync::config::Leg;
 
+use crate::digits;
 use crate::edit::{EditError, Splice};
 use crate::flow::Flow;
 use crate::listener::ListenerCtx;
 use crate::message::{HeaderName, Method, SipMessage, StartLine};
 use crate::metrics as m;
-use crate::reply;
+use crate::reply::{self, Reply};
 use crate::txn::{FlowOut, Hop, Inbound};
 use crate::uri::{host_ip, SipUri};
 
@@ -22,13 +24,49 @@ use super::{Action, Core, Out};
 
 impl Core {
     /// Forwards `req` to `hop`, with Record-Routes naming instance
-    /// `record_route` when there is one.
+    /// `record_route` when there is one; what cannot be sent is answered
+    /// ([`Core::unsent`]).
     pub(super) fn forward(
         &self,
         req: &Request<'_>,
         hop: Hop,
         record_route: Option<usize>,
+        now: Instant,
     ) -> Action {
+        match self.spliced(req, hop, record_route) {
+            Ok(bytes) => Action::Send(out(req.inbound, hop), bytes),
+            Err(unsent) => self.unsent(req, unsent, now),
+        }
+    }
+
+    /// A request the gate could not send on: one too large for a datagram
+    /// gets `513 Message Too Large` (RFC 3261 21.5.14; project rule R-FT-6)
+    /// instead of being lost at the socket, and its transaction is finished
+    /// so a retransmission gets the same answer; an ACK is dropped. A splice
+    /// that failed is dropped and counted.
+    pub(super) fn unsent(&self, req: &Request<'_>, unsent: Unsent, now: Instant) -> Action {
+        match unsent {
+            Unsent::TooLarge => {
+                self.txns.finish(req.key, now);
+                let reply = Reply::reason(513, "Message Too Large");
+                self.reply_to(req.inbound, req.msg, &reply, req.mname, "too_large")
+            }
+            Unsent::Edit(e) => {
+                tracing::debug!(error = %e, "cannot splice the forward");
+                m::dropped("edit_conflict");
+                Action::None
+            }
+        }
+    }
+
+    /// The bytes `req` is forwarded to `hop` as: the received ones with the
+    /// edits of RFC 3261 16.6 spliced in.
+    pub(super) fn spliced(
+        &self,
+        req: &Request<'_>,
+        hop: Hop,
+        record_route: Option<usize>,
+    ) -> Result<Bytes, Unsent> {
         let msg = req.msg;
         let mut s = Splice::new(msg);
         let at = msg.headers_start();
@@ -43,7 +81,7 @@ impl Core {
         self.push_path(&mut head, req, hop);
         if req.max_forwards.is_none() {
             head.push_str("Max-Forwards: ");
-            head.push_str(&DEFAULT_MAX_FORWARDS.to_string());
+            head.push_str(DEFAULT_MAX_FORWARDS);
             head.push_str("\r\n");
         }
         let via_line = self.via_line(req, hop);
@@ -66,28 +104,28 @@ impl Core {
         let (via, peer) = (&req.top_via, req.inbound.peer());
         if via.rport.is_some() || via.received.is_some() || host_ip(via.host) != Some(peer.ip()) {
             if let Some(raw) = msg.raw().get(via.range.clone()) {
-                let stamped =
-                    reply::stamp_via(&String::from_utf8_lossy(raw), via.rport.is_some(), peer);
+                let stamped = reply::stamp_via(raw, via.rport.is_some(), peer);
                 s.replace(via.range.clone(), Bytes::from(stamped));
             }
         }
 
         if let Some(n) = req.max_forwards {
             if let Some(f) = msg.fields(HeaderName::MaxForwards).next() {
-                s.replace(f.value.clone(), Bytes::from((n - 1).to_string()));
+                let mut value = Vec::with_capacity(4);
+                digits::push_decimal(&mut value, u64::from(n.saturating_sub(1)));
+                s.replace(f.value.clone(), Bytes::from(value));
             }
         }
         if hop.tcp {
             stream_length(&mut s);
         }
-        match route_edits(req, &mut s).and_then(|()| s.finish()) {
-            Ok(bytes) => Action::Send(out(req.inbound, hop), bytes),
-            Err(e) => {
-                tracing::debug!(error = %e, "cannot splice the forward");
-                m::dropped("edit_conflict");
-                Action::None
-            }
+        let bytes = route_edits(req, &mut s)
+            .and_then(|()| s.finish())
+            .map_err(Unsent::Edit)?;
+        if !hop.tcp && bytes.len() > max_datagram(hop.addr) {
+            return Err(Unsent::TooLarge);
         }
+        Ok(bytes)
     }
 
     /// The gate's Via, with a branch derived from the client's, so a
@@ -317,6 +355,25 @@ pub(super) fn out(inbound: Inbound, hop: Hop) -> Out {
             listener: inbound.listener(),
             to: hop.addr,
         }
+    }
+}
+
+/// Why a request was not sent on ([`Core::unsent`]).
+#[derive(Debug)]
+pub(super) enum Unsent {
+    /// Larger, with the gate's edits, than a UDP datagram can carry.
+    TooLarge,
+    /// The edits could not be spliced.
+    Edit(EditError),
+}
+
+/// The largest UDP payload to `to`: the IP datagram limit less the IPv4
+/// and UDP headers (IPv6's fixed header is not counted in its limit).
+fn max_datagram(to: std::net::SocketAddr) -> usize {
+    if to.is_ipv4() {
+        65_507
+    } else {
+        65_527
     }
 }
 

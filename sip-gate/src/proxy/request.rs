@@ -18,7 +18,7 @@ use crate::uri::SipUri;
 use super::{Action, Core, Received};
 
 /// Max-Forwards a proxy adds when the request has none (RFC 3261 16.6 step 3).
-pub(super) const DEFAULT_MAX_FORWARDS: u32 = 70;
+pub(super) const DEFAULT_MAX_FORWARDS: &str = "70";
 
 /// A request as the routing steps see it: the message and what the checks
 /// found out about it.

@@ -15,6 +15,7 @@ use crate::metrics as m;
 use crate::overload::Why;
 use crate::txn::{Hop, Inbound, Insert, TxnEntry};
 
+use super::forward::out;
 use super::request::Request;
 use super::route::{creates_dialog, Decision};
 use super::{txn_span, Action, Core, Received};
@@ -38,7 +39,7 @@ impl Core {
         let _entered = span.enter();
 
         if matches!(req.method, Method::Ack | Method::Cancel) {
-            if let Some(action) = self.follow_transaction(&req) {
+            if let Some(action) = self.follow_transaction(&req, now) {
                 return action;
             }
             // Never remembered: an ACK has no response, a CANCEL's responses
@@ -48,7 +49,7 @@ impl Core {
         }
         if let Some(e) = self.txns.get(req.key) {
             let hop = self.moved_hop(req.key, e.hop, now);
-            return self.retransmission(&req, hop);
+            return self.retransmission(&req, hop, now);
         }
         let decision = self.decide(&req, &view);
         let Decision::Forward { hop, .. } = decision else {
@@ -66,7 +67,7 @@ impl Core {
         match self.txns.insert(req.key, entry, now) {
             Insert::New => self.act(&req, decision, &span, now),
             // Another copy of this request won the race: follow its hop.
-            Insert::Known(hop) => self.retransmission(&req, hop),
+            Insert::Known(hop) => self.retransmission(&req, hop, now),
             Insert::Full => {
                 self.overload.refused(Why::Transactions);
                 self.overloaded(&req, Why::Transactions)
@@ -84,6 +85,12 @@ impl Core {
     ) -> Action {
         match decision {
             Decision::Forward { hop, record_route } => {
+                // Spliced first: a request that cannot go out is answered
+                // and counts as no work handed to the instance.
+                let bytes = match self.spliced(req, hop, record_route) {
+                    Ok(bytes) => bytes,
+                    Err(unsent) => return self.unsent(req, unsent, now),
+                };
                 if let Some(i) = hop.instance {
                     span.record("instance", self.config.instances[i].id.as_str());
                     // New work handed to an instance (what a drain stops).
@@ -96,7 +103,7 @@ impl Core {
                 self.account(req, hop.instance.or(req.from_instance), now);
                 self.forwarded.request(req.method);
                 tracing::debug!(to = %hop.addr, tcp = hop.tcp, "forwarded");
-                self.forward(req, hop, record_route)
+                Action::Send(out(req.inbound, hop), bytes)
             }
             Decision::Resolve(query) => self.park(req, query),
             Decision::Drop(why) => {
@@ -130,21 +137,21 @@ impl Core {
     /// A copy of a request the gate already routed: forwarded exactly as the
     /// first copy, Record-Route included, because if the first copy was lost,
     /// this one creates the dialog.
-    fn retransmission(&self, req: &Request<'_>, hop: Hop) -> Action {
+    fn retransmission(&self, req: &Request<'_>, hop: Hop, now: Instant) -> Action {
         m::request(req.mname, "retransmission");
         tracing::debug!(to = %hop.addr, "retransmission, to the first copy's hop");
         let rr = (!req.to_tag && creates_dialog(req.method))
             .then(|| req.from_instance.or(hop.instance))
             .flatten();
-        self.forward(req, hop, rr)
+        self.forward(req, hop, rr, now)
     }
 
     /// CANCEL and the ACK of a non-2xx follow their INVITE's hop; the ACK of
     /// a response the gate made itself ends here. `None`: neither applies.
-    fn follow_transaction(&self, req: &Request<'_>) -> Option<Action> {
+    fn follow_transaction(&self, req: &Request<'_>, now: Instant) -> Option<Action> {
         if let Some(e) = self.txns.get(req.key) {
             self.forwarded.request(req.method);
-            return Some(self.forward(req, e.hop, None));
+            return Some(self.forward(req, e.hop, None, now));
         }
         // The ACK of a final response the gate generated itself (the 503
         // of a drain, 403, 483...) ends that transaction here (RFC 3261

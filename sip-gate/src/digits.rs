@@ -1,0 +1,62 @@
+//! Numbers and addresses written straight into a byte buffer. The forward
+//! path writes a few per message (Max-Forwards, `received`, `rport`,
+//! Content-Length); `core::fmt` and a `String` per number cost more than
+//! the rest of the splice.
+
+use std::io::Write as _;
+use std::net::IpAddr;
+
+/// Appends `n` in decimal.
+pub(crate) fn push_decimal(out: &mut Vec<u8>, n: u64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    let mut n = n;
+    loop {
+        i -= 1;
+        // `n % 10` is below 10: the cast cannot truncate.
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[i..]);
+}
+
+/// Appends `ip` as `Display` writes it (no brackets around IPv6).
+pub(crate) fn push_ip(out: &mut Vec<u8>, ip: IpAddr) {
+    match ip {
+        IpAddr::V4(v4) => {
+            for (i, octet) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b'.');
+                }
+                push_decimal(out, u64::from(octet));
+            }
+        }
+        // Rare on the forward path; writing into a Vec cannot fail.
+        IpAddr::V6(v6) => {
+            let _ = write!(out, "{v6}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn decimals_and_addresses_match_display(n: u64, a: [u8; 4], b: [u16; 8]) {
+            let mut out = Vec::new();
+            push_decimal(&mut out, n);
+            prop_assert_eq!(out, n.to_string().into_bytes());
+            for ip in [IpAddr::from(a), IpAddr::from(b)] {
+                let mut out = Vec::new();
+                push_ip(&mut out, ip);
+                prop_assert_eq!(out, ip.to_string().into_bytes());
+            }
+        }
+    }
+}
