@@ -152,3 +152,36 @@ fn check_prints_the_mapping_of_an_operators_site_and_refuses_what_cannot_run() {
         &["listener `core` serves no udp"],
     );
 }
+
+#[test]
+fn flood_bench_help_and_bounds() {
+    const FLOOD: &str = env!("CARGO_BIN_EXE_flood-bench");
+    let text = help(
+        FLOOD,
+        &[
+            ("--rate", "normal load"),
+            ("--normal-sources", "own address"),
+            ("--hold-ms", "re-INVITE and BYE"),
+            ("--flood-rate", "new calls per second"),
+            ("--capacity", "new_dialogs_per_s"),
+            ("--per-source", "per_source_rate"),
+            ("--rounds", "interleaved"),
+            ("--out", "runs.csv"),
+        ],
+    );
+    assert!(text.contains("[default: 3000]"), "{text}");
+    // Every load is bounded: the machine is shared.
+    refused(FLOOD, &["--flood-rate", "9000"], "9000 is not in 1..=5000");
+    refused(FLOOD, &["--seconds", "61"], "61 is not in 1..=60");
+    // A load that would not measure what it claims is refused up front.
+    refused(
+        FLOOD,
+        &["--flood-rate", "500"],
+        "not a flood: each flood source must send more than --per-source 150",
+    );
+    refused(
+        FLOOD,
+        &["--rate", "600"],
+        "each normal source sends 200/s, not under --per-source 150",
+    );
+}

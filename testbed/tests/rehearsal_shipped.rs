@@ -1,8 +1,8 @@
 //! Every scenario shipped in docs/examples/rehearsal/, run as it ships
 //! through the real `testbed` binary (real sip-gate, media-ctl, ringsync,
 //! rtpengines, SIPp, etcd): each must pass every verdict it names, and the
-//! figures behind the verdicts are checked here too. Each plays ≤ 30 s.
-//! (sg-drain.toml plays a minute; `rehearsal.rs` runs a short sg drain.)
+//! figures behind the verdicts are checked here too. Each plays ≤ 30 s,
+//! but sg-drain.toml, the one docs/rehearsal.md charts, plays a minute.
 //!
 //! Run through `netns-run`, after `cargo build --bins`.
 
@@ -75,6 +75,23 @@ fn no_call_failed(report: &Value) {
         "one ng call per SIP call: {m}"
     );
     assert_eq!(m["failed"], 0, "{m}");
+}
+
+#[test]
+fn r_sg_4_sg_drain_under_load_and_return_as_shipped() {
+    let r = run("sg-drain");
+    no_call_failed(&r);
+    let drained = detail(&r, "R-AA-1");
+    assert!(drained.contains("sg-a took 0 new calls"), "{drained}");
+    // Back in the pool after the lift: it takes new calls again.
+    let back = detail(&r, "R-AA-3");
+    let n: u64 = back
+        .rsplit("sg-a ")
+        .next()
+        .and_then(|t| t.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("{back}"));
+    assert!(n > 0, "{back}");
 }
 
 #[test]

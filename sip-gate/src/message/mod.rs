@@ -82,6 +82,7 @@ pub struct SipMessage {
     top_via: OnceLock<Option<ViaAt>>,
     from_tag: OnceLock<Option<Range<usize>>>,
     to_tag: OnceLock<Option<Range<usize>>>,
+    cseq: OnceLock<Option<(u32, Range<usize>)>>,
 }
 
 impl SipMessage {
@@ -186,6 +187,7 @@ impl SipMessage {
             top_via: OnceLock::new(),
             from_tag: OnceLock::new(),
             to_tag: OnceLock::new(),
+            cseq: OnceLock::new(),
         })
     }
 
@@ -430,6 +432,10 @@ impl SipMessage {
     }
 
     fn cseq_parts(&self) -> Option<(u32, Range<usize>)> {
+        self.cseq.get_or_init(|| self.find_cseq()).clone()
+    }
+
+    fn find_cseq(&self) -> Option<(u32, Range<usize>)> {
         let f = self.fields(HeaderName::CSeq).next()?;
         let raw: &[u8] = &self.raw;
         let end = f.value.end;

@@ -1,0 +1,336 @@
+//! Reading a run's SIPp logs and the gate's metrics, and the results: the
+//! Markdown table (medians over rounds, the flood/unloaded ratios against
+//! issue 12's 2x target) and the CSV of every run.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::path::Path;
+
+use crate::phase::{Phase, Run};
+
+/// Calls of a `uac_call_or_503` caller by outcome, from its `-trace_logs`
+/// file.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Outcomes {
+    /// INVITEs answered 503 with Retry-After.
+    pub(crate) refused: u64,
+    /// Calls set up (200 to the INVITE): established calls.
+    pub(crate) up: u64,
+    /// Established calls that also got their BYE answered 200.
+    pub(crate) ended: u64,
+}
+
+impl Outcomes {
+    /// The outcome lines of one or more log files, added up.
+    pub(crate) fn read(logs: &[impl AsRef<Path>]) -> Outcomes {
+        let mut o = Outcomes::default();
+        for log in logs {
+            let text = std::fs::read_to_string(log).unwrap_or_default();
+            for line in text.lines() {
+                if line.starts_with("ev refused ") {
+                    o.refused += 1;
+                } else if line.starts_with("ev up ") {
+                    o.up += 1;
+                } else if line.starts_with("ev end ") {
+                    o.ended += 1;
+                }
+            }
+        }
+        o
+    }
+
+    /// Established calls that did not end with a 200 to their BYE: a
+    /// re-INVITE or BYE unanswered, or answered with an error.
+    pub(crate) fn failed_established(&self) -> u64 {
+        self.up.saturating_sub(self.ended)
+    }
+}
+
+/// The response time in µs of every in-dialog transaction the caller
+/// started (the re-INVITE, CSeq 2, and the BYE, CSeq 3), from SIPp's
+/// `-trace_shortmsg` log: the first send of the request (a retransmission
+/// is part of the wait) to the first 200 to it. A transaction that never
+/// got its 200 has no sample (its call is counted as failed).
+pub(crate) fn in_dialog_latencies(shortmsg: &Path) -> Vec<u64> {
+    let text = std::fs::read_to_string(shortmsg).unwrap_or_default();
+    // Lines: date, time, epoch seconds with µs, S|R, Call-ID, CSeq, first line.
+    let mut sent: HashMap<(&str, &str), u64> = HashMap::new();
+    let mut done: HashMap<(&str, &str), u64> = HashMap::new();
+    for line in text.lines() {
+        let f: Vec<&str> = line.split('\t').collect();
+        let [_, _, at, dir, call_id, cseq, first, ..] = f[..] else {
+            continue;
+        };
+        if cseq != "CSeq:2 INVITE" && cseq != "CSeq:3 BYE" {
+            continue;
+        }
+        let Some(us) = epoch_us(at) else { continue };
+        let key = (call_id, cseq);
+        match dir {
+            "S" => {
+                sent.entry(key).or_insert(us);
+            }
+            "R" if first.starts_with("SIP/2.0 200 ") => {
+                done.entry(key).or_insert(us);
+            }
+            _ => {}
+        }
+    }
+    let mut out: Vec<u64> = done
+        .iter()
+        .filter_map(|(k, &end)| Some(end.saturating_sub(*sent.get(k)?)))
+        .collect();
+    out.sort_unstable();
+    out
+}
+
+/// `1796088812.261751` -> µs since the epoch.
+fn epoch_us(s: &str) -> Option<u64> {
+    let (secs, frac) = s.split_once('.')?;
+    if frac.len() != 6 {
+        return None;
+    }
+    Some(secs.parse::<u64>().ok()? * 1_000_000 + frac.parse::<u64>().ok()?)
+}
+
+/// The `p`-th percentile (0..=100) of sorted samples, nearest rank; NaN
+/// when there is none.
+pub(crate) fn percentile(sorted: &[u64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1] as f64
+}
+
+/// The gate's 503s by `limit` label, from its Prometheus text
+/// (`sipgate_overload_refusals_total{action=..,limit="source",rule=..} N`).
+pub(crate) fn refusals(metrics: &str) -> BTreeMap<String, u64> {
+    let mut by = BTreeMap::new();
+    for line in metrics.lines() {
+        let Some(rest) = line.strip_prefix("sipgate_overload_refusals_total{") else {
+            continue;
+        };
+        let Some((labels, value)) = rest.split_once("} ") else {
+            continue;
+        };
+        let limit = labels
+            .split(',')
+            .find_map(|l| l.strip_prefix("limit=\""))
+            .and_then(|l| l.strip_suffix('"'))
+            .unwrap_or("?");
+        let n = value.trim().parse::<f64>().unwrap_or(0.0) as u64;
+        *by.entry(limit.to_string()).or_insert(0) += n;
+    }
+    by
+}
+
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
+    v.retain(|x| x.is_finite());
+    v.sort_by(|a, b| a.total_cmp(b));
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// Medians of one phase over its runs.
+struct Summary {
+    runs: usize,
+    established: u64,
+    flood_established: u64,
+    failed_established: u64,
+    sipp_failed: u64,
+    normal_refused: u64,
+    flood_refused: u64,
+    refusals: BTreeMap<String, u64>,
+    cpu: f64,
+    core: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    samples: usize,
+    rss_mib: f64,
+}
+
+fn summary(runs: &[&Run]) -> Summary {
+    let sum = |f: &dyn Fn(&Run) -> u64| runs.iter().map(|r| f(r)).sum::<u64>();
+    let med = |f: &dyn Fn(&Run) -> f64| median(runs.iter().map(|r| f(r)).collect());
+    let mut refusals = BTreeMap::new();
+    for r in runs {
+        for (k, v) in &r.refusals {
+            *refusals.entry(k.clone()).or_insert(0) += v;
+        }
+    }
+    Summary {
+        runs: runs.len(),
+        established: sum(&|r| r.established()),
+        flood_established: sum(&|r| r.flood.up),
+        failed_established: sum(&|r| r.failed_established()),
+        sipp_failed: sum(&|r| r.sipp_failed),
+        normal_refused: sum(&|r| r.normal.refused),
+        flood_refused: sum(&|r| r.flood.refused),
+        refusals,
+        cpu: med(&|r| r.cpu_us_per_established()),
+        core: med(&|r| r.core_percent()),
+        p50_ms: med(&|r| percentile(&r.latency_us, 50.0) / 1000.0),
+        p99_ms: med(&|r| percentile(&r.latency_us, 99.0) / 1000.0),
+        samples: runs.iter().map(|r| r.latency_us.len()).sum(),
+        rss_mib: runs.iter().map(|r| r.peak_rss_kb).max().unwrap_or(0) as f64 / 1024.0,
+    }
+}
+
+/// `capacity 28 / source 654`: the limits that refused anything.
+fn by_limit(m: &BTreeMap<String, u64>) -> String {
+    if m.values().all(|&n| n == 0) {
+        return "none".into();
+    }
+    m.iter()
+        .filter(|(_, &n)| n > 0)
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect::<Vec<_>>()
+        .join(" / ")
+}
+
+/// The table: one row per phase (sums over rounds for counts, medians for
+/// CPU and latency), then the ratios against the 2x target.
+pub(crate) fn table(runs: &[Run]) -> String {
+    let mut t = String::new();
+    let _ = writeln!(t, "| phase | runs | established calls (of them flood) | failed established | other failed calls | normal calls refused | flood INVITEs refused 503 | gate's 503s by limit | CPU µs / established call | gate CPU (% of a core) | in-dialog p50 (ms) | in-dialog p99 (ms) | in-dialog samples | peak RSS (MiB) |");
+    let _ = writeln!(
+        t,
+        "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|"
+    );
+    let mut by_phase = BTreeMap::new();
+    for phase in [Phase::Unloaded, Phase::Flood] {
+        let rs: Vec<&Run> = runs.iter().filter(|r| r.phase == phase).collect();
+        if rs.is_empty() {
+            continue;
+        }
+        let s = summary(&rs);
+        let _ = writeln!(
+            t,
+            "| {} | {} | {} ({}) | {} | {} | {} | {} | {} | {:.1} | {:.0} | {:.2} | {:.2} | {} | {:.1} |",
+            phase.name(),
+            s.runs,
+            s.established,
+            s.flood_established,
+            s.failed_established,
+            s.sipp_failed.saturating_sub(s.failed_established),
+            s.normal_refused,
+            s.flood_refused,
+            by_limit(&s.refusals),
+            s.cpu,
+            s.core,
+            s.p50_ms,
+            s.p99_ms,
+            s.samples,
+            s.rss_mib
+        );
+        by_phase.insert(phase.name(), s);
+    }
+    if let (Some(u), Some(f)) = (by_phase.get("unloaded"), by_phase.get("flood")) {
+        let ratio = |name: &str, under: f64, base: f64| {
+            let r = under / base;
+            let verdict = if !r.is_finite() {
+                "not measurable"
+            } else if r <= 2.0 {
+                "within 2x"
+            } else {
+                "over 2x"
+            };
+            format!("{name} {r:.2}x ({verdict})")
+        };
+        let _ = writeln!(
+            t,
+            "\nUnder flood / unloaded (medians; issue 12's target: at most 2x): {}; {}; in-dialog p50 {:.2}x.",
+            ratio("CPU per established call", f.cpu, u.cpu),
+            ratio("in-dialog p99", f.p99_ms, u.p99_ms),
+            f.p50_ms / u.p50_ms
+        );
+    }
+    t
+}
+
+/// Every run, one line each.
+pub(crate) fn csv(runs: &[Run]) -> String {
+    let mut c = String::from(
+        "round,phase,normal_up,normal_ended,normal_refused,flood_up,flood_ended,flood_refused,\
+         sipp_failed,refused_by_limit,cpu_us,wall_us,cpu_us_per_established,in_dialog_samples,\
+         in_dialog_p50_us,in_dialog_p99_us,peak_rss_kb\n",
+    );
+    for r in runs {
+        let _ = writeln!(
+            c,
+            "{},{},{},{},{},{},{},{},{},{},{},{},{:.1},{},{},{},{}",
+            r.round,
+            r.phase.name(),
+            r.normal.up,
+            r.normal.ended,
+            r.normal.refused,
+            r.flood.up,
+            r.flood.ended,
+            r.flood.refused,
+            r.sipp_failed,
+            by_limit(&r.refusals).replace(" / ", ";"),
+            r.cpu_us,
+            r.wall_us,
+            r.cpu_us_per_established(),
+            r.latency_us.len(),
+            percentile(&r.latency_us, 50.0),
+            percentile(&r.latency_us, 99.0),
+            r.peak_rss_kb
+        );
+    }
+    c
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn in_dialog_latency_runs_from_the_first_send_to_the_first_200() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("m.log");
+        let l = |t: &str, d: &str, cseq: &str, first: &str| {
+            format!("2026-12-01\t01:33:32.0\t{t}\t{d}\t1-7@x\t{cseq}\t{first}\n")
+        };
+        let text = [
+            l("100.000000", "S", "CSeq:1 INVITE", "INVITE sip:a SIP/2.0"),
+            l("100.002000", "R", "CSeq:1 INVITE", "SIP/2.0 200 OK"),
+            l("101.000000", "S", "CSeq:2 INVITE", "INVITE sip:a SIP/2.0"),
+            l("101.000500", "S", "CSeq:2 INVITE", "INVITE sip:a SIP/2.0"),
+            l("101.000600", "R", "CSeq:2 INVITE", "SIP/2.0 100 Trying"),
+            l("101.001250", "R", "CSeq:2 INVITE", "SIP/2.0 200 OK"),
+            l("101.009000", "R", "CSeq:2 INVITE", "SIP/2.0 200 OK"),
+            l("101.100000", "S", "CSeq:3 BYE", "BYE sip:a SIP/2.0"),
+            l("101.100300", "R", "CSeq:3 BYE", "SIP/2.0 200 OK"),
+        ]
+        .concat();
+        std::fs::write(&p, text + "garbage line\n").unwrap();
+        assert_eq!(in_dialog_latencies(&p), vec![300, 1250]);
+    }
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let v: Vec<u64> = (1..=200).collect();
+        assert_eq!(percentile(&v, 50.0), 100.0);
+        assert_eq!(percentile(&v, 99.0), 198.0);
+        assert_eq!(percentile(&[7], 99.0), 7.0);
+        assert!(percentile(&[], 50.0).is_nan());
+    }
+
+    #[test]
+    fn refusals_are_summed_by_limit() {
+        let m = "# TYPE sipgate_overload_refusals_total counter\n\
+                 sipgate_overload_refusals_total{action=\"reject\",limit=\"source\",rule=\"R-OV-2\"} 120\n\
+                 sipgate_overload_refusals_total{action=\"reject\",limit=\"capacity\",rule=\"R-OV-1\"} 7\n\
+                 sipgate_overload_refusals_total{action=\"drop\",limit=\"source\",rule=\"R-OV-2\"} 3\n\
+                 sipgate_requests_total{method=\"INVITE\"} 9\n";
+        let r = refusals(m);
+        assert_eq!(r.get("source"), Some(&123));
+        assert_eq!(r.get("capacity"), Some(&7));
+        assert_eq!(r.len(), 2);
+    }
+}
