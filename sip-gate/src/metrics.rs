@@ -19,6 +19,8 @@ use crate::message::Method;
 pub(crate) const REQUESTS: &str = "sipgate_requests_total";
 /// Responses relayed or refused (`forwarded`, `not_ours`).
 pub(crate) const RESPONSES: &str = "sipgate_responses_total";
+/// Batches read by the UDP workers, by `size` (datagrams, in powers of two).
+pub(crate) const UDP_BATCHES: &str = "sipgate_udp_batches_total";
 /// Messages dropped without an answer, by reason.
 pub(crate) const DROPPED: &str = "sipgate_dropped_total";
 /// Drain refusals (503) by the rule that decided them.

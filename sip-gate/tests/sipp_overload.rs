@@ -331,3 +331,130 @@ fn r_ov_1_new_dialogs_that_waited_past_the_deadline_get_503_while_queued_in_dial
     let sg = uas.stop().expect("uas report");
     assert_eq!((sg.successful, sg.failed), (11, 0), "{sg:?}");
 }
+
+/// The requests in a SIPp `-trace_msg` log that went the way `dir` says
+/// ("sent" or "received"), in log order, each once (retransmissions
+/// dropped): `(Call-ID, CSeq)`.
+fn logged_requests(log: &Path, dir: &str) -> Vec<(String, String)> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    for entry in text.split("\n-----------------------------------------------") {
+        let mut lines = entry.lines();
+        if !lines
+            .by_ref()
+            .take(2)
+            .any(|l| l.contains(&format!("message {dir}")))
+        {
+            continue;
+        }
+        let mut lines = lines.skip_while(|l| l.trim().is_empty());
+        if lines
+            .next()
+            .is_none_or(|start| start.starts_with("SIP/2.0"))
+        {
+            continue; // a response
+        }
+        let header = |name: &str| {
+            entry
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .map(|v| v.trim().to_string())
+        };
+        if let (Some(call), Some(cseq)) = (header("Call-ID:"), header("CSeq:")) {
+            if seen.insert((call.clone(), cseq.clone())) {
+                out.push((call, cseq));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn r_ov_1_after_a_stall_in_dialog_requests_are_forwarded_before_new_dialogs_queued_ahead_of_them() {
+    let net = (31, 4);
+    // A deadline longer than the stall: nothing is refused, so the order
+    // the sg sees is the gate's priority alone.
+    let (dir, site, listener, admin) = site(net, "new_dialog_deadline_ms = 5000\n");
+    let gate = GateProc::spawn(&site, admin, &[]);
+    gate.wait_ready();
+    let sg_log = dir.path().join("sg-messages.log");
+    let uas = Sipp::new(Scenario::repo("uas_call"))
+        .local(server_addr(net, 0).ip(), 5060)
+        .timeout(Duration::from_secs(120))
+        .arg("-trace_msg")
+        .arg("-message_file")
+        .arg(&sg_log)
+        .spawn()
+        .expect("uas starts");
+
+    // One caller (one socket, so one gate worker's queue): 100 calls at
+    // 50/s, each up for 1 s then a re-INVITE and a BYE. During the stall
+    // below, calls placed a second earlier send their re-INVITEs while
+    // new calls keep coming: both queue, interleaved, in the same queue.
+    // The stall is shorter than SIPp's first retransmission (500 ms): a
+    // retransmitted INVITE forwarded after the UAS answered the first copy
+    // is a message SIPp's UAS does not expect (a real UAS absorbs it).
+    let log = dir.path().join("calls.log");
+    let caller_log = dir.path().join("caller-messages.log");
+    let calls = caller(net, 22, listener, &log)
+        .calls(100)
+        .rate(50)
+        .duration(Duration::from_secs(1))
+        .arg("-trace_msg")
+        .arg("-message_file")
+        .arg(&caller_log)
+        .spawn()
+        .expect("calls start");
+    std::thread::sleep(Duration::from_millis(1300));
+    gate.signal("STOP");
+    std::thread::sleep(Duration::from_millis(300));
+    gate.signal("CONT");
+
+    let calls = wait(calls, "calls");
+    assert!(calls.all_ok(), "{calls:?}");
+    assert_eq!(outcomes(&log), (0, 100, 100), "{calls:?}");
+    let sg = uas.stop().expect("uas report");
+    assert_eq!((sg.successful, sg.failed), (100, 0), "{sg:?}");
+
+    // Order: a new INVITE (CSeq 1) the caller sent before an in-dialog
+    // request that the sg received before it. A FIFO intake never does
+    // that; after the stall, batches that held both do.
+    let sent = logged_requests(&caller_log, "sent");
+    let received = logged_requests(&sg_log, "received");
+    let at: std::collections::HashMap<_, _> =
+        received.iter().enumerate().map(|(i, k)| (k, i)).collect();
+    let is_new = |(_, cseq): &(String, String)| cseq == "1 INVITE";
+    let mut overtaken = 0;
+    for (i, new) in sent.iter().enumerate().filter(|(_, k)| is_new(k)) {
+        let Some(&new_at) = at.get(new) else { continue };
+        overtaken += sent[i + 1..]
+            .iter()
+            .filter(|k| !is_new(k))
+            .filter(|k| at.get(k).is_some_and(|&j| j < new_at))
+            .count();
+    }
+    assert!(
+        sent.len() >= 400,
+        "{} requests in the caller's log",
+        sent.len()
+    );
+    assert_eq!(received.len(), sent.len(), "every request reached the sg");
+    assert!(
+        overtaken > 0,
+        "no in-dialog request overtook a new dialog queued before it"
+    );
+    let batched = metric_sum(&gate, "sipgate_udp_batches_total", &[]);
+    let single = metric_sum(&gate, "sipgate_udp_batches_total", &["size=\"1\""]);
+    assert!(
+        batched > single,
+        "{batched} batches, {single} of one datagram"
+    );
+    assert_eq!(
+        metric_sum(&gate, "sipgate_overload_refusals_total", &[]),
+        0.0
+    );
+    eprintln!(
+        "R-OV-1 priority: {overtaken} (new INVITE, in-dialog) pairs reordered after the stall"
+    );
+}

@@ -48,6 +48,11 @@ pub struct OverloadConfig {
     /// Bound of each UDP worker's receive queue in bytes (the socket's
     /// `SO_RCVBUF`; the kernel caps it at `net.core.rmem_max`). Default 4 MiB.
     pub udp_rcvbuf_bytes: usize,
+    /// Bound of each TCP (or TLS) connection's send queue, in messages; a
+    /// message beyond it is dropped (`sipgate_dropped_total{reason=
+    /// "tcp_queue_full"}`), as a peer that does not read is not waited for.
+    /// Default 1024.
+    pub tcp_queue_messages: usize,
     /// Bound of the transaction table; a new transaction beyond it gets 503.
     /// Default 1048576 (an entry lives 32 s: room for 32000 new
     /// transactions per second).
@@ -82,6 +87,7 @@ impl Default for OverloadConfig {
             new_dialogs_burst: 20_000,
             new_dialog_deadline_ms: 200,
             udp_rcvbuf_bytes: 4 << 20,
+            tcp_queue_messages: 1024,
             max_transactions: 1 << 20,
             retry_after_s: 5,
             per_source_rate: 50,
@@ -119,6 +125,7 @@ pub(super) fn validate(
     let positive = [
         ("new_dialog_deadline_ms", c.new_dialog_deadline_ms as usize),
         ("udp_rcvbuf_bytes", c.udp_rcvbuf_bytes),
+        ("tcp_queue_messages", c.tcp_queue_messages),
         ("max_transactions", c.max_transactions),
         ("retry_after_s", c.retry_after_s as usize),
         ("max_sources", c.max_sources),

@@ -410,14 +410,16 @@ fn overload_section_defaults_values_and_errors() {
     assert_eq!((d.per_source_rate, d.per_source_burst), (50, 100));
     assert_eq!((d.per_account_rate, d.per_account_burst), (200, 400));
     assert_eq!((d.max_sources, d.max_transactions), (65_536, 1 << 20));
+    assert_eq!(d.tcp_queue_messages, 1024);
     assert_eq!(d.action, LimitAction::Reject);
     let c = load(&format!(
-        "{GOOD}\n[overload]\nper_source_rate = 5\nper_source_burst = 2\naction = \"drop\"\nnew_dialog_deadline_ms = 50\nnew_dialogs_per_s = 0\nnew_dialogs_burst = 0\n"
+        "{GOOD}\n[overload]\nper_source_rate = 5\nper_source_burst = 2\naction = \"drop\"\nnew_dialog_deadline_ms = 50\nnew_dialogs_per_s = 0\nnew_dialogs_burst = 0\ntcp_queue_messages = 64\n"
     ))
     .unwrap();
     let o = &c.overload;
     assert_eq!((o.per_source_rate, o.per_source_burst), (5, 2));
     assert_eq!(o.action, LimitAction::Drop);
+    assert_eq!(o.tcp_queue_messages, 64);
     assert_eq!(
         o.new_dialog_deadline(),
         std::time::Duration::from_millis(50)
@@ -426,6 +428,7 @@ fn overload_section_defaults_values_and_errors() {
     for (bad, field) in [
         ("max_sources = 0", "overload.max_sources"),
         ("max_transactions = 0", "overload.max_transactions"),
+        ("tcp_queue_messages = 0", "overload.tcp_queue_messages"),
         (
             "new_dialog_deadline_ms = 0",
             "overload.new_dialog_deadline_ms",

@@ -1,10 +1,14 @@
 //! Overload protection (R-OV-1) and per-source limits (R-OV-2).
 //!
 //! The intake of a UDP worker is its socket's receive queue: bounded by
-//! `[overload] udp_rcvbuf_bytes`, read in order by the one thread that owns
-//! it. How far behind the worker is shows in how long the datagram it reads
-//! waited there (the kernel's receive timestamp) and in the kernel's count
-//! of datagrams it dropped because the queue was full ([`IntakeMeter`]).
+//! `[overload] udp_rcvbuf_bytes` and read by the one thread that owns it,
+//! a batch at a time: what is queued when the worker wakes, up to a bound.
+//! Within a batch, responses and in-dialog requests are handled before new
+//! dialogs ([`first`]), so under a backlog a BYE does not wait behind the
+//! INVITEs queued before it. How far behind the worker is shows in how long
+//! each datagram waited from its arrival to its handling (the kernel's
+//! receive timestamp) and in the kernel's count of datagrams it dropped
+//! because the queue was full ([`IntakeMeter`]).
 //!
 //! Only new dialogs are ever refused ([`classify`]): while a worker is
 //! behind, while the gate is above its capacity for new dialogs, or while
@@ -14,11 +18,12 @@
 //! them: it runs where the core already knows the method and the To tag.
 
 mod bucket;
+mod intake;
 mod sources;
 
 use std::net::IpAddr;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use ringsync::config::{LimitAction, OverloadConfig};
 
@@ -26,6 +31,7 @@ use crate::message::Method;
 use crate::metrics as m;
 
 pub(crate) use bucket::{Bucket, Limit};
+pub(crate) use intake::{first, BatchSizes, IntakeMeter, MAX_BATCH};
 use sources::SourceTable;
 
 /// What a message is to the overload rules.
@@ -231,47 +237,6 @@ impl Overload {
 
 fn lock(b: &Mutex<Bucket>) -> std::sync::MutexGuard<'_, Bucket> {
     b.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// One UDP worker's view of its intake queue: whether the datagram it just
-/// read says the worker is behind (R-OV-1).
-#[derive(Debug)]
-pub(crate) struct IntakeMeter {
-    deadline: Duration,
-    /// The kernel's count of datagrams this socket dropped, last seen.
-    drops: u32,
-    /// Behind until then: the queue overflowed.
-    overflowed_until: Option<Instant>,
-}
-
-impl IntakeMeter {
-    pub(crate) fn new(deadline: Duration) -> IntakeMeter {
-        IntakeMeter {
-            deadline,
-            drops: 0,
-            overflowed_until: None,
-        }
-    }
-
-    /// `waited`: how long the datagram was queued, when the kernel stamped
-    /// it; `drops`: the kernel's drop count delivered with it (the kernel
-    /// sends none while it is 0). The count rides on the datagrams queued
-    /// after a drop, so the worker learns of an overflow once it has read
-    /// what was queued before it; refusing new dialogs for one deadline from
-    /// then gives the queue time to drain before the next burst fills it.
-    pub(crate) fn behind(
-        &mut self,
-        waited: Option<Duration>,
-        drops: Option<u32>,
-        now: Instant,
-    ) -> bool {
-        if let Some(d) = drops.filter(|&d| d != self.drops) {
-            m::dropped_n("udp_queue_full", u64::from(d.wrapping_sub(self.drops)));
-            self.drops = d;
-            self.overflowed_until = Some(now + self.deadline);
-        }
-        waited.is_some_and(|w| w > self.deadline) || self.overflowed_until.is_some_and(|t| now < t)
-    }
 }
 
 #[cfg(test)]

@@ -167,11 +167,53 @@ fn r_ov_2_accounts_have_their_own_limit_and_drop_is_silent() {
 fn r_ov_1_the_intake_meter_is_behind_past_the_deadline_or_after_an_overflow() {
     let mut m = IntakeMeter::new(Duration::from_millis(200));
     let t0 = Instant::now();
-    assert!(!m.behind(None, None, t0));
-    assert!(!m.behind(Some(Duration::from_millis(150)), None, t0));
-    assert!(m.behind(Some(Duration::from_millis(250)), None, t0));
+    m.dropped(None, t0);
+    assert!(!m.behind(None, t0));
+    assert!(!m.behind(Some(Duration::from_millis(150)), t0));
+    assert!(m.behind(Some(Duration::from_millis(250)), t0));
     // The kernel dropped datagrams: behind for one deadline.
-    assert!(m.behind(Some(Duration::ZERO), Some(7), t0));
-    assert!(m.behind(None, Some(7), t0 + Duration::from_millis(100)));
-    assert!(!m.behind(None, Some(7), t0 + Duration::from_millis(201)));
+    m.dropped(Some(7), t0);
+    assert!(m.behind(Some(Duration::ZERO), t0));
+    m.dropped(Some(7), t0 + Duration::from_millis(100));
+    assert!(m.behind(None, t0 + Duration::from_millis(100)));
+    assert!(!m.behind(None, t0 + Duration::from_millis(201)));
+}
+
+#[test]
+fn r_ov_1_responses_ack_cancel_and_in_dialog_requests_go_first_in_a_batch() {
+    let msg = |start: &str, to: &str, call: &str| {
+        let method = start.split(' ').next().unwrap();
+        scan(&format!(
+            "{start}\nVia: SIP/2.0/UDP 127.0.0.1;branch=z9hG4bK1\nFrom: <sip:a@x>;tag=1\nTo: {to}\nCall-ID: {call}\nCSeq: 1 {method}\nMax-Forwards: 70\nContent-Length: 0\n\n"
+        ))
+    };
+    let req = |method: &str, to: &str| msg(&format!("{method} sip:b@x SIP/2.0"), to, "c");
+    let none: [&SipMessage; 0] = [];
+    assert!(first(&msg("SIP/2.0 200 OK", "<sip:b@x>;tag=2", "c"), none));
+    assert!(first(&req("BYE", "<sip:b@x>;tag=2"), none));
+    assert!(first(&req("INVITE", "<sip:b@x>;tag=2"), none));
+    assert!(first(&req("ACK", "<sip:b@x>"), none));
+    assert!(first(&req("CANCEL", "<sip:b@x>"), none));
+    assert!(!first(&req("INVITE", "<sip:b@x>"), none));
+    assert!(!first(&req("OPTIONS", "<sip:b@x>"), none));
+    // Put off behind a new dialog of its own call, not of another call.
+    let put_off = [msg("INVITE sip:b@x SIP/2.0", "<sip:b@x>", "other")];
+    assert!(first(&req("ACK", "<sip:b@x>;tag=2"), &put_off));
+    let put_off = [msg("INVITE sip:b@x SIP/2.0", "<sip:b@x>", "c")];
+    assert!(!first(&req("ACK", "<sip:b@x>;tag=2"), &put_off));
+    assert!(!first(
+        &msg("SIP/2.0 200 OK", "<sip:b@x>;tag=2", "c"),
+        &put_off
+    ));
+}
+
+#[test]
+fn r_ov_1_batch_sizes_are_counted_in_powers_of_two_up_to_the_bound() {
+    let labels: Vec<_> = [1, 2, 3, 4, 31, 32, 63, MAX_BATCH]
+        .map(BatchSizes::label)
+        .to_vec();
+    assert_eq!(
+        labels,
+        ["1", "2-3", "2-3", "4-7", "16-31", "32-63", "32-63", "64"]
+    );
 }

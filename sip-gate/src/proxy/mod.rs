@@ -229,6 +229,11 @@ impl Core {
         self.config.overload.new_dialog_deadline()
     }
 
+    /// The bound of each TCP connection's send queue, in messages.
+    pub(crate) fn tcp_queue(&self) -> usize {
+        self.config.overload.tcp_queue_messages
+    }
+
     /// The TCP connection settings (`[tcp]`).
     pub(crate) fn tcp_config(&self) -> &ringsync::config::TcpConfig {
         &self.config.tcp
@@ -372,13 +377,14 @@ impl Core {
         self.handle_as(inbound, data, now, Received::Fresh)
     }
 
-    /// [`Core::handle`] for a message its UDP worker read `behind`: past
-    /// the intake deadline, or just after its queue overflowed. If it is a
-    /// new dialog, it gets 503 (R-OV-1); anything else is handled as usual.
-    pub(crate) fn handle_intake(
+    /// [`Core::handle`] for a message its UDP worker already scanned (to
+    /// order its batch, R-OV-1), read `behind`: past the intake deadline, or
+    /// just after its queue overflowed. If it is a new dialog, it gets 503;
+    /// anything else is handled as usual.
+    pub(crate) fn handle_scanned(
         &self,
         inbound: Inbound,
-        data: Bytes,
+        msg: SipMessage,
         now: Instant,
         behind: bool,
     ) -> Action {
@@ -387,21 +393,30 @@ impl Core {
         } else {
             Received::Fresh
         };
-        self.handle_as(inbound, data, now, how)
+        self.handle_message(inbound, msg, now, how)
     }
 
     /// [`Core::handle`], for a message received as `how` says.
     fn handle_as(&self, inbound: Inbound, data: Bytes, now: Instant, how: Received) -> Action {
+        match SipMessage::scan(data) {
+            Ok(msg) => self.handle_message(inbound, msg, now, how),
+            Err(_) => {
+                m::dropped("unparseable");
+                Action::None
+            }
+        }
+    }
+
+    fn handle_message(
+        &self,
+        inbound: Inbound,
+        msg: SipMessage,
+        now: Instant,
+        how: Received,
+    ) -> Action {
         let Some(listener) = self.listeners.get(inbound.listener()) else {
             m::dropped("unknown_listener");
             return Action::None;
-        };
-        let msg = match SipMessage::scan(data) {
-            Ok(msg) => msg,
-            Err(_) => {
-                m::dropped("unparseable");
-                return Action::None;
-            }
         };
         if let Err(e) = msg.validate() {
             return self.bad_message(inbound, &msg, e);

@@ -3,24 +3,24 @@
 //! kernel queues for what they sent. Each socket's receive queue is its
 //! worker's intake (R-OV-1): the kernel stamps every datagram as it queues
 //! it and reports the datagrams it dropped, so the worker knows when it is
-//! behind ([`crate::overload::IntakeMeter`]).
+//! behind ([`crate::overload::IntakeMeter`]). Workers read their queue a
+//! batch at a time (`batch.rs`) and serve in-dialog traffic first.
 
 use std::io;
 use std::io::IoSliceMut;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::Instant;
 
-use bytes::Bytes;
-use nix::sys::socket::{
-    recvmsg, setsockopt, sockopt, ControlMessageOwned, MsgFlags, SockaddrStorage,
-};
-use nix::sys::time::TimeSpec;
+use nix::sys::socket::{recvmsg, setsockopt, sockopt, MsgFlags, SockaddrStorage};
 use tokio_util::sync::CancellationToken;
 
-use super::{Net, MAX_MESSAGE, UDP_POLL};
-use crate::overload::IntakeMeter;
+use super::batch::{BatchReceiver, Datagram, Sender};
+use super::{Net, UDP_POLL};
+use crate::message::SipMessage;
+use crate::metrics as m;
+use crate::overload::{self, BatchSizes, IntakeMeter, MAX_BATCH};
 use crate::txn::Inbound;
 
 /// UDP workers per listener: one per core, so a burst from many peers uses
@@ -73,20 +73,14 @@ pub(super) fn udp_worker(
     sock: Arc<UdpSocket>,
     shutdown: CancellationToken,
 ) {
-    // One receive buffer per worker, reused; each datagram is then copied
-    // once into a right-sized `Bytes` (a SIP datagram is ~0.5-2 KB, so the
-    // copy is cheaper than zeroing or re-allocating a 64 KB buffer).
-    let mut buf = vec![0u8; MAX_MESSAGE];
-    let mut cmsg = nix::cmsg_space!(TimeSpec, u32);
+    let mut rx = BatchReceiver::new();
+    let mut batch = Vec::with_capacity(MAX_BATCH);
+    let mut later = Vec::with_capacity(MAX_BATCH);
     let mut meter = IntakeMeter::new(net.core.overload_deadline());
+    let sizes = BatchSizes::new();
     while !shutdown.is_cancelled() {
-        let Received {
-            len: n,
-            peer,
-            waited,
-            drops,
-        } = match recv(&sock, &mut buf, &mut cmsg) {
-            Ok(x) => x,
+        match rx.recv(&sock, &mut meter, &mut batch) {
+            Ok(()) => {}
             Err(e)
                 if matches!(
                     e.kind(),
@@ -103,67 +97,58 @@ pub(super) fn udp_worker(
                 icmp_errors(&net, &sock);
                 continue;
             }
-        };
-        let Some(datagram) = buf.get(..n) else {
+        }
+        if batch.is_empty() {
             continue;
-        };
-        if datagram.iter().all(|&b| b == b'\r' || b == b'\n' || b == 0) {
+        }
+        sizes.record(batch.len());
+        serve_batch(&net, listener, &meter, &mut batch, &mut later);
+    }
+}
+
+/// Handles a batch (R-OV-1): responses and in-dialog requests as they
+/// come, new dialogs (and what follows them in their call) after them
+/// (`later`), each judged against the deadline when its turn comes. A
+/// batch of one is handled as it comes.
+fn serve_batch(
+    net: &Arc<Net>,
+    listener: usize,
+    meter: &IntakeMeter,
+    batch: &mut Vec<Datagram>,
+    later: &mut Vec<(Sender, SipMessage)>,
+) {
+    let alone = batch.len() == 1;
+    for Datagram { data, from } in batch.drain(..) {
+        if data.iter().all(|&b| b == b'\r' || b == b'\n' || b == 0) {
             continue; // keep-alive datagram (RFC 5626 4.4.1 style) or empty
         }
-        let now = Instant::now();
-        let behind = meter.behind(waited, drops, now);
-        let action = net.core.handle_intake(
-            Inbound::Udp { listener, peer },
-            Bytes::copy_from_slice(datagram),
-            now,
-            behind,
-        );
-        net.execute(action);
-    }
-}
-
-/// One datagram read: its length, sender, how long it waited in the queue
-/// and the kernel's count of dropped datagrams, when the kernel said.
-struct Received {
-    len: usize,
-    peer: SocketAddr,
-    waited: Option<Duration>,
-    drops: Option<u32>,
-}
-
-/// `recvfrom` with the control messages of [`bind_udp`]; `cmsg` is reused.
-fn recv(sock: &UdpSocket, buf: &mut [u8], cmsg: &mut [u8]) -> io::Result<Received> {
-    let mut iov = [IoSliceMut::new(buf)];
-    let msg =
-        recvmsg::<SockaddrStorage>(sock.as_raw_fd(), &mut iov, Some(cmsg), MsgFlags::empty())?;
-    let peer = msg
-        .address
-        .as_ref()
-        .and_then(socket_addr)
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "datagram without sender"))?;
-    let (mut waited, mut drops) = (None, None);
-    for c in msg.cmsgs().into_iter().flatten() {
-        match c {
-            ControlMessageOwned::ScmTimestampns(ts) => {
-                let queued = Duration::from(ts);
-                waited = SystemTime::now()
-                    .duration_since(SystemTime::UNIX_EPOCH)
-                    .ok()
-                    .map(|now| now.saturating_sub(queued));
-            }
-            ControlMessageOwned::RxqOvfl(n) => drops = Some(n),
-            _ => {}
+        let Ok(msg) = SipMessage::scan(data) else {
+            m::dropped("unparseable");
+            continue;
+        };
+        if alone || overload::first(&msg, later.iter().map(|(_, m)| m)) {
+            serve(net, listener, meter, from, msg);
+        } else {
+            later.push((from, msg));
         }
     }
-    Ok(Received {
-        len: msg.bytes,
-        peer,
-        waited,
-        drops,
-    })
+    for (from, msg) in later.drain(..) {
+        serve(net, listener, meter, from, msg);
+    }
 }
 
-fn socket_addr(a: &SockaddrStorage) -> Option<SocketAddr> {
+fn serve(net: &Arc<Net>, listener: usize, meter: &IntakeMeter, from: Sender, msg: SipMessage) {
+    let now = Instant::now();
+    let behind = meter.behind(from.waited(), now);
+    let inbound = Inbound::Udp {
+        listener,
+        peer: from.peer,
+    };
+    let action = net.core.handle_scanned(inbound, msg, now, behind);
+    net.execute(action);
+}
+
+pub(super) fn socket_addr(a: &SockaddrStorage) -> Option<SocketAddr> {
     a.as_sockaddr_in()
         .map(|v4| SocketAddr::from(std::net::SocketAddrV4::from(*v4)))
         .or_else(|| {
