@@ -26,6 +26,7 @@ mod start_line;
 
 #[cfg(test)]
 mod tests;
+mod validate;
 mod via;
 
 use std::ops::Range;
@@ -189,124 +190,6 @@ impl SipMessage {
             to_tag: OnceLock::new(),
             cseq: OnceLock::new(),
         })
-    }
-
-    /// Checks what the proxy relies on; the error names the first problem.
-    ///
-    /// Order matters only for the reason phrase: structural defects first,
-    /// then mandatory headers, then their syntax.
-    pub fn validate(&self) -> Result<(), ParseError> {
-        if let Some(e) = self.defect {
-            return Err(e);
-        }
-        self.check_counts()?;
-        if self.call_id().is_none() {
-            return Err(ParseError::MissingCallId);
-        }
-        let (_, cseq_method) = self.cseq_parts().ok_or(ParseError::BadCSeq)?;
-        if self.is_request() && self.slice(cseq_method) != self.method_bytes() {
-            return Err(ParseError::CSeqMethodMismatch);
-        }
-        let from = self
-            .single_name_addr(HeaderName::From)
-            .ok_or(ParseError::BadFrom)?;
-        let _ = self.from_tag.set(self.tag_in(from));
-        let to = self
-            .single_name_addr(HeaderName::To)
-            .ok_or(ParseError::BadTo)?;
-        let _ = self.to_tag.set(self.tag_in(to));
-        self.check_lists()?;
-        if let Some(Err(e)) = self.max_forwards() {
-            return Err(e);
-        }
-        Ok(())
-    }
-
-    /// At least one Via; exactly one From, To, Call-ID and CSeq.
-    fn check_counts(&self) -> Result<(), ParseError> {
-        let count = |name| self.fields(name).count();
-        if count(HeaderName::Via) == 0 {
-            return Err(ParseError::MissingVia);
-        }
-        let singles = [
-            (
-                HeaderName::From,
-                ParseError::MissingFrom,
-                ParseError::DuplicateFrom,
-            ),
-            (
-                HeaderName::To,
-                ParseError::MissingTo,
-                ParseError::DuplicateTo,
-            ),
-            (
-                HeaderName::CallId,
-                ParseError::MissingCallId,
-                ParseError::DuplicateCallId,
-            ),
-            (
-                HeaderName::CSeq,
-                ParseError::MissingCSeq,
-                ParseError::DuplicateCSeq,
-            ),
-        ];
-        for (name, missing, duplicate) in singles {
-            match count(name) {
-                0 => return Err(missing),
-                1 => {}
-                _ => return Err(duplicate),
-            }
-        }
-        Ok(())
-    }
-
-    /// Every element of Via, Route, Record-Route and Contact parses.
-    ///
-    /// One pass over the header lines. When several lists are broken the
-    /// error is the one the first broken list in that order (Via, Route,
-    /// Record-Route, Contact) gives, wherever its line is.
-    fn check_lists(&self) -> Result<(), ParseError> {
-        let mut vias = 0usize;
-        let mut first_bad: Option<(u8, ParseError)> = None;
-        for (i, f) in self.headers.iter().enumerate() {
-            let (rank, err) = match f.name {
-                HeaderName::Via => (0, ParseError::BadVia),
-                HeaderName::Route => (1, ParseError::BadRoute),
-                HeaderName::RecordRoute => (2, ParseError::BadRecordRoute),
-                HeaderName::Contact => (3, ParseError::BadContact),
-                _ => continue,
-            };
-            if first_bad.is_some_and(|(r, _)| r <= rank) {
-                continue;
-            }
-            let ok = match lex::list_elements(&self.raw, f.value.clone()) {
-                None => false,
-                Some(mut elems) => elems.all(|e| match f.name {
-                    HeaderName::Via => match parse_via(&self.raw, e, i) {
-                        Some(via) => {
-                            if vias == 0 {
-                                let _ = self.top_via.set(Some(ViaAt::of(&self.raw, &via)));
-                            }
-                            vias = vias.saturating_add(1);
-                            true
-                        }
-                        None => false,
-                    },
-                    HeaderName::Contact => parse_contact(&self.raw, e, i).is_some(),
-                    _ => parse_name_addr(&self.raw, e).is_some(),
-                }),
-            };
-            if !ok {
-                if rank == 0 {
-                    return Err(err);
-                }
-                first_bad = Some((rank, err));
-            }
-        }
-        if vias == 0 {
-            return Err(ParseError::BadVia);
-        }
-        first_bad.map_or(Ok(()), |(_, e)| Err(e))
     }
 
     /// Whether the message has every header a 400 response must copy (Via,
