@@ -6,13 +6,12 @@
 //! instance refuses only while another instance is up.
 
 use std::net::{SocketAddr, UdpSocket};
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use nix::sys::socket::{sendto, MsgFlags, SockaddrStorage};
+use nix::sys::socket::MsgFlags;
 use ringsync::config::SiteConfig;
 use ringsync::state::DrainState;
 use ringsync::view::Health;
@@ -98,8 +97,7 @@ fn probe(p: &Prober, idx: usize, seq: u64) -> Option<(Bytes, SocketAddr)> {
 /// blocking for the UDP workers' receives, and a full send buffer must cost
 /// a probe (counted as unanswered), never a stalled runtime thread (R-FT-2).
 fn send_now(socket: &UdpSocket, bytes: &[u8], to: SocketAddr) {
-    let flags = MsgFlags::MSG_DONTWAIT;
-    if let Err(e) = sendto(socket.as_raw_fd(), bytes, &SockaddrStorage::from(to), flags) {
+    if let Err(e) = crate::datagram::send(socket, bytes, to, MsgFlags::MSG_DONTWAIT) {
         tracing::debug!(%to, error = %e, "health probe not sent");
     }
 }

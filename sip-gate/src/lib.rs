@@ -10,6 +10,7 @@
 #![forbid(unsafe_code)]
 
 // === SIP message layer (pure code, no I/O): framing, message view, splicing ===
+mod datagram;
 mod digits;
 mod edit;
 pub mod frame;

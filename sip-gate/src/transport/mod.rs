@@ -253,7 +253,13 @@ impl Net {
         match out {
             Out::Udp { listener, to } => match self.udp.get(listener).and_then(Option::as_ref) {
                 Some(sock) => {
-                    if let Err(e) = sock.send_to(&bytes, to) {
+                    let sent = crate::datagram::send(
+                        sock,
+                        &bytes,
+                        to,
+                        nix::sys::socket::MsgFlags::empty(),
+                    );
+                    if let Err(e) = sent {
                         tracing::debug!(%to, error = %e, "udp send failed");
                         m::dropped("udp_send_error");
                     }
