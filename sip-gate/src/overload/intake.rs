@@ -15,8 +15,12 @@ use super::{classify, Class};
 /// came in (a retransmitted INVITE stays ahead of the 200's ACK, and of
 /// the response that ends its transaction). Each pass is in arrival order.
 pub(crate) fn first<'a>(msg: &SipMessage, later: impl IntoIterator<Item = &'a SipMessage>) -> bool {
-    classify(msg.method(), msg.to_tag().is_some()) != Class::NewDialog
-        && later.into_iter().all(|m| m.call_id() != msg.call_id())
+    if classify(msg.method(), msg.to_tag().is_some()) == Class::NewDialog {
+        return false;
+    }
+    // Looked up once, not once per deferred message.
+    let call_id = msg.call_id();
+    later.into_iter().all(|m| m.call_id() != call_id)
 }
 
 /// One UDP worker's view of its intake queue: whether a datagram is
