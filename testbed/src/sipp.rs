@@ -71,6 +71,7 @@ pub struct Sipp {
     timeout: Duration,
     ready_timeout: Duration,
     control: bool,
+    nice: Option<u8>,
     args: Vec<OsString>,
 }
 
@@ -93,6 +94,7 @@ impl Sipp {
             timeout: Duration::from_secs(60),
             ready_timeout: Duration::from_secs(5),
             control: false,
+            nice: None,
             args: Vec::new(),
         }
     }
@@ -187,6 +189,14 @@ impl Sipp {
         self
     }
 
+    /// Runs SIPp at a lower CPU priority (`nice -n N`, 1..=19): a load
+    /// generator that shares the cores with what it measures takes what they
+    /// leave, as one on another machine would.
+    pub fn nice(mut self, n: u8) -> Self {
+        self.nice = Some(n.clamp(1, 19));
+        self
+    }
+
     /// Extra command-line arguments, appended as given.
     pub fn arg(mut self, arg: impl Into<OsString>) -> Self {
         self.args.push(arg.into());
@@ -233,7 +243,15 @@ impl Sipp {
     }
 
     fn command(&self, local: SocketAddr, paths: &Paths) -> Command {
-        let mut cmd = Command::new(&self.program);
+        // `nice` execs SIPp in its place: the child's pid stays SIPp's.
+        let mut cmd = match self.nice {
+            Some(n) => {
+                let mut c = Command::new("nice");
+                c.arg("-n").arg(n.to_string()).arg(&self.program);
+                c
+            }
+            None => Command::new(&self.program),
+        };
         if let Some(remote) = self.remote {
             cmd.arg(remote.to_string());
         }

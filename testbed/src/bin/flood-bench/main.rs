@@ -73,6 +73,13 @@ pub(crate) struct Opts {
     #[arg(long, value_name = "N", default_value_t = 4,
           value_parser = clap::value_parser!(u32).range(1..=8))]
     flood_sources: u32,
+    /// The flood's SIPp callers run at this `nice` (0: as the rest; 1..=19):
+    /// on one shared machine a flood generator at equal priority takes the
+    /// cores from the callers that time the normal calls, so the latency
+    /// they see is the generator's as much as the gate's.
+    #[arg(long, value_name = "N", default_value_t = 0,
+          value_parser = clap::value_parser!(u8).range(0..=19))]
+    flood_nice: u8,
     /// The gate's capacity for new dialogs, all sources (its
     /// `[overload] new_dialogs_per_s`; the burst is a tenth of it).
     #[arg(long, value_name = "N", default_value_t = 800,

@@ -238,7 +238,7 @@ fn start_callers(
             let rate = o.flood_rate / n + u32::from(i < o.flood_rate % n);
             let log = dir.join(format!("flood-{i}.log"));
             // Admitted flood calls are short: a scanner does not talk long.
-            let sipp = caller(
+            let mut sipp = caller(
                 o,
                 200 + i as u8,
                 to,
@@ -246,7 +246,11 @@ fn start_callers(
                 rate,
                 &log,
             )
-            .duration(Duration::from_millis(100))
+            .duration(Duration::from_millis(100));
+            if o.flood_nice > 0 {
+                sipp = sipp.nice(o.flood_nice);
+            }
+            let sipp = sipp
             .spawn()
             .map_err(|e| format!("starting flood caller {i}: {e}"))?;
             callers.push((true, log, sipp));
