@@ -29,8 +29,8 @@ mod tests;
 mod validate;
 mod via;
 
+use std::cell::OnceCell;
 use std::ops::Range;
-use std::sync::OnceLock;
 
 use bytes::Bytes;
 
@@ -79,11 +79,13 @@ pub struct SipMessage {
     /// The first problem `scan` tolerated; `validate` reports it.
     defect: Option<ParseError>,
     /// Routing reads these several times a message: each is parsed once,
-    /// by `validate` or by the first reader, and kept as offsets.
-    top_via: OnceLock<Option<ViaAt>>,
-    from_tag: OnceLock<Option<Range<usize>>>,
-    to_tag: OnceLock<Option<Range<usize>>>,
-    cseq: OnceLock<Option<(u32, Range<usize>)>>,
+    /// by `validate` or by the first reader, and kept as offsets. `OnceCell`,
+    /// not `OnceLock`: one thread handles a message, and a lock's first
+    /// `set` took `Once`'s slow path for every new message.
+    top_via: OnceCell<Option<ViaAt>>,
+    from_tag: OnceCell<Option<Range<usize>>>,
+    to_tag: OnceCell<Option<Range<usize>>>,
+    cseq: OnceCell<Option<(u32, Range<usize>)>>,
 }
 
 impl SipMessage {
@@ -185,10 +187,10 @@ impl SipMessage {
             header_end,
             body,
             defect,
-            top_via: OnceLock::new(),
-            from_tag: OnceLock::new(),
-            to_tag: OnceLock::new(),
-            cseq: OnceLock::new(),
+            top_via: OnceCell::new(),
+            from_tag: OnceCell::new(),
+            to_tag: OnceCell::new(),
+            cseq: OnceCell::new(),
         })
     }
 

@@ -251,8 +251,8 @@ fn start_callers(
                 sipp = sipp.nice(o.flood_nice);
             }
             let sipp = sipp
-            .spawn()
-            .map_err(|e| format!("starting flood caller {i}: {e}"))?;
+                .spawn()
+                .map_err(|e| format!("starting flood caller {i}: {e}"))?;
             callers.push((true, log, sipp));
         }
     }
