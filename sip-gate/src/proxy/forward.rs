@@ -92,10 +92,10 @@ impl Core {
             .map_or(at, |f| f.line.start);
         if via_at == at {
             head.push_str(&via_line);
-            s.insert(at, Bytes::from(head));
+            s.replace_owned(at..at, head);
         } else {
-            s.insert(at, Bytes::from(head));
-            s.insert(via_at, Bytes::from(via_line));
+            s.replace_owned(at..at, head);
+            s.replace_owned(via_at..via_at, via_line);
         }
 
         // received / rport on the client's Via (RFC 3261 18.2.1, RFC 3581);
@@ -105,7 +105,7 @@ impl Core {
         if via.rport.is_some() || via.received.is_some() || host_ip(via.host) != Some(peer.ip()) {
             if let Some(raw) = msg.raw().get(via.range.clone()) {
                 let stamped = reply::stamp_via(raw, via.rport.is_some(), peer);
-                s.replace(via.range.clone(), Bytes::from(stamped));
+                s.replace_owned(via.range.clone(), stamped);
             }
         }
 
@@ -113,7 +113,7 @@ impl Core {
             if let Some(f) = msg.fields(HeaderName::MaxForwards).next() {
                 let mut value = Vec::with_capacity(4);
                 digits::push_decimal(&mut value, u64::from(n.saturating_sub(1)));
-                s.replace(f.value.clone(), Bytes::from(value));
+                s.replace_owned(f.value.clone(), value);
             }
         }
         if hop.tcp {
