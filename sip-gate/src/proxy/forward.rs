@@ -84,17 +84,18 @@ impl Core {
             head.push_str(DEFAULT_MAX_FORWARDS);
             head.push_str("\r\n");
         }
-        let via_line = self.via_line(req, hop);
         // Right above the client's top Via line, wherever that line is.
         let via_at = msg
             .headers()
             .get(req.top_via.field_index)
             .map_or(at, |f| f.line.start);
         if via_at == at {
-            head.push_str(&via_line);
+            self.push_via_line(&mut head, req, hop);
             s.replace_owned(at..at, head);
         } else {
             s.replace_owned(at..at, head);
+            let mut via_line = String::with_capacity(96);
+            self.push_via_line(&mut via_line, req, hop);
             s.replace_owned(via_at..via_at, via_line);
         }
 
@@ -128,11 +129,10 @@ impl Core {
         Ok(bytes)
     }
 
-    /// The gate's Via, with a branch derived from the client's, so a
+    /// Appends the gate's Via line, with a branch derived from the client's, so a
     /// retransmission or CANCEL carries the same branch downstream; its
     /// address is the listener the request leaves from.
-    fn via_line(&self, req: &Request<'_>, hop: Hop) -> String {
-        let mut line = String::with_capacity(96);
+    fn push_via_line(&self, line: &mut String, req: &Request<'_>, hop: Hop) {
         let out = self.out_listener(req, hop);
         line.push_str(match (hop.tcp, out.tls) {
             (true, true) => "Via: SIP/2.0/TLS ",
@@ -141,9 +141,8 @@ impl Core {
         });
         line.push_str(&out.host);
         line.push_str(";branch=");
-        self.branches.write(req.key, &mut line);
+        self.branches.write(req.key, line);
         line.push_str(";rport\r\n");
-        line
     }
 
     /// `Record-Route: <sip:TOKEN@gate;lr>` naming instance `idx` for this
