@@ -6,8 +6,10 @@
 use std::ops::Range;
 
 use bytes::{Bytes, BytesMut};
+use smallvec::{smallvec, SmallVec};
 use thiserror::Error;
 
+use crate::lex;
 use crate::message::SipMessage;
 
 /// Why a set of edits cannot be applied.
@@ -175,11 +177,18 @@ impl<'m> Splice<'m> {
         field_index: usize,
         elements: &[Range<usize>],
     ) -> Result<(), EditError> {
-        let elems = self
+        let f = self
             .msg
-            .elements(field_index)
+            .headers()
+            .get(field_index)
             .ok_or(EditError::NoSuchElement)?;
-        let mut gone = vec![false; elems.len()];
+        // A response loses its top Via, a request the gate's Routes: a few
+        // elements, held without an allocation.
+        let elems: SmallVec<[Range<usize>; 4]> =
+            lex::list_elements(self.msg.raw(), f.value.clone())
+                .ok_or(EditError::NoSuchElement)?
+                .collect();
+        let mut gone: SmallVec<[bool; 8]> = smallvec![false; elems.len()];
         for e in elements {
             let pos = elems
                 .iter()
