@@ -73,6 +73,9 @@ pub(crate) struct Run {
     pub(crate) cpu_us: u64,
     /// How long the phase ran (first call placed to last caller done), µs.
     pub(crate) wall_us: u64,
+    /// From the first call placed until the last flood caller was done, µs
+    /// (0 without a flood).
+    pub(crate) flood_us: u64,
     pub(crate) peak_rss_kb: u64,
     /// Response times of the normal calls' re-INVITEs and BYEs, µs, sorted.
     pub(crate) latency_us: Vec<u64>,
@@ -90,6 +93,12 @@ impl Run {
     /// The gate's CPU over the phase as a share of one core, %.
     pub(crate) fn core_percent(&self) -> f64 {
         100.0 * self.cpu_us as f64 / self.wall_us.max(1) as f64
+    }
+
+    /// Flood calls the gate answered (admitted or refused) per second the
+    /// flood ran.
+    pub(crate) fn flood_per_s(&self) -> f64 {
+        (self.flood.up + self.flood.refused) as f64 * 1e6 / self.flood_us.max(1) as f64
     }
 
     pub(crate) fn cpu_us_per_established(&self) -> f64 {
@@ -251,8 +260,8 @@ fn start_callers(
                 sipp = sipp.nice(o.flood_nice);
             }
             let sipp = sipp
-            .spawn()
-            .map_err(|e| format!("starting flood caller {i}: {e}"))?;
+                .spawn()
+                .map_err(|e| format!("starting flood caller {i}: {e}"))?;
             callers.push((true, log, sipp));
         }
     }
@@ -272,7 +281,14 @@ pub(crate) fn measure(o: &Opts, phase: Phase, round: u32) -> Result<Run, String>
     let wait = Duration::from_secs(u64::from(o.seconds) + 60);
     let (mut normal_logs, mut flood_logs, mut sipp_failed) = (Vec::new(), Vec::new(), 0);
     let mut errors = Vec::new();
-    for (flood, log, sipp) in callers {
+    // The flood's callers first: they end first (their calls are short),
+    // so their wait times how long the flood took to place.
+    let (floods, normals): (Vec<_>, Vec<_>) = callers.into_iter().partition(|c| c.0);
+    let mut flood_us = 0;
+    for (i, (flood, log, sipp)) in floods.into_iter().chain(normals).enumerate() {
+        if !flood && i > 0 && flood_us == 0 {
+            flood_us = started.elapsed().as_micros() as u64;
+        }
         match sipp.wait(wait) {
             Ok(r) => {
                 sipp_failed += r.failed;
@@ -309,6 +325,7 @@ pub(crate) fn measure(o: &Opts, phase: Phase, round: u32) -> Result<Run, String>
         refusals: refusals(&metrics),
         cpu_us: after.cpu_since(&before).as_micros() as u64,
         wall_us,
+        flood_us,
         peak_rss_kb: after.peak_rss_kb,
         latency_us,
     })

@@ -149,6 +149,9 @@ struct Summary {
     core: f64,
     p50_ms: f64,
     p99_ms: f64,
+    /// Flood calls answered (admitted or refused) a second: the rate at
+    /// which the flood reached the gate.
+    flood_per_s: f64,
     samples: usize,
     rss_mib: f64,
 }
@@ -175,6 +178,7 @@ fn summary(runs: &[&Run]) -> Summary {
         core: med(&|r| r.core_percent()),
         p50_ms: med(&|r| percentile(&r.latency_us, 50.0) / 1000.0),
         p99_ms: med(&|r| percentile(&r.latency_us, 99.0) / 1000.0),
+        flood_per_s: med(&|r| r.flood_per_s()),
         samples: runs.iter().map(|r| r.latency_us.len()).sum(),
         rss_mib: runs.iter().map(|r| r.peak_rss_kb).max().unwrap_or(0) as f64 / 1024.0,
     }
@@ -243,10 +247,11 @@ pub(crate) fn table(runs: &[Run]) -> String {
         };
         let _ = writeln!(
             t,
-            "\nUnder flood / unloaded (medians; issue 12's target: at most 2x): {}; {}; in-dialog p50 {:.2}x.",
+            "\nUnder flood / unloaded (medians; issue 12's target: at most 2x): {}; {}; in-dialog p50 {:.2}x. The flood reached the gate at {:.0} new calls/s (admitted or refused).",
             ratio("CPU per established call", f.cpu, u.cpu),
             ratio("in-dialog p99", f.p99_ms, u.p99_ms),
-            f.p50_ms / u.p50_ms
+            f.p50_ms / u.p50_ms,
+            f.flood_per_s
         );
     }
     t
@@ -257,12 +262,12 @@ pub(crate) fn csv(runs: &[Run]) -> String {
     let mut c = String::from(
         "round,phase,normal_up,normal_ended,normal_refused,flood_up,flood_ended,flood_refused,\
          sipp_failed,refused_by_limit,cpu_us,wall_us,cpu_us_per_established,in_dialog_samples,\
-         in_dialog_p50_us,in_dialog_p99_us,peak_rss_kb\n",
+         in_dialog_p50_us,in_dialog_p99_us,flood_per_s,peak_rss_kb\n",
     );
     for r in runs {
         let _ = writeln!(
             c,
-            "{},{},{},{},{},{},{},{},{},{},{},{},{:.1},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{},{:.1},{},{},{},{:.0},{}",
             r.round,
             r.phase.name(),
             r.normal.up,
@@ -279,6 +284,7 @@ pub(crate) fn csv(runs: &[Run]) -> String {
             r.latency_us.len(),
             percentile(&r.latency_us, 50.0),
             percentile(&r.latency_us, 99.0),
+            r.flood_per_s(),
             r.peak_rss_kb
         );
     }
