@@ -99,6 +99,8 @@ fn r_ov_1_a_short_flood_bench_measures_both_phases_with_no_established_call_fail
             num(r, "in_dialog_p99_us") >= num(r, "in_dialog_p50_us"),
             "{csv}"
         );
+        // The gate counted its in-dialog requests' wait in its queues.
+        assert!(num(r, "queue_wait_p99_ms") > 0.0, "{csv}");
     }
     let phase = |p: &str| rows.iter().find(|r| r["phase"] == p).unwrap();
     // Unloaded: the normal load is within every limit, nothing is refused.

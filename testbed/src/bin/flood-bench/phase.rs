@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use testbed::{wait_listening, ProcStats, Scenario, Sipp, SippHandle, SippReport, Transport};
 
-use crate::report::{in_dialog_latencies, refusals, Outcomes};
+use crate::report::{in_dialog_latencies, queue_wait_p99_ms, refusals, Outcomes};
 use crate::Opts;
 
 /// The benchmark's own loopback network: 127.78.0.0/24.
@@ -69,6 +69,11 @@ pub(crate) struct Run {
     /// The gate's 503s by limit (`source`, `capacity`, `deadline`, ...),
     /// retransmitted INVITEs refused again counted again.
     pub(crate) refusals: BTreeMap<String, u64>,
+    /// The 99th percentile of the normal and admitted calls' in-dialog
+    /// requests' wait in the gate's queues, ms: the upper bound of the
+    /// bucket it falls in (`sipgate_udp_intake_wait_total`); NaN when the
+    /// gate counted none.
+    pub(crate) queue_p99_ms: f64,
     /// The gate's on-CPU time over the phase, µs.
     pub(crate) cpu_us: u64,
     /// How long the phase ran (first call placed to last caller done), µs.
@@ -323,6 +328,7 @@ pub(crate) fn measure(o: &Opts, phase: Phase, round: u32) -> Result<Run, String>
         flood: Outcomes::read(&flood_logs),
         sipp_failed,
         refusals: refusals(&metrics),
+        queue_p99_ms: queue_wait_p99_ms(&metrics, "in_dialog"),
         cpu_us: after.cpu_since(&before).as_micros() as u64,
         wall_us,
         flood_us,
