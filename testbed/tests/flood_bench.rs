@@ -69,8 +69,8 @@ fn r_ov_1_a_short_flood_bench_measures_both_phases_with_no_established_call_fail
     let table = std::fs::read_to_string(out.path().join("results.md")).unwrap();
     assert_eq!(String::from_utf8_lossy(&run.stdout).trim(), table.trim());
     for needle in [
-        "| phase | runs | established calls (of them flood) | failed established |",
-        "| unloaded | 1 | 60 (0) | 0 |",
+        "| phase | runs | established calls (of them flood) | failed established (of them flood) |",
+        "| unloaded | 1 | 60 (0) | 0 (0) |",
         "| flood | 1 |",
         "Under flood / unloaded (medians; issue 12's target: at most 2x): CPU per established call ",
     ] {

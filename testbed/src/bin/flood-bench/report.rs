@@ -171,6 +171,8 @@ struct Summary {
     established: u64,
     flood_established: u64,
     failed_established: u64,
+    /// Of them, flood calls.
+    flood_failed_established: u64,
     sipp_failed: u64,
     normal_refused: u64,
     flood_refused: u64,
@@ -201,6 +203,7 @@ fn summary(runs: &[&Run]) -> Summary {
         established: sum(&|r| r.established()),
         flood_established: sum(&|r| r.flood.up),
         failed_established: sum(&|r| r.failed_established()),
+        flood_failed_established: sum(&|r| r.flood.failed_established()),
         sipp_failed: sum(&|r| r.sipp_failed),
         normal_refused: sum(&|r| r.normal.refused),
         flood_refused: sum(&|r| r.flood.refused),
@@ -232,7 +235,7 @@ fn by_limit(m: &BTreeMap<String, u64>) -> String {
 /// CPU and latency), then the ratios against the 2x target.
 pub(crate) fn table(runs: &[Run]) -> String {
     let mut t = String::new();
-    let _ = writeln!(t, "| phase | runs | established calls (of them flood) | failed established | other failed calls | normal calls refused | flood INVITEs refused 503 | gate's 503s by limit | CPU µs / established call | gate CPU (% of a core) | in-dialog p50 (ms) | in-dialog p99 (ms) | in-dialog samples | gate queue wait p99, in-dialog (ms, at most) | peak RSS (MiB) |");
+    let _ = writeln!(t, "| phase | runs | established calls (of them flood) | failed established (of them flood) | other failed calls | normal calls refused | flood INVITEs refused 503 | gate's 503s by limit | CPU µs / established call | gate CPU (% of a core) | in-dialog p50 (ms) | in-dialog p99 (ms) | in-dialog samples | gate queue wait p99, in-dialog (ms, at most) | peak RSS (MiB) |");
     let _ = writeln!(
         t,
         "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|"
@@ -246,12 +249,13 @@ pub(crate) fn table(runs: &[Run]) -> String {
         let s = summary(&rs);
         let _ = writeln!(
             t,
-            "| {} | {} | {} ({}) | {} | {} | {} | {} | {} | {:.1} | {:.0} | {:.2} | {:.2} | {} | {} | {:.1} |",
+            "| {} | {} | {} ({}) | {} ({}) | {} | {} | {} | {} | {:.1} | {:.0} | {:.2} | {:.2} | {} | {} | {:.1} |",
             phase.name(),
             s.runs,
             s.established,
             s.flood_established,
             s.failed_established,
+            s.flood_failed_established,
             s.sipp_failed.saturating_sub(s.failed_established),
             s.normal_refused,
             s.flood_refused,
