@@ -77,6 +77,12 @@ fn r_ov_1_a_short_flood_bench_measures_both_phases_with_no_established_call_fail
         assert!(table.contains(needle), "{needle:?} missing in\n{table}\n{stderr}");
     }
 
+    for phase in ["unloaded", "flood"] {
+        let prom = std::fs::read_to_string(out.path().join(format!("metrics-1-{phase}.prom")))
+            .unwrap_or_else(|e| panic!("{phase}'s gate metrics: {e}"));
+        assert!(prom.contains("sipgate_udp_intake_wait_total{"), "{prom}");
+    }
+
     let csv = std::fs::read_to_string(out.path().join("runs.csv")).unwrap();
     let rows = rows(&csv);
     assert_eq!(rows.len(), 2, "{csv}");

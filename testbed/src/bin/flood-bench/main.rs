@@ -111,9 +111,10 @@ pub(crate) struct Opts {
     /// The sip-gate binary (default: `sip-gate` next to this one).
     #[arg(long, value_name = "PATH")]
     gate: Option<PathBuf>,
-    /// Directory for results.md (the table) and runs.csv (every run).
+    /// Directory for results.md (the table), runs.csv (every run) and
+    /// each run's gate metrics at its end (metrics-ROUND-PHASE.prom).
     #[arg(long, value_name = "DIR", default_value = "flood-bench-out")]
-    out: PathBuf,
+    pub(crate) out: PathBuf,
 }
 
 impl Opts {

@@ -311,6 +311,12 @@ pub(crate) fn measure(o: &Opts, phase: Phase, round: u32) -> Result<Run, String>
     let wall_us = started.elapsed().as_micros() as u64;
     let metrics = http_get(SocketAddr::new(phase.addr().ip(), ADMIN_PORT), "/metrics");
     drop(gate);
+    // The gate's own account of the run, for reading beside the table.
+    let saved = o.out.join(format!("metrics-{round}-{}.prom", phase.name()));
+    if let Err(e) = std::fs::create_dir_all(&o.out).and_then(|()| std::fs::write(&saved, &metrics))
+    {
+        errors.push(format!("saving {}: {e}", saved.display()));
+    }
     for e in &errors {
         eprintln!("    {e}");
     }
