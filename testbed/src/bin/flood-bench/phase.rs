@@ -69,10 +69,10 @@ pub(crate) struct Run {
     /// The gate's 503s by limit (`source`, `capacity`, `deadline`, ...),
     /// retransmitted INVITEs refused again counted again.
     pub(crate) refusals: BTreeMap<String, u64>,
-    /// The 99th percentile of the normal and admitted calls' in-dialog
-    /// requests' wait in the gate's queues, ms: the upper bound of the
-    /// bucket it falls in (`sipgate_udp_intake_wait_total`); NaN when the
-    /// gate counted none.
+    /// The 99th percentile of every in-dialog datagram's wait in the
+    /// gate's UDP queues (the flood's ACKs to its 503s included), ms: the
+    /// upper bound of the bucket it falls in
+    /// (`sipgate_udp_intake_wait_total`); NaN when the gate counted none.
     pub(crate) queue_p99_ms: f64,
     /// The gate's on-CPU time over the phase, µs.
     pub(crate) cpu_us: u64,
