@@ -21,6 +21,10 @@ pub(crate) const REQUESTS: &str = "sipgate_requests_total";
 pub(crate) const RESPONSES: &str = "sipgate_responses_total";
 /// Batches read by the UDP workers, by `size` (datagrams, in powers of two).
 pub(crate) const UDP_BATCHES: &str = "sipgate_udp_batches_total";
+/// Datagrams by how long they waited in a UDP worker's queue, from the
+/// kernel's receive timestamp to their handling, by `class` (`response`,
+/// `in_dialog`, `new_dialog`) and `upto_ms` (the bucket's upper bound).
+pub(crate) const UDP_INTAKE_WAIT: &str = "sipgate_udp_intake_wait_total";
 /// Messages dropped without an answer, by reason.
 pub(crate) const DROPPED: &str = "sipgate_dropped_total";
 /// Drain refusals (503) by the rule that decided them.

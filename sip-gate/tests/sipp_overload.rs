@@ -454,6 +454,18 @@ fn r_ov_1_after_a_stall_in_dialog_requests_are_forwarded_before_new_dialogs_queu
         metric_sum(&gate, "sipgate_overload_refusals_total", &[]),
         0.0
     );
+    // Each datagram's wait in the queue is counted by class: every ACK,
+    // re-INVITE and BYE the caller sent (4 a call), every new INVITE, and
+    // the stall shows as in-dialog requests that waited 100 ms or more.
+    let waits = |labels: &[&str]| metric_sum(&gate, "sipgate_udp_intake_wait_total", labels);
+    let in_dialog = "class=\"in_dialog\"";
+    assert!(waits(&[in_dialog]) >= 400.0, "{}", waits(&[in_dialog]));
+    assert!(waits(&["class=\"new_dialog\""]) >= 100.0);
+    let stalled: f64 = ["upto_ms=\"250\"", "upto_ms=\"+Inf\""]
+        .iter()
+        .map(|upto| waits(&[in_dialog, upto]))
+        .sum();
+    assert!(stalled > 0.0, "no in-dialog request waited out the stall");
     eprintln!(
         "R-OV-1 priority: {overtaken} (new INVITE, in-dialog) pairs reordered after the stall"
     );

@@ -69,12 +69,18 @@ fn r_ov_1_a_short_flood_bench_measures_both_phases_with_no_established_call_fail
     let table = std::fs::read_to_string(out.path().join("results.md")).unwrap();
     assert_eq!(String::from_utf8_lossy(&run.stdout).trim(), table.trim());
     for needle in [
-        "| phase | runs | established calls (of them flood) | failed established |",
-        "| unloaded | 1 | 60 (0) | 0 |",
+        "| phase | runs | established calls (of them flood) | failed established (of them flood) |",
+        "| unloaded | 1 | 60 (0) | 0 (0) |",
         "| flood | 1 |",
         "Under flood / unloaded (medians; issue 12's target: at most 2x): CPU per established call ",
     ] {
         assert!(table.contains(needle), "{needle:?} missing in\n{table}\n{stderr}");
+    }
+
+    for phase in ["unloaded", "flood"] {
+        let prom = std::fs::read_to_string(out.path().join(format!("metrics-1-{phase}.prom")))
+            .unwrap_or_else(|e| panic!("{phase}'s gate metrics: {e}"));
+        assert!(prom.contains("sipgate_udp_intake_wait_total{"), "{prom}");
     }
 
     let csv = std::fs::read_to_string(out.path().join("runs.csv")).unwrap();
@@ -99,6 +105,8 @@ fn r_ov_1_a_short_flood_bench_measures_both_phases_with_no_established_call_fail
             num(r, "in_dialog_p99_us") >= num(r, "in_dialog_p50_us"),
             "{csv}"
         );
+        // The gate counted its in-dialog requests' wait in its queues.
+        assert!(num(r, "queue_wait_p99_ms") > 0.0, "{csv}");
     }
     let phase = |p: &str| rows.iter().find(|r| r["phase"] == p).unwrap();
     // Unloaded: the normal load is within every limit, nothing is refused.
@@ -122,4 +130,10 @@ fn r_ov_1_a_short_flood_bench_measures_both_phases_with_no_established_call_fail
     assert!(num(f, "flood_refused") >= 300.0, "{csv}");
     assert!(f["refused_by_limit"].contains("source "), "{csv}");
     assert!(num(f, "normal_up") > 0.0, "{csv}");
+    // The flood ran niced (the default) and still reached the gate at about
+    // its 200 calls/s: 600 calls over 3 s, less the time SIPp takes to end.
+    let reached = num(f, "flood_per_s");
+    assert!((120.0..=220.0).contains(&reached), "{csv}");
+    assert_eq!(num(u, "flood_per_s"), 0.0, "{csv}");
+    assert!(table.contains("The flood reached the gate at "), "{table}");
 }

@@ -150,3 +150,38 @@ fn builtin_scenarios_and_failure_reporting() {
     );
     assert!(report.retransmissions > 0, "{report:#?}");
 }
+
+/// A niced SIPp (a load generator that must not take the cores from what
+/// it measures) runs at that niceness and still plays its calls.
+#[test]
+fn a_niced_sipp_runs_at_its_niceness_and_plays_its_calls() {
+    let server = Sipp::new(Scenario::repo("uas_call"))
+        .local_ip(ip(UAS_IP))
+        .calls(5)
+        .nice(19)
+        .timeout(Duration::from_secs(30))
+        .spawn()
+        .unwrap();
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", server.pid())).unwrap();
+    // Field 19 is the nice value; fields after the `(comm)` are split here.
+    let after_comm = &stat[stat.rfind(')').unwrap() + 2..];
+    let nice: i32 = after_comm.split(' ').nth(16).unwrap().parse().unwrap();
+    assert_eq!(nice, 19, "{stat}");
+    let client = Sipp::new(Scenario::repo("uac_call"))
+        .local_ip(ip(UAC_IP))
+        .remote(server.local_addr())
+        .calls(5)
+        .rate(20)
+        .duration(Duration::from_millis(100))
+        .timeout(Duration::from_secs(30))
+        .spawn()
+        .unwrap();
+    assert_all_ok(
+        "niced uas",
+        5,
+        (
+            client.wait(Duration::from_secs(40)).unwrap(),
+            server.wait(Duration::from_secs(10)).unwrap(),
+        ),
+    );
+}

@@ -106,3 +106,67 @@ impl BatchSizes {
         (log2 as usize).min(Self::LABELS.len() - 1)
     }
 }
+
+/// `sipgate_udp_intake_wait_total{class, upto_ms}`: how long each datagram
+/// a UDP worker handled waited in its queue (R-OV-1: in-dialog traffic
+/// should not wait behind a flood), by class and in buckets of a 1-2.5-5
+/// series. Counters, not a histogram: registered once per worker, one
+/// moves per datagram, and nothing accumulates between scrapes.
+#[derive(Debug)]
+pub(crate) struct IntakeWaits {
+    counters: [[metrics::Counter; IntakeWaits::UPTO_US.len()]; 3],
+}
+
+impl IntakeWaits {
+    /// Each bucket's upper bound, µs; the last takes the rest.
+    const UPTO_US: [u64; 12] = [
+        100,
+        250,
+        500,
+        1_000,
+        2_500,
+        5_000,
+        10_000,
+        25_000,
+        50_000,
+        100_000,
+        250_000,
+        u64::MAX,
+    ];
+    const LABELS: [&'static str; 12] = [
+        "0.1", "0.25", "0.5", "1", "2.5", "5", "10", "25", "50", "100", "250", "+Inf",
+    ];
+    const CLASSES: [&'static str; 3] = ["response", "in_dialog", "new_dialog"];
+
+    pub(crate) fn new() -> IntakeWaits {
+        IntakeWaits {
+            counters: Self::CLASSES.map(|class| {
+                Self::LABELS
+                    .map(|upto| metrics::counter!(m::UDP_INTAKE_WAIT, "class" => class, "upto_ms" => upto))
+            }),
+        }
+    }
+
+    /// Counts a `class` datagram that waited `waited` (nothing when the
+    /// kernel did not stamp it).
+    pub(crate) fn record(&self, class: Class, waited: Option<Duration>) {
+        let Some(waited) = waited else { return };
+        let row = match class {
+            Class::Response => 0,
+            Class::InDialog => 1,
+            Class::NewDialog => 2,
+        };
+        let us = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
+        let bucket = Self::UPTO_US.partition_point(|&upto| upto < us);
+        if let Some(c) = self.counters.get(row).and_then(|r| r.get(bucket)) {
+            c.increment(1);
+        }
+    }
+
+    /// The `upto_ms` label a wait is counted under.
+    #[cfg(test)]
+    pub(crate) fn label(waited: Duration) -> &'static str {
+        let us = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
+        Self::LABELS[Self::UPTO_US.partition_point(|&upto| upto < us)]
+    }
+}

@@ -217,3 +217,17 @@ fn r_ov_1_batch_sizes_are_counted_in_powers_of_two_up_to_the_bound() {
         ["1", "2-3", "2-3", "4-7", "16-31", "32-63", "32-63", "64"]
     );
 }
+
+#[test]
+fn r_ov_1_intake_waits_are_counted_in_the_bucket_that_bounds_them() {
+    let l = |us| IntakeWaits::label(Duration::from_micros(us));
+    assert_eq!(l(0), "0.1");
+    assert_eq!(l(100), "0.1");
+    assert_eq!(l(101), "0.25");
+    assert_eq!(l(999), "1");
+    assert_eq!(l(1_000), "1");
+    assert_eq!(l(1_001), "2.5");
+    assert_eq!(l(250_000), "250");
+    assert_eq!(l(250_001), "+Inf");
+    assert_eq!(IntakeWaits::label(Duration::MAX), "+Inf");
+}

@@ -20,7 +20,7 @@ use super::batch::{BatchReceiver, Datagram, Sender};
 use super::{Net, UDP_POLL};
 use crate::message::SipMessage;
 use crate::metrics as m;
-use crate::overload::{self, BatchSizes, IntakeMeter, MAX_BATCH};
+use crate::overload::{self, BatchSizes, IntakeMeter, IntakeWaits, MAX_BATCH};
 use crate::txn::Inbound;
 
 /// UDP workers per listener: one per core, so a burst from many peers uses
@@ -78,6 +78,7 @@ pub(super) fn udp_worker(
     let mut later = Vec::with_capacity(MAX_BATCH);
     let mut meter = IntakeMeter::new(net.core.overload_deadline());
     let sizes = BatchSizes::new();
+    let waits = IntakeWaits::new();
     while !shutdown.is_cancelled() {
         match rx.recv(&sock, &mut meter, &mut batch) {
             Ok(()) => {}
@@ -102,7 +103,8 @@ pub(super) fn udp_worker(
             continue;
         }
         sizes.record(batch.len());
-        serve_batch(&net, listener, &meter, &mut batch, &mut later);
+        let intake = (&meter, &waits);
+        serve_batch(&net, listener, intake, &mut batch, &mut later);
     }
 }
 
@@ -113,7 +115,7 @@ pub(super) fn udp_worker(
 fn serve_batch(
     net: &Arc<Net>,
     listener: usize,
-    meter: &IntakeMeter,
+    intake: (&IntakeMeter, &IntakeWaits),
     batch: &mut Vec<Datagram>,
     later: &mut Vec<(Sender, SipMessage)>,
 ) {
@@ -127,19 +129,30 @@ fn serve_batch(
             continue;
         };
         if alone || overload::first(&msg, later.iter().map(|(_, m)| m)) {
-            serve(net, listener, meter, from, msg);
+            serve(net, listener, intake, from, msg);
         } else {
             later.push((from, msg));
         }
     }
     for (from, msg) in later.drain(..) {
-        serve(net, listener, meter, from, msg);
+        serve(net, listener, intake, from, msg);
     }
 }
 
-fn serve(net: &Arc<Net>, listener: usize, meter: &IntakeMeter, from: Sender, msg: SipMessage) {
+fn serve(
+    net: &Arc<Net>,
+    listener: usize,
+    (meter, waits): (&IntakeMeter, &IntakeWaits),
+    from: Sender,
+    msg: SipMessage,
+) {
     let now = Instant::now();
-    let behind = meter.behind(from.waited(), now);
+    let waited = from.waited();
+    let behind = meter.behind(waited, now);
+    waits.record(
+        overload::classify(msg.method(), msg.to_tag().is_some()),
+        waited,
+    );
     let inbound = Inbound::Udp {
         listener,
         peer: from.peer,

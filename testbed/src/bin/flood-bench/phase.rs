@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use testbed::{wait_listening, ProcStats, Scenario, Sipp, SippHandle, SippReport, Transport};
 
-use crate::report::{in_dialog_latencies, refusals, Outcomes};
+use crate::report::{in_dialog_latencies, queue_wait_p99_ms, refusals, Outcomes};
 use crate::Opts;
 
 /// The benchmark's own loopback network: 127.78.0.0/24.
@@ -69,10 +69,18 @@ pub(crate) struct Run {
     /// The gate's 503s by limit (`source`, `capacity`, `deadline`, ...),
     /// retransmitted INVITEs refused again counted again.
     pub(crate) refusals: BTreeMap<String, u64>,
+    /// The 99th percentile of every in-dialog datagram's wait in the
+    /// gate's UDP queues (the flood's ACKs to its 503s included), ms: the
+    /// upper bound of the bucket it falls in
+    /// (`sipgate_udp_intake_wait_total`); NaN when the gate counted none.
+    pub(crate) queue_p99_ms: f64,
     /// The gate's on-CPU time over the phase, µs.
     pub(crate) cpu_us: u64,
     /// How long the phase ran (first call placed to last caller done), µs.
     pub(crate) wall_us: u64,
+    /// From the first call placed until the last flood caller was done, µs
+    /// (0 without a flood).
+    pub(crate) flood_us: u64,
     pub(crate) peak_rss_kb: u64,
     /// Response times of the normal calls' re-INVITEs and BYEs, µs, sorted.
     pub(crate) latency_us: Vec<u64>,
@@ -90,6 +98,12 @@ impl Run {
     /// The gate's CPU over the phase as a share of one core, %.
     pub(crate) fn core_percent(&self) -> f64 {
         100.0 * self.cpu_us as f64 / self.wall_us.max(1) as f64
+    }
+
+    /// Flood calls the gate answered (admitted or refused) per second the
+    /// flood ran.
+    pub(crate) fn flood_per_s(&self) -> f64 {
+        (self.flood.up + self.flood.refused) as f64 * 1e6 / self.flood_us.max(1) as f64
     }
 
     pub(crate) fn cpu_us_per_established(&self) -> f64 {
@@ -272,7 +286,14 @@ pub(crate) fn measure(o: &Opts, phase: Phase, round: u32) -> Result<Run, String>
     let wait = Duration::from_secs(u64::from(o.seconds) + 60);
     let (mut normal_logs, mut flood_logs, mut sipp_failed) = (Vec::new(), Vec::new(), 0);
     let mut errors = Vec::new();
-    for (flood, log, sipp) in callers {
+    // The flood's callers first: they end first (their calls are short),
+    // so their wait times how long the flood took to place.
+    let (floods, normals): (Vec<_>, Vec<_>) = callers.into_iter().partition(|c| c.0);
+    let mut flood_us = 0;
+    for (i, (flood, log, sipp)) in floods.into_iter().chain(normals).enumerate() {
+        if !flood && i > 0 && flood_us == 0 {
+            flood_us = started.elapsed().as_micros() as u64;
+        }
         match sipp.wait(wait) {
             Ok(r) => {
                 sipp_failed += r.failed;
@@ -290,6 +311,12 @@ pub(crate) fn measure(o: &Opts, phase: Phase, round: u32) -> Result<Run, String>
     let wall_us = started.elapsed().as_micros() as u64;
     let metrics = http_get(SocketAddr::new(phase.addr().ip(), ADMIN_PORT), "/metrics");
     drop(gate);
+    // The gate's own account of the run, for reading beside the table.
+    let saved = o.out.join(format!("metrics-{round}-{}.prom", phase.name()));
+    if let Err(e) = std::fs::create_dir_all(&o.out).and_then(|()| std::fs::write(&saved, &metrics))
+    {
+        errors.push(format!("saving {}: {e}", saved.display()));
+    }
     for e in &errors {
         eprintln!("    {e}");
     }
@@ -307,8 +334,10 @@ pub(crate) fn measure(o: &Opts, phase: Phase, round: u32) -> Result<Run, String>
         flood: Outcomes::read(&flood_logs),
         sipp_failed,
         refusals: refusals(&metrics),
+        queue_p99_ms: queue_wait_p99_ms(&metrics, "in_dialog"),
         cpu_us: after.cpu_since(&before).as_micros() as u64,
         wall_us,
+        flood_us,
         peak_rss_kb: after.peak_rss_kb,
         latency_us,
     })

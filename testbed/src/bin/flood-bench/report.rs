@@ -125,6 +125,36 @@ pub(crate) fn refusals(metrics: &str) -> BTreeMap<String, u64> {
     by
 }
 
+/// The 99th percentile of how long `class` datagrams waited in the gate's
+/// UDP queues, ms, from its `sipgate_udp_intake_wait_total{class,upto_ms}`
+/// counters: the upper bound of the bucket that holds it (infinite for the
+/// last); NaN when none was counted.
+pub(crate) fn queue_wait_p99_ms(metrics: &str, class: &str) -> f64 {
+    let prefix = format!("sipgate_udp_intake_wait_total{{class=\"{class}\",upto_ms=\"");
+    let mut buckets: Vec<(f64, u64)> = metrics
+        .lines()
+        .filter_map(|l| {
+            let (upto, count) = l.strip_prefix(&prefix)?.split_once("\"} ")?;
+            let upto = if upto == "+Inf" {
+                f64::INFINITY
+            } else {
+                upto.parse().ok()?
+            };
+            Some((upto, count.trim().parse::<f64>().ok()? as u64))
+        })
+        .collect();
+    buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let total: u64 = buckets.iter().map(|b| b.1).sum();
+    let mut seen = 0;
+    for (upto, n) in buckets {
+        seen += n;
+        if total > 0 && seen * 100 >= total * 99 {
+            return upto;
+        }
+    }
+    f64::NAN
+}
+
 pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.retain(|x| x.is_finite());
     v.sort_by(|a, b| a.total_cmp(b));
@@ -141,6 +171,8 @@ struct Summary {
     established: u64,
     flood_established: u64,
     failed_established: u64,
+    /// Of them, flood calls.
+    flood_failed_established: u64,
     sipp_failed: u64,
     normal_refused: u64,
     flood_refused: u64,
@@ -149,6 +181,10 @@ struct Summary {
     core: f64,
     p50_ms: f64,
     p99_ms: f64,
+    queue_p99_ms: f64,
+    /// Flood calls answered (admitted or refused) a second: the rate at
+    /// which the flood reached the gate.
+    flood_per_s: f64,
     samples: usize,
     rss_mib: f64,
 }
@@ -167,6 +203,7 @@ fn summary(runs: &[&Run]) -> Summary {
         established: sum(&|r| r.established()),
         flood_established: sum(&|r| r.flood.up),
         failed_established: sum(&|r| r.failed_established()),
+        flood_failed_established: sum(&|r| r.flood.failed_established()),
         sipp_failed: sum(&|r| r.sipp_failed),
         normal_refused: sum(&|r| r.normal.refused),
         flood_refused: sum(&|r| r.flood.refused),
@@ -175,6 +212,8 @@ fn summary(runs: &[&Run]) -> Summary {
         core: med(&|r| r.core_percent()),
         p50_ms: med(&|r| percentile(&r.latency_us, 50.0) / 1000.0),
         p99_ms: med(&|r| percentile(&r.latency_us, 99.0) / 1000.0),
+        flood_per_s: med(&|r| r.flood_per_s()),
+        queue_p99_ms: med(&|r| r.queue_p99_ms),
         samples: runs.iter().map(|r| r.latency_us.len()).sum(),
         rss_mib: runs.iter().map(|r| r.peak_rss_kb).max().unwrap_or(0) as f64 / 1024.0,
     }
@@ -196,10 +235,10 @@ fn by_limit(m: &BTreeMap<String, u64>) -> String {
 /// CPU and latency), then the ratios against the 2x target.
 pub(crate) fn table(runs: &[Run]) -> String {
     let mut t = String::new();
-    let _ = writeln!(t, "| phase | runs | established calls (of them flood) | failed established | other failed calls | normal calls refused | flood INVITEs refused 503 | gate's 503s by limit | CPU µs / established call | gate CPU (% of a core) | in-dialog p50 (ms) | in-dialog p99 (ms) | in-dialog samples | peak RSS (MiB) |");
+    let _ = writeln!(t, "| phase | runs | established calls (of them flood) | failed established (of them flood) | other failed calls | normal calls refused | flood INVITEs refused 503 | gate's 503s by limit | CPU µs / established call | gate CPU (% of a core) | in-dialog p50 (ms) | in-dialog p99 (ms) | in-dialog samples | gate queue wait p99, in-dialog (ms, at most) | peak RSS (MiB) |");
     let _ = writeln!(
         t,
-        "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|"
+        "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|"
     );
     let mut by_phase = BTreeMap::new();
     for phase in [Phase::Unloaded, Phase::Flood] {
@@ -210,12 +249,13 @@ pub(crate) fn table(runs: &[Run]) -> String {
         let s = summary(&rs);
         let _ = writeln!(
             t,
-            "| {} | {} | {} ({}) | {} | {} | {} | {} | {} | {:.1} | {:.0} | {:.2} | {:.2} | {} | {:.1} |",
+            "| {} | {} | {} ({}) | {} ({}) | {} | {} | {} | {} | {:.1} | {:.0} | {:.2} | {:.2} | {} | {} | {:.1} |",
             phase.name(),
             s.runs,
             s.established,
             s.flood_established,
             s.failed_established,
+            s.flood_failed_established,
             s.sipp_failed.saturating_sub(s.failed_established),
             s.normal_refused,
             s.flood_refused,
@@ -225,6 +265,7 @@ pub(crate) fn table(runs: &[Run]) -> String {
             s.p50_ms,
             s.p99_ms,
             s.samples,
+            s.queue_p99_ms,
             s.rss_mib
         );
         by_phase.insert(phase.name(), s);
@@ -243,10 +284,11 @@ pub(crate) fn table(runs: &[Run]) -> String {
         };
         let _ = writeln!(
             t,
-            "\nUnder flood / unloaded (medians; issue 12's target: at most 2x): {}; {}; in-dialog p50 {:.2}x.",
+            "\nUnder flood / unloaded (medians; issue 12's target: at most 2x): {}; {}; in-dialog p50 {:.2}x. The flood reached the gate at {:.0} new calls/s (admitted or refused).",
             ratio("CPU per established call", f.cpu, u.cpu),
             ratio("in-dialog p99", f.p99_ms, u.p99_ms),
-            f.p50_ms / u.p50_ms
+            f.p50_ms / u.p50_ms,
+            f.flood_per_s
         );
     }
     t
@@ -257,12 +299,12 @@ pub(crate) fn csv(runs: &[Run]) -> String {
     let mut c = String::from(
         "round,phase,normal_up,normal_ended,normal_refused,flood_up,flood_ended,flood_refused,\
          sipp_failed,refused_by_limit,cpu_us,wall_us,cpu_us_per_established,in_dialog_samples,\
-         in_dialog_p50_us,in_dialog_p99_us,peak_rss_kb\n",
+         in_dialog_p50_us,in_dialog_p99_us,flood_per_s,queue_wait_p99_ms,peak_rss_kb\n",
     );
     for r in runs {
         let _ = writeln!(
             c,
-            "{},{},{},{},{},{},{},{},{},{},{},{},{:.1},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{},{:.1},{},{},{},{:.0},{},{}",
             r.round,
             r.phase.name(),
             r.normal.up,
@@ -279,6 +321,8 @@ pub(crate) fn csv(runs: &[Run]) -> String {
             r.latency_us.len(),
             percentile(&r.latency_us, 50.0),
             percentile(&r.latency_us, 99.0),
+            r.flood_per_s(),
+            r.queue_p99_ms,
             r.peak_rss_kb
         );
     }
@@ -319,6 +363,25 @@ mod tests {
         assert_eq!(percentile(&v, 99.0), 198.0);
         assert_eq!(percentile(&[7], 99.0), 7.0);
         assert!(percentile(&[], 50.0).is_nan());
+    }
+
+    #[test]
+    fn the_queue_wait_p99_is_the_bound_of_the_bucket_that_holds_it() {
+        let line = |class: &str, upto: &str, n: u32| {
+            format!("sipgate_udp_intake_wait_total{{class=\"{class}\",upto_ms=\"{upto}\"}} {n}\n")
+        };
+        let m = [
+            line("in_dialog", "0.25", 10),
+            line("in_dialog", "0.1", 980),
+            line("in_dialog", "1", 9),
+            line("in_dialog", "+Inf", 1),
+            line("new_dialog", "+Inf", 500),
+        ]
+        .concat();
+        // 990 of 1000 within 0.25 ms: the 99th falls in that bucket.
+        assert_eq!(queue_wait_p99_ms(&m, "in_dialog"), 0.25);
+        assert_eq!(queue_wait_p99_ms(&m, "new_dialog"), f64::INFINITY);
+        assert!(queue_wait_p99_ms(&m, "response").is_nan());
     }
 
     #[test]
