@@ -112,27 +112,18 @@ impl SipMessage {
             .iter()
             .position(|&b| b != b'\r' && b != b'\n')
             .ok_or(ParseError::Empty)?;
-        let head = lex::find_head_end(buf.get(begin..).unwrap_or_default())
-            .ok_or(ParseError::Unterminated)?;
-        let header_end = begin.saturating_add(head.header_end);
-        let body_start = begin.saturating_add(head.body_start);
         let line_end = memchr::memchr(b'\n', buf.get(begin..).unwrap_or_default())
-            .map_or(header_end, |i| begin.saturating_add(i));
-        let first_header = line_end.saturating_add(1).min(header_end);
-        let mut start_line = begin..line_end;
-        if buf.get(line_end.saturating_sub(1)) == Some(&b'\r') && line_end > begin {
-            start_line.end = line_end.saturating_sub(1);
-        }
-
-        let mut defect = None;
-        let (start, method) = parse_start_line(buf, start_line, &mut defect)?;
-
+            .map(|i| begin.saturating_add(i))
+            .ok_or(ParseError::Unterminated)?;
+        // The header lines are indexed in the walk that finds the empty line.
         let mut headers = Vec::with_capacity(USUAL_HEADERS);
-        for h in lex::header_lines(buf, first_header..header_end) {
+        let mut bad_header = false;
+        let mut lines = lex::header_lines_open(buf, line_end.saturating_add(1));
+        for h in lines.by_ref() {
             let name = if h.well_formed {
                 HeaderName::from_bytes(buf.get(h.name.clone()).unwrap_or_default())
             } else {
-                note(&mut defect, ParseError::BadHeader);
+                bad_header = true;
                 HeaderName::Other
             };
             headers.push(HeaderField {
@@ -141,6 +132,18 @@ impl SipMessage {
                 line: h.line,
                 value: h.value,
             });
+        }
+        let head = lines.head_end().ok_or(ParseError::Unterminated)?;
+        let (header_end, body_start) = (head.header_end, head.body_start);
+        let mut start_line = begin..line_end;
+        if buf.get(line_end.saturating_sub(1)) == Some(&b'\r') && line_end > begin {
+            start_line.end = line_end.saturating_sub(1);
+        }
+
+        let mut defect = None;
+        let (start, method) = parse_start_line(buf, start_line, &mut defect)?;
+        if bad_header {
+            note(&mut defect, ParseError::BadHeader);
         }
 
         if bare_nul(buf.get(begin..header_end).unwrap_or_default()) {
