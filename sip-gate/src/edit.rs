@@ -6,8 +6,10 @@
 use std::ops::Range;
 
 use bytes::{Bytes, BytesMut};
+use smallvec::{smallvec, SmallVec};
 use thiserror::Error;
 
+use crate::lex;
 use crate::message::SipMessage;
 
 /// Why a set of edits cannot be applied.
@@ -43,7 +45,25 @@ pub enum EditError {
 #[derive(Debug, Clone)]
 struct Edit {
     range: Range<usize>,
-    bytes: Bytes,
+    bytes: Piece,
+}
+
+/// The bytes an edit puts in. Text made for this one splice stays the
+/// vector it was written into: as `Bytes`, a vector with spare capacity
+/// costs a second allocation (and a second free) per edit.
+#[derive(Debug, Clone)]
+enum Piece {
+    Shared(Bytes),
+    Owned(Vec<u8>),
+}
+
+impl Piece {
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            Piece::Shared(b) => b,
+            Piece::Owned(v) => v,
+        }
+    }
 }
 
 /// Collects edits against one message and applies them in one allocation.
@@ -78,7 +98,15 @@ impl<'m> Splice<'m> {
     pub fn replace(&mut self, range: Range<usize>, bytes: impl Into<Bytes>) {
         self.edits.push(Edit {
             range,
-            bytes: bytes.into(),
+            bytes: Piece::Shared(bytes.into()),
+        });
+    }
+
+    /// [`Splice::replace`] with text written for this splice, kept as is.
+    pub(crate) fn replace_owned(&mut self, range: Range<usize>, bytes: impl Into<Vec<u8>>) {
+        self.edits.push(Edit {
+            range,
+            bytes: Piece::Owned(bytes.into()),
         });
     }
 
@@ -149,11 +177,18 @@ impl<'m> Splice<'m> {
         field_index: usize,
         elements: &[Range<usize>],
     ) -> Result<(), EditError> {
-        let elems = self
+        let f = self
             .msg
-            .elements(field_index)
+            .headers()
+            .get(field_index)
             .ok_or(EditError::NoSuchElement)?;
-        let mut gone = vec![false; elems.len()];
+        // A response loses its top Via, a request the gate's Routes: a few
+        // elements, held without an allocation.
+        let elems: SmallVec<[Range<usize>; 4]> =
+            lex::list_elements(self.msg.raw(), f.value.clone())
+                .ok_or(EditError::NoSuchElement)?
+                .collect();
+        let mut gone: SmallVec<[bool; 8]> = smallvec![false; elems.len()];
         for e in elements {
             let pos = elems
                 .iter()
@@ -235,14 +270,14 @@ impl<'m> Splice<'m> {
             // saturating keeps it panic-free regardless.
             len = len
                 .saturating_sub(e.range.len())
-                .saturating_add(e.bytes.len());
+                .saturating_add(e.bytes.as_slice().len());
         }
 
         let mut out = BytesMut::with_capacity(len);
         let mut pos = 0usize;
         for e in &self.edits {
             out.extend_from_slice(raw.get(pos..e.range.start).unwrap_or_default());
-            out.extend_from_slice(&e.bytes);
+            out.extend_from_slice(e.bytes.as_slice());
             pos = e.range.end;
         }
         out.extend_from_slice(raw.get(pos..).unwrap_or_default());

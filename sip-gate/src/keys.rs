@@ -10,6 +10,15 @@
 
 use subtle::ConstantTimeEq;
 
+/// The hasher of the tables keyed by hashes made with keys from here (the
+/// transaction table, the work book's dialogs and bindings). Their keys are
+/// keyed SipHash-1-3 values of what peers send (Call-IDs, tags, branches):
+/// without the site secret a peer cannot choose them, let alone aim them
+/// at one bucket, so the table's own hash need not be SipHash again to stay
+/// safe from HashDoS. foldhash's `RandomState` is still seeded per process
+/// and per table, and costs a few instructions where SipHash cost a hundred.
+pub(crate) type TableHasher = foldhash::fast::RandomState;
+
 /// A 256-bit key for one purpose.
 #[derive(Clone)]
 pub(crate) struct Key([u8; 32]);

@@ -24,7 +24,10 @@ use ringsync::config::SiteConfig;
 /// The instances' addresses and source networks.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Origins {
-    by_addr: HashMap<SocketAddr, usize>,
+    /// Looked up for every message. Filled from the config only, so a peer
+    /// cannot crowd it whatever the hasher: foldhash (seeded per process),
+    /// several times cheaper than SipHash on an address.
+    by_addr: HashMap<SocketAddr, usize, foldhash::fast::RandomState>,
     /// Configured `sources`; the config loader refuses overlaps, so at most
     /// one network matches.
     nets: Vec<(IpNet, usize)>,

@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
 
+use crate::keys::TableHasher;
+
 /// Timer F / Timer H: 64 * T1 (RFC 3261 17.1.2.2, 17.2.1).
 pub(crate) const NON_INVITE_LIFETIME: Duration = Duration::from_secs(32);
 /// Timer C is at least 3 minutes (RFC 3261 16.6 step 11); an INVITE without a
@@ -126,7 +128,7 @@ pub(crate) enum Insert {
 /// The bounded transaction table.
 #[derive(Debug)]
 pub(crate) struct TxnTable {
-    map: DashMap<u64, TxnEntry>,
+    map: DashMap<u64, TxnEntry, TableHasher>,
     capacity: usize,
 }
 
@@ -134,7 +136,7 @@ impl TxnTable {
     /// A table that holds at most `capacity` transactions.
     pub(crate) fn new(capacity: usize) -> TxnTable {
         TxnTable {
-            map: DashMap::new(),
+            map: DashMap::with_hasher(TableHasher::default()),
             capacity,
         }
     }

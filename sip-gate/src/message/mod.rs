@@ -29,8 +29,8 @@ mod tests;
 mod validate;
 mod via;
 
+use std::cell::OnceCell;
 use std::ops::Range;
-use std::sync::OnceLock;
 
 use bytes::Bytes;
 
@@ -79,11 +79,13 @@ pub struct SipMessage {
     /// The first problem `scan` tolerated; `validate` reports it.
     defect: Option<ParseError>,
     /// Routing reads these several times a message: each is parsed once,
-    /// by `validate` or by the first reader, and kept as offsets.
-    top_via: OnceLock<Option<ViaAt>>,
-    from_tag: OnceLock<Option<Range<usize>>>,
-    to_tag: OnceLock<Option<Range<usize>>>,
-    cseq: OnceLock<Option<(u32, Range<usize>)>>,
+    /// by `validate` or by the first reader, and kept as offsets. `OnceCell`,
+    /// not `OnceLock`: one thread handles a message, and a lock's first
+    /// `set` took `Once`'s slow path for every new message.
+    top_via: OnceCell<Option<ViaAt>>,
+    from_tag: OnceCell<Option<Range<usize>>>,
+    to_tag: OnceCell<Option<Range<usize>>>,
+    cseq: OnceCell<Option<(u32, Range<usize>)>>,
 }
 
 impl SipMessage {
@@ -110,27 +112,18 @@ impl SipMessage {
             .iter()
             .position(|&b| b != b'\r' && b != b'\n')
             .ok_or(ParseError::Empty)?;
-        let head = lex::find_head_end(buf.get(begin..).unwrap_or_default())
-            .ok_or(ParseError::Unterminated)?;
-        let header_end = begin.saturating_add(head.header_end);
-        let body_start = begin.saturating_add(head.body_start);
         let line_end = memchr::memchr(b'\n', buf.get(begin..).unwrap_or_default())
-            .map_or(header_end, |i| begin.saturating_add(i));
-        let first_header = line_end.saturating_add(1).min(header_end);
-        let mut start_line = begin..line_end;
-        if buf.get(line_end.saturating_sub(1)) == Some(&b'\r') && line_end > begin {
-            start_line.end = line_end.saturating_sub(1);
-        }
-
-        let mut defect = None;
-        let (start, method) = parse_start_line(buf, start_line, &mut defect)?;
-
+            .map(|i| begin.saturating_add(i))
+            .ok_or(ParseError::Unterminated)?;
+        // The header lines are indexed in the walk that finds the empty line.
         let mut headers = Vec::with_capacity(USUAL_HEADERS);
-        for h in lex::header_lines(buf, first_header..header_end) {
+        let mut bad_header = false;
+        let mut lines = lex::header_lines_open(buf, line_end.saturating_add(1));
+        for h in lines.by_ref() {
             let name = if h.well_formed {
                 HeaderName::from_bytes(buf.get(h.name.clone()).unwrap_or_default())
             } else {
-                note(&mut defect, ParseError::BadHeader);
+                bad_header = true;
                 HeaderName::Other
             };
             headers.push(HeaderField {
@@ -139,6 +132,18 @@ impl SipMessage {
                 line: h.line,
                 value: h.value,
             });
+        }
+        let head = lines.head_end().ok_or(ParseError::Unterminated)?;
+        let (header_end, body_start) = (head.header_end, head.body_start);
+        let mut start_line = begin..line_end;
+        if buf.get(line_end.saturating_sub(1)) == Some(&b'\r') && line_end > begin {
+            start_line.end = line_end.saturating_sub(1);
+        }
+
+        let mut defect = None;
+        let (start, method) = parse_start_line(buf, start_line, &mut defect)?;
+        if bad_header {
+            note(&mut defect, ParseError::BadHeader);
         }
 
         if bare_nul(buf.get(begin..header_end).unwrap_or_default()) {
@@ -185,10 +190,10 @@ impl SipMessage {
             header_end,
             body,
             defect,
-            top_via: OnceLock::new(),
-            from_tag: OnceLock::new(),
-            to_tag: OnceLock::new(),
-            cseq: OnceLock::new(),
+            top_via: OnceCell::new(),
+            from_tag: OnceCell::new(),
+            to_tag: OnceCell::new(),
+            cseq: OnceCell::new(),
         })
     }
 

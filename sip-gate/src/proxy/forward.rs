@@ -84,18 +84,19 @@ impl Core {
             head.push_str(DEFAULT_MAX_FORWARDS);
             head.push_str("\r\n");
         }
-        let via_line = self.via_line(req, hop);
         // Right above the client's top Via line, wherever that line is.
         let via_at = msg
             .headers()
             .get(req.top_via.field_index)
             .map_or(at, |f| f.line.start);
         if via_at == at {
-            head.push_str(&via_line);
-            s.insert(at, Bytes::from(head));
+            self.push_via_line(&mut head, req, hop);
+            s.replace_owned(at..at, head);
         } else {
-            s.insert(at, Bytes::from(head));
-            s.insert(via_at, Bytes::from(via_line));
+            s.replace_owned(at..at, head);
+            let mut via_line = String::with_capacity(96);
+            self.push_via_line(&mut via_line, req, hop);
+            s.replace_owned(via_at..via_at, via_line);
         }
 
         // received / rport on the client's Via (RFC 3261 18.2.1, RFC 3581);
@@ -105,7 +106,7 @@ impl Core {
         if via.rport.is_some() || via.received.is_some() || host_ip(via.host) != Some(peer.ip()) {
             if let Some(raw) = msg.raw().get(via.range.clone()) {
                 let stamped = reply::stamp_via(raw, via.rport.is_some(), peer);
-                s.replace(via.range.clone(), Bytes::from(stamped));
+                s.replace_owned(via.range.clone(), stamped);
             }
         }
 
@@ -113,7 +114,7 @@ impl Core {
             if let Some(f) = msg.fields(HeaderName::MaxForwards).next() {
                 let mut value = Vec::with_capacity(4);
                 digits::push_decimal(&mut value, u64::from(n.saturating_sub(1)));
-                s.replace(f.value.clone(), Bytes::from(value));
+                s.replace_owned(f.value.clone(), value);
             }
         }
         if hop.tcp {
@@ -128,11 +129,10 @@ impl Core {
         Ok(bytes)
     }
 
-    /// The gate's Via, with a branch derived from the client's, so a
+    /// Appends the gate's Via line, with a branch derived from the client's, so a
     /// retransmission or CANCEL carries the same branch downstream; its
     /// address is the listener the request leaves from.
-    fn via_line(&self, req: &Request<'_>, hop: Hop) -> String {
-        let mut line = String::with_capacity(96);
+    fn push_via_line(&self, line: &mut String, req: &Request<'_>, hop: Hop) {
         let out = self.out_listener(req, hop);
         line.push_str(match (hop.tcp, out.tls) {
             (true, true) => "Via: SIP/2.0/TLS ",
@@ -141,9 +141,8 @@ impl Core {
         });
         line.push_str(&out.host);
         line.push_str(";branch=");
-        self.branches.write(req.key, &mut line);
+        self.branches.write(req.key, line);
         line.push_str(";rport\r\n");
-        line
     }
 
     /// `Record-Route: <sip:TOKEN@gate;lr>` naming instance `idx` for this

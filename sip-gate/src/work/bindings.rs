@@ -13,6 +13,7 @@ use dashmap::DashMap;
 use smallvec::SmallVec;
 
 use super::tally::Tally;
+use crate::keys::TableHasher;
 
 /// One binding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,7 +33,7 @@ type Held = SmallVec<[Binding; 1]>;
 /// Bindings by AoR key, bounded, with a count per instance.
 #[derive(Debug)]
 pub(crate) struct Bindings {
-    map: DashMap<u64, Held>,
+    map: DashMap<u64, Held, TableHasher>,
     tally: Tally,
 }
 
@@ -40,7 +41,7 @@ impl Bindings {
     /// A table for `instances` instances holding at most `capacity` bindings.
     pub(crate) fn new(instances: usize, capacity: usize) -> Bindings {
         Bindings {
-            map: DashMap::new(),
+            map: DashMap::with_hasher(TableHasher::default()),
             tally: Tally::new(instances, capacity),
         }
     }

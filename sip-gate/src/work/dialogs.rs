@@ -8,6 +8,7 @@ use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
 
 use super::tally::Tally;
+use crate::keys::TableHasher;
 
 /// How long an ended dialog is remembered: 64*T1, the longest a UAS
 /// retransmits its 2xx (RFC 3261 13.3.1.4).
@@ -62,7 +63,7 @@ pub(crate) enum Added {
 /// A bounded table of dialogs with a live count per instance.
 #[derive(Debug)]
 pub(crate) struct Dialogs {
-    map: DashMap<u64, Dialog>,
+    map: DashMap<u64, Dialog, TableHasher>,
     /// Entries counted with tombstones; live ones without.
     tally: Tally,
 }
@@ -72,7 +73,7 @@ impl Dialogs {
     /// (tombstones included).
     pub(crate) fn new(instances: usize, capacity: usize) -> Dialogs {
         Dialogs {
-            map: DashMap::new(),
+            map: DashMap::with_hasher(TableHasher::default()),
             tally: Tally::new(instances, capacity),
         }
     }
