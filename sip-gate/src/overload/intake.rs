@@ -3,10 +3,20 @@
 
 use std::time::{Duration, Instant};
 
-use crate::message::SipMessage;
+use crate::message::{Method, SipMessage};
 use crate::metrics as m;
 
 use super::{classify, Class};
+
+/// A scanned message's class (R-OV-1); its To tag is looked at only for a
+/// request that is neither ACK nor CANCEL.
+pub(crate) fn class_of(msg: &SipMessage) -> Class {
+    match msg.method() {
+        None => Class::Response,
+        m @ Some(Method::Ack | Method::Cancel) => classify(m, false),
+        m => classify(m, msg.to_tag().is_some()),
+    }
+}
 
 /// Whether `msg`, read in a batch after the new dialogs in `later` were put
 /// off, is handled in the batch's first pass: responses, ACK, CANCEL and
@@ -15,7 +25,7 @@ use super::{classify, Class};
 /// came in (a retransmitted INVITE stays ahead of the 200's ACK, and of
 /// the response that ends its transaction). Each pass is in arrival order.
 pub(crate) fn first<'a>(msg: &SipMessage, later: impl IntoIterator<Item = &'a SipMessage>) -> bool {
-    if classify(msg.method(), msg.to_tag().is_some()) == Class::NewDialog {
+    if class_of(msg) == Class::NewDialog {
         return false;
     }
     // Looked up once, not once per deferred message.
@@ -156,8 +166,7 @@ impl IntakeWaits {
             Class::InDialog => 1,
             Class::NewDialog => 2,
         };
-        let us = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
-        let bucket = Self::UPTO_US.partition_point(|&upto| upto < us);
+        let bucket = Self::bucket(waited);
         if let Some(c) = self.counters.get(row).and_then(|r| r.get(bucket)) {
             c.increment(1);
         }
@@ -166,7 +175,13 @@ impl IntakeWaits {
     /// The `upto_ms` label a wait is counted under.
     #[cfg(test)]
     pub(crate) fn label(waited: Duration) -> &'static str {
+        Self::LABELS[Self::bucket(waited)]
+    }
+
+    /// The first bucket whose bound is at least `waited` (the last one's
+    /// bound is `u64::MAX` µs, so there always is one).
+    fn bucket(waited: Duration) -> usize {
         let us = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
-        Self::LABELS[Self::UPTO_US.partition_point(|&upto| upto < us)]
+        Self::UPTO_US.partition_point(|&upto| upto < us)
     }
 }

@@ -31,7 +31,7 @@ use crate::message::Method;
 use crate::metrics as m;
 
 pub(crate) use bucket::{Bucket, Limit};
-pub(crate) use intake::{first, BatchSizes, IntakeMeter, IntakeWaits, MAX_BATCH};
+pub(crate) use intake::{class_of, first, BatchSizes, IntakeMeter, IntakeWaits, MAX_BATCH};
 use sources::SourceTable;
 
 /// What a message is to the overload rules.

@@ -14,11 +14,6 @@ fn scan(text: &str) -> SipMessage {
     SipMessage::scan(Bytes::from(text.replace('\n', "\r\n"))).expect("scans")
 }
 
-/// The classifier on a scanned message, as the core calls it.
-fn class_of(msg: &SipMessage) -> Class {
-    classify(msg.method(), msg.to_tag().is_some())
-}
-
 fn request(method: &str, to_tag: Option<&str>) -> String {
     let tag = to_tag.map(|t| format!(";tag={t}")).unwrap_or_default();
     format!(

@@ -149,10 +149,7 @@ fn serve(
     let now = Instant::now();
     let waited = from.waited();
     let behind = meter.behind(waited, now);
-    waits.record(
-        overload::classify(msg.method(), msg.to_tag().is_some()),
-        waited,
-    );
+    waits.record(overload::class_of(&msg), waited);
     let inbound = Inbound::Udp {
         listener,
         peer: from.peer,
