@@ -18,8 +18,7 @@
 //! # }
 //! ```
 
-use std::io::{Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::process::Command;
 use std::thread;
@@ -27,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
-use crate::net::free_port;
+use crate::net::{free_port, http_get};
 use crate::process::Proc;
 use crate::{Error, Result};
 
@@ -306,21 +305,6 @@ pub fn metric_value(text: &str, name: &str) -> Option<f64> {
         found = Some(found.unwrap_or(0.0) + v);
     }
     found
-}
-
-/// A tiny HTTP/1.0 GET (etcd's `/health` and `/metrics`); `None` on any failure.
-pub fn http_get(addr: SocketAddr, path: &str) -> Option<String> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
-    let mut buf = Vec::new();
-    s.read_to_end(&mut buf).ok()?;
-    let text = String::from_utf8_lossy(&buf).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n")?;
-    head.starts_with("HTTP/1.")
-        .then_some(())
-        .filter(|_| head.split_whitespace().nth(1) == Some("200"))?;
-    Some(body.to_owned())
 }
 
 #[cfg(test)]

@@ -49,6 +49,7 @@ pub mod relay;
 pub mod rtpengine;
 pub mod sipp;
 pub mod site;
+pub mod stats;
 
 pub use dnsmasq::{Dnsmasq, DnsmasqHandle};
 pub use error::Error;

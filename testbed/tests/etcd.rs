@@ -5,7 +5,8 @@
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
-use testbed::etcd::{http_get, metric_value};
+use testbed::etcd::metric_value;
+use testbed::net::http_get;
 use testbed::Etcd;
 
 fn ips(net: u8) -> Vec<IpAddr> {

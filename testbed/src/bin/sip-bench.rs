@@ -29,6 +29,7 @@ use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+use testbed::stats::median;
 use testbed::{wait_listening, Kamailio, ProcStats, Scenario, Sipp, SippHandle, Transport};
 
 /// The benchmark's own loopback network: 127.77.0.0/24.
@@ -386,15 +387,6 @@ fn new_work_spread(admin: SocketAddr) -> String {
         })
         .collect::<Vec<_>>()
         .join(" / ")
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
 }
 
 fn table(runs: &[Run], o: &Opts) -> String {

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use testbed::net::http_get;
 use testbed::{wait_listening, ProcStats, Scenario, Sipp, SippHandle, SippReport, Transport};
 
 use crate::report::{in_dialog_latencies, queue_wait_p99_ms, refusals, Outcomes};
@@ -309,7 +310,9 @@ pub(crate) fn measure(o: &Opts, phase: Phase, round: u32) -> Result<Run, String>
     }
     let after = ProcStats::sample(gate.child.id()).map_err(|e| e.to_string())?;
     let wall_us = started.elapsed().as_micros() as u64;
-    let metrics = http_get(SocketAddr::new(phase.addr().ip(), ADMIN_PORT), "/metrics");
+    // Empty when the gate does not answer: the run's refusals then read 0.
+    let metrics =
+        http_get(SocketAddr::new(phase.addr().ip(), ADMIN_PORT), "/metrics").unwrap_or_default();
     drop(gate);
     // The gate's own account of the run, for reading beside the table.
     let saved = o.out.join(format!("metrics-{round}-{}.prom", phase.name()));
@@ -354,17 +357,4 @@ fn note_failures(r: &SippReport, flood: bool, errors: &mut Vec<String>) {
             r.errors.chars().take(400).collect::<String>()
         ));
     }
-}
-
-/// The body of an HTTP/1.0 GET, or "" when the gate does not answer.
-fn http_get(addr: SocketAddr, path: &str) -> String {
-    use std::io::{Read, Write};
-    let Ok(mut conn) = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)) else {
-        return String::new();
-    };
-    let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
-    let _ = write!(conn, "GET {path} HTTP/1.0\r\nHost: bench\r\n\r\n");
-    let mut body = String::new();
-    let _ = conn.read_to_string(&mut body);
-    body
 }

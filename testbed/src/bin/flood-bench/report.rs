@@ -6,6 +6,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::path::Path;
 
+use testbed::stats::median;
+
 use crate::phase::{Phase, Run};
 
 /// Calls of a `uac_call_or_503` caller by outcome, from its `-trace_logs`
@@ -153,16 +155,6 @@ pub(crate) fn queue_wait_p99_ms(metrics: &str, class: &str) -> f64 {
         }
     }
     f64::NAN
-}
-
-pub(crate) fn median(mut v: Vec<f64>) -> f64 {
-    v.retain(|x| x.is_finite());
-    v.sort_by(|a, b| a.total_cmp(b));
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
 }
 
 /// Medians of one phase over its runs.
