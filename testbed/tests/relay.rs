@@ -41,7 +41,8 @@ fn uac(addr: &str, relay: SocketAddr) -> testbed::SippReport {
 fn stock_call_through_the_in_process_relay() {
     let server = uas("127.0.78.20");
     // Port 0: the kernel picks a free one atomically.
-    let relay = BlindRelay::start("127.0.78.30:0".parse().unwrap(), server.local_addr()).unwrap();
+    let relay =
+        BlindRelay::start("127.0.78.30:0".parse().unwrap(), &[server.local_addr()]).unwrap();
     let report = uac("127.0.78.10", relay.local_addr());
     assert_eq!(report.successful, 20, "{report:#?} {:?}", relay.counts());
     assert!(report.all_ok(), "{report:#?}");
@@ -87,4 +88,50 @@ fn stock_call_through_the_blind_relay_binary() {
     assert!(report.all_ok(), "{report:#?}");
     assert_eq!(cpu.processes, 1, "{cpu:?}");
     assert!(cpu.peak_rss_kb > 0, "{cpu:?}");
+}
+
+#[test]
+fn the_relay_binary_keeps_each_call_on_one_of_several_upstreams() {
+    let servers: Vec<_> = ["127.0.78.22", "127.0.78.23", "127.0.78.24"]
+        .iter()
+        .map(|a| {
+            Sipp::new(Scenario::builtin("uas"))
+                .local_ip(ip(a))
+                .timeout(Duration::from_secs(60))
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let relay_ip = ip("127.0.78.32");
+    let listen = SocketAddr::new(relay_ip, free_port(relay_ip).unwrap());
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_blind-relay"));
+    cmd.arg("--listen").arg(listen.to_string());
+    for s in &servers {
+        cmd.arg("--upstream").arg(s.local_addr().to_string());
+    }
+    let mut relay = cmd
+        .arg("--seconds")
+        .arg("30")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(wait_listening(
+        listen,
+        Transport::Udp,
+        Duration::from_secs(5)
+    ));
+    let report = uac("127.0.78.12", listen);
+    relay.kill().unwrap();
+    relay.wait().unwrap();
+    // Every call completed: its ACK and BYE reached the server that took
+    // its INVITE (another would answer the BYE with 481).
+    assert_eq!(report.successful, 20, "{report:#?}");
+    assert!(report.all_ok(), "{report:#?}");
+    let per_server: Vec<u64> = servers
+        .into_iter()
+        .map(|s| s.stop().unwrap().successful)
+        .collect();
+    assert_eq!(per_server.iter().sum::<u64>(), 20, "{per_server:?}");
+    assert!(per_server.iter().all(|&n| n > 0), "{per_server:?}");
 }

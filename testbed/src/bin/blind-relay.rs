@@ -1,6 +1,7 @@
-//! `blind-relay --listen A --upstream B [--seconds N]`: the testbed's blind
-//! UDP relay as its own process, so a benchmark can measure it like any
-//! proxy. Runs until killed, or for N seconds, then prints its counters.
+//! `blind-relay --listen A --upstream B [--upstream C ...] [--seconds N]`:
+//! the testbed's blind UDP relay as its own process, so a benchmark can
+//! measure it like any proxy. Runs until killed, or for N seconds, then
+//! prints its counters.
 #![forbid(unsafe_code)]
 
 use std::{net::SocketAddr, process::ExitCode, thread, time::Duration};
@@ -8,18 +9,19 @@ use std::{net::SocketAddr, process::ExitCode, thread, time::Duration};
 use clap::Parser;
 use testbed::relay::BlindRelay;
 
-/// A blind UDP relay: one recv and one send per datagram, nothing parsed.
-/// The floor a SIP proxy's cost is measured against.
+/// A blind UDP relay: one recv and one send per datagram, nothing
+/// rewritten. The floor a SIP proxy's cost is measured against.
 #[derive(Debug, Parser)]
 #[command(name = "blind-relay", version)]
 struct Args {
     /// Address to receive the clients' datagrams on.
     #[arg(long, value_name = "IP:PORT")]
     listen: SocketAddr,
-    /// Where every client datagram is sent; the upstream's datagrams go back
-    /// to the client heard from last.
-    #[arg(long, value_name = "IP:PORT")]
-    upstream: SocketAddr,
+    /// Where client datagrams are sent; repeated, each call (by its
+    /// Call-ID) goes to one of them. The upstreams' datagrams go back to
+    /// the client heard from last.
+    #[arg(long, value_name = "IP:PORT", required = true)]
+    upstream: Vec<SocketAddr>,
     /// Stop after this many seconds and print the datagram counters
     /// (default: run until killed).
     #[arg(long, value_name = "N")]
@@ -32,14 +34,15 @@ fn main() -> ExitCode {
         upstream,
         seconds,
     } = Args::parse();
-    let relay = match BlindRelay::start(listen, upstream) {
+    let relay = match BlindRelay::start(listen, &upstream) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("blind-relay: {e}");
             return ExitCode::FAILURE;
         }
     };
-    eprintln!("blind-relay: {} -> {upstream}", relay.local_addr());
+    let to: Vec<String> = upstream.iter().map(ToString::to_string).collect();
+    eprintln!("blind-relay: {} -> {}", relay.local_addr(), to.join(", "));
     match seconds {
         Some(s) => thread::sleep(Duration::from_secs(s)),
         None => loop {

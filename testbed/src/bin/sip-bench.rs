@@ -11,8 +11,9 @@
 //! the table reports medians over rounds and the ratios to the relay and
 //! to Kamailio. A run that cannot finish is reported and left out.
 //!
-//! Systems: `relay` (the floor: one recv and one send per datagram, no
-//! parsing), `kamailio` (bench/kamailio/kamailio.cfg: tm + rr + dispatcher),
+//! Systems: `relay` (the floor: one recv and one send per datagram; it
+//! reads only the Call-ID, to keep each call on one of the same three
+//! servers), `kamailio` (bench/kamailio/kamailio.cfg: tm + rr + dispatcher),
 //! `sip-gate`, and `sip-gate+drain` (the same with one of the three sg in an
 //! active drain profile).
 //!
@@ -231,13 +232,14 @@ fn start(system: System, o: &Opts) -> Result<Proxy, String> {
     let addr = system.addr();
     let (child, kamailio) = match system {
         System::Relay => {
+            // The same three servers as the gate and Kamailio: a relay to one
+            // of them would have fewer processes to wake on the same cores.
+            let mut args = vec!["--listen".to_string(), addr.to_string()];
+            for i in 0..3 {
+                args.extend(["--upstream".to_string(), uas_addr(i).to_string()]);
+            }
             let c = Command::new(o.relay())
-                .args([
-                    "--listen",
-                    &addr.to_string(),
-                    "--upstream",
-                    &uas_addr(0).to_string(),
-                ])
+                .args(&args)
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
