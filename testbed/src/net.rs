@@ -122,6 +122,80 @@ fn table_has(table: &str, addr: SocketAddr, transport: Transport) -> bool {
     })
 }
 
+/// A reading of the UDP datagrams the kernel dropped because a socket's
+/// receive queue was full, in this network namespace: per local address of
+/// the sockets open now (`/proc/net/udp` and `udp6`, column `drops`;
+/// sockets sharing an address are summed) and in all since the namespace
+/// was created (`Udp: RcvbufErrors` in `/proc/net/snmp`, which keeps the
+/// drops of sockets already closed). Two readings around a run say which
+/// side lost datagrams.
+#[derive(Debug, Clone, Default)]
+pub struct UdpDrops {
+    sockets: Vec<(SocketAddr, u64)>,
+    total: Option<u64>,
+}
+
+impl UdpDrops {
+    /// Reads the counters now; what cannot be read counts as none.
+    pub fn read() -> UdpDrops {
+        UdpDrops {
+            sockets: socket_drops(),
+            total: rcvbuf_errors(),
+        }
+    }
+
+    /// Drops at the sockets bound to `addr` since `earlier`.
+    pub fn at_since(&self, earlier: &UdpDrops, addr: SocketAddr) -> u64 {
+        let at = |t: &UdpDrops| {
+            t.sockets
+                .iter()
+                .find(|(a, _)| *a == addr)
+                .map_or(0, |(_, n)| *n)
+        };
+        at(self).saturating_sub(at(earlier))
+    }
+
+    /// Drops anywhere in the namespace since `earlier`, closed sockets
+    /// included.
+    pub fn total_since(&self, earlier: &UdpDrops) -> u64 {
+        match (earlier.total, self.total) {
+            (Some(e), Some(n)) => n.saturating_sub(e),
+            _ => 0,
+        }
+    }
+}
+
+fn socket_drops() -> Vec<(SocketAddr, u64)> {
+    let mut out: Vec<(SocketAddr, u64)> = Vec::new();
+    for path in ["/proc/net/udp", "/proc/net/udp6"] {
+        let Ok(table) = fs::read_to_string(path) else {
+            continue;
+        };
+        for line in table.lines().skip(1) {
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            let local = cols.get(1).and_then(|c| parse_hex_addr(c));
+            let drops = cols.last().and_then(|c| c.parse::<u64>().ok());
+            let (Some((ip, port)), Some(drops)) = (local, drops) else {
+                continue;
+            };
+            let addr = SocketAddr::new(ip, port);
+            match out.iter_mut().find(|(a, _)| *a == addr) {
+                Some((_, n)) => *n = n.saturating_add(drops),
+                None => out.push((addr, drops)),
+            }
+        }
+    }
+    out
+}
+
+fn rcvbuf_errors() -> Option<u64> {
+    let snmp = fs::read_to_string("/proc/net/snmp").ok()?;
+    let mut udp = snmp.lines().filter(|l| l.starts_with("Udp:"));
+    let (names, values) = (udp.next()?, udp.next()?);
+    let i = names.split_whitespace().position(|n| n == "RcvbufErrors")?;
+    values.split_whitespace().nth(i)?.parse().ok()
+}
+
 /// `0100007F:13C4` (IPv4) or the 32-digit IPv6 form; the address words are
 /// in host byte order (little-endian here), the port is big-endian hex.
 fn parse_hex_addr(s: &str) -> Option<(IpAddr, u16)> {
@@ -201,6 +275,32 @@ mod tests {
             );
             thread::sleep(Duration::from_millis(10));
         }
+    }
+
+    #[test]
+    fn counts_the_datagrams_a_full_receive_queue_dropped() {
+        let ip: IpAddr = "127.0.250.2".parse().unwrap();
+        let rx = UdpSocket::bind((ip, 0)).unwrap();
+        let tx = UdpSocket::bind((ip, 0)).unwrap();
+        let (addr, sender) = (rx.local_addr().unwrap(), tx.local_addr().unwrap());
+        let before = UdpDrops::read();
+        // 4 MB unread, far past the default queue of ~200 kB: loopback
+        // delivers each send at once, so the overflow is certain.
+        for _ in 0..4000 {
+            tx.send_to(&[0u8; 1000], addr).unwrap();
+        }
+        let after = UdpDrops::read();
+        let drops = after.at_since(&before, addr);
+        assert!(drops > 0 && drops < 4000, "{drops}");
+        // The sender's socket received nothing, so dropped nothing.
+        assert_eq!(after.at_since(&before, sender), 0);
+        // Other tests may add their own; never fewer than this socket's.
+        assert!(after.total_since(&before) >= drops, "{after:?}");
+        // Once closed, the socket's drops are only in the total.
+        drop(rx);
+        let closed = UdpDrops::read();
+        assert_eq!(closed.at_since(&before, addr), 0);
+        assert!(closed.total_since(&before) >= drops);
     }
 
     #[test]

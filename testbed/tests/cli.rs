@@ -43,11 +43,12 @@ fn blind_relay_help_and_bad_arguments() {
         RELAY,
         &[
             ("--listen", "receive the clients' datagrams"),
-            ("--upstream", "client heard from last"),
+            ("--upstream", "each call (by its"),
             ("--seconds", "print the datagram counters"),
         ],
     );
     refused(RELAY, &["--upstream", "127.0.0.1:5060"], "--listen");
+    refused(RELAY, &["--listen", "127.0.0.1:5060"], "--upstream");
     refused(
         RELAY,
         &["--listen", "127.0.0.1", "--upstream", "127.0.0.1:5060"],

@@ -30,8 +30,17 @@ use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use testbed::stats::median;
+use testbed::net::UdpDrops;
 use testbed::{wait_listening, Kamailio, ProcStats, Scenario, Sipp, SippHandle, Transport};
+
+mod report;
+
+/// SIPp's socket buffers, bytes (the kernel caps them at
+/// `net.core.rmem_max`). With SIPp's default of 64 KiB the caller's receive
+/// queue overflowed while SIPp was off the CPU (25 datagrams at 5000
+/// calls/s in one run, none at the proxy or the servers): calls then failed
+/// for the load generator's sake, whichever proxy was measured.
+const SIPP_BUFFER: &str = "4194304";
 
 /// The benchmark's own loopback network: 127.77.0.0/24.
 fn ip(host: u8) -> IpAddr {
@@ -154,6 +163,38 @@ struct Run {
     spread: String,
     /// SIPp's failure reasons, when any call failed.
     why: String,
+    /// Datagrams dropped at full receive queues during the run.
+    drops: Drops,
+}
+
+/// Where datagrams were dropped for a full receive queue during a run:
+/// which side lost what, when a call fails.
+#[derive(Debug, Default, Clone, Copy)]
+struct Drops {
+    /// At the proxy's sockets.
+    proxy: u64,
+    /// At the three servers' sockets.
+    servers: u64,
+    /// Elsewhere in the namespace: the caller (whose socket is closed by the
+    /// time the run is read) or any other.
+    other: u64,
+}
+
+impl Drops {
+    fn any(&self) -> bool {
+        self.proxy + self.servers + self.other > 0
+    }
+
+    /// Between two readings around a run of the proxy at `proxy`.
+    fn between(before: &UdpDrops, after: &UdpDrops, proxy: SocketAddr) -> Drops {
+        let proxy = after.at_since(before, proxy);
+        let servers = (0..3).map(|i| after.at_since(before, uas_addr(i))).sum();
+        Drops {
+            proxy,
+            servers,
+            other: after.total_since(before).saturating_sub(proxy + servers),
+        }
+    }
 }
 
 /// A proxy process under test; killed on drop.
@@ -314,6 +355,8 @@ fn servers() -> Result<Vec<SippHandle>, String> {
             Sipp::new(Scenario::builtin("uas"))
                 .local(uas_addr(i).ip(), uas_addr(i).port())
                 .arg("-aa")
+                .arg("-buff_size")
+                .arg(SIPP_BUFFER)
                 .timeout(Duration::from_secs(600))
                 .spawn()
                 .map_err(|e| format!("starting uas {i}: {e}"))
@@ -324,9 +367,12 @@ fn servers() -> Result<Vec<SippHandle>, String> {
 fn measure(system: System, rate: u32, o: &Opts) -> Result<Run, String> {
     let proxy = start(system, o)?;
     let calls = u64::from(rate) * u64::from(o.seconds);
+    let drops_before = UdpDrops::read();
     let before = ProcStats::sample(proxy.pid()).map_err(|e| e.to_string())?;
     let report = Sipp::new(Scenario::builtin("uac"))
         .local_ip(ip(100))
+        .arg("-buff_size")
+        .arg(SIPP_BUFFER)
         .remote(system.addr())
         .calls(calls)
         .rate(rate)
@@ -336,6 +382,7 @@ fn measure(system: System, rate: u32, o: &Opts) -> Result<Run, String> {
         .wait(Duration::from_secs(u64::from(o.seconds) + 60))
         .map_err(|e| format!("uac: {e}"))?;
     let after = ProcStats::sample(proxy.pid()).map_err(|e| e.to_string())?;
+    let drops_after = UdpDrops::read();
     // Where the gate sent new calls: proves the drain steered (sg-1 gets none).
     let spread = match system {
         System::Gate | System::GateDrain => {
@@ -350,6 +397,7 @@ fn measure(system: System, rate: u32, o: &Opts) -> Result<Run, String> {
         ok: report.successful,
         failed: report.failed.max(calls.saturating_sub(done)),
         cpu_us_per_call: after.cpu_since(&before).as_micros() as f64 / calls as f64,
+        drops: Drops::between(&drops_before, &drops_after, system.addr()),
         peak_rss_kb: after.peak_rss_kb,
         pss_kb: after.pss_kb,
         spread,
@@ -391,88 +439,6 @@ fn new_work_spread(admin: SocketAddr) -> String {
         .join(" / ")
 }
 
-fn table(runs: &[Run], o: &Opts) -> String {
-    let mut t = String::new();
-    let _ = writeln!(t, "| rate (calls/s) | system | runs | calls ok | failed | CPU µs/call (median) | min..max | vs relay | vs Kamailio | peak RSS (MiB) | PSS at end (MiB) | new calls per sg (last round) |");
-    let _ = writeln!(
-        t,
-        "|---:|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---|"
-    );
-    for &rate in &o.rates {
-        let med = |s: System| {
-            median(
-                runs.iter()
-                    .filter(|r| r.rate == rate && r.system == s)
-                    .map(|r| r.cpu_us_per_call)
-                    .collect(),
-            )
-        };
-        let kam = med(System::Kamailio);
-        let relay = med(System::Relay);
-        let ratio = |cpu: f64, base: f64| {
-            if base.is_finite() && base > 0.0 {
-                format!("{:.2}x", cpu / base)
-            } else {
-                "-".into()
-            }
-        };
-        for &s in &o.systems {
-            let rs: Vec<&Run> = runs
-                .iter()
-                .filter(|r| r.rate == rate && r.system == s)
-                .collect();
-            if rs.is_empty() {
-                continue;
-            }
-            let ok: u64 = rs.iter().map(|r| r.ok).sum();
-            let failed: u64 = rs.iter().map(|r| r.failed).sum();
-            let cpu = med(s);
-            let lo = rs
-                .iter()
-                .map(|r| r.cpu_us_per_call)
-                .fold(f64::INFINITY, f64::min);
-            let hi = rs.iter().map(|r| r.cpu_us_per_call).fold(0.0, f64::max);
-            let (vs_relay, vs_kam) = (ratio(cpu, relay), ratio(cpu, kam));
-            let rss = rs.iter().map(|r| r.peak_rss_kb).max().unwrap_or(0) as f64 / 1024.0;
-            let pss = rs.iter().map(|r| r.pss_kb).max().unwrap_or(0) as f64 / 1024.0;
-            let spread = rs.last().map_or("", |r| r.spread.as_str());
-            let _ = writeln!(t, "| {rate} | {} | {} | {ok} | {failed} | {cpu:.1} | {lo:.1}..{hi:.1} | {vs_relay} | {vs_kam} | {rss:.1} | {pss:.1} | {spread} |", s.name(), rs.len());
-        }
-    }
-    t
-}
-
-/// The failure knee of each system: the highest rate of `--rates` up to
-/// which every run of every round had zero failed calls (issue 12 compares
-/// the gate's to the relay's). "below R" when the lowest rate failed.
-fn knees(runs: &[Run], o: &Opts) -> String {
-    let mut rates = o.rates.clone();
-    rates.sort_unstable();
-    let mut t =
-        String::from("\nFailure knee (highest rate with zero failed calls in every run up to it):");
-    for &s in &o.systems {
-        let clean = |rate: u32| {
-            let rs: Vec<&Run> = runs
-                .iter()
-                .filter(|r| r.rate == rate && r.system == s)
-                .collect();
-            !rs.is_empty() && rs.iter().all(|r| r.failed == 0)
-        };
-        let knee = rates.iter().take_while(|&&r| clean(r)).last();
-        let shown = match (knee, rates.first()) {
-            (Some(k), _) if Some(k) == rates.last() => {
-                format!("{k} calls/s or more (the highest rate tried)")
-            }
-            (Some(k), _) => format!("{k} calls/s"),
-            (None, Some(lo)) => format!("below {lo} calls/s"),
-            (None, None) => "-".into(),
-        };
-        let _ = write!(t, " {}: {shown};", s.name());
-    }
-    t.push('\n');
-    t
-}
-
 /// Every run of every round, systems interleaved, with progress on stderr.
 fn run_all(o: &Opts) -> Result<Vec<Run>, String> {
     let total = o.rates.len() * o.systems.len() * o.rounds as usize;
@@ -506,42 +472,18 @@ fn run_all(o: &Opts) -> Result<Vec<Run>, String> {
                 if !r.why.is_empty() {
                     eprintln!("    failures: {}", r.why);
                 }
+                if r.drops.any() {
+                    let d = r.drops;
+                    eprintln!(
+                        "    datagrams dropped at full receive queues: proxy {}, servers {}, caller or other {}",
+                        d.proxy, d.servers, d.other
+                    );
+                }
                 runs.push(r);
             }
         }
     }
     Ok(runs)
-}
-
-/// The table on stdout and in `OUT/results.md`, every run in `OUT/runs.csv`.
-fn write_results(o: &Opts, runs: &[Run], started: Instant) {
-    let cmd = std::env::args().collect::<Vec<_>>().join(" ");
-    let mut out = format!(
-        "Command: `{cmd}` ({:.0} s, {} cores)\n\n",
-        started.elapsed().as_secs_f64(),
-        std::thread::available_parallelism().map_or(0, |n| n.get())
-    );
-    out.push_str(&table(runs, o));
-    out.push_str(&knees(runs, o));
-    println!("{out}");
-    if std::fs::create_dir_all(&o.out).is_ok() {
-        let _ = std::fs::write(o.out.join("results.md"), &out);
-        let mut csv =
-            String::from("round_index,rate,system,ok,failed,cpu_us_per_call,peak_rss_kb\n");
-        for (i, r) in runs.iter().enumerate() {
-            let _ = writeln!(
-                csv,
-                "{i},{},{},{},{},{:.2},{}",
-                r.rate,
-                r.system.name(),
-                r.ok,
-                r.failed,
-                r.cpu_us_per_call,
-                r.peak_rss_kb
-            );
-        }
-        let _ = std::fs::write(o.out.join("runs.csv"), csv);
-    }
 }
 
 fn main() -> ExitCode {
@@ -567,7 +509,7 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     };
     drop(servers);
-    write_results(&o, &runs, started);
+    report::write_results(&o, &runs, started);
     let failed: u64 = runs.iter().map(|r| r.failed).sum();
     if failed > 0 {
         eprintln!("sip-bench: {failed} failed calls in total");
