@@ -4,7 +4,7 @@
 
 use std::{
     net::{IpAddr, SocketAddr},
-    process::{Command, Stdio},
+    process::{Child, Command, Stdio},
     time::Duration,
 };
 
@@ -37,6 +37,30 @@ fn uac(addr: &str, relay: SocketAddr) -> testbed::SippReport {
         .unwrap()
 }
 
+/// The `blind-relay` binary on a free port of `addr`, relaying to
+/// `upstreams`, once it listens; it stops by itself after 30 s.
+fn relay_binary(addr: &str, upstreams: &[SocketAddr]) -> (Child, SocketAddr) {
+    let relay_ip = ip(addr);
+    let listen = SocketAddr::new(relay_ip, free_port(relay_ip).unwrap());
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_blind-relay"));
+    cmd.arg("--listen").arg(listen.to_string());
+    for u in upstreams {
+        cmd.arg("--upstream").arg(u.to_string());
+    }
+    let relay = cmd
+        .args(["--seconds", "30"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(wait_listening(
+        listen,
+        Transport::Udp,
+        Duration::from_secs(5)
+    ));
+    (relay, listen)
+}
+
 #[test]
 fn stock_call_through_the_in_process_relay() {
     let server = uas("127.0.78.20");
@@ -62,24 +86,7 @@ fn stock_call_through_the_in_process_relay() {
 #[test]
 fn stock_call_through_the_blind_relay_binary() {
     let server = uas("127.0.78.21");
-    let relay_ip = ip("127.0.78.31");
-    let listen = SocketAddr::new(relay_ip, free_port(relay_ip).unwrap());
-    let mut relay = Command::new(env!("CARGO_BIN_EXE_blind-relay"))
-        .arg("--listen")
-        .arg(listen.to_string())
-        .arg("--upstream")
-        .arg(server.local_addr().to_string())
-        .arg("--seconds")
-        .arg("30")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    assert!(wait_listening(
-        listen,
-        Transport::Udp,
-        Duration::from_secs(5)
-    ));
+    let (mut relay, listen) = relay_binary("127.0.78.31", &[server.local_addr()]);
     let report = uac("127.0.78.11", listen);
     let cpu = ProcStats::sample(relay.id()).unwrap();
     relay.kill().unwrap();
@@ -102,25 +109,8 @@ fn the_relay_binary_keeps_each_call_on_one_of_several_upstreams() {
                 .unwrap()
         })
         .collect();
-    let relay_ip = ip("127.0.78.32");
-    let listen = SocketAddr::new(relay_ip, free_port(relay_ip).unwrap());
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_blind-relay"));
-    cmd.arg("--listen").arg(listen.to_string());
-    for s in &servers {
-        cmd.arg("--upstream").arg(s.local_addr().to_string());
-    }
-    let mut relay = cmd
-        .arg("--seconds")
-        .arg("30")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    assert!(wait_listening(
-        listen,
-        Transport::Udp,
-        Duration::from_secs(5)
-    ));
+    let upstreams: Vec<SocketAddr> = servers.iter().map(|s| s.local_addr()).collect();
+    let (mut relay, listen) = relay_binary("127.0.78.32", &upstreams);
     let report = uac("127.0.78.12", listen);
     relay.kill().unwrap();
     relay.wait().unwrap();
