@@ -265,6 +265,21 @@ fn gate_site(dir: &Path, listen: SocketAddr, drain: bool) -> Result<PathBuf, Str
     Ok(site)
 }
 
+/// Starts a proxy binary with its output discarded; the error names the
+/// binary and the package that builds it.
+fn spawn_quiet(mut cmd: Command, package: &str) -> Result<Child, String> {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| {
+            format!(
+                "starting {}: {e} (cargo build --release -p {package})",
+                cmd.get_program().to_string_lossy()
+            )
+        })
+}
+
 fn start(system: System, o: &Opts) -> Result<Proxy, String> {
     let dir = tempfile::Builder::new()
         .prefix("sip-bench-")
@@ -279,19 +294,9 @@ fn start(system: System, o: &Opts) -> Result<Proxy, String> {
             for i in 0..3 {
                 args.extend(["--upstream".to_string(), uas_addr(i).to_string()]);
             }
-            let c = Command::new(o.relay())
-                .args(&args)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .map_err(|e| {
-                    format!(
-                        "starting {}: {e} (cargo build --release -p testbed)",
-                        o.relay().display()
-                    )
-                })?;
-            (Some(c), None)
+            let mut c = Command::new(o.relay());
+            c.args(&args);
+            (Some(spawn_quiet(c, "testbed")?), None)
         }
         System::Kamailio => {
             // 1 GB of shared and 64 MB of private memory: tm keeps every
@@ -316,21 +321,9 @@ fn start(system: System, o: &Opts) -> Result<Proxy, String> {
         }
         System::Gate | System::GateDrain => {
             let site = gate_site(dir.path(), addr, system == System::GateDrain)?;
-            let c = Command::new(o.gate())
-                .arg("--config")
-                .arg(&site)
-                .env("RUST_LOG", "warn")
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .map_err(|e| {
-                    format!(
-                        "starting {}: {e} (cargo build --release -p sip-gate)",
-                        o.gate().display()
-                    )
-                })?;
-            (Some(c), None)
+            let mut c = Command::new(o.gate());
+            c.arg("--config").arg(&site).env("RUST_LOG", "warn");
+            (Some(spawn_quiet(c, "sip-gate")?), None)
         }
     };
     let proxy = Proxy {
