@@ -37,9 +37,8 @@ mod report;
 
 /// SIPp's socket buffers, bytes (the kernel caps them at
 /// `net.core.rmem_max`). With SIPp's default of 64 KiB the caller's receive
-/// queue overflowed while SIPp was off the CPU (25 datagrams at 5000
-/// calls/s in one run, none at the proxy or the servers): calls then failed
-/// for the load generator's sake, whichever proxy was measured.
+/// queue overflowed (25 datagrams in one run at 5000 calls/s, none at the
+/// proxy or the servers) and a call failed for the load generator's sake.
 const SIPP_BUFFER: &str = "4194304";
 
 /// The benchmark's own loopback network: 127.77.0.0/24.
