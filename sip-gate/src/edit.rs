@@ -9,7 +9,6 @@ use bytes::{Bytes, BytesMut};
 use smallvec::{smallvec, SmallVec};
 use thiserror::Error;
 
-use crate::lex;
 use crate::message::SipMessage;
 
 /// Why a set of edits cannot be applied.
@@ -177,17 +176,13 @@ impl<'m> Splice<'m> {
         field_index: usize,
         elements: &[Range<usize>],
     ) -> Result<(), EditError> {
-        let f = self
-            .msg
-            .headers()
-            .get(field_index)
-            .ok_or(EditError::NoSuchElement)?;
         // A response loses its top Via, a request the gate's Routes: a few
         // elements, held without an allocation.
-        let elems: SmallVec<[Range<usize>; 4]> =
-            lex::list_elements(self.msg.raw(), f.value.clone())
-                .ok_or(EditError::NoSuchElement)?
-                .collect();
+        let elems: SmallVec<[Range<usize>; 4]> = self
+            .msg
+            .elements(field_index)
+            .ok_or(EditError::NoSuchElement)?
+            .collect();
         let mut gone: SmallVec<[bool; 8]> = smallvec![false; elems.len()];
         for e in elements {
             let pos = elems

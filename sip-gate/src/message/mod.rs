@@ -34,7 +34,7 @@ use std::ops::Range;
 
 use bytes::Bytes;
 
-use crate::lex::{self, find_param, skip_lws, split_list, take_while, ContentLength};
+use crate::lex::{self, find_param, skip_lws, take_while, ContentLength};
 
 /// Header lines a message is expected to have at most: the vector of lines
 /// is allocated once at this size, and grows only for longer messages. At 16
@@ -459,10 +459,11 @@ impl SipMessage {
     }
 
     /// The comma-separated elements of one header line (quotes and `<>`
-    /// respected), `None` if unbalanced. Used by [`crate::edit`].
-    pub fn elements(&self, field_index: usize) -> Option<Vec<Range<usize>>> {
+    /// respected), `None` if unbalanced. A one-element value (most of them)
+    /// needs no allocation.
+    pub fn elements(&self, field_index: usize) -> Option<impl Iterator<Item = Range<usize>>> {
         let f = self.headers.get(field_index)?;
-        split_list(&self.raw, f.value.clone())
+        lex::list_elements(&self.raw, f.value.clone())
     }
 }
 

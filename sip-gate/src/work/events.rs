@@ -307,7 +307,7 @@ fn contact_elements(msg: &SipMessage) -> usize {
         .iter()
         .enumerate()
         .filter(|(_, f)| f.name == HeaderName::Contact)
-        .map(|(i, _)| msg.elements(i).map_or(usize::MAX / 2, |e| e.len()))
+        .map(|(i, _)| msg.elements(i).map_or(usize::MAX / 2, Iterator::count))
         .sum()
 }
 
