@@ -408,8 +408,18 @@ async fn three_gates_one_truth_through_drain_leader_loss_and_outage() {
         let api = site.api;
         tokio::spawn(async move { http(api, "POST", "/v1/profiles/srv-0/deactivate", "").await })
     };
+    let killed = Instant::now();
     blocking(|| etcd.kill(leader));
     let (code, body) = change.await.unwrap();
+    eprintln!(
+        "leader killed: change answered {code} after {:?}",
+        killed.elapsed()
+    );
+    if code != 200 {
+        for i in 0..etcd.len() {
+            eprintln!("etcd member {i}:\n{}", etcd.log_tail(i));
+        }
+    }
     assert_eq!(code, 200, "acknowledged despite the leader's death: {body}");
     let applied = blocking(|| site.until_all_at(3.0, Duration::from_secs(10)));
     eprintln!(
