@@ -464,6 +464,17 @@ async fn three_gates_one_truth_through_drain_leader_loss_and_outage() {
         drop(site.gates.pop());
         GateProc::start(2, dir.path(), &eps)
     });
+    // Its admin endpoint answers before the store is opened: the view
+    // comes once etcd has failed to answer, a few seconds later.
+    let t0 = Instant::now();
+    while !g2.log().contains("drain view loaded") {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the restarted gate never loaded a view: {}",
+            g2.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let log = g2.log();
     assert!(log.contains("view cache"), "{log}");
     assert_eq!(g2.metric("ringsync_store_stale"), 1.0);
