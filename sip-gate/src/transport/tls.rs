@@ -156,16 +156,17 @@ impl TlsSide {
     /// Reads the certificate and key again (`why`: `sighup`, `changed`):
     /// true when the new pair is in force, false (logged, counted) when it
     /// did not load and the old one stays.
+    /// Logged before counted: whoever sees the count finds the line.
     pub(crate) fn reload(&self, why: &'static str) -> bool {
         match self.files.reload() {
             Ok(()) => {
-                m::tls_reload("ok");
                 log_leaf(&self.files, why);
+                m::tls_reload("ok");
                 true
             }
             Err(e) => {
-                m::tls_reload("error");
                 tracing::error!(error = %e, trigger = why, "TLS certificate not reloaded: keeping the one in force");
+                m::tls_reload("error");
                 false
             }
         }
