@@ -172,8 +172,8 @@ fn socket_drops() -> Vec<(SocketAddr, u64)> {
             continue;
         };
         for line in table.lines().skip(1) {
-            let cols: Vec<&str> = line.split_whitespace().collect();
-            let local = cols.get(1).and_then(|c| parse_hex_addr(c));
+            let mut cols = line.split_whitespace();
+            let local = cols.nth(1).and_then(parse_hex_addr);
             let drops = cols.last().and_then(|c| c.parse::<u64>().ok());
             let (Some((ip, port)), Some(drops)) = (local, drops) else {
                 continue;

@@ -46,6 +46,9 @@ fn ip(host: u8) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(127, 77, 0, host))
 }
 
+/// The SIPp servers (one per sg) every system spreads calls over.
+const SERVERS: u8 = 3;
+
 fn uas_addr(i: u8) -> SocketAddr {
     SocketAddr::new(ip(11 + i), 5060)
 }
@@ -187,7 +190,9 @@ impl Drops {
     /// Between two readings around a run of the proxy at `proxy`.
     fn between(before: &UdpDrops, after: &UdpDrops, proxy: SocketAddr) -> Drops {
         let proxy = after.at_since(before, proxy);
-        let servers = (0..3).map(|i| after.at_since(before, uas_addr(i))).sum();
+        let servers = (0..SERVERS)
+            .map(|i| after.at_since(before, uas_addr(i)))
+            .sum();
         Drops {
             proxy,
             servers,
@@ -242,10 +247,10 @@ fn gate_site(dir: &Path, listen: SocketAddr, drain: bool) -> Result<PathBuf, Str
         t,
         "[overload]\nper_source_rate = 100000\nper_source_burst = 100000\n"
     );
-    for i in 0..3u8 {
+    for i in 0..SERVERS {
         let _ = writeln!(t, "[[server]]\nname = \"srv-{i}\"");
     }
-    for i in 0..3u8 {
+    for i in 0..SERVERS {
         let _ = writeln!(
             t,
             "[[instance]]\nid = \"sg-{i}\"\nservice = \"sg\"\nserver = \"srv-{i}\"\nsip = \"{}\"",
@@ -290,7 +295,7 @@ fn start(system: System, o: &Opts) -> Result<Proxy, String> {
             // The same three servers as the gate and Kamailio: a relay to one
             // of them would have fewer processes to wake on the same cores.
             let mut args = vec!["--listen".to_string(), addr.to_string()];
-            for i in 0..3 {
+            for i in 0..SERVERS {
                 args.extend(["--upstream".to_string(), uas_addr(i).to_string()]);
             }
             let mut c = Command::new(o.relay());
@@ -310,7 +315,7 @@ fn start(system: System, o: &Opts) -> Result<Proxy, String> {
                 .arg("1024")
                 .arg("-M")
                 .arg("64");
-            for i in 0..3 {
+            for i in 0..SERVERS {
                 k = k.destination(uas_addr(i), Transport::Udp);
             }
             (
@@ -339,7 +344,7 @@ fn start(system: System, o: &Opts) -> Result<Proxy, String> {
 }
 
 fn servers() -> Result<Vec<SippHandle>, String> {
-    (0..3)
+    (0..SERVERS)
         .map(|i| {
             // -aa: answer the gate's OPTIONS health probes with 200, as a
             // real sg does; unanswered, every sg would be `down` and the
@@ -418,7 +423,7 @@ fn new_work_spread(admin: SocketAddr) -> String {
     let _ = conn.write_all(b"GET /metrics HTTP/1.0\r\nHost: bench\r\n\r\n");
     let mut body = String::new();
     let _ = conn.read_to_string(&mut body);
-    (0..3)
+    (0..SERVERS)
         .map(|i| {
             let key = format!("sipgate_new_work_total{{instance=\"sg-{i}\"}} ");
             let n = body
