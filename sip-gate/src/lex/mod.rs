@@ -6,7 +6,7 @@
 //!
 //! Every function works on a buffer and offsets into it, never copies, and
 //! stays within the buffer whatever the offsets (out-of-range reads are
-//! empty, arithmetic saturates).
+//! empty; arithmetic saturates, or adds offsets already within the buffer).
 
 use std::ops::Range;
 
@@ -65,9 +65,8 @@ pub(crate) struct RawHeader {
 pub(crate) fn header_lines(buf: &[u8], range: Range<usize>) -> HeaderLines<'_> {
     let end = range.end.min(buf.len());
     HeaderLines {
-        buf,
+        buf: buf.get(..end).unwrap_or_default(),
         pos: range.start,
-        end,
         open: false,
         head: None,
     }
@@ -80,7 +79,6 @@ pub(crate) fn header_lines_open(buf: &[u8], start: usize) -> HeaderLines<'_> {
     HeaderLines {
         buf,
         pos: start,
-        end: buf.len(),
         open: true,
         head: None,
     }
@@ -88,9 +86,9 @@ pub(crate) fn header_lines_open(buf: &[u8], start: usize) -> HeaderLines<'_> {
 
 /// Iterator returned by [`header_lines`] and [`header_lines_open`].
 pub(crate) struct HeaderLines<'a> {
+    /// The buffer cut at the end of the walk, so its length bounds every line.
     buf: &'a [u8],
     pos: usize,
-    end: usize,
     /// Stops at the first empty line and notes it in `head`.
     open: bool,
     head: Option<HeadEnd>,
@@ -99,80 +97,50 @@ pub(crate) struct HeaderLines<'a> {
 impl Iterator for HeaderLines<'_> {
     type Item = RawHeader;
 
+    #[inline]
     fn next(&mut self) -> Option<RawHeader> {
-        if self.pos >= self.end {
-            return None;
-        }
+        let buf = self.buf;
         let start = self.pos;
+        let rest = buf.get(start..).filter(|r| !r.is_empty())?;
         if self.open {
             // Every line start follows a LF: an empty line here is the one
             // `find_head_end` looks for.
-            let body_start = match self.buf.get(start..) {
-                Some([b'\n', ..]) => start.saturating_add(1),
-                Some([b'\r', b'\n', ..]) => start.saturating_add(2),
+            let terminator = match rest {
+                [b'\n', ..] => 1,
+                [b'\r', b'\n', ..] => 2,
                 _ => 0,
             };
-            if body_start > 0 {
+            if terminator > 0 {
                 self.head = Some(HeadEnd {
                     header_end: start,
-                    body_start,
+                    body_start: start + terminator,
                 });
-                self.pos = self.end;
+                self.pos = buf.len();
                 return None;
             }
         }
-        let first_end = self.line_end(start);
-        let mut end = first_end;
-        while end < self.end && matches!(self.buf.get(end), Some(b' ' | b'\t')) {
-            end = self.line_end(end);
-        }
-        self.pos = end;
-
-        let first = self.buf.get(start..first_end).unwrap_or_default();
-        // The usual line, `Token: value` or `Token : value`, in one walk over
-        // the name; anything else takes the general path below.
-        let name_len = first
+        // The usual line, `Token: value` or `Token : value`, in one walk:
+        // the name (neither it nor the gap can hold a LF, so the colon is on
+        // the first physical line), then the line end from the colon on.
+        let name_len = rest
             .iter()
             .position(|&b| !is_token(b))
-            .unwrap_or(first.len());
-        let after_name = first.get(name_len..).unwrap_or_default();
-        let gap = after_name
-            .iter()
-            .position(|&b| b != b' ' && b != b'\t')
-            .unwrap_or(after_name.len());
-        if name_len > 0 && after_name.get(gap) == Some(&b':') {
-            let colon = start.saturating_add(name_len).saturating_add(gap);
-            return Some(RawHeader {
-                line: start..end,
-                name: start..start.saturating_add(name_len),
-                value: trim(self.buf, colon.saturating_add(1)..end),
-                well_formed: true,
-            });
+            .unwrap_or(rest.len());
+        let mut colon = name_len;
+        while matches!(rest.get(colon), Some(b' ' | b'\t')) {
+            colon += 1;
         }
-        let Some(colon) = memchr::memchr(b':', first) else {
-            return Some(RawHeader {
-                line: start..end,
-                name: start..start,
-                value: start..start,
-                well_formed: false,
-            });
-        };
-        let colon = start.saturating_add(colon);
-        let name = trim(self.buf, start..colon);
-        // A first header line that starts with whitespace would be a fold of
-        // the start line, which RFC 3261 does not allow.
-        let name_ok = !name.is_empty()
-            && name.start == start
-            && self
-                .buf
-                .get(name.clone())
-                .is_some_and(|n| n.iter().all(|&b| is_token(b)));
-        let value = trim(self.buf, colon.saturating_add(1)..end);
+        if name_len == 0 || rest.get(colon) != Some(&b':') {
+            return Some(self.odd_line(start));
+        }
+        let value_start = start + colon + 1;
+        let end = self.logical_end(value_start);
+        self.pos = end;
         Some(RawHeader {
             line: start..end,
-            name,
-            value,
-            well_formed: name_ok,
+            name: start..start + name_len,
+            value: trim(buf, value_start..end),
+            well_formed: true,
         })
     }
 }
@@ -183,12 +151,60 @@ impl HeaderLines<'_> {
         self.head
     }
 
-    /// End (exclusive, after the LF) of the physical line starting at `from`.
+    /// A line that is not `Token: value`: no colon, whitespace or other
+    /// bytes before it, or no name at all.
+    #[cold]
+    fn odd_line(&mut self, start: usize) -> RawHeader {
+        let end = self.logical_end(start);
+        self.pos = end;
+        let first = self
+            .buf
+            .get(start..self.line_end(start))
+            .unwrap_or_default();
+        let Some(colon) = memchr::memchr(b':', first) else {
+            return RawHeader {
+                line: start..end,
+                name: start..start,
+                value: start..start,
+                well_formed: false,
+            };
+        };
+        let colon = start + colon;
+        let name = trim(self.buf, start..colon);
+        // A first header line that starts with whitespace would be a fold of
+        // the start line, which RFC 3261 does not allow.
+        let name_ok = !name.is_empty()
+            && name.start == start
+            && self
+                .buf
+                .get(name.clone())
+                .is_some_and(|n| n.iter().all(|&b| is_token(b)));
+        RawHeader {
+            line: start..end,
+            name,
+            value: trim(self.buf, colon + 1..end),
+            well_formed: name_ok,
+        }
+    }
+
+    /// End of the logical line holding `from`: after the LF of its last
+    /// physical line (folds, lines starting with SP or HT, included).
+    #[inline]
+    fn logical_end(&self, from: usize) -> usize {
+        let mut end = self.line_end(from);
+        while matches!(self.buf.get(end), Some(b' ' | b'\t')) {
+            end = self.line_end(end);
+        }
+        end
+    }
+
+    /// End (exclusive, after the LF) of the physical line holding `from`.
+    #[inline]
     fn line_end(&self, from: usize) -> usize {
-        let rest = self.buf.get(from..self.end).unwrap_or_default();
+        let rest = self.buf.get(from..).unwrap_or_default();
         match memchr::memchr(b'\n', rest) {
-            Some(i) => from.saturating_add(i).saturating_add(1),
-            None => self.end,
+            Some(i) => from + i + 1,
+            None => self.buf.len(),
         }
     }
 }
@@ -220,6 +236,7 @@ const TOKEN: [bool; 256] = {
 };
 
 /// Shrinks `range` so it neither starts nor ends with whitespace.
+#[inline]
 pub(crate) fn trim(buf: &[u8], range: Range<usize>) -> Range<usize> {
     let Some(bytes) = buf.get(range.clone()) else {
         return range.start..range.start;
@@ -228,7 +245,8 @@ pub(crate) fn trim(buf: &[u8], range: Range<usize>) -> Range<usize> {
         return range.start..range.start;
     };
     let last = bytes.iter().rposition(|&b| !is_lws(b)).unwrap_or(first);
-    range.start.saturating_add(first)..range.start.saturating_add(last).saturating_add(1)
+    // Both are below `bytes.len()`, so within `range`.
+    range.start + first..range.start + last + 1
 }
 
 /// Parses an unsigned decimal made only of digits, `None` on anything else
@@ -282,19 +300,26 @@ pub(crate) fn content_length_of(
     buf: &[u8],
     values: impl IntoIterator<Item = Range<usize>>,
 ) -> ContentLength {
-    let mut found = ContentLength::Absent;
-    for v in values {
-        let value = buf.get(v).unwrap_or_default();
-        let n = match parse_decimal(value).and_then(|n| usize::try_from(n).ok()) {
-            Some(n) => n,
-            None => return ContentLength::Bad,
+    values.into_iter().fold(ContentLength::Absent, |found, v| {
+        found.and(buf.get(v).unwrap_or_default())
+    })
+}
+
+impl ContentLength {
+    /// What the lines so far and one more `Content-Length` value add up to:
+    /// the first bad or conflicting value decides for good.
+    pub(crate) fn and(self, value: &[u8]) -> ContentLength {
+        if matches!(self, ContentLength::Bad | ContentLength::Conflicting) {
+            return self;
+        }
+        let Some(n) = parse_decimal(value).and_then(|n| usize::try_from(n).ok()) else {
+            return ContentLength::Bad;
         };
-        found = match found {
-            ContentLength::Value(prev) if prev != n => return ContentLength::Conflicting,
+        match self {
+            ContentLength::Value(prev) if prev != n => ContentLength::Conflicting,
             _ => ContentLength::Value(n),
-        };
+        }
     }
-    found
 }
 
 /// End of the run starting at `pos` (bounded by `end`) of bytes matching `f`.
