@@ -97,8 +97,21 @@ pub(crate) struct HeaderLines<'a> {
 impl Iterator for HeaderLines<'_> {
     type Item = RawHeader;
 
-    #[inline]
     fn next(&mut self) -> Option<RawHeader> {
+        self.next_named(|_| None::<()>).map(|(h, _)| h)
+    }
+}
+
+impl HeaderLines<'_> {
+    /// The next line, as [`Iterator::next`] gives it, with what `known`
+    /// says of its name when the line is well formed. `known` may answer
+    /// `Some` only for a name made of token bytes: the walk then skips its
+    /// own check of them.
+    #[inline]
+    pub(crate) fn next_named<K>(
+        &mut self,
+        known: impl Fn(&[u8]) -> Option<K>,
+    ) -> Option<(RawHeader, Option<K>)> {
         let buf = self.buf;
         let start = self.pos;
         let rest = buf.get(start..).filter(|r| !r.is_empty())?;
@@ -119,33 +132,23 @@ impl Iterator for HeaderLines<'_> {
                 return None;
             }
         }
-        // The usual line, `Token: value` or `Token : value`, in one walk:
-        // the name (neither it nor the gap can hold a LF, so the colon is on
-        // the first physical line), then the line end from the colon on.
-        let name_len = rest
-            .iter()
-            .position(|&b| !is_token(b))
-            .unwrap_or(rest.len());
-        let mut colon = name_len;
-        while matches!(rest.get(colon), Some(b' ' | b'\t')) {
-            colon += 1;
-        }
-        if name_len == 0 || rest.get(colon) != Some(&b':') {
-            return Some(self.odd_line(start));
-        }
+        let Some((name_len, colon, kind)) = name_and_colon(rest, known) else {
+            return Some((self.odd_line(start), None));
+        };
+        // The name and the gap hold no LF, so the line end is searched from
+        // the colon on.
         let value_start = start + colon + 1;
         let end = self.logical_end(value_start);
         self.pos = end;
-        Some(RawHeader {
+        let line = RawHeader {
             line: start..end,
             name: start..start + name_len,
             value: trim(buf, value_start..end),
             well_formed: true,
-        })
+        };
+        Some((line, kind))
     }
-}
 
-impl HeaderLines<'_> {
     /// Where the walk of [`header_lines_open`] found the empty line.
     pub(crate) fn head_end(&self) -> Option<HeadEnd> {
         self.head
@@ -207,6 +210,76 @@ impl HeaderLines<'_> {
             None => self.buf.len(),
         }
     }
+}
+
+/// The usual line, `Token: value` or `Token : value`: the name's length,
+/// the colon's offset in `rest`, and what `known` says of the name; `None`
+/// for any other line. The colon is looked for a word at a time within the
+/// first [`NAME_WINDOW`] bytes (a colon there past the first line end leaves
+/// a name with a LF, which is no token); a longer name is walked byte by
+/// byte, so no line costs more than its own length.
+#[inline]
+fn name_and_colon<K>(
+    rest: &[u8],
+    known: impl Fn(&[u8]) -> Option<K>,
+) -> Option<(usize, usize, Option<K>)> {
+    let colon = match colon_within_window(rest) {
+        Some(colon) => colon,
+        None => {
+            let name_len = rest
+                .iter()
+                .position(|&b| !is_token(b))
+                .unwrap_or(rest.len());
+            let mut colon = name_len;
+            while matches!(rest.get(colon), Some(b' ' | b'\t')) {
+                colon += 1;
+            }
+            if name_len == 0 || rest.get(colon) != Some(&b':') {
+                return None;
+            }
+            let kind = known(rest.get(..name_len)?);
+            return Some((name_len, colon, kind));
+        }
+    };
+    let mut name = rest.get(..colon)?;
+    while let [head @ .., b' ' | b'\t'] = name {
+        name = head;
+    }
+    if name.is_empty() {
+        return None;
+    }
+    let kind = known(name);
+    if kind.is_none() && !name.iter().all(|&b| is_token(b)) {
+        return None;
+    }
+    Some((name.len(), colon, kind))
+}
+
+/// Bytes [`name_and_colon`] searches a word at a time: the longest known
+/// header name (19 bytes) and its colon fit.
+const NAME_WINDOW: usize = 24;
+
+/// Offset of the first `:` within the first [`NAME_WINDOW`] bytes of
+/// `rest`, eight at a time; `None` if there is none there or `rest` ends
+/// before a word is complete.
+#[inline]
+fn colon_within_window(rest: &[u8]) -> Option<usize> {
+    const ONES: u64 = u64::from_le_bytes([0x01; 8]);
+    const HIGHS: u64 = u64::from_le_bytes([0x80; 8]);
+    const COLONS: u64 = u64::from_le_bytes([b':'; 8]);
+    let mut at = 0;
+    while at < NAME_WINDOW {
+        let word = <[u8; 8]>::try_from(rest.get(at..at + 8)?).ok()?;
+        // Zero bytes of `x` are colons; the lowest high bit set in `hit`
+        // marks the first one exactly (a borrow only reaches higher bytes).
+        let x = u64::from_le_bytes(word) ^ COLONS;
+        let hit = x.wrapping_sub(ONES) & !x & HIGHS;
+        if hit != 0 {
+            return Some(at + (hit.trailing_zeros() / 8) as usize);
+        }
+        at += 8;
+    }
+    None
 }
 
 /// Linear whitespace as it may appear inside a (possibly folded) value.

@@ -121,9 +121,9 @@ impl SipMessage {
         let mut bad_header = false;
         let mut content_length = ContentLength::Absent;
         let mut lines = lex::header_lines_open(buf, line_end.saturating_add(1));
-        for h in lines.by_ref() {
+        while let Some((h, known)) = lines.next_named(HeaderName::known) {
             let name = if h.well_formed {
-                HeaderName::from_bytes(buf.get(h.name.clone()).unwrap_or_default())
+                known.unwrap_or(HeaderName::Other)
             } else {
                 bad_header = true;
                 HeaderName::Other

@@ -255,6 +255,12 @@ impl HeaderName {
         }
     }
 
+    /// The header a name is, `None` for `Other`. Only a known name, which
+    /// is made of token bytes, is `Some` (the lexer relies on that).
+    pub(crate) fn known(name: &[u8]) -> Option<HeaderName> {
+        Some(HeaderName::from_bytes(name)).filter(|h| *h != HeaderName::Other)
+    }
+
     /// The canonical long name, `None` for `Other`.
     pub fn as_str(&self) -> Option<&'static str> {
         HEADER_NAMES
