@@ -57,10 +57,23 @@ const METHODS: &[(&str, Method)] = &[
 impl Method {
     /// Classifies a method token (case-sensitive).
     pub fn from_token(token: &[u8]) -> Method {
-        METHODS
-            .iter()
-            .find(|(name, _)| name.as_bytes() == token)
-            .map_or(Method::Other, |&(_, m)| m)
+        match token {
+            b"INVITE" => Method::Invite,
+            b"ACK" => Method::Ack,
+            b"BYE" => Method::Bye,
+            b"CANCEL" => Method::Cancel,
+            b"REGISTER" => Method::Register,
+            b"SUBSCRIBE" => Method::Subscribe,
+            b"NOTIFY" => Method::Notify,
+            b"OPTIONS" => Method::Options,
+            b"UPDATE" => Method::Update,
+            b"PRACK" => Method::Prack,
+            b"INFO" => Method::Info,
+            b"MESSAGE" => Method::Message,
+            b"REFER" => Method::Refer,
+            b"PUBLISH" => Method::Publish,
+            _ => Method::Other,
+        }
     }
 
     /// The canonical token, `None` for `Other`.
@@ -335,7 +348,20 @@ fn word_eq<const N: usize>(name: &[u8], lower: &[u8], at: usize) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::{HeaderName, HEADER_NAMES};
+    use super::{HeaderName, Method, HEADER_NAMES, METHODS};
+
+    #[test]
+    fn every_method_is_classified_case_sensitively() {
+        for (name, m) in METHODS {
+            assert_eq!(Method::from_token(name.as_bytes()), *m);
+            assert_eq!(m.as_str(), Some(*name));
+            let lower = name.to_ascii_lowercase();
+            assert_eq!(Method::from_token(lower.as_bytes()), Method::Other);
+            assert_eq!(Method::from_token(&name.as_bytes()[1..]), Method::Other);
+        }
+        assert_eq!(Method::from_token(b"FOO"), Method::Other);
+        assert_eq!(Method::from_token(b""), Method::Other);
+    }
 
     /// Every known name in three cases and its compact form in two is
     /// classified; a name one byte off (a changed letter, a CR for a `-`,
