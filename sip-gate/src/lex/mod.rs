@@ -132,18 +132,25 @@ impl HeaderLines<'_> {
                 return None;
             }
         }
-        let Some((name_len, colon, kind)) = name_and_colon(rest, known) else {
-            return Some((self.odd_line(start), None));
+        let Some((name_len, colon, kind)) = name_and_colon(rest, &known) else {
+            let line = odd_line(buf, start);
+            self.pos = line.line.end;
+            // Such a line can still be well formed (`Via\r: x`).
+            let kind = line
+                .well_formed
+                .then(|| known(buf.get(line.name.clone()).unwrap_or_default()))
+                .flatten();
+            return Some((line, kind));
         };
         // The name and the gap hold no LF, so the line end is searched from
         // the colon on.
         let value_start = start + colon + 1;
-        let end = self.logical_end(value_start);
+        let end = logical_end(buf, value_start);
         self.pos = end;
         let line = RawHeader {
             line: start..end,
             name: start..start + name_len,
-            value: trim(buf, value_start..end),
+            value: trim_value(buf, value_start, end),
             well_formed: true,
         };
         Some((line, kind))
@@ -153,63 +160,77 @@ impl HeaderLines<'_> {
     pub(crate) fn head_end(&self) -> Option<HeadEnd> {
         self.head
     }
+}
 
-    /// A line that is not `Token: value`: no colon, whitespace or other
-    /// bytes before it, or no name at all.
-    #[cold]
-    fn odd_line(&mut self, start: usize) -> RawHeader {
-        let end = self.logical_end(start);
-        self.pos = end;
-        let first = self
-            .buf
-            .get(start..self.line_end(start))
-            .unwrap_or_default();
-        let Some(colon) = memchr::memchr(b':', first) else {
-            return RawHeader {
-                line: start..end,
-                name: start..start,
-                value: start..start,
-                well_formed: false,
-            };
-        };
-        let colon = start + colon;
-        let name = trim(self.buf, start..colon);
-        // A first header line that starts with whitespace would be a fold of
-        // the start line, which RFC 3261 does not allow.
-        let name_ok = !name.is_empty()
-            && name.start == start
-            && self
-                .buf
-                .get(name.clone())
-                .is_some_and(|n| n.iter().all(|&b| is_token(b)));
-        RawHeader {
+/// A line that is not `Token: value` (no colon, whitespace or other bytes
+/// before it, or no name at all) starting at `start`.
+#[cold]
+fn odd_line(buf: &[u8], start: usize) -> RawHeader {
+    let end = logical_end(buf, start);
+    let first = buf.get(start..line_end(buf, start)).unwrap_or_default();
+    let Some(colon) = memchr::memchr(b':', first) else {
+        return RawHeader {
             line: start..end,
-            name,
-            value: trim(self.buf, colon + 1..end),
-            well_formed: name_ok,
-        }
+            name: start..start,
+            value: start..start,
+            well_formed: false,
+        };
+    };
+    let colon = start + colon;
+    let name = trim(buf, start..colon);
+    // A first header line that starts with whitespace would be a fold of
+    // the start line, which RFC 3261 does not allow.
+    let name_ok = !name.is_empty()
+        && name.start == start
+        && buf
+            .get(name.clone())
+            .is_some_and(|n| n.iter().all(|&b| is_token(b)));
+    RawHeader {
+        line: start..end,
+        name,
+        value: trim(buf, colon + 1..end),
+        well_formed: name_ok,
     }
+}
 
-    /// End of the logical line holding `from`: after the LF of its last
-    /// physical line (folds, lines starting with SP or HT, included).
-    #[inline]
-    fn logical_end(&self, from: usize) -> usize {
-        let mut end = self.line_end(from);
-        while matches!(self.buf.get(end), Some(b' ' | b'\t')) {
-            end = self.line_end(end);
-        }
-        end
+/// End of the logical line holding `from`: after the LF of its last
+/// physical line (folds, lines starting with SP or HT, included).
+#[inline]
+fn logical_end(buf: &[u8], from: usize) -> usize {
+    let mut end = line_end(buf, from);
+    while matches!(buf.get(end), Some(b' ' | b'\t')) {
+        end = line_end(buf, end);
     }
+    end
+}
 
-    /// End (exclusive, after the LF) of the physical line holding `from`.
-    #[inline]
-    fn line_end(&self, from: usize) -> usize {
-        let rest = self.buf.get(from..).unwrap_or_default();
-        match memchr::memchr(b'\n', rest) {
-            Some(i) => from + i + 1,
-            None => self.buf.len(),
-        }
+/// End (exclusive, after the LF) of the physical line holding `from`.
+#[inline]
+fn line_end(buf: &[u8], from: usize) -> usize {
+    let rest = buf.get(from..).unwrap_or_default();
+    match memchr::memchr(b'\n', rest) {
+        Some(i) => from + i + 1,
+        None => buf.len(),
     }
+}
+
+/// The value of a header line: `buf[from..end]` without leading and
+/// trailing whitespace, as [`trim`] gives it; the usual line end (CRLF) is
+/// dropped before the byte-by-byte walk back.
+#[inline]
+fn trim_value(buf: &[u8], from: usize, end: usize) -> Range<usize> {
+    let bytes = buf.get(from..end).unwrap_or_default();
+    let Some(lead) = bytes.iter().position(|&b| !is_lws(b)) else {
+        return from..from;
+    };
+    let mut value = bytes.get(lead..).unwrap_or_default();
+    if let [v @ .., b'\r', b'\n'] = value {
+        value = v;
+    }
+    while let [v @ .., b' ' | b'\t' | b'\r' | b'\n'] = value {
+        value = v;
+    }
+    from + lead..from + lead + value.len()
 }
 
 /// The usual line, `Token: value` or `Token : value`: the name's length,

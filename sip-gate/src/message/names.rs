@@ -211,6 +211,7 @@ const HEADER_NAMES: &[(&[u8], Option<u8>, HeaderName)] = &[
 
 impl HeaderName {
     /// Classifies a header name, case-insensitively, compact forms included.
+    #[inline]
     pub fn from_bytes(name: &[u8]) -> HeaderName {
         let (Some(&first), Some(&last)) = (name.first(), name.last()) else {
             return HeaderName::Other;
@@ -270,6 +271,7 @@ impl HeaderName {
 
     /// The header a name is, `None` for `Other`. Only a known name, which
     /// is made of token bytes, is `Some` (the lexer relies on that).
+    #[inline]
     pub(crate) fn known(name: &[u8]) -> Option<HeaderName> {
         Some(HeaderName::from_bytes(name)).filter(|h| *h != HeaderName::Other)
     }
