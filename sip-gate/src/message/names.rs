@@ -330,6 +330,9 @@ fn eq_folded(name: &[u8], lower: &[u8]) -> bool {
     if n >= 4 {
         return word_eq::<4>(name, lower, 0) && word_eq::<4>(name, lower, n - 4);
     }
+    if n >= 2 {
+        return word_eq::<2>(name, lower, 0) && word_eq::<2>(name, lower, n - 2);
+    }
     name.iter()
         .zip(lower)
         .all(|(&a, &b)| a | ((b & 0x40) >> 1) == b)
@@ -344,6 +347,7 @@ fn word_eq<const N: usize>(name: &[u8], lower: &[u8], at: usize) -> bool {
     let (Some(a), Some(b)) = (word(name), word(lower)) else {
         return false;
     };
+    // `b`'s bytes beyond `N` are zero, so the mask is too.
     let case = (b & 0x4040_4040_4040_4040) >> 1;
     a | case == b
 }
