@@ -23,6 +23,22 @@ fn lexer_folding_and_trim() {
     assert!(!lines[0].well_formed);
 }
 
+/// A name followed by a CR before its colon takes the general path and is
+/// still well formed (the CR is whitespace to the trim): the walk asks
+/// `known` about it there too, so the message layer classifies it as before.
+#[test]
+fn a_well_formed_odd_line_is_classified_too() {
+    let m = b"X\r\nVia\r: a\r\n\r\n";
+    let mut open = header_lines_open(m, 3);
+    let (line, known) = open
+        .next_named(|n| n.eq_ignore_ascii_case(b"via").then_some(()))
+        .unwrap();
+    assert!(line.well_formed);
+    assert_eq!(&m[line.name.clone()], b"Via");
+    assert_eq!(&m[line.value.clone()], b"a");
+    assert_eq!(known, Some(()));
+}
+
 #[test]
 fn split_list_respects_quotes_and_angles() {
     let v = br#"a, "x,\"y" <sip:a,b>;p=1 , ,<c>"#;

@@ -312,6 +312,7 @@ fn compact(c: u8) -> HeaderName {
 /// Each byte is compared with its case bit set only where `lower` has a
 /// letter (letters have 0x40, `-` has not), so no byte but the two cases
 /// of that letter matches; whole words at a time, the last one overlapping.
+#[inline]
 fn eq_folded(name: &[u8], lower: &[u8]) -> bool {
     let n = name.len();
     if n != lower.len() {
