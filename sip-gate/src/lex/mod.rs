@@ -439,13 +439,17 @@ fn for_each_element(
     Some(())
 }
 
-/// Whether `buf[name]` is `want` in any case; the length decides most
-/// mismatches before a byte is compared.
+/// Whether the token `buf[name]` is the token `want` in any case; the
+/// length decides most mismatches before a byte is compared.
 pub(crate) fn name_is(buf: &[u8], name: &Range<usize>, want: &[u8]) -> bool {
     name.len() == want.len()
-        && buf
-            .get(name.clone())
-            .is_some_and(|n| n.eq_ignore_ascii_case(want))
+        && buf.get(name.clone()).is_some_and(|n| {
+            // Two token bytes that differ only in bit 0x20 are one letter in
+            // both cases (the other such pairs, `@`/`` ` ``, `^`/`~` and
+            // controls/punctuation, have a byte that is no token), so
+            // setting that bit compares them as `eq_ignore_ascii_case` does.
+            n.iter().zip(want).all(|(&a, &b)| a | 0x20 == b | 0x20)
+        })
 }
 
 /// One `;name[=value]` parameter.
@@ -517,9 +521,10 @@ fn lws_end(b: &[u8], mut p: usize) -> usize {
     p
 }
 
-/// From `p`, past every whole 8-byte chunk of `b` that has neither a byte
-/// below 0x21 (whitespace, controls) nor `stop`: a byte loop that ends at
-/// whitespace or `stop` can start there. Branch values and URIs run 20 to
+/// From `p`, the first byte of `b` below 0x21 (whitespace, controls) or
+/// equal to `stop`, found eight bytes at a time; within the last seven bytes
+/// it stops early. A byte loop that ends at whitespace or `stop` can start
+/// there. Branch values and URIs run 20 to
 /// 40 bytes, which a byte at a time costs several instructions each.
 pub(crate) fn skip_plain(b: &[u8], mut p: usize, stop: u8) -> usize {
     const ONES: u64 = 0x0101_0101_0101_0101;
@@ -533,8 +538,11 @@ pub(crate) fn skip_plain(b: &[u8], mut p: usize, stop: u8) -> usize {
         let low = x.wrapping_sub(ONES * 0x21) & !x & HIGHS;
         let y = x ^ stops;
         let hit = y.wrapping_sub(ONES) & !y & HIGHS;
-        if low | hit != 0 {
-            break;
+        let flags = low | hit;
+        if flags != 0 {
+            // No borrow reaches the lowest flagged lane, so it is the first
+            // byte that qualifies (little-endian: the lowest lane is first).
+            return p + (flags.trailing_zeros() / 8) as usize;
         }
         p += 8;
     }
