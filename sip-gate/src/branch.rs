@@ -6,11 +6,17 @@
 //! answering something the gate sent, even by a gate that restarted, and a
 //! forged one cannot make the gate relay it (R-SEC-1).
 //!
-//! Form: `z9hG4bK-g<key><mac>`, each 16 lowercase hex digits.
+//! Form: `z9hG4bK-g<key><mac>`, each 16 lowercase hex digits. The MAC is
+//! SipHash-2-4 of the 64-bit key under a key derived for this use (like
+//! the kernel's SYN cookies: a short-lived value checked on the way back).
+//! Every relayed response checks one, so it is the cheap PRF, not BLAKE3;
+//! a branch lives only as long as its transaction, and a gate stops with
+//! its transactions done (R-GW-1), so a restarted gate meets no branch made
+//! with another MAC.
 
 use std::hash::Hasher;
 
-use siphasher::sip::SipHasher13;
+use siphasher::sip::{SipHasher13, SipHasher24};
 
 use crate::keys::{self, Key, Purpose};
 use crate::message::{Method, SipMessage, Via};
@@ -27,7 +33,8 @@ pub(crate) struct BranchKey {
     /// SipHash keys of the transaction table's keys (a client cannot aim
     /// its branches at one bucket).
     txn: (u64, u64),
-    mac: Key,
+    /// SipHash keys of the branch MACs.
+    mac: (u64, u64),
 }
 
 impl BranchKey {
@@ -35,7 +42,7 @@ impl BranchKey {
     pub(crate) fn new(secret: &str) -> BranchKey {
         BranchKey {
             txn: Key::derive(secret, Purpose::TxnKey).words(),
-            mac: Key::derive(secret, Purpose::BranchMac),
+            mac: Key::derive(secret, Purpose::BranchMac).words(),
         }
     }
 
@@ -71,7 +78,9 @@ impl BranchKey {
     }
 
     fn mac(&self, key: u64) -> [u8; 8] {
-        self.mac.mac(&[&key.to_be_bytes()])
+        let mut h = SipHasher24::new_with_keys(self.mac.0, self.mac.1);
+        h.write(&key.to_be_bytes());
+        h.finish().to_be_bytes()
     }
 
     /// Appends the branch for transaction `key` to `out`.

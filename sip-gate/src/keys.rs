@@ -52,7 +52,7 @@ impl Purpose {
     fn context(self) -> &'static str {
         match self {
             Purpose::RouteToken => "sip-gate 2026-11 record-route token v2",
-            Purpose::BranchMac => "sip-gate 2026-11 via branch mac v2",
+            Purpose::BranchMac => "sip-gate 2026-12 via branch mac v3",
             Purpose::TxnKey => "sip-gate 2026-11 transaction key v2",
             Purpose::ReplyTag => "sip-gate 2026-11 reply to-tag v2",
             Purpose::WorkBook => "sip-gate 2026-11 work book keys v1",
@@ -81,7 +81,7 @@ impl Key {
         out
     }
 
-    /// Two 64-bit words of key material (for SipHash-keyed hash tables).
+    /// Two 64-bit words of key material (a SipHash key).
     pub(crate) fn words(&self) -> (u64, u64) {
         let [a, b, c, d, e, f, g, h, i, j, k, l, m, n, o, p, ..] = self.0;
         (
@@ -110,7 +110,14 @@ pub(crate) fn parse_hex<const N: usize>(hex: &[u8]) -> Option<[u8; N]> {
     if hex.len() != 2 * N {
         return None;
     }
-    let digit = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+    // On bytes: `char::to_digit` takes any radix and cost twice the
+    // instructions on every response's branch.
+    let digit = |c: u8| match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        b'A'..=b'F' => Some(c - b'A' + 10),
+        _ => None,
+    };
     let mut out = [0u8; N];
     for (o, pair) in out.iter_mut().zip(hex.chunks_exact(2)) {
         *o = digit(pair[0])? << 4 | digit(pair[1])?;

@@ -178,10 +178,15 @@ impl Core {
     /// merely names the gate (a UA addressing it, a token that does not
     /// open) is no such value, and routing treats it as before.
     fn strict_route(&self, req: &mut Request<'_>, view: &DrainView) {
+        // Only a request with a route set came through a strict router;
+        // checked first, as most requests (every new INVITE) have none.
+        if req.routes.is_empty() {
+            return;
+        }
         let Some(uri) = req.msg.request_uri().and_then(SipUri::parse) else {
             return;
         };
-        if req.routes.is_empty() || !uri.socket_addr().is_some_and(|a| self.listeners.is_own(a)) {
+        if !uri.socket_addr().is_some_and(|a| self.listeners.is_own(a)) {
             return;
         }
         if let Some(Ok(idx)) = uri.user.map(|user| self.open_token(req.msg, user, view)) {
