@@ -489,11 +489,7 @@ pub(crate) fn walk_params(buf: &[u8], range: Range<usize>, mut f: impl FnMut(Par
             let v_end = if v_start < b.len() && b[v_start] == b'"' {
                 quoted_end(b, v_start, b.len())?
             } else {
-                let mut v = skip_plain(b, v_start, b';');
-                while v < b.len() && PARAM_VALUE[usize::from(b[v])] {
-                    v += 1;
-                }
-                v
+                token_value_end(b, v_start)
             };
             if v_end == v_start {
                 return None;
@@ -547,6 +543,16 @@ pub(crate) fn skip_plain(b: &[u8], mut p: usize, stop: u8) -> usize {
         p += 8;
     }
     p
+}
+
+/// End of the unquoted parameter value starting at `v`: the first
+/// whitespace or `;` ([`walk_params`]).
+pub(crate) fn token_value_end(b: &[u8], v: usize) -> usize {
+    let mut v = skip_plain(b, v, b';');
+    while v < b.len() && PARAM_VALUE[usize::from(b[v])] {
+        v += 1;
+    }
+    v
 }
 
 /// Bytes of an unquoted parameter value: anything but whitespace and `;`.

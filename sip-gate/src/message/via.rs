@@ -132,11 +132,27 @@ pub(super) fn parse_via(buf: &[u8], range: Range<usize>, field_index: usize) -> 
         port = Some(u16::try_from(n).ok()?);
         p = d_end;
     }
+    // Most Vias start their parameters with `;branch=` written tight: its
+    // value is taken here without the name scan, and the walk goes on after
+    // it. Anything else (whitespace, a quote, no value) is left to the walk.
+    let mut branch = None;
+    if b.get(p..).is_some_and(|r| r.starts_with(b";branch=")) {
+        let v_start = p + 8;
+        if b.get(v_start)
+            .is_some_and(|&c| !lex::is_lws(c) && c != b'"')
+        {
+            let v_end = lex::token_value_end(b, v_start);
+            if v_end > v_start {
+                branch = Some(b.get(v_start..v_end)?);
+                p = v_end;
+            }
+        }
+    }
     let mut via = Via {
         transport: b.get(transport)?,
         host: b.get(host_start..host_end)?,
         port,
-        branch: None,
+        branch,
         rport: None,
         rport_range: None,
         received: None,

@@ -363,3 +363,31 @@ fn skip_plain_examples() {
     assert_eq!(lex::skip_plain(b"z9hG4bK-g0123\x01;4567", 0, b';'), 13);
     assert_eq!(lex::skip_plain(b"ab", 5, b';'), 5, "past the end stays");
 }
+
+/// The tight `;branch=` shortcut and the cases it leaves to the walk.
+#[test]
+fn branch_shortcut_edges_as_first_written() {
+    for v in [
+        &b"SIP/2.0/UDP h;branch=z9hG4bKa;branch=b"[..],
+        b"SIP/2.0/UDP h;branch= z9hG4bKa",
+        b"SIP/2.0/UDP h;branch=\"q;x\"",
+        b"SIP/2.0/UDP h;branch=;rport",
+        b"SIP/2.0/UDP h;branch=",
+        b"SIP/2.0/UDP h;branch=z9hG4bK-g0123456789abcdef\x01x;rport",
+        b"SIP/2.0/UDP h:5060;branch=z9hG4bKa\r\n ;received=[::1]",
+        b"SIP/2.0/UDP h;branchx=a;branch=b",
+    ] {
+        let new = parse_via(v, 0..v.len(), 0);
+        assert_eq!(
+            new,
+            old_parse_via(v, 0..v.len(), 0),
+            "{:?}",
+            String::from_utf8_lossy(v)
+        );
+    }
+    let v = b"SIP/2.0/UDP h;branch=z9hG4bKa;branch=b";
+    assert_eq!(
+        parse_via(v, 0..v.len(), 0).unwrap().branch,
+        Some(&b"z9hG4bKa"[..])
+    );
+}
