@@ -34,7 +34,7 @@ use std::ops::Range;
 
 use bytes::Bytes;
 
-use crate::lex::{self, find_param, skip_lws, take_while, ContentLength};
+use crate::lex::{self, skip_lws, take_while, ContentLength};
 
 /// Header lines a message is expected to have at most: the vector of lines
 /// is allocated once at this size, and grows only for longer messages. At 16
@@ -344,7 +344,7 @@ impl SipMessage {
     }
 
     fn tag_in(&self, parts: NameAddrParts) -> Option<Range<usize>> {
-        find_param(&self.raw, parts.params, b"tag")?.value
+        parts.tag
     }
 
     fn tag_of(&self, name: HeaderName) -> Option<Range<usize>> {

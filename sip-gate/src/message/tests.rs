@@ -5,6 +5,8 @@ use bytes::Bytes;
 
 use super::*;
 
+mod first_written;
+
 const INVITE: &str = "INVITE sip:bob@example.com SIP/2.0\r\n\
 Via: SIP/2.0/UDP [2001:db8::1]:5070;branch=z9hG4bKa;rport, SIP/2.0/TCP b.example.com;received=10.0.0.1;branch=z9hG4bKb\r\n\
 v: SIP/2.0/UDP c.example.com:5062;rport=1234;branch=z9hG4bKc\r\n\
