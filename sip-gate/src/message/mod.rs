@@ -83,6 +83,8 @@ pub struct SipMessage {
     /// not `OnceLock`: one thread handles a message, and a lock's first
     /// `set` took `Once`'s slow path for every new message.
     top_via: OnceCell<Option<ViaAt>>,
+    /// The via-value below the top one: where a response goes next.
+    next_via: OnceCell<Option<ViaAt>>,
     from_tag: OnceCell<Option<Range<usize>>>,
     to_tag: OnceCell<Option<Range<usize>>>,
     cseq: OnceCell<Option<(u32, Range<usize>)>>,
@@ -191,6 +193,7 @@ impl SipMessage {
             body,
             defect,
             top_via: OnceCell::new(),
+            next_via: OnceCell::new(),
             from_tag: OnceCell::new(),
             to_tag: OnceCell::new(),
             cseq: OnceCell::new(),
@@ -412,6 +415,15 @@ impl SipMessage {
             .top_via
             .get_or_init(|| Some(ViaAt::of(&self.raw, &self.vias().next()?)));
         top.as_ref().map(|v| v.view(&self.raw))
+    }
+
+    /// The via-value below the topmost one (a response's next hop), `None`
+    /// if there is none or it is malformed.
+    pub fn second_via(&self) -> Option<Via<'_>> {
+        let next = self
+            .next_via
+            .get_or_init(|| Some(ViaAt::of(&self.raw, &self.vias().nth(1)?)));
+        next.as_ref().map(|v| v.view(&self.raw))
     }
 
     /// Every Route element in order; stops at the first malformed one.

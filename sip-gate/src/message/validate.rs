@@ -97,8 +97,13 @@ impl SipMessage {
                 Some(mut elems) => elems.all(|e| match f.name {
                     HeaderName::Via => match parse_via(&self.raw, e, i) {
                         Some(via) => {
-                            if vias == 0 {
-                                let _ = self.top_via.set(Some(ViaAt::of(&self.raw, &via)));
+                            let keep = match vias {
+                                0 => Some(&self.top_via),
+                                1 => Some(&self.next_via),
+                                _ => None,
+                            };
+                            if let Some(cell) = keep {
+                                let _ = cell.set(Some(ViaAt::of(&self.raw, &via)));
                             }
                             vias = vias.saturating_add(1);
                             true
@@ -118,6 +123,10 @@ impl SipMessage {
         }
         if vias == 0 {
             return Err(ParseError::BadVia);
+        }
+        if vias == 1 {
+            // Every Via parsed: there is no second one to look for later.
+            let _ = self.next_via.set(None);
         }
         first_bad.map_or(Ok(()), |(_, e)| Err(e))
     }
