@@ -436,18 +436,30 @@ impl SipMessage {
         self.name_addrs(HeaderName::RecordRoute)
     }
 
+    /// A plain loop, not [`SipMessage::list`]'s adapters: every in-dialog
+    /// request reads its Routes, and the adapter chain cost more than the
+    /// parsing.
     fn name_addrs(&self, name: HeaderName) -> Vec<NameAddr> {
-        self.list(name)
-            .map_while(|(i, elem)| {
-                let range = elem?;
-                let parts = parse_name_addr(&self.raw, range.clone())?;
-                Some(NameAddr {
+        let mut out = Vec::new();
+        for (i, f) in self.headers.iter().enumerate() {
+            if f.name != name {
+                continue;
+            }
+            let Some(elems) = lex::list_elements(&self.raw, f.value.clone()) else {
+                return out;
+            };
+            for range in elems {
+                let Some(parts) = parse_name_addr(&self.raw, range.clone()) else {
+                    return out;
+                };
+                out.push(NameAddr {
                     uri: parts.uri,
                     range,
                     field_index: i,
-                })
-            })
-            .collect()
+                });
+            }
+        }
+        out
     }
 
     /// The elements of every line named `name` as `(field_index, element)`;
