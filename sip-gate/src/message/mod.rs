@@ -401,6 +401,12 @@ impl SipMessage {
             .collect()
     }
 
+    /// The first Contact element, `None` if there is none or it is malformed.
+    pub fn first_contact(&self) -> Option<ContactView> {
+        let (i, elem) = self.list(HeaderName::Contact).next()?;
+        parse_contact(&self.raw, elem?, i)
+    }
+
     /// Every via-value in order, comma-joined values split. Stops at the
     /// first malformed value, so the n-th item is always the n-th Via (a
     /// message from [`SipMessage::parse`] has none malformed).
