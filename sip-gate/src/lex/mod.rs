@@ -304,14 +304,14 @@ fn colon_within_window(rest: &[u8]) -> Option<usize> {
 }
 
 /// Linear whitespace as it may appear inside a (possibly folded) value.
-pub(crate) fn is_lws(b: u8) -> bool {
+pub(crate) const fn is_lws(b: u8) -> bool {
     matches!(b, b' ' | b'\t' | b'\r' | b'\n')
 }
 
 /// RFC 3261 `token` characters, one table lookup (the lexer asks for every
 /// byte of every name and parameter).
-pub(crate) fn is_token(b: u8) -> bool {
-    TOKEN[usize::from(b)]
+pub(crate) const fn is_token(b: u8) -> bool {
+    TOKEN[b as usize]
 }
 
 const TOKEN: [bool; 256] = {
@@ -418,44 +418,51 @@ impl ContentLength {
 
 /// End of the run starting at `pos` (bounded by `end`) of bytes matching `f`.
 pub(crate) fn take_while(buf: &[u8], pos: usize, end: usize, f: impl Fn(u8) -> bool) -> usize {
-    let end = end.min(buf.len());
-    match buf.get(pos..end) {
-        Some(run) => pos.saturating_add(run.iter().position(|&b| !f(b)).unwrap_or(run.len())),
-        None => pos,
+    let b = buf.get(..end).unwrap_or(buf);
+    let mut p = pos;
+    // `p < b.len()` proves every index in range; `pos` past the end stays.
+    while p < b.len() && f(b[p]) {
+        p += 1;
     }
+    p
 }
 
 pub(crate) fn skip_lws(buf: &[u8], pos: usize, end: usize) -> usize {
-    take_while(buf, pos, end, is_lws)
+    // Most calls land on a non-space byte: one comparison decides.
+    match buf.get(pos) {
+        Some(&c) if pos < end && is_lws(c) => take_while(buf, pos, end, is_lws),
+        _ => pos,
+    }
 }
 
 /// Given `buf[pos] == '"'`, the offset just after the closing quote;
 /// backslash escapes any byte (RFC 3261 quoted-pair, NUL included).
 pub(crate) fn quoted_end(buf: &[u8], pos: usize, end: usize) -> Option<usize> {
-    let end = end.min(buf.len());
+    let b = buf.get(..end).unwrap_or(buf);
     let mut p = pos.checked_add(1)?;
-    while p < end {
-        match buf.get(p)? {
-            b'\\' => p = p.checked_add(2)?,
-            b'"' => return p.checked_add(1),
-            _ => p = p.checked_add(1)?,
+    while p < b.len() {
+        match b[p] {
+            b'\\' => p += 2,
+            b'"' => return Some(p + 1),
+            _ => p += 1,
         }
     }
     None
 }
 
-/// Splits a list value on top-level commas. Quoted strings (with `\"`
-/// escapes) and `<...>` protect their commas; elements are trimmed and empty
-/// ones dropped (RFC 3261 7.3.1 allows null list elements). `None` when a
-/// quote or angle bracket is left open.
+/// The elements of a list value ([`list_elements`]) collected.
+#[cfg(test)]
 pub(crate) fn split_list(buf: &[u8], value: Range<usize>) -> Option<Vec<Range<usize>>> {
     let mut out = Vec::new();
     for_each_element(buf, value, |e| out.push(e))?;
     Some(out)
 }
 
-/// The elements of a list value as [`split_list`] finds them, without a
-/// vector for the common value of one element.
+/// The elements of a list value split on top-level commas. Quoted strings
+/// (with `\"` escapes) and `<...>` protect their commas; elements are
+/// trimmed and empty ones dropped (RFC 3261 7.3.1 allows null list
+/// elements). `None` when a quote or angle bracket is left open. A value of
+/// one element (nearly all of them) needs no vector.
 pub(crate) fn list_elements(buf: &[u8], value: Range<usize>) -> Option<Elements> {
     let end = value.end.min(buf.len());
     let bytes = buf.get(value.start..end).unwrap_or_default();
@@ -465,9 +472,21 @@ pub(crate) fn list_elements(buf: &[u8], value: Range<usize>) -> Option<Elements>
         let e = trim(buf, value.start..end);
         return Some(Elements::One((!e.is_empty()).then_some(e)));
     }
-    split_list(buf, value).map(|v| Elements::Many(v.into_iter()))
+    // The first element apart: a vector only when there is a second.
+    let mut first = None;
+    let mut rest = Vec::new();
+    for_each_element(buf, value, |e| match first {
+        None => first = Some(e),
+        Some(_) => rest.push(e),
+    })?;
+    match first {
+        Some(first) if !rest.is_empty() => {
+            rest.insert(0, first);
+            Some(Elements::Many(rest.into_iter()))
+        }
+        first => Some(Elements::One(first)),
+    }
 }
-
 /// Iterator returned by [`list_elements`].
 pub(crate) enum Elements {
     One(Option<Range<usize>>),
@@ -485,7 +504,7 @@ impl Iterator for Elements {
     }
 }
 
-/// Hands each element of a list value to `f` ([`split_list`]). Jumps
+/// Hands each element of a list value to `f` ([`list_elements`]). Jumps
 /// between the bytes that matter: outside `<>` a quote, `<` or comma (a
 /// stray `>` changes nothing), inside it only the closing `>`.
 fn for_each_element(
@@ -539,6 +558,19 @@ fn for_each_element(
     Some(())
 }
 
+/// Whether the token `buf[name]` is the token `want` in any case; the
+/// length decides most mismatches before a byte is compared.
+pub(crate) fn name_is(buf: &[u8], name: &Range<usize>, want: &[u8]) -> bool {
+    name.len() == want.len()
+        && buf.get(name.clone()).is_some_and(|n| {
+            // Two token bytes that differ only in bit 0x20 are one letter in
+            // both cases (the other such pairs, `@`/`` ` ``, `^`/`~` and
+            // controls/punctuation, have a byte that is no token), so
+            // setting that bit compares them as `eq_ignore_ascii_case` does.
+            n.iter().zip(want).all(|(&a, &b)| a | 0x20 == b | 0x20)
+        })
+}
+
 /// One `;name[=value]` parameter.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Param {
@@ -553,33 +585,37 @@ pub(crate) struct Param {
 /// quoted string or a run of bytes other than whitespace and `;` (so IPv6
 /// `received=[::1]` works). Allocates nothing.
 pub(crate) fn walk_params(buf: &[u8], range: Range<usize>, mut f: impl FnMut(Param)) -> Option<()> {
-    let end = range.end.min(buf.len());
-    let mut p = skip_lws(buf, range.start, end);
-    while p < end {
-        if buf.get(p) != Some(&b';') {
+    // Cut at the end once: every `p < b.len()` below then proves `b[p]`.
+    let b = buf.get(..range.end).unwrap_or(buf);
+    let mut p = lws_end(b, range.start);
+    while p < b.len() {
+        if b[p] != b';' {
             return None;
         }
-        let name_start = skip_lws(buf, p.saturating_add(1), end);
-        let name_end = take_while(buf, name_start, end, is_token);
+        let name_start = lws_end(b, p + 1);
+        let mut name_end = name_start;
+        while name_end < b.len() && is_token(b[name_end]) {
+            name_end += 1;
+        }
         if name_end == name_start {
             return None;
         }
-        let mut q = skip_lws(buf, name_end, end);
+        let mut q = lws_end(b, name_end);
         let mut value = None;
         let mut whole_end = name_end;
-        if buf.get(q) == Some(&b'=') && q < end {
-            let v_start = skip_lws(buf, q.saturating_add(1), end);
-            let v_end = if buf.get(v_start) == Some(&b'"') {
-                quoted_end(buf, v_start, end)?
+        if q < b.len() && b[q] == b'=' {
+            let v_start = lws_end(b, q + 1);
+            let v_end = if v_start < b.len() && b[v_start] == b'"' {
+                quoted_end(b, v_start, b.len())?
             } else {
-                take_while(buf, v_start, end, |b| !is_lws(b) && b != b';')
+                token_value_end(b, v_start)
             };
             if v_end == v_start {
                 return None;
             }
             value = Some(v_start..v_end);
             whole_end = v_end;
-            q = skip_lws(buf, v_end, end);
+            q = lws_end(b, v_end);
         }
         f(Param {
             name: name_start..name_end,
@@ -590,6 +626,64 @@ pub(crate) fn walk_params(buf: &[u8], range: Range<usize>, mut f: impl FnMut(Par
     }
     Some(())
 }
+
+/// The first offset from `p` that is not whitespace (`p` itself when it is
+/// past the end).
+fn lws_end(b: &[u8], mut p: usize) -> usize {
+    while p < b.len() && is_lws(b[p]) {
+        p += 1;
+    }
+    p
+}
+
+/// From `p`, the first byte of `b` below 0x21 (whitespace, controls) or
+/// equal to `stop`, found eight bytes at a time; within the last seven bytes
+/// it stops early. A byte loop that ends at whitespace or `stop` can start
+/// there. Branch values and URIs run 20 to
+/// 40 bytes, which a byte at a time costs several instructions each.
+pub(crate) fn skip_plain(b: &[u8], mut p: usize, stop: u8) -> usize {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let stops = ONES * u64::from(stop);
+    while let Some(chunk) = b.get(p..).and_then(<[u8]>::first_chunk::<8>) {
+        let x = u64::from_le_bytes(*chunk);
+        // The classic has-less-than and has-zero-byte tests: each flags a
+        // lane exactly when some byte qualifies (borrows only add flags
+        // above a flagged lane), so a clean chunk is never misjudged.
+        let low = x.wrapping_sub(ONES * 0x21) & !x & HIGHS;
+        let y = x ^ stops;
+        let hit = y.wrapping_sub(ONES) & !y & HIGHS;
+        let flags = low | hit;
+        if flags != 0 {
+            // No borrow reaches the lowest flagged lane, so it is the first
+            // byte that qualifies (little-endian: the lowest lane is first).
+            return p + (flags.trailing_zeros() / 8) as usize;
+        }
+        p += 8;
+    }
+    p
+}
+
+/// End of the unquoted parameter value starting at `v`: the first
+/// whitespace or `;` ([`walk_params`]).
+pub(crate) fn token_value_end(b: &[u8], v: usize) -> usize {
+    let mut v = skip_plain(b, v, b';');
+    while v < b.len() && PARAM_VALUE[usize::from(b[v])] {
+        v += 1;
+    }
+    v
+}
+
+/// Bytes of an unquoted parameter value: anything but whitespace and `;`.
+const PARAM_VALUE: [bool; 256] = {
+    let mut t = [true; 256];
+    t[b' ' as usize] = false;
+    t[b'\t' as usize] = false;
+    t[b'\r' as usize] = false;
+    t[b'\n' as usize] = false;
+    t[b';' as usize] = false;
+    t
+};
 
 /// Every parameter of `range` ([`walk_params`]); `None` if one is malformed.
 #[cfg(test)]
@@ -604,10 +698,7 @@ pub(crate) fn parse_params(buf: &[u8], range: Range<usize>) -> Option<Vec<Param>
 pub(crate) fn find_param(buf: &[u8], range: Range<usize>, name: &[u8]) -> Option<Param> {
     let mut found = None;
     walk_params(buf, range, |p| {
-        let named = buf
-            .get(p.name.clone())
-            .is_some_and(|n| n.eq_ignore_ascii_case(name));
-        if found.is_none() && named {
+        if found.is_none() && name_is(buf, &p.name, name) {
             found = Some(p);
         }
     })?;

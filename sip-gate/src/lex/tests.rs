@@ -244,3 +244,19 @@ fn params_walked_found_and_refused_whole() {
         assert_eq!(is_token(c), want, "{c}");
     }
 }
+
+#[test]
+fn token_names_compare_as_eq_ignore_ascii_case() {
+    let tokens: Vec<u8> = (0..=255u8).filter(|&b| is_token(b)).collect();
+    for &a in &tokens {
+        for &b in &tokens {
+            assert_eq!(
+                name_is(&[a], &(0..1), &[b]),
+                a.eq_ignore_ascii_case(&b),
+                "{a} {b}"
+            );
+        }
+    }
+    assert!(name_is(b"xBranCH", &(1..7), b"branch"));
+    assert!(!name_is(b"branch", &(0..5), b"branch"), "length differs");
+}

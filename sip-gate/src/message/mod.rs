@@ -34,7 +34,7 @@ use std::ops::Range;
 
 use bytes::Bytes;
 
-use crate::lex::{self, find_param, skip_lws, take_while, ContentLength};
+use crate::lex::{self, skip_lws, take_while, ContentLength};
 
 /// Header lines a message is expected to have at most: the vector of lines
 /// is allocated once at this size, and grows only for longer messages. At 16
@@ -83,6 +83,8 @@ pub struct SipMessage {
     /// not `OnceLock`: one thread handles a message, and a lock's first
     /// `set` took `Once`'s slow path for every new message.
     top_via: OnceCell<Option<ViaAt>>,
+    /// The via-value below the top one: where a response goes next.
+    next_via: OnceCell<Option<ViaAt>>,
     from_tag: OnceCell<Option<Range<usize>>>,
     to_tag: OnceCell<Option<Range<usize>>>,
     cseq: OnceCell<Option<(u32, Range<usize>)>>,
@@ -187,6 +189,7 @@ impl SipMessage {
             body,
             defect,
             top_via: OnceCell::new(),
+            next_via: OnceCell::new(),
             from_tag: OnceCell::new(),
             to_tag: OnceCell::new(),
             cseq: OnceCell::new(),
@@ -340,7 +343,7 @@ impl SipMessage {
     }
 
     fn tag_in(&self, parts: NameAddrParts) -> Option<Range<usize>> {
-        find_param(&self.raw, parts.params, b"tag")?.value
+        parts.tag
     }
 
     fn tag_of(&self, name: HeaderName) -> Option<Range<usize>> {
@@ -394,6 +397,12 @@ impl SipMessage {
             .collect()
     }
 
+    /// The first Contact element, `None` if there is none or it is malformed.
+    pub fn first_contact(&self) -> Option<ContactView> {
+        let (i, elem) = self.list(HeaderName::Contact).next()?;
+        parse_contact(&self.raw, elem?, i)
+    }
+
     /// Every via-value in order, comma-joined values split. Stops at the
     /// first malformed value, so the n-th item is always the n-th Via (a
     /// message from [`SipMessage::parse`] has none malformed).
@@ -410,6 +419,15 @@ impl SipMessage {
         top.as_ref().map(|v| v.view(&self.raw))
     }
 
+    /// The via-value below the topmost one (a response's next hop), `None`
+    /// if there is none or it is malformed.
+    pub fn second_via(&self) -> Option<Via<'_>> {
+        let next = self
+            .next_via
+            .get_or_init(|| Some(ViaAt::of(&self.raw, &self.vias().nth(1)?)));
+        next.as_ref().map(|v| v.view(&self.raw))
+    }
+
     /// Every Route element in order; stops at the first malformed one.
     pub fn routes(&self) -> Vec<NameAddr> {
         self.name_addrs(HeaderName::Route)
@@ -420,18 +438,30 @@ impl SipMessage {
         self.name_addrs(HeaderName::RecordRoute)
     }
 
+    /// A plain loop, not [`SipMessage::list`]'s adapters: every in-dialog
+    /// request reads its Routes, and the adapter chain cost more than the
+    /// parsing.
     fn name_addrs(&self, name: HeaderName) -> Vec<NameAddr> {
-        self.list(name)
-            .map_while(|(i, elem)| {
-                let range = elem?;
-                let parts = parse_name_addr(&self.raw, range.clone())?;
-                Some(NameAddr {
+        let mut out = Vec::new();
+        for (i, f) in self.headers.iter().enumerate() {
+            if f.name != name {
+                continue;
+            }
+            let Some(elems) = lex::list_elements(&self.raw, f.value.clone()) else {
+                return out;
+            };
+            for range in elems {
+                let Some(parts) = parse_name_addr(&self.raw, range.clone()) else {
+                    return out;
+                };
+                out.push(NameAddr {
                     uri: parts.uri,
                     range,
                     field_index: i,
-                })
-            })
-            .collect()
+                });
+            }
+        }
+        out
     }
 
     /// The elements of every line named `name` as `(field_index, element)`;

@@ -3,7 +3,7 @@
 
 use std::ops::Range;
 
-use crate::lex::{self, find_param, quoted_end, skip_lws, take_while};
+use crate::lex::{self, quoted_end, skip_lws, take_while, Param};
 
 /// One element of a Route or Record-Route list.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,54 +37,95 @@ pub struct ContactView {
 pub(super) struct NameAddrParts {
     pub(super) uri: Range<usize>,
     pub(super) params: Range<usize>,
+    /// The value of the first `tag` parameter (`None` also for a bare
+    /// `;tag`), taken in the same walk: From and To need it.
+    pub(super) tag: Option<Range<usize>>,
 }
 
 /// Parses `[display-name] <uri> *(;param)` or `addr-spec *(;param)`.
 /// In the addr-spec form the URI ends at the first `;` or whitespace: its
 /// parameters belong to the header (RFC 3261 20.10).
 pub(super) fn parse_name_addr(buf: &[u8], range: Range<usize>) -> Option<NameAddrParts> {
-    let end = range.end.min(buf.len());
-    let p = skip_lws(buf, range.start, end);
-    let lt = if buf.get(p) == Some(&b'"') {
-        let q = skip_lws(buf, quoted_end(buf, p, end)?, end);
-        (buf.get(q) == Some(&b'<')).then_some(q)?
-    } else {
-        let bytes = buf.get(p..end)?;
-        match memchr::memchr(b'<', bytes) {
+    let mut tag = None;
+    let mut seen = false;
+    let (uri, params) = walk_name_addr(buf, range, |p| {
+        if !seen && lex::name_is(buf, &p.name, b"tag") {
+            seen = true;
+            tag = p.value;
+        }
+    })?;
+    Some(NameAddrParts { uri, params, tag })
+}
+
+/// [`parse_name_addr`] handing each header parameter to `on_param`; the
+/// URI and the parameters' range.
+fn walk_name_addr(
+    buf: &[u8],
+    range: Range<usize>,
+    on_param: impl FnMut(Param),
+) -> Option<(Range<usize>, Range<usize>)> {
+    // Cut at the end once: `i < end` below then proves `b[i]`.
+    let b = buf.get(..range.end).unwrap_or(buf);
+    let end = b.len();
+    let p = skip_lws(b, range.start, end);
+    let lt = match b.get(p) {
+        Some(b'"') => {
+            let q = skip_lws(b, quoted_end(b, p, end)?, end);
+            (q < end && b[q] == b'<').then_some(q)?
+        }
+        _ => {
             // An unquoted display name is tokens and whitespace only
-            // (RFC 4475 baddn: `Bell, Alexander <...>` is invalid).
-            Some(i) => {
-                let display = bytes.get(..i)?;
-                if !display.iter().all(|&b| lex::is_token(b) || lex::is_lws(b)) {
-                    return None;
-                }
-                p.checked_add(i)?
+            // (RFC 4475 baddn: `Bell, Alexander <...>` is invalid): the
+            // first other byte is the `<` or starts an addr-spec, unless a
+            // `<` follows after all.
+            let mut i = p;
+            while i < end && DISPLAY[usize::from(b[i])] {
+                i += 1;
             }
-            None => {
-                let uri_end = take_while(buf, p, end, |b| !lex::is_lws(b) && b != b';');
+            if i < end && b[i] == b'<' {
+                i
+            } else if memchr::memchr(b'<', b.get(i..)?).is_some() {
+                return None;
+            } else {
+                let uri_end = take_while(b, p, end, |c| !lex::is_lws(c) && c != b';');
                 let uri = p..uri_end;
-                if !is_uri(buf.get(uri.clone())?) {
+                if !is_uri(b.get(uri.clone())?) {
                     return None;
                 }
-                lex::walk_params(buf, uri_end..end, |_| {})?;
-                return Some(NameAddrParts {
-                    uri,
-                    params: uri_end..end,
-                });
+                lex::walk_params(b, uri_end..end, on_param)?;
+                return Some((uri, uri_end..end));
             }
         }
     };
-    let uri_start = lt.checked_add(1)?;
-    let gt = uri_start.checked_add(memchr::memchr(b'>', buf.get(uri_start..end)?)?)?;
-    let uri = uri_start..gt;
-    // RFC 4475 badaspec: whitespace inside <> is not a URI.
-    if !is_uri(buf.get(uri.clone())?) {
+    // To the `>`, refusing whitespace on the way (RFC 4475 badaspec: no
+    // whitespace inside <>); the URI must have its scheme's colon.
+    let uri_start = lt + 1;
+    let mut gt = lex::skip_plain(b, uri_start, b'>');
+    loop {
+        match *b.get(gt)? {
+            b'>' => break,
+            c if lex::is_lws(c) => return None,
+            _ => gt += 1,
+        }
+    }
+    if !b.get(uri_start..gt)?.contains(&b':') {
         return None;
     }
-    let params = gt.checked_add(1)?..end;
-    lex::walk_params(buf, params.clone(), |_| {})?;
-    Some(NameAddrParts { uri, params })
+    let params = gt + 1..end;
+    lex::walk_params(b, params.clone(), on_param)?;
+    Some((uri_start..gt, params))
 }
+
+/// Bytes of an unquoted display name: token characters and whitespace.
+const DISPLAY: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut i = 0;
+    while i < 256 {
+        t[i] = lex::is_token(i as u8) || lex::is_lws(i as u8);
+        i += 1;
+    }
+    t
+};
 
 pub(super) fn is_uri(uri: &[u8]) -> bool {
     !uri.is_empty() && uri.contains(&b':') && uri.iter().all(|&b| !lex::is_lws(b))
@@ -105,13 +146,19 @@ pub(super) fn parse_contact(
             expires: None,
         });
     }
-    let parts = parse_name_addr(buf, range.clone())?;
-    let expires = match find_param(buf, parts.params, b"expires") {
-        Some(p) => Some(parse_delta(buf.get(p.value?)?)?),
+    // The first `expires`, in the walk that checks the parameters.
+    let mut expires = None;
+    let (uri, _) = walk_name_addr(buf, range.clone(), |p| {
+        if expires.is_none() && lex::name_is(buf, &p.name, b"expires") {
+            expires = Some(p.value);
+        }
+    })?;
+    let expires = match expires {
+        Some(v) => Some(parse_delta(buf.get(v?)?)?),
         None => None,
     };
     Some(ContactView {
-        uri: parts.uri,
+        uri,
         range,
         field_index,
         star: false,

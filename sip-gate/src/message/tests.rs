@@ -5,6 +5,8 @@ use bytes::Bytes;
 
 use super::*;
 
+mod first_written;
+
 const INVITE: &str = "INVITE sip:bob@example.com SIP/2.0\r\n\
 Via: SIP/2.0/UDP [2001:db8::1]:5070;branch=z9hG4bKa;rport, SIP/2.0/TCP b.example.com;received=10.0.0.1;branch=z9hG4bKb\r\n\
 v: SIP/2.0/UDP c.example.com:5062;rport=1234;branch=z9hG4bKc\r\n\
@@ -91,6 +93,10 @@ fn full_invite() {
     assert_eq!(vias[2].rport, Some(Some(1234)));
     assert_eq!(vias[2].port, Some(5062));
     assert_eq!(m.top_via().unwrap().branch, Some(&b"z9hG4bKa"[..]));
+    // Kept by validation; found by the first reader of a scanned message.
+    assert_eq!(m.second_via(), Some(vias[1].clone()));
+    let scanned = SipMessage::scan(m.raw().clone()).unwrap();
+    assert_eq!(scanned.second_via(), Some(vias[1].clone()));
 
     let routes = m.routes();
     assert_eq!(routes.len(), 3);
@@ -275,4 +281,15 @@ fn a_bare_nul_in_the_header_section_is_malformed_an_escaped_one_is_not() {
         "a quoted-pair (RFC 4475 intmeth)"
     );
     assert_eq!(with(b"ab"), Ok(()));
+}
+
+#[test]
+fn a_single_via_has_no_second_validated_or_not() {
+    let raw = Bytes::from_static(
+        b"SIP/2.0 200 OK\r\nVia: SIP/2.0/UDP 192.0.2.1;branch=z9hG4bK1\r\n\
+From: <sip:a@x>;tag=1\r\nTo: <sip:b@x>;tag=2\r\nCall-ID: c\r\nCSeq: 1 BYE\r\n\
+Content-Length: 0\r\n\r\n",
+    );
+    assert_eq!(SipMessage::parse(raw.clone()).unwrap().second_via(), None);
+    assert_eq!(SipMessage::scan(raw).unwrap().second_via(), None);
 }

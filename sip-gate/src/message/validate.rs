@@ -38,36 +38,33 @@ impl SipMessage {
         Ok(())
     }
 
-    /// At least one Via; exactly one From, To, Call-ID and CSeq.
+    /// At least one Via; exactly one From, To, Call-ID and CSeq. One pass
+    /// over the header lines counts them all.
     fn check_counts(&self) -> Result<(), ParseError> {
-        let count = |name| self.fields(name).count();
-        if count(HeaderName::Via) == 0 {
+        let mut n = [0u8; 5];
+        for f in &self.headers {
+            let i = match f.name {
+                HeaderName::Via => 0,
+                HeaderName::From => 1,
+                HeaderName::To => 2,
+                HeaderName::CallId => 3,
+                HeaderName::CSeq => 4,
+                _ => continue,
+            };
+            // Only 0, 1 and "more" matter: saturating keeps that.
+            n[i] = n[i].saturating_add(1);
+        }
+        if n[0] == 0 {
             return Err(ParseError::MissingVia);
         }
         let singles = [
-            (
-                HeaderName::From,
-                ParseError::MissingFrom,
-                ParseError::DuplicateFrom,
-            ),
-            (
-                HeaderName::To,
-                ParseError::MissingTo,
-                ParseError::DuplicateTo,
-            ),
-            (
-                HeaderName::CallId,
-                ParseError::MissingCallId,
-                ParseError::DuplicateCallId,
-            ),
-            (
-                HeaderName::CSeq,
-                ParseError::MissingCSeq,
-                ParseError::DuplicateCSeq,
-            ),
+            (n[1], ParseError::MissingFrom, ParseError::DuplicateFrom),
+            (n[2], ParseError::MissingTo, ParseError::DuplicateTo),
+            (n[3], ParseError::MissingCallId, ParseError::DuplicateCallId),
+            (n[4], ParseError::MissingCSeq, ParseError::DuplicateCSeq),
         ];
-        for (name, missing, duplicate) in singles {
-            match count(name) {
+        for (count, missing, duplicate) in singles {
+            match count {
                 0 => return Err(missing),
                 1 => {}
                 _ => return Err(duplicate),
@@ -100,8 +97,13 @@ impl SipMessage {
                 Some(mut elems) => elems.all(|e| match f.name {
                     HeaderName::Via => match parse_via(&self.raw, e, i) {
                         Some(via) => {
-                            if vias == 0 {
-                                let _ = self.top_via.set(Some(ViaAt::of(&self.raw, &via)));
+                            let keep = match vias {
+                                0 => Some(&self.top_via),
+                                1 => Some(&self.next_via),
+                                _ => None,
+                            };
+                            if let Some(cell) = keep {
+                                let _ = cell.set(Some(ViaAt::of(&self.raw, &via)));
                             }
                             vias = vias.saturating_add(1);
                             true
@@ -121,6 +123,10 @@ impl SipMessage {
         }
         if vias == 0 {
             return Err(ParseError::BadVia);
+        }
+        if vias == 1 {
+            // Every Via parsed: there is no second one to look for later.
+            let _ = self.next_via.set(None);
         }
         first_bad.map_or(Ok(()), |(_, e)| Err(e))
     }

@@ -82,22 +82,32 @@ impl ViaAt {
 /// Parses one via-value:
 /// `protocol-name SWS "/" SWS version SWS "/" SWS transport LWS sent-by *(;param)`.
 pub(super) fn parse_via(buf: &[u8], range: Range<usize>, field_index: usize) -> Option<Via<'_>> {
-    let end = range.end.min(buf.len());
+    // Cut at the end once: `p < end` below then proves `b[p]`.
+    let b = buf.get(..range.end).unwrap_or(buf);
+    let end = b.len();
     let mut p = range.start;
+    // Nearly every Via starts `SIP/2.0/`: the first two tokens and their
+    // slashes without whitespace, which the loop would find the same.
+    let first = if b.get(p..).is_some_and(|r| r.starts_with(b"SIP/2.0/")) {
+        p += 8;
+        2
+    } else {
+        0
+    };
     let mut transport = p..p;
-    for i in 0..3 {
-        p = skip_lws(buf, p, end);
-        let tok_end = take_while(buf, p, end, lex::is_token);
+    for i in first..3 {
+        p = skip_lws(b, p, end);
+        let tok_end = take_while(b, p, end, lex::is_token);
         if tok_end == p {
             return None;
         }
         transport = p..tok_end;
-        p = skip_lws(buf, tok_end, end);
+        p = skip_lws(b, tok_end, end);
         if i < 2 {
-            if buf.get(p) != Some(&b'/') || p >= end {
+            if p >= end || b[p] != b'/' {
                 return None;
             }
-            p = p.saturating_add(1);
+            p += 1;
         }
     }
     // sent-by must be separated from the transport by whitespace.
@@ -105,31 +115,44 @@ pub(super) fn parse_via(buf: &[u8], range: Range<usize>, field_index: usize) -> 
         return None;
     }
     let host_start = p;
-    let host_end = if buf.get(p) == Some(&b'[') {
-        let close = memchr::memchr(b']', buf.get(p..end)?)?;
-        p.checked_add(close)?.checked_add(1)?
+    let host_end = if p < end && b[p] == b'[' {
+        p + memchr::memchr(b']', &b[p..])? + 1
     } else {
-        take_while(buf, p, end, |b| {
-            b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_')
-        })
+        take_while(b, p, end, |c| HOST[usize::from(c)])
     };
     if host_end == host_start {
         return None;
     }
-    p = skip_lws(buf, host_end, end);
+    p = skip_lws(b, host_end, end);
     let mut port = None;
-    if buf.get(p) == Some(&b':') && p < end {
-        let d_start = skip_lws(buf, p.saturating_add(1), end);
-        let d_end = take_while(buf, d_start, end, |b| b.is_ascii_digit());
-        let n = lex::parse_decimal(buf.get(d_start..d_end)?)?;
+    if p < end && b[p] == b':' {
+        let d_start = skip_lws(b, p + 1, end);
+        let d_end = take_while(b, d_start, end, |c| c.is_ascii_digit());
+        let n = lex::parse_decimal(b.get(d_start..d_end)?)?;
         port = Some(u16::try_from(n).ok()?);
         p = d_end;
     }
+    // Most Vias start their parameters with `;branch=` written tight: its
+    // value is taken here without the name scan, and the walk goes on after
+    // it. Anything else (whitespace, a quote, no value) is left to the walk.
+    let mut branch = None;
+    if b.get(p..).is_some_and(|r| r.starts_with(b";branch=")) {
+        let v_start = p + 8;
+        if b.get(v_start)
+            .is_some_and(|&c| !lex::is_lws(c) && c != b'"')
+        {
+            let v_end = lex::token_value_end(b, v_start);
+            if v_end > v_start {
+                branch = Some(b.get(v_start..v_end)?);
+                p = v_end;
+            }
+        }
+    }
     let mut via = Via {
-        transport: buf.get(transport)?,
-        host: buf.get(host_start..host_end)?,
+        transport: b.get(transport)?,
+        host: b.get(host_start..host_end)?,
         port,
-        branch: None,
+        branch,
         rport: None,
         rport_range: None,
         received: None,
@@ -138,8 +161,8 @@ pub(super) fn parse_via(buf: &[u8], range: Range<usize>, field_index: usize) -> 
     };
     // Walked, not collected: a Via is parsed several times a message.
     let mut ok = true;
-    walk_params(buf, p..end, |prm| {
-        ok &= via_param(buf, prm, &mut via).is_some();
+    walk_params(b, p..end, |prm| {
+        ok &= via_param(b, prm, &mut via).is_some();
     })?;
     if !ok {
         return None;
@@ -147,24 +170,38 @@ pub(super) fn parse_via(buf: &[u8], range: Range<usize>, field_index: usize) -> 
     Some(via)
 }
 
+/// Host name bytes of a sent-by (an IPv6 reference is taken apart).
+const HOST: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut i = 0;
+    while i < 256 {
+        let c = i as u8;
+        t[i] = c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_');
+        i += 1;
+    }
+    t
+};
+
 /// Takes `branch`, `received` and `rport` (the first of each) into `via`;
-/// `None` when one of them is malformed.
+/// `None` when one of them is malformed. The name's length picks the one
+/// candidate, so most parameters cost one comparison.
 fn via_param<'a>(buf: &'a [u8], prm: Param, via: &mut Via<'a>) -> Option<()> {
-    let name = buf.get(prm.name.clone())?;
-    let value = match prm.value.clone() {
-        Some(v) => Some(buf.get(v)?),
-        None => None,
+    let value = || match prm.value.clone() {
+        Some(v) => buf.get(v).map(Some),
+        None => Some(None),
     };
-    if name.eq_ignore_ascii_case(b"branch") && via.branch.is_none() {
-        via.branch = Some(value?);
-    } else if name.eq_ignore_ascii_case(b"received") && via.received.is_none() {
-        via.received = Some(value?);
-    } else if name.eq_ignore_ascii_case(b"rport") && via.rport.is_none() {
-        via.rport = Some(match value {
-            Some(v) => Some(u16::try_from(lex::parse_decimal(v)?).ok()?),
-            None => None,
-        });
-        via.rport_range = Some(prm.whole);
+    let named = |want: &[u8]| lex::name_is(buf, &prm.name, want);
+    match prm.name.len() {
+        6 if via.branch.is_none() && named(b"branch") => via.branch = Some(value()??),
+        8 if via.received.is_none() && named(b"received") => via.received = Some(value()??),
+        5 if via.rport.is_none() && named(b"rport") => {
+            via.rport = Some(match value()? {
+                Some(v) => Some(u16::try_from(lex::parse_decimal(v)?).ok()?),
+                None => None,
+            });
+            via.rport_range = Some(prm.whole.clone());
+        }
+        _ => {}
     }
     Some(())
 }

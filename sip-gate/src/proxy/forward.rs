@@ -272,7 +272,7 @@ impl Core {
 /// Whether the Contact URI carries `ob` (RFC 5626 4.2.1): the UA asks that
 /// requests inside the dialog reach it over the flow it sent this one on.
 fn wants_outbound(msg: &SipMessage) -> bool {
-    msg.contacts().first().is_some_and(|c| {
+    msg.first_contact().is_some_and(|c| {
         msg.raw().get(c.uri.clone()).is_some_and(|uri| {
             uri.split(|&b| b == b';').skip(1).any(|p| {
                 let name = p.split(|&b| b == b'=').next().unwrap_or_default();

@@ -45,7 +45,7 @@ impl Core {
         };
         // A response whose only Via was the gate's answers nobody
         // (RFC 3261 16.7 step 3): it is not forwarded.
-        let Some(next) = msg.vias().nth(1) else {
+        let Some(next) = msg.second_via() else {
             m::dropped("no_next_via");
             return Action::None;
         };
