@@ -1,5 +1,6 @@
 //! Tests of the lexer.
 
+use super::lines::{HeadEnd, RawHeader};
 use super::*;
 
 #[test]
