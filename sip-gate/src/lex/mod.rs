@@ -6,192 +6,13 @@
 //!
 //! Every function works on a buffer and offsets into it, never copies, and
 //! stays within the buffer whatever the offsets (out-of-range reads are
-//! empty, arithmetic saturates).
+//! empty; arithmetic saturates, or adds offsets already within the buffer).
 
 use std::ops::Range;
 
-/// Where the header section of a message ends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct HeadEnd {
-    /// Offset of the empty line: new headers are inserted here.
-    pub header_end: usize,
-    /// Offset of the first body byte (after the empty line).
-    pub body_start: usize,
-}
+mod lines;
 
-/// Finds the first empty line. CRLF CRLF is the standard terminator; a bare
-/// LF line ending is accepted too, because some peers send them and the
-/// byte-for-byte forwarding does not care.
-pub(crate) fn find_head_end(buf: &[u8]) -> Option<HeadEnd> {
-    for nl in memchr::memchr_iter(b'\n', buf) {
-        let next = nl.checked_add(1)?;
-        match buf.get(next) {
-            Some(b'\n') => {
-                return Some(HeadEnd {
-                    header_end: next,
-                    body_start: next.checked_add(1)?,
-                })
-            }
-            Some(b'\r') if buf.get(next.checked_add(1)?) == Some(&b'\n') => {
-                return Some(HeadEnd {
-                    header_end: next,
-                    body_start: next.checked_add(2)?,
-                })
-            }
-            _ => {}
-        }
-    }
-    None
-}
-
-/// One logical header line as found by [`header_lines`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct RawHeader {
-    /// The whole line including folded continuations and the final line end.
-    pub line: Range<usize>,
-    /// The header name without surrounding whitespace; empty when the line
-    /// has no colon or an invalid name (the caller reports it).
-    pub name: Range<usize>,
-    /// The value with leading and trailing whitespace (and line ends) removed.
-    pub value: Range<usize>,
-    /// False when the line has no colon or the name is not a token.
-    pub well_formed: bool,
-}
-
-/// Iterates the logical header lines of `buf[range]`. `range` must start at
-/// the first header line and end at the empty line (as given by
-/// [`find_head_end`]); lines beginning with SP or HT are folded into the
-/// previous one.
-pub(crate) fn header_lines(buf: &[u8], range: Range<usize>) -> HeaderLines<'_> {
-    let end = range.end.min(buf.len());
-    HeaderLines {
-        buf,
-        pos: range.start,
-        end,
-        open: false,
-        head: None,
-    }
-}
-
-/// [`header_lines`] from the first header line at `start` to the empty line
-/// [`find_head_end`] would find, in the same walk: [`HeaderLines::head_end`]
-/// then tells where it was (`None`: there was none).
-pub(crate) fn header_lines_open(buf: &[u8], start: usize) -> HeaderLines<'_> {
-    HeaderLines {
-        buf,
-        pos: start,
-        end: buf.len(),
-        open: true,
-        head: None,
-    }
-}
-
-/// Iterator returned by [`header_lines`] and [`header_lines_open`].
-pub(crate) struct HeaderLines<'a> {
-    buf: &'a [u8],
-    pos: usize,
-    end: usize,
-    /// Stops at the first empty line and notes it in `head`.
-    open: bool,
-    head: Option<HeadEnd>,
-}
-
-impl Iterator for HeaderLines<'_> {
-    type Item = RawHeader;
-
-    fn next(&mut self) -> Option<RawHeader> {
-        if self.pos >= self.end {
-            return None;
-        }
-        let start = self.pos;
-        if self.open {
-            // Every line start follows a LF: an empty line here is the one
-            // `find_head_end` looks for.
-            let body_start = match self.buf.get(start..) {
-                Some([b'\n', ..]) => start.saturating_add(1),
-                Some([b'\r', b'\n', ..]) => start.saturating_add(2),
-                _ => 0,
-            };
-            if body_start > 0 {
-                self.head = Some(HeadEnd {
-                    header_end: start,
-                    body_start,
-                });
-                self.pos = self.end;
-                return None;
-            }
-        }
-        let first_end = self.line_end(start);
-        let mut end = first_end;
-        while end < self.end && matches!(self.buf.get(end), Some(b' ' | b'\t')) {
-            end = self.line_end(end);
-        }
-        self.pos = end;
-
-        let first = self.buf.get(start..first_end).unwrap_or_default();
-        // The usual line, `Token: value` or `Token : value`, in one walk over
-        // the name; anything else takes the general path below.
-        let name_len = first
-            .iter()
-            .position(|&b| !is_token(b))
-            .unwrap_or(first.len());
-        let after_name = first.get(name_len..).unwrap_or_default();
-        let gap = after_name
-            .iter()
-            .position(|&b| b != b' ' && b != b'\t')
-            .unwrap_or(after_name.len());
-        if name_len > 0 && after_name.get(gap) == Some(&b':') {
-            let colon = start.saturating_add(name_len).saturating_add(gap);
-            return Some(RawHeader {
-                line: start..end,
-                name: start..start.saturating_add(name_len),
-                value: trim(self.buf, colon.saturating_add(1)..end),
-                well_formed: true,
-            });
-        }
-        let Some(colon) = memchr::memchr(b':', first) else {
-            return Some(RawHeader {
-                line: start..end,
-                name: start..start,
-                value: start..start,
-                well_formed: false,
-            });
-        };
-        let colon = start.saturating_add(colon);
-        let name = trim(self.buf, start..colon);
-        // A first header line that starts with whitespace would be a fold of
-        // the start line, which RFC 3261 does not allow.
-        let name_ok = !name.is_empty()
-            && name.start == start
-            && self
-                .buf
-                .get(name.clone())
-                .is_some_and(|n| n.iter().all(|&b| is_token(b)));
-        let value = trim(self.buf, colon.saturating_add(1)..end);
-        Some(RawHeader {
-            line: start..end,
-            name,
-            value,
-            well_formed: name_ok,
-        })
-    }
-}
-
-impl HeaderLines<'_> {
-    /// Where the walk of [`header_lines_open`] found the empty line.
-    pub(crate) fn head_end(&self) -> Option<HeadEnd> {
-        self.head
-    }
-
-    /// End (exclusive, after the LF) of the physical line starting at `from`.
-    fn line_end(&self, from: usize) -> usize {
-        let rest = self.buf.get(from..self.end).unwrap_or_default();
-        match memchr::memchr(b'\n', rest) {
-            Some(i) => from.saturating_add(i).saturating_add(1),
-            None => self.end,
-        }
-    }
-}
+pub(crate) use lines::{find_head_end, header_lines, header_lines_open};
 
 /// Linear whitespace as it may appear inside a (possibly folded) value.
 pub(crate) const fn is_lws(b: u8) -> bool {
@@ -220,6 +41,7 @@ const TOKEN: [bool; 256] = {
 };
 
 /// Shrinks `range` so it neither starts nor ends with whitespace.
+#[inline]
 pub(crate) fn trim(buf: &[u8], range: Range<usize>) -> Range<usize> {
     let Some(bytes) = buf.get(range.clone()) else {
         return range.start..range.start;
@@ -228,7 +50,8 @@ pub(crate) fn trim(buf: &[u8], range: Range<usize>) -> Range<usize> {
         return range.start..range.start;
     };
     let last = bytes.iter().rposition(|&b| !is_lws(b)).unwrap_or(first);
-    range.start.saturating_add(first)..range.start.saturating_add(last).saturating_add(1)
+    // Both are below `bytes.len()`, so within `range`.
+    range.start + first..range.start + last + 1
 }
 
 /// Parses an unsigned decimal made only of digits, `None` on anything else
@@ -282,19 +105,26 @@ pub(crate) fn content_length_of(
     buf: &[u8],
     values: impl IntoIterator<Item = Range<usize>>,
 ) -> ContentLength {
-    let mut found = ContentLength::Absent;
-    for v in values {
-        let value = buf.get(v).unwrap_or_default();
-        let n = match parse_decimal(value).and_then(|n| usize::try_from(n).ok()) {
-            Some(n) => n,
-            None => return ContentLength::Bad,
+    values.into_iter().fold(ContentLength::Absent, |found, v| {
+        found.and(buf.get(v).unwrap_or_default())
+    })
+}
+
+impl ContentLength {
+    /// What the lines so far and one more `Content-Length` value add up to:
+    /// the first bad or conflicting value decides for good.
+    pub(crate) fn and(self, value: &[u8]) -> ContentLength {
+        if matches!(self, ContentLength::Bad | ContentLength::Conflicting) {
+            return self;
+        }
+        let Some(n) = parse_decimal(value).and_then(|n| usize::try_from(n).ok()) else {
+            return ContentLength::Bad;
         };
-        found = match found {
-            ContentLength::Value(prev) if prev != n => return ContentLength::Conflicting,
+        match self {
+            ContentLength::Value(prev) if prev != n => ContentLength::Conflicting,
             _ => ContentLength::Value(n),
-        };
+        }
     }
-    found
 }
 
 /// End of the run starting at `pos` (bounded by `end`) of bytes matching `f`.

@@ -117,17 +117,22 @@ impl SipMessage {
         let line_end = memchr::memchr(b'\n', buf.get(begin..).unwrap_or_default())
             .map(|i| begin.saturating_add(i))
             .ok_or(ParseError::Unterminated)?;
-        // The header lines are indexed in the walk that finds the empty line.
+        // The header lines are indexed, and Content-Length read, in the walk
+        // that finds the empty line.
         let mut headers = Vec::with_capacity(USUAL_HEADERS);
         let mut bad_header = false;
+        let mut content_length = ContentLength::Absent;
         let mut lines = lex::header_lines_open(buf, line_end.saturating_add(1));
-        for h in lines.by_ref() {
+        while let Some((h, known)) = lines.next_named(HeaderName::known) {
             let name = if h.well_formed {
-                HeaderName::from_bytes(buf.get(h.name.clone()).unwrap_or_default())
+                known.unwrap_or(HeaderName::Other)
             } else {
                 bad_header = true;
                 HeaderName::Other
             };
+            if name == HeaderName::ContentLength {
+                content_length = content_length.and(buf.get(h.value.clone()).unwrap_or_default());
+            }
             headers.push(HeaderField {
                 name,
                 name_range: h.name,
@@ -153,15 +158,6 @@ impl SipMessage {
         }
 
         let len = buf.len();
-        // The lines named Content-Length (or `l`) are the well-formed ones
-        // `lex::content_length` reads: one pass over the header section.
-        let content_length = lex::content_length_of(
-            buf,
-            headers
-                .iter()
-                .filter(|f| f.name == HeaderName::ContentLength)
-                .map(|f| f.value.clone()),
-        );
         let body = match content_length {
             ContentLength::Absent => body_start..len,
             ContentLength::Bad | ContentLength::Conflicting => {

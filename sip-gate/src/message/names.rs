@@ -57,10 +57,23 @@ const METHODS: &[(&str, Method)] = &[
 impl Method {
     /// Classifies a method token (case-sensitive).
     pub fn from_token(token: &[u8]) -> Method {
-        METHODS
-            .iter()
-            .find(|(name, _)| name.as_bytes() == token)
-            .map_or(Method::Other, |&(_, m)| m)
+        match token {
+            b"INVITE" => Method::Invite,
+            b"ACK" => Method::Ack,
+            b"BYE" => Method::Bye,
+            b"CANCEL" => Method::Cancel,
+            b"REGISTER" => Method::Register,
+            b"SUBSCRIBE" => Method::Subscribe,
+            b"NOTIFY" => Method::Notify,
+            b"OPTIONS" => Method::Options,
+            b"UPDATE" => Method::Update,
+            b"PRACK" => Method::Prack,
+            b"INFO" => Method::Info,
+            b"MESSAGE" => Method::Message,
+            b"REFER" => Method::Refer,
+            b"PUBLISH" => Method::Publish,
+            _ => Method::Other,
+        }
     }
 
     /// The canonical token, `None` for `Other`.
@@ -196,88 +209,71 @@ const HEADER_NAMES: &[(&[u8], Option<u8>, HeaderName)] = &[
     (b"Subscription-State", None, HeaderName::SubscriptionState),
 ];
 
-/// [`HEADER_NAMES`] by length, so a name is compared with the few of its
-/// length only (a test checks the two agree).
-const BY_LENGTH: [&[(&[u8], HeaderName)]; 20] = [
-    &[],
-    &[],
-    &[(b"To", HeaderName::To)],
-    &[(b"Via", HeaderName::Via)],
-    &[
-        (b"CSeq", HeaderName::CSeq),
-        (b"From", HeaderName::From),
-        (b"Path", HeaderName::Path),
-        (b"RSeq", HeaderName::RSeq),
-        (b"RAck", HeaderName::RAck),
-    ],
-    &[
-        (b"Route", HeaderName::Route),
-        (b"Event", HeaderName::Event),
-        (b"Allow", HeaderName::Allow),
-    ],
-    &[(b"Server", HeaderName::Server)],
-    &[
-        (b"Call-ID", HeaderName::CallId),
-        (b"Contact", HeaderName::Contact),
-        (b"Expires", HeaderName::Expires),
-        (b"Subject", HeaderName::Subject),
-        (b"Require", HeaderName::Require),
-    ],
-    &[
-        (b"Refer-To", HeaderName::ReferTo),
-        (b"Identity", HeaderName::Identity),
-    ],
-    &[(b"Supported", HeaderName::Supported)],
-    &[(b"User-Agent", HeaderName::UserAgent)],
-    &[
-        (b"Referred-By", HeaderName::ReferredBy),
-        (b"Unsupported", HeaderName::Unsupported),
-        (b"Retry-After", HeaderName::RetryAfter),
-        (b"Min-Expires", HeaderName::MinExpires),
-    ],
-    &[
-        (b"Max-Forwards", HeaderName::MaxForwards),
-        (b"Record-Route", HeaderName::RecordRoute),
-        (b"Content-Type", HeaderName::ContentType),
-        (b"Allow-Events", HeaderName::AllowEvents),
-    ],
-    &[
-        (b"Proxy-Require", HeaderName::ProxyRequire),
-        (b"Service-Route", HeaderName::ServiceRoute),
-        (b"Authorization", HeaderName::Authorization),
-    ],
-    &[(b"Content-Length", HeaderName::ContentLength)],
-    &[(b"Session-Expires", HeaderName::SessionExpires)],
-    &[
-        (b"Content-Encoding", HeaderName::ContentEncoding),
-        (b"WWW-Authenticate", HeaderName::WwwAuthenticate),
-    ],
-    &[],
-    &[
-        (b"Proxy-Authenticate", HeaderName::ProxyAuthenticate),
-        (b"Subscription-State", HeaderName::SubscriptionState),
-    ],
-    &[(b"Proxy-Authorization", HeaderName::ProxyAuthorization)],
-];
-
 impl HeaderName {
     /// Classifies a header name, case-insensitively, compact forms included.
+    #[inline]
     pub fn from_bytes(name: &[u8]) -> HeaderName {
-        if let [c] = name {
-            let c = c.to_ascii_lowercase();
-            return HEADER_NAMES
-                .iter()
-                .find(|(_, compact, _)| *compact == Some(c))
-                .map_or(HeaderName::Other, |&(_, _, h)| h);
+        let (Some(&first), Some(&last)) = (name.first(), name.last()) else {
+            return HeaderName::Other;
+        };
+        // Length and first letter leave one candidate (the last letter
+        // splits the three pairs that share both), so a name costs one
+        // comparison. `| 0x20` lowercases a letter and maps no other byte
+        // to one.
+        let (long, h): (&[u8], HeaderName) = match (name.len(), first | 0x20) {
+            (1, c) => return compact(c),
+            (2, b't') => (b"to", HeaderName::To),
+            (3, b'v') => (b"via", HeaderName::Via),
+            (4, b'c') => (b"cseq", HeaderName::CSeq),
+            (4, b'f') => (b"from", HeaderName::From),
+            (4, b'p') => (b"path", HeaderName::Path),
+            (4, b'r') if last | 0x20 == b'q' => (b"rseq", HeaderName::RSeq),
+            (4, b'r') => (b"rack", HeaderName::RAck),
+            (5, b'r') => (b"route", HeaderName::Route),
+            (5, b'e') => (b"event", HeaderName::Event),
+            (5, b'a') => (b"allow", HeaderName::Allow),
+            (6, b's') => (b"server", HeaderName::Server),
+            (7, b'c') if last | 0x20 == b'd' => (b"call-id", HeaderName::CallId),
+            (7, b'c') => (b"contact", HeaderName::Contact),
+            (7, b'e') => (b"expires", HeaderName::Expires),
+            (7, b's') => (b"subject", HeaderName::Subject),
+            (7, b'r') => (b"require", HeaderName::Require),
+            (8, b'r') => (b"refer-to", HeaderName::ReferTo),
+            (8, b'i') => (b"identity", HeaderName::Identity),
+            (9, b's') => (b"supported", HeaderName::Supported),
+            (10, b'u') => (b"user-agent", HeaderName::UserAgent),
+            (11, b'r') if last | 0x20 == b'y' => (b"referred-by", HeaderName::ReferredBy),
+            (11, b'r') => (b"retry-after", HeaderName::RetryAfter),
+            (11, b'u') => (b"unsupported", HeaderName::Unsupported),
+            (11, b'm') => (b"min-expires", HeaderName::MinExpires),
+            (12, b'm') => (b"max-forwards", HeaderName::MaxForwards),
+            (12, b'r') => (b"record-route", HeaderName::RecordRoute),
+            (12, b'c') => (b"content-type", HeaderName::ContentType),
+            (12, b'a') => (b"allow-events", HeaderName::AllowEvents),
+            (13, b'p') => (b"proxy-require", HeaderName::ProxyRequire),
+            (13, b's') => (b"service-route", HeaderName::ServiceRoute),
+            (13, b'a') => (b"authorization", HeaderName::Authorization),
+            (14, b'c') => (b"content-length", HeaderName::ContentLength),
+            (15, b's') => (b"session-expires", HeaderName::SessionExpires),
+            (16, b'c') => (b"content-encoding", HeaderName::ContentEncoding),
+            (16, b'w') => (b"www-authenticate", HeaderName::WwwAuthenticate),
+            (18, b'p') => (b"proxy-authenticate", HeaderName::ProxyAuthenticate),
+            (18, b's') => (b"subscription-state", HeaderName::SubscriptionState),
+            (19, b'p') => (b"proxy-authorization", HeaderName::ProxyAuthorization),
+            _ => return HeaderName::Other,
+        };
+        if eq_folded(name, long) {
+            h
+        } else {
+            HeaderName::Other
         }
-        BY_LENGTH
-            .get(name.len())
-            .and_then(|names| {
-                names
-                    .iter()
-                    .find(|(long, _)| long.eq_ignore_ascii_case(name))
-            })
-            .map_or(HeaderName::Other, |&(_, h)| h)
+    }
+
+    /// The header a name is, `None` for `Other`. Only a known name, which
+    /// is made of token bytes, is `Some` (the lexer relies on that).
+    #[inline]
+    pub(crate) fn known(name: &[u8]) -> Option<HeaderName> {
+        Some(HeaderName::from_bytes(name)).filter(|h| *h != HeaderName::Other)
     }
 
     /// The canonical long name, `None` for `Other`.
@@ -289,22 +285,144 @@ impl HeaderName {
     }
 }
 
+/// The long form of a compact header name, already lowercased.
+fn compact(c: u8) -> HeaderName {
+    match c {
+        b'v' => HeaderName::Via,
+        b'i' => HeaderName::CallId,
+        b'f' => HeaderName::From,
+        b't' => HeaderName::To,
+        b'm' => HeaderName::Contact,
+        b'l' => HeaderName::ContentLength,
+        b'c' => HeaderName::ContentType,
+        b'e' => HeaderName::ContentEncoding,
+        b'o' => HeaderName::Event,
+        b's' => HeaderName::Subject,
+        b'k' => HeaderName::Supported,
+        b'u' => HeaderName::AllowEvents,
+        b'r' => HeaderName::ReferTo,
+        b'b' => HeaderName::ReferredBy,
+        b'x' => HeaderName::SessionExpires,
+        b'y' => HeaderName::Identity,
+        _ => HeaderName::Other,
+    }
+}
+
+/// Whether `name` is `lower` (lowercase letters and `-` only) in any case.
+/// Each byte is compared with its case bit set only where `lower` has a
+/// letter (letters have 0x40, `-` has not), so no byte but the two cases
+/// of that letter matches; whole words at a time, the last one overlapping.
+#[inline]
+fn eq_folded(name: &[u8], lower: &[u8]) -> bool {
+    let n = name.len();
+    if n != lower.len() {
+        return false;
+    }
+    if n >= 8 {
+        let mut at = 0;
+        while at + 8 < n {
+            if !word_eq::<8>(name, lower, at) {
+                return false;
+            }
+            at += 8;
+        }
+        return word_eq::<8>(name, lower, n - 8);
+    }
+    if n >= 4 {
+        return word_eq::<4>(name, lower, 0) && word_eq::<4>(name, lower, n - 4);
+    }
+    if n >= 2 {
+        return word_eq::<2>(name, lower, 0) && word_eq::<2>(name, lower, n - 2);
+    }
+    name.iter()
+        .zip(lower)
+        .all(|(&a, &b)| a | ((b & 0x40) >> 1) == b)
+}
+
+/// [`eq_folded`] on the `N` bytes at `at` (false if they are not there).
+fn word_eq<const N: usize>(name: &[u8], lower: &[u8], at: usize) -> bool {
+    let word = |s: &[u8]| -> Option<u64> {
+        let bytes = <[u8; N]>::try_from(s.get(at..at.checked_add(N)?)?).ok()?;
+        Some(bytes.iter().rev().fold(0, |w, &b| w << 8 | u64::from(b)))
+    };
+    let (Some(a), Some(b)) = (word(name), word(lower)) else {
+        return false;
+    };
+    // `b`'s bytes beyond `N` are zero, so the mask is too.
+    let case = (b & 0x4040_4040_4040_4040) >> 1;
+    a | case == b
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{HeaderName, BY_LENGTH, HEADER_NAMES};
+    use super::{HeaderName, Method, HEADER_NAMES, METHODS};
 
     #[test]
-    fn the_table_by_length_holds_every_header_name_once_at_its_length() {
-        let by_length: usize = BY_LENGTH.iter().map(|names| names.len()).sum();
-        assert_eq!(by_length, HEADER_NAMES.len());
+    fn every_method_is_classified_case_sensitively() {
+        for (name, m) in METHODS {
+            assert_eq!(Method::from_token(name.as_bytes()), *m);
+            assert_eq!(m.as_str(), Some(*name));
+            let lower = name.to_ascii_lowercase();
+            assert_eq!(Method::from_token(lower.as_bytes()), Method::Other);
+            assert_eq!(Method::from_token(&name.as_bytes()[1..]), Method::Other);
+        }
+        assert_eq!(Method::from_token(b"FOO"), Method::Other);
+        assert_eq!(Method::from_token(b""), Method::Other);
+    }
+
+    /// Every known name in three cases and its compact form in two is
+    /// classified; a name one byte off (a changed letter, a CR for a `-`,
+    /// one byte short or long) is `Other`.
+    #[test]
+    fn every_header_name_and_compact_form_is_classified_and_near_misses_are_not() {
         for (long, compact, h) in HEADER_NAMES {
-            assert!(BY_LENGTH[long.len()].contains(&(*long, *h)), "{h:?}");
-            assert_eq!(HeaderName::from_bytes(long), *h);
-            assert_eq!(HeaderName::from_bytes(&long.to_ascii_lowercase()), *h);
+            let upper = long.to_ascii_uppercase();
+            let lower = long.to_ascii_lowercase();
+            let mixed: Vec<u8> = long
+                .iter()
+                .enumerate()
+                .map(|(i, b)| {
+                    if i % 2 == 0 {
+                        b.to_ascii_uppercase()
+                    } else {
+                        b.to_ascii_lowercase()
+                    }
+                })
+                .collect();
+            for name in [long.to_vec(), upper, lower, mixed] {
+                assert_eq!(HeaderName::from_bytes(&name), *h, "{name:?}");
+            }
             if let Some(c) = compact {
                 assert_eq!(HeaderName::from_bytes(&[*c]), *h);
+                assert_eq!(HeaderName::from_bytes(&[c.to_ascii_uppercase()]), *h);
+            }
+            for i in 0..long.len() {
+                for swap in [b'\r', b'-', b'q', b'_', b'\0', long[i] ^ 0x20 ^ 0x01] {
+                    let mut near = long.to_vec();
+                    if near[i].eq_ignore_ascii_case(&swap) {
+                        continue;
+                    }
+                    near[i] = swap;
+                    assert_eq!(HeaderName::from_bytes(&near), HeaderName::Other, "{near:?}");
+                }
+            }
+            if long.len() > 2 {
+                // ("o", from "To", is a compact form.)
+                assert_eq!(HeaderName::from_bytes(&long[1..]), HeaderName::Other);
+            }
+            assert_eq!(
+                HeaderName::from_bytes(&[long, &b"s"[..]].concat()),
+                HeaderName::Other
+            );
+            assert_eq!(h.as_str().map(str::as_bytes), Some(*long));
+        }
+        let compacts = HEADER_NAMES.iter().filter_map(|(_, c, _)| *c);
+        for c in 0..=255u8 {
+            if !compacts.clone().any(|k| k.eq_ignore_ascii_case(&c)) {
+                assert_eq!(HeaderName::from_bytes(&[c]), HeaderName::Other, "{c}");
             }
         }
+        assert_eq!(HeaderName::from_bytes(b""), HeaderName::Other);
         assert_eq!(HeaderName::from_bytes(b"X-Via"), HeaderName::Other);
         assert_eq!(HeaderName::from_bytes(&[b'V'; 40]), HeaderName::Other);
     }
