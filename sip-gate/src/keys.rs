@@ -5,8 +5,10 @@
 //! its own key, derived with BLAKE3's key derivation function (`derive_key`
 //! with a context string per use): a MAC made for one purpose (a branch, say)
 //! never verifies as another (a Record-Route token). The MACs are BLAKE3
-//! keyed hashes, truncated, and checked with a constant-time comparison so
-//! the time a check takes tells nothing about how many bytes matched.
+//! keyed hashes, truncated ([`Key::mac`]), except the Via branch's, which is
+//! SipHash-2-4 under its own key ([`crate::branch`]); all are checked with
+//! a constant-time comparison so the time a check takes tells nothing about
+//! how many bytes matched.
 
 use subtle::ConstantTimeEq;
 
