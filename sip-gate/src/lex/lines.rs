@@ -4,7 +4,7 @@
 
 use std::ops::Range;
 
-use super::{is_lws, is_token, trim};
+use super::{first_lane, is_lws, is_token, lanes_equal, trim};
 
 /// Where the header section of a message ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -281,18 +281,11 @@ const NAME_WINDOW: usize = 24;
 /// before a word is complete.
 #[inline]
 fn colon_within_window(rest: &[u8]) -> Option<usize> {
-    const ONES: u64 = u64::from_le_bytes([0x01; 8]);
-    const HIGHS: u64 = u64::from_le_bytes([0x80; 8]);
-    const COLONS: u64 = u64::from_le_bytes([b':'; 8]);
     let mut at = 0;
     while at < NAME_WINDOW {
         let word = <[u8; 8]>::try_from(rest.get(at..at + 8)?).ok()?;
-        // Zero bytes of `x` are colons; the lowest high bit set in `hit`
-        // marks the first one exactly (a borrow only reaches higher bytes).
-        let x = u64::from_le_bytes(word) ^ COLONS;
-        let hit = x.wrapping_sub(ONES) & !x & HIGHS;
-        if hit != 0 {
-            return Some(at + (hit.trailing_zeros() / 8) as usize);
+        if let Some(i) = first_lane(lanes_equal(u64::from_le_bytes(word), b':')) {
+            return Some(at + i);
         }
         at += 8;
     }

@@ -298,24 +298,21 @@ pub(crate) struct Param {
 pub(crate) fn walk_params(buf: &[u8], range: Range<usize>, mut f: impl FnMut(Param)) -> Option<()> {
     // Cut at the end once: every `p < b.len()` below then proves `b[p]`.
     let b = buf.get(..range.end).unwrap_or(buf);
-    let mut p = lws_end(b, range.start);
+    let mut p = skip_lws(b, range.start, b.len());
     while p < b.len() {
         if b[p] != b';' {
             return None;
         }
-        let name_start = lws_end(b, p + 1);
-        let mut name_end = name_start;
-        while name_end < b.len() && is_token(b[name_end]) {
-            name_end += 1;
-        }
+        let name_start = skip_lws(b, p + 1, b.len());
+        let name_end = take_while(b, name_start, b.len(), is_token);
         if name_end == name_start {
             return None;
         }
-        let mut q = lws_end(b, name_end);
+        let mut q = skip_lws(b, name_end, b.len());
         let mut value = None;
         let mut whole_end = name_end;
         if q < b.len() && b[q] == b'=' {
-            let v_start = lws_end(b, q + 1);
+            let v_start = skip_lws(b, q + 1, b.len());
             let v_end = if v_start < b.len() && b[v_start] == b'"' {
                 quoted_end(b, v_start, b.len())?
             } else {
@@ -326,7 +323,7 @@ pub(crate) fn walk_params(buf: &[u8], range: Range<usize>, mut f: impl FnMut(Par
             }
             value = Some(v_start..v_end);
             whole_end = v_end;
-            q = lws_end(b, v_end);
+            q = skip_lws(b, v_end, b.len());
         }
         f(Param {
             name: name_start..name_end,
@@ -338,41 +335,48 @@ pub(crate) fn walk_params(buf: &[u8], range: Range<usize>, mut f: impl FnMut(Par
     Some(())
 }
 
-/// The first offset from `p` that is not whitespace (`p` itself when it is
-/// past the end).
-fn lws_end(b: &[u8], mut p: usize) -> usize {
-    while p < b.len() && is_lws(b[p]) {
-        p += 1;
-    }
-    p
-}
-
 /// From `p`, the first byte of `b` below 0x21 (whitespace, controls) or
 /// equal to `stop`, found eight bytes at a time; within the last seven bytes
 /// it stops early. A byte loop that ends at whitespace or `stop` can start
 /// there. Branch values and URIs run 20 to
 /// 40 bytes, which a byte at a time costs several instructions each.
 pub(crate) fn skip_plain(b: &[u8], mut p: usize, stop: u8) -> usize {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGHS: u64 = 0x8080_8080_8080_8080;
-    let stops = ONES * u64::from(stop);
     while let Some(chunk) = b.get(p..).and_then(<[u8]>::first_chunk::<8>) {
         let x = u64::from_le_bytes(*chunk);
-        // The classic has-less-than and has-zero-byte tests: each flags a
-        // lane exactly when some byte qualifies (borrows only add flags
-        // above a flagged lane), so a clean chunk is never misjudged.
-        let low = x.wrapping_sub(ONES * 0x21) & !x & HIGHS;
-        let y = x ^ stops;
-        let hit = y.wrapping_sub(ONES) & !y & HIGHS;
-        let flags = low | hit;
-        if flags != 0 {
-            // No borrow reaches the lowest flagged lane, so it is the first
-            // byte that qualifies (little-endian: the lowest lane is first).
-            return p + (flags.trailing_zeros() / 8) as usize;
+        if let Some(i) = first_lane(lanes_below(x, 0x21) | lanes_equal(x, stop)) {
+            return p + i;
         }
         p += 8;
     }
     p
+}
+
+const ONES: u64 = u64::from_le_bytes([0x01; 8]);
+const HIGHS: u64 = u64::from_le_bytes([0x80; 8]);
+
+/// Eight bytes at a time: the high bit of each byte (lane) of `word` below
+/// `n` (at most 0x80). The classic has-less-than test; a borrow only adds
+/// flags above a flagged lane, so the lowest flag is exact and a word with
+/// no such byte has none.
+pub(crate) const fn lanes_below(word: u64, n: u8) -> u64 {
+    word.wrapping_sub(ONES * n as u64) & !word & HIGHS
+}
+
+/// The high bit of each lane of `word` equal to `n` (the has-zero-byte test
+/// on `word ^ n..n`), exact for the lowest lane as [`lanes_below`] is.
+pub(crate) const fn lanes_equal(word: u64, n: u8) -> u64 {
+    let y = word ^ (ONES * n as u64);
+    y.wrapping_sub(ONES) & !y & HIGHS
+}
+
+/// The byte offset of the lowest flagged lane of a word read little-endian
+/// (its first byte), `None` if none is.
+pub(crate) const fn first_lane(flags: u64) -> Option<usize> {
+    if flags == 0 {
+        None
+    } else {
+        Some((flags.trailing_zeros() / 8) as usize)
+    }
 }
 
 /// End of the unquoted parameter value starting at `v`: the first

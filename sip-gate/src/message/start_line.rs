@@ -140,26 +140,15 @@ pub(super) fn valid_request_uri(uri: &[u8]) -> bool {
         && !has_space_or_control(uri)
 }
 
-/// Whether any byte is at most SP or is DEL, eight bytes at a time.
+/// Whether any byte is at most SP or is DEL, eight bytes at a time up to
+/// the last seven ([`lex::skip_plain`]), which are looked at one by one.
 fn has_space_or_control(bytes: &[u8]) -> bool {
-    const ONES: u64 = u64::from_le_bytes([0x01; 8]);
-    const HIGHS: u64 = u64::from_le_bytes([0x80; 8]);
-    let mut words = bytes.chunks_exact(8);
-    for word in &mut words {
-        let Ok(word) = <[u8; 8]>::try_from(word) else {
-            return true;
-        };
-        let x = u64::from_le_bytes(word);
-        // A high bit left in `low` marks a byte below 0x21 (bytes with the
-        // high bit set are masked out by `!x`); in `del`, a byte 0x7f.
-        let low = x.wrapping_sub(ONES * 0x21) & !x & HIGHS;
-        let y = x ^ (ONES * 0x7f);
-        let del = y.wrapping_sub(ONES) & !y & HIGHS;
-        if low | del != 0 {
-            return true;
-        }
-    }
-    words.remainder().iter().any(|&b| b <= b' ' || b == 0x7f)
+    let from = lex::skip_plain(bytes, 0, 0x7f);
+    bytes
+        .get(from..)
+        .unwrap_or_default()
+        .iter()
+        .any(|&b| b <= b' ' || b == 0x7f)
 }
 
 #[cfg(test)]

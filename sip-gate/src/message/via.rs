@@ -183,25 +183,24 @@ const HOST: [bool; 256] = {
 };
 
 /// Takes `branch`, `received` and `rport` (the first of each) into `via`;
-/// `None` when one of them is malformed. The name's length picks the one
-/// candidate, so most parameters cost one comparison.
+/// `None` when one of them is malformed. [`lex::name_is`] compares lengths
+/// first, so any other parameter costs a few integer comparisons.
 fn via_param<'a>(buf: &'a [u8], prm: Param, via: &mut Via<'a>) -> Option<()> {
     let value = || match prm.value.clone() {
         Some(v) => buf.get(v).map(Some),
         None => Some(None),
     };
     let named = |want: &[u8]| lex::name_is(buf, &prm.name, want);
-    match prm.name.len() {
-        6 if via.branch.is_none() && named(b"branch") => via.branch = Some(value()??),
-        8 if via.received.is_none() && named(b"received") => via.received = Some(value()??),
-        5 if via.rport.is_none() && named(b"rport") => {
-            via.rport = Some(match value()? {
-                Some(v) => Some(u16::try_from(lex::parse_decimal(v)?).ok()?),
-                None => None,
-            });
-            via.rport_range = Some(prm.whole.clone());
-        }
-        _ => {}
+    if via.branch.is_none() && named(b"branch") {
+        via.branch = Some(value()??);
+    } else if via.received.is_none() && named(b"received") {
+        via.received = Some(value()??);
+    } else if via.rport.is_none() && named(b"rport") {
+        via.rport = Some(match value()? {
+            Some(v) => Some(u16::try_from(lex::parse_decimal(v)?).ok()?),
+            None => None,
+        });
+        via.rport_range = Some(prm.whole.clone());
     }
     Some(())
 }
