@@ -470,3 +470,42 @@ fn r_ov_1_after_a_stall_in_dialog_requests_are_forwarded_before_new_dialogs_queu
         "R-OV-1 priority: {overtaken} (new INVITE, in-dialog) pairs reordered after the stall"
     );
 }
+
+/// The names of the gate's UDP worker threads (`udp-LISTENER-WORKER`).
+fn udp_worker_threads(gate: &GateProc) -> Vec<String> {
+    let tasks = std::fs::read_dir(format!("/proc/{}/task", gate.pid())).expect("tasks");
+    let mut names: Vec<String> = tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .map(|n| n.trim().to_string())
+        .filter(|n| n.starts_with("udp-"))
+        .collect();
+    names.sort();
+    names
+}
+
+/// `[overload] udp_workers` sets how many UDP workers (and sockets) a
+/// listener has; with one or with several, every call completes.
+#[test]
+fn udp_workers_sets_the_worker_threads_per_listener_and_calls_complete() {
+    let net = (31, 5);
+    for workers in [1, 3] {
+        let (dir, site, listener, admin) = site(net, &format!("udp_workers = {workers}\n"));
+        let gate = GateProc::spawn(&site, admin, &[]);
+        gate.wait_ready();
+        let want: Vec<String> = (0..workers).map(|w| format!("udp-0-{w}")).collect();
+        assert_eq!(udp_worker_threads(&gate), want);
+        let uas = sg(net);
+        let log = dir.path().join("calls.log");
+        let calls = caller(net, 21, listener, &log)
+            .calls(20)
+            .rate(20)
+            .duration(Duration::from_millis(100))
+            .spawn()
+            .expect("caller starts");
+        let report = wait(calls, "caller");
+        assert!(report.all_ok(), "{workers} workers: {report:?}");
+        assert_eq!(outcomes(&log), (0, 20, 20), "{workers} workers: {report:?}");
+        let sg = uas.stop().expect("uas report");
+        assert_eq!((sg.successful, sg.failed), (20, 0), "{sg:?}");
+    }
+}

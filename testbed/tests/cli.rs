@@ -71,6 +71,7 @@ fn sip_bench_help_and_bounds() {
         ],
     );
     assert!(text.contains("[default: 1000,2000]"), "{text}");
+    assert!(text.contains("sip-gate-per-core"), "{text}");
     // Every load is bounded: the machine is shared.
     refused(BENCH, &["--rates", "1000,9000"], "9000 is not in 1..=5000");
     refused(BENCH, &["--seconds", "61"], "61 is not in 1..=60");

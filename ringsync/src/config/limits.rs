@@ -48,6 +48,14 @@ pub struct OverloadConfig {
     /// Bound of each UDP worker's receive queue in bytes (the socket's
     /// `SO_RCVBUF`; the kernel caps it at `net.core.rmem_max`). Default 4 MiB.
     pub udp_rcvbuf_bytes: usize,
+    /// UDP worker threads per listener, each with its own socket on the
+    /// listener's address (`SO_REUSEPORT`: the kernel keeps each peer on one
+    /// of them, so its messages stay in order). Unset: one per core, at most
+    /// 8. Fewer workers than cores cost less CPU per call while one core
+    /// keeps up (fewer thread wake-ups, the tables and code warm in one
+    /// core's caches; docs/benchmarks.md); more spread a burst over cores.
+    /// 1 to 64.
+    pub udp_workers: Option<usize>,
     /// Bound of each TCP (or TLS) connection's send queue, in messages; a
     /// message beyond it is dropped (`sipgate_dropped_total{reason=
     /// "tcp_queue_full"}`), as a peer that does not read is not waited for.
@@ -87,6 +95,7 @@ impl Default for OverloadConfig {
             new_dialogs_burst: 20_000,
             new_dialog_deadline_ms: 200,
             udp_rcvbuf_bytes: 4 << 20,
+            udp_workers: None,
             tcp_queue_messages: 1024,
             max_transactions: 1 << 20,
             retry_after_s: 5,
@@ -106,6 +115,9 @@ impl OverloadConfig {
         Duration::from_millis(self.new_dialog_deadline_ms.into())
     }
 }
+
+/// Most UDP workers a listener may have.
+const MAX_UDP_WORKERS: usize = 64;
 
 /// Checks `[overload]`: every bound positive, every burst room for at least
 /// one request when its rate is on. Errors name the field and point at the
@@ -138,6 +150,11 @@ pub(super) fn validate(
             "udp_rcvbuf_bytes",
             "must be at least 65536 (one largest datagram)",
         );
+    }
+    if c.udp_workers
+        .is_some_and(|n| !(1..=MAX_UDP_WORKERS).contains(&n))
+    {
+        return bad("udp_workers", "must be from 1 to 64");
     }
     let bursts = [
         (

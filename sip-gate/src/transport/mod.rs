@@ -68,6 +68,7 @@ pub(crate) async fn bind(mut config: SiteConfig) -> io::Result<(SiteConfig, Vec<
     let mut bound = Vec::new();
     // Each UDP worker's intake bound (R-OV-1).
     let rcvbuf = config.overload.udp_rcvbuf_bytes;
+    let workers = config.overload.udp_workers.unwrap_or_else(udp_workers);
     for l in &mut config.listeners {
         let want_udp = l.transports.contains(&Transport::Udp);
         // A TLS listener accepts TCP and shakes hands on it (tls.rs).
@@ -125,7 +126,7 @@ pub(crate) async fn bind(mut config: SiteConfig) -> io::Result<(SiteConfig, Vec<
         let mut sockets = Vec::new();
         if let Some(first) = udp {
             sockets.push(Arc::new(first));
-            for _ in 1..udp_workers() {
+            for _ in 1..workers {
                 sockets.push(Arc::new(bind_udp(actual, rcvbuf)?));
             }
         }

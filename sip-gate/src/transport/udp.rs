@@ -23,8 +23,9 @@ use crate::metrics as m;
 use crate::overload::{self, BatchSizes, IntakeMeter, IntakeWaits, MAX_BATCH};
 use crate::txn::Inbound;
 
-/// UDP workers per listener: one per core, so a burst from many peers uses
-/// every core, while each peer's messages stay on one worker (in order).
+/// UDP workers per listener unless `[overload] udp_workers` says: one per
+/// core, so a burst from many peers uses every core, while each peer's
+/// messages stay on one worker (in order).
 pub(super) fn udp_workers() -> usize {
     std::thread::available_parallelism()
         .map_or(2, |n| n.get())

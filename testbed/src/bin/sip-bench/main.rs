@@ -14,8 +14,9 @@
 //! Systems: `relay` (the floor: one recv and one send per datagram; it
 //! reads only the Call-ID, to keep each call on one of the same three
 //! servers), `kamailio` (bench/kamailio/kamailio.cfg: tm + rr + dispatcher),
-//! `sip-gate`, and `sip-gate+drain` (the same with one of the three sg in an
-//! active drain profile).
+//! `sip-gate` (with `[overload] udp_workers = 1`), `sip-gate+drain` (the
+//! same with one of the three sg in an active drain profile) and
+//! `sip-gate-per-core` (the default worker count, one per core).
 //!
 //! ```text
 //! cargo build --release -p sip-gate -p testbed
@@ -60,12 +61,15 @@ enum System {
     Relay,
     /// Kamailio with tm, rr and dispatcher (bench/kamailio/kamailio.cfg).
     Kamailio,
-    /// sip-gate balancing over the three sg.
+    /// sip-gate balancing over the three sg, with one UDP worker.
     #[value(name = "sip-gate")]
     Gate,
-    /// sip-gate with one of the three sg in an active drain profile.
+    /// The same with one of the three sg in an active drain profile.
     #[value(name = "sip-gate+drain")]
     GateDrain,
+    /// sip-gate as configured by default: a UDP worker per core.
+    #[value(name = "sip-gate-per-core")]
+    GatePerCore,
 }
 
 impl System {
@@ -75,6 +79,7 @@ impl System {
             System::Kamailio => "kamailio",
             System::Gate => "sip-gate",
             System::GateDrain => "sip-gate+drain",
+            System::GatePerCore => "sip-gate-per-core",
         }
     }
     /// Each system listens on its own address, so a straggler of one run
@@ -85,6 +90,7 @@ impl System {
             System::Kamailio => 3,
             System::Gate => 4,
             System::GateDrain => 5,
+            System::GatePerCore => 6,
         };
         SocketAddr::new(ip(host), 5060)
     }
@@ -115,7 +121,7 @@ struct Opts {
         long,
         value_name = "SYSTEM,...",
         value_delimiter = ',',
-        default_value = "relay,kamailio,sip-gate,sip-gate+drain"
+        default_value = "relay,kamailio,sip-gate,sip-gate+drain,sip-gate-per-core"
     )]
     systems: Vec<System>,
     /// The sip-gate binary (default: `sip-gate` next to this one).
@@ -230,7 +236,8 @@ impl Drop for Proxy {
     }
 }
 
-fn gate_site(dir: &Path, listen: SocketAddr, drain: bool) -> Result<PathBuf, String> {
+fn gate_site(dir: &Path, listen: SocketAddr, system: System) -> Result<PathBuf, String> {
+    let drain = system == System::GateDrain;
     let mut t = String::new();
     let _ = writeln!(
         t,
@@ -245,8 +252,15 @@ fn gate_site(dir: &Path, listen: SocketAddr, drain: bool) -> Result<PathBuf, Str
     // so the per-source check runs on every INVITE without refusing one.
     let _ = writeln!(
         t,
-        "[overload]\nper_source_rate = 100000\nper_source_burst = 100000\n"
+        "[overload]\nper_source_rate = 100000\nper_source_burst = 100000"
     );
+    // One UDP worker: on two cores shared with the five SIPp processes it
+    // costs less CPU a call than one per core (docs/benchmarks.md), and one
+    // core keeps up with the rates measured here by far.
+    if system != System::GatePerCore {
+        let _ = writeln!(t, "udp_workers = 1");
+    }
+    let _ = writeln!(t);
     for i in 0..SERVERS {
         let _ = writeln!(t, "[[server]]\nname = \"srv-{i}\"");
     }
@@ -323,8 +337,8 @@ fn start(system: System, o: &Opts) -> Result<Proxy, String> {
                 Some(k.start().map_err(|e| format!("starting kamailio: {e}"))?),
             )
         }
-        System::Gate | System::GateDrain => {
-            let site = gate_site(dir.path(), addr, system == System::GateDrain)?;
+        System::Gate | System::GateDrain | System::GatePerCore => {
+            let site = gate_site(dir.path(), addr, system)?;
             let mut c = Command::new(o.gate());
             c.arg("--config").arg(&site).env("RUST_LOG", "warn");
             (Some(spawn_quiet(c, "sip-gate")?), None)
@@ -382,7 +396,7 @@ fn measure(system: System, rate: u32, o: &Opts) -> Result<Run, String> {
     let drops_after = UdpDrops::read();
     // Where the gate sent new calls: proves the drain steered (sg-1 gets none).
     let spread = match system {
-        System::Gate | System::GateDrain => {
+        System::Gate | System::GateDrain | System::GatePerCore => {
             new_work_spread(SocketAddr::new(system.addr().ip(), 19091))
         }
         _ => String::new(),
