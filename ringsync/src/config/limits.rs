@@ -52,9 +52,8 @@ pub struct OverloadConfig {
     /// listener's address (`SO_REUSEPORT`: the kernel keeps each peer on one
     /// of them, so its messages stay in order). Unset: one per core, at most
     /// 8. Fewer workers than cores cost less CPU per call while one core
-    /// keeps up (fewer thread wake-ups, the tables and code warm in one
-    /// core's caches; docs/benchmarks.md); more spread a burst over cores.
-    /// 1 to 64.
+    /// keeps up (fewer threads wake and switch for the same datagrams,
+    /// docs/benchmarks.md); more spread a burst over cores. 1 to 64.
     pub udp_workers: Option<usize>,
     /// Bound of each TCP (or TLS) connection's send queue, in messages; a
     /// message beyond it is dropped (`sipgate_dropped_total{reason=
