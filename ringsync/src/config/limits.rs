@@ -153,7 +153,10 @@ pub(super) fn validate(
     if c.udp_workers
         .is_some_and(|n| !(1..=MAX_UDP_WORKERS).contains(&n))
     {
-        return bad("udp_workers", "must be from 1 to 64");
+        return bad(
+            "udp_workers",
+            &format!("must be from 1 to {MAX_UDP_WORKERS}"),
+        );
     }
     let bursts = [
         (
