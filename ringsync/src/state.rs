@@ -102,8 +102,10 @@ impl DrainState {
         }
         let revision = p.revision;
         inputs.profiles = p;
-        self.rebuild(&mut inputs);
+        // Counted before the view is published, so whoever sees the new
+        // view also sees it counted.
         self.updates.fetch_add(1, Ordering::Relaxed);
+        self.rebuild(&mut inputs);
         metrics::counter!("ringsync_profile_updates_applied_total").increment(1);
         metrics::gauge!("ringsync_view_revision").set(revision as f64);
     }
