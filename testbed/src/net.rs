@@ -243,6 +243,18 @@ pub fn http_get(addr: SocketAddr, path: &str) -> Option<String> {
 mod tests {
     use super::*;
 
+    /// What `f` returns once it is `Some`; fails with `what` after 2 s.
+    fn within_2s<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+        let deadline = Instant::now() + Duration::from_secs(2);
+        loop {
+            if let Some(t) = f() {
+                return t;
+            }
+            assert!(Instant::now() < deadline, "{what}");
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     #[test]
     fn parses_proc_net_addresses() {
         assert_eq!(
@@ -267,11 +279,9 @@ mod tests {
         drop(tcp);
         // Eventually gone, not "never seen": a process that another test
         // forks at this moment holds a copy of the socket until its exec.
-        let deadline = Instant::now() + Duration::from_secs(2);
-        while is_listening(addr, Transport::Tcp) {
-            assert!(Instant::now() < deadline, "{addr} still listening");
-            thread::sleep(Duration::from_millis(10));
-        }
+        within_2s(&format!("{addr} still listening"), || {
+            (!is_listening(addr, Transport::Tcp)).then_some(())
+        });
     }
 
     #[test]
@@ -297,15 +307,10 @@ mod tests {
         // as above: a process another test forks at this moment holds a copy
         // of the socket until its exec (CI once read it 3908 here).
         drop(rx);
-        let deadline = Instant::now() + Duration::from_secs(2);
-        let closed = loop {
+        let closed = within_2s(&format!("{addr} still open"), || {
             let now = UdpDrops::read();
-            if now.at_since(&before, addr) == 0 {
-                break now;
-            }
-            assert!(Instant::now() < deadline, "{addr} still open: {now:?}");
-            thread::sleep(Duration::from_millis(10));
-        };
+            (now.at_since(&before, addr) == 0).then_some(now)
+        });
         assert!(closed.total_since(&before) >= drops);
     }
 
