@@ -276,13 +276,14 @@ impl Core {
                 }
             },
         };
-        let admitted = match self
-            .policy
-            .admit(view, req.inbound, req.listener, idx, msg, req.method)
-        {
-            Admission::Refuse { reply, rule } => return Decision::Refuse { reply, why: rule },
-            Admission::Pass(why) => why,
-        };
+        let admitted =
+            match self
+                .policy
+                .admit(view, req.inbound, req.listener, idx, msg, req.method)
+            {
+                Admission::Refuse { reply, rule } => return Decision::Refuse { reply, why: rule },
+                Admission::Pass(why) => why,
+            };
         let on_purpose = if view.is_draining(idx) {
             admitted.or(routed)
         } else {

@@ -148,7 +148,10 @@ fn r_aa_1_new_work_to_a_draining_instance_is_counted_by_reason() {
             .filter(|i| invite(L_SG_BAL, UA, format!("cnt3-{i}@ua")) == SG_A)
             .count();
         assert!(n_sg > 0, "sg-a takes a share of 30 calls");
-        assert_eq!(line("esg-a", "single_instance_account").as_deref(), Some("7"));
+        assert_eq!(
+            line("esg-a", "single_instance_account").as_deref(),
+            Some("7")
+        );
         assert_eq!(line("esg-b", "single_instance_account"), None);
         assert_eq!(line("sg-a", "all_draining"), Some(n_sg.to_string()));
     });
