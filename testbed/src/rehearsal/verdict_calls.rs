@@ -121,14 +121,22 @@ pub fn esg_inside_leg(l: &Layout, p: &Played) -> (bool, String) {
             .filter_map(|i| answered_by(l, p, single, from, to).get(i).copied())
             .sum();
         let has_single = p.loads.iter().any(single);
+        // Only a run that called for the account says what the esg kept.
+        let single_words = if has_single {
+            format!(
+                "{} took {kept} new calls of the single-instance account",
+                drained.join(", ")
+            )
+        } else {
+            "no load of the single-instance account".into()
+        };
         (
             served + kept > 0 && refused == 0 && (!has_single || kept > 0),
             format!(
-                "{:.0} s of drain ({}): inside leg {served} new calls ({}), {refused} refused; {} took {kept} new calls of the single-instance account",
+                "{:.0} s of drain ({}): inside leg {served} new calls ({}), {refused} refused; {single_words}",
                 to - from,
                 w.profile,
                 list(&by),
-                drained.join(", ")
             ),
         )
     })

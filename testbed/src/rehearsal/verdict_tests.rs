@@ -58,7 +58,7 @@ fn sample(
     for (id, why, n) in on_purpose {
         s.on_purpose
             .entry((*id).into())
-            .or_insert_with(BTreeMap::new)
+            .or_default()
             .insert((*why).into(), *n);
     }
     s
@@ -227,6 +227,46 @@ fn every_verdicts_wording_matches_its_figures() {
         }
         p
     };
+    // Provider leg: the multi-instance account's calls, 5 a second, on
+    // esg-b in the drain (esg-a before and after); the inside leg's, 3 a
+    // second, on esg-b; one inside call refused at 8 s in `refusing`.
+    let legs = |refusing: bool, stray: bool| {
+        let mut p = esg_drain(32, 32);
+        let multi: Vec<(f64, &str)> = (0..80u32)
+            .map(|k| {
+                let t = f64::from(k) / 5.0;
+                let drained = (5.0..13.0).contains(&t) && !(stray && k == 40);
+                (t, if drained { "esg-b" } else { "esg-a" })
+            })
+            .collect();
+        p.loads
+            .push(calls(&l, "providers", AccountKind::Multi, &multi));
+        let inside: Vec<(f64, &str)> = (0..48u32).map(|k| (f64::from(k) / 3.0, "esg-b")).collect();
+        let mut run = calls(&l, "inside", AccountKind::Multi, &inside);
+        if refusing {
+            run.events
+                .push((8.0, CallEvent::Refused, "refused-1".into()));
+        }
+        p.loads.push(run);
+        p
+    };
+    let with_single = {
+        let mut p = legs(false, false);
+        p.loads.push(single_calls(&l, None));
+        p
+    };
+    let every_esg = {
+        let mut p = esg_drain(0, 0);
+        for s in &mut p.samples {
+            if (5.0..13.0).contains(&s.t) {
+                s.gates_draining.insert("esg-b".into(), 1);
+            }
+        }
+        p.marks = vec![activate(4.0, "srv-a"), activate(4.0, "srv-b")];
+        let up: Vec<(f64, &str)> = (0..32u32).map(|k| (f64::from(k) / 2.0, "esg-b")).collect();
+        p.loads.push(calls(&l, "inside", AccountKind::Multi, &up));
+        p
+    };
     let established = Calls {
         established: 1000,
         established_failed: 2,
@@ -267,6 +307,30 @@ fn every_verdicts_wording_matches_its_figures() {
         ("R-MN-2 with no sample of every gate's view does not claim it unchanged",
          "R-MN-2", outage(13.0), &no_calls, false,
          "store away 5–13 s: 16 calls established meanwhile, 0 of them failed; every gate said stale: no; drain states unchanged: not known (in 0 samples with every gate's view); every gate fresh again after: yes"),
+        ("R-ESG-1 counts the multi-instance account's calls on the provider leg",
+         "R-ESG-1", legs(false, false), &no_calls, true,
+         "provider leg, multi-instance account, 8 s of drain (maint): esg-a took 0 new calls, the others 40 (esg-b 40)"),
+        ("R-ESG-1 fails on one of them on the draining esg",
+         "R-ESG-1", legs(false, true), &no_calls, false,
+         "provider leg, multi-instance account, 8 s of drain (maint): esg-a took 1 new calls, the others 39 (esg-a 1, esg-b 39)"),
+        ("R-ESG-3 with no single-instance load says so, not 0 kept",
+         "R-ESG-3", legs(false, false), &no_calls, true,
+         "8 s of drain (maint): inside leg 24 new calls (esg-b 24), 0 refused; no load of the single-instance account"),
+        ("R-ESG-3 counts what the draining esg kept of the single-instance account",
+         "R-ESG-3", with_single, &no_calls, true,
+         "8 s of drain (maint): inside leg 24 new calls (esg-b 24), 0 refused; esg-a took 32 new calls of the single-instance account"),
+        ("R-ESG-3 fails on an inside call refused",
+         "R-ESG-3", legs(true, false), &no_calls, false,
+         "8 s of drain (maint): inside leg 24 new calls (esg-b 24), 1 refused; no load of the single-instance account"),
+        ("R-AA-4 judges the samples in which every esg drained in every gate's view",
+         "R-AA-4", every_esg, &no_calls, true,
+         "every esg draining for 8 s (from 5 s): 16 new calls served (esg-b 16), 0 refused"),
+        ("R-AA-4 with no such moment has nothing to judge",
+         "R-AA-4", esg_drain(0, 0), &no_calls, false,
+         "no moment in which every sg or every esg drained: nothing to judge"),
+        ("R-GW-1 with no gate stopped has nothing to judge",
+         "R-GW-1", esg_drain(0, 0), &no_calls, false,
+         "no gate was stopped: nothing to judge"),
         ("R-SG-4 counts established calls that failed",
          "R-SG-4", esg_drain(0, 0), &established, false,
          "2 of 1000 established calls failed"),
