@@ -4,9 +4,11 @@
 //! stores profiles live in ([`store`]), consistent hash rings ([`ring`]), the
 //! immutable drain view ([`view`]) and the live handle every process holds
 //! ([`state`]). Nodes report the work they hold as one shared shape
-//! ([`work`]), registered and published by [`node`] and [`publish`]; the
-//! Active-Passive handover's records are in [`handover`]. [`tls`] serves a
-//! certificate that is re-read when its files change. Every other crate
+//! ([`work`]), registered and published by [`node`] and [`publish`];
+//! [`daemon`] is the one start-up and shutdown every data-plane node runs
+//! against its store. The Active-Passive handover's records are in
+//! [`handover`]. [`tls`] serves a certificate that is re-read when its
+//! files change. Every other crate
 //! loads its site through [`config::SiteConfig::load`], so there is one
 //! schema and one set of errors.
 //!
@@ -17,6 +19,7 @@
 #![warn(missing_docs)]
 
 pub mod config;
+pub mod daemon;
 pub mod files;
 pub mod handover;
 pub mod logs;
