@@ -39,7 +39,7 @@ pub enum GateError {
     Core(#[from] CoreError),
     /// The `[tls]` certificate, key or CA do not load.
     #[error(transparent)]
-    Tls(#[from] ringsync::api::tls::TlsError),
+    Tls(#[from] ringsync::tls::TlsError),
 }
 
 /// A running gate.
