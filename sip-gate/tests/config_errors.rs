@@ -3,7 +3,8 @@
 //! service name are refused by `--check` with the file, line and field; an
 //! address this host does not have is a `--check` warning naming the
 //! listener; a listener that cannot bind stops the gate with an error
-//! naming the listener, the transport and the address.
+//! naming the listener, the transport and the address. The `ringsync` CLI
+//! loads the same file and refuses it the same way.
 //!
 //! Addresses: the gate's own on 127.0.47.x (one x per test), its sg instances on
 //! 127.0.48.x; 203.0.113.77 (TEST-NET-3) stands for an address this host
@@ -14,7 +15,7 @@ mod bins;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use bins::GATE;
+use bins::{ringsync_bin, GATE};
 
 /// An address no interface of the test host has (checked by the tests that
 /// rely on it, so a host that has it fails loudly instead of passing).
@@ -195,4 +196,41 @@ fn a_listener_on_an_address_this_host_does_not_have_names_it() {
         "{err}"
     );
     assert!(err.contains("Cannot assign requested address"), "{err}");
+}
+
+/// The operator CLI loads the site file the same way: a misspelt service
+/// and an address that does not parse fail with the file, line and field,
+/// and nothing is done.
+#[test]
+fn ringsync_refuses_a_bad_site_file_naming_file_line_and_field() {
+    let dir = tempfile::tempdir().unwrap();
+    // (what the file says, what it says instead, what the error must say)
+    let cases = [
+        (
+            "service = \"sg\"\nserver = \"srv-c\"",
+            "service = \"sgg\"\nserver = \"srv-c\"",
+            "field `instance[2].service`: unknown service \"sgg\" (did you mean \"sg\"?)",
+        ),
+        (
+            "sip = \"127.0.48.2:5060\"",
+            "sip = \"sg-b:5060\"",
+            "field `instance[1].sip`: invalid socket address syntax",
+        ),
+    ];
+    for (from, to, says) in cases {
+        let (path, text) = site(&dir, 6, |t| t.replacen(from, to, 1));
+        let bad_line = to.lines().next().unwrap();
+        let out = Command::new(ringsync_bin())
+            .arg("--config")
+            .arg(&path)
+            .args(["profile", "list"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{err}");
+        let line = line_of(&text, bad_line);
+        assert!(err.contains(&format!("site.toml:{line}:")), "{err}");
+        assert!(err.contains(says), "{err}");
+        assert!(!dir.path().join("msk-1.profiles.json").exists());
+    }
 }
