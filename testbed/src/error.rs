@@ -113,6 +113,14 @@ pub enum Error {
         /// What is wrong, naming the field.
         message: String,
     },
+    /// An HTTP exchange with an admin endpoint failed ([`crate::http`]).
+    #[error("{request}: {reason}")]
+    Http {
+        /// The request, `GET http://ADDR/PATH`.
+        request: String,
+        /// What went wrong (connect, read, not HTTP).
+        reason: String,
+    },
     /// The run was interrupted (Ctrl-C, SIGTERM); everything was stopped.
     #[error("interrupted: everything the run started has been stopped")]
     Interrupted,
