@@ -113,6 +113,14 @@ pub enum Error {
         /// What is wrong, naming the field.
         message: String,
     },
+    /// A condition a test waited for did not come in time ([`crate::wait_for`]).
+    #[error("timed out after {after:?} waiting for {what}")]
+    WaitedFor {
+        /// What was waited for.
+        what: String,
+        /// How long.
+        after: Duration,
+    },
     /// An HTTP exchange with an admin endpoint failed ([`crate::http`]).
     #[error("{request}: {reason}")]
     Http {

@@ -56,6 +56,7 @@ pub mod rtpengine;
 pub mod sipp;
 pub mod site;
 pub mod stats;
+mod wait;
 
 pub use dnsmasq::{Dnsmasq, DnsmasqHandle};
 pub use error::Error;
@@ -66,6 +67,7 @@ pub use partition::TcpPartition;
 pub use proc_stats::ProcStats;
 pub use rtpengine::{Rtpengine, RtpengineHandle};
 pub use sipp::{Scenario, Sipp, SippHandle, SippReport};
+pub use wait::wait_for;
 
 /// `Result` with the testbed [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -5,10 +5,14 @@
 //! (`CARGO_BIN_EXE_*`), so a sip-gate test that runs `ringsync`, or a
 //! testbed test that runs `sip-gate`, would find a stale binary or none.
 //! Under cargo (`cargo test`, `cargo bench`, `cargo run`), a binary of
-//! another package is therefore built first (`cargo build -p PKG --bin
-//! NAME`, a no-op when it is fresh) into the target directory the caller
-//! runs from; the package under test already has its binaries built. Not
-//! under cargo (`testbed run` started by hand), the binaries must be there.
+//! another package that is missing, or older than a source file it is
+//! built from, is therefore built first (`cargo build -p PKG --bin NAME`)
+//! into the target directory the caller runs from; the package under test
+//! already has its binaries built. The age check, not cargo, decides first:
+//! `cargo build -p PKG` resolves features for PKG alone, unlike a workspace
+//! run, so after `cargo test --workspace` it would build the dependencies
+//! again for nothing. Not under cargo (`testbed run` started by hand), the
+//! binaries must be there.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -17,11 +21,13 @@ use std::sync::Mutex;
 
 use crate::{Error, Result};
 
-/// Which package builds each of the project's binaries.
-const PACKAGES: &[(&str, &str)] = &[
-    ("sip-gate", "sip-gate"),
-    ("media-ctl", "media-ctl"),
-    ("ringsync", "ringsync"),
+/// Which package builds each of the project's binaries, and the workspace
+/// directories its sources are in (its own and those of the workspace
+/// crates it links).
+const PACKAGES: &[(&str, &str, &[&str])] = &[
+    ("sip-gate", "sip-gate", &["sip-gate", "ringsync"]),
+    ("media-ctl", "media-ctl", &["media-ctl", "ringsync"]),
+    ("ringsync", "ringsync", &["ringsync"]),
 ];
 
 /// Where `sip-gate`, `media-ctl` and `ringsync` are found.
@@ -89,10 +95,13 @@ impl BinDir {
     /// replace the binary the test's own `CARGO_BIN_EXE_*` names).
     fn build(&self, program: &str) -> Result<()> {
         static BUILT: Mutex<Option<HashMap<String, Result<(), String>>>> = Mutex::new(None);
-        let Some(&(_, package)) = PACKAGES.iter().find(|(p, _)| *p == program) else {
+        let Some(&(_, package, sources)) = PACKAGES.iter().find(|(p, ..)| *p == program) else {
             return Ok(());
         };
         if std::env::var("CARGO_PKG_NAME").is_ok_and(|p| p == package) {
+            return Ok(());
+        }
+        if fresh(&self.dir.join(program), sources) {
             return Ok(());
         }
         let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
@@ -126,4 +135,37 @@ impl BinDir {
             Err(format!("exited with {status}"))
         }
     }
+}
+
+/// True when `bin` exists and is newer than every file of `sources` (their
+/// `Cargo.toml` and everything under `src/`) and the workspace's
+/// `Cargo.toml` and `Cargo.lock`.
+fn fresh(bin: &Path, sources: &[&str]) -> bool {
+    let Ok(built) = std::fs::metadata(bin).and_then(|m| m.modified()) else {
+        return false;
+    };
+    let root = crate::repo_root();
+    let mut files = vec![root.join("Cargo.toml"), root.join("Cargo.lock")];
+    let mut dirs = Vec::new();
+    for s in sources {
+        files.push(root.join(s).join("Cargo.toml"));
+        dirs.push(root.join(s).join("src"));
+    }
+    while let Some(d) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            match e.file_type() {
+                Ok(t) if t.is_dir() => dirs.push(e.path()),
+                Ok(_) => files.push(e.path()),
+                Err(_) => {}
+            }
+        }
+    }
+    files.iter().all(|f| {
+        std::fs::metadata(f)
+            .and_then(|m| m.modified())
+            .map_or(true, |m| m <= built)
+    })
 }

@@ -84,6 +84,7 @@ pub struct Builder {
     label: Option<String>,
     bins: Option<BinDir>,
     own_group: bool,
+    env: Vec<(OsString, OsString)>,
 }
 
 impl Builder {
@@ -108,6 +109,12 @@ impl Builder {
         S: Into<OsString>,
     {
         self.args.extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    /// An environment variable for it (`RUST_LOG`, ...).
+    pub fn env(mut self, key: impl Into<OsString>, value: impl Into<OsString>) -> Self {
+        self.env.push((key.into(), value.into()));
         self
     }
 
@@ -193,6 +200,7 @@ impl Node {
             label: None,
             bins: None,
             own_group: false,
+            env: Vec::new(),
         }
     }
 
@@ -232,7 +240,7 @@ impl Node {
             };
             cmd.arg(flag).arg(a.to_string());
         }
-        cmd.args(&b.args);
+        cmd.args(&b.args).envs(b.env.iter().map(|(k, v)| (k, v)));
         if b.own_group {
             cmd.process_group(0);
         }
@@ -396,31 +404,17 @@ impl Node {
             .ok()
     }
 
-    /// Polls `cond` every 20 ms until it gives a value; after `timeout` the
-    /// error names `what` and ends with the node's log.
+    /// [`crate::wait_for`] `cond` on this node; the error ends with its log.
     pub fn wait_for<T>(
         &self,
         what: &str,
         timeout: Duration,
         mut cond: impl FnMut(&Node) -> Option<T>,
     ) -> Result<T> {
-        let until = Instant::now() + timeout;
-        loop {
-            if let Some(v) = cond(self) {
-                return Ok(v);
-            }
-            if Instant::now() >= until {
-                return Err(Error::Timeout {
-                    program: format!(
-                        "{} (waiting for {what}; stderr: {})",
-                        self.builder.kind.program(),
-                        self.log_tail(600)
-                    ),
-                    after: timeout,
-                });
-            }
-            std::thread::sleep(POLL);
-        }
+        crate::wait_for(what, timeout, || cond(self)).map_err(|e| Error::Command {
+            command: self.builder.kind.program().into(),
+            message: format!("{e}; its log ends: {}", self.log_tail(600)),
+        })
     }
 
     fn log_tail(&self, max: usize) -> String {
