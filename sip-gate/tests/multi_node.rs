@@ -33,7 +33,7 @@ use ringsync::status::NodeBoard;
 use ringsync::store::{EtcdStore, Store};
 use ringsync::view::InstanceState;
 use testbed::etcd::metric_value;
-use testbed::net::http_get;
+use testbed::http::get_ok as http_get;
 use testbed::{Etcd, Scenario, Sipp, SippHandle, SippReport, Transport};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
