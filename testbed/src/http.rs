@@ -159,7 +159,10 @@ pub fn get_json<T: serde::de::DeserializeOwned>(addr: SocketAddr, path: &str) ->
 
 /// The body of `GET path` when it is a 200; `None` otherwise.
 pub fn get_ok(addr: SocketAddr, path: &str) -> Option<String> {
-    get(addr, path).ok().filter(|r| r.status == 200).map(|r| r.body)
+    get(addr, path)
+        .ok()
+        .filter(|r| r.status == 200)
+        .map(|r| r.body)
 }
 
 /// Status line, headers and body of raw answer bytes.

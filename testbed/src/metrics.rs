@@ -80,10 +80,7 @@ mod tests {
     fn a_sum_takes_the_metric_by_its_whole_name_and_every_label_asked() {
         let m = Metrics::new(SAMPLE);
         assert_eq!(m.sum("sipgate_requests_total", &[]), 10.0);
-        assert_eq!(
-            m.sum("sipgate_requests_total", &["method=\"INVITE\""]),
-            7.0
-        );
+        assert_eq!(m.sum("sipgate_requests_total", &["method=\"INVITE\""]), 7.0);
         assert_eq!(m.sum("sipgate_tcp_connections", &[]), 0.0);
     }
 }

@@ -65,7 +65,12 @@ fn a_gate_starts_serves_its_admin_endpoint_and_stops_cleanly_on_sigterm() {
         .unwrap();
     gate.wait_ready().unwrap();
     let m = gate.metrics().unwrap();
-    assert_eq!(m.value("sipgate_phase{phase=\"serving\"}"), Some(1.0), "{}", m.text());
+    assert_eq!(
+        m.value("sipgate_phase{phase=\"serving\"}"),
+        Some(1.0),
+        "{}",
+        m.text()
+    );
     let work = gate.work().expect("a work report");
     assert_eq!(work.node, "g1");
     assert!(work.instances.contains_key("sg-a"), "{work:?}");

@@ -122,9 +122,17 @@ impl BinDir {
             .parent()
             .ok_or_else(|| format!("{} has no parent target directory", self.dir.display()))?;
         let mut cmd = Command::new(cargo);
-        cmd.args(["build", "--quiet", "--offline", "-p", package, "--bin", program])
-            .env("CARGO_TARGET_DIR", target)
-            .current_dir(crate::repo_root());
+        cmd.args([
+            "build",
+            "--quiet",
+            "--offline",
+            "-p",
+            package,
+            "--bin",
+            program,
+        ])
+        .env("CARGO_TARGET_DIR", target)
+        .current_dir(crate::repo_root());
         if self.dir.file_name().is_some_and(|n| n == "release") {
             cmd.arg("--release");
         }

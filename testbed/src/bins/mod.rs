@@ -418,10 +418,7 @@ impl Node {
     }
 
     fn log_tail(&self, max: usize) -> String {
-        tail(
-            &self.log_dir().join(format!("{}.stderr", self.label)),
-            max,
-        )
+        tail(&self.log_dir().join(format!("{}.stderr", self.label)), max)
     }
 
     /// `GET path` on its admin endpoint.
