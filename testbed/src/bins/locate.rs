@@ -27,7 +27,7 @@ use crate::{Error, Result};
 const PACKAGES: &[(&str, &str, &[&str])] = &[
     ("sip-gate", "sip-gate", &["sip-gate", "ringsync"]),
     ("media-ctl", "media-ctl", &["media-ctl", "ringsync"]),
-    ("ringsync", "ringsync", &["ringsync"]),
+    ("ringsync", "ringsync-ops", &["ringsync-ops", "ringsync"]),
 ];
 
 /// Where `sip-gate`, `media-ctl` and `ringsync` are found.
