@@ -245,14 +245,11 @@ fn report(embedded: &Figures, etcd: &Figures) {
     }
 }
 
-/// `p50 / max` of `v`, in ms with one decimal.
+/// `p50 / max` of `v` (nearest rank, `testbed::stats`), in ms with one
+/// decimal.
 fn p50_max(v: &[f64]) -> String {
     let mut v = v.to_vec();
     v.sort_by(f64::total_cmp);
-    format!(
-        "{:.1} / {:.1} (n={})",
-        v[v.len() / 2],
-        v[v.len() - 1],
-        v.len()
-    )
+    let p = |q| testbed::stats::percentile(&v, q).unwrap_or(f64::NAN);
+    format!("{:.1} / {:.1} (n={})", p(0.5), p(1.0), v.len())
 }

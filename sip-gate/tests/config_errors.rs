@@ -10,12 +10,15 @@
 //! 127.0.48.x; 203.0.113.77 (TEST-NET-3) stands for an address this host
 //! does not have.
 
-mod bins;
+use std::process::{Command, Output};
+use std::time::Duration;
 
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use testbed::bins::Node;
 
-use bins::{ringsync_bin, GATE};
+/// A run of the `sip-gate` binary.
+fn gate_cmd() -> Command {
+    testbed::bins::command("sip-gate").unwrap()
+}
 
 /// An address no interface of the test host has (checked by the tests that
 /// rely on it, so a host that has it fails loudly instead of passing).
@@ -43,7 +46,7 @@ fn site(
 }
 
 fn check(path: &std::path::Path) -> Output {
-    Command::new(GATE)
+    gate_cmd()
         .arg("--config")
         .arg(path)
         .arg("--check")
@@ -128,33 +131,11 @@ fn check_warns_for_a_listener_address_this_host_does_not_have() {
 /// Starts the gate on `path`; it must exit within a few seconds, as a gate
 /// that cannot bind does. Its stderr.
 fn start_expecting_exit(path: &std::path::Path) -> (std::process::ExitStatus, String) {
-    let mut child = Command::new(GATE)
-        .arg("--config")
-        .arg(path)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("the gate kept running with a listener it cannot bind");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let mut err = String::new();
-    use std::io::Read;
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
-    (status, err)
+    let mut gate = Node::gate(path).start().unwrap();
+    let status = gate
+        .wait_exit(Duration::from_secs(20))
+        .expect("the gate kept running with a listener it cannot bind");
+    (status, gate.log())
 }
 
 #[test]
@@ -220,7 +201,7 @@ fn ringsync_refuses_a_bad_site_file_naming_file_line_and_field() {
     for (from, to, says) in cases {
         let (path, text) = site(&dir, 6, |t| t.replacen(from, to, 1));
         let bad_line = to.lines().next().unwrap();
-        let out = Command::new(ringsync_bin())
+        let out = testbed::bins::command("ringsync").unwrap()
             .arg("--config")
             .arg(&path)
             .args(["profile", "list"])

@@ -33,7 +33,7 @@ use ringsync::view::InstanceState;
 use ringsync_ops::api::{self, AdminApi};
 use ringsync_ops::status::NodeBoard;
 use testbed::etcd::metric_value;
-use testbed::net::http_get;
+use testbed::http::get_ok as http_get;
 use testbed::{Etcd, Scenario, Sipp, SippHandle, SippReport, Transport};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
