@@ -131,7 +131,8 @@ async fn main() -> anyhow::Result<()> {
         tracing::warn!("{}", freshness.describe(ringsync::work::now_ms()));
     }
     drain.set_freshness(freshness);
-    gate.lifecycle().view_loaded();
+    // The instance states go out with the view, before `/readyz` says ready.
+    gate.view_loaded();
     tracing::info!(
         revision = drain.view().revision(),
         "drain view loaded: serving"
