@@ -1,8 +1,9 @@
 //! `media-ctl --config SITE.toml`: the drain-aware mg controller;
 //! `media-ctl --config SITE.toml status`: what a running one says.
 //!
-//! Thin on purpose: config, tracing, metrics, store, controller,
-//! registration, signal, stop.
+//! Thin on purpose: config, tracing, metrics, the store and the node's
+//! registration (`ringsync::daemon`, shared with sip-gate), controller,
+//! signal, stop.
 #![forbid(unsafe_code)]
 
 use std::net::SocketAddr;
@@ -14,7 +15,8 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use media_ctl::{admin, MediaCtl, Status};
 use metrics_exporter_prometheus::PrometheusBuilder;
-use ringsync::config::SiteConfig;
+use ringsync::config::{Daemon, SiteConfig};
+use ringsync::daemon::Attached;
 use ringsync::node::{NodeIdentity, NodeRole};
 use ringsync::state::DrainState;
 use tokio_util::sync::CancellationToken;
@@ -48,7 +50,7 @@ struct Args {
     command: Option<Cmd>,
 }
 
-/// How log lines are written.
+/// What else than running the controller.
 #[derive(Subcommand, Debug)]
 enum Cmd {
     /// Print the status of the media-ctl running for this site.
@@ -59,19 +61,17 @@ enum Cmd {
     },
 }
 
+/// The store, then the controller and its admin endpoint; serve until
+/// SIGTERM or SIGINT, then stop.
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let started_ms = ringsync::work::now_ms();
     ringsync::logs::init(args.log_format);
-
-    let mut config = match SiteConfig::load(&args.config) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("error: {e}");
-            std::process::exit(2);
-        }
-    };
+    let mut config = SiteConfig::load(&args.config).unwrap_or_else(|e| {
+        eprintln!("error: {e}");
+        std::process::exit(2)
+    });
     let admin_addr = args.admin.unwrap_or(config.admin.media_bind);
     if let Some(Cmd::Status { json }) = args.command {
         return status(admin_addr, json).await;
@@ -79,30 +79,23 @@ async fn main() -> anyhow::Result<()> {
     if let Some(ng) = args.ng {
         config.media.ng_bind = ng;
     }
-    let mgs = config.instances.iter().filter(|i| i.ng.is_some()).count();
     if args.check {
-        println!("{}: ok ({mgs} mg/bgmg instances)", args.config.display());
+        let warned = ringsync::daemon::check(&config, Daemon::MediaCtl);
+        let mgs = config.instances.iter().filter(|i| i.ng.is_some()).count();
+        println!(
+            "{}: ok ({mgs} mg/bgmg instances){warned}",
+            args.config.display()
+        );
         return Ok(());
     }
-
     let prometheus = PrometheusBuilder::new()
         .install_recorder()
         .context("installing the metrics recorder")?;
     let shutdown = CancellationToken::new();
-    let store = ringsync::store::open(&config)
+    let drain = DrainState::new(Arc::new(config.clone()));
+    let mut store = Attached::open(&drain, shutdown.clone())
         .await
         .context("opening the profile store")?;
-    let drain = DrainState::new(Arc::new(config.clone()));
-    // What the store opened with: from the store, or (R-MN-2) from the view
-    // cache while etcd is unreachable, stale and saying so.
-    drain.set_profiles(store.watch().borrow().clone());
-    let freshness = store.freshness().borrow().clone();
-    if freshness.is_stale() {
-        tracing::warn!("{}", freshness.describe(ringsync::work::now_ms()));
-    }
-    drain.set_freshness(freshness);
-    let follower = drain.follow(store.clone(), shutdown.clone());
-
     let media = MediaCtl::start(drain.clone(), shutdown.clone()).await?;
     let admin_listener = tokio::net::TcpListener::bind(admin_addr)
         .await
@@ -112,23 +105,16 @@ async fn main() -> anyhow::Result<()> {
     tracing::info!(%admin_addr, %node, "admin endpoint (/v1/status, /v1/work, /metrics, /readyz)");
     // R-ST-3: on a shared store (etcd), register and publish the same report
     // (on the embedded store, `ringsync status` asks the admin address).
-    let published = CancellationToken::new();
-    let publisher = {
-        let (controller, name) = (media.controller().clone(), node.clone());
-        let identity = NodeIdentity {
-            node: node.clone(),
-            role: NodeRole::MediaCtl,
-            address: admin_addr.to_string(),
-            started_ms,
-        };
-        ringsync::publish::spawn(
-            store,
-            drain,
-            identity,
-            move || Some(controller.work_report(&name, tokio::time::Instant::now().into_std())),
-            published.clone(),
-        )
+    let identity = NodeIdentity {
+        node: node.clone(),
+        role: NodeRole::MediaCtl,
+        address: admin_addr.to_string(),
+        started_ms,
     };
+    let (controller, name) = (media.controller().clone(), node.clone());
+    store.publish(identity, move || {
+        Some(controller.work_report(&name, tokio::time::Instant::now().into_std()))
+    });
     let router = admin::router(
         media.controller().clone(),
         node,
@@ -144,9 +130,7 @@ async fn main() -> anyhow::Result<()> {
         .await;
     let _ = admin_task.await;
     // Withdrawn after the stop, so what work is left is recorded (R-ST-3).
-    published.cancel();
-    let _ = publisher.await;
-    let _ = follower.await;
+    store.close().await;
     if !clean {
         tracing::warn!("some tasks did not finish before the deadline");
     }
@@ -154,7 +138,14 @@ async fn main() -> anyhow::Result<()> {
 }
 
 async fn status(admin: SocketAddr, json: bool) -> anyhow::Result<()> {
-    let s: Status = admin::fetch(admin, admin::STATUS_PATH, Duration::from_secs(2))
+    // ringsync's client of the nodes' admin endpoints (the one `ringsync
+    // status` asks them with), with a deadline a person waits for.
+    let fetcher = ringsync::fetch::Fetcher::new(ringsync::fetch::Limits {
+        timeout: Duration::from_secs(2),
+        ..ringsync::fetch::Limits::default()
+    });
+    let s: Status = fetcher
+        .get_json(admin, admin::STATUS_PATH, "a media-ctl status")
         .await
         .context("is media-ctl running? (`admin.media_bind` or --admin)")?;
     if json {

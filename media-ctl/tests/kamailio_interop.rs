@@ -6,19 +6,16 @@
 //! server while it is in the normal zone (R-BG-1), a normal-zone mg once
 //! that server drains (R-BG-3). Run through `netns-run`.
 
-mod real;
-
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use real::{http_get, BIN};
 use ringsync::config::SiteConfig;
 use ringsync::profile::{NewProfile, ProfileState};
 use ringsync::state::DrainState;
+use testbed::bins::Node;
 use testbed::{Kamailio, Rtpengine, Scenario, Sipp, Transport};
 use tokio_util::sync::CancellationToken;
 
@@ -142,31 +139,21 @@ fn run_calls(
 
 /// media-ctl (the real binary) in front of three rtpengines, up and pinged.
 struct Media {
-    child: std::process::Child,
-    admin: SocketAddr,
+    node: Node,
     _mgs: Vec<testbed::RtpengineHandle>,
 }
 
 impl Media {
-    fn start(path: &Path, dir: &Path) -> Media {
+    fn start(path: &Path) -> Media {
         let _mgs = [MG_A, MG_B, BGMG_A]
             .iter()
             .map(|h| Rtpengine::new(ip(*h)).start().unwrap())
             .collect();
-        let child = Command::new(BIN)
-            .arg("--config")
-            .arg(path)
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(
-                std::fs::File::create(dir.join("media-ctl.log")).unwrap(),
-            ))
-            .spawn()
+        let node = Node::media_ctl(path)
+            .admin(SocketAddr::new(ip(1), 9092))
+            .start()
             .unwrap();
-        let m = Media {
-            child,
-            admin: SocketAddr::new(ip(1), 9092),
-            _mgs,
-        };
+        let m = Media { node, _mgs };
         m.wait("media-ctl up, mgs pinged", &|s| {
             s.instances
                 .iter()
@@ -176,7 +163,7 @@ impl Media {
     }
 
     fn status(&self) -> Option<media_ctl::Status> {
-        serde_json::from_str(&http_get(self.admin, "/v1/status")?).ok()
+        self.node.get_json("/v1/status")
     }
 
     fn instance(&self, id: &str) -> media_ctl::MgStatus {
@@ -185,20 +172,11 @@ impl Media {
     }
 
     fn wait(&self, what: &str, f: &dyn Fn(&media_ctl::Status) -> bool) {
-        let start = std::time::Instant::now();
-        while !self.status().is_some_and(|s| f(&s)) {
-            assert!(start.elapsed() < Duration::from_secs(10), "{what}");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Media {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let _ = self.child.wait();
+        self.node
+            .wait_for(what, Duration::from_secs(10), |_| {
+                self.status().filter(|s| f(s))
+            })
+            .unwrap();
     }
 }
 
@@ -221,7 +199,7 @@ fn kamailio_relays_sdp_through_media_ctl_to_the_rtpengine_it_chose() {
     let path = dir.path().join("site.toml");
     std::fs::write(&path, site_text()).unwrap();
     let config = SiteConfig::load(&path).unwrap();
-    let media = Media::start(&path, dir.path());
+    let media = Media::start(&path);
 
     let uas_log = dir.path().join("uas.log");
     let uas = Sipp::new(Scenario::repo("uas_call_media"))

@@ -11,6 +11,7 @@ use media_ctl::Assign;
 use real::*;
 use ringsync::view::{Health, InstanceState};
 use ringsync::work::{self, NodeKind};
+use testbed::http::Request;
 
 /// The site-wide state of `id` as `ringsync status` sums media-ctl's work
 /// report (R-ST-3).
@@ -81,7 +82,8 @@ fn calls_spread_over_three_rtpengines_and_every_command_follows_its_call() {
     let w = site.work();
     assert!(w.instances.values().all(|i| i.counts.calls == 0), "{w:?}");
     // `media-ctl status` prints the same.
-    let out = std::process::Command::new(BIN)
+    let out = testbed::bins::command("media-ctl")
+        .unwrap()
         .arg("--config")
         .arg(&site.path)
         .arg("status")
@@ -204,7 +206,8 @@ fn r_mg_3_the_last_mg_up_takes_calls_while_queued_for_drain() {
     assert_eq!(a.state, InstanceState::Draining);
     assert_eq!(b.state, InstanceState::Down);
     let text = String::from_utf8_lossy(
-        &std::process::Command::new(BIN)
+        &testbed::bins::command("media-ctl")
+            .unwrap()
             .arg("--config")
             .arg(&site.path)
             .arg("status")
@@ -352,21 +355,22 @@ fn bad_input_is_answered_or_counted_and_service_goes_on() {
     c.setup("fine");
     let st = site.status().unwrap();
     assert_eq!(st.counters.get("dropped.no_cookie"), Some(&1));
-    let (line, metrics) = http_get_any(site.admin, "/metrics").unwrap();
-    assert!(line.contains("200"), "{line}");
+    let reply = site.node.get("/metrics").unwrap();
+    assert_eq!(reply.status, 200, "{reply:?}");
+    let metrics = reply.body;
     assert!(
         metrics.contains("mediactl_dropped_total{reason=\"no_cookie\"} 1"),
         "{metrics}"
     );
     assert!(metrics.contains("mediactl_new_calls_total"), "{metrics}");
-    let (line, _) = http_get_any(site.admin, "/readyz").unwrap();
-    assert!(line.contains("200"), "{line}");
+    let reply = site.node.get("/readyz").unwrap();
+    assert_eq!(reply.status, 200, "{reply:?}");
     // The admin port is read-only (R-PR-1): no method that could change
     // state is routed, so it needs no tokens.
     for path in ["/v1/status", "/v1/work", "/metrics", "/readyz", "/healthz"] {
         for method in ["POST", "PUT", "PATCH", "DELETE"] {
-            let (line, _) = real::http_any(site.admin, method, path).unwrap();
-            assert!(line.contains(" 405 "), "{method} {path}: {line}");
+            let reply = Request::new(method, site.admin, path).send().unwrap();
+            assert_eq!(reply.status, 405, "{method} {path}: {reply:?}");
         }
     }
     assert!(site.stop(), "clean exit on SIGTERM");

@@ -134,8 +134,7 @@ async fn run(etcd: &Etcd, dir: &Path, changes: usize, idle_s: u64) {
     }
     last_node.sort();
     end_to_end.sort();
-    let at =
-        |v: &[Duration], p: f64| v[((v.len() as f64 * p).ceil() as usize).clamp(1, v.len()) - 1];
+    let at = |v: &[Duration], q: f64| testbed::stats::percentile(v, q).unwrap_or_default();
     let pct = |p: f64| at(&last_node, p);
     let e2e = |p: f64| at(&end_to_end, p);
 

@@ -57,4 +57,4 @@ mod transport;
 mod view_log;
 
 pub use gate::{Drained, Gate, GateError};
-pub use transport::TlsReload;
+pub use transport::{BindError, SocketKind, TlsReload};

@@ -1,21 +1,25 @@
 //! `sip-gate --config SITE.toml`: the drain-aware SIP proxy.
 //!
-//! Thin on purpose: config, tracing, metrics, gate, store, registration,
-//! signal, stop.
+//! Thin on purpose: config, tracing, metrics, gate, then the store and the
+//! node's registration (`ringsync::daemon`, shared with media-ctl), signal,
+//! stop.
 #![forbid(unsafe_code)]
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Parser;
-use metrics_exporter_prometheus::PrometheusBuilder;
-use ringsync::config::SiteConfig;
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use ringsync::config::{Daemon, SiteConfig};
+use ringsync::daemon::Attached;
 use ringsync::node::{NodeIdentity, NodeRole};
 use ringsync::state::DrainState;
 use sip_gate::admin::NodeInfo;
 use sip_gate::{Core, Gate, WorkSnapshot};
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 /// How long the last step of a stop may take (threads and tasks joined).
@@ -55,30 +59,26 @@ struct Args {
     log_format: ringsync::logs::LogFormat,
 }
 
-/// How log lines are written.
+/// Listeners first, then the store (new work gets 503 until the view is
+/// loaded), then serve until SIGTERM or SIGINT and stop (R-GW-1).
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let started_ms = ringsync::work::now_ms();
     ringsync::logs::init(args.log_format);
-
-    let config = match SiteConfig::load(&args.config) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("error: {e}");
-            std::process::exit(2);
-        }
-    };
+    let config = SiteConfig::load(&args.config).unwrap_or_else(|e| {
+        eprintln!("error: {e}");
+        std::process::exit(2)
+    });
     if args.check {
+        let warned = ringsync::daemon::check(&config, Daemon::SipGate);
+        let (i, l) = (config.instances.len(), config.listeners.len());
         println!(
-            "{}: ok ({} instances, {} listeners)",
-            args.config.display(),
-            config.instances.len(),
-            config.listeners.len()
+            "{}: ok ({i} instances, {l} listeners){warned}",
+            args.config.display()
         );
         return Ok(());
     }
-
     let prometheus = PrometheusBuilder::new()
         .install_recorder()
         .context("installing the metrics recorder")?;
@@ -87,35 +87,20 @@ async fn main() -> anyhow::Result<()> {
     let mut signals = Signals::new().context("watching SIGTERM and SIGINT")?;
     let shutdown = CancellationToken::new();
     let drain = DrainState::new(Arc::new(config.clone()));
-
-    // Listeners first: in-dialog requests and responses flow while the
-    // store is read; new work gets 503 until the view is loaded.
-    let admin_addr = args.admin.unwrap_or(config.admin.gate_bind);
+    // In-dialog requests and responses flow while the store is read.
     let snapshot = args.work_snapshot.as_deref().and_then(take_snapshot);
     let gate = Gate::start_awaiting_view(config.clone(), drain.clone(), shutdown.clone()).await?;
     restore_snapshot(gate.core(), snapshot);
     reload_on_sighup(gate.tls_reload()).context("watching SIGHUP")?;
     let core = gate.core().clone();
-    let admin = tokio::net::TcpListener::bind(admin_addr)
-        .await
-        .with_context(|| format!("binding admin endpoint {admin_addr}"))?;
-    let admin_addr = admin.local_addr()?;
-    let node = NodeInfo {
-        name: args.node.unwrap_or_else(|| admin_addr.to_string()),
-        started_ms,
-    };
-    tracing::info!(%admin_addr, node = %node.name, "admin endpoint (/metrics, /v1/work, /readyz)");
-    let admin_task = tokio::spawn(sip_gate::admin::serve(
-        admin,
-        gate.core().clone(),
-        node.clone(),
-        Some(prometheus),
-        shutdown.clone(),
-    ));
-
+    let admin_addr = args.admin.unwrap_or(config.admin.gate_bind);
+    let (admin_task, node, admin_addr) = serve_admin(
+        &gate, admin_addr, args.node, started_ms, prometheus, &shutdown,
+    )
+    .await?;
     let deadline = Duration::from_secs(args.drain_deadline_s);
-    let store = tokio::select! {
-        store = ringsync::store::open(&config) => store.context("opening the profile store")?,
+    let mut store = tokio::select! {
+        store = Attached::open(&drain, shutdown.clone()) => store.context("opening the profile store")?,
         signal = signals.recv() => {
             let clean = stop(gate, &mut signals, signal, deadline).await;
             let _ = admin_task.await;
@@ -123,48 +108,58 @@ async fn main() -> anyhow::Result<()> {
             return Ok(());
         }
     };
-    // What the store opened with: from the store, or (R-MN-2) from the view
-    // cache while etcd is unreachable, stale and saying so.
-    drain.set_profiles(store.watch().borrow().clone());
-    let freshness = store.freshness().borrow().clone();
-    if freshness.is_stale() {
-        tracing::warn!("{}", freshness.describe(ringsync::work::now_ms()));
-    }
-    drain.set_freshness(freshness);
     gate.lifecycle().view_loaded();
     tracing::info!(
         revision = drain.view().revision(),
         "drain view loaded: serving"
     );
-    let follower = drain.follow(store.clone(), shutdown.clone());
-    // R-ST-3: on a shared store (etcd), register and publish the same report.
-    let published = CancellationToken::new();
-    let publisher = {
-        let (core, info) = (gate.core().clone(), node.clone());
-        let identity = NodeIdentity {
-            node: node.name.clone(),
-            role: NodeRole::Gate,
-            address: admin_addr.to_string(),
-            started_ms,
-        };
-        ringsync::publish::spawn(
-            store,
-            drain,
-            identity,
-            move || Some(sip_gate::admin::report(&core, &info)),
-            published.clone(),
-        )
+    let identity = NodeIdentity {
+        node: node.name.clone(),
+        role: NodeRole::Gate,
+        address: admin_addr.to_string(),
+        started_ms,
     };
-
+    let reporter = core.clone();
+    store.publish(identity, move || {
+        Some(sip_gate::admin::report(&reporter, &node))
+    });
     let signal = signals.recv().await;
     let clean = stop(gate, &mut signals, signal, deadline).await;
     let _ = admin_task.await;
     // Withdrawn after the drain, so what work is left is recorded (R-ST-3).
-    published.cancel();
-    let _ = publisher.await;
-    let _ = follower.await;
+    store.close().await;
     save_snapshot(&core, args.work_snapshot.as_deref(), clean);
     Ok(())
+}
+
+/// Binds the admin endpoint (/metrics, /v1/work, /readyz) at `addr` and
+/// serves it until `shutdown`; the node is named `name`, or by the address
+/// bound.
+async fn serve_admin(
+    gate: &Gate,
+    addr: SocketAddr,
+    name: Option<String>,
+    started_ms: u64,
+    prometheus: PrometheusHandle,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<(JoinHandle<std::io::Result<()>>, NodeInfo, SocketAddr)> {
+    let admin = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding admin endpoint {addr}"))?;
+    let addr = admin.local_addr()?;
+    let node = NodeInfo {
+        name: name.unwrap_or_else(|| addr.to_string()),
+        started_ms,
+    };
+    tracing::info!(admin_addr = %addr, node = %node.name, "admin endpoint (/metrics, /v1/work, /readyz)");
+    let task = tokio::spawn(sip_gate::admin::serve(
+        admin,
+        gate.core().clone(),
+        node.clone(),
+        Some(prometheus),
+        shutdown.clone(),
+    ));
+    Ok((task, node, addr))
 }
 
 /// The gate's own stop (R-GW-1): `/readyz` fails and new work gets 503 at

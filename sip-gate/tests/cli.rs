@@ -3,15 +3,20 @@
 //! cleanly on SIGTERM; `--log-format json` writes one JSON object a line,
 //! with the transaction span's fields.
 
-mod bins;
-
 use std::io::Write;
-use std::process::{Command, Stdio};
+use std::net::SocketAddr;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use bins::{http_get, ringsync_bin, work_report, GATE};
 use ringsync::work::NodeKind;
 use serde_json::Value;
+use testbed::bins::{BinDir, Node};
+use testbed::http::Request;
+
+/// A run of the `sip-gate` binary.
+fn gate_cmd() -> Command {
+    testbed::bins::command("sip-gate").unwrap()
+}
 
 fn example() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/examples/site.toml")
@@ -19,7 +24,7 @@ fn example() -> std::path::PathBuf {
 
 #[test]
 fn check_accepts_the_example_site() {
-    let out = Command::new(GATE)
+    let out = gate_cmd()
         .arg("--config")
         .arg(example())
         .arg("--check")
@@ -51,7 +56,7 @@ fn check_names_file_line_and_field() {
         .unwrap()
         .write_all(text.as_bytes())
         .unwrap();
-    let out = Command::new(GATE)
+    let out = gate_cmd()
         .arg("--config")
         .arg(&path)
         .arg("--check")
@@ -65,7 +70,7 @@ fn check_names_file_line_and_field() {
 
     // A syntax error, and a file that is not there.
     std::fs::write(&path, "[site]\nname = \"x\"\n[[listener]]\nbind = 5\n").unwrap();
-    let out = Command::new(GATE)
+    let out = gate_cmd()
         .arg("--config")
         .arg(&path)
         .arg("--check")
@@ -77,7 +82,7 @@ fn check_names_file_line_and_field() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let out = Command::new(GATE)
+    let out = gate_cmd()
         .arg("--config")
         .arg(dir.path().join("nope.toml"))
         .arg("--check")
@@ -92,55 +97,31 @@ fn check_names_file_line_and_field() {
 /// SIGTERM within its deadline.
 #[test]
 fn example_site_runs_and_stops_on_sigterm() {
-    let (_dir, _site, mut child) = example_gate("127.0.9.1", "127.0.9.", Stdio::piped());
-    let admin = "127.0.9.1:9091";
-    let start = Instant::now();
-    let body = loop {
-        match http_get(admin, "/metrics") {
-            Some(b) if b.starts_with("HTTP/1.0 200") || b.starts_with("HTTP/1.1 200") => break b,
-            _ => {}
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "admin endpoint did not come up"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let (_dir, _site, mut gate) = example_gate("127.0.9.1", "127.0.9.");
+    let metrics = gate
+        .wait_for("/metrics to answer 200", Duration::from_secs(10), |g| {
+            g.get("/metrics").ok().filter(|r| r.status == 200)
+        })
+        .unwrap();
     // Health probes of the (absent) instances have run through the core by now or soon;
     // the endpoint answers in Prometheus text either way.
-    assert!(body.contains("text/plain"), "{body}");
+    let typ = metrics.header("content-type").unwrap_or_default();
+    assert!(typ.contains("text/plain"), "{metrics:?}");
     // The admin port is read-only (R-PR-1): no method that could change
     // state is routed, so it needs no tokens.
     for path in ["/metrics", "/v1/work", "/healthz", "/readyz"] {
         for method in ["POST", "PUT", "PATCH", "DELETE"] {
-            let answer = bins::http_send(admin, method, path).unwrap_or_default();
-            assert!(
-                answer.starts_with("HTTP/1.0 405"),
-                "{method} {path}: {answer}"
-            );
+            let answer = Request::new(method, gate.admin(), path).send().unwrap();
+            assert_eq!(answer.status, 405, "{method} {path}: {answer:?}");
         }
     }
-    let pid = child.id().to_string();
-    assert!(Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap()
-        .success());
-    let start = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(15),
-            "gate did not stop on SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    gate.signal("TERM");
+    let status = gate
+        .wait_exit(Duration::from_secs(15))
+        .expect("gate did not stop on SIGTERM");
     assert!(status.success(), "{status:?}");
     // Every listener of the example site was bound and announced.
-    let mut log = String::new();
-    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut log).unwrap();
+    let log = gate.log();
     for name in ["subscribers", "providers", "inside", "sg-a-guard"] {
         assert!(
             log.contains(&format!("listener={name}")),
@@ -151,22 +132,17 @@ fn example_site_runs_and_stops_on_sigterm() {
 
 /// The example site, moved to its own addresses (`gate_ip` for the
 /// listeners and admin, `sg_prefix` for the sg), started as the real binary.
-fn example_gate(
-    gate_ip: &str,
-    sg_prefix: &str,
-    stderr: Stdio,
-) -> (tempfile::TempDir, std::path::PathBuf, std::process::Child) {
-    example_gate_with(gate_ip, sg_prefix, stderr, &[], None)
+fn example_gate(gate_ip: &str, sg_prefix: &str) -> (tempfile::TempDir, std::path::PathBuf, Node) {
+    example_gate_with(gate_ip, sg_prefix, &[], None)
 }
 
 /// [`example_gate`] with extra arguments and a `RUST_LOG` filter.
 fn example_gate_with(
     gate_ip: &str,
     sg_prefix: &str,
-    stderr: Stdio,
     args: &[&str],
     rust_log: Option<&str>,
-) -> (tempfile::TempDir, std::path::PathBuf, std::process::Child) {
+) -> (tempfile::TempDir, std::path::PathBuf, Node) {
     let dir = tempfile::tempdir().unwrap();
     let text = std::fs::read_to_string(example())
         .unwrap()
@@ -174,13 +150,14 @@ fn example_gate_with(
         .replace("127.0.1.", sg_prefix);
     let site = dir.path().join("site.toml");
     std::fs::write(&site, text).unwrap();
-    let mut cmd = Command::new(GATE);
-    cmd.arg("--config").arg(&site).args(args);
+    // The example's own admin address (`admin.gate_bind`), moved.
+    let admin: SocketAddr = format!("{gate_ip}:9091").parse().unwrap();
+    let mut gate = Node::gate(&site).admin(admin).args(args);
     if let Some(filter) = rust_log {
-        cmd.env("RUST_LOG", filter);
+        gate = gate.env("RUST_LOG", filter);
     }
-    let child = cmd.stdout(Stdio::null()).stderr(stderr).spawn().unwrap();
-    (dir, site, child)
+    let gate = gate.start().unwrap();
+    (dir, site, gate)
 }
 
 /// R-PR-2 through the real binary: a running gate applies a profile that an
@@ -190,20 +167,16 @@ fn example_gate_with(
 /// from.
 #[test]
 fn r_pr_2_running_gate_applies_a_profile_change_within_a_second() {
-    let (_dir, site, mut child) = example_gate("127.0.9.2", "127.0.10.", Stdio::null());
-    let admin = "127.0.9.2:9091";
+    let (_dir, site, mut gate) = example_gate("127.0.9.2", "127.0.10.");
     let wait_for = |want: u64| -> Duration {
         let start = Instant::now();
-        loop {
-            if work_report(admin).map(|r| r.revision) == Some(want) {
-                return start.elapsed();
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(5),
-                "the gate never reached profile revision {want}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        gate.wait_for(
+            &format!("the gate to reach profile revision {want}"),
+            Duration::from_secs(5),
+            |g| g.work().filter(|r| r.revision == want),
+        )
+        .unwrap();
+        start.elapsed()
     };
     wait_for(0);
 
@@ -232,11 +205,7 @@ fn r_pr_2_running_gate_applies_a_profile_change_within_a_second() {
     // The store polls every 200 ms; one second is the rule.
     assert!(applied < Duration::from_secs(1), "{applied:?}");
     assert!(lifted < Duration::from_secs(1), "{lifted:?}");
-
-    let _ = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status();
-    let _ = child.wait();
+    gate.stop(Duration::from_secs(10));
 }
 
 /// R-ST-1, R-ST-3 end to end: the real `ringsync status --json` asks the
@@ -248,17 +217,12 @@ fn r_pr_2_running_gate_applies_a_profile_change_within_a_second() {
 #[test]
 fn r_st_3_ringsync_status_reads_the_gates_work_report() {
     // Built first: the gate's one-minute window must not pass meanwhile.
-    let ringsync = ringsync_bin();
-    let (_dir, site, mut child) = example_gate("127.0.9.3", "127.0.11.", Stdio::null());
+    let ringsync = BinDir::locate().program("ringsync").unwrap();
+    let (_dir, site, mut gate) = example_gate("127.0.9.3", "127.0.11.");
     let admin = "127.0.9.3:9091";
-    let start = Instant::now();
-    let report = loop {
-        if let Some(r) = work_report(admin) {
-            break r;
-        }
-        assert!(start.elapsed() < Duration::from_secs(10), "no /v1/work");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let report = gate
+        .wait_for("/v1/work", Duration::from_secs(10), Node::work)
+        .unwrap();
     assert_eq!((report.kind, report.node.as_str()), (NodeKind::Gate, admin));
     assert_eq!(report.site, "msk-1");
     // A gate reports only the SIP instances it routes to.
@@ -308,11 +272,7 @@ fn r_st_3_ringsync_status_reads_the_gates_work_report() {
         "{why}"
     );
     assert_eq!(v["nodes"][0]["node"], admin);
-
-    let _ = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status();
-    let _ = child.wait();
+    gate.stop(Duration::from_secs(10));
 }
 
 /// `--log-format json`: every log line is a JSON object; at debug level a
@@ -320,24 +280,15 @@ fn r_st_3_ringsync_status_reads_the_gates_work_report() {
 /// instance it went to.
 #[test]
 fn json_logs_with_the_transaction_span() {
-    let (_dir, _site, mut child) = example_gate_with(
+    let (_dir, _site, mut gate) = example_gate_with(
         "127.0.9.4",
         "127.0.12.",
-        Stdio::piped(),
         // The OPTIONS below stays a transaction for 32 s (to an sg that is
         // not there): the stop need not wait for it.
         &["--log-format", "json", "--drain-deadline-s", "1"],
         Some("sip_gate=debug"),
     );
-    let admin = "127.0.9.4:9091";
-    let start = Instant::now();
-    while http_get(admin, "/healthz").is_none() {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "gate did not start"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    gate.wait_up().unwrap();
     let ua = std::net::UdpSocket::bind("127.0.9.51:0").unwrap();
     let port = ua.local_addr().unwrap().port();
     let options = format!(
@@ -352,12 +303,8 @@ fn json_logs_with_the_transaction_span() {
     );
     ua.send_to(options.as_bytes(), "127.0.9.4:5060").unwrap();
     std::thread::sleep(Duration::from_millis(300));
-    let _ = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status();
-    let _ = child.wait();
-    let mut log = String::new();
-    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut log).unwrap();
+    gate.stop(Duration::from_secs(10));
+    let log = gate.log();
     let lines: Vec<serde_json::Value> = log
         .lines()
         .filter(|l| !l.trim().is_empty())

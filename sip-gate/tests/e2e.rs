@@ -11,9 +11,7 @@
 //! Addresses: `127.25.1.0/24`; the gate on `.1`, sg-a's and sg-b's SIPp on
 //! `.11` and `.12`, callers from `.21`.
 
-mod bins;
 mod common;
-mod running;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -21,8 +19,9 @@ use std::time::Duration;
 
 use common::ip;
 use ringsync::view::Health;
-use running::{ringsync, wait_for, GateProc};
 use serde_json::Value;
+use testbed::bins::{BinDir, Node};
+use testbed::wait_for;
 use testbed::{Scenario, Sipp, SippHandle, SippReport, Transport};
 
 const NET: (u8, u8) = (25, 1);
@@ -113,6 +112,11 @@ fn call(scenario: &str, calls: u64, hold: Duration, guard: SocketAddr) -> SippRe
         .expect("uac report")
 }
 
+/// `ringsync --config SITE --json ARGS`: its JSON output.
+fn ringsync(site: &Path, args: &[&str]) -> Value {
+    testbed::bins::ringsync(&BinDir::locate(), site, args).unwrap()
+}
+
 /// One instance as `ringsync status --json` shows it.
 fn status_of(site: &Path, id: &str) -> Value {
     let st = ringsync(site, &["status"]);
@@ -132,6 +136,7 @@ fn wait_status(site: &Path, id: &str, field: &str, want: &str) -> Value {
         Duration::from_secs(15),
         || Some(status_of(site, id)).filter(|i| i[field] == want),
     )
+    .unwrap()
 }
 
 #[test]
@@ -140,7 +145,10 @@ fn ringsync_drains_sg_a_the_gate_binary_refuses_new_work_and_status_goes_drainin
     let site = dir.path().join("site.toml");
     std::fs::write(&site, site_toml()).unwrap();
     let guard = SocketAddr::new(ip(NET, 1), 5060);
-    let mut gate = GateProc::spawn(&site, SocketAddr::new(ip(NET, 1), 9091), &[]);
+    let mut gate = Node::gate(&site)
+        .admin(SocketAddr::new(ip(NET, 1), 9091))
+        .start()
+        .unwrap();
     // sg-a: full calls, and OPTIONS probes answered (-aa).
     let _sg_a = Sipp::new(Scenario::repo("uas_call"))
         .local(ip(NET, 11), 5060)
@@ -149,7 +157,7 @@ fn ringsync_drains_sg_a_the_gate_binary_refuses_new_work_and_status_goes_drainin
         .spawn()
         .expect("sg-a starts");
     let mut sg_b = sg_b();
-    gate.wait_ready();
+    gate.wait_ready().unwrap();
     // Both answer the gate's probes.
     for id in ["sg-a", "sg-b"] {
         let i = wait_status(&site, id, "health", "up");
@@ -161,7 +169,8 @@ fn ringsync_drains_sg_a_the_gate_binary_refuses_new_work_and_status_goes_drainin
     wait_for("5 calls up", Duration::from_secs(10), || {
         let w = gate.work()?;
         (w.instances.get("sg-a")?.counts.dialogs == 5).then_some(())
-    });
+    })
+    .unwrap();
 
     // The operator drains srv-a.
     let p = ringsync(
@@ -194,10 +203,12 @@ fn ringsync_drains_sg_a_the_gate_binary_refuses_new_work_and_status_goes_drainin
                 gate.metric(&format!(
                     r#"sipgate_instance_state{{instance="sg-a",state="{s}"}}"#
                 ))
+                .unwrap()
             };
             (state("draining") + state("drained") == 1.0).then_some(())
         },
-    );
+    )
+    .unwrap();
 
     // New work gets 503 + Retry-After from the gate (the scenarios check
     // the header); the calls up carry on (re-INVITE, BYE).
@@ -234,12 +245,14 @@ fn ringsync_drains_sg_a_the_gate_binary_refuses_new_work_and_status_goes_drainin
     wait_for("stopping", Duration::from_secs(5), || {
         gate.readyz()
             .filter(|(code, r)| *code == 503 && r["phase"] == "stopping")
-    });
+    })
+    .unwrap();
     sg_b.stop().expect("sg-b stops");
     wait_for("sg-b down while stopping", Duration::from_secs(10), || {
         let w = gate.work()?;
         (w.instances.get("sg-b")?.health == Health::Down).then_some(())
-    });
+    })
+    .unwrap();
     let refused = call("uac_call_expect_503", 1, Duration::ZERO, guard);
     assert!(refused.all_ok() && refused.successful == 1, "{refused:?}");
     gate.signal("INT");

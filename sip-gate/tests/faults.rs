@@ -13,15 +13,13 @@
 //! Addresses: `127.97.N.0/24`, one `N` per test; gates on `.1`-`.3`, the sg
 //! on `.11`/`.12`, callers on `.100`/`.101`.
 
-mod bins;
-mod running;
-
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use running::{wait_for, GateProc};
+use testbed::bins::Node;
+use testbed::wait_for;
 use testbed::{Scenario, Sipp, SippHandle, SippReport, Transport};
 
 fn ip(net: u8, host: u8) -> IpAddr {
@@ -92,17 +90,18 @@ fn assert_all_ok(what: &str, r: &SippReport, calls: u64) {
     assert!(r.all_ok() && r.successful == calls, "{what}: {r:?}");
 }
 
-fn dialogs(gate: &GateProc, id: &str) -> u64 {
+fn dialogs(gate: &Node, id: &str) -> u64 {
     gate.work().map_or(0, |r| r.instances[id].counts.dialogs)
 }
 
-fn state_is(gate: &GateProc, id: &str, state: &str) -> bool {
+fn state_is(gate: &Node, id: &str, state: &str) -> bool {
     in_state(&metrics(gate), id, state)
 }
 
 /// One sample of the gate's `/metrics`.
-fn metrics(gate: &GateProc) -> String {
-    bins::http_get(&gate.admin.to_string(), "/metrics").expect("/metrics answers")
+fn metrics(gate: &Node) -> String {
+    let m = gate.metrics().expect("/metrics answers");
+    m.text().to_owned()
 }
 
 /// Whether instance `id` is in `state` in a `/metrics` sample.
@@ -112,7 +111,7 @@ fn in_state(metrics: &str, id: &str, state: &str) -> bool {
 }
 
 /// No panic in what the gate logged, and it still runs.
-fn assert_alive(gate: &mut GateProc) {
+fn assert_alive(gate: &mut Node) {
     assert!(gate.wait_exit(Duration::ZERO).is_none(), "{}", gate.log());
     assert!(!gate.log().contains("panicked"), "{}", gate.log());
 }
@@ -140,12 +139,17 @@ fn r_ft_1_an_instance_killed_mid_call_gets_its_bye_answered_408_at_once() {
         "interval_ms = 200\ntimeout_ms = 150\nfailures = 2",
         &listeners,
     );
-    let mut gate = GateProc::spawn(&site, at(1, 1, 9091), &["--node", "g1"]);
-    gate.wait_ready();
+    let mut gate = Node::gate(&site)
+        .admin(at(1, 1, 9091))
+        .args(["--node", "g1"])
+        .start()
+        .unwrap();
+    gate.wait_ready().unwrap();
     let (sg0, sg1) = (uas(sg[0].1), uas(sg[1].1));
     wait_for("both sg up", Duration::from_secs(5), || {
         (state_is(&gate, "sg-0", "up") && state_is(&gate, "sg-1", "up")).then_some(())
-    });
+    })
+    .unwrap();
 
     let hold = Duration::from_secs(4);
     let started = Instant::now();
@@ -163,13 +167,15 @@ fn r_ft_1_an_instance_killed_mid_call_gets_its_bye_answered_408_at_once() {
     .unwrap();
     wait_for("both calls up", Duration::from_secs(3), || {
         (dialogs(&gate, "sg-0") == 1 && dialogs(&gate, "sg-1") == 1).then_some(())
-    });
+    })
+    .unwrap();
     kill9(sg0.pid());
     wait_for(
         "the probes to mark sg-0 down",
         Duration::from_secs(3),
         || state_is(&gate, "sg-0", "down").then_some(()),
-    );
+    )
+    .unwrap();
     assert!(
         started.elapsed() < hold,
         "down before the BYE: the test's premise"
@@ -181,7 +187,8 @@ fn r_ft_1_an_instance_killed_mid_call_gets_its_bye_answered_408_at_once() {
     // Set-up and the hold, then one round trip: far under hold + Timer F.
     assert!(took < hold + Duration::from_secs(6), "took {took:?}");
     assert_eq!(
-        gate.metric("sipgate_requests_total{method=\"BYE\",outcome=\"instance_down\"}"),
+        gate.metric("sipgate_requests_total{method=\"BYE\",outcome=\"instance_down\"}")
+            .unwrap(),
         1.0,
         "one BYE, no retransmission needed"
     );
@@ -219,14 +226,19 @@ fn r_ft_2_a_probe_timeout_storm_does_not_stall_forwarding() {
         "interval_ms = 100\ntimeout_ms = 50\nfailures = 1",
         &guard("g", at(2, 1, 5060), "live", "[\"udp\"]"),
     );
-    let mut gate = GateProc::spawn(&site, at(2, 1, 9091), &["--node", "g1"]);
-    gate.wait_ready();
+    let mut gate = Node::gate(&site)
+        .admin(at(2, 1, 9091))
+        .args(["--node", "g1"])
+        .start()
+        .unwrap();
+    gate.wait_ready().unwrap();
     let live = uas(sg[0].1);
     wait_for("every dead instance down", Duration::from_secs(5), || {
         let m = metrics(&gate);
         let down = (0..120).all(|h| in_state(&m, &format!("dead-{h}"), "down"));
         (down && in_state(&m, "live", "up")).then_some(())
-    });
+    })
+    .unwrap();
 
     let started = Instant::now();
     let r = caller("uac_call", ip(2, 100), at(2, 1, 5060), 40, Duration::ZERO)
@@ -270,8 +282,12 @@ fn r_gw_2_a_gate_killed_9_while_another_takes_over_its_address() {
              leg = \"subscriber\"\ntransports = [\"udp\"]\n"
         ),
     );
-    let mut a = GateProc::spawn(&site, at(3, 2, 9091), &["--node", "a"]);
-    a.wait_ready();
+    let mut a = Node::gate(&site)
+        .admin(at(3, 2, 9091))
+        .args(["--node", "a"])
+        .start()
+        .unwrap();
+    a.wait_ready().unwrap();
     let (sg0, sg1) = (uas(sg[0].1), uas(sg[1].1));
     let call = caller("uac_call", ip(3, 100), vip, 1, Duration::from_secs(4))
         .spawn()
@@ -279,15 +295,20 @@ fn r_gw_2_a_gate_killed_9_while_another_takes_over_its_address() {
     wait_for("the call up through gate A", Duration::from_secs(3), || {
         let on = |id| dialogs(&a, id);
         (on("sg-0") + on("sg-1") == 1).then_some(())
-    });
+    })
+    .unwrap();
     let serving = if dialogs(&a, "sg-0") == 1 {
         "sg-0"
     } else {
         "sg-1"
     };
 
-    let mut b = GateProc::spawn(&site, at(3, 3, 9091), &["--node", "b"]);
-    b.wait_ready();
+    let mut b = Node::gate(&site)
+        .admin(at(3, 3, 9091))
+        .args(["--node", "b"])
+        .start()
+        .unwrap();
+    b.wait_ready().unwrap();
     a.signal("KILL");
     assert!(a.wait_exit(Duration::from_secs(2)).is_some(), "gate A gone");
 
@@ -297,6 +318,7 @@ fn r_gw_2_a_gate_killed_9_while_another_takes_over_its_address() {
         b.metric(&format!(
             "sipgate_requests_total{{method=\"{method}\",outcome=\"forwarded\"}}"
         ))
+        .unwrap()
     };
     assert_eq!(forwarded("BYE"), 1.0, "the BYE went through gate B");
     assert!(forwarded("INVITE") >= 1.0, "the re-INVITE too");

@@ -9,18 +9,17 @@
 //! Each test has its own `127.24.N.0/24`: the gate's listener and admin on
 //! `.1`, the sg (a SIPp UAS) on `.11`, the callers on `.21` and `.22`.
 
-mod bins;
 mod common;
-mod running;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use common::{ip, server_addr};
-use running::{wait_for, GateProc};
 use serde_json::Value;
 use sip_gate::Phase;
+use testbed::bins::Node;
+use testbed::wait_for;
 use testbed::{Scenario, Sipp, SippHandle, Transport};
 
 /// A site with one sg behind a balance listener on `127.24.N.1:5060`, its
@@ -38,7 +37,7 @@ fn site(net: (u8, u8)) -> (tempfile::TempDir, PathBuf, SocketAddr, SocketAddr) {
 }
 
 /// sg-0's work as the gate reports it: (open INVITE transactions, calls).
-fn sg_work(gate: &GateProc) -> Option<(u64, u64)> {
+fn sg_work(gate: &Node) -> Option<(u64, u64)> {
     let c = gate.work()?.instances.get("sg-0")?.counts;
     Some((c.transactions, c.dialogs))
 }
@@ -67,8 +66,12 @@ fn r_gw_1_sigterm_mid_load_completes_every_forwarded_call_refuses_new_ones_and_e
     let net = (24, 1);
     let (_dir, site, listener, admin) = site(net);
     let deadline_s = 120;
-    let mut gate = GateProc::spawn(&site, admin, &["--drain-deadline-s", "120"]);
-    gate.wait_ready();
+    let mut gate = Node::gate(&site)
+        .admin(admin)
+        .args(["--drain-deadline-s", "120"])
+        .start()
+        .unwrap();
+    gate.wait_ready().unwrap();
 
     // The sg rings 2 s before answering; callers hold 3 s, re-INVITE, BYE.
     let uas = Sipp::new(Scenario::repo("uas_call_ringing"))
@@ -87,24 +90,27 @@ fn r_gw_1_sigterm_mid_load_completes_every_forwarded_call_refuses_new_ones_and_e
     // Calls in every stage: some held, more ringing.
     wait_for("calls established", Duration::from_secs(20), || {
         sg_work(&gate).filter(|&(ringing, up)| up >= 10 && ringing > 0)
-    });
+    })
+    .unwrap();
 
     // The callers start no new call: what the gate forwarded is what must
     // complete. Their counter settles once the last INVITE is through.
     load.finish_calls().unwrap();
     let new_work = "sipgate_new_work_total{instance=\"sg-0\"}";
     let forwarded = wait_for("the load to stop", Duration::from_secs(5), || {
-        let before = gate.metric(new_work);
+        let before = gate.metric(new_work).unwrap();
         std::thread::sleep(Duration::from_millis(300));
-        (gate.metric(new_work) == before).then_some(before)
-    });
+        (gate.metric(new_work).unwrap() == before).then_some(before)
+    })
+    .unwrap();
 
     gate.signal("TERM");
     let sigterm = Instant::now();
     // /readyz fails at once, and says why.
     let (code, ready) = wait_for("/readyz to fail", Duration::from_secs(5), || {
         gate.readyz().filter(|(code, _)| *code != 200)
-    });
+    })
+    .unwrap();
     assert!(sigterm.elapsed() < Duration::from_secs(2));
     assert_eq!(code, 503);
     assert_eq!(ready["ready"], false, "{ready}");
@@ -126,8 +132,11 @@ fn r_gw_1_sigterm_mid_load_completes_every_forwarded_call_refuses_new_ones_and_e
     assert_eq!(refused.successful, 20, "{refused:?}");
     assert!(refused.all_ok(), "{refused:?}");
     let outcome = "sipgate_requests_total{method=\"INVITE\",outcome=\"stopping\"}";
-    assert_eq!(gate.metric(outcome), 20.0);
-    assert_eq!(gate.metric("sipgate_phase{phase=\"stopping\"}"), 1.0);
+    assert_eq!(gate.metric(outcome).unwrap(), 20.0);
+    assert_eq!(
+        gate.metric("sipgate_phase{phase=\"stopping\"}").unwrap(),
+        1.0
+    );
 
     // Every call forwarded before the stop completed: none failed, and
     // every one the callers made had been forwarded.
@@ -168,10 +177,14 @@ fn r_gw_1_sigterm_mid_load_completes_every_forwarded_call_refuses_new_ones_and_e
 fn gate_with_calls_up(
     net: (u8, u8),
     deadline: &str,
-) -> (tempfile::TempDir, GateProc, SippHandle, SippHandle) {
+) -> (tempfile::TempDir, Node, SippHandle, SippHandle) {
     let (dir, site, listener, admin) = site(net);
-    let gate = GateProc::spawn(&site, admin, &["--drain-deadline-s", deadline]);
-    gate.wait_ready();
+    let mut gate = Node::gate(&site)
+        .admin(admin)
+        .args(["--drain-deadline-s", deadline])
+        .start()
+        .unwrap();
+    gate.wait_ready().unwrap();
     let uas = Sipp::new(Scenario::repo("uas_call"))
         .local(server_addr(net, 0).ip(), 5060)
         .timeout(Duration::from_secs(90))
@@ -186,7 +199,8 @@ fn gate_with_calls_up(
         .expect("uac starts");
     wait_for("5 calls up", Duration::from_secs(10), || {
         sg_work(&gate).filter(|&(_, up)| up == 5)
-    });
+    })
+    .unwrap();
     (dir, gate, uas, calls)
 }
 
@@ -217,7 +231,8 @@ fn r_gw_1_a_second_signal_stops_at_once() {
     gate.signal("TERM");
     let (_, ready): (u16, Value) = wait_for("stopping", Duration::from_secs(5), || {
         gate.readyz().filter(|(_, r)| r["phase"] == "stopping")
-    });
+    })
+    .unwrap();
     assert!(ready["transactions"].as_u64().unwrap() > 0, "{ready}");
     gate.signal("INT");
     let second = Instant::now();

@@ -11,15 +11,12 @@
 //! Addresses: `127.98.1.0/24`; the gate on `.1`, the sg on `.11`, callers on
 //! `.100`, the hostile peer on `.66`.
 
-mod bins;
-mod running;
-
 use std::io::{ErrorKind, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use running::GateProc;
+use testbed::bins::Node;
 use testbed::{Scenario, Sipp, Transport};
 
 fn ip(host: u8) -> IpAddr {
@@ -291,8 +288,12 @@ fn calls_go_through(transport: Transport) {
 fn r_ft_3_hostile_input_gets_the_right_answer_and_the_gate_keeps_forwarding() {
     let dir = tempfile::tempdir().unwrap();
     let site = write_site(dir.path());
-    let mut gate = GateProc::spawn(&site, SocketAddr::new(ip(1), 9091), &["--node", "h"]);
-    gate.wait_ready();
+    let mut gate = Node::gate(&site)
+        .admin(SocketAddr::new(ip(1), 9091))
+        .args(["--node", "h"])
+        .start()
+        .unwrap();
+    gate.wait_ready().unwrap();
     let sg = Sipp::new(Scenario::repo("uas_call"))
         .local(ip(11), 5060)
         .arg("-aa")
@@ -315,6 +316,10 @@ fn r_ft_3_hostile_input_gets_the_right_answer_and_the_gate_keeps_forwarding() {
     assert!(gate.wait_exit(Duration::ZERO).is_none(), "{}", gate.log());
     let log = gate.log();
     assert!(!log.contains("panicked"), "{log}");
-    assert!(gate.metric("sipgate_dropped_total{reason=\"tcp_frame_timeout\"}") >= 2.0);
+    assert!(
+        gate.metric("sipgate_dropped_total{reason=\"tcp_frame_timeout\"}")
+            .unwrap()
+            >= 2.0
+    );
     let _ = (sg.stop(), sg_tcp.stop());
 }

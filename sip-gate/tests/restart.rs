@@ -11,16 +11,14 @@
 //! Addresses: `127.27.N.0/24`; the gate's listener and admin on `.1`, sg-0
 //! and sg-1 on `.11` and `.12`, the caller on `.100`.
 
-mod bins;
-
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use bins::{ringsync_bin, work_report, GATE};
+use ringsync::work::{WorkReport, WORK_PATH};
 use serde_json::Value;
-use testbed::{Scenario, Sipp, SippHandle, Transport};
+use testbed::bins::{BinDir, Node};
+use testbed::{wait_for, Scenario, Sipp, SippHandle, Transport};
 
 fn ip(net: u8, host: u8) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(127, 27, net, host))
@@ -85,40 +83,31 @@ leg = "subscriber"
 /// The gate restarts here while a call is up: its stop waits 1 s at most
 /// for the transactions in flight (R-GW-1), so the call goes on through the
 /// next gate instead of ending through this one.
-fn start_gate(site: &Path, admin: &str, extra: &[&str]) -> Child {
-    let child = Command::new(GATE)
-        .arg("--config")
-        .arg(site)
+fn start_gate(site: &Path, admin: SocketAddr, extra: &[&str]) -> Node {
+    let gate = Node::gate(site)
+        .admin(admin)
         .args(["--node", "g1", "--drain-deadline-s", "1"])
         .args(extra)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
+        .start()
         .unwrap();
-    wait_for("the gate's work report", Duration::from_secs(10), || {
-        work_report(admin).is_some()
-    });
-    child
+    gate.wait_for(
+        "the gate's work report",
+        Duration::from_secs(10),
+        Node::work,
+    )
+    .unwrap();
+    gate
 }
 
-fn signal(child: &mut Child, sig: &str) {
-    let _ = Command::new("kill")
-        .args([sig, &child.id().to_string()])
-        .status();
-    let _ = child.wait();
-}
-
-fn wait_for(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !cond() {
-        assert!(start.elapsed() < limit, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+/// The gate's work report, as it serves it.
+fn work_report(admin: SocketAddr) -> Option<WorkReport> {
+    testbed::http::get_json(admin, WORK_PATH)
 }
 
 /// `ringsync <args>` on `site`; its stdout.
 fn ringsync(site: &Path, args: &[&str]) -> String {
-    let out = Command::new(ringsync_bin())
+    let out = testbed::bins::command("ringsync")
+        .unwrap()
         .arg("--config")
         .arg(site)
         .args(args)
@@ -142,7 +131,7 @@ fn sg0_status(site: &Path) -> Value {
 }
 
 /// Drains srv-0 through the CLI and waits until the gate applied it.
-fn drain_srv0(site: &Path, admin: &str) {
+fn drain_srv0(site: &Path, admin: SocketAddr) {
     ringsync(
         site,
         &["profile", "create", "--name", "m", "--server", "srv-0"],
@@ -151,8 +140,9 @@ fn drain_srv0(site: &Path, admin: &str) {
     wait_for(
         "the gate to apply the drain",
         Duration::from_secs(3),
-        || work_report(admin).is_some_and(|r| r.revision >= 2),
-    );
+        || work_report(admin).filter(|r| r.revision >= 2),
+    )
+    .unwrap();
 }
 
 /// sg-0's answering SIPp and one call through the gate, held `hold`.
@@ -175,7 +165,7 @@ fn one_call(net: u8, hold: Duration) -> (SippHandle, SippHandle) {
     (sg0, caller)
 }
 
-fn sg0_dialogs(admin: &str) -> u64 {
+fn sg0_dialogs(admin: SocketAddr) -> u64 {
     work_report(admin).map_or(0, |r| r.instances["sg-0"].counts.dialogs)
 }
 
@@ -184,18 +174,19 @@ fn sg0_dialogs(admin: &str) -> u64 {
 /// time it will know, and never `drained`, even after its call has ended.
 #[test]
 fn r_st_3_a_gate_restarted_mid_drain_says_why_and_is_never_drained() {
-    ringsync_bin(); // built before any timing starts
+    BinDir::locate().program("ringsync").unwrap(); // built before any timing starts
     let dir = tempfile::tempdir().unwrap();
     let site = site(dir.path(), 1, "");
-    let admin = "127.27.1.1:9091";
+    let admin: SocketAddr = "127.27.1.1:9091".parse().unwrap();
     let mut gate = start_gate(&site, admin, &[]);
     let (sg0, caller) = one_call(1, Duration::from_secs(5));
     wait_for("the call up", Duration::from_secs(5), || {
-        sg0_dialogs(admin) == 1
-    });
+        (sg0_dialogs(admin) == 1).then_some(())
+    })
+    .unwrap();
     drain_srv0(&site, admin);
 
-    signal(&mut gate, "-KILL");
+    gate.kill();
     let started = ringsync::work::now_ms();
     let mut gate = start_gate(&site, admin, &[]);
     let st = sg0_status(&site);
@@ -219,7 +210,7 @@ fn r_st_3_a_gate_restarted_mid_drain_says_why_and_is_never_drained() {
     let st = sg0_status(&site);
     assert_eq!(st["state"], "draining", "still not known: {st}");
     assert_eq!(st["counts"]["dialogs"], 0, "{st}");
-    signal(&mut gate, "-TERM");
+    gate.stop(Duration::from_secs(10));
     let _ = sg0.stop();
 }
 
@@ -228,25 +219,27 @@ fn r_st_3_a_gate_restarted_mid_drain_says_why_and_is_never_drained() {
 /// `drained` once it ends. The snapshot is read once (deleted at start).
 #[test]
 fn r_st_3_a_graceful_restart_with_a_work_snapshot_keeps_the_call() {
-    ringsync_bin(); // built before any timing starts
+    BinDir::locate().program("ringsync").unwrap(); // built before any timing starts
     let dir = tempfile::tempdir().unwrap();
     // Short lives: the first gate vouches for its book after 8 s.
     let site = site(dir.path(), 2, "max_expires_s = 3\nmax_call_age_s = 8");
-    let admin = "127.27.2.1:9091";
+    let admin: SocketAddr = "127.27.2.1:9091".parse().unwrap();
     let snapshot = dir.path().join("work.json");
     let args = ["--work-snapshot", snapshot.to_str().unwrap()];
     let mut gate = start_gate(&site, admin, &args);
     wait_for("the first gate to know", Duration::from_secs(12), || {
-        work_report(admin).is_some_and(|r| r.instances["sg-0"].unknown.is_none())
-    });
+        work_report(admin).filter(|r| r.instances["sg-0"].unknown.is_none())
+    })
+    .unwrap();
     let (sg0, caller) = one_call(2, Duration::from_secs(5));
     wait_for("the call up", Duration::from_secs(5), || {
-        sg0_dialogs(admin) == 1
-    });
+        (sg0_dialogs(admin) == 1).then_some(())
+    })
+    .unwrap();
     drain_srv0(&site, admin);
     assert_eq!(sg0_status(&site)["state"], "draining");
 
-    signal(&mut gate, "-TERM");
+    gate.stop(Duration::from_secs(10));
     assert!(snapshot.exists(), "written on the graceful stop");
     let mut gate = start_gate(&site, admin, &args);
     assert!(!snapshot.exists(), "read once");
@@ -261,8 +254,9 @@ fn r_st_3_a_graceful_restart_with_a_work_snapshot_keeps_the_call() {
     let r = caller.wait(Duration::from_secs(30)).unwrap();
     assert!(r.all_ok() && r.successful == 1, "{r:?}");
     wait_for("sg-0 drained", Duration::from_secs(3), || {
-        sg0_status(&site)["state"] == "drained"
-    });
-    signal(&mut gate, "-TERM");
+        (sg0_status(&site)["state"] == "drained").then_some(())
+    })
+    .unwrap();
+    gate.stop(Duration::from_secs(10));
     let _ = sg0.stop();
 }

@@ -10,16 +10,14 @@
 //! `.1`, the sg (a SIPp UAS) on `.11`, the callers on `.21`, `.22`, `.23`.
 //! Every SIPp run is bounded in calls, rate and time.
 
-mod bins;
 mod common;
-mod running;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::{ip, server_addr};
-use running::GateProc;
+use testbed::bins::Node;
 use testbed::{Scenario, Sipp, SippHandle, SippReport, Transport};
 
 /// A site with one sg behind a balance listener on `127.31.N.1:5060`, and
@@ -65,17 +63,14 @@ fn outcomes(log: &Path) -> (u64, u64, u64) {
 
 /// The sum of every series of `name` whose labels contain all of `labels`
 /// (`key="value"`), as the gate's `/metrics` shows them.
-fn metric_sum(gate: &GateProc, name: &str, labels: &[&str]) -> f64 {
-    let text = bins::http_get(&gate.admin.to_string(), "/metrics").expect("/metrics");
-    text.lines()
-        .filter(|l| l.starts_with(name) && labels.iter().all(|lab| l.contains(lab)))
-        .filter_map(|l| l.rsplit(' ').next()?.trim().parse::<f64>().ok())
-        .sum()
+fn metric_sum(gate: &Node, name: &str, labels: &[&str]) -> f64 {
+    gate.metrics().expect("/metrics").sum(name, labels)
 }
 
 /// The gate's peak resident memory (`VmHWM`) in KiB.
-fn peak_rss_kib(gate: &GateProc) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{}/status", gate.pid())).unwrap();
+fn peak_rss_kib(gate: &Node) -> u64 {
+    let status =
+        std::fs::read_to_string(format!("/proc/{}/status", gate.pid().expect("running"))).unwrap();
     status
         .lines()
         .find_map(|l| l.strip_prefix("VmHWM:"))
@@ -95,8 +90,8 @@ fn r_ov_2_a_source_over_its_limit_gets_503_with_retry_after_while_another_source
         net,
         "per_source_rate = 5\nper_source_burst = 5\nretry_after_s = 7\n",
     );
-    let gate = GateProc::spawn(&site, admin, &[]);
-    gate.wait_ready();
+    let mut gate = Node::gate(&site).admin(admin).start().unwrap();
+    gate.wait_ready().unwrap();
     let uas = sg(net);
 
     // A: 60 new calls at 30/s, six times its limit. B: 10 at 5/s, within it.
@@ -157,8 +152,8 @@ fn r_ov_1_a_flood_at_five_times_capacity_is_refused_while_calls_up_complete_and_
         net,
         "new_dialogs_per_s = 40\nnew_dialogs_burst = 20\nper_source_rate = 0\nmax_transactions = 20000\nretry_after_s = 3\n",
     );
-    let gate = GateProc::spawn(&site, admin, &[]);
-    gate.wait_ready();
+    let mut gate = Node::gate(&site).admin(admin).start().unwrap();
+    gate.wait_ready().unwrap();
     let rss_idle = peak_rss_kib(&gate);
     let uas = sg(net);
 
@@ -268,8 +263,8 @@ fn r_ov_1_new_dialogs_that_waited_past_the_deadline_get_503_while_queued_in_dial
     let net = (31, 3);
     let (dir, site, listener, admin) =
         site(net, "new_dialog_deadline_ms = 200\nretry_after_s = 4\n");
-    let gate = GateProc::spawn(&site, admin, &[]);
-    gate.wait_ready();
+    let mut gate = Node::gate(&site).admin(admin).start().unwrap();
+    gate.wait_ready().unwrap();
     let uas = sg(net);
 
     // 10 calls placed in the first second, each up for 1 s, then a
@@ -376,8 +371,8 @@ fn r_ov_1_after_a_stall_in_dialog_requests_are_forwarded_before_new_dialogs_queu
     // A deadline longer than the stall: nothing is refused, so the order
     // the sg sees is the gate's priority alone.
     let (dir, site, listener, admin) = site(net, "new_dialog_deadline_ms = 5000\n");
-    let gate = GateProc::spawn(&site, admin, &[]);
-    gate.wait_ready();
+    let mut gate = Node::gate(&site).admin(admin).start().unwrap();
+    gate.wait_ready().unwrap();
     let sg_log = dir.path().join("sg-messages.log");
     let uas = Sipp::new(Scenario::repo("uas_call"))
         .local(server_addr(net, 0).ip(), 5060)
@@ -472,8 +467,9 @@ fn r_ov_1_after_a_stall_in_dialog_requests_are_forwarded_before_new_dialogs_queu
 }
 
 /// The names of the gate's UDP worker threads (`udp-LISTENER-WORKER`).
-fn udp_worker_threads(gate: &GateProc) -> Vec<String> {
-    let tasks = std::fs::read_dir(format!("/proc/{}/task", gate.pid())).expect("tasks");
+fn udp_worker_threads(gate: &Node) -> Vec<String> {
+    let tasks =
+        std::fs::read_dir(format!("/proc/{}/task", gate.pid().expect("running"))).expect("tasks");
     let mut names: Vec<String> = tasks
         .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
         .map(|n| n.trim().to_string())
@@ -490,8 +486,8 @@ fn udp_workers_sets_the_worker_threads_per_listener_and_calls_complete() {
     let net = (31, 5);
     for workers in [1, 3] {
         let (dir, site, listener, admin) = site(net, &format!("udp_workers = {workers}\n"));
-        let gate = GateProc::spawn(&site, admin, &[]);
-        gate.wait_ready();
+        let mut gate = Node::gate(&site).admin(admin).start().unwrap();
+        gate.wait_ready().unwrap();
         let want: Vec<String> = (0..workers).map(|w| format!("udp-0-{w}")).collect();
         assert_eq!(udp_worker_threads(&gate), want);
         let uas = sg(net);

@@ -10,11 +10,9 @@
 //! UDP on port 5061), the instance on `.11`, TLS clients from anywhere,
 //! an outside TLS server on `.31`.
 
-mod bins;
 mod common;
 #[path = "tls/peer.rs"]
 mod peer;
-mod running;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
@@ -23,7 +21,8 @@ use std::time::{Duration, Instant};
 
 use common::ip;
 use peer::{header, record_routes, Ca};
-use running::{wait_for, GateProc};
+use testbed::bins::Node;
+use testbed::wait_for;
 use testbed::{Scenario, Sipp, Transport};
 
 const T: Duration = Duration::from_secs(5);
@@ -90,13 +89,12 @@ leg = "subscriber"
         self.dir.path().join(name)
     }
 
-    fn gate(&self) -> GateProc {
-        let g = GateProc::spawn(
-            &self.path("site.toml"),
-            SocketAddr::new(ip(self.net, 1), 9091),
-            &[],
-        );
-        g.wait_ready();
+    fn gate(&self) -> Node {
+        let mut g = Node::gate(&self.path("site.toml"))
+            .admin(SocketAddr::new(ip(self.net, 1), 9091))
+            .start()
+            .unwrap();
+        g.wait_ready().unwrap();
         g
     }
 
@@ -105,10 +103,11 @@ leg = "subscriber"
     }
 }
 
-fn tls_metric(gate: &GateProc, side: &str, result: &str) -> f64 {
+fn tls_metric(gate: &Node, side: &str, result: &str) -> f64 {
     gate.metric(&format!(
         r#"sipgate_tls_handshakes_total{{side="{side}",result="{result}"}}"#
     ))
+    .unwrap()
 }
 
 /// One request of the test UA (alice, over TLS) in dialog `call`.
@@ -303,7 +302,8 @@ fn gate_opens_verified_tls_to_a_sips_next_hop() {
     );
     wait_for("the failed client handshake counted", T, || {
         (tls_metric(&gate, "client", "error") == 1.0).then_some(())
-    });
+    })
+    .unwrap();
 }
 
 /// SIGHUP: the next handshake gets the new certificate, a connection open
@@ -323,8 +323,13 @@ fn certificate_reloads_on_sighup_without_dropping_connections() {
     std::fs::write(site.path("gate-cert.pem"), &cert_b).unwrap();
     gate.signal("HUP");
     wait_for("reload counted", T, || {
-        (gate.metric(r#"sipgate_tls_reloads_total{result="ok"}"#) == 1.0).then_some(())
-    });
+        (gate
+            .metric(r#"sipgate_tls_reloads_total{result="ok"}"#)
+            .unwrap()
+            == 1.0)
+            .then_some(())
+    })
+    .unwrap();
     let after = peer::connect(site.sip(), &site.ca.pem);
     assert_eq!(after.peer_cert(), peer::der(&cert_b));
     // The connection from before still carries SIP: a ping gets its pong.
@@ -345,8 +350,13 @@ fn certificate_reloads_on_sighup_without_dropping_connections() {
     std::fs::write(site.path("gate-cert.pem"), "not a certificate").unwrap();
     gate.signal("HUP");
     wait_for("reload error counted", T, || {
-        (gate.metric(r#"sipgate_tls_reloads_total{result="error"}"#) == 1.0).then_some(())
-    });
+        (gate
+            .metric(r#"sipgate_tls_reloads_total{result="error"}"#)
+            .unwrap()
+            == 1.0)
+            .then_some(())
+    })
+    .unwrap();
     let again = peer::connect(site.sip(), &site.ca.pem);
     assert_eq!(again.peer_cert(), peer::der(&cert_b));
     assert!(gate.log().contains("TLS certificate not reloaded"));
@@ -370,8 +380,9 @@ fn r_ov_1_stalled_handshakes_are_bounded_and_cut_and_garbage_does_not_hurt() {
         .collect();
     let start = Instant::now();
     wait_for("three slots taken", T, || {
-        (gate.metric("sipgate_tcp_connections") == 3.0).then_some(())
-    });
+        (gate.metric("sipgate_tcp_connections").unwrap() == 3.0).then_some(())
+    })
+    .unwrap();
     // The table is full: the next one is closed at once, not at the deadline.
     let mut over = TcpStream::connect(site.sip()).unwrap();
     over.set_read_timeout(Some(Duration::from_secs(10)))
@@ -379,7 +390,8 @@ fn r_ov_1_stalled_handshakes_are_bounded_and_cut_and_garbage_does_not_hurt() {
     let mut b = [0u8; 16];
     assert!(matches!(over.read(&mut b), Ok(0) | Err(_)));
     assert_eq!(
-        gate.metric(r#"sipgate_dropped_total{reason="tcp_connection_limit"}"#),
+        gate.metric(r#"sipgate_dropped_total{reason="tcp_connection_limit"}"#)
+            .unwrap(),
         1.0
     );
     for mut s in stalled {
@@ -398,7 +410,8 @@ fn r_ov_1_stalled_handshakes_are_bounded_and_cut_and_garbage_does_not_hurt() {
     );
     wait_for("timeouts counted", T, || {
         (tls_metric(&gate, "server", "timeout") == 3.0).then_some(())
-    });
+    })
+    .unwrap();
 
     for junk in [
         &b"INVITE sip:bob@example.com SIP/2.0\r\nContent-Length: 0\r\n\r\n"[..],
@@ -417,7 +430,8 @@ fn r_ov_1_stalled_handshakes_are_bounded_and_cut_and_garbage_does_not_hurt() {
     }
     wait_for("bad handshakes counted", T, || {
         (tls_metric(&gate, "server", "error") >= 3.0).then_some(())
-    });
+    })
+    .unwrap();
     let ok = peer::connect(site.sip(), &site.ca.pem);
     drop(ok);
     assert!(
@@ -425,8 +439,9 @@ fn r_ov_1_stalled_handshakes_are_bounded_and_cut_and_garbage_does_not_hurt() {
         "the gate exited"
     );
     wait_for("every slot released", T, || {
-        (gate.metric("sipgate_tcp_connections") == 0.0).then_some(())
-    });
+        (gate.metric("sipgate_tcp_connections").unwrap() == 0.0).then_some(())
+    })
+    .unwrap();
 }
 
 /// Without a signal: a renewed pair is picked up when the files change
@@ -449,6 +464,11 @@ fn certificate_reloads_when_its_files_change() {
     wait_for("the new certificate served", T, || {
         let c = peer::connect(site.sip(), &site.ca.pem);
         (c.peer_cert() == peer::der(&cert_b)).then_some(())
-    });
-    assert!(gate.metric(r#"sipgate_tls_reloads_total{result="ok"}"#) >= 1.0);
+    })
+    .unwrap();
+    assert!(
+        gate.metric(r#"sipgate_tls_reloads_total{result="ok"}"#)
+            .unwrap()
+            >= 1.0
+    );
 }

@@ -113,6 +113,22 @@ pub enum Error {
         /// What is wrong, naming the field.
         message: String,
     },
+    /// A condition a test waited for did not come in time ([`crate::wait_for`]).
+    #[error("timed out after {after:?} waiting for {what}")]
+    WaitedFor {
+        /// What was waited for.
+        what: String,
+        /// How long.
+        after: Duration,
+    },
+    /// An HTTP exchange with an admin endpoint failed ([`crate::http`]).
+    #[error("{request}: {reason}")]
+    Http {
+        /// The request, `GET http://ADDR/PATH`.
+        request: String,
+        /// What went wrong (connect, read, not HTTP).
+        reason: String,
+    },
     /// The run was interrupted (Ctrl-C, SIGTERM); everything was stopped.
     #[error("interrupted: everything the run started has been stopped")]
     Interrupted,

@@ -27,7 +27,8 @@ use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
-use crate::net::{free_port, http_get};
+use crate::http::get_ok as http_get;
+use crate::net::free_port;
 use crate::process::Proc;
 use crate::{Error, Result};
 

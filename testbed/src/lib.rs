@@ -2,7 +2,10 @@
 //! benchmarks: SIPp ([`Sipp`]), Kamailio ([`Kamailio`]), rtpengine
 //! ([`Rtpengine`]), etcd ([`Etcd`]), a DNS server ([`Dnsmasq`]), a blind UDP
 //! relay ([`relay::BlindRelay`]), plus the helpers benchmarks need
-//! ([`free_port`], [`ProcStats`]); and a whole site of the project's own
+//! ([`free_port`], [`ProcStats`], [`stats`]); the project's own binaries, one
+//! at a time ([`bins::Node`]), with one HTTP client for their admin
+//! endpoints ([`http`]) and one reader of their `/metrics` ([`metrics`]);
+//! and a whole site of the project's own
 //! binaries with those peers ([`site::Site`]), which `testbed run` plays
 //! drain rehearsals on ([`rehearsal`]).
 //!
@@ -36,10 +39,13 @@
 
 use std::path::PathBuf;
 
+pub mod bins;
 pub mod dnsmasq;
 mod error;
 pub mod etcd;
+pub mod http;
 pub mod kamailio;
+pub mod metrics;
 pub mod net;
 pub mod partition;
 pub mod proc_stats;
@@ -50,6 +56,7 @@ pub mod rtpengine;
 pub mod sipp;
 pub mod site;
 pub mod stats;
+mod wait;
 
 pub use dnsmasq::{Dnsmasq, DnsmasqHandle};
 pub use error::Error;
@@ -60,6 +67,7 @@ pub use partition::TcpPartition;
 pub use proc_stats::ProcStats;
 pub use rtpengine::{Rtpengine, RtpengineHandle};
 pub use sipp::{Scenario, Sipp, SippHandle, SippReport};
+pub use wait::wait_for;
 
 /// `Result` with the testbed [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;

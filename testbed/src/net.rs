@@ -5,8 +5,7 @@
 
 use std::{
     fmt, fs,
-    io::{Read, Write},
-    net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket},
+    net::{IpAddr, SocketAddr, TcpListener, UdpSocket},
     thread,
     time::{Duration, Instant},
 };
@@ -221,22 +220,6 @@ fn parse_hex_addr(s: &str) -> Option<(IpAddr, u16)> {
         _ => return None,
     };
     Some((ip, port))
-}
-
-/// A tiny HTTP/1.0 GET (a peer's `/health` or `/metrics`): the body of a
-/// 200 answer, `None` on any failure.
-pub fn http_get(addr: SocketAddr, path: &str) -> Option<String> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
-    let mut buf = Vec::new();
-    s.read_to_end(&mut buf).ok()?;
-    let text = String::from_utf8_lossy(&buf).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n")?;
-    head.starts_with("HTTP/1.")
-        .then_some(())
-        .filter(|_| head.split_whitespace().nth(1) == Some("200"))?;
-    Some(body.to_owned())
 }
 
 #[cfg(test)]

@@ -120,6 +120,21 @@ impl Proc {
     }
 }
 
+impl Proc {
+    /// SIGKILL to the process and its descendants at once, and waits for it.
+    pub(crate) fn kill(&mut self) -> Option<ExitStatus> {
+        if let Ok(Some(status)) = self.try_wait() {
+            return Some(status);
+        }
+        let mut tree = proc_stats::descendants(self.pid());
+        tree.push(self.pid());
+        kill_all(&tree);
+        let status = self.child.wait().ok();
+        self.exited = status;
+        status
+    }
+}
+
 impl Drop for Proc {
     fn drop(&mut self) {
         if self.exited.is_none() {

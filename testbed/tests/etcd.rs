@@ -6,7 +6,7 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use testbed::etcd::metric_value;
-use testbed::net::http_get;
+use testbed::http::get_ok as http_get;
 use testbed::Etcd;
 
 fn ips(net: u8) -> Vec<IpAddr> {

@@ -7,7 +7,6 @@
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -15,9 +14,8 @@ use media_ctl::ng::{split_cookie, DictView, NgMessage, Value};
 use media_ctl::Status;
 use ringsync::profile::{NewProfile, ProfileState};
 use ringsync::work::WorkReport;
+use testbed::bins::Node;
 use testbed::{Rtpengine, RtpengineHandle};
-
-pub const BIN: &str = env!("CARGO_BIN_EXE_media-ctl");
 
 /// `127.a.b.host`.
 pub fn ip(net: (u8, u8), host: u8) -> IpAddr {
@@ -56,15 +54,17 @@ impl Spec {
     }
 }
 
-/// A running site.
+/// A running site. media-ctl is its first field, so it is killed before
+/// the rest (its directory, the rtpengines) goes.
 pub struct Site {
+    /// The media-ctl binary.
+    pub node: Node,
     pub net: (u8, u8),
     pub dir: tempfile::TempDir,
     pub path: PathBuf,
     pub ng: SocketAddr,
     pub admin: SocketAddr,
     pub mgs: BTreeMap<String, RtpengineHandle>,
-    pub child: Option<Child>,
     rt: tokio::runtime::Runtime,
     store: Arc<dyn ringsync::Store>,
     profile: Option<String>,
@@ -150,15 +150,15 @@ impl Site {
             .unwrap();
         let config = ringsync::SiteConfig::load(&path).unwrap();
         let store = rt.block_on(ringsync::store::open(&config)).unwrap();
-        let child = spawn(&path, dir.path());
+        let node = Node::media_ctl(&path).admin(admin).start().unwrap();
         let site = Site {
+            node,
             net,
             dir,
             path,
             ng,
             admin,
             mgs,
-            child: Some(child),
             rt,
             store,
             profile: None,
@@ -175,17 +175,13 @@ impl Site {
 
     /// Kills media-ctl (SIGKILL: no goodbye) and starts it again.
     pub fn restart(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        self.child = Some(spawn(&self.path, self.dir.path()));
+        self.node.restart().unwrap();
         self.wait_until("media-ctl back", |s| s.status().is_some());
     }
 
-    /// media-ctl's log so far.
+    /// What the running media-ctl logged so far.
     pub fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("media-ctl.log")).unwrap_or_default()
+        self.node.log()
     }
 
     /// An ng client on `127.a.b.host` (host 11+i plays sg i).
@@ -201,30 +197,21 @@ impl Site {
 
     /// The status, as served.
     pub fn status(&self) -> Option<Status> {
-        let body = http_get(self.admin, "/v1/status")?;
-        serde_json::from_str(&body).ok()
+        self.node.get_json("/v1/status")
     }
 
     /// The work report, as served.
     pub fn work(&self) -> WorkReport {
-        let body = http_get(self.admin, "/v1/work").expect("work report");
-        serde_json::from_str(&body).unwrap()
+        self.node.work().expect("work report")
     }
 
-    /// Polls until `cond` holds (10 s at most).
+    /// Polls until `cond` holds (10 s at most); how long that took.
     pub fn wait_until(&self, what: &str, cond: impl Fn(&Site) -> bool) -> Duration {
         let start = Instant::now();
-        loop {
-            if cond(self) {
-                return start.elapsed();
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(10),
-                "timed out waiting for: {what}\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        self.node
+            .wait_for(what, Duration::from_secs(10), |_| cond(self).then_some(()))
+            .unwrap();
+        start.elapsed()
     }
 
     /// Activates a profile draining `servers` (replacing the previous one),
@@ -251,30 +238,30 @@ impl Site {
     /// The site's status as `ringsync status` computes it: the profiles
     /// from the store, media-ctl's `/v1/work` asked by ringsync's own
     /// fetcher and summed (R-ST-3). Only media-ctl is asked (no gate here).
-    pub fn ringsync_status(&self) -> ringsync::status::SiteStatus {
+    pub fn ringsync_status(&self) -> ringsync_ops::status::SiteStatus {
         let config = Arc::new(ringsync::SiteConfig::load(&self.path).unwrap());
         let state = ringsync::state::DrainState::new(config.clone());
         state.set_profiles(self.rt.block_on(self.store.list()).unwrap());
-        let nodes = [ringsync::status::NodeAddr {
+        let nodes = [ringsync_ops::status::NodeAddr {
             kind: ringsync::work::NodeKind::MediaCtl,
             addr: self.admin,
         }];
         let round = self.rt.block_on(async {
-            let fetcher = ringsync::fetch::Fetcher::default();
-            ringsync::status::ask_all(&fetcher, &config.site.name, &nodes).await
+            let fetcher = ringsync_ops::fetch::Fetcher::default();
+            ringsync_ops::status::ask_all(&fetcher, &config.site.name, &nodes).await
         });
         round.status(&state.view())
     }
 
     /// The site's status from the store's node registry (etcd): what every
     /// registered node published, summed (R-ST-3).
-    pub fn registry_status(&self) -> ringsync::status::SiteStatus {
+    pub fn registry_status(&self) -> ringsync_ops::status::SiteStatus {
         let config = Arc::new(ringsync::SiteConfig::load(&self.path).unwrap());
         let state = ringsync::state::DrainState::new(config);
         state.set_profiles(self.rt.block_on(self.store.list()).unwrap());
         let round = self
             .rt
-            .block_on(ringsync::sitewide::round(self.store.as_ref()))
+            .block_on(ringsync_ops::sitewide::round(self.store.as_ref()))
             .unwrap()
             .expect("the store keeps a node registry");
         round.status(&state.view())
@@ -299,46 +286,10 @@ impl Site {
 
     /// SIGTERM; true if it exited cleanly within 10 s.
     pub fn stop(&mut self) -> bool {
-        let Some(mut child) = self.child.take() else {
-            return false;
-        };
-        let _ = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status();
-        let start = Instant::now();
-        while start.elapsed() < Duration::from_secs(10) {
-            if let Ok(Some(s)) = child.try_wait() {
-                return s.success();
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = child.kill();
-        false
+        self.node
+            .stop(Duration::from_secs(10))
+            .is_some_and(|s| s.success())
     }
-}
-
-impl Drop for Site {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-fn spawn(path: &std::path::Path, dir: &std::path::Path) -> Child {
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(dir.join("media-ctl.log"))
-        .unwrap();
-    Command::new(BIN)
-        .arg("--config")
-        .arg(path)
-        .stdout(Stdio::null())
-        .stderr(Stdio::from(log))
-        .spawn()
-        .unwrap()
 }
 
 /// An ng client (plays an sg/esg, or Kamailio's rtpengine module).
@@ -449,35 +400,4 @@ pub fn sdp(addr: &str, port: u16) -> String {
     format!(
         "v=0\r\no=- 1 1 IN IP4 {addr}\r\ns=-\r\nc=IN IP4 {addr}\r\nt=0 0\r\nm=audio {port} RTP/AVP 0\r\n"
     )
-}
-
-/// The body of a GET, if 200.
-pub fn http_get(addr: SocketAddr, path: &str) -> Option<String> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
-        .ok()?;
-    let mut b = String::new();
-    s.read_to_string(&mut b).ok()?;
-    let (head, body) = b.split_once("\r\n\r\n")?;
-    (head.split_whitespace().nth(1) == Some("200")).then(|| body.to_owned())
-}
-
-/// The status line and body of a GET, whatever the code.
-pub fn http_get_any(addr: SocketAddr, path: &str) -> Option<(String, String)> {
-    http_any(addr, "GET", path)
-}
-
-/// `method path` with an empty body: the status line and the body.
-pub fn http_any(addr: SocketAddr, method: &str, path: &str) -> Option<(String, String)> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    let head = format!("{method} {path} HTTP/1.0\r\nHost: x\r\nContent-Length: 0\r\n\r\n");
-    s.write_all(head.as_bytes()).ok()?;
-    let mut b = String::new();
-    s.read_to_string(&mut b).ok()?;
-    let (head, body) = b.split_once("\r\n\r\n")?;
-    Some((head.lines().next()?.to_owned(), body.to_owned()))
 }

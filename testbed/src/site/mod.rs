@@ -177,7 +177,7 @@ impl SiteBuilder {
             media: None,
             mgs: BTreeMap::new(),
             etcd: None,
-            ap: Vec::new(),
+            ap: None,
             _tmp: tmp,
         };
         site.start_all(self.lifetime)?;
@@ -197,7 +197,7 @@ pub struct Site {
     media: Option<MediaNode>,
     mgs: BTreeMap<String, RtpengineHandle>,
     etcd: Option<Etcd>,
-    ap: Vec<crate::process::Proc>,
+    ap: Option<nodes::ApNodes>,
     _tmp: Option<TempDir>,
 }
 
@@ -263,7 +263,7 @@ impl Site {
         )?);
         self.seed_profiles()?;
         if !self.layout.ap().is_empty() {
-            self.ap = nodes::start_ap(&self.bins, &self.site_file, &self.layout)?;
+            self.ap = Some(nodes::start_ap(&self.bins, &self.site_file, &self.layout)?);
         }
         for (k, file) in files.iter().enumerate() {
             let mut g = GateNode::new(
@@ -405,8 +405,8 @@ impl Drop for Site {
         if let Some(m) = self.media.take() {
             m.stop(Duration::from_secs(1));
         }
-        for p in &mut self.ap {
-            p.stop(Duration::from_secs(1));
+        if let Some(ap) = &mut self.ap {
+            ap.stop(Duration::from_secs(1));
         }
         for (_, m) in std::mem::take(&mut self.mgs) {
             m.stop();

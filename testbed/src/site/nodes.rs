@@ -1,87 +1,20 @@
 //! The project's own binaries as processes of a site: gate nodes
-//! (`sip-gate`), media-ctl, and the `ringsync` CLI the timeline drives.
-//! Each runs in its own process group (a Ctrl-C at the terminal reaches
-//! testbed only, which then stops everything in order) with its log in the
-//! run directory.
+//! (`sip-gate`), media-ctl, `ringsync serve` and the agents, all started by
+//! [`crate::bins::Node`]. Each runs in its own process group (a Ctrl-C at
+//! the terminal reaches testbed only, which then stops everything in order)
+//! with its log in the run directory.
 
 use std::net::SocketAddr;
 use std::os::unix::process::CommandExt as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use crate::bins::Node;
+pub use crate::bins::{ringsync, BinDir};
 use crate::process::Proc;
-use crate::{Error, Result};
-
-/// Where `sip-gate`, `media-ctl` and `ringsync` are found.
-#[derive(Debug, Clone)]
-pub struct BinDir(PathBuf);
-
-impl BinDir {
-    /// `TESTBED_BIN_DIR` if set, else the directory of the running program
-    /// (`target/debug` for `testbed` itself and, one up from `deps/`, for a
-    /// test), so a workspace build finds its own binaries.
-    pub fn locate() -> BinDir {
-        if let Some(d) = std::env::var_os("TESTBED_BIN_DIR") {
-            return BinDir(PathBuf::from(d));
-        }
-        let exe = std::env::current_exe().unwrap_or_default();
-        let mut dir = exe.parent().map(Path::to_path_buf).unwrap_or_default();
-        if dir.file_name().is_some_and(|n| n == "deps") {
-            dir.pop();
-        }
-        BinDir(dir)
-    }
-
-    /// A directory given explicitly.
-    pub fn at(dir: impl Into<PathBuf>) -> BinDir {
-        BinDir(dir.into())
-    }
-
-    /// The path of `program`, or an error saying how to build it.
-    pub fn program(&self, program: &str) -> Result<PathBuf> {
-        let p = self.0.join(program);
-        if p.is_file() {
-            Ok(p)
-        } else {
-            Err(Error::NotBuilt {
-                program: program.into(),
-                dir: self.0.clone(),
-            })
-        }
-    }
-}
-
-/// Starts `cmd` in its own process group, logging to `DIR/LABEL.stderr`.
-fn spawn(mut cmd: Command, label: &str, dir: &Path) -> Result<Proc> {
-    cmd.process_group(0);
-    Proc::spawn(cmd, label, dir)
-}
-
-/// Polls `ready` every 50 ms until true; the error names `label` and its log.
-fn wait_until(
-    proc: &mut Proc,
-    addr: SocketAddr,
-    t: Duration,
-    ready: impl Fn() -> bool,
-) -> Result<()> {
-    let until = Instant::now() + t;
-    while !ready() {
-        if let Some(status) = proc.try_wait()? {
-            return Err(proc.exited_early(status));
-        }
-        if Instant::now() >= until {
-            return Err(Error::NotListening {
-                program: proc.program().into(),
-                addr: format!("http://{addr} ({})", proc.stderr_tail(400)),
-                after: t,
-            });
-        }
-        thread::sleep(Duration::from_millis(50));
-    }
-    Ok(())
-}
+use crate::Result;
 
 // === GateNode ===
 
@@ -92,11 +25,8 @@ pub struct GateNode {
     pub name: String,
     /// Its admin address.
     pub admin: SocketAddr,
-    program: PathBuf,
-    config: PathBuf,
-    dir: PathBuf,
-    proc: Option<Proc>,
-    runs: u32,
+    builder: crate::bins::Builder,
+    node: Option<Node>,
     deadline_s: u32,
 }
 
@@ -108,54 +38,47 @@ impl GateNode {
         admin: SocketAddr,
         deadline_s: u32,
     ) -> Result<Self> {
+        // Found (or built) now: a missing binary fails the site's start.
+        bins.program("sip-gate")?;
+        let dir = config.parent().map(Path::to_path_buf).unwrap_or_default();
+        let builder = Node::gate(config)
+            .bins(bins.clone())
+            .admin(admin)
+            .args(["--node", name, "--drain-deadline-s"])
+            .arg(deadline_s.to_string())
+            .arg("--work-snapshot")
+            .arg(dir.join(format!("{name}.work.json")))
+            .label(name)
+            .own_group();
         Ok(GateNode {
             name: name.into(),
             admin,
-            program: bins.program("sip-gate")?,
-            config: config.to_path_buf(),
-            dir: config.parent().map(Path::to_path_buf).unwrap_or_default(),
-            proc: None,
-            runs: 0,
+            builder,
+            node: None,
             deadline_s,
         })
     }
 
-    /// Starts the node and waits until its `/readyz` says it serves.
+    /// Starts the node (again, after a stop: its logs are then
+    /// `NAME.runN.*`) and waits until its `/readyz` says it serves.
     pub fn start(&mut self) -> Result<()> {
-        let mut cmd = Command::new(&self.program);
-        cmd.arg("--config")
-            .arg(&self.config)
-            .arg("--admin")
-            .arg(self.admin.to_string())
-            .arg("--node")
-            .arg(&self.name)
-            .arg("--drain-deadline-s")
-            .arg(self.deadline_s.to_string())
-            .arg("--work-snapshot")
-            .arg(self.dir.join(format!("{}.work.json", self.name)));
-        let label = format!("{}.run{}", self.name, self.runs);
-        self.runs += 1;
-        let mut proc = spawn(cmd, &label, &self.dir)?;
-        let admin = self.admin;
-        wait_until(&mut proc, admin, Duration::from_secs(15), || {
-            super::http::get(admin, "/readyz").is_some_and(|(code, _)| code == 200)
-        })?;
-        self.proc = Some(proc);
-        Ok(())
+        match &mut self.node {
+            Some(n) => n.restart()?,
+            None => self.node = Some(self.builder.clone().start()?),
+        }
+        self.node.as_mut().map_or(Ok(()), Node::wait_ready)
     }
 
     /// SIGTERM: the node stops gracefully (R-GW-1) and exits by itself.
     pub fn sigterm(&self) {
-        if let Some(p) = &self.proc {
-            p.signal("TERM");
+        if let Some(n) = &self.node {
+            n.signal("TERM");
         }
     }
 
     /// True while the process runs.
     pub fn running(&mut self) -> bool {
-        self.proc
-            .as_mut()
-            .is_some_and(|p| matches!(p.try_wait(), Ok(None)))
+        self.node.as_mut().is_some_and(Node::running)
     }
 
     /// One look at a node stopping (R-GW-1): whether it still runs and,
@@ -193,8 +116,8 @@ impl GateNode {
             }
             thread::sleep(Duration::from_millis(20));
         }
-        if let Some(mut p) = self.proc.take() {
-            p.stop(Duration::ZERO);
+        if let Some(n) = &mut self.node {
+            n.stop(Duration::ZERO);
         }
         self.start()?;
         seen.back = Some(t0.elapsed().as_secs_f64());
@@ -208,8 +131,8 @@ impl GateNode {
 
     /// Stops the node (SIGTERM, then SIGKILL after `grace`).
     pub fn stop(&mut self, grace: Duration) {
-        if let Some(mut p) = self.proc.take() {
-            p.stop(grace);
+        if let Some(n) = &mut self.node {
+            n.stop(grace);
         }
     }
 }
@@ -247,78 +170,68 @@ pub struct StopSeen {
 pub struct MediaNode {
     /// Its admin address (`/v1/status`).
     pub admin: SocketAddr,
-    proc: Proc,
+    node: Node,
 }
 
 impl MediaNode {
     pub(crate) fn start(bins: &BinDir, config: &Path, admin: SocketAddr) -> Result<Self> {
-        let dir = config.parent().unwrap_or(Path::new("."));
-        let mut cmd = Command::new(bins.program("media-ctl")?);
-        cmd.arg("--config").arg(config);
-        let mut proc = spawn(cmd, "media-ctl", dir)?;
-        wait_until(&mut proc, admin, Duration::from_secs(15), || {
-            super::http::get(admin, "/v1/status").is_some_and(|(code, _)| code == 200)
-        })?;
-        Ok(MediaNode { admin, proc })
+        let mut node = Node::media_ctl(config)
+            .bins(bins.clone())
+            .admin(admin)
+            .own_group()
+            .start()?;
+        node.wait_up()?;
+        Ok(MediaNode { admin, node })
     }
 
     /// Stops it (SIGTERM, then SIGKILL after `grace`).
     pub fn stop(mut self, grace: Duration) {
-        self.proc.stop(grace);
+        self.node.stop(grace);
     }
 }
 
 // === Active-Passive: the planner and the agents ===
 
+/// `ringsync serve` (the handover planner) and the agents of the groups'
+/// members.
+#[derive(Debug)]
+pub(crate) struct ApNodes {
+    serve: Node,
+    agents: Vec<Proc>,
+}
+
+impl ApNodes {
+    /// Stops the agents, then the planner (SIGTERM, SIGKILL after `grace`).
+    pub(crate) fn stop(&mut self, grace: Duration) {
+        for a in &mut self.agents {
+            a.stop(grace);
+        }
+        self.serve.stop(grace);
+    }
+}
+
 /// `ringsync serve` (the handover planner, on `admin.bind`) and one
 /// `ringsync agent` per group member standing in for the service; returns
 /// once the planner answers.
-pub(crate) fn start_ap(bins: &BinDir, site: &Path, l: &super::Layout) -> Result<Vec<Proc>> {
+pub(crate) fn start_ap(bins: &BinDir, site: &Path, l: &super::Layout) -> Result<ApNodes> {
     let dir = site.parent().unwrap_or(Path::new("."));
+    let mut serve = Node::serve(site)
+        .bins(bins.clone())
+        .label("ringsync-serve")
+        .own_group()
+        .start()?;
+    serve.wait_up()?;
     let program = bins.program("ringsync")?;
-    let mut cmd = Command::new(&program);
-    cmd.arg("--config").arg(site).arg("serve");
-    let mut serve = spawn(cmd, "ringsync-serve", dir)?;
-    let addr = l.serve_addr();
-    wait_until(&mut serve, addr, Duration::from_secs(15), || {
-        super::http::get(addr, "/healthz").is_some()
-    })?;
-    let mut out = vec![serve];
+    let mut agents = Vec::new();
     for (group, members) in l.ap_groups() {
         for (member, _) in members {
             let mut cmd = Command::new(&program);
             cmd.arg("--config")
                 .arg(site)
-                .args(["agent", "--group", &group, "--member", &member]);
-            out.push(spawn(cmd, &format!("agent-{member}"), dir)?);
+                .args(["agent", "--group", &group, "--member", &member])
+                .process_group(0);
+            agents.push(Proc::spawn(cmd, &format!("agent-{member}"), dir)?);
         }
     }
-    Ok(out)
-}
-
-// === the ringsync CLI ===
-
-/// Runs `ringsync --config SITE --json ARGS`; its JSON output, or an error
-/// with what it wrote on stderr.
-pub fn ringsync(bins: &BinDir, site: &Path, args: &[&str]) -> Result<serde_json::Value> {
-    let out = Command::new(bins.program("ringsync")?)
-        .arg("--config")
-        .arg(site)
-        .arg("--json")
-        .args(args)
-        .output()
-        .map_err(|source| Error::Spawn {
-            program: "ringsync".into(),
-            source,
-        })?;
-    if !out.status.success() {
-        return Err(Error::Command {
-            command: format!("ringsync {}", args.join(" ")),
-            message: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-        });
-    }
-    serde_json::from_slice(&out.stdout).map_err(|e| Error::Command {
-        command: format!("ringsync {}", args.join(" ")),
-        message: format!("output is not JSON: {e}"),
-    })
+    Ok(ApNodes { serve, agents })
 }

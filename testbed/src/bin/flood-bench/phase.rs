@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use testbed::net::http_get;
+use testbed::http::get_ok as http_get;
 use testbed::{wait_listening, ProcStats, Scenario, Sipp, SippHandle, SippReport, Transport};
 
 use crate::report::{in_dialog_latencies, queue_wait_p99_ms, refusals, Outcomes};

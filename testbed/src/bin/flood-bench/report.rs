@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::path::Path;
 
-use testbed::stats::median;
+use testbed::stats::{self, median};
 
 use crate::phase::{Phase, Run};
 
@@ -95,14 +95,10 @@ fn epoch_us(s: &str) -> Option<u64> {
     Some(secs.parse::<u64>().ok()? * 1_000_000 + frac.parse::<u64>().ok()?)
 }
 
-/// The `p`-th percentile (0..=100) of sorted samples, nearest rank; NaN
-/// when there is none.
-pub(crate) fn percentile(sorted: &[u64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1] as f64
+/// The `q`-quantile (`0..=1`) of sorted samples by [`stats::percentile`]
+/// (nearest rank), as f64; NaN when there is none.
+pub(crate) fn percentile(sorted: &[u64], q: f64) -> f64 {
+    stats::percentile(sorted, q).map_or(f64::NAN, |v| v as f64)
 }
 
 /// The gate's 503s by `limit` label, from its Prometheus text
@@ -202,8 +198,8 @@ fn summary(runs: &[&Run]) -> Summary {
         refusals,
         cpu: med(&|r| r.cpu_us_per_established()),
         core: med(&|r| r.core_percent()),
-        p50_ms: med(&|r| percentile(&r.latency_us, 50.0) / 1000.0),
-        p99_ms: med(&|r| percentile(&r.latency_us, 99.0) / 1000.0),
+        p50_ms: med(&|r| percentile(&r.latency_us, 0.50) / 1000.0),
+        p99_ms: med(&|r| percentile(&r.latency_us, 0.99) / 1000.0),
         flood_per_s: med(&|r| r.flood_per_s()),
         queue_p99_ms: med(&|r| r.queue_p99_ms),
         samples: runs.iter().map(|r| r.latency_us.len()).sum(),
@@ -311,8 +307,8 @@ pub(crate) fn csv(runs: &[Run]) -> String {
             r.wall_us,
             r.cpu_us_per_established(),
             r.latency_us.len(),
-            percentile(&r.latency_us, 50.0),
-            percentile(&r.latency_us, 99.0),
+            percentile(&r.latency_us, 0.50),
+            percentile(&r.latency_us, 0.99),
             r.flood_per_s(),
             r.queue_p99_ms,
             r.peak_rss_kb
@@ -346,15 +342,6 @@ mod tests {
         .concat();
         std::fs::write(&p, text + "garbage line\n").unwrap();
         assert_eq!(in_dialog_latencies(&p), vec![300, 1250]);
-    }
-
-    #[test]
-    fn percentiles_are_nearest_rank() {
-        let v: Vec<u64> = (1..=200).collect();
-        assert_eq!(percentile(&v, 50.0), 100.0);
-        assert_eq!(percentile(&v, 99.0), 198.0);
-        assert_eq!(percentile(&[7], 99.0), 7.0);
-        assert!(percentile(&[], 50.0).is_nan());
     }
 
     #[test]

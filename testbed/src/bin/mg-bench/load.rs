@@ -158,15 +158,8 @@ pub(crate) fn cycles(to: SocketAddr, tag: &str, o: &Opts) -> Load {
     all
 }
 
-pub(crate) fn pct(sorted: &[u32], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    f64::from(sorted[i]) / 1000.0
-}
-
-pub(crate) fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+/// The `q`-quantile of sorted µs samples in ms, nearest rank
+/// ([`testbed::stats::percentile`]); NaN when there is none.
+pub(crate) fn pct(sorted: &[u32], q: f64) -> f64 {
+    testbed::stats::percentile(sorted, q).map_or(f64::NAN, |us| f64::from(us) / 1000.0)
 }

@@ -43,8 +43,9 @@ use testbed::{ProcStats, Rtpengine};
 mod load;
 mod peers;
 
-use load::{cycles, ip, median, ng, pct, sdp};
+use load::{cycles, ip, ng, pct, sdp};
 use peers::{fake_mg, floor_relay, http_status, start_media_ctl, MediaCtl};
+use testbed::stats::median;
 
 /// What media-ctl costs in front of a real rtpengine: offer/answer/delete
 /// cycles straight at rtpengine, through a floor relay and through

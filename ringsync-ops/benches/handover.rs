@@ -7,9 +7,9 @@
 //! and a second `serve` finishes the plan.
 //!
 //! ```sh
-//! cargo bench -p ringsync --bench handover --no-run
-//! netns-run cargo bench -p ringsync --bench handover            # 8 groups, 3 rounds
-//! netns-run cargo bench -p ringsync --bench handover -- 4 1     # groups, rounds
+//! cargo bench -p ringsync-ops --bench handover --no-run
+//! netns-run cargo bench -p ringsync-ops --bench handover            # 8 groups, 3 rounds
+//! netns-run cargo bench -p ringsync-ops --bench handover -- 4 1     # groups, rounds
 //! ```
 
 #[allow(dead_code)]
@@ -21,10 +21,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{agent, ap_site, handover_of, members, serve, wait_for, Proc};
-use ringsync::handover::record::HandoverState;
 use ringsync::profile::{NewProfile, ProfileState};
 use ringsync::store::{self, HandoverStore, Store};
 use ringsync::SiteConfig;
+use ringsync_ops::handover::record::HandoverState;
 use testbed::Etcd;
 
 /// The pace of the runs (a test pace: the planner's overshoot and the
@@ -245,14 +245,11 @@ fn report(embedded: &Figures, etcd: &Figures) {
     }
 }
 
-/// `p50 / max` of `v`, in ms with one decimal.
+/// `p50 / max` of `v` (nearest rank, `testbed::stats`), in ms with one
+/// decimal.
 fn p50_max(v: &[f64]) -> String {
     let mut v = v.to_vec();
     v.sort_by(f64::total_cmp);
-    format!(
-        "{:.1} / {:.1} (n={})",
-        v[v.len() / 2],
-        v[v.len() - 1],
-        v.len()
-    )
+    let p = |q| testbed::stats::percentile(&v, q).unwrap_or(f64::NAN);
+    format!("{:.1} / {:.1} (n={})", p(0.5), p(1.0), v.len())
 }
