@@ -3,9 +3,12 @@
 //! No sockets here: the transport hands in a client's datagram with where
 //! it came from and the time, and sends what it gets back. Answers from the
 //! mgs come in the same way ([`Controller::on_mg_datagram`], in
-//! `answers.rs`), and so do the clock's turns ([`Controller::tick`]). Time
-//! is always passed in, so tests drive ramps and timeouts with synthetic
-//! instants.
+//! `answers.rs`), and so do the clock's turns ([`Controller::tick`]). The
+//! monotonic time every decision depends on (ramps, timeouts, the reply
+//! cache, idle calls) is passed in, so tests drive them with synthetic
+//! instants. Only wall-clock stamps for reports are read from the system
+//! clock here: the start time ([`Controller::new`]) and when a status is
+//! made (`status.rs`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;

@@ -283,6 +283,7 @@ impl Controller {
                     }),
                     eta: Default::default(),
                     stoppable: s.stoppable,
+                    unreachable: Vec::new(),
                 };
                 (s.id, w)
             })

@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::Service;
+use crate::config::{Service, Transport};
 use crate::view::{DrainView, Health, InstanceState, Zone};
 
 /// The path a node serves its report on.
@@ -140,6 +140,40 @@ pub struct InstanceWork {
     /// bgmg only: whether it may be turned off (R-BG-2, R-BG-3).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stoppable: Option<bool>,
+    /// Stream transports over which the node could not reach the instance
+    /// lately (a TCP connect or TLS handshake failed), while it holds them
+    /// down. The health probe goes over UDP, so an instance can be `up`
+    /// and unreachable over TCP at once. Absent from reports of nodes that
+    /// do not know of it (older gates, media-ctl): none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unreachable: Vec<Unreachable>,
+}
+
+/// A transport over which a node could not reach an instance: the node
+/// sends it no new work that way until `until_ms` (RFC 3261 16.9: a
+/// transport error is a 503 for the request that met it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unreachable {
+    /// `tcp` or `tls`.
+    pub transport: Transport,
+    /// What failed, in words (e.g. `connect to 127.0.1.1:5060: Connection
+    /// refused (os error 111)`).
+    pub reason: String,
+    /// When it failed (Unix ms).
+    pub since_ms: u64,
+    /// Until when the node passes the instance over for new work on this
+    /// transport (Unix ms), unless a connection succeeds before.
+    pub until_ms: u64,
+}
+
+/// An [`Unreachable`] as the site status shows it: with the node that saw it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnreachableFrom {
+    /// The node whose connection failed.
+    pub node: String,
+    /// What failed, and until when.
+    #[serde(flatten)]
+    pub what: Unreachable,
 }
 
 /// Work held for one instance, by kind (R-ST-2). Kinds a node does not
@@ -281,6 +315,10 @@ pub struct InstanceStatus {
     /// The nodes whose reports cover it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nodes: Vec<String>,
+    /// Transports over which some node could not reach it lately, per node
+    /// (see [`InstanceWork::unreachable`]); its `state` says nothing of them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unreachable: Vec<UnreachableFrom>,
 }
 
 /// Sums the reports of every node of the site into one status per instance
@@ -309,6 +347,7 @@ pub fn sum(view: &DrainView, outcomes: &[NodeOutcome]) -> Vec<InstanceStatus> {
                 eta: Eta::default(),
                 stoppable: None,
                 nodes: Vec::new(),
+                unreachable: Vec::new(),
             };
             let mut expected = 0usize;
             let mut vouched = true;
@@ -330,6 +369,11 @@ pub fn sum(view: &DrainView, outcomes: &[NodeOutcome]) -> Vec<InstanceStatus> {
                     continue;
                 };
                 st.nodes.push(o.node.clone());
+                st.unreachable
+                    .extend(w.unreachable.iter().map(|u| UnreachableFrom {
+                        node: o.node.clone(),
+                        what: u.clone(),
+                    }));
                 st.counts.add(&w.counts);
                 st.eta.merge(&w.eta);
                 match w.health {

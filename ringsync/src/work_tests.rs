@@ -210,6 +210,45 @@ fn report_json_round_trips_and_tolerates_missing_fields() {
     assert_eq!(m.instances["mg-a"].counts.total(), 0);
 }
 
+/// An instance a gate cannot reach over TCP stays `up` (its health probe
+/// goes over UDP) and carries the note, with the node that saw it; a report
+/// without the field (an older gate) means none.
+#[test]
+fn unreachable_transports_are_kept_per_node_and_leave_the_state_alone() {
+    let v = view(false);
+    let down = Unreachable {
+        transport: crate::config::Transport::Tcp,
+        reason: "connect to 127.0.0.1:5071: Connection refused".into(),
+        since_ms: 10,
+        until_ms: 30_010,
+    };
+    let w = InstanceWork {
+        unreachable: vec![down.clone()],
+        ..counts(0, 0)
+    };
+    let g1 = report("g1", NodeKind::Gate, &[("sg-a", w)]);
+    let g2 = report("g2", NodeKind::Gate, &[("sg-a", counts(0, 0))]);
+    let s = sum(&v, &[g1.clone(), g2]);
+    let a = find(&s, "sg-a");
+    assert_eq!(a.state, InstanceState::Up);
+    assert_eq!(
+        a.unreachable,
+        [UnreachableFrom {
+            node: "g1".into(),
+            what: down
+        }]
+    );
+    let json = serde_json::to_value(a).unwrap();
+    assert_eq!(json["unreachable"][0]["node"], "g1");
+    assert_eq!(json["unreachable"][0]["transport"], "tcp");
+    assert_eq!(json["unreachable"][0]["until_ms"], 30_010);
+    let b = serde_json::to_value(find(&s, "sg-b")).unwrap();
+    assert!(b.get("unreachable").is_none(), "absent when none: {b}");
+    let old = r#"{"health":"up","counts":{}}"#;
+    let w: InstanceWork = serde_json::from_str(old).unwrap();
+    assert!(w.unreachable.is_empty());
+}
+
 #[test]
 fn utc_times() {
     assert_eq!(utc_text(0), "1970-01-01T00:00:00Z");

@@ -153,6 +153,7 @@ pub fn report(core: &Core, node: &NodeInfo) -> WorkReport {
         .map(|(i, iv)| {
             let work = InstanceWork {
                 health: iv.health,
+                unreachable: core.unreachable_over(i, now),
                 ..book.instance_work(i, now)
             };
             (iv.id.clone(), work)

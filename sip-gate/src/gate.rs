@@ -104,6 +104,7 @@ impl Gate {
         shutdown: CancellationToken,
     ) -> Result<Gate, GateError> {
         let lifecycle = Lifecycle::new();
+        let views = drain.subscribe();
         let core = Arc::new(Core::build(
             config.clone(),
             drain,
@@ -117,6 +118,7 @@ impl Gate {
         let tracker = TaskTracker::new();
         let threads =
             transport::spawn(core.clone(), bound, tls.clone(), shutdown.clone(), &tracker)?;
+        tracker.spawn(crate::view_log::run(views, shutdown.clone()));
         tracker.close();
         lifecycle.listeners_bound();
         for l in &config.listeners {

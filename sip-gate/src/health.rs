@@ -102,6 +102,24 @@ fn send_now(socket: &UdpSocket, bytes: &[u8], to: SocketAddr) {
     }
 }
 
+/// Says when an instance goes down or comes up, and why (as media-ctl does
+/// for its mgs).
+fn log_change(config: &SiteConfig, idx: usize, health: Health, fails: u32) {
+    let id = config.instances.get(idx).map_or("?", |i| i.id.as_str());
+    match health {
+        Health::Down => tracing::warn!(
+            instance = id,
+            unanswered = fails,
+            "no answer to health probes: down (no new dialogs; its in-dialog requests get 408)"
+        ),
+        _ => tracing::info!(
+            instance = id,
+            health = health.as_str(),
+            "answers health probes"
+        ),
+    }
+}
+
 /// Probes every SIP instance until `shutdown`; reports health changes to the
 /// drain state. `socket` is the UDP socket of the listener at `p.from`, whose
 /// receive loop hands the answers to the core (which records them in `p.book`).
@@ -126,6 +144,7 @@ pub(crate) async fn run(p: Prober, socket: Arc<UdpSocket>, shutdown: Cancellatio
         .map(|(n, _)| n)
         .collect();
     let mut fails = vec![0u32; p.config.instances.len()];
+    let mut last = vec![Health::Unknown; p.config.instances.len()];
     let mut tick = tokio::time::interval(Duration::from_millis(cfg.interval_ms));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut seq = 0u64;
@@ -145,15 +164,21 @@ pub(crate) async fn run(p: Prober, socket: Arc<UdpSocket>, shutdown: Cancellatio
             _ = tokio::time::sleep(Duration::from_millis(cfg.timeout_ms)) => {}
         }
         for &idx in &targets {
-            if p.book.answered(idx, seq) {
+            let health = if p.book.answered(idx, seq) {
                 fails[idx] = 0;
-                p.drain.set_health(idx, Health::Up);
+                Health::Up
             } else {
                 fails[idx] = fails[idx].saturating_add(1);
-                if fails[idx] >= cfg.failures {
-                    p.drain.set_health(idx, Health::Down);
+                if fails[idx] < cfg.failures {
+                    continue;
                 }
+                Health::Down
+            };
+            if last[idx] != health {
+                log_change(&p.config, idx, health, fails[idx]);
+                last[idx] = health;
             }
+            p.drain.set_health(idx, health);
         }
     }
 }

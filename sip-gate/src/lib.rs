@@ -37,6 +37,7 @@ mod origin;
 mod overload;
 mod policy;
 mod proxy;
+mod reach;
 mod reply;
 mod token;
 mod txn;
@@ -53,6 +54,7 @@ pub use work::{SnapshotError, WorkBook, WorkSnapshot};
 pub mod admin;
 mod gate;
 mod transport;
+mod view_log;
 
 pub use gate::{Drained, Gate, GateError};
 pub use transport::{BindError, SocketKind, TlsReload};

@@ -57,6 +57,10 @@ pub(crate) const WORK_TABLE_FULL: &str = "sipgate_work_table_full_total";
 pub(crate) const WORK_EXPIRY_OVER_MAX: &str = "sipgate_work_expiry_over_max_total";
 /// Drain state per instance, 1 for the current state.
 pub(crate) const INSTANCE_STATE: &str = "sipgate_instance_state";
+/// 1 while the gate holds an instance unreachable over a `transport`
+/// (`tcp`, `tls`): a connect or handshake to it failed less than `[dns]
+/// failover_hold_s` ago, and no connection succeeded since.
+pub(crate) const INSTANCE_UNREACHABLE: &str = "sipgate_instance_unreachable";
 /// DNS lookups the gate made (RFC 3263), by result (`answer`, `not_found`,
 /// `unavailable`).
 pub(crate) const DNS_LOOKUPS: &str = "sipgate_dns_lookups_total";
@@ -205,6 +209,8 @@ pub(crate) struct InstanceGauges {
     work: [metrics::Gauge; 4],
     known: metrics::Gauge,
     states: [(InstanceState, metrics::Gauge); 5],
+    /// `tcp`, `tls`.
+    unreachable: [metrics::Gauge; 2],
 }
 
 impl InstanceGauges {
@@ -224,10 +230,21 @@ impl InstanceGauges {
                 metrics::gauge!(INSTANCE_STATE, "instance" => id.clone(), "state" => s.as_str());
             (s, g)
         });
+        let unreachable = ["tcp", "tls"].map(
+            |t| metrics::gauge!(INSTANCE_UNREACHABLE, "instance" => id.clone(), "transport" => t),
+        );
         InstanceGauges {
             work,
             known: metrics::gauge!(INSTANCE_WORK_KNOWN, "instance" => id),
             states,
+            unreachable,
+        }
+    }
+
+    /// Whether the instance is held unreachable over `[tcp, tls]`.
+    pub(crate) fn set_unreachable(&self, held: [bool; 2]) {
+        for (g, h) in self.unreachable.iter().zip(held) {
+            g.set(if h { 1.0 } else { 0.0 });
         }
     }
 

@@ -329,19 +329,25 @@ impl Policy {
     /// The 503 of a refusal, with Retry-After (R-SG-5) and jitter so a
     /// drained population does not come back at one instant.
     fn refusal(&self, rule: &'static str, reason: &'static str) -> Admission {
+        Admission::Refuse {
+            reply: self.unavailable(reason),
+            rule,
+        }
+    }
+
+    /// A 503 with `reason` and the configured Retry-After (`[timers]
+    /// retry_after_s`, plus up to `retry_after_jitter_s`).
+    pub(crate) fn unavailable(&self, reason: &'static str) -> Reply<'static> {
         let jitter = if self.jitter == 0 {
             0
         } else {
             rand::rng().random_range(0..=self.jitter)
         };
-        Admission::Refuse {
-            reply: Reply {
-                code: 503,
-                reason: Some(reason),
-                retry_after: Some(self.retry_after + jitter),
-                extra: &[],
-            },
-            rule,
+        Reply {
+            code: 503,
+            reason: Some(reason),
+            retry_after: Some(self.retry_after + jitter),
+            extra: &[],
         }
     }
 }

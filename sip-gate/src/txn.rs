@@ -8,9 +8,12 @@
 //! INVITE never reaches a second instance. Responses find the connection the
 //! request came in on (RFC 3261 18.2.2). Entries expire on RFC 3261 timers, and
 //! the table is bounded: when it is full, new transactions are refused (503)
-//! rather than letting memory grow without limit.
+//! rather than letting memory grow without limit. The bound is exact under
+//! any number of workers: a slot is reserved with one atomic step before an
+//! entry goes in, and given back when the entry leaves.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use dashmap::mapref::entry::Entry;
@@ -20,6 +23,10 @@ use crate::keys::TableHasher;
 
 /// Timer F / Timer H: 64 * T1 (RFC 3261 17.1.2.2, 17.2.1).
 pub(crate) const NON_INVITE_LIFETIME: Duration = Duration::from_secs(32);
+/// Timer B: 64 * T1 (RFC 3261 17.1.1.2): a client's INVITE transaction
+/// gives up after it. An INVITE the gate could not deliver after waiting
+/// that long is answered 408, a timeout, rather than 503 (RFC 3261 8.1.3.1).
+pub(crate) const TIMER_B: Duration = Duration::from_secs(32);
 /// Timer C is at least 3 minutes (RFC 3261 16.6 step 11); an INVITE without a
 /// final response is kept a little longer than that.
 pub(crate) const INVITE_PENDING_LIFETIME: Duration = Duration::from_secs(200);
@@ -113,6 +120,19 @@ pub(crate) struct TxnEntry {
     pub(crate) finished: bool,
 }
 
+impl TxnEntry {
+    /// An INVITE without a final response whose Timer B has run out at
+    /// `now`: it started [`INVITE_PENDING_LIFETIME`] before its expiry.
+    pub(crate) fn invite_timed_out(&self, now: Instant) -> bool {
+        self.invite
+            && !self.finished
+            && self
+                .expires
+                .checked_sub(INVITE_PENDING_LIFETIME)
+                .is_some_and(|started| now.saturating_duration_since(started) >= TIMER_B)
+    }
+}
+
 /// What [`TxnTable::insert`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Insert {
@@ -130,6 +150,9 @@ pub(crate) enum Insert {
 pub(crate) struct TxnTable {
     map: DashMap<u64, TxnEntry, TableHasher>,
     capacity: usize,
+    /// Slots taken: reserved before an insert, given back by a removal, so
+    /// two workers cannot both take the last one.
+    used: AtomicUsize,
 }
 
 impl TxnTable {
@@ -138,12 +161,22 @@ impl TxnTable {
         TxnTable {
             map: DashMap::with_hasher(TableHasher::default()),
             capacity,
+            used: AtomicUsize::new(0),
         }
     }
 
     /// Number of live entries.
     pub(crate) fn len(&self) -> usize {
-        self.map.len()
+        self.used.load(Ordering::Relaxed)
+    }
+
+    /// Takes a slot unless all `capacity` are taken.
+    fn reserve(&self) -> bool {
+        self.used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.capacity).then_some(n + 1)
+            })
+            .is_ok()
     }
 
     /// Looks a transaction up without changing it.
@@ -154,13 +187,13 @@ impl TxnTable {
     /// Remembers a routed request unless its key is already known; its
     /// expiry is set from `now` by the RFC 3261 timers. Atomic per key, so
     /// of two copies of an INVITE routed at once on two worker threads only
-    /// one gets in, and the other learns the winner's hop.
+    /// one gets in, and the other learns the winner's hop; never more than
+    /// `capacity` entries, however many workers insert at once (the slot is
+    /// reserved while the key's shard is locked).
     pub(crate) fn insert(&self, key: u64, mut entry: TxnEntry, now: Instant) -> Insert {
-        if self.map.len() >= self.capacity && !self.map.contains_key(&key) {
-            return Insert::Full;
-        }
         match self.map.entry(key) {
             Entry::Occupied(e) => Insert::Known(e.get().hop),
+            Entry::Vacant(_) if !self.reserve() => Insert::Full,
             Entry::Vacant(v) => {
                 entry.expires = now
                     + if entry.invite {
@@ -212,6 +245,7 @@ impl TxnTable {
             if !e.finished {
                 unfinished.push(*e);
             }
+            self.used.fetch_sub(1, Ordering::AcqRel);
             false
         });
         unfinished
@@ -276,6 +310,55 @@ mod tests {
             .sweep(later + INVITE_DONE_LIFETIME + Duration::from_millis(1))
             .is_empty());
         assert_eq!(t.len(), 0);
+    }
+
+    /// R-OV-1: the bound holds when workers insert at once: of many
+    /// threads racing distinct keys into a table of 64, exactly 64 get in
+    /// (a check of the size followed by an insert let each thread that
+    /// checked before the others inserted take a slot past the bound), and
+    /// the slots come back when the entries expire.
+    #[test]
+    fn r_ov_1_racing_inserts_never_pass_the_capacity() {
+        const CAP: usize = 64;
+        for round in 0..20u64 {
+            let t = std::sync::Arc::new(TxnTable::new(CAP));
+            let now = Instant::now();
+            let start = std::sync::Arc::new(std::sync::Barrier::new(8));
+            let threads: Vec<_> = (0..8u64)
+                .map(|w| {
+                    let (t, start) = (t.clone(), start.clone());
+                    std::thread::spawn(move || {
+                        start.wait();
+                        (0..64u64)
+                            .filter(|i| {
+                                let key = round << 32 | w << 16 | i;
+                                t.insert(key, entry(false), now) == Insert::New
+                            })
+                            .count()
+                    })
+                })
+                .collect();
+            let admitted: usize = threads.into_iter().map(|h| h.join().unwrap()).sum();
+            assert_eq!(admitted, CAP, "round {round}");
+            assert_eq!((t.len(), t.map.len()), (CAP, CAP), "round {round}");
+            t.sweep(now + NON_INVITE_LIFETIME + Duration::from_millis(1));
+            assert_eq!((t.len(), t.map.len()), (0, 0));
+            assert_eq!(t.insert(1, entry(false), now), Insert::New);
+        }
+    }
+
+    #[test]
+    fn an_invite_times_out_at_timer_b_unless_answered() {
+        let now = Instant::now();
+        let t = TxnTable::new(4);
+        t.insert(1, entry(true), now);
+        let e = t.get(1).unwrap();
+        assert!(!e.invite_timed_out(now + TIMER_B - Duration::from_millis(1)));
+        assert!(e.invite_timed_out(now + TIMER_B));
+        t.finish(1, now);
+        assert!(!t.get(1).unwrap().invite_timed_out(now + TIMER_B));
+        t.insert(2, entry(false), now);
+        assert!(!t.get(2).unwrap().invite_timed_out(now + TIMER_B));
     }
 
     #[test]

@@ -73,7 +73,7 @@ pub(super) fn write_status(st: &SiteStatus, out: &mut (dyn Write + Send)) -> Res
                 i.service.to_string(),
                 i.server.clone(),
                 i.zone.as_str().to_owned(),
-                i.state.to_string(),
+                state_cell(i),
                 work_cell(i),
                 eta_cell(i, st.generated_ms),
                 why_cell(i, st.generated_ms),
@@ -97,10 +97,58 @@ pub(super) fn write_status(st: &SiteStatus, out: &mut (dyn Write + Send)) -> Res
     for n in &st.nodes {
         writeln!(out, "{}", node_line(n, st))?;
     }
+    for i in &st.instances {
+        for u in &i.unreachable {
+            let hold = if u.what.until_ms > st.generated_ms {
+                format!(
+                    "no new work over it until {} ({})",
+                    work::utc_text(u.what.until_ms),
+                    work::in_words(u.what.until_ms, st.generated_ms)
+                )
+            } else {
+                "its hold is over".to_owned()
+            };
+            writeln!(
+                out,
+                "{} unreachable over {} from {} since {}: {}; {hold}",
+                i.id,
+                transport_name(u.what.transport),
+                u.node,
+                work::utc_text(u.what.since_ms),
+                u.what.reason,
+            )?;
+        }
+    }
     if let Some(f) = &st.store {
         writeln!(out, "{}", f.describe(st.generated_ms))?;
     }
     Ok(())
+}
+
+/// The state, and the stream transports some node could not reach the
+/// instance over lately: `up (tcp unreachable)`. The state comes from the
+/// UDP health probe, so it alone would say `up`.
+fn state_cell(i: &InstanceStatus) -> String {
+    let mut down: Vec<&str> = i
+        .unreachable
+        .iter()
+        .map(|u| transport_name(u.what.transport))
+        .collect();
+    down.sort_unstable();
+    down.dedup();
+    if down.is_empty() {
+        i.state.to_string()
+    } else {
+        format!("{} ({} unreachable)", i.state, down.join(", "))
+    }
+}
+
+fn transport_name(t: crate::config::Transport) -> &'static str {
+    match t {
+        crate::config::Transport::Udp => "udp",
+        crate::config::Transport::Tcp => "tcp",
+        crate::config::Transport::Tls => "tls",
+    }
 }
 
 /// The summed work: `0`, `3 (2 dlg, 1 txn)`, or for an unknown sum the

@@ -17,7 +17,9 @@
 //! builds the gate's own replies; [`transaction`] runs a request through
 //! these with the transaction table; [`resolved`] parks requests to host
 //! names while the transport resolves them (RFC 3263) and fails over
-//! between targets; [`response`] sends responses back. [`admit`] applies
+//! between targets; [`undelivered`] answers what the transport could not
+//! deliver (RFC 3261 16.9) and holds unreachable instances' transports;
+//! [`response`] sends responses back. [`admit`] applies
 //! the overload limits to new dialogs before routing (R-OV-1, R-OV-2).
 
 mod admit;
@@ -28,6 +30,7 @@ mod resolved;
 mod response;
 mod route;
 mod transaction;
+mod undelivered;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -50,6 +53,7 @@ use crate::metrics::{self as m, Forwarded, InstanceGauges};
 use crate::origin::Origins;
 use crate::overload::Overload;
 use crate::policy::Policy;
+use crate::reach::Reach;
 use crate::reply::TagKey;
 use crate::token::TokenKey;
 use crate::txn::{ConnId, Inbound, TxnTable};
@@ -128,6 +132,9 @@ pub struct Core {
     overload: Overload,
     work: Arc<WorkBook>,
     health: Arc<HealthBook>,
+    /// Instances a TCP connect or TLS handshake to failed lately, per
+    /// transport (RFC 3261 16.9): passed over for new dialogs meanwhile.
+    reach: Reach,
     dns: DnsCache,
     /// The gate's phase: new work is admitted only while serving (R-GW-1).
     lifecycle: Arc<Lifecycle>,
@@ -205,6 +212,11 @@ impl Core {
             drain,
             work: Arc::new(WorkBook::new(&config, Instant::now())),
             health: Arc::new(HealthBook::new(n)),
+            reach: Reach::new(
+                n,
+                std::time::Duration::from_secs(config.dns.failover_hold_s.into()),
+                Instant::now(),
+            ),
             dns: DnsCache::new(&config.dns),
             lifecycle,
             new_work,
@@ -335,6 +347,7 @@ impl Core {
         for (i, g) in sip() {
             if let Some(iv) = view.instances().get(i) {
                 g.set(&self.work.get(i), known, states.then_some(iv.state));
+                g.set_unreachable(self.reach.held_each(i, now));
             }
         }
     }

@@ -1,21 +1,18 @@
 //! Requests to host names (RFC 3263): parked while the transport resolves
 //! the name, routed once the answer is cached, and moved to the next target
-//! when the one they went to cannot be reached.
+//! when the one they went to cannot be reached (`undelivered.rs` hands
+//! them here).
 
 use std::net::SocketAddr;
 use std::time::Instant;
 
-use bytes::Bytes;
-
 use crate::dns::cache::Park;
 use crate::dns::{DnsQuery, DnsResult};
-use crate::edit::Splice;
 use crate::message::SipMessage;
 use crate::metrics as m;
-use crate::reply::{self, Reply};
-use crate::txn::Hop;
+use crate::reply::Reply;
+use crate::txn::{Hop, TxnEntry};
 
-use super::answer::response_out;
 use super::forward::out;
 use super::request::Request;
 use super::{Action, Core};
@@ -61,17 +58,6 @@ impl Core {
             .collect()
     }
 
-    /// A request the transport could not deliver to `to` (a TCP connect
-    /// refused or timed out). When it went to a target of a DNS answer, that
-    /// target is passed over for a while (`[dns] failover_hold_s`) and the
-    /// same bytes go to the next target in RFC 2782 order, which the rest of
-    /// the transaction (CANCEL, ACK) then follows; when none is left, the
-    /// client gets 503 instead of waiting for its timer. Anything else:
-    /// nothing to do.
-    pub fn undeliverable(&self, to: SocketAddr, data: Bytes, now: Instant) -> Action {
-        self.fail_over(to, data, now).unwrap_or(Action::None)
-    }
-
     /// An ICMP error came back for a datagram sent to `addr` (port or host
     /// unreachable): it is passed over like a failed TCP connect. The
     /// datagram itself is not resent (the error carries only its start);
@@ -98,39 +84,31 @@ impl Core {
         moved
     }
 
-    fn fail_over(&self, to: SocketAddr, data: Bytes, now: Instant) -> Option<Action> {
-        let msg = SipMessage::scan(data).ok()?;
-        if !msg.is_request() {
+    /// A request that went to a target of a DNS answer and could not be
+    /// delivered there: that target is passed over for a while (`[dns]
+    /// failover_hold_s`) and the same bytes go to the next target in RFC
+    /// 2782 order, which the rest of the transaction (CANCEL, ACK) then
+    /// follows. `None` when none is left.
+    pub(super) fn next_target(
+        &self,
+        msg: &SipMessage,
+        sent: (u64, TxnEntry),
+        to: SocketAddr,
+        now: Instant,
+    ) -> Option<Action> {
+        let (key, entry) = sent;
+        let answer = entry.hop.dns?;
+        let Some(next) = self.dns.fail_over(answer, to, key, now) else {
+            m::dns_failover("none_left");
             return None;
-        }
-        let key = self.branches.open(msg.top_via()?.branch?)?;
-        let entry = self.txns.get(key)?;
-        let answer = entry.hop.dns.filter(|_| entry.hop.addr == to)?;
-        match self.dns.fail_over(answer, to, key, now) {
-            Some(next) => {
-                let hop = Hop {
-                    addr: next,
-                    ..entry.hop
-                };
-                self.txns.set_hop(key, hop);
-                m::dns_failover("next_target");
-                tracing::info!(failed = %to, next = %next, "next DNS target");
-                Some(Action::Send(out(entry.inbound, hop), msg.raw().clone()))
-            }
-            None => {
-                m::dns_failover("none_left");
-                // The client's request is the forwarded one without our Via.
-                let mut s = Splice::new(&msg);
-                s.remove_top_via().ok()?;
-                let client = SipMessage::scan(s.finish().ok()?).ok()?;
-                if client.method() == Some(crate::message::Method::Ack) {
-                    return None;
-                }
-                let back = response_out(&client.top_via()?, Some(entry.inbound), 0)?;
-                let reply = Reply::reason(503, "Next Hop Unreachable");
-                let bytes = reply::build(&client, entry.inbound.peer(), &reply, &self.tags);
-                Some(Action::Send(back, bytes))
-            }
-        }
+        };
+        let hop = Hop {
+            addr: next,
+            ..entry.hop
+        };
+        self.txns.set_hop(key, hop);
+        m::dns_failover("next_target");
+        tracing::info!(failed = %to, next = %next, "next DNS target");
+        Some(Action::Send(out(entry.inbound, hop), msg.raw().clone()))
     }
 }

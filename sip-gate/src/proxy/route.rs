@@ -1,7 +1,12 @@
 //! The routing decision: where a request goes, or what the gate answers
-//! instead. A plain function of the request, the drain view and the site
-//! config: it holds no lock and changes nothing but metrics and logs, so the
-//! transaction table is only touched after it returns (see [`super::request`]).
+//! instead, from the request, the drain view and the site config. It never
+//! touches the transaction table, which is only changed after it returns
+//! ([`super::transaction`]). It is not free of shared state: admitting a
+//! new dialog takes the overload limits' locks (`overload/`: the gate's
+//! token bucket, the per-source and per-account tables), a request to a
+//! host name takes the DNS cache's lock (`dns/cache.rs`), and a new dialog
+//! over a stream reads the transport holds (`reach.rs`, atomics). Each lock
+//! is held for one table operation, never across another lock or I/O.
 
 use ringsync::view::{DrainView, Health};
 
@@ -12,6 +17,7 @@ use crate::listener::Mode;
 use crate::message::Method;
 use crate::metrics as m;
 use crate::policy::{Admission, OnPurpose};
+use crate::reach::Stream;
 use crate::reply::Reply;
 use crate::txn::{FlowOut, Hop, Inbound};
 use crate::uri::SipUri;
@@ -75,6 +81,17 @@ fn inbound_tcp(inbound: Inbound) -> bool {
 /// platform and are reached over the listener's UDP).
 fn instance_stream(req: &Request<'_>) -> bool {
     inbound_tcp(req.inbound) && !(req.listener.tls && req.listener.udp)
+}
+
+/// The stream toward the instance for a request from outside, if it goes
+/// over one: TLS from a TLS listener (the transport connects with TLS on
+/// it), else TCP.
+fn instance_stream_kind(req: &Request<'_>) -> Option<Stream> {
+    instance_stream(req).then_some(if req.listener.tls {
+        Stream::Tls
+    } else {
+        Stream::Tcp
+    })
 }
 
 /// Requests that create a dialog the gate must stay in (RFC 3261 12.1, RFC 6665).
@@ -268,7 +285,10 @@ impl Core {
                         _ => msg.call_id().unwrap_or_default(),
                     };
                     match view.pick(pool, key) {
-                        Some(idx) => (idx, Some(OnPurpose::AllDraining)),
+                        Some(idx) => (
+                            self.reachable(req, view, pool, key, idx),
+                            Some(OnPurpose::AllDraining),
+                        ),
                         None => {
                             return Decision::refuse(503, "No Instance Available", "no_instance")
                         }
@@ -291,6 +311,51 @@ impl Core {
         };
         let record_route = creates_dialog(req.method).then_some(idx);
         self.to_instance(idx, instance_stream(req), record_route, on_purpose)
+    }
+
+    /// R-AA-1 with the transport holds: the ring's pick, unless the gate
+    /// could not reach it lately over the stream this request would use
+    /// (RFC 3261 16.9, `reach.rs`); then one of the ring's other members
+    /// that it can reach, chosen by the key's hash (so a request and its
+    /// retransmission on another worker agree). When the gate cannot reach
+    /// any of them that way the pick stands: the next connect tries again.
+    fn reachable(
+        &self,
+        req: &Request<'_>,
+        view: &DrainView,
+        pool: &ringsync::config::Service,
+        key: &[u8],
+        idx: usize,
+    ) -> usize {
+        let Some(stream) = instance_stream_kind(req) else {
+            return idx;
+        };
+        if !self.held(idx, stream, req.now) {
+            return idx;
+        }
+        let Some(ring) = view.ring(pool) else {
+            return idx;
+        };
+        let others: Vec<usize> = ring
+            .members()
+            .iter()
+            .copied()
+            .filter(|&i| !self.held(i, stream, req.now))
+            .collect();
+        if others.is_empty() {
+            return idx;
+        }
+        let mut h = std::hash::DefaultHasher::new();
+        std::hash::Hasher::write(&mut h, key);
+        let at = std::hash::Hasher::finish(&h) % others.len() as u64;
+        let moved = others[usize::try_from(at).unwrap_or(0)];
+        tracing::debug!(
+            from = %self.config.instances[idx].id,
+            to = %self.config.instances[moved].id,
+            transport = stream.as_str(),
+            "instance unreachable over this transport: new dialog moved"
+        );
+        moved
     }
 
     /// Forward to a configured instance, over TCP or UDP.

@@ -1,8 +1,10 @@
 //! A request's way through the core: its checks ([`super::request`]), the
 //! routing decision ([`super::route`]), then the transaction table.
 //!
-//! The decision is made without any lock held ([`Core::decide`]); the
-//! transaction is then inserted if absent. When two copies of a request race
+//! The decision is made before the transaction table is touched
+//! ([`Core::decide`]; the short locks it may take are listed in
+//! [`super::route`]); the transaction is then inserted if absent. When two
+//! copies of a request race
 //! (two worker threads, one datagram each), only one insert wins and both
 //! copies go to the winner's hop, so a request is never routed to two
 //! instances.
@@ -160,17 +162,19 @@ impl Core {
     /// CANCEL and the ACK of a non-2xx follow their INVITE's hop; the ACK of
     /// a response the gate made itself ends here. `None`: neither applies.
     fn follow_transaction(&self, req: &Request<'_>, now: Instant) -> Option<Action> {
-        if let Some(e) = self.txns.get(req.key) {
-            self.forwarded.request(req.method);
-            return Some(self.forward(req, e.hop, None, now));
-        }
         // The ACK of a final response the gate generated itself (the 503
-        // of a drain, 403, 483...) ends that transaction here (RFC 3261
-        // 17.2.1): the instance never saw the INVITE, so it must not get
-        // the ACK (a draining instance would see one stray ACK per refusal).
+        // of a drain, 403, 483, the 503 of a next hop it could not reach)
+        // ends that transaction here (RFC 3261 17.2.1): the instance never
+        // saw the INVITE, so it must not get the ACK (a draining instance
+        // would see one stray ACK per refusal), even when the transaction
+        // is still known (the INVITE was forwarded, its connection failed).
         if req.method == Method::Ack && self.tags.is_ours(req.msg) {
             m::request(req.mname, "absorbed");
             return Some(Action::None);
+        }
+        if let Some(e) = self.txns.get(req.key) {
+            self.forwarded.request(req.method);
+            return Some(self.forward(req, e.hop, None, now));
         }
         None
     }

@@ -5,10 +5,13 @@
 //!
 //! UDP is served by plain OS threads doing blocking `recvmmsg`/`sendto`,
 //! one `SO_REUSEPORT` socket each, like Kamailio's UDP workers: the kernel
-//! hashes each peer to one socket, and a message is handled and sent from
-//! its worker's thread with no hand-off. Measured against tokio tasks sharing the
-//! socket (every readiness event woke every task), this halved the gate's
-//! CPU per call (docs/benchmarks.md). TCP stays on tokio.
+//! hashes each peer to one socket, and a message to a UDP next hop is
+//! handled and sent from its worker's thread with no hand-off (one to a
+//! TCP next hop is queued to its connection's task). In an early ad-hoc
+//! run, blocking threads took the gate from 172 µs of CPU per call (tokio
+//! tasks sharing one socket: every readiness event woke every task) to about
+//! 100 µs, and a socket per worker ended its reordering failures
+//! (docs/benchmarks.md, the history of ad-hoc runs). TCP stays on tokio.
 
 use std::io;
 use std::net::SocketAddr;
@@ -31,6 +34,7 @@ use crate::dns::{DnsFailure, DnsQuery};
 use crate::frame::{self, Frame};
 use crate::metrics as m;
 use crate::proxy::{Action, Core, Out};
+use crate::reach::Stream;
 use crate::txn::{ConnId, Inbound};
 
 mod batch;
@@ -299,28 +303,43 @@ impl Net {
                     let _ = s.set_nodelay(true);
                     tls::serve_opened(net, listener, id, to, s, rx).await;
                 }
-                Err(e) => net.connect_failed(id, to, rx, &e),
+                Err(e) => {
+                    let stream = net.stream_of(listener);
+                    net.connect_failed(id, (to, stream), rx, &e)
+                }
             }
         });
         tx
     }
 
-    /// A connection the gate opened failed (connect or TLS handshake).
+    /// A connection the gate opened failed (connect or TLS handshake): an
+    /// instance at `to` is held unreachable over that stream, then what
+    /// queued behind the connect is answered (RFC 3261 16.9: 503 to the
+    /// client) or, for a DNS target, sent to the next target.
     fn connect_failed(
         self: &Arc<Net>,
         id: ConnId,
-        to: SocketAddr,
+        (to, stream): (SocketAddr, Stream),
         mut rx: mpsc::Receiver<Bytes>,
         e: &io::Error,
     ) {
-        tracing::info!(%to, error = %e, "tcp connect failed");
-        m::dropped("tcp_connect_failed");
+        tracing::info!(%to, transport = stream.as_str(), error = %e, "connect failed");
         self.unregister(id, to);
-        // What queued behind the connect: a request to a DNS target goes
-        // to the next one (or the client gets 503).
+        self.core
+            .connect_failed(to, stream, &e.to_string(), Instant::now());
         while let Ok(bytes) = rx.try_recv() {
             let action = self.core.undeliverable(to, bytes, Instant::now());
             self.execute(action);
+        }
+    }
+
+    /// The stream the gate opens from `listener`: TLS where its streams
+    /// are TLS.
+    fn stream_of(&self, listener: usize) -> Stream {
+        if self.tls_on.get(listener).copied().unwrap_or(false) {
+            Stream::Tls
+        } else {
+            Stream::Tcp
         }
     }
 }

@@ -12,7 +12,7 @@
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use ringsync::config::TlsConfig;
@@ -27,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{connection, Net};
 use crate::metrics as m;
+use crate::reach::Stream;
 use crate::txn::ConnId;
 
 /// The gate's TLS: its certificate (server side), the CA it checks servers
@@ -248,10 +249,16 @@ pub(super) async fn serve_opened(
     rx: mpsc::Receiver<Bytes>,
 ) {
     match net.tls_for(listener) {
-        None => connection(net, listener, id, to, stream.into_split(), rx).await,
+        None => {
+            net.core.connected(to, Stream::Tcp, Instant::now());
+            connection(net, listener, id, to, stream.into_split(), rx).await
+        }
         Some(tls) => match tls.connect(stream, to).await {
-            Ok(s) => connection(net, listener, id, to, tokio::io::split(s), rx).await,
-            Err(e) => net.connect_failed(id, to, rx, &e),
+            Ok(s) => {
+                net.core.connected(to, Stream::Tls, Instant::now());
+                connection(net, listener, id, to, tokio::io::split(s), rx).await
+            }
+            Err(e) => net.connect_failed(id, (to, Stream::Tls), rx, &e),
         },
     }
 }

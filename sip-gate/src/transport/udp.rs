@@ -23,8 +23,10 @@ use crate::metrics as m;
 use crate::overload::{self, BatchSizes, IntakeMeter, IntakeWaits, MAX_BATCH};
 use crate::txn::Inbound;
 
-/// UDP workers per listener unless `[overload] udp_workers` says: one per
-/// core, so a burst from many peers uses every core, while each peer's
+/// UDP workers per listener unless `[overload] udp_workers` says: as many
+/// as the cores this process may run on (`available_parallelism`: CPU
+/// affinity and cgroup quota count), at most 8, and 2 when that cannot be
+/// read; so a burst from many peers can use every core, while each peer's
 /// messages stay on one worker (in order).
 pub(super) fn udp_workers() -> usize {
     std::thread::available_parallelism()
@@ -32,7 +34,8 @@ pub(super) fn udp_workers() -> usize {
         .clamp(1, 8)
 }
 
-/// Binds a worker's socket; `rcvbuf`: its intake bound in bytes.
+/// Binds a worker's socket; `rcvbuf`: its intake bound in bytes (and the
+/// size asked for its send buffer).
 pub(super) fn bind_udp(addr: SocketAddr, rcvbuf: usize) -> io::Result<UdpSocket> {
     let domain = if addr.is_ipv4() {
         socket2::Domain::IPV4
@@ -41,7 +44,11 @@ pub(super) fn bind_udp(addr: SocketAddr, rcvbuf: usize) -> io::Result<UdpSocket>
     };
     let s = socket2::Socket::new(domain, socket2::Type::DGRAM, Some(socket2::Protocol::UDP))?;
     s.set_reuse_port(true)?;
-    // Best effort: the kernel caps it at net.core.rmem_max.
+    // Best effort, each capped by the kernel: the receive queue at
+    // net.core.rmem_max, the send buffer at net.core.wmem_max. The send
+    // buffer is asked for the same size because the worker sends with a
+    // blocking `sendto` on its own thread: a burst of what it forwards then
+    // waits in the kernel instead of stalling its receives.
     let _ = s.set_recv_buffer_size(rcvbuf);
     let _ = s.set_send_buffer_size(rcvbuf);
     // The intake's fill (R-OV-1): a receive timestamp on every datagram and

@@ -443,3 +443,72 @@ fn rfc5658_two_record_routes_when_the_legs_differ_and_in_dialog_from_either_side
     let (_, fwd) = sent(g.udp(L_SG_BAL, INSTANCE_ADDR[SG_A], &same));
     assert_eq!(rr_uris(&fwd), [gate_rr("sg-a", L_SG_BAL, "single-rr@sg")]);
 }
+
+/// RFC 3261 16.9, 8.1.3.1: a request the transport could not deliver (its
+/// connection failed) counts as a 503 from the next hop. The client gets
+/// 503 with Retry-After on its transaction, which ends there (R-ST-2: the
+/// INVITE is no longer the instance's work); the ACK of that 503 is
+/// absorbed, never sent on to the instance; an INVITE that waited past
+/// Timer B gets 408; a CANCEL that could not be delivered gets 200.
+#[test]
+fn rfc3261_16_9_an_undeliverable_request_is_answered_and_its_transaction_ends() {
+    let g = Gate::std();
+    let t0 = Instant::now();
+    let invite = Req::ua("INVITE", "undeliv-1@ua", "z9hG4bKundeliv1").bytes();
+    let (out, fwd) = sent(g.udp(L_SG_BAL, UA, &invite));
+    let Out::Udp { to, .. } = out else {
+        panic!("{out:?}")
+    };
+    let idx = INSTANCE_ADDR.iter().position(|a| addr(a) == to).unwrap();
+    assert_eq!(g.core.work().get(idx).transactions, 1);
+    let r = replied(
+        g.core.undeliverable(to, fwd.raw().clone(), t0),
+        L_SG_BAL,
+        UA,
+        503,
+    );
+    let retry: u32 = other_header(&r, "Retry-After").unwrap().parse().unwrap();
+    assert!((30..=40).contains(&retry), "{}", text(r.raw()));
+    assert_eq!(r.vias().count(), 1, "the client's Via only");
+    assert_eq!(g.core.work().get(idx).transactions, 0, "R-ST-2");
+    let tag = String::from_utf8(r.to_tag().unwrap().to_vec()).unwrap();
+    let ack = Req::ua("ACK", "undeliv-1@ua", "z9hG4bKundeliv1")
+        .tagged(&tag)
+        .bytes();
+    assert_eq!(g.udp(L_SG_BAL, UA, &ack), Action::None, "absorbed");
+    // Nothing to answer for an ACK that could not be delivered.
+    let fwd_ack = Req::new(
+        "ACK",
+        "sip:bob@example.com",
+        "undeliv-1@ua",
+        &via_values(&fwd).join(", "),
+    )
+    .bytes();
+    assert_eq!(g.core.undeliverable(to, fwd_ack, t0), Action::None);
+
+    // Past Timer B (32 s) the INVITE gets 408, a timeout.
+    let late = Req::ua("INVITE", "undeliv-2@ua", "z9hG4bKundeliv2").bytes();
+    let (out, fwd) = sent(g.udp(L_SG_BAL, UA, &late));
+    let Out::Udp { to, .. } = out else {
+        panic!("{out:?}")
+    };
+    let past_b = Instant::now() + TIMER_B + std::time::Duration::from_secs(1);
+    // The CANCEL of it, forwarded and not delivered either: 200.
+    let cancel = Req::ua("CANCEL", "undeliv-2@ua", "z9hG4bKundeliv2").bytes();
+    let (_, fwd_cancel) = sent(g.udp(L_SG_BAL, UA, &cancel));
+    replied(
+        g.core.undeliverable(to, fwd_cancel.raw().clone(), past_b),
+        L_SG_BAL,
+        UA,
+        200,
+    );
+    replied(
+        g.core.undeliverable(to, fwd.raw().clone(), past_b),
+        L_SG_BAL,
+        UA,
+        408,
+    );
+}
+
+/// RFC 3261 17.1.1.2: 64 * T1.
+const TIMER_B: std::time::Duration = std::time::Duration::from_secs(32);
