@@ -306,11 +306,11 @@ async fn r_st_3_status_sums_the_reports_of_the_gate_and_media_ctl() {
     );
 }
 
-/// R-ST-3: nothing listens where media-ctl should: every mg stays
-/// `draining` (never `drained`) and says why; the gate's instances are
-/// summed as usual.
+/// R-ST-3, R-ST-4: nothing listens where media-ctl should: every mg is
+/// `unknown` (never `drained`, never `up`) and says why; the gate's
+/// instances are summed as usual.
 #[tokio::test]
-async fn r_st_3_unreachable_media_ctl_keeps_the_mg_draining_with_the_reason() {
+async fn r_st_3_r_st_4_unreachable_media_ctl_makes_the_mg_unknown_with_the_reason() {
     let site = TestSite::new();
     drain(&site, &["srv-a"]);
     let (gate, _) = common::stand_in(common::report(
@@ -323,8 +323,10 @@ async fn r_st_3_unreachable_media_ctl_keeps_the_mg_draining_with_the_reason() {
     let (v, table) = status_of(&site, gate, media).await;
     assert_eq!(instance(&v, "sg-a")["state"], "drained", "{v}");
     let mg = instance(&v, "mg-a");
-    assert_eq!(mg["state"], "draining", "{v}");
+    assert_eq!(mg["state"], "unknown", "{v}");
     assert!(mg["work"].is_null(), "{v}");
+    // R-ST-4: the bgmg is in the normal zone, and nobody saw it up.
+    assert_eq!(instance(&v, "bgmg-a")["state"], "unknown", "{v}");
     let why = mg["unknown"][0].as_str().unwrap();
     assert!(
         why.starts_with(&format!("media_ctl {media}: cannot connect:")) && why.contains("refused"),
@@ -345,7 +347,7 @@ async fn r_st_3_unreachable_media_ctl_keeps_the_mg_draining_with_the_reason() {
     let r = row(&table, "mg-a");
     assert_eq!(
         r[..7],
-        ["mg-a", "mg", "srv-a", "drain", "draining", "?", "-"],
+        ["mg-a", "mg", "srv-a", "drain", "unknown", "?", "-"],
         "{table}"
     );
     assert!(r[7].contains("cannot connect"), "{table}");
@@ -354,6 +356,86 @@ async fn r_st_3_unreachable_media_ctl_keeps_the_mg_draining_with_the_reason() {
             "node media_ctl at {media}: no work report: cannot connect"
         )),
         "{table}"
+    );
+}
+
+/// R-ST-4 through the binary: with the gate and media-ctl not answering,
+/// no instance reads `up`: each is `unknown`, in the JSON, the table and
+/// `serve`'s metrics. Named, an unknown instance makes `status` exit 3 (the
+/// output printed all the same); a known one exits 0; the whole site, asked
+/// without names, exits 0 and shows the states.
+#[tokio::test]
+async fn r_st_4_unknown_health_is_unknown_not_up_and_status_naming_it_exits_3() {
+    let site = TestSite::new();
+    let closed = common::closed_port().to_string();
+    let media = common::closed_port().to_string();
+    let base = [
+        "status",
+        "--gate",
+        closed.as_str(),
+        "--media",
+        media.as_str(),
+    ];
+    let o = ringsync_async(&site, &[&["--json"], &base[..]].concat()).await;
+    let v: Value = serde_json::from_str(&ok(&o)).unwrap();
+    for id in ["sg-a", "sg-b", "sg-c", "bgmg-a", "mg-a"] {
+        let i = instance(&v, id);
+        assert_eq!(
+            (i["health"].as_str(), i["state"].as_str()),
+            (Some("unknown"), Some("unknown")),
+            "R-ST-4: {v}"
+        );
+    }
+    let o = ringsync_async(&site, &[&base[..], &["sg-b", "mg-a"]].concat()).await;
+    assert_eq!(o.status.code(), Some(3), "{o:?}");
+    let table = String::from_utf8(o.stdout).unwrap();
+    assert_eq!(row(&table, "sg-b")[4], "unknown", "{table}");
+    assert!(
+        !table.contains("sg-a "),
+        "only the instances named: {table}"
+    );
+    let err = String::from_utf8(o.stderr).unwrap();
+    assert!(
+        err.contains("state unknown") && err.contains("sg-b, mg-a"),
+        "{err}"
+    );
+
+    // The gate answers for the sgs (sg-b probed up): named, sg-b exits 0.
+    let (gate, _) = common::stand_in(common::report(
+        NodeKind::Gate,
+        "gate-1",
+        &[("sg-b", common::holds(Health::Up, counts(0, 0)))],
+    ))
+    .await;
+    let g = gate.to_string();
+    let args = ["--json", "status", "--gate", &g, "--media", &media, "sg-b"];
+    let v: Value = serde_json::from_str(&ok(&ringsync_async(&site, &args).await)).unwrap();
+    assert_eq!(instance(&v, "sg-b")["state"], "up", "{v}");
+    assert_eq!(v["instances"].as_array().unwrap().len(), 1, "{v}");
+    let o = ringsync_async(&site, &["status", "--gate", &g, "nope"]).await;
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no instance `nope` in site `t1`"));
+
+    // serve's metrics: the state gauge has an `unknown` label.
+    let served = tokio::task::spawn_blocking(move || {
+        let s = common::served::Served::start(&site, &["--gate", &closed, "--media", &media]);
+        let metrics = common::served::call(s.addr, "GET", "/metrics", None, "").1;
+        (s, site, metrics)
+    })
+    .await
+    .unwrap();
+    let metrics = served.2;
+    assert!(
+        metrics.contains(
+            "ringsync_instance_state{instance=\"sg-a\",service=\"sg\",server=\"srv-a\",state=\"unknown\"} 1"
+        ),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(
+            "ringsync_instance_state{instance=\"sg-a\",service=\"sg\",server=\"srv-a\",state=\"up\"} 0"
+        ),
+        "{metrics}"
     );
 }
 
@@ -496,7 +578,8 @@ async fn r_st_1_serve_polls_the_nodes_and_serves_the_summed_status() {
     let st = wait_status(api, |st| sg_a(st).work == Some(2)).await;
     assert_eq!(sg_a(&st).state, InstanceState::Draining);
     let mg = st.instances.iter().find(|i| i.id == "mg-a").unwrap();
-    assert_eq!(mg.state, InstanceState::Draining);
+    // R-ST-4: media-ctl does not answer: nobody can say how mg-a is.
+    assert_eq!(mg.state, InstanceState::Unknown);
     assert!(mg.unknown[0].contains("cannot connect"), "{:?}", mg.unknown);
     assert!(st.nodes[1].error.is_some());
 

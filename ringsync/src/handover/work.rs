@@ -151,9 +151,9 @@ mod tests {
         let mut s = HandoverState::default();
         let a = state_of(&s, "bill-a");
         assert_eq!((a.state, a.work), (InstanceState::Draining, Some(1)));
-        // An instance in no group: the records know nothing of its work.
+        // An instance in no group: the records know nothing of it (R-ST-4).
         let idle = state_of(&s, "idle-a");
-        assert_eq!((idle.state, idle.work), (InstanceState::Draining, None));
+        assert_eq!((idle.state, idle.work), (InstanceState::Unknown, None));
         // R-ST-4: moved, and the service never confirmed anything: the home
         // may still lead, so it is not drained.
         s.desired.insert("billing".into(), desired("bill-b"));
@@ -178,7 +178,7 @@ mod tests {
         // Records unreadable: unknown, never drained.
         let sum = crate::work::sum(&view, &[outcome(&config, Err("down".into()), 1, 5)]);
         let a = sum.iter().find(|i| i.id == "bill-a").unwrap();
-        assert_eq!((a.state, a.work), (InstanceState::Draining, None));
+        assert_eq!((a.state, a.work), (InstanceState::Unknown, None));
         assert!(
             a.unknown[0].contains("handover records unreadable: down"),
             "{:?}",
