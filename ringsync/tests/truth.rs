@@ -140,3 +140,40 @@ async fn r_st_4_unknown_health_is_unknown_not_up_and_status_naming_it_exits_3() 
         "{metrics}"
     );
 }
+
+/// The audit records of the site, oldest first, as `ringsync --json audit`
+/// prints them.
+async fn audit(site: &TestSite) -> Vec<Value> {
+    let v: Value =
+        serde_json::from_str(&ok(&ringsync_async(site, &["--json", "audit"]).await)).unwrap();
+    v["records"].as_array().unwrap().clone()
+}
+
+/// R-PR-4: the audit's "who" of a change made on the store itself is the OS
+/// user the process runs as, whatever `$USER` and `$LOGNAME` say.
+#[tokio::test]
+async fn r_pr_4_the_local_audit_identity_is_the_os_user_not_the_environment() {
+    let site = TestSite::new();
+    let path = site.site_path();
+    let o = tokio::task::spawn_blocking(move || {
+        Command::new(BIN)
+            .arg("--config")
+            .arg(path)
+            .args(["profile", "create", "--name", "m", "--server", "srv-a"])
+            .env("USER", "mallory")
+            .env("LOGNAME", "mallory")
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    ok(&o);
+    let uid = nix::unistd::getuid();
+    let name = nix::unistd::User::from_uid(uid)
+        .unwrap()
+        .map_or(format!("uid{uid}"), |u| u.name);
+    let records = audit(&site).await;
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0]["who"], format!("local:{name}"), "{records:?}");
+    assert_eq!(records[0]["from"], "local");
+}
