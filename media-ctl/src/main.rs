@@ -14,7 +14,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use media_ctl::{admin, MediaCtl, Status};
 use metrics_exporter_prometheus::PrometheusBuilder;
-use ringsync::config::SiteConfig;
+use ringsync::config::{Daemon, SiteConfig};
 use ringsync::node::{NodeIdentity, NodeRole};
 use ringsync::state::DrainState;
 use tokio_util::sync::CancellationToken;
@@ -81,7 +81,21 @@ async fn main() -> anyhow::Result<()> {
     }
     let mgs = config.instances.iter().filter(|i| i.ng.is_some()).count();
     if args.check {
-        println!("{}: ok ({mgs} mg/bgmg instances)", args.config.display());
+        // Binds nothing: warns for addresses this host does not have.
+        let warnings = ringsync::config::check_warnings(&config, Daemon::MediaCtl);
+        for w in &warnings {
+            eprintln!("warning: {w}");
+        }
+        let n = warnings.len();
+        let warned = if n == 0 {
+            String::new()
+        } else {
+            format!(", {n} warning(s)")
+        };
+        println!(
+            "{}: ok ({mgs} mg/bgmg instances){warned}",
+            args.config.display()
+        );
         return Ok(());
     }
 

@@ -28,15 +28,18 @@ const DRAIN_LOG_EVERY: Duration = Duration::from_secs(5);
 /// Why a gate could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum GateError {
-    /// Binding a listener failed.
-    #[error("binding listeners: {0}")]
-    Bind(#[from] std::io::Error),
+    /// Binding a listener failed: the error names the listener and address.
+    #[error(transparent)]
+    Bind(#[from] transport::BindError),
+    /// The bound listeners could not be started (their worker threads).
+    #[error("starting listeners: {0}")]
+    Spawn(#[from] std::io::Error),
     /// The config does not make a core.
     #[error(transparent)]
     Core(#[from] CoreError),
     /// The `[tls]` certificate, key or CA do not load.
     #[error(transparent)]
-    Tls(#[from] ringsync::api::tls::TlsError),
+    Tls(#[from] ringsync::tls::TlsError),
 }
 
 /// A running gate.

@@ -55,4 +55,4 @@ mod gate;
 mod transport;
 
 pub use gate::{Drained, Gate, GateError};
-pub use transport::TlsReload;
+pub use transport::{BindError, SocketKind, TlsReload};

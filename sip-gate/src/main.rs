@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::Parser;
 use metrics_exporter_prometheus::PrometheusBuilder;
-use ringsync::config::SiteConfig;
+use ringsync::config::{Daemon, SiteConfig};
 use ringsync::node::{NodeIdentity, NodeRole};
 use ringsync::state::DrainState;
 use sip_gate::admin::NodeInfo;
@@ -70,11 +70,22 @@ async fn main() -> anyhow::Result<()> {
         }
     };
     if args.check {
+        // Binds nothing: warns for addresses this host does not have.
+        let warnings = ringsync::config::check_warnings(&config, Daemon::SipGate);
+        for w in &warnings {
+            eprintln!("warning: {w}");
+        }
+        let n = warnings.len();
+        let warned = if n == 0 {
+            String::new()
+        } else {
+            format!(", {n} warning(s)")
+        };
         println!(
-            "{}: ok ({} instances, {} listeners)",
+            "{}: ok ({} instances, {} listeners){warned}",
             args.config.display(),
             config.instances.len(),
-            config.listeners.len()
+            config.listeners.len(),
         );
         return Ok(());
     }

@@ -38,6 +38,11 @@ pub(crate) const OVERLOAD_SOURCES: &str = "sipgate_overload_sources";
 /// New work (REGISTER, new SUBSCRIBE, new INVITE, out-of-dialog OPTIONS)
 /// forwarded to each instance: a draining instance's counter stops moving.
 pub(crate) const NEW_WORK: &str = "sipgate_new_work_total";
+/// Of [`NEW_WORK`], what went to an instance draining in the gate's view
+/// on purpose, by `instance` and `reason` (`single_instance_account`,
+/// `exception`, `all_draining`, `inside_leg`, `not_refused`;
+/// [`crate::policy::OnPurpose`]).
+pub(crate) const NEW_WORK_DRAINING: &str = "sipgate_new_work_draining_total";
 /// Live entries in the transaction table.
 pub(crate) const TRANSACTIONS: &str = "sipgate_transactions";
 /// Work per instance by `kind`: `transactions` (open INVITE transactions),
@@ -110,6 +115,13 @@ pub(crate) fn overload_sources(n: usize) {
 
 pub(crate) fn refused(rule: &'static str) {
     metrics::counter!(DRAIN_REFUSALS, "rule" => rule).increment(1);
+}
+
+/// Only while an instance drains, so the key built per call is no cost
+/// on the path every call takes.
+pub(crate) fn new_work_draining(instance: &str, reason: &'static str) {
+    metrics::counter!(NEW_WORK_DRAINING, "instance" => instance.to_owned(), "reason" => reason)
+        .increment(1);
 }
 
 pub(crate) fn dns_lookup(result: &'static str) {

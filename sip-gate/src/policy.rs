@@ -23,11 +23,48 @@ use crate::reply::Reply;
 use crate::txn::Inbound;
 use crate::uri::SipUri;
 
+/// Why new work goes to an instance that is draining in the gate's view,
+/// on purpose: the reasons of `sipgate_new_work_draining_total`, so a count
+/// of new work to a draining instance can be told from a broken drain
+/// (R-AA-1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OnPurpose {
+    /// R-ESG-5, R-ESG-2: a single-instance account's work, which stays on
+    /// its home esg drain or not.
+    SingleInstanceAccount,
+    /// R-SG-3, R-ESG-3: an exception of the instance or of the account
+    /// matched.
+    Exception,
+    /// R-AA-4, R-SG-2: no other instance of the service is in the normal
+    /// zone and up, so the draining ones serve.
+    AllDraining,
+    /// R-ESG-1: an esg away from its provider leg, where a drain refuses
+    /// nothing.
+    InsideLeg,
+    /// A request no drain refuses: OPTIONS without `[drain] options_503`,
+    /// an esg request of no account (R-ESG-2), a service that is not
+    /// refused at all.
+    NotRefused,
+}
+
+impl OnPurpose {
+    /// The metric's `reason` label.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            OnPurpose::SingleInstanceAccount => "single_instance_account",
+            OnPurpose::Exception => "exception",
+            OnPurpose::AllDraining => "all_draining",
+            OnPurpose::InsideLeg => "inside_leg",
+            OnPurpose::NotRefused => "not_refused",
+        }
+    }
+}
+
 /// The policy's verdict.
 #[derive(Debug, Clone)]
 pub(crate) enum Admission {
-    /// Forward it.
-    Pass,
+    /// Forward it; to a draining instance, with why it goes there anyway.
+    Pass(Option<OnPurpose>),
     /// Answer on the instance's behalf.
     Refuse {
         /// The response.
@@ -194,22 +231,23 @@ impl Policy {
         msg: &SipMessage,
         method: Method,
     ) -> Admission {
-        // Balance listeners steer instead of refusing (R-AA-1, R-AA-4).
-        if !matches!(listener.mode, Mode::Guard(_)) {
-            return Admission::Pass;
+        // Balance listeners steer instead of refusing (R-AA-1, R-AA-4):
+        // the routing says why it picked a draining instance.
+        if !matches!(listener.mode, Mode::Guard(_)) || !view.is_draining(idx) {
+            return Admission::Pass(None);
         }
-        if !is_new_work(msg, method, self.options_503) || !view.is_draining(idx) {
-            return Admission::Pass;
+        if !is_new_work(msg, method, self.options_503) {
+            return Admission::Pass(Some(OnPurpose::NotRefused));
         }
         let source = inbound.peer().ip();
         let subject = Subject::of(msg, method, source);
         let service = &view.instances()[idx].service;
-        if self.exempt(listener, idx, service, msg, &subject) {
-            return Admission::Pass;
+        if let Some(why) = self.exempt(listener, idx, service, msg, &subject) {
+            return Admission::Pass(Some(why));
         }
         // R-SG-2: only if another instance can take the work.
         if !view.other_normal_up(idx) {
-            return Admission::Pass;
+            return Admission::Pass(Some(OnPurpose::AllDraining));
         }
         let rule = if *service == Service::Esg {
             "R-ESG-1"
@@ -234,7 +272,7 @@ impl Policy {
     /// `starting`); everything else passes.
     pub(crate) fn not_serving(&self, phase: Phase, msg: &SipMessage, method: Method) -> Admission {
         if !is_new_work(msg, method, self.options_503) {
-            return Admission::Pass;
+            return Admission::Pass(None);
         }
         // `why` is the requests' outcome label; the refusal counter's label
         // is the rule, and a gate still loading its view breaks none.
@@ -247,10 +285,10 @@ impl Policy {
         self.refusal(why, reason)
     }
 
-    /// Whether new work for draining instance `idx` passes anyway: an esg
-    /// away from the provider leg or for a single-instance account (R-ESG-1,
-    /// R-ESG-2), an exception (R-SG-3, R-ESG-3), or a service that is not
-    /// refused at all.
+    /// Why new work for draining instance `idx` passes anyway, if it does:
+    /// an esg away from the provider leg or for a single-instance account
+    /// (R-ESG-1, R-ESG-2), an exception (R-SG-3, R-ESG-3), or a service that
+    /// is not refused at all.
     fn exempt(
         &self,
         listener: &ListenerCtx,
@@ -258,31 +296,34 @@ impl Policy {
         service: &Service,
         msg: &SipMessage,
         subject: &Subject<'_>,
-    ) -> bool {
+    ) -> Option<OnPurpose> {
         match service {
             Service::Esg => {
                 // R-ESG-1: only on the leg that faces providers.
                 if listener.leg != Leg::Provider {
-                    return true;
+                    return Some(OnPurpose::InsideLeg);
                 }
                 // R-ESG-2: only for multi-instance accounts.
                 let Some(a) = self.account(listener.leg, msg, subject.source) else {
-                    return true;
+                    return Some(OnPurpose::NotRefused);
                 };
                 let account = &self.accounts[a];
+                if !account.multi_instance {
+                    return Some(OnPurpose::SingleInstanceAccount);
+                }
                 // R-ESG-3: account exceptions.
-                if !account.multi_instance || account.exceptions.iter().any(|e| subject.matches(e))
-                {
-                    return true;
+                if account.exceptions.iter().any(|e| subject.matches(e)) {
+                    return Some(OnPurpose::Exception);
                 }
             }
             Service::Sg => {}
-            _ => return true,
+            _ => return Some(OnPurpose::NotRefused),
         }
         // R-SG-3 / R-ESG-3: exceptions of the instance.
         self.exceptions
             .get(idx)
             .is_some_and(|ex| ex.iter().any(|e| subject.matches(e)))
+            .then_some(OnPurpose::Exception)
     }
 
     /// The 503 of a refusal, with Retry-After (R-SG-5) and jitter so a

@@ -27,11 +27,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{ip, server_addr, site};
-use ringsync::api::{self, AdminApi};
 use ringsync::state::DrainState;
-use ringsync::status::NodeBoard;
 use ringsync::store::{EtcdStore, Store};
 use ringsync::view::InstanceState;
+use ringsync_ops::api::{self, AdminApi};
+use ringsync_ops::status::NodeBoard;
 use testbed::etcd::metric_value;
 use testbed::net::http_get;
 use testbed::{Etcd, Scenario, Sipp, SippHandle, SippReport, Transport};
@@ -226,7 +226,7 @@ impl Site {
     async fn sg0(&self) -> (InstanceState, Option<u64>, Vec<String>, u64) {
         let set = self.store.list().await.unwrap();
         self.state.set_profiles(set.clone());
-        let round = ringsync::sitewide::round(self.store.as_ref())
+        let round = ringsync_ops::sitewide::round(self.store.as_ref())
             .await
             .unwrap()
             .expect("etcd keeps a registry");

@@ -107,8 +107,38 @@ fn r_esg_1_3_5_esg_provider_leg_drain_with_multi_and_single_instance_accounts() 
     let d = detail(&r, "R-ESG-5");
     let (home, total) = d.split_once(" of ").unwrap();
     assert!(total.starts_with(&format!("{home} calls")), "{d}");
-    assert!(!d.contains(", 0 of them while it drained"), "{d}");
+    assert!(
+        d.contains(" of them in the ") && !d.contains(", 0 of them"),
+        "{d}"
+    );
     assert!(detail(&r, "R-ESG-3").contains(" 0 refused"));
+}
+
+/// R-AA-1 on a drain whose esg keeps a single-instance account's new
+/// calls (R-ESG-5 sends them home on purpose): the gate counts those by
+/// reason (`sipgate_new_work_draining_total`), the verdict leaves them out
+/// and says how many, and nothing else reached the draining esg.
+#[test]
+fn r_aa_1_leaves_out_the_single_instance_accounts_calls_r_esg_5_keeps_home() {
+    let r = run("esg-drain");
+    let d = detail(&r, "R-AA-1");
+    assert!(d.starts_with("esg-a took 0 new calls in "), "{d}");
+    let left: u64 = d
+        .split_once("leaving out ")
+        .and_then(|(_, t)| t.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{d}"));
+    assert!(left > 0, "{d}");
+    assert!(
+        d.contains(&format!("(single-instance account, R-ESG-5 {left})")),
+        "{d}"
+    );
+    // The samples carry the gate's count, by instance and reason.
+    let last = r["samples"].as_array().unwrap().last().unwrap();
+    let kept = last["on_purpose"]["esg-a"]["single_instance_account"]
+        .as_u64()
+        .unwrap_or(0);
+    assert!(kept >= left, "{last}");
 }
 
 #[test]
@@ -248,7 +278,12 @@ fn own_site_file_drains_its_own_profile_under_its_own_names() {
     assert!(d.contains("sg-nyc-2, esg-nyc-2 took 0 new calls"), "{d}");
     assert!(detail(&r, "R-AA-3").contains("sg-nyc-2 "), "{r:#}");
     assert!(detail(&r, "R-ESG-1").contains("esg-nyc-2 took 0 new calls"));
-    assert!(detail(&r, "R-ESG-5").contains("went to its home esg-nyc-1"));
+    // Its home is on nyc-srv1, which does not drain: the detail says so.
+    let d = detail(&r, "R-ESG-5");
+    assert!(
+        d.contains("went to its home esg-nyc-1, which did not drain in the run"),
+        "{d}"
+    );
     assert!(detail(&r, "R-MG-1").contains("mg-nyc-2 weight 0 after"));
     // The store's own profile, with its servers.
     assert_eq!(r["steps"][3]["label"], "activate maint-srv2 (nyc-srv2)");

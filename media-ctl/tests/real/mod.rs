@@ -251,30 +251,30 @@ impl Site {
     /// The site's status as `ringsync status` computes it: the profiles
     /// from the store, media-ctl's `/v1/work` asked by ringsync's own
     /// fetcher and summed (R-ST-3). Only media-ctl is asked (no gate here).
-    pub fn ringsync_status(&self) -> ringsync::status::SiteStatus {
+    pub fn ringsync_status(&self) -> ringsync_ops::status::SiteStatus {
         let config = Arc::new(ringsync::SiteConfig::load(&self.path).unwrap());
         let state = ringsync::state::DrainState::new(config.clone());
         state.set_profiles(self.rt.block_on(self.store.list()).unwrap());
-        let nodes = [ringsync::status::NodeAddr {
+        let nodes = [ringsync_ops::status::NodeAddr {
             kind: ringsync::work::NodeKind::MediaCtl,
             addr: self.admin,
         }];
         let round = self.rt.block_on(async {
-            let fetcher = ringsync::fetch::Fetcher::default();
-            ringsync::status::ask_all(&fetcher, &config.site.name, &nodes).await
+            let fetcher = ringsync_ops::fetch::Fetcher::default();
+            ringsync_ops::status::ask_all(&fetcher, &config.site.name, &nodes).await
         });
         round.status(&state.view())
     }
 
     /// The site's status from the store's node registry (etcd): what every
     /// registered node published, summed (R-ST-3).
-    pub fn registry_status(&self) -> ringsync::status::SiteStatus {
+    pub fn registry_status(&self) -> ringsync_ops::status::SiteStatus {
         let config = Arc::new(ringsync::SiteConfig::load(&self.path).unwrap());
         let state = ringsync::state::DrainState::new(config);
         state.set_profiles(self.rt.block_on(self.store.list()).unwrap());
         let round = self
             .rt
-            .block_on(ringsync::sitewide::round(self.store.as_ref()))
+            .block_on(ringsync_ops::sitewide::round(self.store.as_ref()))
             .unwrap()
             .expect("the store keeps a node registry");
         round.status(&state.view())

@@ -84,8 +84,8 @@ pub(super) fn groups(
     Ok(groups)
 }
 
-/// The members of group `i`: known instances of an Active-Passive
-/// service, each listed once.
+/// The members of group `i`: known instances of one Active-Passive
+/// service (the first member's), each listed once.
 fn members(
     v: &Validator<'_>,
     i: usize,
@@ -113,7 +113,17 @@ fn members(
                     ),
                 ))
             }
-            Some(_) => {}
+            Some(s) => {
+                let first = &r.members.get_ref()[0];
+                if let Some(f) = service_of(instances, first.get_ref()).filter(|f| *f != s) {
+                    let why = format!(
+                        "`{}` runs `{s}`, but `{}` runs `{f}`: a group's members run one service",
+                        m.get_ref(),
+                        first.get_ref()
+                    );
+                    return Err(v.err(m.span(), field, why));
+                }
+            }
         }
         if members.contains(m.get_ref()) {
             return Err(v.err(

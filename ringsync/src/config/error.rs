@@ -68,18 +68,25 @@ impl Locator<'_> {
         }
     }
 
-    /// A TOML syntax or shape error, placed where the parser stopped.
+    /// A TOML syntax or shape error, placed where the parser stopped, with
+    /// the field there when the text has one (serde's own errors name none).
     pub(super) fn syntax(&self, e: &toml::de::Error) -> ConfigError {
-        let (line, column) = e
-            .span()
+        let span = e.span();
+        let (line, column) = span
+            .as_ref()
             .map(|s| line_col(self.text, s.start))
             .map_or((None, None), |(l, c)| (Some(l), Some(c)));
+        let field = span
+            .as_ref()
+            .and_then(|s| super::place::field_at(self.text, s))
+            .unwrap_or_default();
+        let message = e.message().trim();
         ConfigError {
             file: self.path.to_owned(),
             line,
             column,
-            field: String::new(),
-            message: e.message().trim().to_owned(),
+            field,
+            message: format!("{message}{}", address_hint(message)),
         }
     }
 }
@@ -92,6 +99,25 @@ pub(super) fn unreadable(path: &Path, e: &std::io::Error) -> ConfigError {
         column: None,
         field: String::new(),
         message: format!("cannot read: {e}"),
+    }
+}
+
+/// What an address field takes, after std's parse error: its message
+/// alone (`invalid socket address syntax`) does not say that a host name
+/// is no address. Compared with the messages std gives, not a copy of them.
+fn address_hint(message: &str) -> &'static str {
+    let socket = "-"
+        .parse::<std::net::SocketAddr>()
+        .err()
+        .map(|e| e.to_string());
+    let ip = "-".parse::<std::net::IpAddr>().err().map(|e| e.to_string());
+    if socket.as_deref() == Some(message) {
+        " (expected IP:port, e.g. \"127.0.0.1:5060\" or \"[::1]:5060\"; host names are not resolved)"
+    } else if ip.as_deref() == Some(message) {
+        // ipnet's networks fail with the same words as std's addresses.
+        " (an IP address or network, e.g. \"10.0.0.1\" or \"10.0.0.0/8\"; host names are not resolved)"
+    } else {
+        ""
     }
 }
 

@@ -452,3 +452,92 @@ fn overload_section_defaults_values_and_errors() {
         assert!(e.line.is_some(), "{bad}: {e}");
     }
 }
+
+/// A socket address that does not parse (serde's own error, which names no
+/// field) is placed at its line and named by its dotted field, wherever it
+/// is: a listener's `bind`, an instance's `sip`/`ng`, `[admin]`, `[media]`,
+/// `[dns]`.
+#[test]
+fn bad_addresses_name_their_field_and_line() {
+    let cases = [
+        (
+            "bind = \"127.0.0.1:5061\"",
+            "bind = \"localhost:5061\"",
+            "listener[1].bind",
+        ),
+        (
+            "sip = \"127.0.0.2:5080\"",
+            "sip = \"sg-b.example:5080\"",
+            "instance[1].sip",
+        ),
+        (
+            "name = \"t1\"\n",
+            "name = \"t1\"\n[admin]\ngate_bind = \"9091\"\n",
+            "admin.gate_bind",
+        ),
+        (
+            "name = \"t1\"\n",
+            "name = \"t1\"\n[dns]\nnameservers = [\"1.1.1.1:53\", \"dns\"]\n",
+            "dns.nameservers[1]",
+        ),
+        (
+            "{ source = \"10.0.0.0/8\" }",
+            "{ source = \"ten\" }",
+            "instance[0].exceptions[0].source",
+        ),
+    ];
+    for (from, to, field) in cases {
+        let bad = GOOD.replacen(from, to, 1);
+        assert_ne!(bad, GOOD, "{from}");
+        let e = load(&bad).unwrap_err();
+        assert_eq!(e.field, field, "{e}");
+        let bad_line = to.lines().last().unwrap();
+        let expected = bad.lines().position(|l| l.contains(bad_line)).unwrap() + 1;
+        assert_eq!(e.line, Some(expected), "{e}");
+        assert!(e.to_string().contains(&format!("field `{field}`")), "{e}");
+    }
+    let e = load(&GOOD.replacen("bind = \"127.0.0.1:5061\"", "bind = \"localhost:5061\"", 1))
+        .unwrap_err();
+    assert!(e.message.contains("host names are not resolved"), "{e}");
+}
+
+/// A service that is not built in must be declared by an `[[ap_group]]`
+/// listing one of its instances: a typo is refused with the nearest name,
+/// a name no group uses is refused with what the names may be.
+#[test]
+fn an_undeclared_service_is_refused_with_the_nearest_name() {
+    let bad = GOOD.replacen(
+        "service = \"sg\"\nserver = \"srv-b\"",
+        "service = \"sgg\"\nserver = \"srv-b\"",
+        1,
+    );
+    let e = load(&bad).unwrap_err();
+    assert_eq!(e.field, "instance[1].service");
+    assert_eq!(e.message, "unknown service \"sgg\" (did you mean \"sg\"?)");
+    let expected = bad.lines().position(|l| l == "service = \"sgg\"").unwrap() + 1;
+    assert_eq!(e.line, Some(expected));
+
+    let typo = GOOD.replacen(
+        "service = \"billing\"\nserver = \"srv-b\"",
+        "service = \"biling\"\nserver = \"srv-b\"",
+        1,
+    );
+    let e = load(&typo).unwrap_err();
+    assert_eq!(e.field, "instance[4].service", "{e}");
+    assert!(e.message.contains("did you mean \"billing\""), "{e}");
+
+    let no_group = GOOD.replace(
+        "[[ap_group]]\nname = \"billing\"\nmembers = [\"bill-a\", \"bill-b\"]\nhome = \"bill-a\"\n",
+        "",
+    );
+    assert_ne!(no_group, GOOD);
+    let e = load(&no_group).unwrap_err();
+    assert_eq!(e.field, "instance[3].service", "{e}");
+    assert!(e.message.contains("declared by an [[ap_group]]"), "{e}");
+
+    // An instance outside the groups is fine once a group declares its service.
+    let idle = format!(
+        "{GOOD}\n[[instance]]\nid = \"bill-idle\"\nservice = \"billing\"\nserver = \"srv-a\"\n"
+    );
+    assert!(load(&idle).is_ok());
+}

@@ -11,8 +11,9 @@ use std::time::Duration;
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
-/// The service an instance runs. Anything that is not one of the known
-/// Active-Active services is an Active-Passive service, named by the operator.
+/// The service an instance runs. Anything that is not one of the built-in
+/// services is an Active-Passive service, named by the operator and
+/// declared by an `[[ap_group]]` of its instances (`services.rs`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(from = "String", into = "String")]
 pub enum Service {

@@ -6,7 +6,8 @@
 //! `[media]` and the instances' `ng` and `ng_source`, `limits.rs`
 //! `[overload]`).
 //!
-//! `ap.rs` checks the Active-Passive groups and their pace in `[timers]`.
+//! `ap.rs` checks the Active-Passive groups and their pace in `[timers]`,
+//! `services.rs` that every service name is built in or declared by a group.
 //! `[drain]` and `[admin]` have no cross-field rules: serde's types and
 //! `deny_unknown_fields` are their whole check.
 
@@ -34,6 +35,7 @@ pub(super) fn validate(loc: Locator<'_>, raw: RawSite) -> Result<SiteConfig> {
     let site = v.site(&raw.site)?;
     let servers = v.servers(&raw.server)?;
     let instances = v.instances(&raw.instance, &servers)?;
+    super::services::declared(&v, &raw.instance, &instances, &raw.ap_group)?;
     let accounts = v.accounts(&raw.account, &instances)?;
     let ap_groups = super::ap::groups(&v, &raw.ap_group, &instances)?;
     let listeners = v.listeners(&raw.listener, &instances)?;

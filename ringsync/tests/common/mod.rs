@@ -12,8 +12,6 @@ use ringsync::work::{InstanceWork, NodeKind, WorkCounts, WorkReport, WORK_PATH};
 use ringsync::SiteConfig;
 
 pub mod etcd;
-pub mod handover;
-pub mod served;
 
 /// A site file with three servers, sg on each, an mg and a bgmg on srv-a,
 /// and its embedded store next to it. Nothing listens at the admin

@@ -11,7 +11,7 @@ use crate::flow::{self, Flow};
 use crate::listener::Mode;
 use crate::message::Method;
 use crate::metrics as m;
-use crate::policy::Admission;
+use crate::policy::{Admission, OnPurpose};
 use crate::reply::Reply;
 use crate::txn::{FlowOut, Hop, Inbound};
 use crate::uri::SipUri;
@@ -22,10 +22,13 @@ use super::Core;
 /// Where a request goes, or the reply the gate sends instead.
 #[derive(Debug, Clone)]
 pub(super) enum Decision {
-    /// Forward to `hop`; name `record_route` in a Record-Route.
+    /// Forward to `hop`; name `record_route` in a Record-Route. New work
+    /// to an instance draining in the gate's view says why it goes there
+    /// anyway (`on_purpose`, counted by reason).
     Forward {
         hop: Hop,
         record_route: Option<usize>,
+        on_purpose: Option<OnPurpose>,
     },
     /// Answer with `reply`; `why` is the metrics outcome (`foreign_route`,
     /// `R-SG-1`, ...).
@@ -138,7 +141,11 @@ impl Core {
             Ok(hop) => {
                 // Dialogs an instance starts through the gate come back to it.
                 let record_route = (!req.to_tag && creates_dialog(req.method)).then_some(src);
-                Decision::Forward { hop, record_route }
+                Decision::Forward {
+                    hop,
+                    record_route,
+                    on_purpose: None,
+                }
             }
             Err(decision) => decision,
         }
@@ -181,6 +188,7 @@ impl Core {
                 }),
             },
             record_route,
+            on_purpose: None,
         }
     }
 
@@ -234,7 +242,7 @@ impl Core {
         // The transport the dialog's instance leg was recorded with (RFC
         // 5658); a UA without a route set gets the transport it came in on.
         let tcp = req.leg_tcp.unwrap_or_else(|| instance_stream(req));
-        self.to_instance(idx, tcp, None)
+        self.to_instance(idx, tcp, None, None)
     }
 
     /// A new dialog or out-of-dialog request from outside. Nothing the
@@ -245,11 +253,13 @@ impl Core {
             return Decision::refuse(403, "Route Not Allowed", "foreign_route");
         }
         let (msg, peer) = (req.msg, req.inbound.peer());
-        let idx = match &req.listener.mode {
-            Mode::Guard(idx) => *idx,
+        // Why a balancer's choice is a draining instance: the account's
+        // home (R-ESG-5), or a ring of draining members only (R-AA-4).
+        let (idx, routed) = match &req.listener.mode {
+            Mode::Guard(idx) => (*idx, None),
             // R-ESG-5: a single-instance account stays on its home esg.
             Mode::Balance(pool) => match self.policy.home_instance(req.listener, msg, peer.ip()) {
-                Some(home) => home,
+                Some(home) => (home, Some(OnPurpose::SingleInstanceAccount)),
                 None => {
                     let key = match req.method {
                         Method::Register | Method::Subscribe | Method::Publish => {
@@ -258,7 +268,7 @@ impl Core {
                         _ => msg.call_id().unwrap_or_default(),
                     };
                     match view.pick(pool, key) {
-                        Some(idx) => idx,
+                        Some(idx) => (idx, Some(OnPurpose::AllDraining)),
                         None => {
                             return Decision::refuse(503, "No Instance Available", "no_instance")
                         }
@@ -266,18 +276,31 @@ impl Core {
                 }
             },
         };
-        let admission = self
-            .policy
-            .admit(view, req.inbound, req.listener, idx, msg, req.method);
-        if let Admission::Refuse { reply, rule } = admission {
-            return Decision::Refuse { reply, why: rule };
-        }
+        let admitted =
+            match self
+                .policy
+                .admit(view, req.inbound, req.listener, idx, msg, req.method)
+            {
+                Admission::Refuse { reply, rule } => return Decision::Refuse { reply, why: rule },
+                Admission::Pass(why) => why,
+            };
+        let on_purpose = if view.is_draining(idx) {
+            admitted.or(routed)
+        } else {
+            None
+        };
         let record_route = creates_dialog(req.method).then_some(idx);
-        self.to_instance(idx, instance_stream(req), record_route)
+        self.to_instance(idx, instance_stream(req), record_route, on_purpose)
     }
 
     /// Forward to a configured instance, over TCP or UDP.
-    fn to_instance(&self, idx: usize, tcp: bool, record_route: Option<usize>) -> Decision {
+    fn to_instance(
+        &self,
+        idx: usize,
+        tcp: bool,
+        record_route: Option<usize>,
+        on_purpose: Option<OnPurpose>,
+    ) -> Decision {
         match self.config.instances.get(idx).and_then(|i| i.sip) {
             Some(addr) => Decision::Forward {
                 hop: Hop {
@@ -288,6 +311,7 @@ impl Core {
                     flow: None,
                 },
                 record_route,
+                on_purpose,
             },
             None => Decision::refuse(503, "No Instance Available", "no_instance"),
         }

@@ -84,7 +84,11 @@ impl Core {
         now: Instant,
     ) -> Action {
         match decision {
-            Decision::Forward { hop, record_route } => {
+            Decision::Forward {
+                hop,
+                record_route,
+                on_purpose,
+            } => {
                 // Spliced first: a request that cannot go out is answered
                 // and counts as no work handed to the instance.
                 let bytes = match self.spliced(req, hop, record_route) {
@@ -97,6 +101,13 @@ impl Core {
                     if !req.to_tag && crate::policy::is_new_work(req.msg, req.method, true) {
                         if let Some(Some(c)) = self.new_work.get(i) {
                             c.increment(1);
+                        }
+                        // Sent to a draining instance on purpose: why
+                        // (R-ESG-5, R-SG-3, R-AA-4...), so what a drain let
+                        // through by rule is told from a drain that leaks.
+                        if let Some(why) = on_purpose {
+                            let id = &self.config.instances[i].id;
+                            m::new_work_draining(id, why.as_str());
                         }
                     }
                 }

@@ -18,7 +18,6 @@ use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
 use dashmap::DashMap;
-use ringsync::config::{SiteConfig, Transport};
 use std::net::UdpSocket;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket};
@@ -35,13 +34,16 @@ use crate::proxy::{Action, Core, Out};
 use crate::txn::{ConnId, Inbound};
 
 mod batch;
+mod bind;
 mod read_timer;
 mod tls;
 mod udp;
+pub(crate) use bind::bind;
+pub use bind::{BindError, SocketKind};
 use read_timer::{Expired, ReadTimer};
 pub use tls::TlsReload;
 pub(crate) use tls::TlsSide;
-use udp::{bind_udp, udp_worker, udp_workers};
+use udp::udp_worker;
 
 /// Largest SIP message accepted on a stream (and a UDP receive slot).
 pub(crate) const MAX_MESSAGE: usize = 65_535;
@@ -58,93 +60,6 @@ pub(crate) struct BoundListener {
     pub(crate) udp: Vec<Arc<UdpSocket>>,
     /// TCP listener, when the listener serves TCP.
     pub(crate) tcp: Option<TcpListener>,
-}
-
-/// Binds every listener of a site. A port of 0 is replaced by the port the
-/// system chose (the same one for UDP and TCP), and the returned config has
-/// the actual addresses in `bind` and `advertise`, so tests bind
-/// `127.0.0.1:0` and read back where the gate listens.
-pub(crate) async fn bind(mut config: SiteConfig) -> io::Result<(SiteConfig, Vec<BoundListener>)> {
-    let mut bound = Vec::new();
-    // Each UDP worker's intake bound (R-OV-1).
-    let rcvbuf = config.overload.udp_rcvbuf_bytes;
-    let workers = config.overload.udp_workers.unwrap_or_else(udp_workers);
-    for l in &mut config.listeners {
-        let want_udp = l.transports.contains(&Transport::Udp);
-        // A TLS listener accepts TCP and shakes hands on it (tls.rs).
-        let want_tcp =
-            l.transports.contains(&Transport::Tcp) || l.transports.contains(&Transport::Tls);
-        let mut attempt = 0;
-        let (udp, tcp) = loop {
-            attempt += 1;
-            let udp = if want_udp {
-                Some(bind_udp(l.bind, rcvbuf)?)
-            } else {
-                None
-            };
-            let addr = match &udp {
-                Some(u) => u.local_addr()?,
-                None => l.bind,
-            };
-            let tcp = if want_tcp {
-                match bind_tcp(addr) {
-                    Ok(t) => Some(t),
-                    // The port the system gave UDP may be taken for TCP; try again.
-                    Err(e)
-                        if l.bind.port() == 0
-                            && attempt < 20
-                            && e.kind() == io::ErrorKind::AddrInUse =>
-                    {
-                        continue
-                    }
-                    Err(e) => {
-                        return Err(io::Error::new(
-                            e.kind(),
-                            format!("listener `{}`: tcp {addr}: {e}", l.name),
-                        ))
-                    }
-                }
-            } else {
-                None
-            };
-            break (udp, tcp);
-        };
-        let actual = match (&udp, &tcp) {
-            (Some(u), _) => u.local_addr()?,
-            (None, Some(t)) => t.local_addr()?,
-            (None, None) => l.bind,
-        };
-        if l.advertise == l.bind {
-            l.advertise = actual;
-        } else if l.advertise.port() == 0 {
-            l.advertise.set_port(actual.port());
-        }
-        l.bind = actual;
-        // The other workers' sockets join the first one's address: the
-        // kernel then hashes each peer to one socket, so one peer's messages
-        // are handled in order while different peers spread over the cores.
-        let mut sockets = Vec::new();
-        if let Some(first) = udp {
-            sockets.push(Arc::new(first));
-            for _ in 1..workers {
-                sockets.push(Arc::new(bind_udp(actual, rcvbuf)?));
-            }
-        }
-        bound.push(BoundListener { udp: sockets, tcp });
-    }
-    Ok((config, bound))
-}
-
-fn bind_tcp(addr: SocketAddr) -> io::Result<TcpListener> {
-    let s = if addr.is_ipv4() {
-        TcpSocket::new_v4()?
-    } else {
-        TcpSocket::new_v6()?
-    };
-    s.set_reuseaddr(true)?;
-    s.set_nodelay(true)?;
-    s.bind(addr)?;
-    s.listen(1024)
 }
 
 /// Runs the gate on bound listeners until `shutdown` is cancelled. Tokio

@@ -15,8 +15,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use ringsync::api::tls::{CertFiles, TlsError};
 use ringsync::config::TlsConfig;
+use ringsync::tls::{CertFiles, TlsError};
 use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
 use rustls_pki_types::pem::PemObject;

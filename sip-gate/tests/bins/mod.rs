@@ -49,7 +49,7 @@ pub fn ringsync_bin() -> std::path::PathBuf {
             "--quiet",
             "--offline",
             "-p",
-            "ringsync",
+            "ringsync-ops",
             "--bin",
             "ringsync",
         ]);

@@ -12,6 +12,8 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use super::play::Played;
+use super::rate;
+use super::sample::Sample;
 use super::scenario::Action;
 use super::verdict::windows;
 
@@ -54,41 +56,30 @@ pub fn write(played: &Played, end: f64, dir: &Path, stem: &str) -> Result<Vec<St
 
 type Series = BTreeMap<String, Vec<(f64, f64)>>;
 
-/// New calls per second per instance between consecutive samples.
+/// New calls per second per instance, over the samples' real intervals
+/// ([`super::rate::series`]).
 fn rates(played: &Played) -> Series {
-    let mut out = Series::new();
-    for w in played.samples.windows(2) {
-        let dt = (w[1].t - w[0].t).max(0.001);
-        for (id, n) in &w[1].new_work {
-            let before = w[0].new_work.get(id).copied().unwrap_or(0);
-            out.entry(id.clone())
-                .or_default()
-                .push((w[1].t, n.saturating_sub(before) as f64 / dt));
-        }
-    }
-    out
+    let ids: std::collections::BTreeSet<&String> = played
+        .samples
+        .iter()
+        .flat_map(|s| s.new_work.keys())
+        .collect();
+    ids.into_iter()
+        .map(|id| {
+            let count = |s: &Sample| s.new_work.get(id).copied().unwrap_or(0);
+            (id.clone(), rate::series(&played.samples, count))
+        })
+        .collect()
 }
 
 /// The name of the gate-failover series among the instances' rates.
 const FAILOVER: &str = "calls failed over to another gate";
 
-/// Gate failovers per second between consecutive samples; none when no
-/// caller ever failed over.
+/// Gate failovers per second, as [`rates`]; none when no caller ever
+/// failed over.
 fn failovers(played: &Played) -> Option<Vec<(f64, f64)>> {
     played.samples.last().filter(|s| s.failovers > 0)?;
-    Some(
-        played
-            .samples
-            .windows(2)
-            .map(|w| {
-                let dt = (w[1].t - w[0].t).max(0.001);
-                (
-                    w[1].t,
-                    w[1].failovers.saturating_sub(w[0].failovers) as f64 / dt,
-                )
-            })
-            .collect(),
-    )
+    Some(rate::series(&played.samples, |s| s.failovers))
 }
 
 /// When an Active-Passive leader change was first seen.

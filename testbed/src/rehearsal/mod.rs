@@ -7,6 +7,7 @@ pub mod chart;
 pub mod load;
 pub mod media;
 pub mod play;
+pub mod rate;
 pub mod report;
 pub mod sample;
 pub mod scenario;
@@ -17,6 +18,8 @@ mod verdict_ap;
 mod verdict_ap_moves;
 mod verdict_calls;
 mod verdict_media;
+#[cfg(test)]
+mod verdict_tests;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;

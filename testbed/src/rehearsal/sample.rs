@@ -1,8 +1,11 @@
 //! Once a second, what the site's own nodes say: every gate's `/metrics`
-//! (new work per instance, 503s by rule) and `/v1/work` (calls up), and
+//! (new work per instance, what of it went to a draining instance on
+//! purpose, 503s by rule, drain states) and `/v1/work` (calls up), and
 //! media-ctl's `/v1/status` (mg weights and new calls). Counters are kept
 //! cumulative across a gate's restart (a counter that goes down started
-//! again from zero), so a phase's figure is the difference of two samples.
+//! again from zero), so a phase's figure is the difference of two samples,
+//! and a rate that difference over the samples' real interval
+//! ([`super::rate`]).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -21,7 +24,9 @@ use crate::site::{http, ringsync, BinDir};
 /// The site at one moment.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Sample {
-    /// Seconds since the run started.
+    /// Seconds since the run started, when the gates' counters were read
+    /// (after their `/metrics` answered, so a slow answer does not put a
+    /// late count at an early time).
     pub t: f64,
     /// New work forwarded to each sg/esg since the start, all gates.
     pub new_work: BTreeMap<String, u64>,
@@ -31,6 +36,18 @@ pub struct Sample {
     pub calls_up: u64,
     /// Gates that answered.
     pub gates_up: usize,
+    /// Gates that answered and had published their instance states (every
+    /// sg/esg with one `sipgate_instance_state` at 1): a gate that has just
+    /// (re)started says ready before it has, and until then its view is
+    /// not known. Only these count in the verdicts and in
+    /// [`Sample::gates_draining`] and [`Sample::gates_stale`].
+    pub gates_ready: usize,
+    /// Of [`Sample::new_work`], what the gates sent to an instance draining
+    /// in their view on purpose, since the start, per instance and reason
+    /// (`sipgate_new_work_draining_total`: `single_instance_account`,
+    /// `exception`, `all_draining`, `inside_leg`, `not_refused`).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub on_purpose: BTreeMap<String, BTreeMap<String, u64>>,
     /// Weight of each mg/bgmg for new calls (0..1).
     pub mg_weight: BTreeMap<String, f64>,
     /// New calls media-ctl placed on each mg/bgmg since it started.
@@ -91,6 +108,7 @@ pub struct Recorder {
     ap: Option<(BinDir, PathBuf)>,
     start: Instant,
     new_work: Counters,
+    on_purpose: Counters,
     refusals: Counters,
     tally: super::tally::Tally,
     samples: Vec<Sample>,
@@ -111,6 +129,7 @@ impl Recorder {
             ap,
             start,
             new_work: Counters::default(),
+            on_purpose: Counters::default(),
             refusals: Counters::default(),
             tally: super::tally::Tally::default(),
             samples: Vec::new(),
@@ -119,31 +138,45 @@ impl Recorder {
 
     /// Takes one sample now.
     pub fn sample(&mut self) -> &Sample {
+        let metrics: Vec<Option<String>> = self
+            .gates
+            .iter()
+            .map(|admin| match http::get(*admin, "/metrics") {
+                Some((200, text)) => Some(text),
+                _ => None,
+            })
+            .collect();
         let mut s = Sample {
             t: self.start.elapsed().as_secs_f64(),
             ..Sample::default()
         };
-        for (k, admin) in self.gates.iter().enumerate() {
-            let Some((200, text)) = http::get(*admin, "/metrics") else {
-                continue;
-            };
+        for (k, text) in metrics.iter().enumerate() {
+            let Some(text) = text else { continue };
             s.gates_up += 1;
+            for (name, label, v) in series(text) {
+                match name {
+                    NEW_WORK => self.new_work.observe(k, &label, v),
+                    NEW_WORK_DRAINING => self.on_purpose.observe(k, &label, v),
+                    REFUSALS => self.refusals.observe(k, &label, v),
+                    _ => {}
+                }
+            }
+            // A gate whose view is not published yet says nothing of it.
+            if !states_published(text) {
+                continue;
+            }
+            s.gates_ready += 1;
             if text
                 .lines()
                 .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["ringsync_store_stale", "1"])
             {
                 s.gates_stale += 1;
             }
-            for id in draining(&text) {
+            for id in draining(text) {
                 *s.gates_draining.entry(id.to_owned()).or_default() += 1;
             }
-            for (name, label, v) in series(&text) {
-                match name {
-                    "sipgate_new_work_total" => self.new_work.observe(k, label, v),
-                    "sipgate_drain_refusals_total" => self.refusals.observe(k, label, v),
-                    _ => {}
-                }
-            }
+        }
+        for (admin, _) in self.gates.iter().zip(&metrics).filter(|x| x.1.is_some()) {
             if let Some(w) = http::get_json::<WorkReport>(*admin, WORK_PATH) {
                 s.calls_up += w.instances.values().map(|i| i.counts.dialogs).sum::<u64>();
             }
@@ -179,6 +212,14 @@ impl Recorder {
             }
         }
         s.new_work = self.new_work.total.clone();
+        for (key, n) in &self.on_purpose.total {
+            if let Some((id, why)) = key.split_once(' ') {
+                s.on_purpose
+                    .entry(id.to_owned())
+                    .or_default()
+                    .insert(why.to_owned(), *n);
+            }
+        }
         s.refusals = self.refusals.total.clone();
         s.ap_handovers = self.tally.handovers(&s.ap_leader);
         s.failovers = self.tally.failovers();
@@ -197,19 +238,53 @@ impl Recorder {
     }
 }
 
-/// `(metric, first label value, value)` of the counters the rehearsal reads:
-/// `sipgate_new_work_total{instance="sg-a"} 12`.
-fn series(text: &str) -> impl Iterator<Item = (&str, &str, u64)> {
+const NEW_WORK: &str = "sipgate_new_work_total";
+const NEW_WORK_DRAINING: &str = "sipgate_new_work_draining_total";
+const REFUSALS: &str = "sipgate_drain_refusals_total";
+
+/// `(metric, label values joined by a space, value)` of the counters the
+/// rehearsal reads: `sipgate_new_work_total{instance="sg-a"} 12`,
+/// `sipgate_new_work_draining_total{instance="esg-a",reason="exception"} 3`.
+fn series(text: &str) -> impl Iterator<Item = (&'static str, String, u64)> + '_ {
     text.lines().filter_map(|line| {
         let (name, rest) = line.split_once('{')?;
-        if name != "sipgate_new_work_total" && name != "sipgate_drain_refusals_total" {
-            return None;
-        }
+        let name = [NEW_WORK, NEW_WORK_DRAINING, REFUSALS]
+            .into_iter()
+            .find(|n| *n == name)?;
         let (labels, value) = rest.rsplit_once("} ")?;
-        let label = labels.split('"').nth(1)?;
+        let label = labels
+            .split('"')
+            .skip(1)
+            .step_by(2)
+            .collect::<Vec<_>>()
+            .join(" ");
         let v = value.trim().parse::<f64>().ok()?;
         Some((name, label, v as u64))
     })
+}
+
+/// Whether a gate has published its instance states: every instance in
+/// `sipgate_instance_state` has one state at 1 (the gauges exist, all 0,
+/// from the gate's start until its first publication).
+fn states_published(text: &str) -> bool {
+    let mut seen: BTreeMap<&str, bool> = BTreeMap::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("sipgate_instance_state{") else {
+            continue;
+        };
+        let Some((labels, value)) = rest.rsplit_once("} ") else {
+            continue;
+        };
+        let Some(id) = labels
+            .split(',')
+            .find_map(|kv| kv.trim().strip_prefix("instance="))
+        else {
+            continue;
+        };
+        let on = value.trim().parse::<f64>().is_ok_and(|v| v == 1.0);
+        *seen.entry(id.trim_matches('"')).or_default() |= on;
+    }
+    !seen.is_empty() && seen.values().all(|on| *on)
 }
 
 /// The instances a gate's `/metrics` shows in a drain state (draining,
@@ -236,15 +311,28 @@ fn draining(text: &str) -> impl Iterator<Item = &str> {
     })
 }
 
-/// The progress line of the newest sample: time, calls up, new calls per
-/// instance in the last second, 503s by rule, gate failovers and
+/// The progress line of the newest of `samples`: time, calls up, new calls
+/// per second per instance (over the real interval since the sample
+/// [`super::rate::base`] picks), 503s by rule, gate failovers and
 /// Active-Passive handovers so far, mg weights.
-pub fn progress_line(prev: Option<&Sample>, s: &Sample) -> String {
+pub fn progress_line(samples: &[Sample]) -> String {
+    let Some(i) = samples.len().checked_sub(1) else {
+        return String::new();
+    };
+    let s = &samples[i];
+    let prev = super::rate::base(samples, i);
     let mut line = format!("t={:>4.0}s up {:>4}", s.t, s.calls_up);
     line.push_str(" | new/s");
     for (id, n) in &s.new_work {
-        let before = prev.and_then(|p| p.new_work.get(id)).copied().unwrap_or(0);
-        line.push_str(&format!(" {id} {}", n.saturating_sub(before)));
+        let rate = match prev {
+            Some(p) => {
+                let before = p.new_work.get(id).copied().unwrap_or(0);
+                super::rate::per_second(before, *n, s.t - p.t)
+            }
+            // The first sample: its count over the time since the start.
+            None => super::rate::per_second(0, *n, s.t),
+        };
+        line.push_str(&format!(" {id} {rate:.0}"));
     }
     if !s.refusals.is_empty() {
         line.push_str(" | 503");
@@ -284,8 +372,7 @@ pub fn spawn(
             let line = {
                 let mut r = rec.lock().unwrap_or_else(|e| e.into_inner());
                 r.sample();
-                let n = r.samples.len();
-                progress_line(n.checked_sub(2).map(|i| &r.samples[i]), &r.samples[n - 1])
+                progress_line(&r.samples)
             };
             if !quiet {
                 // On a terminal the line is rewritten in place; in a log,
@@ -297,6 +384,12 @@ pub fn spawn(
                 }
             }
             next += Duration::from_secs(1);
+            // After a stall, the next sample a second from now, not a burst
+            // to catch up: a sample a few ms after another measures nothing.
+            let now = Instant::now();
+            if next < now {
+                next = now + Duration::from_secs(1);
+            }
             while Instant::now() < next && !stop.load(Ordering::Relaxed) {
                 thread::sleep(Duration::from_millis(50));
             }
@@ -324,13 +417,19 @@ mod tests {
     #[test]
     fn reads_the_counters_of_a_gate() {
         let text = "# TYPE x counter\nsipgate_new_work_total{instance=\"sg-a\"} 12\n\
-                    sipgate_drain_refusals_total{rule=\"R-GW-1\"} 3\nsipgate_phase{phase=\"serving\"} 1\n";
+                    sipgate_drain_refusals_total{rule=\"R-GW-1\"} 3\nsipgate_phase{phase=\"serving\"} 1\n\
+                    sipgate_new_work_draining_total{instance=\"esg-a\",reason=\"exception\"} 2\n";
         let got: Vec<_> = series(text).collect();
         assert_eq!(
             got,
             [
-                ("sipgate_new_work_total", "sg-a", 12),
-                ("sipgate_drain_refusals_total", "R-GW-1", 3)
+                ("sipgate_new_work_total", "sg-a".to_string(), 12),
+                ("sipgate_drain_refusals_total", "R-GW-1".to_string(), 3),
+                (
+                    "sipgate_new_work_draining_total",
+                    "esg-a exception".to_string(),
+                    2
+                )
             ]
         );
     }
@@ -342,30 +441,53 @@ mod tests {
                     sipgate_instance_state{instance=\"sg-b\",state=\"up\"} 1\n\
                     sipgate_instance_state{instance=\"sg-b\",state=\"drained\"} 0\n";
         assert_eq!(draining(text).collect::<Vec<_>>(), ["sg-a"]);
+        assert!(states_published(text));
     }
 
+    /// R-MN-2: a gate that has just started has its state gauges, all 0,
+    /// before its first publication: it does not count as ready.
+    #[test]
+    fn a_gate_whose_states_are_not_published_is_not_ready() {
+        let fresh = "sipgate_instance_state{instance=\"sg-a\",state=\"up\"} 0\n\
+                     sipgate_instance_state{instance=\"sg-a\",state=\"draining\"} 0\n\
+                     sipgate_instance_state{instance=\"sg-b\",state=\"up\"} 1\n";
+        assert!(!states_published(fresh));
+        assert!(!states_published("sipgate_phase{phase=\"serving\"} 1\n"));
+    }
     #[test]
     fn the_progress_line_shows_rates_refusals_and_weights() {
         let mut a = Sample::default();
         a.new_work.insert("sg-a".into(), 10);
         let mut b = a.clone();
-        b.t = 3.0;
+        b.t = 2.0;
         b.calls_up = 7;
         b.gates_up = 1;
-        b.new_work.insert("sg-a".into(), 14);
+        b.new_work.insert("sg-a".into(), 18);
         b.refusals.insert("R-GW-1".into(), 2);
         b.mg_weight.insert("mg-a".into(), 0.5);
-        let l = progress_line(Some(&a), &b);
+        let mut s = vec![a.clone(), b.clone()];
+        // 8 new calls in 2 s: 4 a second.
         assert_eq!(
-            l,
-            "t=   3s up    7 | new/s sg-a 4 | 503 R-GW-1:2 | w mg-a 0.50"
+            progress_line(&s),
+            "t=   2s up    7 | new/s sg-a 4 | 503 R-GW-1:2 | w mg-a 0.50"
         );
         b.failovers = 5;
         b.ap_leader.insert("billing".into(), "bill-2".into());
         b.ap_handovers = 1;
+        s[1] = b.clone();
         assert_eq!(
-            progress_line(Some(&a), &b),
-            "t=   3s up    7 | new/s sg-a 4 | 503 R-GW-1:2 | failover 5 | AP handovers 1 | w mg-a 0.50"
+            progress_line(&s),
+            "t=   2s up    7 | new/s sg-a 4 | 503 R-GW-1:2 | failover 5 | AP handovers 1 | w mg-a 0.50"
+        );
+        // A step's sample 20 ms later: the line still says 4 a second,
+        // not 0 (its interval starts from the sample at 0 s).
+        let mut c = b.clone();
+        c.t = 2.02;
+        s.push(c);
+        assert!(
+            progress_line(&s).contains("new/s sg-a 4 |"),
+            "{}",
+            progress_line(&s)
         );
     }
 }

@@ -2,6 +2,8 @@
 //! each able to fail: a rule with nothing to judge it on (no call, no
 //! drain window) fails and says so.
 
+use std::collections::BTreeMap;
+
 use serde::Serialize;
 
 use super::play::{Mark, Played};
@@ -206,21 +208,56 @@ pub(super) fn instances_on(layout: &Layout, w: &Window, svcs: &[Svc]) -> Vec<Str
         .collect()
 }
 
-/// New work per instance between the first sample at or after `from` and
-/// the last at or before `to`, so the span never starts early.
-fn new_work(played: &Played, from: f64, to: f64) -> std::collections::BTreeMap<String, u64> {
-    let first = played.samples.iter().find(|s| s.t >= from);
-    match (first, at(&played.samples, to)) {
-        (Some(a), Some(b)) if b.t < a.t => Default::default(),
-        (Some(a), Some(b)) => delta(&a.new_work, &b.new_work),
-        _ => Default::default(),
+/// The samples a count over `[from, to]` is the difference of: the first
+/// at or after `from` and the last at or before `to`, so the span never
+/// starts early; `None` when there is no such pair.
+fn span(played: &Played, from: f64, to: f64) -> Option<(&Sample, &Sample)> {
+    let first = played.samples.iter().find(|s| s.t >= from)?;
+    let last = at(&played.samples, to)?;
+    (last.t >= first.t).then_some((first, last))
+}
+
+/// New work per instance over `[from, to]` (see [`span`]).
+fn new_work(played: &Played, from: f64, to: f64) -> BTreeMap<String, u64> {
+    span(played, from, to).map_or_else(Default::default, |(a, b)| delta(&a.new_work, &b.new_work))
+}
+
+/// Of the new work to `ids` over `[from, to]`, what the gates sent there
+/// on purpose although they drained, by reason (see [`span`]).
+fn on_purpose(played: &Played, ids: &[String], from: f64, to: f64) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    let Some((a, b)) = span(played, from, to) else {
+        return out;
+    };
+    let none = BTreeMap::new();
+    for id in ids {
+        let before = a.on_purpose.get(id).unwrap_or(&none);
+        let after = b.on_purpose.get(id).unwrap_or(&none);
+        for (why, n) in delta(before, after) {
+            *out.entry(why).or_default() += n;
+        }
+    }
+    out.retain(|_, n| *n > 0);
+    out
+}
+
+/// The rule behind a reason of `sipgate_new_work_draining_total`.
+fn reason_words(why: &str) -> &str {
+    match why {
+        "single_instance_account" => "single-instance account, R-ESG-5",
+        "exception" => "exception, R-SG-3/R-ESG-3",
+        "all_draining" => "every instance draining, R-AA-4",
+        "inside_leg" => "inside leg, R-ESG-1",
+        "not_refused" => "not refused by a drain",
+        other => other,
     }
 }
 
 /// The first sample from `from` on in which every gate of the site
-/// answered and each of `ids` was (`drain`) or was not in a drain state in
-/// every gate's view: from then on, a new call to a drained instance is the
-/// gates' fault, not the time a change takes to reach them.
+/// answered with its instance states published and each of `ids` was
+/// (`drain`) or was not in a drain state in every gate's view: from then
+/// on, a new call to a drained instance is the gates' fault, not the time a
+/// change takes to reach them.
 pub(super) fn applied<'a>(
     l: &Layout,
     p: &'a Played,
@@ -229,7 +266,7 @@ pub(super) fn applied<'a>(
     drain: bool,
 ) -> Option<&'a Sample> {
     p.samples.iter().filter(|s| s.t >= from).find(|s| {
-        s.gates_up == l.gates()
+        s.gates_ready == l.gates()
             && ids.iter().all(|i| {
                 let n = s.gates_draining.get(i).copied().unwrap_or(0);
                 if drain {
@@ -242,7 +279,10 @@ pub(super) fn applied<'a>(
 }
 
 /// R-AA-1: no new work to a draining sg/esg, once every gate applied the
-/// drain, while others took some.
+/// drain, while others took some. What the rules send to a draining
+/// instance on purpose (R-ESG-5's single-instance accounts, R-SG-3/R-ESG-3
+/// exceptions, R-AA-4...) is left out, as the gates counted it, and the
+/// detail says how much.
 fn drain_holds(l: &Layout, p: &Played, w: &Window, end: f64) -> (bool, String) {
     let drained = instances_on(l, w, &[Svc::Sg, Svc::Esg]);
     let to = w.to.unwrap_or(end);
@@ -259,17 +299,29 @@ fn drain_holds(l: &Layout, p: &Played, w: &Window, end: f64) -> (bool, String) {
         );
     };
     let nw = new_work(p, from, to);
-    let to_drained: u64 = drained.iter().filter_map(|i| nw.get(i)).sum();
+    let all: u64 = drained.iter().filter_map(|i| nw.get(i)).sum();
+    let kept = on_purpose(p, &drained, from, to);
+    let left_out: u64 = kept.values().sum();
+    let to_drained = all.saturating_sub(left_out);
     let others: u64 = nw
         .iter()
         .filter(|(k, _)| !drained.contains(k))
         .map(|(_, v)| v)
         .sum();
     let pass = !drained.is_empty() && to_drained == 0 && others > 0;
+    let why = if kept.is_empty() {
+        String::new()
+    } else {
+        let parts: Vec<String> = kept
+            .iter()
+            .map(|(k, n)| format!("{} {n}", reason_words(k)))
+            .collect();
+        format!(" ({})", parts.join("; "))
+    };
     (
         pass,
         format!(
-            "{} took {to_drained} new calls in {:.0} s of drain ({}, applied by every gate {:.0} s after the activation); the others took {others}",
+            "{} took {to_drained} new calls in {:.0} s of drain ({}, applied by every gate {:.0} s after the activation), leaving out {left_out} the rules send there on purpose{why}; the others took {others}",
             drained.join(", "),
             to - from,
             w.profile,

@@ -121,14 +121,22 @@ pub fn esg_inside_leg(l: &Layout, p: &Played) -> (bool, String) {
             .filter_map(|i| answered_by(l, p, single, from, to).get(i).copied())
             .sum();
         let has_single = p.loads.iter().any(single);
+        // Only a run that called for the account says what the esg kept.
+        let single_words = if has_single {
+            format!(
+                "{} took {kept} new calls of the single-instance account",
+                drained.join(", ")
+            )
+        } else {
+            "no load of the single-instance account".into()
+        };
         (
             served + kept > 0 && refused == 0 && (!has_single || kept > 0),
             format!(
-                "{:.0} s of drain ({}): inside leg {served} new calls ({}), {refused} refused; {} took {kept} new calls of the single-instance account",
+                "{:.0} s of drain ({}): inside leg {served} new calls ({}), {refused} refused; {single_words}",
                 to - from,
                 w.profile,
                 list(&by),
-                drained.join(", ")
             ),
         )
     })
@@ -163,24 +171,53 @@ pub fn esg_single_account(l: &Layout, p: &Played) -> (bool, String) {
         );
     }
     let home = all.get(&home_id).copied().unwrap_or(0);
+    let drained = home_drained(l, p, single, &home_id);
+    (
+        home == total,
+        format!(
+            "{home} of {total} calls of the single-instance account went to its home {home_id}{drained} ({})",
+            list(&all)
+        ),
+    )
+}
+
+/// What R-ESG-5's detail says of the home's drain, from the figures: how
+/// many of the account's calls it took while every gate showed it
+/// draining, or that it never drained (or never showed drained), so the
+/// detail claims no drain that did not happen.
+fn home_drained(
+    l: &Layout,
+    p: &Played,
+    single: impl Fn(&LoadRun) -> bool + Copy,
+    home_id: &str,
+) -> String {
     let end = p.samples.last().map_or(0.0, |s| s.t);
-    let during: u64 = super::verdict::windows(&p.marks)
+    let windows: Vec<Window> = super::verdict::windows(&p.marks)
+        .into_iter()
+        .filter(|w| instances_on(l, w, &[Svc::Esg]).iter().any(|i| i == home_id))
+        .collect();
+    if windows.is_empty() {
+        return ", which did not drain in the run".into();
+    }
+    let spans: Vec<(f64, f64)> = windows
         .iter()
         .filter_map(|w| drain_span(l, p, w, end))
-        .map(|(_, from, to)| {
-            answered_by(l, p, single, from, to)
-                .get(&home_id)
+        .map(|(_, from, to)| (from, to))
+        .collect();
+    if spans.is_empty() {
+        return ", which the gates never all showed draining".into();
+    }
+    let during: u64 = spans
+        .iter()
+        .map(|(from, to)| {
+            answered_by(l, p, single, *from, *to)
+                .get(home_id)
                 .copied()
                 .unwrap_or(0)
         })
         .sum();
-    (
-        home == total,
-        format!(
-            "{home} of {total} calls of the single-instance account went to its home {home_id}, {during} of them while it drained ({})",
-            list(&all)
-        ),
-    )
+    let secs: f64 = spans.iter().map(|(a, b)| b - a).sum();
+    format!(", {during} of them in the {secs:.0} s it drained")
 }
 
 /// The spans of consecutive samples for which `hold` is true.
@@ -218,7 +255,7 @@ pub fn all_draining(l: &Layout, p: &Played) -> (bool, String) {
             continue;
         }
         let every = |s: &Sample| {
-            s.gates_up == l.gates()
+            s.gates_ready == l.gates()
                 && ids
                     .iter()
                     .all(|i| s.gates_draining.get(i).copied().unwrap_or(0) == l.gates())
@@ -268,18 +305,27 @@ pub fn store_outage(l: &Layout, p: &Played) -> (bool, String) {
         .map(|(from, to)| {
             let inside: Vec<&Sample> = p.samples.iter().filter(|s| s.t >= from && s.t < to).collect();
             let stale_seen = inside.iter().any(|s| s.gates_stale == l.gates());
-            let views: Vec<_> = inside.iter().map(|s| &s.gates_draining).collect();
-            let static_view = views.windows(2).all(|w| w[0] == w[1]);
-            let fresh_after = p.samples.iter().any(|s| s.t >= to && s.gates_up == l.gates() && s.gates_stale == 0);
+            // Only the samples in which every gate had published its view:
+            // a gate restarted just before the outage says ready before
+            // its instance states are set, and that is no change of view.
+            let views: Vec<_> = inside
+                .iter()
+                .filter(|s| s.gates_ready == l.gates())
+                .map(|s| &s.gates_draining)
+                .collect();
+            let judged = views.len() >= 2;
+            let static_view = judged && views.windows(2).all(|w| w[0] == w[1]);
+            let fresh_after = p.samples.iter().any(|s| s.t >= to && s.gates_ready == l.gates() && s.gates_stale == 0);
             let by = answered_by(l, p, |x| x.is_call(), from, to);
             let served: u64 = by.values().sum();
             let failed = failed_established(p, from, to);
             (
                 stale_seen && static_view && fresh_after && served > 0 && failed == 0,
                 format!(
-                    "store away {from:.0}–{to:.0} s: {served} calls established meanwhile, {failed} of them failed; every gate said stale: {}; drain states unchanged: {}; every gate fresh again after: {}",
+                    "store away {from:.0}–{to:.0} s: {served} calls established meanwhile, {failed} of them failed; every gate said stale: {}; drain states unchanged: {} (in {} samples with every gate's view); every gate fresh again after: {}",
                     yes(stale_seen),
-                    yes(static_view),
+                    if judged { yes(static_view) } else { "not known" },
+                    views.len(),
                     yes(fresh_after)
                 ),
             )

@@ -9,10 +9,10 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::served::{self, add_token, call, local, ok, remote, wait_until, Served};
-use ringsync::api::{Endpoint, Need};
-use ringsync::auth::Role;
 use ringsync::profile::ProfileSet;
 use ringsync::store::AuditPage;
+use ringsync_ops::api::{Endpoint, Need};
+use ringsync_ops::auth::Role;
 
 const TOKENS: &str = "tokens = \"tokens.toml\"";
 
@@ -64,7 +64,7 @@ fn r_pr_1_each_role_against_each_endpoint() {
         .into_iter()
         .chain(tokens.iter().map(|(r, t)| (Some(*r), Some(t.as_str()))))
         .collect();
-    for (i, e) in ringsync::api::endpoints().iter().enumerate() {
+    for (i, e) in ringsync_ops::api::endpoints().iter().enumerate() {
         for (role, token) in &callers {
             let want = match (e.need, role) {
                 (Need::Public, _) => None,
@@ -122,7 +122,7 @@ fn allowed_calls_succeed(
         _ => e.path.replace("{id}", victim),
     };
     for (role, token) in tokens {
-        for (i, e) in ringsync::api::endpoints().iter().enumerate() {
+        for (i, e) in ringsync_ops::api::endpoints().iter().enumerate() {
             if let Need::Role(need) = e.need {
                 if *role < need {
                     continue;
@@ -144,7 +144,7 @@ fn allowed_calls_succeed(
     }
     let set: ProfileSet =
         serde_json::from_slice(&std::fs::read(site.store_path()).unwrap()).unwrap();
-    let create_at = ringsync::api::endpoints()
+    let create_at = ringsync_ops::api::endpoints()
         .iter()
         .position(|e| e.method == "POST" && e.path == "/v1/profiles")
         .unwrap();

@@ -31,7 +31,7 @@ use crate::view::{DrainView, InstanceState};
 pub mod access;
 mod handlers;
 mod handover;
-pub mod tls;
+pub use ringsync::tls;
 
 pub use access::{Access, Endpoint, Need, Peer};
 

@@ -7,9 +7,9 @@
 //! and a second `serve` finishes the plan.
 //!
 //! ```sh
-//! cargo bench -p ringsync --bench handover --no-run
-//! netns-run cargo bench -p ringsync --bench handover            # 8 groups, 3 rounds
-//! netns-run cargo bench -p ringsync --bench handover -- 4 1     # groups, rounds
+//! cargo bench -p ringsync-ops --bench handover --no-run
+//! netns-run cargo bench -p ringsync-ops --bench handover            # 8 groups, 3 rounds
+//! netns-run cargo bench -p ringsync-ops --bench handover -- 4 1     # groups, rounds
 //! ```
 
 #[allow(dead_code)]
@@ -21,10 +21,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{agent, ap_site, handover_of, members, serve, wait_for, Proc};
-use ringsync::handover::record::HandoverState;
 use ringsync::profile::{NewProfile, ProfileState};
 use ringsync::store::{self, HandoverStore, Store};
 use ringsync::SiteConfig;
+use ringsync_ops::handover::record::HandoverState;
 use testbed::Etcd;
 
 /// The pace of the runs (a test pace: the planner's overshoot and the

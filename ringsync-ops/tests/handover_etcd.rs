@@ -13,9 +13,9 @@ use common::etcd::ip;
 use common::handover::{
     agent, all_settled, ap_site, cli, handover_of, members, serve, wait_for, Proc,
 };
-use ringsync::handover::record::{Desired, HandoverState, MoveKind, PlannerRecord};
 use ringsync::store::{self, Campaign, HandoverStore, Published, Store};
 use ringsync::SiteConfig;
+use ringsync_ops::handover::record::{Desired, HandoverState, MoveKind, PlannerRecord};
 use testbed::Etcd;
 
 const PACE_MS: u64 = 6_000;

@@ -5,10 +5,10 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
-use ringsync::handover::agent::{Agent, Member};
-use ringsync::handover::record::{Desired, HandoverState};
 use ringsync::store::{HandoverStore, Store};
 use ringsync::SiteConfig;
+use ringsync_ops::handover::agent::{Agent, Member};
+use ringsync_ops::handover::record::{Desired, HandoverState};
 use tokio_util::sync::CancellationToken;
 
 /// A site with servers srv-a..srv-c, `groups` groups `g1..gN` with a member
@@ -249,7 +249,9 @@ pub async fn get(api: std::net::SocketAddr, path: &str) -> Option<(u16, String)>
 }
 
 /// `/v1/handover` of a serve node.
-pub async fn handover_of(api: std::net::SocketAddr) -> Option<ringsync::handover::HandoverStatus> {
+pub async fn handover_of(
+    api: std::net::SocketAddr,
+) -> Option<ringsync_ops::handover::HandoverStatus> {
     let (code, body) = get(api, "/v1/handover").await?;
     (code == 200).then(|| serde_json::from_str(&body).ok())?
 }
@@ -272,8 +274,8 @@ where
 
 /// True when every group's service confirmed the leader the planner wants
 /// and nothing is planned (blocked groups included).
-pub fn all_settled(st: &ringsync::handover::HandoverStatus) -> bool {
-    use ringsync::handover::status::GroupState;
+pub fn all_settled(st: &ringsync_ops::handover::HandoverStatus) -> bool {
+    use ringsync_ops::handover::status::GroupState;
     st.groups.iter().all(|g| {
         g.confirmed.as_deref() == Some(g.desired.as_str())
             && matches!(g.state, GroupState::Settled | GroupState::Blocked)

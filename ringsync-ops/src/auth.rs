@@ -18,13 +18,15 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use tokio_util::sync::CancellationToken;
+
+use ringsync::files::stamp;
 
 /// How often `serve` looks at the tokens file for changes.
 pub const RELOAD_EVERY: Duration = Duration::from_secs(1);
@@ -345,16 +347,6 @@ impl Tokens {
             }
         }
     }
-}
-
-/// What identifies a version of a file without reading it.
-pub(crate) fn stamp(path: &Path) -> Option<(u64, SystemTime, u64)> {
-    let m = fs::metadata(path).ok()?;
-    #[cfg(unix)]
-    let ino = std::os::unix::fs::MetadataExt::ino(&m);
-    #[cfg(not(unix))]
-    let ino = 0;
-    Some((m.len(), m.modified().ok()?, ino))
 }
 
 #[cfg(test)]

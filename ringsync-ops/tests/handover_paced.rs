@@ -10,12 +10,12 @@ use std::time::Duration;
 
 use common::handover::{ap_site, members, records, spawn_agents, MoveLog};
 use common::TestSite;
-use ringsync::handover::record::{HandoverState, MoveKind};
-use ringsync::handover::status::GroupState;
-use ringsync::handover::{status, Clock, Planner};
 use ringsync::profile::{NewProfile, ProfilePatch, ProfileState};
 use ringsync::state::DrainState;
 use ringsync::store::{self, HandoverStore, Store};
+use ringsync_ops::handover::record::{HandoverState, MoveKind};
+use ringsync_ops::handover::status::GroupState;
+use ringsync_ops::handover::{status, Clock, Planner};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -111,7 +111,7 @@ impl Run {
         }
     }
 
-    fn status(&self, st: &HandoverState) -> ringsync::handover::HandoverStatus {
+    fn status(&self, st: &HandoverState) -> ringsync_ops::handover::HandoverStatus {
         status(
             &self.site.config,
             &self.drain.view(),

@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use ringsync::cli::{self, Cli};
+use ringsync_ops::cli::{self, Cli};
 use tokio_util::sync::CancellationToken;
 
 fn main() -> ExitCode {

@@ -12,11 +12,11 @@ use common::handover::{
     agent, all_settled, ap_site, cli, get, handover_of, members, serve, wait_for, Proc,
 };
 use common::TestSite;
-use ringsync::handover::record::{HandoverState, MoveKind};
-use ringsync::handover::status::GroupState;
-use ringsync::handover::HandoverStatus;
-use ringsync::status::SiteStatus;
 use ringsync::view::InstanceState;
+use ringsync_ops::handover::record::{HandoverState, MoveKind};
+use ringsync_ops::handover::status::GroupState;
+use ringsync_ops::handover::HandoverStatus;
+use ringsync_ops::status::SiteStatus;
 
 const TEST_PACE: &str = "ap_pace_s = 1\nap_test_pace_allowed = true";
 

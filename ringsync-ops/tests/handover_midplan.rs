@@ -14,9 +14,9 @@ use common::handover::{
     agent, all_settled, ap_site, cli, get, handover_of, members, serve, wait_for, Proc,
 };
 use common::TestSite;
-use ringsync::handover::record::{HandoverState, MoveKind};
-use ringsync::handover::status::GroupState;
-use ringsync::handover::HandoverStatus;
+use ringsync_ops::handover::record::{HandoverState, MoveKind};
+use ringsync_ops::handover::status::GroupState;
+use ringsync_ops::handover::HandoverStatus;
 
 /// The records as the embedded store keeps them.
 fn records(site: &TestSite) -> HandoverState {

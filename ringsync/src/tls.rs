@@ -123,8 +123,8 @@ impl CertFiles {
     /// compare two of them to see whether to [`CertFiles::reload`].
     pub fn stamps(&self) -> impl Eq + Send + Sync + 'static {
         (
-            crate::auth::stamp(&self.cert),
-            crate::auth::stamp(&self.key),
+            crate::files::stamp(&self.cert),
+            crate::files::stamp(&self.key),
         )
     }
 
