@@ -201,7 +201,8 @@ fn ringsync_refuses_a_bad_site_file_naming_file_line_and_field() {
     for (from, to, says) in cases {
         let (path, text) = site(&dir, 6, |t| t.replacen(from, to, 1));
         let bad_line = to.lines().next().unwrap();
-        let out = testbed::bins::command("ringsync").unwrap()
+        let out = testbed::bins::command("ringsync")
+            .unwrap()
             .arg("--config")
             .arg(&path)
             .args(["profile", "list"])
