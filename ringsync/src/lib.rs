@@ -6,7 +6,8 @@
 //! ([`state`]). Nodes report the work they hold as one shared shape
 //! ([`work`]), registered and published by [`node`] and [`publish`];
 //! [`daemon`] is the one start-up and shutdown every data-plane node runs
-//! against its store. The Active-Passive handover's records are in
+//! against its store; [`fetch`] asks a node's admin endpoint for its work
+//! report. The Active-Passive handover's records are in
 //! [`handover`]. [`tls`] serves a certificate that is re-read when its
 //! files change. Every other crate
 //! loads its site through [`config::SiteConfig::load`], so there is one
@@ -20,6 +21,7 @@
 
 pub mod config;
 pub mod daemon;
+pub mod fetch;
 pub mod files;
 pub mod handover;
 pub mod logs;
