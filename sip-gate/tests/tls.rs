@@ -90,7 +90,7 @@ leg = "subscriber"
     }
 
     fn gate(&self) -> Node {
-        let mut g = Node::gate(&self.path("site.toml"))
+        let mut g = Node::gate(self.path("site.toml"))
             .admin(SocketAddr::new(ip(self.net, 1), 9091))
             .start()
             .unwrap();
