@@ -113,3 +113,57 @@ async fn readyz(State(s): State<AdminState>) -> impl IntoResponse {
         )
     }
 }
+
+/// Why the status could not be had from a running media-ctl.
+#[derive(Debug, thiserror::Error)]
+pub enum FetchError {
+    /// Nothing answered in time.
+    #[error("media-ctl at {0} did not answer within {1:?}")]
+    Timeout(std::net::SocketAddr, std::time::Duration),
+    /// Connecting, writing or reading failed.
+    #[error("media-ctl at {0}: {1}")]
+    Io(std::net::SocketAddr, #[source] std::io::Error),
+    /// The answer was not a 200 with the expected JSON.
+    #[error("media-ctl at {0}: bad response: {1}")]
+    BadResponse(std::net::SocketAddr, String),
+}
+
+/// Fetches `path` from a media-ctl admin endpoint and parses its JSON
+/// (HTTP/1.0, one request; the server closes after the body). Its own
+/// client, not ringsync-ops' `Fetcher`: media-ctl links only the model
+/// crate (`ringsync`), and one GET for `media-ctl status` does not justify
+/// linking the operator plane.
+pub async fn fetch<T: serde::de::DeserializeOwned>(
+    addr: std::net::SocketAddr,
+    path: &str,
+    timeout: std::time::Duration,
+) -> Result<T, FetchError> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let exchange = async {
+        let io = |e| FetchError::Io(addr, e);
+        let mut s = tokio::net::TcpStream::connect(addr).await.map_err(io)?;
+        let req = format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+        s.write_all(req.as_bytes()).await.map_err(io)?;
+        let mut buf = Vec::new();
+        (&mut s)
+            .take(16 << 20)
+            .read_to_end(&mut buf)
+            .await
+            .map_err(io)?;
+        let bad = |m: String| FetchError::BadResponse(addr, m);
+        let end = buf
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .ok_or_else(|| bad("no end of headers".into()))?;
+        let head = String::from_utf8_lossy(&buf[..end]);
+        let status = head.lines().next().unwrap_or_default();
+        if status.split_whitespace().nth(1) != Some("200") {
+            return Err(bad(format!("status line `{status}`")));
+        }
+        serde_json::from_slice(&buf[end + 4..]).map_err(|e| bad(format!("body: {e}")))
+    };
+    match tokio::time::timeout(timeout, exchange).await {
+        Ok(r) => r,
+        Err(_) => Err(FetchError::Timeout(addr, timeout)),
+    }
+}

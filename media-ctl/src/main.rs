@@ -138,14 +138,7 @@ async fn main() -> anyhow::Result<()> {
 }
 
 async fn status(admin: SocketAddr, json: bool) -> anyhow::Result<()> {
-    // ringsync's client of the nodes' admin endpoints (the one `ringsync
-    // status` asks them with), with a deadline a person waits for.
-    let fetcher = ringsync::fetch::Fetcher::new(ringsync::fetch::Limits {
-        timeout: Duration::from_secs(2),
-        ..ringsync::fetch::Limits::default()
-    });
-    let s: Status = fetcher
-        .get_json(admin, admin::STATUS_PATH, "a media-ctl status")
+    let s: Status = admin::fetch(admin, admin::STATUS_PATH, Duration::from_secs(2))
         .await
         .context("is media-ctl running? (`admin.media_bind` or --admin)")?;
     if json {

@@ -1,6 +1,5 @@
 //! Asking a node for its work report (`GET /v1/work`, a
-//! [`WorkReport`]), or any JSON its admin endpoint serves (media-ctl's
-//! status for `media-ctl status`), with the HTTP stack the admin servers already run on
+//! [`WorkReport`]), with the HTTP stack the admin servers already run on
 //! (hyper 1 through hyper-util's client): a deadline over the whole exchange,
 //! a cap on the body, and an error that says which step failed.
 //!
@@ -47,12 +46,10 @@ impl Default for Limits {
 
 /// Why a node's report could not be had, and where it was asked.
 #[derive(Debug, thiserror::Error)]
-#[error("GET http://{addr}{path}: {failure}")]
+#[error("GET http://{addr}{WORK_PATH}: {failure}")]
 pub struct FetchError {
     /// The node's admin address.
     pub addr: SocketAddr,
-    /// The path asked ([`WORK_PATH`] for a work report).
-    pub path: String,
     /// What went wrong.
     pub failure: Failure,
 }
@@ -80,15 +77,9 @@ pub enum Failure {
     /// The body was larger than [`Limits::max_body`].
     #[error("answer larger than {0} bytes")]
     TooLarge(usize),
-    /// The body was not what was asked for.
-    #[error("not {what}: {source}")]
-    Json {
-        /// What was asked for ("a work report").
-        what: &'static str,
-        /// Why it did not parse.
-        #[source]
-        source: serde_json::Error,
-    },
+    /// The body was not a work report.
+    #[error("not a work report: {0}")]
+    Json(#[source] serde_json::Error),
 }
 
 /// Fetches work reports; cheap to share, keeps idle connections.
@@ -126,38 +117,18 @@ impl Fetcher {
 
     /// `GET http://ADDR/v1/work`, parsed as a [`WorkReport`].
     pub async fn work_report(&self, addr: SocketAddr) -> Result<WorkReport, FetchError> {
-        self.get_json(addr, WORK_PATH, "a work report").await
-    }
-
-    /// `GET http://ADDR/PATH`, parsed as `T` (`what` names it in the error:
-    /// "a work report"), within the same bounds.
-    pub async fn get_json<T: serde::de::DeserializeOwned>(
-        &self,
-        addr: SocketAddr,
-        path: &str,
-        what: &'static str,
-    ) -> Result<T, FetchError> {
         let timeout = self.limits.timeout;
-        let failure = match tokio::time::timeout(timeout, self.exchange(addr, path, what)).await {
-            Ok(Ok(value)) => return Ok(value),
+        let failure = match tokio::time::timeout(timeout, self.exchange(addr)).await {
+            Ok(Ok(report)) => return Ok(report),
             Ok(Err(f)) => f,
             Err(_) => Failure::Timeout(timeout),
         };
-        Err(FetchError {
-            addr,
-            path: path.to_owned(),
-            failure,
-        })
+        Err(FetchError { addr, failure })
     }
 
-    async fn exchange<T: serde::de::DeserializeOwned>(
-        &self,
-        addr: SocketAddr,
-        path: &str,
-        what: &'static str,
-    ) -> Result<T, Failure> {
+    async fn exchange(&self, addr: SocketAddr) -> Result<WorkReport, Failure> {
         // A SocketAddr prints as a valid authority (IPv6 in brackets).
-        let uri: Uri = format!("http://{addr}{path}")
+        let uri: Uri = format!("http://{addr}{WORK_PATH}")
             .parse()
             .map_err(|e: hyper::http::uri::InvalidUri| Failure::Http(e.to_string()))?;
         let req = Request::get(uri)
@@ -198,7 +169,7 @@ impl Fetcher {
                 body: snippet(&body),
             });
         }
-        serde_json::from_slice(&body).map_err(|source| Failure::Json { what, source })
+        serde_json::from_slice(&body).map_err(Failure::Json)
     }
 }
 
@@ -302,7 +273,7 @@ mod tests {
         let f = Fetcher::default();
         let junk = serve(Router::new().route(WORK_PATH, get(|| async { "{not json" }))).await;
         let e = f.work_report(junk).await.unwrap_err();
-        assert!(matches!(e.failure, Failure::Json { .. }), "{e}");
+        assert!(matches!(e.failure, Failure::Json(_)), "{e}");
         assert!(
             e.to_string()
                 .starts_with(&format!("GET http://{junk}/v1/work: not a work report")),

@@ -22,7 +22,10 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("ringsync: error: {e:#}");
-            ExitCode::FAILURE
+            // R-ST-4: `status` of a named instance nobody can report on has
+            // its own code, so a script tells it from a failure.
+            e.downcast_ref::<cli::CliError>()
+                .map_or(ExitCode::FAILURE, |e| ExitCode::from(e.exit_code()))
         }
     }
 }

@@ -304,7 +304,8 @@ mod tests {
         let st = Round::not_asked(&nodes).status(&view);
         assert_eq!(st.nodes[1].error.as_deref(), Some("not asked yet"));
         let sg = &st.instances[0];
-        assert_eq!((sg.state, sg.work), (InstanceState::Up, None));
+        // R-ST-4: nobody answered for it and its health is not known.
+        assert_eq!((sg.state, sg.work), (InstanceState::Unknown, None));
         assert_eq!(sg.unknown, ["gate 127.0.0.1:9091: not asked yet"]);
     }
 }

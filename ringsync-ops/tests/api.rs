@@ -261,11 +261,12 @@ async fn metrics_health_and_unknown_paths() {
     let (s, body) = h.call(Method::GET, "/metrics", None).await;
     assert_eq!(s, StatusCode::OK);
     let text = String::from_utf8(body).unwrap();
+    // No node has answered for sg-a: unknown, not draining or up (R-ST-4).
     assert!(
         text.lines()
             .any(|l| l.starts_with("ringsync_instance_state{")
                 && l.contains("instance=\"sg-a\"")
-                && l.contains("state=\"draining\"")
+                && l.contains("state=\"unknown\"")
                 && l.ends_with(" 1")),
         "{text}"
     );

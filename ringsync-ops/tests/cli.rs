@@ -306,11 +306,11 @@ async fn r_st_3_status_sums_the_reports_of_the_gate_and_media_ctl() {
     );
 }
 
-/// R-ST-3: nothing listens where media-ctl should: every mg stays
-/// `draining` (never `drained`) and says why; the gate's instances are
-/// summed as usual.
+/// R-ST-3, R-ST-4: nothing listens where media-ctl should: every mg is
+/// `unknown` (never `drained`, never `up`) and says why; the gate's
+/// instances are summed as usual.
 #[tokio::test]
-async fn r_st_3_unreachable_media_ctl_keeps_the_mg_draining_with_the_reason() {
+async fn r_st_3_r_st_4_unreachable_media_ctl_makes_the_mg_unknown_with_the_reason() {
     let site = TestSite::new();
     drain(&site, &["srv-a"]);
     let (gate, _) = common::stand_in(common::report(
@@ -323,8 +323,10 @@ async fn r_st_3_unreachable_media_ctl_keeps_the_mg_draining_with_the_reason() {
     let (v, table) = status_of(&site, gate, media).await;
     assert_eq!(instance(&v, "sg-a")["state"], "drained", "{v}");
     let mg = instance(&v, "mg-a");
-    assert_eq!(mg["state"], "draining", "{v}");
+    assert_eq!(mg["state"], "unknown", "{v}");
     assert!(mg["work"].is_null(), "{v}");
+    // R-ST-4: the bgmg is in the normal zone, and nobody saw it up.
+    assert_eq!(instance(&v, "bgmg-a")["state"], "unknown", "{v}");
     let why = mg["unknown"][0].as_str().unwrap();
     assert!(
         why.starts_with(&format!("media_ctl {media}: cannot connect:")) && why.contains("refused"),
@@ -345,7 +347,7 @@ async fn r_st_3_unreachable_media_ctl_keeps_the_mg_draining_with_the_reason() {
     let r = row(&table, "mg-a");
     assert_eq!(
         r[..7],
-        ["mg-a", "mg", "srv-a", "drain", "draining", "?", "-"],
+        ["mg-a", "mg", "srv-a", "drain", "unknown", "?", "-"],
         "{table}"
     );
     assert!(r[7].contains("cannot connect"), "{table}");
@@ -448,7 +450,9 @@ async fn a_report_from_another_site_or_kind_vouches_for_nothing() {
             "media_ctl {media}: answered as a `gate` node where a `media_ctl` was expected"
         )])
     );
-    assert_eq!(instance(&v, "mg-a")["state"], "draining");
+    // Neither report counts: nobody answered for mg-a (R-ST-4).
+    assert_eq!(instance(&v, "mg-a")["state"], "unknown");
+    assert_eq!(instance(&v, "sg-a")["state"], "unknown");
 }
 
 /// `ringsync serve` asks the nodes once a second and serves the same
@@ -496,7 +500,8 @@ async fn r_st_1_serve_polls_the_nodes_and_serves_the_summed_status() {
     let st = wait_status(api, |st| sg_a(st).work == Some(2)).await;
     assert_eq!(sg_a(&st).state, InstanceState::Draining);
     let mg = st.instances.iter().find(|i| i.id == "mg-a").unwrap();
-    assert_eq!(mg.state, InstanceState::Draining);
+    // R-ST-4: media-ctl does not answer: nobody can say how mg-a is.
+    assert_eq!(mg.state, InstanceState::Unknown);
     assert!(mg.unknown[0].contains("cannot connect"), "{:?}", mg.unknown);
     assert!(st.nodes[1].error.is_some());
 

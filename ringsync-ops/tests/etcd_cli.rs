@@ -154,10 +154,10 @@ fn migrate_then_run_the_site_on_etcd() {
         "{status}"
     );
     assert!(status.contains("store: fresh"), "{status}");
-    // No gate is registered: nobody can vouch for sg-a's work, so it is
-    // draining, never drained (R-ST-3).
+    // No gate is registered: nobody can vouch for sg-a's work or say how it
+    // is, so it is unknown, never drained (R-ST-3, R-ST-4).
     let sg_a = status.lines().find(|l| l.starts_with("sg-a")).unwrap();
-    assert!(sg_a.contains("draining"), "{sg_a}");
+    assert!(sg_a.contains("unknown"), "{sg_a}");
 
     // Killed without a word: its lease expires and it is named, then forgotten.
     let _ = serve.0.kill();

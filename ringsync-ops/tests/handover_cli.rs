@@ -209,3 +209,59 @@ fn r_ap_2_a_pace_under_a_minute_is_refused_unless_the_site_allows_a_test_pace() 
         "{err}"
     );
 }
+
+/// R-ST-4 through the binaries: `ringsync serve` publishes g1's move off
+/// srv-a and no agent confirms it, so g1-a may still lead: `ringsync
+/// status` keeps it `draining` (one group) while `handover status` says the
+/// move is not confirmed. Once the new leader's agent confirms, g1-a is
+/// `drained`.
+#[tokio::test]
+async fn r_st_4_an_ap_member_is_draining_until_its_move_is_confirmed() {
+    let site = TestSite::with_text(&ap_site(1, 0, TEST_PACE));
+    let path = site.site_path();
+    let (serve, api) = serve(&path);
+    cli(
+        &path,
+        &["profile", "create", "--name", "m", "--server", "srv-a"],
+    )
+    .await;
+    cli(&path, &["profile", "activate", "m"]).await;
+    let target = wait_for("the move published", Duration::from_secs(20), || async {
+        let st = handover_of(api).await?;
+        let g1 = st.groups.iter().find(|g| g.group == "g1")?;
+        (g1.state == GroupState::Moving && g1.desired != "g1-a").then(|| g1.desired.clone())
+    })
+    .await;
+    let g1a = |json: &str| {
+        let sum: SiteStatus = serde_json::from_str(json).unwrap();
+        let a = sum.instances.into_iter().find(|i| i.id == "g1-a").unwrap();
+        (a.state, a.work)
+    };
+    let table = cli(&path, &["handover", "status"]).await;
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("g1 ") && l.contains("moving")),
+        "{table}"
+    );
+    let json = cli(&path, &["--json", "status"]).await;
+    assert_eq!(
+        g1a(&json),
+        (InstanceState::Draining, Some(1)),
+        "R-ST-4: not drained before the move is confirmed: {json}"
+    );
+    let (_, body) = get(api, "/v1/status").await.unwrap();
+    assert_eq!(g1a(&body), (InstanceState::Draining, Some(1)), "{body}");
+
+    let _agent = agent(&path, "g1", &target, &site.dir.path().join("agent.out"));
+    let json = wait_for("g1-a drained", Duration::from_secs(20), || {
+        let path = path.clone();
+        async move {
+            let json = cli(&path, &["--json", "status"]).await;
+            (g1a(&json).0 == InstanceState::Drained).then_some(json)
+        }
+    })
+    .await;
+    assert_eq!(g1a(&json), (InstanceState::Drained, Some(0)), "{json}");
+    assert!(serve.terminate().success());
+}

@@ -50,16 +50,22 @@ pub enum InstanceState {
     Drained,
     /// Drain zone, probe failing.
     DrainingDown,
+    /// No node that should report on it answered for it, and nobody knows
+    /// its health: neither `up` nor `drained` can be said (R-ST-4). Only a
+    /// site status ([`crate::work::sum`]) says it; a node's own view, which
+    /// routes on what it has, never does.
+    Unknown,
 }
 
 impl InstanceState {
     /// Every state, in report order.
-    pub const ALL: [InstanceState; 5] = [
+    pub const ALL: [InstanceState; 6] = [
         InstanceState::Up,
         InstanceState::Down,
         InstanceState::Draining,
         InstanceState::Drained,
         InstanceState::DrainingDown,
+        InstanceState::Unknown,
     ];
 
     /// The name used in reports, the API and metrics.
@@ -70,6 +76,7 @@ impl InstanceState {
             InstanceState::Draining => "draining",
             InstanceState::Drained => "drained",
             InstanceState::DrainingDown => "draining_down",
+            InstanceState::Unknown => "unknown",
         }
     }
 

@@ -328,7 +328,9 @@ pub struct InstanceStatus {
 /// An instance that no expected node counts (a `ws`, an mg when no media
 /// controller is configured, an Active-Passive service when the handover
 /// records are not among the outcomes) has no known work: it is never
-/// `drained`, and says why.
+/// `drained`, and says why. An instance no node answered for, whose health
+/// nobody knows either, is [`InstanceState::Unknown`] (R-ST-4): not `up`,
+/// whatever its zone.
 pub fn sum(view: &DrainView, outcomes: &[NodeOutcome]) -> Vec<InstanceStatus> {
     view.instances()
         .iter()
@@ -409,7 +411,13 @@ pub fn sum(view: &DrainView, outcomes: &[NodeOutcome]) -> Vec<InstanceStatus> {
                 iv.health
             };
             st.work = vouched.then(|| st.counts.total());
-            st.state = InstanceState::of(iv.zone, st.health, st.work);
+            // R-ST-4: nobody answered for it and nobody knows its health:
+            // neither `up` (nobody saw it up) nor anything the zone implies.
+            st.state = if st.nodes.is_empty() && st.health == Health::Unknown {
+                InstanceState::Unknown
+            } else {
+                InstanceState::of(iv.zone, st.health, st.work)
+            };
             st
         })
         .collect()

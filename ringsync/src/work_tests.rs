@@ -151,9 +151,10 @@ fn r_st_3_nodes_count_only_their_services() {
     let v = view(true);
     let g = report("g1", NodeKind::Gate, &[("sg-a", counts(0, 0))]);
     let s = sum(&v, std::slice::from_ref(&g));
-    // No media controller reports: the mg is never drained on a gate's word.
+    // No media controller reports: the mg is never drained on a gate's
+    // word; nobody answers for it, so it is unknown (R-ST-4).
     let mg = find(&s, "mg-a");
-    assert_eq!(mg.state, InstanceState::Draining);
+    assert_eq!(mg.state, InstanceState::Unknown);
     assert!(mg.unknown[0].contains("no node"));
     let m = report(
         "m1",
@@ -171,8 +172,8 @@ fn r_st_3_nodes_count_only_their_services() {
     );
     let s = sum(&v, &[g, m]);
     assert_eq!(find(&s, "mg-a").state, InstanceState::Drained);
-    // Normal zone: up, whatever is known of its work.
-    assert_eq!(find(&s, "sg-b").state, InstanceState::Up);
+    // Normal zone, and no node answers for it: unknown, not up (R-ST-4).
+    assert_eq!(find(&s, "sg-b").state, InstanceState::Unknown);
 }
 
 #[test]

@@ -72,8 +72,14 @@ impl Gate {
         shutdown: CancellationToken,
     ) -> Result<Gate, GateError> {
         let gate = Gate::start_awaiting_view(config, drain, shutdown).await?;
-        gate.lifecycle().view_loaded();
+        gate.view_loaded();
         Ok(gate)
+    }
+
+    /// The drain view is loaded: the instance states are published from
+    /// it, then the gate says ready ([`Lifecycle::view_loaded`]).
+    pub fn view_loaded(&self) {
+        self.core.view_loaded(std::time::Instant::now());
     }
 
     /// Like [`Gate::start`], but new work gets 503 and `/readyz` fails until

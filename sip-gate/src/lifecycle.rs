@@ -118,6 +118,11 @@ impl Lifecycle {
         self.advance(None);
     }
 
+    /// Whether the drain view is loaded ([`Lifecycle::view_loaded`]).
+    pub(crate) fn is_view_loaded(&self) -> bool {
+        self.view_loaded.load(Ordering::Relaxed)
+    }
+
     /// The drain view is loaded from the profile store: from now on the
     /// policy decides with the operator's profiles, so new work is taken.
     pub fn view_loaded(&self) {

@@ -108,7 +108,8 @@ async fn main() -> anyhow::Result<()> {
             return Ok(());
         }
     };
-    gate.lifecycle().view_loaded();
+    // The instance states go out with the view, before `/readyz` says ready.
+    gate.view_loaded();
     tracing::info!(
         revision = drain.view().revision(),
         "drain view loaded: serving"

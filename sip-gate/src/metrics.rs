@@ -248,12 +248,15 @@ impl InstanceGauges {
         }
     }
 
-    pub(crate) fn set(&self, c: &WorkCounts, known: bool, state: InstanceState) {
+    /// Sets the work gauges, and the state gauges when `state` is known
+    /// (they stay as they were otherwise: all 0 before the first state).
+    pub(crate) fn set(&self, c: &WorkCounts, known: bool, state: Option<InstanceState>) {
         let values = [c.transactions, c.dialogs, c.registrations, c.subscriptions];
         for (g, v) in self.work.iter().zip(values) {
             g.set(v as f64);
         }
         self.known.set(if known { 1.0 } else { 0.0 });
+        let Some(state) = state else { return };
         for (s, g) in &self.states {
             g.set(if *s == state { 1.0 } else { 0.0 });
         }

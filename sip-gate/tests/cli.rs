@@ -1,6 +1,7 @@
 //! The binary's edges: `--check` validates a site file and names the file,
 //! line and field of what is wrong; the example site starts and stops
-//! cleanly on SIGTERM; `--log-format json` writes one JSON object a line,
+//! cleanly on SIGTERM; a gate that says ready shows its drain view in its
+//! metrics; `--log-format json` writes one JSON object a line,
 //! with the transaction span's fields.
 
 use std::io::Write;
@@ -143,13 +144,7 @@ fn example_gate_with(
     args: &[&str],
     rust_log: Option<&str>,
 ) -> (tempfile::TempDir, std::path::PathBuf, Node) {
-    let dir = tempfile::tempdir().unwrap();
-    let text = std::fs::read_to_string(example())
-        .unwrap()
-        .replace("127.0.0.1:", &format!("{gate_ip}:"))
-        .replace("127.0.1.", sg_prefix);
-    let site = dir.path().join("site.toml");
-    std::fs::write(&site, text).unwrap();
+    let (dir, site) = example_site(gate_ip, sg_prefix);
     // The example's own admin address (`admin.gate_bind`), moved.
     let admin: SocketAddr = format!("{gate_ip}:9091").parse().unwrap();
     let mut gate = Node::gate(&site).admin(admin).args(args);
@@ -158,6 +153,71 @@ fn example_gate_with(
     }
     let gate = gate.start().unwrap();
     (dir, site, gate)
+}
+
+/// The example site file, moved to its own addresses, in a new directory.
+fn example_site(gate_ip: &str, sg_prefix: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(example())
+        .unwrap()
+        .replace("127.0.0.1:", &format!("{gate_ip}:"))
+        .replace("127.0.1.", sg_prefix);
+    let site = dir.path().join("site.toml");
+    std::fs::write(&site, text).unwrap();
+    (dir, site)
+}
+
+/// R-MN-2, R-AA-1: a gate that starts with a profile already active says
+/// ready on `/readyz` only once its `/metrics` show the drain: whoever
+/// trusts its readiness (a rehearsal's verdicts, a dashboard) never reads
+/// the instance states of the empty view it started with (every instance
+/// `up`), which its sweeper used to publish up to a second after it said
+/// ready.
+#[test]
+fn r_mn_2_a_gate_that_says_ready_shows_its_drain_view_in_its_metrics() {
+    let (_dir, site) = example_site("127.0.9.5", "127.0.13.");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let config = ringsync::SiteConfig::load(&site).unwrap();
+    let store = rt.block_on(ringsync::store::open(&config)).unwrap();
+    let p = rt
+        .block_on(store.create(ringsync::profile::NewProfile {
+            name: "maint-a".into(),
+            description: "active before the gate starts".into(),
+            servers: vec!["srv-a".into()],
+            state: ringsync::profile::ProfileState::Inactive,
+        }))
+        .unwrap();
+    rt.block_on(store.set_state(&p.id, ringsync::profile::ProfileState::Active))
+        .unwrap();
+    drop(store);
+    let admin: SocketAddr = "127.0.9.5:9091".parse().unwrap();
+    let mut gate = Node::gate(&site).admin(admin).start().unwrap();
+    let start = Instant::now();
+    // Read as soon as it says ready: the moment the sweeper is furthest.
+    while !testbed::http::get(admin, "/readyz").is_ok_and(|r| r.status == 200) {
+        assert!(start.elapsed() < Duration::from_secs(10), "never ready");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let metrics = testbed::http::get_ok(admin, "/metrics").unwrap_or_default();
+    gate.stop(Duration::from_secs(10));
+    let on = |instance: &str| -> Vec<String> {
+        let head = format!("sipgate_instance_state{{instance=\"{instance}\",state=\"");
+        metrics
+            .lines()
+            .filter_map(|l| l.strip_prefix(head.as_str()))
+            .filter_map(|l| l.strip_suffix("\"} 1"))
+            .map(str::to_owned)
+            .collect()
+    };
+    let a = on("sg-a");
+    assert!(
+        a.len() == 1 && a[0].starts_with("drain"),
+        "sg-a: {a:?}\n{metrics}"
+    );
+    assert_eq!(on("sg-b"), ["up"], "{metrics}");
 }
 
 /// R-PR-2 through the real binary: a running gate applies a profile that an

@@ -21,6 +21,7 @@ use crate::auth::TokenError;
 use crate::config::{ConfigError, SiteConfig};
 use crate::profile::{NewProfile, ProfilePatch, ProfileState};
 use crate::store::{AuditQuery, Op, StoreError};
+use crate::view::InstanceState;
 
 mod audit_text;
 mod handover;
@@ -191,7 +192,15 @@ pub struct StatusArgs {
     /// The nodes to ask.
     #[command(flatten)]
     pub nodes: NodeArgs,
+    /// Only these instances (ids). Asked about by name, an instance that is
+    /// `unknown` makes the command exit with [`EXIT_UNKNOWN`] (R-ST-4).
+    #[arg(value_name = "INSTANCE")]
+    pub instances: Vec<String>,
 }
+
+/// The exit code of a `status` that names instances when any of them is
+/// `unknown` (R-ST-4): the table or JSON is printed all the same.
+pub const EXIT_UNKNOWN: u8 = 3;
 
 /// `serve` options.
 #[derive(Debug, Args)]
@@ -248,6 +257,21 @@ pub enum CliError {
     /// Bad arguments clap could not catch.
     #[error("{0}")]
     Usage(String),
+    /// `status` was asked about these instances by name and nobody can say
+    /// how they are (R-ST-4); the binary exits with [`EXIT_UNKNOWN`].
+    #[error("state unknown (no node answered for it, its health is not known): {}", .0.join(", "))]
+    Unknown(Vec<String>),
+}
+
+impl CliError {
+    /// The process exit code for this error: [`EXIT_UNKNOWN`] for
+    /// [`CliError::Unknown`], 1 for every other failure.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            CliError::Unknown(_) => EXIT_UNKNOWN,
+            _ => 1,
+        }
+    }
 }
 
 /// Runs a parsed command line, writing results to `out`. `serve` runs until
@@ -419,11 +443,37 @@ async fn status(
     json: bool,
     out: &mut (dyn Write + Send),
 ) -> Result<(), CliError> {
-    let st = site.status(&args.nodes).await?;
+    let mut st = site.status(&args.nodes).await?;
+    if !args.instances.is_empty() {
+        if let Some(bad) = args
+            .instances
+            .iter()
+            .find(|id| !st.instances.iter().any(|i| i.id == **id))
+        {
+            return Err(CliError::Usage(format!(
+                "no instance `{bad}` in site `{}`",
+                st.site
+            )));
+        }
+        st.instances.retain(|i| args.instances.contains(&i.id));
+    }
     if json {
-        write_json(out, &st)
+        write_json(out, &st)?;
     } else {
-        text::write_status(&st, out)
+        text::write_status(&st, out)?;
+    }
+    // R-ST-4: asked by name, an instance nobody can report on is not a
+    // success a script may read as "fine".
+    let unknown: Vec<String> = st
+        .instances
+        .iter()
+        .filter(|i| !args.instances.is_empty() && i.state == InstanceState::Unknown)
+        .map(|i| i.id.clone())
+        .collect();
+    if unknown.is_empty() {
+        Ok(())
+    } else {
+        Err(CliError::Unknown(unknown))
     }
 }
 

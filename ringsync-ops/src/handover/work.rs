@@ -4,7 +4,8 @@
 //! are the one place that knows it, so they report it as one more node of
 //! the site ([`NodeKind::Handover`]): a draining instance that leads no group
 //! and is to lead none is `drained`; one whose move is not confirmed yet
-//! still counts its group.
+//! still counts its group, also when its service never confirmed anything
+//! (R-ST-4: a leader nobody saw hand over is still the leader).
 
 use crate::config::{Service, SiteConfig};
 use crate::view::Health;
@@ -34,13 +35,7 @@ pub fn report(
             let groups = config
                 .ap_groups
                 .iter()
-                .filter(|g| {
-                    state.desired_leader(&g.name, &g.home) == i.id
-                        || state
-                            .confirmed
-                            .get(&g.name)
-                            .is_some_and(|c| c.leader == i.id)
-                })
+                .filter(|g| holds(state, &g.name, &g.home, &i.id))
                 .count() as u64;
             let work = InstanceWork {
                 health: Health::Unknown,
@@ -66,6 +61,23 @@ pub fn report(
         generation: 0,
         instances,
     }
+}
+
+/// True when `member` holds `group` (R-ST-3, R-ST-4): it leads it (the
+/// leader its service confirmed; the home while the service has confirmed
+/// none, since nobody said it stopped leading), it is to lead it (the
+/// planner's desired leader), or it led it before a move its service has not
+/// confirmed yet. Until the service confirms, the old leader may still be the
+/// one leading: stopping it then would lose the group's leader.
+fn holds(state: &HandoverState, group: &str, home: &str, member: &str) -> bool {
+    let confirmed = state.confirmed.get(group);
+    let leads = confirmed.map_or(home, |c| c.leader.as_str()) == member;
+    let to_lead = state.desired_leader(group, home) == member;
+    let unconfirmed_from = state
+        .desired
+        .get(group)
+        .is_some_and(|d| d.from == member && confirmed.is_none_or(|c| c.leader != d.leader));
+    leads || to_lead || unconfirmed_from
 }
 
 /// The outcome `work::sum` adds: the report, or why the records could not
@@ -139,11 +151,16 @@ mod tests {
         let mut s = HandoverState::default();
         let a = state_of(&s, "bill-a");
         assert_eq!((a.state, a.work), (InstanceState::Draining, Some(1)));
-        // An instance in no group: the records know nothing of its work.
+        // An instance in no group: the records know nothing of it (R-ST-4).
         let idle = state_of(&s, "idle-a");
-        assert_eq!((idle.state, idle.work), (InstanceState::Draining, None));
-        // Moved but not confirmed: the old leader still leads.
+        assert_eq!((idle.state, idle.work), (InstanceState::Unknown, None));
+        // R-ST-4: moved, and the service never confirmed anything: the home
+        // may still lead, so it is not drained.
         s.desired.insert("billing".into(), desired("bill-b"));
+        let a = state_of(&s, "bill-a");
+        assert_eq!((a.state, a.work), (InstanceState::Draining, Some(1)));
+        assert_eq!(state_of(&s, "bill-b").counts.groups, 1);
+        // Moved but not confirmed: the old leader still leads.
         s.confirmed.insert(
             "billing".into(),
             Confirmed {
@@ -161,7 +178,7 @@ mod tests {
         // Records unreadable: unknown, never drained.
         let sum = crate::work::sum(&view, &[outcome(&config, Err("down".into()), 1, 5)]);
         let a = sum.iter().find(|i| i.id == "bill-a").unwrap();
-        assert_eq!((a.state, a.work), (InstanceState::Draining, None));
+        assert_eq!((a.state, a.work), (InstanceState::Unknown, None));
         assert!(
             a.unknown[0].contains("handover records unreadable: down"),
             "{:?}",

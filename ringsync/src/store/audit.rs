@@ -86,11 +86,11 @@ pub struct Actor {
 }
 
 impl Actor {
-    /// The operator running the CLI on the store itself.
+    /// The operator running the CLI on the store itself: the OS user of
+    /// the process (its real uid, named through the system's user database),
+    /// never `$USER` or `$LOGNAME`, which anyone sets to anything (R-PR-4).
     pub fn local() -> Actor {
-        let user = std::env::var("USER")
-            .or_else(|_| std::env::var("LOGNAME"))
-            .unwrap_or_else(|_| uid());
+        let user = os_user();
         Actor {
             who: format!("local:{user}"),
             role: None,
@@ -126,13 +126,14 @@ impl Actor {
     }
 }
 
-/// `uid<N>` of this process, when no user name is in the environment.
-fn uid() -> String {
-    #[cfg(unix)]
-    if let Ok(m) = std::fs::metadata("/proc/self") {
-        return format!("uid{}", std::os::unix::fs::MetadataExt::uid(&m));
+/// The name of this process's real uid, or `uid<N>` when the user
+/// database has no entry for it (a container's bare uid).
+fn os_user() -> String {
+    let uid = nix::unistd::getuid();
+    match nix::unistd::User::from_uid(uid) {
+        Ok(Some(u)) => u.name,
+        _ => format!("uid{uid}"),
     }
-    "unknown".into()
 }
 
 impl AuditRecord {

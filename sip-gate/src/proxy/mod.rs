@@ -311,8 +311,24 @@ impl Core {
     /// Hands the work counts to the drain state, so it can tell `draining`
     /// from `drained`, and to the metrics; the transport calls it about once
     /// a second, after [`Core::sweep`]. While the book cannot vouch for its
-    /// counts the drain state gets none: never `drained` (R-ST-3).
+    /// counts the drain state gets none: never `drained` (R-ST-3). The
+    /// instance states (`sipgate_instance_state`) are published only once
+    /// the drain view is loaded: before, every instance would show `up`
+    /// whatever the operator's profiles say.
     pub fn publish_work(&self, now: Instant) {
+        self.publish(now, self.lifecycle.is_view_loaded());
+    }
+
+    /// The drain view is loaded: the instance states are published from it,
+    /// then the gate says ready, so whoever sees it ready on `/readyz` also
+    /// sees its view in `/metrics` (the sweeper's next turn may be a second
+    /// away).
+    pub(crate) fn view_loaded(&self, now: Instant) {
+        self.publish(now, true);
+        self.lifecycle.view_loaded();
+    }
+
+    fn publish(&self, now: Instant, states: bool) {
         let known = self.work.unknown(now).is_none();
         let sip = || {
             self.gauges
@@ -330,7 +346,7 @@ impl Core {
         let view = self.drain.view();
         for (i, g) in sip() {
             if let Some(iv) = view.instances().get(i) {
-                g.set(&self.work.get(i), known, iv.state);
+                g.set(&self.work.get(i), known, states.then_some(iv.state));
                 g.set_unreachable(self.reach.held_each(i, now));
             }
         }
