@@ -5,6 +5,8 @@
 //! The site file names one store; the other side comes from flags or
 //! defaults: the embedded file `<site>.profiles.json` next to the site file,
 //! etcd at `--endpoint`/`--prefix` (default prefix `/drain/<site>`).
+//! Every profile the copy writes gets an audit record (`import`, by
+//! `local:<OS user>`) in the target's log, with the profiles (R-PR-4).
 //! Idempotent: running it twice copies once. A target holding other
 //! profiles is refused unless `--overwrite`.
 
@@ -14,7 +16,7 @@ use std::sync::Arc;
 use clap::ValueEnum;
 
 use crate::config::{SiteConfig, StoreConfig};
-use crate::store::{cache, EmbeddedStore, EtcdStore, Imported, Store, StoreError};
+use crate::store::{cache, Actor, EmbeddedStore, EtcdStore, Imported, Store, StoreError};
 
 /// A store kind on the command line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -66,7 +68,10 @@ pub async fn run(
     let (dst, to_words) = open(config, to, at).await?;
     let set = src.list().await?;
     let revision = set.revision;
-    let outcome = dst.import((*set).clone(), overwrite).await?;
+    // Audited as the CLI's other local changes: the OS user (R-PR-4).
+    let outcome = dst
+        .import((*set).clone(), overwrite, Actor::local())
+        .await?;
     Ok(Migrated {
         from: from_words,
         to: to_words,

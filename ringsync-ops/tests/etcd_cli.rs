@@ -187,3 +187,155 @@ fn migrate_then_run_the_site_on_etcd() {
     let err = fails(&run(&e, &["node", "list"]));
     assert!(err.contains("keeps no node registry"), "{err}");
 }
+
+/// The audit records `ringsync --json audit` prints for `site`, oldest first.
+fn audit_records(site: &std::path::Path) -> Vec<serde_json::Value> {
+    let v: serde_json::Value = serde_json::from_str(&ok(&run(site, &["--json", "audit"]))).unwrap();
+    v["records"].as_array().unwrap().clone()
+}
+
+/// The `import` records among `records`: (profile, status, before's id,
+/// after's id).
+fn imports(records: &[serde_json::Value]) -> Vec<(String, u64, String, String)> {
+    let id = |v: &serde_json::Value| v["id"].as_str().unwrap_or("-").to_owned();
+    records
+        .iter()
+        .filter(|r| r["action"] == "import")
+        .map(|r| {
+            (
+                r["target"].as_str().unwrap_or("-").to_owned(),
+                r["status"].as_u64().unwrap_or(0),
+                id(&r["before"]),
+                id(&r["after"]),
+            )
+        })
+        .collect()
+}
+
+/// R-PR-4: `ringsync migrate` is audited like every other change: one
+/// `import` record per profile it writes, by the local OS user, in the
+/// target's log (etcd, then back to a new embedded file); a run that
+/// writes nothing records nothing; `--overwrite` records what it replaced
+/// and what it removed.
+#[test]
+fn r_pr_4_migrate_writes_one_audit_record_per_profile_in_the_target() {
+    let etcd = Etcd::single(ip(70, 11)).expect("etcd");
+    let ep = etcd.endpoints()[0].clone();
+    let embedded = TestSite::new();
+    let e = embedded.site_path();
+    for (name, server) in [("a", "srv-a"), ("b", "srv-b")] {
+        ok(&run(
+            &e,
+            &["profile", "create", "--name", name, "--server", server],
+        ));
+    }
+    let src: ringsync::ProfileSet =
+        serde_json::from_slice(&std::fs::read(embedded.store_path()).unwrap()).unwrap();
+    let id_of = |set: &ringsync::ProfileSet, name: &str| {
+        set.profiles
+            .iter()
+            .find(|p| p.name == name)
+            .unwrap()
+            .id
+            .clone()
+    };
+    let (a, b) = (id_of(&src, "a"), id_of(&src, "b"));
+    let uid = nix::unistd::getuid();
+    let who = nix::unistd::User::from_uid(uid)
+        .unwrap()
+        .map_or(format!("local:uid{uid}"), |u| format!("local:{}", u.name));
+
+    let to_etcd = [
+        "migrate",
+        "--from",
+        "embedded",
+        "--to",
+        "etcd",
+        "--endpoint",
+        &ep,
+    ];
+    ok(&run(&e, &to_etcd));
+    ok(&run(&e, &to_etcd)); // already there: writes, and records, nothing
+    let etcd_site = embedded.dir.path().join("etcd-site.toml");
+    std::fs::write(
+        &etcd_site,
+        etcd_site_text(std::slice::from_ref(&ep), "/drain/t1"),
+    )
+    .unwrap();
+    let records = audit_records(&etcd_site);
+    let dash = || "-".to_owned();
+    assert_eq!(
+        imports(&records),
+        vec![
+            ("a".into(), 201, dash(), a.clone()),
+            ("b".into(), 201, dash(), b.clone()),
+        ],
+        "{records:#?}"
+    );
+    for r in &records {
+        assert_eq!(r["who"], who.as_str(), "{r}");
+        assert_eq!(r["from"], "local", "{r}");
+        assert_eq!(r["revision"], src.revision, "{r}");
+    }
+    let text = ok(&run(&etcd_site, &["audit"]));
+    assert!(
+        text.lines()
+            .filter(|l| l.contains(" import ") && l.contains(&who))
+            .count()
+            == 2,
+        "{text}"
+    );
+
+    // The etcd side moves on (one record of its own), then --overwrite
+    // brings the file's set back: `c` removed, `a` replaced, `b` as it was.
+    ok(&run(
+        &etcd_site,
+        &["profile", "create", "--name", "c", "--server", "srv-c"],
+    ));
+    ok(&run(&etcd_site, &["profile", "activate", "a"]));
+    let on_etcd: ringsync::ProfileSet =
+        serde_json::from_str(&ok(&run(&etcd_site, &["--json", "profile", "list"]))).unwrap();
+    let c = id_of(&on_etcd, "c");
+    let mut over = to_etcd.to_vec();
+    over.push("--overwrite");
+    ok(&run(&e, &over));
+    let records = audit_records(&etcd_site);
+    assert_eq!(records.len(), 2 + 2 + 2, "{records:#?}");
+    assert_eq!(
+        imports(&records[4..]),
+        vec![
+            ("a".into(), 200, a.clone(), a.clone()),
+            ("c".into(), 200, c.clone(), dash()),
+        ],
+        "{records:#?}"
+    );
+
+    // And back, into a new embedded file: its own log holds the copy.
+    let back = embedded.dir.path().join("back.profiles.json");
+    let back_str = back.to_str().unwrap();
+    ok(&run(
+        &etcd_site,
+        &[
+            "migrate", "--from", "etcd", "--to", "embedded", "--path", back_str,
+        ],
+    ));
+    let back_site = embedded.dir.path().join("back-site.toml");
+    let text = std::fs::read_to_string(&e)
+        .unwrap()
+        .replace("\"t1.profiles.json\"", "\"back.profiles.json\"");
+    assert!(text.contains("back.profiles.json"), "{text}");
+    std::fs::write(&back_site, text).unwrap();
+    let records = audit_records(&back_site);
+    assert_eq!(
+        imports(&records),
+        vec![
+            ("a".into(), 201, dash(), a.clone()),
+            ("b".into(), 201, dash(), b.clone()),
+        ],
+        "{records:#?}"
+    );
+    assert!(
+        records.iter().all(|r| r["who"] == who.as_str()),
+        "{records:#?}"
+    );
+}

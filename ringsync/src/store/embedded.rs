@@ -28,7 +28,7 @@ use tokio::sync::watch;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use super::audit::{self, AuditPage, AuditQuery, AuditRecord};
-use super::{Freshness, Imported, Store, StoreError, WriteRequest, Written};
+use super::{Actor, Freshness, Imported, Store, StoreError, WriteRequest, Written};
 use crate::config::{SiteConfig, StoreConfig};
 use crate::profile::ProfileSet;
 
@@ -178,6 +178,7 @@ impl Store for EmbeddedStore {
         &self,
         set: ProfileSet,
         overwrite: bool,
+        by: Actor,
     ) -> BoxFuture<'_, Result<Imported, StoreError>> {
         let inner = self.inner.clone();
         Box::pin(async move {
@@ -185,11 +186,15 @@ impl Store for EmbeddedStore {
             let (set, imported) = blocking(move || {
                 inner.mutate_set(|cur| {
                     let (next, imported) = super::merge_import(cur, &src, overwrite)?;
-                    let write = next.is_some();
-                    if let Some(n) = next {
-                        *cur = n;
-                    }
-                    Ok((imported, write))
+                    let records = match next {
+                        Some(n) => {
+                            let records = super::import_audit(&by, cur, &n);
+                            *cur = n;
+                            records
+                        }
+                        None => Vec::new(),
+                    };
+                    Ok((imported, records))
                 })
             })
             .await??;
@@ -298,7 +303,10 @@ impl Inner {
         let recorded = audit::last_record(&self.audit_path)?;
         let owed = match (&pending, &recorded) {
             (Some(p), Some(r)) => {
-                p.revision == current.revision + 1
+                // A change goes one revision up, an import (`ringsync
+                // migrate`) may jump: either way past the file's, and
+                // its last record names exactly that revision.
+                p.revision > current.revision
                     && r.revision == Some(p.revision)
                     && (200..300).contains(&r.status)
             }
@@ -313,17 +321,23 @@ impl Inner {
         }
     }
 
-    /// Lock, re-read, let `edit` change the set (it says whether to write),
-    /// write atomically. Blocking.
+    /// Lock, re-read, let `edit` change the set (it returns the audit
+    /// records of what it changed; none: nothing to write), write
+    /// atomically. Blocking.
     fn mutate_set<T>(
         &self,
-        edit: impl FnOnce(&mut ProfileSet) -> Result<(T, bool), StoreError>,
+        edit: impl FnOnce(&mut ProfileSet) -> Result<(T, Vec<AuditRecord>), StoreError>,
     ) -> Result<(Arc<ProfileSet>, T), StoreError> {
         let lock = self.lock()?;
         let (mut set, _) = read_file(&self.path)?;
-        let (out, write) = edit(&mut set)?;
-        if write {
+        let (out, records) = edit(&mut set)?;
+        if !records.is_empty() {
             self.write_tmp(&set)?;
+            // As in `write`: the records are fsynced before the new file is
+            // renamed in, so no change is made without them (R-PR-4).
+            for rec in &records {
+                audit::append(&self.audit_path, rec)?;
+            }
             self.commit_tmp()?;
         }
         drop(lock);

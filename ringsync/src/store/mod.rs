@@ -29,7 +29,7 @@ mod freshness;
 pub mod handover;
 pub mod handover_file;
 
-pub use audit::{AuditPage, AuditQuery, AuditRecord};
+pub use audit::{Actor, AuditPage, AuditQuery, AuditRecord};
 pub use change::{new_id, Change, Committed, Op};
 pub use embedded::EmbeddedStore;
 pub use etcd::EtcdStore;
@@ -272,11 +272,16 @@ pub trait Store: Send + Sync + 'static {
     /// checked as a create would be (R-PR-1), ids kept. Idempotent: a target
     /// that already holds these profiles is left as it is. A target holding
     /// other profiles is refused with [`StoreError::Conflict`] unless
-    /// `overwrite`.
+    /// `overwrite`. Audited like every change (R-PR-4): one record by `by`
+    /// per profile the import creates, replaces or removes
+    /// ([`import_audit`]), written with the profiles (etcd: in the same
+    /// transaction; the embedded file: before the new file is renamed in);
+    /// a target left as it was gets none.
     fn import(
         &self,
         set: ProfileSet,
         overwrite: bool,
+        by: Actor,
     ) -> BoxFuture<'_, Result<Imported, StoreError>>;
     /// The Active-Passive handover records kept with these profiles
     /// (R-AP-1..4, R-MN-3); `None` when the backend keeps none. Every call
@@ -374,6 +379,36 @@ pub fn merge_import(
         profiles: src.profiles.clone(),
     };
     Ok((Some(next), Imported::Copied { profiles }))
+}
+
+/// The audit records of an import that replaces `cur` by `next` (R-PR-4):
+/// action `import`, one per profile of `next` that is new (201) or
+/// differs from the one of that id in `cur` (200, with `before`), and one
+/// per profile of `cur` that `next` drops (`--overwrite`: 200, `before`
+/// only). Profiles already there as they are get none.
+pub fn import_audit(by: &Actor, cur: &ProfileSet, next: &ProfileSet) -> Vec<AuditRecord> {
+    let record = |before: Option<&Profile>, after: Option<&Profile>| {
+        let named = after.or(before).map(|p| p.name.as_str());
+        let mut rec = by.record("import", named);
+        rec.status = if before.is_none() { 201 } else { 200 };
+        rec.before = before.cloned();
+        rec.after = after.cloned();
+        rec.revision = Some(next.revision);
+        rec
+    };
+    let mut out = Vec::new();
+    for p in &next.profiles {
+        let before = cur.profiles.iter().find(|c| c.id == p.id);
+        if before != Some(p) {
+            out.push(record(before, Some(p)));
+        }
+    }
+    for c in &cur.profiles {
+        if !next.profiles.iter().any(|p| p.id == c.id) {
+            out.push(record(Some(c), None));
+        }
+    }
+    out
 }
 
 static ERRORS: AtomicU64 = AtomicU64::new(0);

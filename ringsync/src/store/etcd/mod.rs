@@ -44,7 +44,7 @@ use futures::future::BoxFuture;
 use tokio::sync::watch;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-use super::audit::{AuditPage, AuditQuery, AuditRecord};
+use super::audit::{Actor, AuditPage, AuditQuery, AuditRecord};
 use super::{cache, Freshness, Imported, Store, StoreError, WriteRequest, Written};
 use crate::config::{SiteConfig, StoreConfig};
 use crate::node::{NodeEntry, NodeRecord};
@@ -255,9 +255,10 @@ impl Store for EtcdStore {
         &self,
         set: ProfileSet,
         overwrite: bool,
+        by: Actor,
     ) -> BoxFuture<'_, Result<Imported, StoreError>> {
         Box::pin(async move {
-            tokio::time::timeout(WRITE_DEADLINE, self.import_once(set, overwrite))
+            tokio::time::timeout(WRITE_DEADLINE, self.import_once(set, overwrite, &by))
                 .await
                 .unwrap_or_else(|_| {
                     Err(self.inner.unavailable(format!(

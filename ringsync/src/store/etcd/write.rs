@@ -9,13 +9,19 @@ use etcd_client::{Compare, CompareOp, Txn, TxnOp, TxnOpResponse};
 use super::audit::audit_bytes;
 use super::{Doc, EtcdStore, Inner, MAX_ATTEMPTS};
 use crate::profile::ProfileSet;
-use crate::store::{Imported, StoreError, WriteRequest, Written};
+use crate::store::{Actor, Imported, StoreError, WriteRequest, Written};
 
 impl EtcdStore {
+    /// One import attempt (see [`crate::store::Store::import`]): the new
+    /// document and its audit records in one transaction. etcd bounds a
+    /// transaction's operations (`--max-txn-ops`, 128 by default), so an
+    /// import that makes more than 127 records is refused by etcd as a
+    /// whole, and nothing is written.
     pub(super) async fn import_once(
         &self,
         set: ProfileSet,
         overwrite: bool,
+        by: &Actor,
     ) -> Result<Imported, StoreError> {
         let src = crate::store::checked_import(&self.inner.config, set)?;
         let cur = self.inner.read_retrying().await?;
@@ -23,7 +29,11 @@ impl EtcdStore {
         let Some(next) = next else {
             return Ok(imported);
         };
-        match self.inner.swap(cur.mod_revision, &next, None).await? {
+        let mut audit = Vec::new();
+        for rec in crate::store::import_audit(by, &cur.set, &next) {
+            audit.push((self.inner.audit_key(rec.at_ms), audit_bytes(&rec)?));
+        }
+        match self.inner.swap(cur.mod_revision, &next, audit).await? {
             Swap::Done { mod_revision } => {
                 self.inner.apply(next, mod_revision);
                 Ok(imported)
@@ -56,9 +66,9 @@ impl Inner {
             let audit = match (&key, &w.audit) {
                 (Some(k), Some(rec)) => {
                     let rec = rec.clone().done(&committed, next.revision);
-                    Some((k.clone(), audit_bytes(&rec)?))
+                    vec![(k.clone(), audit_bytes(&rec)?)]
                 }
-                _ => None,
+                _ => Vec::new(),
             };
             let written = Written {
                 committed,
@@ -119,18 +129,18 @@ impl Inner {
 
     /// Writes `next` if the document is still at `expect`. Transport
     /// failures are retried: the compare makes a repeat harmless.
-    /// `audit`: a record key and value written in the same transaction.
+    /// `audit`: record keys and values written in the same transaction.
     async fn swap(
         &self,
         expect: u64,
         next: &ProfileSet,
-        audit: Option<(String, Vec<u8>)>,
+        audit: Vec<(String, Vec<u8>)>,
     ) -> Result<Swap, StoreError> {
         let key = self.keys.profiles.as_str();
         let mut bytes = serde_json::to_vec(next).map_err(|e| StoreError::Task(e.to_string()))?;
         bytes.push(b'\n');
         let mut puts = vec![TxnOp::put(key, bytes, None)];
-        if let Some((k, v)) = audit {
+        for (k, v) in audit {
             puts.push(TxnOp::put(k, v, None));
         }
         let txn = Txn::new()
