@@ -1,7 +1,9 @@
 //! The `ringsync` binary on a site stored in a real etcd: `migrate` from the
 //! embedded file (idempotent, refuses to overwrite other profiles unless
 //! told), profile commands, a conflict's exit, `node list`/`forget`, and
-//! `status` listing the registered nodes.
+//! `status` listing the registered nodes; every import audited (R-PR-4),
+//! and a node that met a corrupt document fresh again after a good one
+//! (R-MN-2).
 
 mod common;
 
@@ -10,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use common::etcd::{etcd_site_text, ip};
 use common::TestSite;
-use testbed::Etcd;
+use testbed::bins::Node;
+use testbed::{Etcd, TcpPartition};
 
 const BIN: &str = env!("CARGO_BIN_EXE_ringsync");
 
@@ -338,4 +341,80 @@ fn r_pr_4_migrate_writes_one_audit_record_per_profile_in_the_target() {
         records.iter().all(|r| r["who"] == who.as_str()),
         "{records:#?}"
     );
+}
+
+/// R-MN-2: a `ringsync serve` cut off from etcd (a partition) while the
+/// profile document is overwritten with something that does not parse
+/// finds it corrupt as its watch is set up again, and says it is stale and
+/// why; a good document written after it makes the node fresh, with the
+/// good version's revision. (The watch used to wait for a version "newer
+/// than corrupt" that could never come: the node stayed stale.)
+#[test]
+fn r_mn_2_a_good_document_after_a_corrupt_one_seen_at_reconnect_makes_the_node_fresh() {
+    let etcd = Etcd::single(ip(71, 11)).expect("etcd");
+    let relay = TcpPartition::start((ip(71, 21), 0).into(), etcd.client_addr(0)).unwrap();
+    let via = format!("http://{}", relay.addr());
+    let dir = tempfile::tempdir().unwrap();
+    let site = dir.path().join("site.toml");
+    std::fs::write(&site, etcd_site_text(&[via], "/drain/t1")).unwrap();
+    ok(&run(
+        &site,
+        &["profile", "create", "--name", "a", "--server", "srv-a"],
+    ));
+    let mut serve = Node::serve(&site)
+        .admin((ip(71, 31), 0).into())
+        .start()
+        .expect("ringsync serve");
+    serve.wait_ready().unwrap();
+    let readyz = |n: &Node| n.get("/readyz").map(|r| r.body).unwrap_or_default();
+    assert!(
+        readyz(&serve).contains("store: fresh"),
+        "{}",
+        readyz(&serve)
+    );
+
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let mut client = rt
+        .block_on(etcd_client::Client::connect(etcd.endpoints(), None))
+        .unwrap();
+    let key = "/drain/t1/profiles";
+    let good = rt.block_on(client.get(key, None)).unwrap().kvs()[0]
+        .value()
+        .to_vec();
+
+    relay.cut();
+    serve
+        .wait_for("stale while cut off", Duration::from_secs(10), |n| {
+            readyz(n).contains("store: stale").then_some(())
+        })
+        .unwrap();
+    rt.block_on(client.put(key, "{ not a profile set", None))
+        .unwrap();
+    relay.restore();
+    // Back in touch: the watch is set up again on the corrupt version.
+    let said = serve
+        .wait_for(
+            "stale, the document corrupt",
+            Duration::from_secs(10),
+            |n| {
+                let body = readyz(n);
+                body.contains("is corrupt").then_some(body)
+            },
+        )
+        .unwrap();
+    assert!(said.contains("store: stale"), "{said}");
+
+    let put = rt.block_on(client.put(key, good, None)).unwrap();
+    let revision = put.header().unwrap().revision();
+    let said = serve
+        .wait_for(
+            "fresh after the good document",
+            Duration::from_secs(5),
+            |n| {
+                let body = readyz(n);
+                body.contains("store: fresh").then_some(body)
+            },
+        )
+        .unwrap();
+    assert!(said.contains(&format!("(revision {revision})")), "{said}");
 }

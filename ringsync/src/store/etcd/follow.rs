@@ -2,12 +2,16 @@
 //!
 //! List once, then watch from the revision after the list. When the watch
 //! breaks (a member died, the cluster is down, a partition), the node keeps
-//! its view and reports itself stale; it then resumes the watch from the
-//! last revision it applied, so every change made meanwhile arrives, in
-//! order, once. It is current again when it has applied the document
-//! version the store holds at that moment (one read right after the watch
-//! is re-established tells which). If that revision was compacted away, it
-//! lists again instead.
+//! its view and reports itself stale; it then resumes the watch right after
+//! the last revision of the document it received, applied or not: a
+//! version that does not parse is skipped (the view stays, the node says
+//! it is stale and why), every other change made meanwhile arrives, in
+//! order, once. The node is current again when its watch has reached the
+//! document version the store held as the watch was set up (one read right
+//! after the watch is established tells which, parsable or not) and the
+//! newest version it received parsed: a good version written after a
+//! corrupt one makes it current, whenever the corrupt one came. If the
+//! revision to resume from was compacted away, it lists again instead.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -100,9 +104,13 @@ async fn watch(
         Ok(s) => s,
         Err(e) => return End::Lost(e.to_string()),
     };
-    // The document revision to reach before the view counts as current.
+    // The document version the store held as this watch was set up (its
+    // mod revision, parsable or not): the view is not current before the
+    // watch has reached it.
     let mut catch_up: Option<u64> = None;
-    let mut synced = false;
+    // Whether the newest version received parsed: a corrupt one keeps the
+    // node stale until a good one comes (R-MN-2).
+    let mut newest_good = true;
     loop {
         let msg = tokio::select! {
             _ = token.cancelled() => return End::Shutdown,
@@ -123,16 +131,17 @@ async fn watch(
             ));
         }
         if resp.created() {
-            match inner.read().await {
-                Ok(doc) => catch_up = Some(doc.mod_revision),
-                Err(e @ StoreError::Corrupt { .. }) => {
-                    stale(inner, &e);
-                    catch_up = Some(u64::MAX);
+            match inner.read_version().await {
+                Ok((revision, corrupt)) => {
+                    catch_up = Some(revision);
+                    if let Some(e) = corrupt {
+                        stale(inner, &e);
+                        newest_good = false;
+                    }
                 }
                 Err(e) => return End::Lost(e.to_string()),
             }
         }
-        let mut applied_ok = false;
         for ev in resp.events() {
             let Some(kv) = ev.kv() else { continue };
             let rev = kv.mod_revision();
@@ -140,29 +149,25 @@ async fn watch(
                 EventType::Put => match inner.parse(kv) {
                     Ok(set) => {
                         inner.apply(set, rev.max(0) as u64);
-                        applied_ok = true;
+                        newest_good = true;
                     }
-                    Err(e) => stale(inner, &e),
+                    Err(e) => {
+                        stale(inner, &e);
+                        newest_good = false;
+                    }
                 },
                 EventType::Delete => {
                     tracing::warn!(key = %inner.keys.profiles, "profile document deleted in etcd: no profiles");
                     inner.apply(ProfileSet::default(), rev.max(0) as u64);
-                    applied_ok = true;
+                    newest_good = true;
                 }
             }
             *seen = Some(seen.unwrap_or(0).max(rev));
         }
-        if !synced {
-            if let Some(target) = catch_up {
-                if target != u64::MAX && inner.applied() >= target {
-                    synced = true;
-                    inner.mark_fresh();
-                    *backoff = BACKOFF_MIN;
-                }
-            }
-        } else if applied_ok {
-            // A good version after a corrupt one ends that staleness too.
+        let reached = catch_up.is_some_and(|target| seen.unwrap_or(0).max(0) as u64 >= target);
+        if reached && newest_good {
             inner.mark_fresh();
+            *backoff = BACKOFF_MIN;
         }
     }
 }

@@ -28,9 +28,10 @@
 //! update. Because every retry is again a compare-and-swap, a write whose
 //! first attempt was cut off can be retried safely: it applies at most once.
 //!
-//! **Following** ([`follow`]): every node watches `P/profiles`, resumes from
-//! the last revision it saw after a reconnect, and re-lists after a
-//! compaction. While etcd is unreachable it keeps its last view and reports
+//! **Following** ([`follow`]): every node watches `P/profiles`, resumes
+//! right after the last revision it received after a reconnect (a version
+//! that does not parse is skipped, and the node is stale until a good one
+//! comes), and re-lists after a compaction. While etcd is unreachable it keeps its last view and reports
 //! itself stale (R-MN-2); a node that starts during an outage starts from its
 //! local view cache ([`super::cache`]) and says so.
 
@@ -340,6 +341,23 @@ impl Inner {
             )
             .await?;
         self.doc_of(&resp)
+    }
+
+    /// The mod revision of the profile document (0 when absent) and, when
+    /// it does not parse, why: unlike [`Inner::read`], a corrupt document
+    /// still has a version a watch can wait for.
+    async fn read_version(&self) -> Result<(u64, Option<StoreError>), StoreError> {
+        let mut kv = self.client.kv_client();
+        let resp = self
+            .rpc(
+                "reading profiles",
+                kv.get(self.keys.profiles.as_str(), None),
+            )
+            .await?;
+        Ok(match resp.kvs().first() {
+            None => (0, None),
+            Some(kv) => (kv.mod_revision().max(0) as u64, self.parse(kv).err()),
+        })
     }
 
     /// [`Inner::read`], retried while etcd is unreachable (a member that
