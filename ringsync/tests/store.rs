@@ -49,7 +49,7 @@ async fn missing_file_is_an_empty_set_created_on_first_write() {
 }
 
 #[tokio::test]
-async fn crud_by_id_or_name() {
+async fn crud_by_id_or_name_each_audited_r_pr_4() {
     let site = TestSite::new();
     let s = store::open(&site.config).await.unwrap();
     let p = s.create(new("maint-a", &["srv-a"])).await.unwrap();
@@ -73,6 +73,34 @@ async fn crud_by_id_or_name() {
         Err(StoreError::NotFound { .. })
     ));
     assert_eq!(s.list().await.unwrap().revision, 4);
+
+    // R-PR-4: the store's own create/update/delete/set_state are audited
+    // too, by this process's OS user, refusals included.
+    let page = s.audit_log(store::AuditQuery::default()).await.unwrap();
+    let got: Vec<(&str, u16)> = page
+        .records
+        .iter()
+        .map(|r| (r.action.as_str(), r.status))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("create", 201),
+            ("activate", 200),
+            ("update", 200),
+            ("create", 409),
+            ("delete", 200),
+            ("delete", 404)
+        ]
+    );
+    let me = store::Actor::local();
+    assert!(
+        page.records
+            .iter()
+            .all(|r| r.who == me.who && r.from == "local"),
+        "{:?}",
+        page.records
+    );
 }
 
 #[tokio::test]

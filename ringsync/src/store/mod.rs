@@ -179,12 +179,14 @@ pub struct WriteRequest {
 }
 
 impl WriteRequest {
-    /// An unaudited change, whatever the profile's revision.
-    pub fn plain(op: Op) -> WriteRequest {
+    /// A change by this process's OS user ([`Actor::local`]), whatever the
+    /// profile's revision: audited like the CLI's local changes, since no
+    /// change is made without its record (R-PR-4).
+    pub fn local(op: Op) -> WriteRequest {
         WriteRequest {
+            audit: Some(Actor::local().record_op(&op, None)),
             op,
             expect: None,
-            audit: None,
         }
     }
 }
@@ -237,9 +239,10 @@ pub trait Store: Send + Sync + 'static {
             state,
         })
     }
-    /// [`Store::write`] unaudited, whatever the revision: the profile.
+    /// [`Store::write`] by this process's OS user, audited
+    /// ([`WriteRequest::local`]), whatever the revision: the profile.
     fn plain(&self, op: Op) -> BoxFuture<'_, Result<Profile, StoreError>> {
-        let w = self.write(WriteRequest::plain(op));
+        let w = self.write(WriteRequest::local(op));
         Box::pin(async move { w.await.map(|w| w.committed.profile) })
     }
     /// A new snapshot on every change, including changes made by other
