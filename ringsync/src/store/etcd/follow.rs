@@ -17,7 +17,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::{EventType, WatchOptions};
+use etcd_client::{Event, EventType, WatchOptions};
 use tokio_util::sync::CancellationToken;
 
 use super::{cache, Inner};
@@ -142,27 +142,8 @@ async fn watch(
                 Err(e) => return End::Lost(e.to_string()),
             }
         }
-        for ev in resp.events() {
-            let Some(kv) = ev.kv() else { continue };
-            let rev = kv.mod_revision();
-            match ev.event_type() {
-                EventType::Put => match inner.parse(kv) {
-                    Ok(set) => {
-                        inner.apply(set, rev.max(0) as u64);
-                        newest_good = true;
-                    }
-                    Err(e) => {
-                        stale(inner, &e);
-                        newest_good = false;
-                    }
-                },
-                EventType::Delete => {
-                    tracing::warn!(key = %inner.keys.profiles, "profile document deleted in etcd: no profiles");
-                    inner.apply(ProfileSet::default(), rev.max(0) as u64);
-                    newest_good = true;
-                }
-            }
-            *seen = Some(seen.unwrap_or(0).max(rev));
+        if let Some(good) = apply_events(inner, resp.events(), seen) {
+            newest_good = good;
         }
         let reached = catch_up.is_some_and(|target| seen.unwrap_or(0).max(0) as u64 >= target);
         if reached && newest_good {
@@ -170,6 +151,36 @@ async fn watch(
             *backoff = BACKOFF_MIN;
         }
     }
+}
+
+/// Applies the events of one watch response in order, advancing `seen`; a
+/// version that does not parse is skipped and makes the node stale.
+/// Whether the newest version parsed; `None` without events.
+fn apply_events(inner: &Inner, events: &[Event], seen: &mut Option<i64>) -> Option<bool> {
+    let mut newest_good = None;
+    for ev in events {
+        let Some(kv) = ev.kv() else { continue };
+        let rev = kv.mod_revision();
+        match ev.event_type() {
+            EventType::Put => match inner.parse(kv) {
+                Ok(set) => {
+                    inner.apply(set, rev.max(0) as u64);
+                    newest_good = Some(true);
+                }
+                Err(e) => {
+                    stale(inner, &e);
+                    newest_good = Some(false);
+                }
+            },
+            EventType::Delete => {
+                tracing::warn!(key = %inner.keys.profiles, "profile document deleted in etcd: no profiles");
+                inner.apply(ProfileSet::default(), rev.max(0) as u64);
+                newest_good = Some(true);
+            }
+        }
+        *seen = Some(seen.unwrap_or(0).max(rev));
+    }
+    newest_good
 }
 
 fn stale(inner: &Inner, e: &StoreError) {
