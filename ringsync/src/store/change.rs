@@ -5,9 +5,12 @@
 
 use std::collections::HashSet;
 
-use super::{StoreError, MAX_DESCRIPTION_LEN, MAX_NAME_LEN};
+use super::{StoreError, MAX_DESCRIPTION_LEN};
 use crate::config::SiteConfig;
-use crate::profile::{NewProfile, Profile, ProfilePatch, ProfileSet, ProfileState};
+use crate::profile::{
+    self, NameError, NewProfile, Profile, ProfilePatch, ProfileSet, ProfileState,
+};
+
 /// One change to a profile set; backends apply it to the freshest set they
 /// can read, under their own exclusion.
 #[derive(Debug, Clone)]
@@ -57,7 +60,7 @@ impl Change {
     pub fn apply(self, config: &SiteConfig, set: &mut ProfileSet) -> Result<Profile, StoreError> {
         match self {
             Change::Create { id, new } => {
-                let name = check_name(&new.name)?;
+                let name = check_name(set, &new.name)?;
                 check_description(&new.description)?;
                 let servers = check_servers(config, &new.servers)?;
                 if set.profiles.iter().any(|p| p.name == name) {
@@ -77,8 +80,11 @@ impl Change {
             Change::Update { id, patch } => {
                 let i = find(set, &id)?;
                 let mut p = set.profiles[i].clone();
-                if let Some(name) = patch.name {
-                    let name = check_name(&name)?;
+                // A name kept as it is is not checked again: a profile stored
+                // before R-PR-5 with a name it now refuses can still be
+                // updated and (de)activated, and renamed to a good name.
+                if let Some(name) = patch.name.filter(|n| n.trim() != p.name) {
+                    let name = check_name(set, &name)?;
                     if set
                         .profiles
                         .iter()
@@ -121,6 +127,11 @@ pub struct Committed {
     pub profile: Profile,
     /// True for a delete.
     pub deleted: bool,
+    /// False when the change found the profile already as asked (an
+    /// activation of an active profile, an update to the values it has):
+    /// then the set and its revision are as they were, and the store writes
+    /// nothing, neither the set nor an audit record (R-PR-4 below).
+    pub changed: bool,
 }
 
 impl Committed {
@@ -133,8 +144,12 @@ impl Committed {
 impl Change {
     /// Applies the change like [`Change::apply`], refusing it with
     /// [`StoreError::Stale`] when `expect` names a revision the profile has
-    /// moved past; then moves the set's revision on and stamps the changed
-    /// profile with it. On error `set` is unchanged.
+    /// moved past (a change that would change nothing included: the caller
+    /// decided on a profile that is no longer there); then moves the set's
+    /// revision on and stamps the changed profile with it, unless the change
+    /// left the profile exactly as it was: then the revision stays, so no
+    /// other operator's `--revision` is made stale by nothing
+    /// ([`Committed::changed`] is false). On error `set` is unchanged.
     pub fn commit(
         self,
         config: &SiteConfig,
@@ -153,6 +168,16 @@ impl Change {
         }
         let deleted = matches!(self, Change::Delete { .. });
         let mut profile = self.apply(config, set)?;
+        if let Some(b) = before.as_ref().filter(|b| !deleted && **b == profile) {
+            // `apply` wrote back the very values the profile had: `set` is
+            // as it was.
+            return Ok(Committed {
+                before: Some(b.clone()),
+                profile,
+                deleted,
+                changed: false,
+            });
+        }
         set.revision += 1;
         if !deleted {
             profile.revision = set.revision;
@@ -164,6 +189,7 @@ impl Change {
             before,
             profile,
             deleted,
+            changed: true,
         })
     }
 }
@@ -253,20 +279,18 @@ fn find(set: &ProfileSet, id: &str) -> Result<usize, StoreError> {
         .ok_or_else(|| StoreError::NotFound { id: id.to_owned() })
 }
 
-fn check_name(name: &str) -> Result<String, StoreError> {
+/// R-PR-5: a new or renamed profile's name, trimmed, follows the name
+/// rules and is no profile's id (ids are looked up first: such a name would
+/// find the other profile).
+fn check_name(set: &ProfileSet, name: &str) -> Result<String, StoreError> {
     let name = name.trim();
-    if name.is_empty() {
-        return Err(StoreError::InvalidName("must not be empty".into()));
-    }
-    if name.chars().count() > MAX_NAME_LEN {
-        return Err(StoreError::InvalidName(format!(
-            "must be at most {MAX_NAME_LEN} characters"
-        )));
-    }
-    if name.chars().any(char::is_control) {
-        return Err(StoreError::InvalidName(
-            "must not contain control characters".into(),
-        ));
+    let invalid = |reason| StoreError::InvalidName {
+        name: name.to_owned(),
+        reason,
+    };
+    profile::check_name(name).map_err(invalid)?;
+    if let Some(p) = set.profiles.iter().find(|p| p.id == name) {
+        return Err(invalid(NameError::IsAnId(p.id.clone())));
     }
     Ok(name.to_owned())
 }
@@ -420,7 +444,7 @@ mod tests {
                 new: new("", &["srv-a"])
             }
             .apply(&c, &mut set),
-            Err(StoreError::InvalidName(_))
+            Err(StoreError::InvalidName { .. })
         ));
         assert!(matches!(
             Change::Delete { id: "nope".into() }.apply(&c, &mut set),
