@@ -1,6 +1,6 @@
 //! Profile names and revisions tell the truth, through the real `ringsync`
 //! binary (the CLI on the store, and `ringsync serve`'s HTTP API): a name
-//! is what docs/api.md says and can never be taken for an id (R-PR-5); a
+//! is what docs/api.md says and can never be taken for an id (R-PR-1); a
 //! change that changes nothing keeps the revision, writes nothing and says
 //! "unchanged", while a stale `--revision` is still refused (R-PR-4).
 
@@ -59,12 +59,12 @@ fn written(site: &TestSite) -> (Vec<u8>, Vec<u8>) {
     )
 }
 
-/// R-PR-5: `bad name!` and friends are refused with a clear message by the
+/// R-PR-1: `bad name!` and friends are refused with a clear message by the
 /// CLI (non-zero exit) and the API (400, `{"error": ...}`), on create and on
 /// rename, and nothing is stored; a profile stored before the rules, with a
 /// name they refuse, still loads and can be shown, activated and renamed.
 #[test]
-fn r_pr_5_bad_names_are_refused_by_the_cli_and_the_api_old_ones_still_load() {
+fn r_pr_1_bad_names_are_refused_by_the_cli_and_the_api_old_ones_still_load() {
     let site = TestSite::new();
     let err = refused(&ringsync(
         &site,
@@ -144,11 +144,11 @@ fn r_pr_5_bad_names_are_refused_by_the_cli_and_the_api_old_ones_still_load() {
     assert!(ok(&o).starts_with("updated profile p-0000abcd (old-name)"));
 }
 
-/// R-PR-5: a name may not look like an id, nor be one: `show NAME` can
+/// R-PR-1: a name may not look like an id, nor be one: `show NAME` can
 /// never return another profile. Ids are looked up first (docs/api.md), so
 /// the collision is made impossible at the write.
 #[test]
-fn r_pr_5_a_name_never_shadows_an_id() {
+fn r_pr_1_a_name_never_shadows_an_id() {
     let site = TestSite::new();
     let a = json(&ringsync(
         &site,

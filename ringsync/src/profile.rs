@@ -1,7 +1,7 @@
 //! Deservice (drain) profiles: the operator's objects, and the set of them
 //! that a store holds.
 //!
-//! This module is plain data and the rules of a profile name (R-PR-5).
+//! This module is plain data and the rules of a profile name (R-PR-1).
 //! Validation against the site (R-PR-1) lives in [`crate::store`], so every
 //! backend applies the same checks.
 
@@ -39,7 +39,7 @@ impl std::fmt::Display for ProfileState {
 /// Longest accepted profile name, in characters (docs/api.md).
 pub const MAX_NAME_LEN: usize = 64;
 
-/// Why a name is refused for a new or renamed profile (R-PR-5). Names
+/// Why a name is refused for a new or renamed profile (R-PR-1). Names
 /// already stored are never re-checked: a file written before these rules
 /// still loads, and its profiles keep their names until renamed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -68,7 +68,7 @@ pub enum NameError {
     IsAnId(String),
 }
 
-/// Checks a name for a new or renamed profile (R-PR-5): 1 to
+/// Checks a name for a new or renamed profile (R-PR-1): 1 to
 /// [`MAX_NAME_LEN`] ASCII letters, digits, `-`, `_` and `.`, starting with a
 /// letter or a digit, and not shaped like an id ([`looks_like_id`]).
 pub fn check_name(name: &str) -> Result<(), NameError> {
@@ -178,7 +178,7 @@ impl ProfileSet {
     }
 
     /// The position of the profile with this id, or else with this name.
-    /// Ids win; no name written since R-PR-5 can be an id's (shaped like
+    /// Ids win; no name written since the name rules can be an id's (shaped like
     /// one, or equal to one of the set's), so the two never collide.
     pub fn position(&self, id_or_name: &str) -> Option<usize> {
         self.profiles
@@ -248,9 +248,9 @@ mod tests {
         assert!(set.find("nope").is_none());
     }
 
-    /// R-PR-5: the name rules, one case each.
+    /// R-PR-1: the name rules, one case each.
     #[test]
-    fn r_pr_5_names_as_docs_api_md_says() {
+    fn r_pr_1_names_as_docs_api_md_says() {
         for ok in [
             "maint-a",
             "a",

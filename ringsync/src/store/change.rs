@@ -81,7 +81,7 @@ impl Change {
                 let i = find(set, &id)?;
                 let mut p = set.profiles[i].clone();
                 // A name kept as it is is not checked again: a profile stored
-                // before R-PR-5 with a name it now refuses can still be
+                // before these name rules with a name they now refuse can still be
                 // updated and (de)activated, and renamed to a good name.
                 if let Some(name) = patch.name.filter(|n| n.trim() != p.name) {
                     let name = check_name(set, &name)?;
@@ -279,7 +279,7 @@ fn find(set: &ProfileSet, id: &str) -> Result<usize, StoreError> {
         .ok_or_else(|| StoreError::NotFound { id: id.to_owned() })
 }
 
-/// R-PR-5: a new or renamed profile's name, trimmed, follows the name
+/// R-PR-1: a new or renamed profile's name, trimmed, follows the name
 /// rules and is no profile's id (ids are looked up first: such a name would
 /// find the other profile).
 fn check_name(set: &ProfileSet, name: &str) -> Result<String, StoreError> {
@@ -360,6 +360,87 @@ mod tests {
         let del = Op::Delete { id: "a".into() };
         let done = del.change(&set).commit(&c, &mut set, Some(2)).unwrap();
         assert!(done.deleted && done.after().is_none() && set.profiles.is_empty());
+    }
+
+    /// R-PR-4: an activation of an active profile or an update to the
+    /// values it has leaves the set and its revision as they were, and says
+    /// so; a stale revision named with it is refused all the same.
+    #[test]
+    fn r_pr_4_a_no_op_keeps_the_revision() {
+        let c = site();
+        let mut set = ProfileSet::default();
+        Op::Create(new("a", &["srv-a"]))
+            .change(&set)
+            .commit(&c, &mut set, None)
+            .unwrap();
+        let act = Op::SetState {
+            id: "a".into(),
+            state: ProfileState::Active,
+        };
+        assert!(act.change(&set).commit(&c, &mut set, None).unwrap().changed);
+        let was = set.clone();
+        let again = act.change(&set).commit(&c, &mut set, Some(2)).unwrap();
+        assert!(!again.changed && again.profile.revision == 2, "{again:?}");
+        let same = Op::Update {
+            id: "a".into(),
+            patch: ProfilePatch {
+                name: Some(" a ".into()),
+                servers: Some(vec!["srv-a".into(), "srv-a".into()]),
+                ..Default::default()
+            },
+        };
+        assert!(
+            !same
+                .change(&set)
+                .commit(&c, &mut set, None)
+                .unwrap()
+                .changed
+        );
+        assert_eq!(set, was);
+        let stale = act.change(&set).commit(&c, &mut set, Some(1)).unwrap_err();
+        assert!(matches!(stale, StoreError::Stale { .. }), "{stale}");
+    }
+
+    /// R-PR-1: a name equal to a profile's id (one of another shape, kept
+    /// by an import) is refused; a stored name the rules refuse stays
+    /// usable until renamed.
+    #[test]
+    fn r_pr_1_a_name_is_never_an_id_and_old_names_stay_usable() {
+        let c = site();
+        let mut set = ProfileSet {
+            revision: 1,
+            profiles: vec![Profile {
+                id: "maint".into(),
+                name: "old name!".into(),
+                description: String::new(),
+                servers: vec!["srv-a".into()],
+                state: ProfileState::Inactive,
+                revision: 1,
+            }],
+        };
+        let e = Op::Create(new("maint", &["srv-b"]))
+            .change(&set)
+            .commit(&c, &mut set, None)
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("is the id of profile `maint`"),
+            "{e}"
+        );
+        let keep = Op::Update {
+            id: "maint".into(),
+            patch: ProfilePatch {
+                name: Some("old name!".into()),
+                description: Some("d".into()),
+                ..Default::default()
+            },
+        };
+        assert!(
+            keep.change(&set)
+                .commit(&c, &mut set, None)
+                .unwrap()
+                .changed
+        );
+        assert_eq!(set.profiles[0].name, "old name!");
     }
 
     pub(crate) fn site() -> SiteConfig {

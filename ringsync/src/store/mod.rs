@@ -55,7 +55,7 @@ pub enum StoreError {
     /// A profile needs at least one server.
     #[error("a profile needs at least one server")]
     NoServers,
-    /// The name of a new or renamed profile breaks the name rules (R-PR-5).
+    /// The name of a new or renamed profile breaks the name rules (R-PR-1).
     #[error("invalid profile name `{}`: {reason}", name.escape_debug())]
     InvalidName {
         /// The name asked for.
@@ -315,7 +315,7 @@ pub enum Imported {
 }
 
 /// Checks every profile of an imported set as a create would (R-PR-1,
-/// names: R-PR-5), keeping ids, states and the revision. A source holding
+/// names: R-PR-1), keeping ids, states and the revision. A source holding
 /// a name the rules now refuse is refused whole, naming it: rename it
 /// there first (a rename to a good name is always allowed).
 pub fn checked_import(config: &SiteConfig, set: ProfileSet) -> Result<ProfileSet, StoreError> {
@@ -345,7 +345,7 @@ pub fn checked_import(config: &SiteConfig, set: ProfileSet) -> Result<ProfileSet
         }
     }
     // Each create checked its name against the ids copied before it; this
-    // catches a name equal to an id copied after it (R-PR-5).
+    // catches a name equal to an id copied after it (R-PR-1).
     for p in &out.profiles {
         if let Some(o) = out.profiles.iter().find(|o| o.id == p.name) {
             return Err(StoreError::InvalidName {
