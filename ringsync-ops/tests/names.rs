@@ -319,3 +319,70 @@ fn r_pr_4_a_no_op_keeps_the_revision_writes_nothing_and_says_unchanged() {
     let o = ringsync(&site, &["profile", "deactivate", "m"]);
     assert!(ok(&o).starts_with("unchanged profile"), "{o:?}");
 }
+
+/// The same on a site stored in a real etcd (127.0.71.11): `migrate` refuses
+/// a source holding a name the rules refuse (naming it; nothing copied), a
+/// bad name is refused, and a no-op activation keeps the document's
+/// revision, writes no audit record and says "unchanged" (R-PR-1, R-PR-4).
+#[test]
+fn r_pr_1_r_pr_4_names_and_no_ops_on_etcd() {
+    let etcd = testbed::Etcd::single(common::etcd::ip(71, 11)).expect("etcd");
+    let ep = etcd.endpoints()[0].clone();
+    let embedded = TestSite::new();
+    let old = r#"{"revision":1,"profiles":[{"id":"p-0000abcd","name":"old name!","servers":["srv-b"],"state":"inactive","revision":1}]}"#;
+    std::fs::write(embedded.store_path(), old).unwrap();
+    let args = [
+        "migrate",
+        "--from",
+        "embedded",
+        "--to",
+        "etcd",
+        "--endpoint",
+        &ep,
+    ];
+    let err = refused(&ringsync(&embedded, &args));
+    assert!(err.contains("invalid profile name `old name!`"), "{err}");
+
+    let site = TestSite::with_text(&common::etcd::etcd_site_text(
+        std::slice::from_ref(&ep),
+        "/drain/names",
+    ));
+    let list = json(&ringsync(&site, &["--json", "profile", "list"]));
+    assert_eq!(list["profiles"].as_array().map(Vec::len), Some(0), "{list}");
+    let err = refused(&ringsync(
+        &site,
+        &[
+            "profile",
+            "create",
+            "--name",
+            "bad name!",
+            "--server",
+            "srv-a",
+        ],
+    ));
+    assert!(err.contains("invalid profile name `bad name!`"), "{err}");
+    ok(&ringsync(
+        &site,
+        &["profile", "create", "--name", "m", "--server", "srv-a"],
+    ));
+    ok(&ringsync(&site, &["profile", "activate", "m"]));
+    let audited = || {
+        let v = json(&ringsync(&site, &["--json", "audit"]));
+        v["records"].as_array().unwrap().len()
+    };
+    let records = audited();
+    let o = ringsync(&site, &["profile", "activate", "m", "--revision", "2"]);
+    let out = ok(&o);
+    assert!(
+        out.starts_with("unchanged profile") && out.ends_with("revision 2\n"),
+        "{out}"
+    );
+    let list = json(&ringsync(&site, &["--json", "profile", "list"]));
+    assert_eq!(list["revision"], 2, "{list}");
+    assert_eq!(audited(), records, "no audit record for a no-op");
+    let err = refused(&ringsync(
+        &site,
+        &["profile", "activate", "m", "--revision", "1"],
+    ));
+    assert!(err.contains("at revision 2, not 1 as asked"), "{err}");
+}
