@@ -35,6 +35,11 @@ pub use ringsync::tls;
 
 pub use access::{Access, Endpoint, Need, Peer};
 
+/// The header of every answer to a change (create, update, activate,
+/// deactivate, delete): `true`, or `false` when the profile was already as
+/// asked and nothing was written (its revision kept).
+pub const CHANGED_HEADER: &str = "ringsync-changed";
+
 /// What the handlers share.
 pub struct AdminApi {
     store: Arc<dyn Store>,

@@ -1,8 +1,9 @@
 //! Deservice (drain) profiles: the operator's objects, and the set of them
 //! that a store holds.
 //!
-//! This module is plain data. Validation against the site (R-PR-1) lives in
-//! [`crate::store`], so every backend applies the same checks.
+//! This module is plain data and the rules of a profile name (R-PR-1).
+//! Validation against the site (R-PR-1) lives in [`crate::store`], so every
+//! backend applies the same checks.
 
 use std::collections::BTreeSet;
 
@@ -33,6 +34,71 @@ impl std::fmt::Display for ProfileState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
     }
+}
+
+/// Longest accepted profile name, in characters (docs/api.md).
+pub const MAX_NAME_LEN: usize = 64;
+
+/// Why a name is refused for a new or renamed profile (R-PR-1). Names
+/// already stored are never re-checked: a file written before these rules
+/// still loads, and its profiles keep their names until renamed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NameError {
+    /// Nothing but whitespace.
+    #[error("must not be empty")]
+    Empty,
+    /// Longer than [`MAX_NAME_LEN`].
+    #[error("must be at most {MAX_NAME_LEN} characters, not {0}")]
+    TooLong(usize),
+    /// Starts with `-`, `_` or `.` (so it never reads as a command-line flag
+    /// or a hidden file).
+    #[error("must start with a letter or a digit, not `{0}`")]
+    BadStart(char),
+    /// A character outside the allowed set.
+    #[error("may hold only ASCII letters, digits, `-`, `_` and `.`; `{0}` is not allowed")]
+    BadChar(char),
+    /// Has the shape of a generated id, so `show NAME` could one day find
+    /// the profile that is given that id instead.
+    #[error("looks like a profile id (`p-` and 8 hex digits); ids are made by ringsync, pick another name")]
+    LooksLikeId,
+    /// Is the id of a profile of the site (one imported with an id of
+    /// another shape): ids are looked up before names, so it would never be
+    /// found by this name.
+    #[error("is the id of profile `{0}`; pick another name")]
+    IsAnId(String),
+}
+
+/// Checks a name for a new or renamed profile (R-PR-1): 1 to
+/// [`MAX_NAME_LEN`] ASCII letters, digits, `-`, `_` and `.`, starting with a
+/// letter or a digit, and not shaped like an id ([`looks_like_id`]).
+pub fn check_name(name: &str) -> Result<(), NameError> {
+    let Some(first) = name.chars().next() else {
+        return Err(NameError::Empty);
+    };
+    let len = name.chars().count();
+    if len > MAX_NAME_LEN {
+        return Err(NameError::TooLong(len));
+    }
+    if !first.is_ascii_alphanumeric() {
+        return Err(NameError::BadStart(first));
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
+    {
+        return Err(NameError::BadChar(c));
+    }
+    if looks_like_id(name) {
+        return Err(NameError::LooksLikeId);
+    }
+    Ok(())
+}
+
+/// True for the shape of the ids ringsync makes (`p-` and 8 hex digits, in
+/// either case, so `P-CAFE0001` is refused as a name too).
+pub fn looks_like_id(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() == 10 && b[..2].eq_ignore_ascii_case(b"p-") && b[2..].iter().all(u8::is_ascii_hexdigit)
 }
 
 /// A deservice profile: a named set of servers to drain.
@@ -111,8 +177,9 @@ impl ProfileSet {
             .collect()
     }
 
-    /// The position of the profile with this id, or else with this name
-    /// (ids win, so a name that looks like another profile's id is not ambiguous).
+    /// The position of the profile with this id, or else with this name.
+    /// Ids win; no name written since the name rules can be an id's (shaped like
+    /// one, or equal to one of the set's), so the two never collide.
     pub fn position(&self, id_or_name: &str) -> Option<usize> {
         self.profiles
             .iter()
@@ -179,6 +246,33 @@ mod tests {
         assert_eq!(set.find("p-2").unwrap().servers, ["srv-b"]);
         assert_eq!(set.find("name-p-2").unwrap().id, "p-2");
         assert!(set.find("nope").is_none());
+    }
+
+    /// R-PR-1: the name rules, one case each.
+    #[test]
+    fn r_pr_1_names_as_docs_api_md_says() {
+        for ok in [
+            "maint-a",
+            "a",
+            "A.b_c-9",
+            "7",
+            "p-1234567",
+            "p-123456789",
+            "p-cafe000g",
+        ] {
+            assert_eq!(check_name(ok), Ok(()), "{ok}");
+        }
+        let long = "a".repeat(MAX_NAME_LEN + 1);
+        assert_eq!(check_name(&"a".repeat(MAX_NAME_LEN)), Ok(()));
+        assert_eq!(check_name(&long), Err(NameError::TooLong(65)));
+        assert_eq!(check_name(""), Err(NameError::Empty));
+        assert_eq!(check_name("bad name!"), Err(NameError::BadChar(' ')));
+        assert_eq!(check_name("-x"), Err(NameError::BadStart('-')));
+        assert_eq!(check_name("é"), Err(NameError::BadStart('é')));
+        assert_eq!(check_name("a/b"), Err(NameError::BadChar('/')));
+        for id in ["p-cafe0001", "P-CAFE0001", "p-00000000"] {
+            assert_eq!(check_name(id), Err(NameError::LooksLikeId), "{id}");
+        }
     }
 
     #[test]

@@ -129,7 +129,13 @@ impl AdminApi {
         let audit = Some(caller.actor.record_op(&op, expect));
         let w = WriteRequest { op, expect, audit };
         let written = self.after_write(self.store.write(w).await)?;
-        Ok(profile_response(ok, &written.committed.profile))
+        let c = &written.committed;
+        let mut resp = profile_response(ok, &c.profile);
+        // The body stays the profile (clients parse it as one); whether it
+        // changed, or was already as asked and kept its revision, is a header.
+        let changed = HeaderValue::from_static(if c.changed { "true" } else { "false" });
+        resp.headers_mut().insert(super::CHANGED_HEADER, changed);
+        Ok(resp)
     }
 
     /// Records a change refused before the store saw it, and refuses it.

@@ -417,10 +417,19 @@ async fn profile(
                 } => "activated",
                 Op::SetState { .. } => "deactivated",
             };
-            let p = site.write(op, expect).await?;
+            let (p, changed) = site.write(op, expect).await?;
             if json {
-                return write_json(out, &p);
+                return write_json(
+                    out,
+                    &ChangeAnswer {
+                        profile: &p,
+                        changed,
+                    },
+                );
             }
+            // A change that found the profile already as asked kept its
+            // revision and wrote nothing: say so, not "activated".
+            let verb = if changed { verb } else { "unchanged" };
             writeln!(
                 out,
                 "{verb} profile {} ({}): {}, revision {}",
@@ -429,6 +438,15 @@ async fn profile(
             Ok(())
         }
     }
+}
+
+/// `--json` of a change: the profile's fields and `changed` (false when
+/// it was already as asked and nothing was written).
+#[derive(Serialize)]
+struct ChangeAnswer<'a> {
+    #[serde(flatten)]
+    profile: &'a crate::profile::Profile,
+    changed: bool,
 }
 
 fn write_json<T: Serialize>(out: &mut (dyn Write + Send), v: &T) -> Result<(), CliError> {

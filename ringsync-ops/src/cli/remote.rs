@@ -81,13 +81,25 @@ impl Remote {
         path: &str,
         body: Option<&impl Serialize>,
     ) -> Result<T, CliError> {
+        Ok(self.call_change(method, path, body).await?.0)
+    }
+
+    /// [`Remote::call`] for a change: also whether it changed anything
+    /// (the API's `Ringsync-Changed: false` says it did not; an answer
+    /// without the header is taken as a change).
+    pub(super) async fn call_change<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&impl Serialize>,
+    ) -> Result<(T, bool), CliError> {
         let bytes = match body {
             Some(b) => Bytes::from(serde_json::to_vec(b).map_err(std::io::Error::from)?),
             None => Bytes::new(),
         };
         let what = format!("{method} {}{path}", self.base);
         let exchange = self.exchange(method, path, bytes);
-        let (status, body) = tokio::time::timeout(TIMEOUT, exchange)
+        let (status, changed, body) = tokio::time::timeout(TIMEOUT, exchange)
             .await
             .map_err(|_| CliError::Remote(format!("{what}: no answer within {TIMEOUT:?}")))?
             .map_err(|e| CliError::Remote(format!("{what}: {e}")))?;
@@ -98,9 +110,10 @@ impl Remote {
             );
             return Err(CliError::Api { status, message });
         }
-        serde_json::from_slice(&body).map_err(|e| {
+        let v = serde_json::from_slice(&body).map_err(|e| {
             CliError::Remote(format!("{what}: the answer is not what was expected: {e}"))
-        })
+        })?;
+        Ok((v, changed))
     }
 
     async fn exchange(
@@ -108,7 +121,7 @@ impl Remote {
         method: Method,
         path: &str,
         body: Bytes,
-    ) -> Result<(u16, Bytes), String> {
+    ) -> Result<(u16, bool, Bytes), String> {
         let host = self
             .base
             .host()
@@ -147,7 +160,7 @@ impl Remote {
     }
 }
 
-async fn send<I>(io: I, req: Request<Full<Bytes>>) -> Result<(u16, Bytes), String>
+async fn send<I>(io: I, req: Request<Full<Bytes>>) -> Result<(u16, bool, Bytes), String>
 where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
@@ -160,13 +173,17 @@ where
         .await
         .map_err(|e| format!("HTTP exchange failed: {e}"))?;
     let status = resp.status().as_u16();
+    let changed = resp
+        .headers()
+        .get(crate::api::CHANGED_HEADER)
+        .is_none_or(|v| v.as_bytes() != b"false");
     let body = Limited::new(resp.into_body(), MAX_BODY)
         .collect()
         .await
         .map_err(|e| format!("reading the answer: {e}"))?
         .to_bytes();
     conn.abort();
-    Ok((status, body))
+    Ok((status, changed, body))
 }
 
 /// The token: the first line of the file that is neither empty nor a

@@ -83,18 +83,24 @@ impl Site {
 
     /// Makes a change, refused if `expect` names a revision the profile
     /// has moved past.
-    pub(super) async fn write(&self, op: Op, expect: Option<u64>) -> Result<Profile, CliError> {
+    /// The profile as it is after it, and whether anything changed.
+    pub(super) async fn write(
+        &self,
+        op: Op,
+        expect: Option<u64>,
+    ) -> Result<(Profile, bool), CliError> {
         let r = match self {
             Site::Local { store, .. } => {
                 let audit = Some(Actor::local().record_op(&op, expect));
                 let w = WriteRequest { op, expect, audit };
-                return Ok(store.write(w).await?.committed.profile);
+                let c = store.write(w).await?.committed;
+                return Ok((c.profile, c.changed));
             }
             Site::Remote(r) => r,
         };
         let rev = expect.map(|revision| RevisionBody { revision });
         match &op {
-            Op::Create(new) => r.call(Method::POST, "/v1/profiles", Some(new)).await,
+            Op::Create(new) => r.call_change(Method::POST, "/v1/profiles", Some(new)).await,
             Op::Update { id, patch } => {
                 let body = PatchBody {
                     name: patch.name.as_deref(),
@@ -103,11 +109,11 @@ impl Site {
                     revision: expect,
                 };
                 let path = format!("/v1/profiles/{}", segment(id));
-                r.call(Method::PATCH, &path, Some(&body)).await
+                r.call_change(Method::PATCH, &path, Some(&body)).await
             }
             Op::Delete { id } => {
                 let path = format!("/v1/profiles/{}", segment(id));
-                r.call(Method::DELETE, &path, rev.as_ref()).await
+                r.call_change(Method::DELETE, &path, rev.as_ref()).await
             }
             Op::SetState { id, state } => {
                 let verb = match state {
@@ -115,7 +121,7 @@ impl Site {
                     ProfileState::Inactive => "deactivate",
                 };
                 let path = format!("/v1/profiles/{}/{verb}", segment(id));
-                r.call(Method::POST, &path, rev.as_ref()).await
+                r.call_change(Method::POST, &path, rev.as_ref()).await
             }
         }
     }

@@ -5,9 +5,12 @@
 
 use std::collections::HashSet;
 
-use super::{StoreError, MAX_DESCRIPTION_LEN, MAX_NAME_LEN};
+use super::{StoreError, MAX_DESCRIPTION_LEN};
 use crate::config::SiteConfig;
-use crate::profile::{NewProfile, Profile, ProfilePatch, ProfileSet, ProfileState};
+use crate::profile::{
+    self, NameError, NewProfile, Profile, ProfilePatch, ProfileSet, ProfileState,
+};
+
 /// One change to a profile set; backends apply it to the freshest set they
 /// can read, under their own exclusion.
 #[derive(Debug, Clone)]
@@ -57,7 +60,7 @@ impl Change {
     pub fn apply(self, config: &SiteConfig, set: &mut ProfileSet) -> Result<Profile, StoreError> {
         match self {
             Change::Create { id, new } => {
-                let name = check_name(&new.name)?;
+                let name = check_name(set, &new.name)?;
                 check_description(&new.description)?;
                 let servers = check_servers(config, &new.servers)?;
                 if set.profiles.iter().any(|p| p.name == name) {
@@ -77,8 +80,11 @@ impl Change {
             Change::Update { id, patch } => {
                 let i = find(set, &id)?;
                 let mut p = set.profiles[i].clone();
-                if let Some(name) = patch.name {
-                    let name = check_name(&name)?;
+                // A name kept as it is is not checked again: a profile stored
+                // before these name rules with a name they now refuse can still be
+                // updated and (de)activated, and renamed to a good name.
+                if let Some(name) = patch.name.filter(|n| n.trim() != p.name) {
+                    let name = check_name(set, &name)?;
                     if set
                         .profiles
                         .iter()
@@ -121,6 +127,11 @@ pub struct Committed {
     pub profile: Profile,
     /// True for a delete.
     pub deleted: bool,
+    /// False when the change found the profile already as asked (an
+    /// activation of an active profile, an update to the values it has):
+    /// then the set and its revision are as they were, and the store writes
+    /// nothing, neither the set nor an audit record (R-PR-4 below).
+    pub changed: bool,
 }
 
 impl Committed {
@@ -133,8 +144,12 @@ impl Committed {
 impl Change {
     /// Applies the change like [`Change::apply`], refusing it with
     /// [`StoreError::Stale`] when `expect` names a revision the profile has
-    /// moved past; then moves the set's revision on and stamps the changed
-    /// profile with it. On error `set` is unchanged.
+    /// moved past (a change that would change nothing included: the caller
+    /// decided on a profile that is no longer there); then moves the set's
+    /// revision on and stamps the changed profile with it, unless the change
+    /// left the profile exactly as it was: then the revision stays, so no
+    /// other operator's `--revision` is made stale by nothing
+    /// ([`Committed::changed`] is false). On error `set` is unchanged.
     pub fn commit(
         self,
         config: &SiteConfig,
@@ -153,6 +168,16 @@ impl Change {
         }
         let deleted = matches!(self, Change::Delete { .. });
         let mut profile = self.apply(config, set)?;
+        if let Some(b) = before.as_ref().filter(|b| !deleted && **b == profile) {
+            // `apply` wrote back the very values the profile had: `set` is
+            // as it was.
+            return Ok(Committed {
+                before: Some(b.clone()),
+                profile,
+                deleted,
+                changed: false,
+            });
+        }
         set.revision += 1;
         if !deleted {
             profile.revision = set.revision;
@@ -164,6 +189,7 @@ impl Change {
             before,
             profile,
             deleted,
+            changed: true,
         })
     }
 }
@@ -253,20 +279,18 @@ fn find(set: &ProfileSet, id: &str) -> Result<usize, StoreError> {
         .ok_or_else(|| StoreError::NotFound { id: id.to_owned() })
 }
 
-fn check_name(name: &str) -> Result<String, StoreError> {
+/// R-PR-1: a new or renamed profile's name, trimmed, follows the name
+/// rules and is no profile's id (ids are looked up first: such a name would
+/// find the other profile).
+fn check_name(set: &ProfileSet, name: &str) -> Result<String, StoreError> {
     let name = name.trim();
-    if name.is_empty() {
-        return Err(StoreError::InvalidName("must not be empty".into()));
-    }
-    if name.chars().count() > MAX_NAME_LEN {
-        return Err(StoreError::InvalidName(format!(
-            "must be at most {MAX_NAME_LEN} characters"
-        )));
-    }
-    if name.chars().any(char::is_control) {
-        return Err(StoreError::InvalidName(
-            "must not contain control characters".into(),
-        ));
+    let invalid = |reason| StoreError::InvalidName {
+        name: name.to_owned(),
+        reason,
+    };
+    profile::check_name(name).map_err(invalid)?;
+    if let Some(p) = set.profiles.iter().find(|p| p.id == name) {
+        return Err(invalid(NameError::IsAnId(p.id.clone())));
     }
     Ok(name.to_owned())
 }
@@ -336,6 +360,87 @@ mod tests {
         let del = Op::Delete { id: "a".into() };
         let done = del.change(&set).commit(&c, &mut set, Some(2)).unwrap();
         assert!(done.deleted && done.after().is_none() && set.profiles.is_empty());
+    }
+
+    /// R-PR-4: an activation of an active profile or an update to the
+    /// values it has leaves the set and its revision as they were, and says
+    /// so; a stale revision named with it is refused all the same.
+    #[test]
+    fn r_pr_4_a_no_op_keeps_the_revision() {
+        let c = site();
+        let mut set = ProfileSet::default();
+        Op::Create(new("a", &["srv-a"]))
+            .change(&set)
+            .commit(&c, &mut set, None)
+            .unwrap();
+        let act = Op::SetState {
+            id: "a".into(),
+            state: ProfileState::Active,
+        };
+        assert!(act.change(&set).commit(&c, &mut set, None).unwrap().changed);
+        let was = set.clone();
+        let again = act.change(&set).commit(&c, &mut set, Some(2)).unwrap();
+        assert!(!again.changed && again.profile.revision == 2, "{again:?}");
+        let same = Op::Update {
+            id: "a".into(),
+            patch: ProfilePatch {
+                name: Some(" a ".into()),
+                servers: Some(vec!["srv-a".into(), "srv-a".into()]),
+                ..Default::default()
+            },
+        };
+        assert!(
+            !same
+                .change(&set)
+                .commit(&c, &mut set, None)
+                .unwrap()
+                .changed
+        );
+        assert_eq!(set, was);
+        let stale = act.change(&set).commit(&c, &mut set, Some(1)).unwrap_err();
+        assert!(matches!(stale, StoreError::Stale { .. }), "{stale}");
+    }
+
+    /// R-PR-1: a name equal to a profile's id (one of another shape, kept
+    /// by an import) is refused; a stored name the rules refuse stays
+    /// usable until renamed.
+    #[test]
+    fn r_pr_1_a_name_is_never_an_id_and_old_names_stay_usable() {
+        let c = site();
+        let mut set = ProfileSet {
+            revision: 1,
+            profiles: vec![Profile {
+                id: "maint".into(),
+                name: "old name!".into(),
+                description: String::new(),
+                servers: vec!["srv-a".into()],
+                state: ProfileState::Inactive,
+                revision: 1,
+            }],
+        };
+        let e = Op::Create(new("maint", &["srv-b"]))
+            .change(&set)
+            .commit(&c, &mut set, None)
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("is the id of profile `maint`"),
+            "{e}"
+        );
+        let keep = Op::Update {
+            id: "maint".into(),
+            patch: ProfilePatch {
+                name: Some("old name!".into()),
+                description: Some("d".into()),
+                ..Default::default()
+            },
+        };
+        assert!(
+            keep.change(&set)
+                .commit(&c, &mut set, None)
+                .unwrap()
+                .changed
+        );
+        assert_eq!(set.profiles[0].name, "old name!");
     }
 
     pub(crate) fn site() -> SiteConfig {
@@ -420,7 +525,7 @@ mod tests {
                 new: new("", &["srv-a"])
             }
             .apply(&c, &mut set),
-            Err(StoreError::InvalidName(_))
+            Err(StoreError::InvalidName { .. })
         ));
         assert!(matches!(
             Change::Delete { id: "nope".into() }.apply(&c, &mut set),

@@ -247,11 +247,16 @@ impl Inner {
                 return Err(e);
             }
         };
-        self.write_tmp(&set)?;
-        if let Some(rec) = w.audit {
-            audit::append(&self.audit_path, &rec.done(&committed, set.revision))?;
+        // A change that changes nothing writes nothing: the file, its
+        // revision and the log stay as they are (the log names the changes
+        // the store holds, and the refusals).
+        if committed.changed {
+            self.write_tmp(&set)?;
+            if let Some(rec) = w.audit {
+                audit::append(&self.audit_path, &rec.done(&committed, set.revision))?;
+            }
+            self.commit_tmp()?;
         }
-        self.commit_tmp()?;
         drop(lock);
         let revision = set.revision;
         Ok((

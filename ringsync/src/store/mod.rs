@@ -36,8 +36,7 @@ pub use etcd::EtcdStore;
 pub use freshness::{rfc3339, Freshness};
 pub use handover::{Campaign, HandoverStore, Leadership, Published};
 
-/// Longest accepted profile name.
-pub const MAX_NAME_LEN: usize = 128;
+pub use crate::profile::MAX_NAME_LEN;
 /// Longest accepted description.
 pub const MAX_DESCRIPTION_LEN: usize = 4096;
 
@@ -56,9 +55,14 @@ pub enum StoreError {
     /// A profile needs at least one server.
     #[error("a profile needs at least one server")]
     NoServers,
-    /// The name is empty, too long or has control characters.
-    #[error("invalid profile name: {0}")]
-    InvalidName(String),
+    /// The name of a new or renamed profile breaks the name rules (R-PR-1).
+    #[error("invalid profile name `{}`: {reason}", name.escape_debug())]
+    InvalidName {
+        /// The name asked for.
+        name: String,
+        /// Which rule it breaks.
+        reason: crate::profile::NameError,
+    },
     /// The description is too long or has control characters other than newlines.
     #[error("invalid description: {0}")]
     InvalidDescription(String),
@@ -140,7 +144,7 @@ impl StoreError {
             self,
             StoreError::UnknownServer { .. }
                 | StoreError::NoServers
-                | StoreError::InvalidName(_)
+                | StoreError::InvalidName { .. }
                 | StoreError::InvalidDescription(_)
                 | StoreError::DuplicateName { .. }
                 | StoreError::NotFound { .. }
@@ -319,7 +323,9 @@ pub enum Imported {
 }
 
 /// Checks every profile of an imported set as a create would (R-PR-1,
-/// names), keeping ids, states and the revision.
+/// names: R-PR-1), keeping ids, states and the revision. A source holding
+/// a name the rules now refuse is refused whole, naming it: rename it
+/// there first (a rename to a good name is always allowed).
 pub fn checked_import(config: &SiteConfig, set: ProfileSet) -> Result<ProfileSet, StoreError> {
     let mut out = ProfileSet {
         revision: set.revision,
@@ -344,6 +350,16 @@ pub fn checked_import(config: &SiteConfig, set: ProfileSet) -> Result<ProfileSet
         // revision it read before the move still applies after it.
         if let Some(i) = out.position(&id) {
             out.profiles[i].revision = p.revision;
+        }
+    }
+    // Each create checked its name against the ids copied before it; this
+    // catches a name equal to an id copied after it (R-PR-1).
+    for p in &out.profiles {
+        if let Some(o) = out.profiles.iter().find(|o| o.id == p.name) {
+            return Err(StoreError::InvalidName {
+                name: p.name.clone(),
+                reason: crate::profile::NameError::IsAnId(o.id.clone()),
+            });
         }
     }
     Ok(out)

@@ -63,6 +63,15 @@ impl Inner {
                 Ok(c) => c,
                 Err(e) => return Err(self.refuse(w, e, &base.set, target).await),
             };
+            if !committed.changed {
+                // Already as asked, in the document just read: nothing to
+                // swap, no audit record (as on the embedded store).
+                let revision = next.revision;
+                return Ok(Written {
+                    committed,
+                    revision,
+                });
+            }
             let audit = match (&key, &w.audit) {
                 (Some(k), Some(rec)) => {
                     let rec = rec.clone().done(&committed, next.revision);
