@@ -23,8 +23,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::handover::PlannerStats;
 use crate::profile::Profile;
+use crate::round::Round;
 use crate::state::DrainState;
-use crate::status::{NodeBoard, Round, SiteStatus};
+use crate::status::{NodeBoard, SiteStatus};
 use crate::store::{self, AuditRecord, Store, StoreError};
 use crate::view::{DrainView, InstanceState};
 

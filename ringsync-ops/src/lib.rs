@@ -20,6 +20,7 @@ pub mod cli;
 pub mod handover;
 pub mod migrate;
 pub mod plan;
+pub mod round;
 pub mod sitewide;
 pub mod status;
 

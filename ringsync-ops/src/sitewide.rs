@@ -10,7 +10,7 @@
 use std::net::SocketAddr;
 
 use crate::node::{Liveness, NodeEntry};
-use crate::status::{NodeAnswer, Round};
+use crate::round::{NodeAnswer, Round};
 use crate::store::{Store, StoreError};
 use crate::work;
 

@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::SiteConfig;
 use crate::fetch::Fetcher;
+use crate::round::{NodeAnswer, Round};
 use crate::store::{Freshness, Store};
 use crate::view::DrainView;
 use crate::work::{self, InstanceStatus, NodeKind, NodeOutcome, WorkReport};
@@ -50,32 +51,6 @@ pub fn local_nodes(
     ]
 }
 
-/// What asking one node gave, as status shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NodeAnswer {
-    /// What it counts.
-    pub kind: NodeKind,
-    /// Where it was asked.
-    pub addr: SocketAddr,
-    /// The name it reports under; absent when it gave no usable report.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub node: Option<String>,
-    /// The profile revision its drain view is built from: behind the
-    /// store's while it has not applied the latest change.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub revision: Option<u64>,
-    /// When it started (Unix ms).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub started_ms: Option<u64>,
-    /// Why it gave no usable report.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-    /// Set while the node's own view is stale (its store unreachable, R-MN-2):
-    /// since when (Unix ms). Known from the node registry only.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stale_since_ms: Option<u64>,
-}
-
 /// The status of a site: `ringsync status --json` and `GET /v1/status`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SiteStatus {
@@ -95,15 +70,6 @@ pub struct SiteStatus {
     /// not (R-MN-2).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub store: Option<Freshness>,
-}
-
-/// One asking of every node: what each answered, and the reports to sum.
-#[derive(Debug, Clone, Default)]
-pub struct Round {
-    /// Per node, in the order asked.
-    pub answers: Vec<NodeAnswer>,
-    /// The same nodes, as [`work::sum`] takes them.
-    pub outcomes: Vec<NodeOutcome>,
 }
 
 impl Round {

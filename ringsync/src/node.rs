@@ -11,7 +11,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::store::Freshness;
+// From its leaf module, not `crate::store`: the store names `node`'s records,
+// so going through `store` would be an import cycle (issue 24).
+use crate::store::freshness::Freshness;
 use crate::work::{in_words, NodeKind, NodeOutcome, WorkReport};
 
 /// What a registered node is.

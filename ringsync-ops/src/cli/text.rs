@@ -5,7 +5,8 @@ use std::io::Write;
 
 use super::CliError;
 use crate::profile::{Profile, ProfileSet};
-use crate::status::{NodeAnswer, SiteStatus};
+use crate::round::NodeAnswer;
+use crate::status::SiteStatus;
 use crate::work::{self, InstanceStatus, WorkCounts};
 
 /// `profile show`.

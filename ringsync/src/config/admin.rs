@@ -5,7 +5,7 @@ use std::path::Path;
 
 use super::error::ConfigError;
 use super::types::AdminConfig;
-use super::validate::Validator;
+use super::validator::Validator;
 
 impl Validator<'_> {
     /// `[admin]`: relative paths of `tokens`, `tls_cert`, `tls_key` are

@@ -5,7 +5,7 @@ use toml::Spanned;
 
 use super::raw::RawApGroup;
 use super::types::{ApGroup, Instance, Timers};
-use super::validate::{service_of, Validator};
+use super::validator::{service_of, Validator};
 use super::ConfigError;
 
 type Result<T> = std::result::Result<T, ConfigError>;

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
 use super::error::ConfigError;
-use super::validate::Validator;
+use super::validator::Validator;
 
 /// What the gate does with a new dialog over a per-source or per-account
 /// limit (R-OV-2).

@@ -9,9 +9,9 @@ use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
 use super::error::ConfigError;
-use super::raw::RawInstance;
+use super::raw::{RawInstance, RawMedia};
 use super::types::{Instance, Service};
-use super::validate::Validator;
+use super::validator::Validator;
 
 /// Settings of media-ctl, the mg controller in front of the rtpengine pool.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -66,25 +66,6 @@ impl MediaConfig {
     pub fn mg_timeout(&self) -> Duration {
         Duration::from_millis(self.mg_timeout_ms)
     }
-}
-
-/// `[media]` as written: every field keeps its place in the file, so an
-/// error names the line of the field that is wrong.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RawMedia {
-    #[serde(default)]
-    ng_bind: Option<Spanned<SocketAddr>>,
-    #[serde(default)]
-    call_idle_timeout_s: Option<Spanned<u32>>,
-    #[serde(default)]
-    ping_interval_ms: Option<Spanned<u64>>,
-    #[serde(default)]
-    ping_timeout_ms: Option<Spanned<u64>>,
-    #[serde(default)]
-    ping_failures: Option<Spanned<u32>>,
-    #[serde(default)]
-    mg_timeout_ms: Option<Spanned<u64>>,
 }
 
 /// Checks `[media]` against itself and the instances.

@@ -24,6 +24,7 @@ mod services;
 mod tls;
 mod types;
 mod validate;
+mod validator;
 
 #[cfg(test)]
 mod tests;

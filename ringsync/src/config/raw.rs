@@ -39,7 +39,7 @@ pub(super) struct RawSite {
     #[serde(default)]
     pub(super) admin: AdminConfig,
     #[serde(default)]
-    pub(super) media: Option<Spanned<super::media::RawMedia>>,
+    pub(super) media: Option<Spanned<RawMedia>>,
     #[serde(default)]
     pub(super) server: Vec<Spanned<RawServer>>,
     #[serde(default)]
@@ -146,4 +146,25 @@ pub(super) struct RawListener {
 
 fn default_transports() -> Spanned<Vec<Transport>> {
     Spanned::new(0..0, vec![Transport::Udp, Transport::Tcp])
+}
+
+/// `[media]` as written: every field keeps its place in the file, so an
+/// error names the line of the field that is wrong. Here with the
+/// other raw sections, not in `media`, since `media` reads [`RawInstance`]
+/// too (issue 24).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawMedia {
+    #[serde(default)]
+    pub(super) ng_bind: Option<Spanned<SocketAddr>>,
+    #[serde(default)]
+    pub(super) call_idle_timeout_s: Option<Spanned<u32>>,
+    #[serde(default)]
+    pub(super) ping_interval_ms: Option<Spanned<u64>>,
+    #[serde(default)]
+    pub(super) ping_timeout_ms: Option<Spanned<u64>>,
+    #[serde(default)]
+    pub(super) ping_failures: Option<Spanned<u32>>,
+    #[serde(default)]
+    pub(super) mg_timeout_ms: Option<Spanned<u64>>,
 }

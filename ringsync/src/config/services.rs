@@ -11,7 +11,7 @@ use toml::Spanned;
 
 use super::raw::{RawApGroup, RawInstance};
 use super::types::{Instance, Service};
-use super::validate::Validator;
+use super::validator::Validator;
 use super::ConfigError;
 
 const BUILT_IN: [&str; 5] = ["sg", "esg", "mg", "bgmg", "ws"];

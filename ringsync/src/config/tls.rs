@@ -17,7 +17,7 @@ use toml::Spanned;
 
 use super::error::ConfigError;
 use super::types::{Listener, Transport};
-use super::validate::Validator;
+use super::validator::Validator;
 
 /// sip-gate's TLS settings (`[tls]`), required when a listener serves TLS.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -23,6 +23,7 @@ use super::types::{
     Account, DnsConfig, Exception, HealthConfig, Instance, Listener, ListenerMode, Server, Service,
     Site, SiteConfig, StoreConfig, TcpConfig, WorkConfig,
 };
+use super::validator::{check_name, service_of, Validator};
 
 type Result<T> = std::result::Result<T, ConfigError>;
 
@@ -71,33 +72,7 @@ pub(super) fn validate(loc: Locator<'_>, raw: RawSite) -> Result<SiteConfig> {
     })
 }
 
-/// Checks sections of one file; section checks in sibling modules take it
-/// to place their errors.
-pub(super) struct Validator<'a> {
-    pub(super) loc: Locator<'a>,
-}
-
-/// The service of the instance with this id.
-pub(super) fn service_of<'a>(instances: &'a [Instance], id: &str) -> Option<&'a Service> {
-    instances.iter().find(|i| i.id == id).map(|i| &i.service)
-}
-
 impl Validator<'_> {
-    /// An error at `span` (`0..0`: no line) in `field`.
-    pub(super) fn err(
-        &self,
-        span: std::ops::Range<usize>,
-        field: impl Into<String>,
-        message: impl Into<String>,
-    ) -> ConfigError {
-        self.loc.err(span, field, message)
-    }
-
-    /// A name at `field`, checked with [`check_name`].
-    pub(super) fn name(&self, name: &Spanned<String>, field: impl Into<String>) -> Result<()> {
-        check_name(name.get_ref()).map_err(|m| self.err(name.span(), field, m))
-    }
-
     /// `[site]`: a name, and a secret long enough to mean something.
     fn site(&self, raw: &RawSiteId) -> Result<Site> {
         let name = raw.name.get_ref().trim().to_owned();
@@ -569,23 +544,4 @@ impl Validator<'_> {
         }
         Ok(raw)
     }
-}
-
-/// Names go into Record-Route tokens, metric labels and file names: keep them tame.
-fn check_name(name: &str) -> std::result::Result<(), String> {
-    if name.is_empty() {
-        return Err("must not be empty".into());
-    }
-    if name.len() > 64 {
-        return Err("must be at most 64 characters".into());
-    }
-    if let Some(c) = name
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
-    {
-        return Err(format!(
-            "`{name}` has `{c}`; use letters, digits, `-`, `_`, `.`"
-        ));
-    }
-    Ok(())
 }

@@ -235,7 +235,7 @@ pub fn append(path: &Path, rec: &AuditRecord) -> Result<u64, StoreError> {
     file.write_all(&line).map_err(io)?;
     file.sync_all().map_err(io)?;
     if created {
-        super::embedded::sync_dir(path).map_err(io)?;
+        crate::files::sync_dir(path).map_err(io)?;
     }
     Ok(len + line.len() as u64)
 }

@@ -14,26 +14,22 @@
 //! lacks and the store never holds a change the log does not name.
 //!
 //! Other processes' changes are noticed by polling the file's identity
-//! (inode, size, mtime) every [`POLL_INTERVAL`] (R-PR-2).
+//! (inode, size, mtime) every [`POLL_INTERVAL`](crate::files::POLL_INTERVAL) (R-PR-2).
 
-use std::ffi::OsString;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
 
 use futures::future::BoxFuture;
 use tokio::sync::watch;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use super::audit::{self, AuditPage, AuditQuery, AuditRecord};
-use super::{Actor, Freshness, Imported, Store, StoreError, WriteRequest, Written};
+use super::{blocking, Actor, Freshness, Imported, Store, StoreError, WriteRequest, Written};
 use crate::config::{SiteConfig, StoreConfig};
+use crate::files::{fingerprint, fp_of, parent_dir, sibling, sync_dir, Fingerprint, POLL_INTERVAL};
 use crate::profile::ProfileSet;
-
-/// How often the file is checked for changes by other processes.
-pub const POLL_INTERVAL: Duration = Duration::from_millis(200);
 
 /// A profile store in a local JSON file.
 pub struct EmbeddedStore {
@@ -51,14 +47,6 @@ struct Inner {
     audit_path: PathBuf,
     tx: watch::Sender<Arc<ProfileSet>>,
     fresh: watch::Sender<Freshness>,
-}
-
-/// What identifies a version of the file without reading it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Fingerprint {
-    ino: u64,
-    len: u64,
-    mtime: Option<SystemTime>,
 }
 
 impl EmbeddedStore {
@@ -371,11 +359,6 @@ fn io_at(path: &Path) -> impl FnOnce(io::Error) -> StoreError {
     move |source| StoreError::Io { path, source }
 }
 
-/// Fsyncs the directory holding `path`, so a file created or renamed there stays.
-pub(crate) fn sync_dir(path: &Path) -> io::Result<()> {
-    File::open(parent_dir(path)).and_then(|d| d.sync_all())
-}
-
 /// Polls the file for changes made by other processes (R-PR-2).
 async fn poll(inner: Arc<Inner>, mut last: Option<Fingerprint>, token: CancellationToken) {
     let mut tick = tokio::time::interval(POLL_INTERVAL);
@@ -452,45 +435,4 @@ fn read_file(path: &Path) -> Result<(ProfileSet, Option<Fingerprint>), StoreErro
         detail: e.to_string(),
     })?;
     Ok((set, fp))
-}
-
-pub(super) fn fingerprint(path: &Path) -> io::Result<Option<Fingerprint>> {
-    match fs::metadata(path) {
-        Ok(m) => Ok(Some(fp_of(&m))),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e),
-    }
-}
-
-fn fp_of(m: &fs::Metadata) -> Fingerprint {
-    #[cfg(unix)]
-    let ino = std::os::unix::fs::MetadataExt::ino(m);
-    #[cfg(not(unix))]
-    let ino = 0;
-    Fingerprint {
-        ino,
-        len: m.len(),
-        mtime: m.modified().ok(),
-    }
-}
-
-pub(super) fn sibling(path: &Path, suffix: &str) -> PathBuf {
-    let mut s = OsString::from(path.as_os_str());
-    s.push(suffix);
-    PathBuf::from(s)
-}
-
-pub(super) fn parent_dir(path: &Path) -> PathBuf {
-    match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
-        _ => PathBuf::from("."),
-    }
-}
-
-pub(super) async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> T + Send + 'static,
-) -> Result<T, StoreError> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| StoreError::Task(e.to_string()))
 }

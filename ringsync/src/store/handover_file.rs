@@ -22,9 +22,9 @@ use futures::future::BoxFuture;
 use tokio::sync::watch;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-use super::embedded::{blocking, fingerprint, parent_dir, sibling, POLL_INTERVAL};
 use super::handover::{Campaign, HandoverStore, Leadership, Published};
-use super::StoreError;
+use super::{blocking, StoreError};
+use crate::files::{fingerprint, parent_dir, sibling, POLL_INTERVAL};
 use crate::handover::record::{Confirmed, Desired, HandoverState, PlannerRecord};
 
 /// The handover records next to an embedded profiles file.

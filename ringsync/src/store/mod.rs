@@ -25,7 +25,7 @@ pub mod cache;
 mod change;
 pub mod embedded;
 pub mod etcd;
-mod freshness;
+pub mod freshness;
 pub mod handover;
 pub mod handover_file;
 
@@ -457,4 +457,14 @@ pub async fn open(config: &SiteConfig) -> Result<Arc<dyn Store>, StoreError> {
             Ok(Arc::new(store))
         }
     }
+}
+
+/// Runs file I/O off the async threads; a task that panicked is a
+/// [`StoreError::Task`].
+pub(crate) async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, StoreError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| StoreError::Task(e.to_string()))
 }

@@ -16,7 +16,6 @@ use bytes::Bytes;
 use nix::sys::socket::{recvmmsg, ControlMessageOwned, MsgFlags, MultiHeaders, SockaddrStorage};
 use nix::sys::time::TimeSpec;
 
-use super::udp::socket_addr;
 use super::MAX_MESSAGE;
 use crate::overload::{IntakeMeter, MAX_BATCH};
 
@@ -152,4 +151,15 @@ impl BatchReceiver {
         }
         Ok(())
     }
+}
+
+/// The address of a datagram's peer, IPv4 or IPv6. Here, below `udp`, since
+/// both the batched reads and `udp`'s error queue read it (issue 24).
+pub(super) fn socket_addr(a: &SockaddrStorage) -> Option<SocketAddr> {
+    a.as_sockaddr_in()
+        .map(|v4| SocketAddr::from(std::net::SocketAddrV4::from(*v4)))
+        .or_else(|| {
+            a.as_sockaddr_in6()
+                .map(|v6| SocketAddr::from(std::net::SocketAddrV6::from(*v6)))
+        })
 }

@@ -16,7 +16,7 @@ use std::time::Instant;
 use nix::sys::socket::{recvmsg, setsockopt, sockopt, MsgFlags, SockaddrStorage};
 use tokio_util::sync::CancellationToken;
 
-use super::batch::{BatchReceiver, Datagram, Sender};
+use super::batch::{socket_addr, BatchReceiver, Datagram, Sender};
 use super::{Net, UDP_POLL};
 use crate::message::SipMessage;
 use crate::metrics as m;
@@ -164,15 +164,6 @@ fn serve(
     };
     let action = net.core.handle_scanned(inbound, msg, now, behind);
     net.execute(action);
-}
-
-pub(super) fn socket_addr(a: &SockaddrStorage) -> Option<SocketAddr> {
-    a.as_sockaddr_in()
-        .map(|v4| SocketAddr::from(std::net::SocketAddrV4::from(*v4)))
-        .or_else(|| {
-            a.as_sockaddr_in6()
-                .map(|v6| SocketAddr::from(std::net::SocketAddrV6::from(*v6)))
-        })
 }
 
 /// Reads the socket's error queue: each entry is an ICMP error for a
