@@ -199,9 +199,12 @@ fn audit_records(site: &std::path::Path) -> Vec<serde_json::Value> {
 
 /// The `import` records among `records`: (profile, status, before's id,
 /// after's id).
+/// The import records among `records`, sorted by profile name: one
+/// migration writes its records in the store's order of profiles (by id,
+/// which is random), not in the order the test created them.
 fn imports(records: &[serde_json::Value]) -> Vec<(String, u64, String, String)> {
     let id = |v: &serde_json::Value| v["id"].as_str().unwrap_or("-").to_owned();
-    records
+    let mut found: Vec<_> = records
         .iter()
         .filter(|r| r["action"] == "import")
         .map(|r| {
@@ -212,7 +215,9 @@ fn imports(records: &[serde_json::Value]) -> Vec<(String, u64, String, String)> 
                 id(&r["after"]),
             )
         })
-        .collect()
+        .collect();
+    found.sort();
+    found
 }
 
 /// R-PR-4: `ringsync migrate` is audited like every other change: one
