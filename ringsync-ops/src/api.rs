@@ -9,6 +9,7 @@
 //! the API speaks HTTPS when given a certificate ([`tls`]). The entry points
 //! take a bound listener and a shutdown token, so tests bind `127.0.0.1:0`.
 
+use ringsync::store::Refusal;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -22,12 +23,12 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::handover::PlannerStats;
-use crate::profile::Profile;
 use crate::round::Round;
-use crate::state::DrainState;
 use crate::status::{NodeBoard, SiteStatus};
-use crate::store::{self, AuditRecord, Store, StoreError};
-use crate::view::{DrainView, InstanceState};
+use ringsync::profile::Profile;
+use ringsync::state::DrainState;
+use ringsync::store::{self, AuditRecord, Store, StoreError};
+use ringsync::view::{DrainView, InstanceState};
 
 pub mod access;
 mod handlers;
@@ -94,7 +95,7 @@ impl From<StoreError> for ApiError {
             tracing::error!(error = %e, "profile store failed");
         }
         let current = match &e {
-            StoreError::Stale { current, .. } => Some(current.clone()),
+            StoreError::Refused(Refusal::Stale { current, .. }) => Some(current.clone()),
             _ => None,
         };
         ApiError {
@@ -229,7 +230,7 @@ impl AdminApi {
             view.config(),
             Ok(&state),
             view.revision(),
-            crate::work::now_ms(),
+            ringsync::work::now_ms(),
         ));
         Arc::new(round)
     }
