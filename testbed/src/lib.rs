@@ -1,6 +1,7 @@
 //! Harness that starts and stops real peers on loopback for tests and
 //! benchmarks: SIPp ([`Sipp`]), Kamailio ([`Kamailio`]), rtpengine
-//! ([`Rtpengine`]), etcd ([`Etcd`]), a DNS server ([`Dnsmasq`]), a blind UDP
+//! ([`Rtpengine`]), etcd ([`Etcd`]), a DNS server ([`Dnsmasq`]), BGP (a
+//! BIRD router, [`Bird`], and [`ExaBgp`]), a blind UDP
 //! relay ([`relay::BlindRelay`]), plus the helpers benchmarks need
 //! ([`free_port`], [`ProcStats`], [`stats`]); the project's own binaries, one
 //! at a time ([`bins::Node`]), with one HTTP client for their admin
@@ -39,6 +40,7 @@
 
 use std::path::PathBuf;
 
+pub mod bgp;
 pub mod bins;
 pub mod dnsmasq;
 mod error;
@@ -58,6 +60,7 @@ pub mod site;
 pub mod stats;
 mod wait;
 
+pub use bgp::{Bird, BirdHandle, ExaBgp, ExaBgpHandle};
 pub use dnsmasq::{Dnsmasq, DnsmasqHandle};
 pub use error::Error;
 pub use etcd::Etcd;
