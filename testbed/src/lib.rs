@@ -1,7 +1,7 @@
 //! Harness that starts and stops real peers on loopback for tests and
 //! benchmarks: SIPp ([`Sipp`]), Kamailio ([`Kamailio`]), rtpengine
 //! ([`Rtpengine`]), etcd ([`Etcd`]), a DNS server ([`Dnsmasq`]), BGP (a
-//! BIRD router, [`Bird`], and [`ExaBgp`]), a blind UDP
+//! BIRD router, [`Bird`], and [`ExaBgp`]), [`Prometheus`], a blind UDP
 //! relay ([`relay::BlindRelay`]), plus the helpers benchmarks need
 //! ([`free_port`], [`ProcStats`], [`stats`]); the project's own binaries, one
 //! at a time ([`bins::Node`]), with one HTTP client for their admin
@@ -52,6 +52,7 @@ pub mod net;
 pub mod partition;
 pub mod proc_stats;
 mod process;
+pub mod prometheus;
 pub mod rehearsal;
 pub mod relay;
 pub mod rtpengine;
@@ -68,6 +69,7 @@ pub use kamailio::{Kamailio, KamailioHandle};
 pub use net::{free_port, wait_listening, Transport};
 pub use partition::TcpPartition;
 pub use proc_stats::ProcStats;
+pub use prometheus::{Prometheus, PrometheusHandle};
 pub use rtpengine::{Rtpengine, RtpengineHandle};
 pub use sipp::{Scenario, Sipp, SippHandle, SippReport};
 pub use wait::wait_for;
