@@ -1,5 +1,6 @@
 //! What ships for Prometheus and Grafana (`deploy/`), checked against the
-//! real binaries and a real Prometheus: the rules pass `promtool check`;
+//! real binaries and a real Prometheus: the rules pass `promtool check`
+//! and their unit tests (`deploy/prometheus/alerts_test.yml`);
 //! every metric name the dashboard and the rules use is in the `/metrics`
 //! of a real `sip-gate`, `media-ctl` or `ringsync serve`; and a Prometheus
 //! on loopback scraping a gate fires `SipEdgeStoreStale` when the gate's
@@ -32,10 +33,12 @@ fn read(rel: &str) -> String {
 }
 
 #[test]
-fn the_alert_rules_and_the_example_config_pass_promtool() {
+fn the_alert_rules_and_the_example_config_pass_promtool_and_its_unit_tests() {
     for args in [
         vec!["check", "rules", "deploy/prometheus/alerts.yml"],
         vec!["check", "config", "deploy/prometheus/prometheus.yml"],
+        // Each alert fires on synthetic series it is about, and only there.
+        vec!["test", "rules", "deploy/prometheus/alerts_test.yml"],
     ] {
         let out = Command::new("promtool")
             .args(&args)
