@@ -154,9 +154,15 @@ impl PrometheusHandle {
             .collect())
     }
 
+    /// An instant query's whole answer (`status` is `error` for an
+    /// expression Prometheus refuses, with `error` saying why).
+    pub fn query(&self, expr: &str) -> Result<serde_json::Value> {
+        self.api(&format!("/api/v1/query?query={}", encode(expr)))
+    }
+
     /// The value of an instant query that returns one sample, if it does.
     pub fn query_one(&self, expr: &str) -> Result<Option<f64>> {
-        let v = self.api(&format!("/api/v1/query?query={}", encode(expr)))?;
+        let v = self.query(expr)?;
         Ok(v["data"]["result"]
             .as_array()
             .filter(|r| r.len() == 1)

@@ -4,7 +4,8 @@
 //! every metric name the dashboard and the rules use is in the `/metrics`
 //! of a real `sip-gate`, `media-ctl` or `ringsync serve`; and a Prometheus
 //! on loopback scraping a gate fires `SipEdgeStoreStale` when the gate's
-//! etcd goes away (the gate itself stays ready: R-MN-2).
+//! etcd goes away (the gate itself stays ready: R-MN-2) and takes every
+//! query of the dashboard.
 //!
 //! Addresses: 127.92.1.x (the three binaries), 127.92.2.x (gate, etcd on
 //! `.11`, Prometheus on `.2`).
@@ -272,6 +273,20 @@ fn a_real_prometheus_fires_store_stale_when_the_gates_etcd_goes_away() {
     assert_eq!(gate.readyz().map(|(code, _)| code), Some(200));
     let all = prometheus.alerts().unwrap();
     assert!(all.iter().all(|(n, ..)| n != "SipGateNotReady"), "{all:?}");
+    // Every query of the dashboard is one this Prometheus takes.
+    let d: serde_json::Value = serde_json::from_str(&read("deploy/grafana/sip-edge.json")).unwrap();
+    let exprs: Vec<String> = d["panels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|p| p["targets"].as_array().cloned().unwrap_or_default())
+        .filter_map(|t| t["expr"].as_str().map(str::to_owned))
+        .collect();
+    assert!(exprs.len() > 20, "{exprs:?}");
+    for e in &exprs {
+        let v = prometheus.query(e).unwrap();
+        assert_eq!(v["status"], "success", "dashboard query {e}: {v}");
+    }
     eprintln!(
         "etcd stopped -> gate stale in Prometheus after {:.1} s -> SipEdgeStoreStale firing after {:.1} s (for: 30s)",
         seen_stale.as_secs_f64(),
