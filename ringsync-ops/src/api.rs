@@ -265,6 +265,10 @@ impl AdminApi {
                 // NaN while unknown: never equal to 0, so never read as drained.
                 metrics::gauge!("ringsync_instance_work", "instance" => inst.id.clone())
                     .set(inst.work.map_or(f64::NAN, |w| w as f64));
+                // When its work is estimated gone (Unix s), for a dashboard's
+                // ETA (`... - time()`); NaN while nothing is estimated.
+                metrics::gauge!("ringsync_instance_eta_timestamp_seconds", "instance" => inst.id.clone())
+                    .set(inst.eta.until_ms().map_or(f64::NAN, |ms| ms as f64 / 1000.0));
             }
             let active = set.active_count();
             metrics::gauge!("ringsync_profiles", "state" => "active").set(active as f64);
