@@ -26,6 +26,10 @@ pub(crate) struct Reply<'r> {
     pub(crate) extra: &'r [(&'r str, String)],
 }
 
+/// The `Server` header of the gate's own responses when `[site]
+/// server_header` is not set.
+pub(crate) const DEFAULT_SERVER: &str = concat!("sip-gate/", env!("CARGO_PKG_VERSION"));
+
 impl<'r> Reply<'r> {
     /// A response with the standard reason phrase and nothing extra.
     pub(crate) fn new(code: u16) -> Self {
@@ -103,12 +107,15 @@ impl TagKey {
 
 /// Builds the response to `req`, received from `source`: every Via copied in
 /// order (the top one with `received`/`rport` per RFC 3581), From, To (with a
-/// tag added when the request had none), Call-ID, CSeq, `Content-Length: 0`.
+/// tag added when the request had none), Call-ID, CSeq, `Server` (when
+/// `server` is not empty: scanners fingerprint it, so a site may change or
+/// drop it), `Content-Length: 0`.
 pub(crate) fn build(
     req: &SipMessage,
     source: SocketAddr,
     reply: &Reply<'_>,
     tags: &TagKey,
+    server: &str,
 ) -> Bytes {
     let mut hs: Vec<Header> = Vec::with_capacity(10);
     for (i, via) in req.vias().enumerate() {
@@ -143,7 +150,9 @@ pub(crate) fn build(
     for (name, value) in reply.extra {
         hs.push(Header::Other((*name).to_owned(), value.clone()));
     }
-    hs.push(headers::Server::new(concat!("sip-gate/", env!("CARGO_PKG_VERSION"))).into());
+    if !server.is_empty() {
+        hs.push(headers::Server::new(server).into());
+    }
     hs.push(headers::ContentLength::new("0").into());
     // Always our own phrase: rsip prints its known codes as Rust names
     // ("ServiceUnavailable"), which is not the RFC 3261 reason phrase.
@@ -291,6 +300,7 @@ l: 4\r\n\r\nbody";
                 extra: &[],
             },
             &tags(),
+            DEFAULT_SERVER,
         );
         let text = std::str::from_utf8(&out).unwrap();
         assert!(
@@ -319,6 +329,7 @@ l: 4\r\n\r\nbody";
         assert!(text.contains("Call-ID: abc@10.0.0.1\r\n"), "{text}");
         assert!(text.contains("CSeq: 7 INVITE\r\n"), "{text}");
         assert!(text.contains("Retry-After: 30\r\n"), "{text}");
+        assert!(text.contains("Server: sip-gate/"), "{text}");
         assert!(text.ends_with("Content-Length: 0\r\n\r\n"), "{text}");
         // The response parses with our own scanner, and the tag is stable.
         let resp = SipMessage::parse(out.clone()).unwrap();
@@ -333,6 +344,7 @@ l: 4\r\n\r\nbody";
                 extra: &[],
             },
             &tags(),
+            DEFAULT_SERVER,
         );
         assert_eq!(out, again);
     }
@@ -345,7 +357,20 @@ l: 4\r\n\r\nbody";
             "10.0.0.1:5060".parse().unwrap(),
             &Reply::reason(400, "Bad CSeq"),
             &tags(),
+            DEFAULT_SERVER,
         );
         assert!(out.starts_with(b"SIP/2.0 400 Bad CSeq\r\n"));
+    }
+
+    #[test]
+    fn server_header_as_configured_or_none() {
+        let req = SipMessage::parse(Bytes::from_static(INVITE)).unwrap();
+        let src = "10.0.0.1:5060".parse().unwrap();
+        let set = build(&req, src, &Reply::new(483), &tags(), "edge");
+        assert!(std::str::from_utf8(&set)
+            .unwrap()
+            .contains("\r\nServer: edge\r\n"));
+        let none = build(&req, src, &Reply::new(483), &tags(), "");
+        assert!(!std::str::from_utf8(&none).unwrap().contains("Server:"));
     }
 }

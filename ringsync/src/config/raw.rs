@@ -58,6 +58,8 @@ pub(super) struct RawSiteId {
     pub(super) name: Spanned<String>,
     #[serde(default)]
     pub(super) secret: Option<Spanned<String>>,
+    #[serde(default)]
+    pub(super) server_header: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]

@@ -181,12 +181,34 @@ fn semantic_errors() {
             GOOD.replace("name = \"t1\"", "name = \"t1\"\nsecret = \"short\""),
             "site.secret",
         ),
+        (
+            GOOD.replace(
+                "name = \"t1\"",
+                "name = \"t1\"\nserver_header = \"x\\r\\nVia: 1\"",
+            ),
+            "site.server_header",
+        ),
     ];
     for (text, field) in cases {
         let e = load(&text).unwrap_err();
         assert_eq!(e.field, field, "{e}");
         assert!(e.line.is_some(), "{e}");
     }
+}
+
+#[test]
+fn site_server_header_default_value_and_empty() {
+    assert_eq!(load(GOOD).unwrap().site.server_header, None);
+    let set = GOOD.replace("name = \"t1\"", "name = \"t1\"\nserver_header = \" edge \"");
+    assert_eq!(
+        load(&set).unwrap().site.server_header.as_deref(),
+        Some("edge")
+    );
+    let empty = GOOD.replace("name = \"t1\"", "name = \"t1\"\nserver_header = \"\"");
+    assert_eq!(
+        load(&empty).unwrap().site.server_header.as_deref(),
+        Some("")
+    );
 }
 
 #[test]

@@ -528,6 +528,10 @@ pub struct Site {
     /// node of the site must share it. Defaults to a value derived from the
     /// site name, which only protects against accidents, not attackers.
     pub secret: String,
+    /// The `Server` header of the responses the gate generates itself
+    /// (`[site] server_header`): `None` keeps the gate's default
+    /// (`sip-gate/<version>`), an empty string sends none.
+    pub server_header: Option<String>,
 }
 
 /// A validated site configuration.

@@ -72,6 +72,9 @@ pub(super) fn validate(loc: Locator<'_>, raw: RawSite) -> Result<SiteConfig> {
     })
 }
 
+/// The longest `[site] server_header`: a product token, not a banner.
+const MAX_SERVER_HEADER: usize = 200;
+
 impl Validator<'_> {
     /// `[site]`: a name, and a secret long enough to mean something.
     fn site(&self, raw: &RawSiteId) -> Result<Site> {
@@ -86,7 +89,36 @@ impl Validator<'_> {
             Some(s) => s.get_ref().clone(),
             None => format!("ringsync-default-secret:{name}"),
         };
-        Ok(Site { name, secret })
+        let server_header = match &raw.server_header {
+            Some(h) => Some(self.server_header(h)?),
+            None => None,
+        };
+        Ok(Site {
+            name,
+            secret,
+            server_header,
+        })
+    }
+
+    /// `[site] server_header`: printable text only, since it goes into a
+    /// header line as written (a CR or LF would inject headers).
+    fn server_header(&self, h: &Spanned<String>) -> Result<String> {
+        let v = h.get_ref().trim();
+        if v.len() > MAX_SERVER_HEADER {
+            return Err(self.err(
+                h.span(),
+                "site.server_header",
+                format!("at most {MAX_SERVER_HEADER} characters"),
+            ));
+        }
+        if v.chars().any(|c| c.is_control()) {
+            return Err(self.err(
+                h.span(),
+                "site.server_header",
+                "must not contain control characters (CR, LF, tab...)",
+            ));
+        }
+        Ok(v.to_owned())
     }
 
     /// `[[server]]`: tame, unique names.

@@ -38,7 +38,7 @@ impl Core {
             m::dropped("unanswerable");
             return Action::None;
         };
-        let bytes = reply::build(msg, inbound.peer(), r, &self.tags);
+        let bytes = reply::build(msg, inbound.peer(), r, &self.tags, self.server_header());
         Action::Send(out, bytes)
     }
 

@@ -232,6 +232,16 @@ impl Core {
         self.listeners.all()
     }
 
+    /// The `Server` header of the gate's own responses (`[site]
+    /// server_header`; empty: none).
+    pub(crate) fn server_header(&self) -> &str {
+        self.config
+            .site
+            .server_header
+            .as_deref()
+            .unwrap_or(crate::reply::DEFAULT_SERVER)
+    }
+
     /// How host names are resolved (`[dns]`).
     pub(crate) fn dns_config(&self) -> &ringsync::config::DnsConfig {
         &self.config.dns

@@ -143,7 +143,13 @@ impl Core {
         };
         m::request(m::method_label(method), "transport_error");
         tracing::debug!(code = reply.code, to = %entry.hop.addr, "next hop unreachable: answered");
-        let bytes = reply::build(&client, entry.inbound.peer(), &reply, &self.tags);
+        let bytes = reply::build(
+            &client,
+            entry.inbound.peer(),
+            &reply,
+            &self.tags,
+            self.server_header(),
+        );
         Action::Send(back, bytes)
     }
 

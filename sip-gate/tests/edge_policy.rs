@@ -1,0 +1,103 @@
+//! Edge policy through the real `sip-gate` binary: the signature of the
+//! gate's own responses (`[site] server_header`) and the refusal of a flow
+//! Route that does not come from an instance (R-SEC-1).
+//!
+//! Addresses: `127.86.N.0/24`, one `N` per test; the gate on `.1`, sg on
+//! `.11`.., callers on `.100`.. and strangers on `.66`.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use testbed::bins::Node;
+
+fn ip(net: u8, host: u8) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(127, 86, net, host))
+}
+
+/// A site with one sg on `.11` and a guard listener on `.1:5060`, plus `site`
+/// lines under `[site]` and `extra` at the end.
+fn write_site(dir: &Path, net: u8, site: &str, extra: &str) -> PathBuf {
+    let text = format!(
+        "[site]\nname = \"policy-{net}\"\nsecret = \"policy-test-secret-0123456789\"\n{site}\n\
+         [store]\nkind = \"embedded\"\npath = \"profiles.json\"\n\n[health]\ninterval_ms = 0\n\n\
+         [[server]]\nname = \"srv-0\"\n[[instance]]\nid = \"sg-0\"\nservice = \"sg\"\n\
+         server = \"srv-0\"\nsip = \"{sg}:5060\"\n{extra}\n\
+         [[listener]]\nname = \"g\"\nbind = \"{g}:5060\"\nmode = \"guard\"\ninstance = \"sg-0\"\n\
+         leg = \"subscriber\"\n",
+        sg = ip(net, 11),
+        g = ip(net, 1),
+    );
+    let path = dir.join("site.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn start_gate(site: &Path, net: u8) -> Node {
+    let mut gate = Node::gate(site)
+        .admin(SocketAddr::new(ip(net, 1), 9091))
+        .args(["--node", "p"])
+        .start()
+        .unwrap();
+    gate.wait_ready().unwrap();
+    gate
+}
+
+/// Sends `bytes` from `from` to `to` in one datagram; the first answer
+/// within a second, `None` for silence.
+fn udp(from: SocketAddr, to: SocketAddr, bytes: &[u8]) -> Option<String> {
+    let s = UdpSocket::bind(from).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+    s.send_to(bytes, to).unwrap();
+    let mut buf = vec![0u8; 65_535];
+    let n = s.recv(&mut buf).ok()?;
+    Some(String::from_utf8_lossy(&buf[..n]).into_owned())
+}
+
+/// An OPTIONS from `me` to the gate `g` with `Max-Forwards: 0`, which the
+/// gate answers itself with 483.
+fn options_max_forwards_0(me: SocketAddr, g: SocketAddr, id: &str) -> Vec<u8> {
+    format!(
+        "OPTIONS sip:sg@{g} SIP/2.0\r\n\
+         Via: SIP/2.0/UDP {me};branch=z9hG4bK{id}\r\n\
+         Max-Forwards: 0\r\n\
+         From: <sip:probe@{ip}>;tag=p-{id}\r\n\
+         To: <sip:sg@{g}>\r\n\
+         Call-ID: {id}@probe\r\n\
+         CSeq: 1 OPTIONS\r\n\
+         Content-Length: 0\r\n\r\n",
+        ip = me.ip(),
+    )
+    .into_bytes()
+}
+
+/// `[site] server_header`: the gate's own 483 carries the configured
+/// `Server`, and none at all when it is empty.
+#[test]
+fn site_server_header_is_the_signature_of_the_gates_own_responses_or_none() {
+    for (net, line, want) in [
+        (
+            1,
+            "server_header = \"edge-42\"",
+            Some("Server: edge-42\r\n"),
+        ),
+        (2, "server_header = \"\"", None),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let site = write_site(dir.path(), net, line, "");
+        let mut gate = start_gate(&site, net);
+        let g = SocketAddr::new(ip(net, 1), 5060);
+        let me = SocketAddr::new(ip(net, 66), 5099);
+        let answer = udp(me, g, &options_max_forwards_0(me, g, &format!("sh{net}")))
+            .unwrap_or_else(|| panic!("no answer to a Max-Forwards 0\n{}", gate.log()));
+        assert!(answer.starts_with("SIP/2.0 483 "), "{answer}");
+        match want {
+            Some(h) => assert!(answer.contains(h), "{answer}"),
+            None => assert!(
+                !answer.to_ascii_lowercase().contains("\nserver:"),
+                "{answer}"
+            ),
+        }
+        gate.stop(Duration::from_secs(5));
+    }
+}
