@@ -29,6 +29,7 @@ mod request;
 mod resolved;
 mod response;
 mod route;
+mod stranger;
 mod transaction;
 mod undelivered;
 
@@ -145,6 +146,8 @@ pub struct Core {
     gauges: Vec<Option<InstanceGauges>>,
     /// The counters every forwarded message moves, registered once.
     forwarded: Forwarded,
+    /// Sources already logged for a flow Route they may not use (R-SEC-1).
+    strangers: stranger::Strangers,
 }
 
 impl std::fmt::Debug for Core {
@@ -223,6 +226,7 @@ impl Core {
             new_work,
             gauges,
             forwarded: Forwarded::new(),
+            strangers: stranger::Strangers::default(),
             config,
         })
     }

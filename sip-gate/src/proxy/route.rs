@@ -266,6 +266,9 @@ impl Core {
     /// client wrote decides where it goes (R-SEC-2): the listener's mode, the
     /// account's home (R-ESG-5) or the ring, then the drain policy.
     fn new_work(&self, req: &Request<'_>, view: &DrainView) -> Decision {
+        if req.flow.is_some() {
+            return self.flow_from_stranger(req);
+        }
         if req.next_route().is_some() {
             return Decision::refuse(403, "Route Not Allowed", "foreign_route");
         }
@@ -311,6 +314,24 @@ impl Core {
         };
         let record_route = creates_dialog(req.method).then_some(idx);
         self.to_instance(idx, instance_stream(req), record_route, on_purpose)
+    }
+
+    /// R-SEC-1: a new request along one of the gate's flow URIs that no
+    /// instance the listener fronts sent (see [`super::stranger`]): 403,
+    /// and the source logged once with where instances are accepted from.
+    fn flow_from_stranger(&self, req: &Request<'_>) -> Decision {
+        let peer = req.inbound.peer();
+        if self.strangers.first(peer.ip()) {
+            tracing::warn!(
+                %peer,
+                listener = %req.listener.advertise,
+                expected = %super::stranger::hint(&self.config, req.listener),
+                "a request into a subscriber's flow from an address that is no instance of \
+                 this listener: refused with 403; if it is an instance, add this address \
+                 to its `sources` (R-SEC-1)"
+            );
+        }
+        Decision::refuse(403, "Flow Route Not From An Instance", "flow_from_stranger")
     }
 
     /// R-AA-1 with the transport holds: the ring's pick, unless the gate
