@@ -26,6 +26,8 @@ pub(crate) struct ListenerCtx {
     pub(crate) tls: bool,
     /// `advertise` as written in SIP (IPv6 in brackets).
     pub(crate) host: String,
+    /// Who may start new dialogs here (`[listener.access]`).
+    pub(crate) access: ringsync::config::AccessList,
 }
 
 /// A listener's mode, resolved to indexes.
@@ -85,6 +87,7 @@ impl Listeners {
                 tls: l.transports.contains(&Transport::Tls),
                 // SocketAddr's Display writes IPv6 in brackets, as SIP wants.
                 host: l.advertise.to_string(),
+                access: l.access.clone(),
             });
         }
         let mut own: Vec<SocketAddr> = config

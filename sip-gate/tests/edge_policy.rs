@@ -1,6 +1,7 @@
 //! Edge policy through the real `sip-gate` binary: the signature of the
-//! gate's own responses (`[site] server_header`) and the refusal of a flow
-//! Route that does not come from an instance (R-SEC-1).
+//! gate's own responses (`[site] server_header`), the refusal of a flow
+//! Route that does not come from an instance (R-SEC-1), and the listeners'
+//! access lists (`[listener.access]`, with SIPp from two sources).
 //!
 //! Addresses: `127.86.N.0/24`, one `N` per test; the gate on `.1`, sg on
 //! `.11`.., callers on `.100`.. and strangers on `.66`.
@@ -10,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use testbed::bins::Node;
+use testbed::{Scenario, Sipp, SippReport};
 
 fn ip(net: u8, host: u8) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(127, 86, net, host))
@@ -212,5 +214,94 @@ fn r_sec_1_a_flow_route_from_a_stranger_is_403_counted_and_logged_once() {
         )
     });
     assert!(at_sub.starts_with("INVITE "), "{at_sub}");
+    gate.stop(Duration::from_secs(5));
+}
+
+/// `calls` SIPp calls of `scenario` from `from` to the gate `g`.
+fn sipp_calls(scenario: &str, from: IpAddr, g: SocketAddr, calls: u64) -> SippReport {
+    Sipp::new(Scenario::repo(scenario))
+        .local_ip(from)
+        .remote(g)
+        .calls(calls)
+        .rate(10)
+        .timeout(Duration::from_secs(30))
+        .spawn()
+        .unwrap()
+        .wait(Duration::from_secs(40))
+        .unwrap()
+}
+
+/// `[listener.access]` on a listener: SIPp from an allowed source sets up
+/// its calls through the gate to the SIPp sg; SIPp from a denied address
+/// inside the allowed network gets 403 for each new call, counted, and
+/// none reaches the sg; with `action = "drop"` a denied source's new
+/// request gets no answer at all.
+#[test]
+fn listener_access_list_refuses_new_dialogs_from_denied_sources_with_403_or_silence() {
+    let net = 4;
+    let dir = tempfile::tempdir().unwrap();
+    let access = format!(
+        "\n[listener.access]\nallow = [\"127.86.{net}.0/24\"]\ndeny = [\"127.86.{net}.101/32\"]\n"
+    );
+    let site = write_site(dir.path(), net, "", "");
+    let text = std::fs::read_to_string(&site).unwrap() + &access;
+    std::fs::write(&site, text).unwrap();
+    let mut gate = start_gate(&site, net);
+    let g = SocketAddr::new(ip(net, 1), 5060);
+    let sg = Sipp::new(Scenario::repo("uas_call"))
+        .local(ip(net, 11), 5060)
+        .timeout(Duration::from_secs(60))
+        .spawn()
+        .unwrap();
+
+    let allowed = sipp_calls("uac_call", ip(net, 100), g, 3);
+    assert!(
+        allowed.all_ok() && allowed.successful == 3,
+        "{allowed:?}\n{}",
+        gate.log()
+    );
+    let denied = sipp_calls("uac_call_expect_403", ip(net, 101), g, 3);
+    assert!(
+        denied.all_ok() && denied.successful == 3,
+        "{denied:?}\n{}",
+        gate.log()
+    );
+    let refused = gate
+        .metric(r#"sipgate_requests_total{method="INVITE",outcome="access_denied"}"#)
+        .unwrap();
+    assert_eq!(refused, 3.0);
+    // Only the allowed caller's INVITEs were handed to the sg.
+    let new_work = gate
+        .metric(r#"sipgate_new_work_total{instance="sg-0"}"#)
+        .unwrap();
+    assert_eq!(new_work, 3.0);
+    gate.stop(Duration::from_secs(5));
+    let _ = sg.stop();
+
+    // action = "drop": silence for the denied source.
+    let net = 5;
+    let dir = tempfile::tempdir().unwrap();
+    let site = write_site(dir.path(), net, "", "");
+    let text = std::fs::read_to_string(&site).unwrap()
+        + &format!("\n[listener.access]\ndeny = [\"127.86.{net}.66/32\"]\naction = \"drop\"\n");
+    std::fs::write(&site, text).unwrap();
+    let mut gate = start_gate(&site, net);
+    let g = SocketAddr::new(ip(net, 1), 5060);
+    let me = SocketAddr::new(ip(net, 66), 5099);
+    let invite = invite_along(me, "<sip:elsewhere.example.com;lr>", "drop1");
+    // Without its Route the INVITE would be a new call to the sg; the
+    // Route makes any admitted answer a 403 foreign_route, never silence.
+    assert_eq!(udp(me, g, &invite), None);
+    let dropped = gate
+        .metric(r#"sipgate_requests_total{method="INVITE",outcome="access_denied"}"#)
+        .unwrap();
+    assert_eq!(dropped, 1.0);
+    let other = SocketAddr::new(ip(net, 67), 5099);
+    let answer = udp(
+        other,
+        g,
+        &invite_along(other, "<sip:elsewhere.example.com;lr>", "d2"),
+    );
+    assert!(answer.is_some_and(|a| a.starts_with("SIP/2.0 403 ")));
     gate.stop(Duration::from_secs(5));
 }

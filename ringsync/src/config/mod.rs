@@ -12,6 +12,7 @@ use std::path::Path;
 
 use ipnet::IpNet;
 
+mod access;
 mod admin;
 mod ap;
 mod error;
@@ -29,6 +30,7 @@ mod validator;
 #[cfg(test)]
 mod tests;
 
+pub use access::{AccessAction, AccessList};
 pub use ap::DEFAULT_PRIORITY;
 pub use error::ConfigError;
 pub use limits::{LimitAction, OverloadConfig};

@@ -144,6 +144,8 @@ pub(super) struct RawListener {
     #[serde(default)]
     pub(super) instance: Option<Spanned<String>>,
     pub(super) leg: Leg,
+    #[serde(default)]
+    pub(super) access: super::AccessList,
 }
 
 fn default_transports() -> Spanned<Vec<Transport>> {

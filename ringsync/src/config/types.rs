@@ -517,6 +517,8 @@ pub struct Listener {
     pub mode: ListenerMode,
     /// Which side it faces.
     pub leg: Leg,
+    /// `[listener.access]`: the sources that may start new dialogs here.
+    pub access: super::AccessList,
 }
 
 /// Site-wide identity.

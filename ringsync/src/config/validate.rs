@@ -380,6 +380,7 @@ impl Validator<'_> {
             transports,
             mode,
             leg: r.leg,
+            access: r.access.clone(),
         })
     }
 

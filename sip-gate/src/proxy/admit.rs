@@ -1,6 +1,8 @@
 //! Overload admission of new dialogs (R-OV-1, R-OV-2), before routing
 //! spends anything on them: see [`crate::overload`].
 
+use ringsync::config::AccessAction;
+
 use crate::overload::{classify, Class, Verdict, Why};
 use crate::reply::Reply;
 
@@ -9,6 +11,29 @@ use super::route::Decision;
 use super::{Action, Core};
 
 impl Core {
+    /// The listener's access list (`[listener.access]`): `None` when `req`
+    /// is no new dialog, comes from a configured instance, or its source is
+    /// admitted; else 403 or silence, counted as
+    /// `sipgate_requests_total{outcome="access_denied"}`. In-dialog
+    /// requests are never judged here: the dialog's token routes them.
+    pub(super) fn access(&self, req: &Request<'_>) -> Option<Decision> {
+        let access = &req.listener.access;
+        if access.is_open()
+            || req.origin.is_some()
+            || classify(Some(req.method), req.to_tag) != Class::NewDialog
+            || access.admits(req.inbound.peer().ip())
+        {
+            return None;
+        }
+        Some(match access.action {
+            AccessAction::Reject => Decision::Refuse {
+                reply: Reply::reason(403, "Source Not Allowed"),
+                why: "access_denied",
+            },
+            AccessAction::Drop => Decision::Drop("access_denied"),
+        })
+    }
+
     /// `None`: `req` is not a new dialog, or it is admitted; else what the
     /// gate does instead (a 503 with Retry-After, or nothing).
     pub(super) fn admit_new(&self, req: &Request<'_>) -> Option<Decision> {

@@ -112,6 +112,10 @@ impl Core {
                 return Decision::Refuse { reply, why: rule };
             }
         }
+        // The listener's access list, before a limit spends a token on them.
+        if let Some(refused) = self.access(req) {
+            return refused;
+        }
         // R-OV-1, R-OV-2: new dialogs over a limit, before routing them.
         if let Some(refused) = self.admit_new(req) {
             return refused;
