@@ -2,16 +2,17 @@
 //! `/v1/work` in the site-wide shape ([`ringsync::work::WorkReport`]),
 //! which `ringsync status` sums with every other node's (R-ST-1, R-ST-3),
 //! `/readyz` for whatever balances traffic onto the gate (R-GW-1) and
-//! `/healthz` (the process answers).
+//! `/healthz` (the process answers), and the bans of sources that failed
+//! authentication (`GET /v1/bans`, `DELETE /v1/bans/{ip}`, R-SEC-3).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use axum::routing::get;
+use axum::routing::{delete, get};
 use axum::{Json, Router};
 use metrics_exporter_prometheus::PrometheusHandle;
 use ringsync::work::{self, InstanceWork, NodeKind, WorkReport, WORK_PATH};
@@ -39,6 +40,29 @@ max_expires_s and max_call_age_s ago; or its call table was full less than max_c
 or its registration or subscription table less than max_expires_s ago), each instance says why \
 in `unknown`.";
 
+/// Where the gate lists its bans (R-SEC-3).
+pub const BANS_PATH: &str = "/v1/bans";
+
+/// `GET /v1/bans`: the bans in force on this node.
+async fn bans(State(s): State<AdminState>) -> Json<Vec<crate::BanInfo>> {
+    Json(s.core.bans().list(Instant::now()))
+}
+
+/// `DELETE /v1/bans/{ip}`: lifts the bans of one source on every listener
+/// of this node; 404 when it had none, 400 for a bad address.
+async fn lift_ban(State(s): State<AdminState>, Path(ip): Path<String>) -> impl IntoResponse {
+    let Ok(addr) = ip.parse::<std::net::IpAddr>() else {
+        return (
+            StatusCode::BAD_REQUEST,
+            format!("`{ip}` is not an IP address\n"),
+        );
+    };
+    match s.core.bans().lift(addr, Instant::now()) {
+        0 => (StatusCode::NOT_FOUND, format!("{addr} is not banned\n")),
+        n => (StatusCode::OK, format!("lifted {n} ban(s) of {addr}\n")),
+    }
+}
+
 /// Who this gate is in its reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeInfo {
@@ -62,6 +86,8 @@ pub fn router(core: Arc<Core>, node: NodeInfo, prometheus: Option<PrometheusHand
         .route(WORK_PATH, get(work))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
+        .route(BANS_PATH, get(bans))
+        .route("/v1/bans/{ip}", delete(lift_ban))
         .with_state(AdminState {
             core,
             node: Arc::new(node),

@@ -27,6 +27,7 @@ pub use message::{
 };
 
 // === the routing core: keys, site tables, policy, state, decisions ===
+mod ban;
 mod branch;
 mod dns;
 mod flow;
@@ -53,6 +54,7 @@ pub use txn::{ConnId, Inbound};
 pub use work::{SnapshotError, WorkBook, WorkSnapshot};
 
 // === I/O: sockets, wiring, admin HTTP, the anycast announcer ===
+pub use ban::BanInfo;
 pub mod admin;
 pub mod announce;
 mod gate;

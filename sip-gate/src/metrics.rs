@@ -85,6 +85,13 @@ pub(crate) const TLS_HANDSHAKES: &str = "sipgate_tls_handshakes_total";
 /// Certificate reloads (file change or SIGHUP) by `result` (`ok`, `error`:
 /// the new pair did not load and the old one stays in force).
 pub(crate) const TLS_RELOADS: &str = "sipgate_tls_reloads_total";
+/// Authentication failures (401/407/403 from an instance) counted per
+/// listener for bans (R-SEC-3).
+pub(crate) const AUTH_FAILURES: &str = "sipgate_auth_failures_total";
+/// Sources banned, per listener (R-SEC-3).
+pub(crate) const AUTH_BANS: &str = "sipgate_auth_bans_total";
+/// Failures of new sources not counted because the ban table was full.
+pub(crate) const AUTH_BAN_TABLE_FULL: &str = "sipgate_auth_ban_table_full_total";
 /// The gate's own phase (`starting`, `serving`, `stopping`, `stopped`), 1
 /// for the current one (R-GW-1).
 pub(crate) const PHASE: &str = "sipgate_phase";

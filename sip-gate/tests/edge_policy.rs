@@ -1,7 +1,9 @@
 //! Edge policy through the real `sip-gate` binary: the signature of the
 //! gate's own responses (`[site] server_header`), the refusal of a flow
 //! Route that does not come from an instance (R-SEC-1), and the listeners'
-//! access lists (`[listener.access]`, with SIPp from two sources).
+//! access lists (`[listener.access]`, with SIPp from two sources) and the
+//! bans of sources that fail authentication (R-SEC-3, a SIPp registrar
+//! answering 401).
 //!
 //! Addresses: `127.86.N.0/24`, one `N` per test; the gate on `.1`, sg on
 //! `.11`.., callers on `.100`.. and strangers on `.66`.
@@ -304,4 +306,112 @@ fn listener_access_list_refuses_new_dialogs_from_denied_sources_with_403_or_sile
     );
     assert!(answer.is_some_and(|a| a.starts_with("SIP/2.0 403 ")));
     gate.stop(Duration::from_secs(5));
+}
+
+/// A REGISTER from `me` (Call-ID `id`), its first answer within a second.
+fn register(me: SocketAddr, g: SocketAddr, id: &str) -> Option<String> {
+    let msg = format!(
+        "REGISTER sip:example.com SIP/2.0\r\n\
+         Via: SIP/2.0/UDP {me};branch=z9hG4bK{id};rport\r\n\
+         Max-Forwards: 70\r\n\
+         From: <sip:150@example.com>;tag=r-{id}\r\n\
+         To: <sip:150@example.com>\r\n\
+         Call-ID: {id}@brute\r\n\
+         CSeq: 1 REGISTER\r\n\
+         Contact: <sip:150@{me}>\r\n\
+         Expires: 60\r\n\
+         Content-Length: 0\r\n\r\n"
+    );
+    udp(me, g, msg.as_bytes())
+}
+
+fn status_line(answer: Option<String>) -> String {
+    answer.map_or_else(
+        || "(nothing)".to_owned(),
+        |a| a.lines().next().unwrap_or_default().to_owned(),
+    )
+}
+
+/// R-SEC-3: a SIPp registrar answers 401 to every REGISTER. One source's
+/// first `limit` REGISTERs reach it and get its 401; then the gate answers
+/// 403 itself and the registrar sees no more of them, while a second
+/// source still reaches the registrar. The admin endpoint lists the ban,
+/// and the ban ends after `ban_s`; `DELETE /v1/bans/{ip}` lifts one early.
+#[test]
+fn r_sec_3_a_source_failing_authentication_is_banned_for_ban_s_while_others_pass() {
+    let net = 6;
+    let dir = tempfile::tempdir().unwrap();
+    let site = write_site(dir.path(), net, "", "");
+    let text = std::fs::read_to_string(&site).unwrap()
+        + "\n[listener.auth_ban]\nlimit = 3\nwindow_s = 30\nban_s = 3\n";
+    std::fs::write(&site, text).unwrap();
+    let mut gate = start_gate(&site, net);
+    let g = SocketAddr::new(ip(net, 1), 5060);
+    let registrar = Sipp::new(Scenario::repo("uas_register_401"))
+        .local(ip(net, 11), 5060)
+        .timeout(Duration::from_secs(60))
+        .spawn()
+        .unwrap();
+    let brute = SocketAddr::new(ip(net, 66), 5099);
+    let other = SocketAddr::new(ip(net, 67), 5099);
+
+    for n in 0..3 {
+        let got = status_line(register(brute, g, &format!("b{n}")));
+        assert!(
+            got.starts_with("SIP/2.0 401 "),
+            "attempt {n}: {got}\n{}",
+            gate.log()
+        );
+    }
+    // Banned: the gate answers 403 itself, and no more reach the registrar.
+    for n in 3..6 {
+        let got = status_line(register(brute, g, &format!("b{n}")));
+        assert!(got.starts_with("SIP/2.0 403 "), "attempt {n}: {got}");
+    }
+    let got = status_line(register(other, g, "o1"));
+    assert!(got.starts_with("SIP/2.0 401 "), "second source: {got}");
+    assert_eq!(
+        gate.metric(r#"sipgate_requests_total{method="REGISTER",outcome="auth_banned"}"#)
+            .unwrap(),
+        3.0
+    );
+    assert_eq!(
+        gate.metric(r#"sipgate_auth_bans_total{listener="g"}"#)
+            .unwrap(),
+        1.0
+    );
+    // 3 + 1 REGISTERs forwarded, 4 failures counted: the banned ones never
+    // reached the registrar.
+    assert_eq!(
+        gate.metric(r#"sipgate_auth_failures_total{listener="g"}"#)
+            .unwrap(),
+        4.0
+    );
+    let listed: serde_json::Value = gate.get_json("/v1/bans").expect("GET /v1/bans");
+    let listed = listed.as_array().expect("a list").clone();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0]["source"], brute.ip().to_string());
+    assert_eq!(listed[0]["listener"], "g");
+
+    // The ban ends after ban_s.
+    std::thread::sleep(Duration::from_millis(3_200));
+    let got = status_line(register(brute, g, "after"));
+    assert!(got.starts_with("SIP/2.0 401 "), "after the ban: {got}");
+
+    // Banned again, then lifted on the admin endpoint.
+    for n in 0..3 {
+        register(brute, g, &format!("again{n}"));
+    }
+    let got = status_line(register(brute, g, "still"));
+    assert!(got.starts_with("SIP/2.0 403 "), "banned again: {got}");
+    let admin = SocketAddr::new(ip(net, 1), 9091);
+    let path = format!("/v1/bans/{}", brute.ip());
+    let r = testbed::http::Request::new("DELETE", admin, &path)
+        .send()
+        .unwrap();
+    assert_eq!(r.status, 200, "{r:?}");
+    let got = status_line(register(brute, g, "lifted"));
+    assert!(got.starts_with("SIP/2.0 401 "), "after the lift: {got}");
+    gate.stop(Duration::from_secs(5));
+    let _ = registrar.stop();
 }

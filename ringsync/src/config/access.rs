@@ -54,6 +54,81 @@ impl AccessList {
     }
 }
 
+/// `[listener.auth_ban]`, R-SEC-3: a source whose requests the instances
+/// answer with 401, 407 or 403 `limit` times within `window_s` seconds is
+/// refused new dialogs on the listener for `ban_s` seconds. In-dialog
+/// requests and responses are never banned.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthBan {
+    /// Authentication failures that ban a source; 0 (the default): off.
+    #[serde(default)]
+    pub limit: u32,
+    /// The window the failures are counted over, in seconds.
+    #[serde(default = "default_window_s")]
+    pub window_s: u32,
+    /// How long a ban lasts, in seconds.
+    #[serde(default = "default_ban_s")]
+    pub ban_s: u32,
+    /// Networks never banned (the site's instances never are either).
+    #[serde(default)]
+    pub exempt: Vec<IpNet>,
+    /// Answer a banned source's new dialogs with 403, or drop them.
+    #[serde(default)]
+    pub action: AccessAction,
+    /// Sources the table tracks at most; past it, a new source's failures
+    /// are not counted until entries expire (memory stays bounded).
+    #[serde(default = "default_max_sources")]
+    pub max_sources: usize,
+}
+
+fn default_window_s() -> u32 {
+    60
+}
+fn default_ban_s() -> u32 {
+    600
+}
+fn default_max_sources() -> usize {
+    65_536
+}
+
+impl Default for AuthBan {
+    fn default() -> Self {
+        AuthBan {
+            limit: 0,
+            window_s: default_window_s(),
+            ban_s: default_ban_s(),
+            exempt: Vec::new(),
+            action: AccessAction::Reject,
+            max_sources: default_max_sources(),
+        }
+    }
+}
+
+impl AuthBan {
+    /// Whether bans are on.
+    pub fn enabled(&self) -> bool {
+        self.limit > 0
+    }
+
+    /// What is wrong with it, as (field, message), when enabled.
+    pub fn problem(&self) -> Option<(&'static str, &'static str)> {
+        if !self.enabled() {
+            return None;
+        }
+        if self.window_s == 0 {
+            return Some(("window_s", "must be at least 1 when limit is set"));
+        }
+        if self.ban_s == 0 {
+            return Some(("ban_s", "must be at least 1 when limit is set"));
+        }
+        if self.max_sources == 0 {
+            return Some(("max_sources", "must be at least 1 when limit is set"));
+        }
+        None
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

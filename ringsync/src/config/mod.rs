@@ -30,7 +30,7 @@ mod validator;
 #[cfg(test)]
 mod tests;
 
-pub use access::{AccessAction, AccessList};
+pub use access::{AccessAction, AccessList, AuthBan};
 pub use ap::DEFAULT_PRIORITY;
 pub use error::ConfigError;
 pub use limits::{LimitAction, OverloadConfig};

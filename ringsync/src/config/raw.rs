@@ -146,6 +146,12 @@ pub(super) struct RawListener {
     pub(super) leg: Leg,
     #[serde(default)]
     pub(super) access: super::AccessList,
+    #[serde(default = "default_auth_ban")]
+    pub(super) auth_ban: Spanned<super::AuthBan>,
+}
+
+fn default_auth_ban() -> Spanned<super::AuthBan> {
+    Spanned::new(0..0, super::AuthBan::default())
 }
 
 fn default_transports() -> Spanned<Vec<Transport>> {

@@ -519,6 +519,9 @@ pub struct Listener {
     pub leg: Leg,
     /// `[listener.access]`: the sources that may start new dialogs here.
     pub access: super::AccessList,
+    /// `[listener.auth_ban]`: bans of sources that fail authentication
+    /// (R-SEC-3).
+    pub auth_ban: super::AuthBan,
 }
 
 /// Site-wide identity.

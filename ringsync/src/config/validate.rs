@@ -371,6 +371,13 @@ impl Validator<'_> {
                 ))
             }
         };
+        if let Some((field, why)) = r.auth_ban.get_ref().problem() {
+            return Err(self.err(
+                r.auth_ban.span(),
+                format!("listener[{i}].auth_ban.{field}"),
+                why,
+            ));
+        }
         let mut transports = r.transports.get_ref().clone();
         transports.dedup();
         Ok(Listener {
@@ -381,6 +388,7 @@ impl Validator<'_> {
             mode,
             leg: r.leg,
             access: r.access.clone(),
+            auth_ban: r.auth_ban.get_ref().clone(),
         })
     }
 

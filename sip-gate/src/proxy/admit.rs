@@ -34,6 +34,26 @@ impl Core {
         })
     }
 
+    /// R-SEC-3: a new dialog from a source banned on this listener for
+    /// failing authentication gets 403 or silence, counted as
+    /// `sipgate_requests_total{outcome="auth_banned"}`; in-dialog requests
+    /// and configured instances are never banned.
+    pub(super) fn banned(&self, req: &Request<'_>) -> Option<Decision> {
+        if req.origin.is_some() || classify(Some(req.method), req.to_tag) != Class::NewDialog {
+            return None;
+        }
+        let peer = req.inbound.peer().ip();
+        Some(
+            match self.bans.banned(req.inbound.listener(), peer, req.now)? {
+                AccessAction::Reject => Decision::Refuse {
+                    reply: Reply::reason(403, "Forbidden"),
+                    why: "auth_banned",
+                },
+                AccessAction::Drop => Decision::Drop("auth_banned"),
+            },
+        )
+    }
+
     /// `None`: `req` is not a new dialog, or it is admitted; else what the
     /// gate does instead (a 503 with Retry-After, or nothing).
     pub(super) fn admit_new(&self, req: &Request<'_>) -> Option<Decision> {

@@ -148,6 +148,8 @@ pub struct Core {
     forwarded: Forwarded,
     /// Sources already logged for a flow Route they may not use (R-SEC-1).
     strangers: stranger::Strangers,
+    /// Sources banned for failing authentication, per listener (R-SEC-3).
+    bans: crate::ban::Bans,
 }
 
 impl std::fmt::Debug for Core {
@@ -227,6 +229,7 @@ impl Core {
             gauges,
             forwarded: Forwarded::new(),
             strangers: stranger::Strangers::default(),
+            bans: crate::ban::Bans::new(&config),
             config,
         })
     }
@@ -234,6 +237,11 @@ impl Core {
     /// The listeners, in config order.
     pub(crate) fn listeners(&self) -> &[ListenerCtx] {
         self.listeners.all()
+    }
+
+    /// The bans of sources that fail authentication (R-SEC-3).
+    pub(crate) fn bans(&self) -> &crate::ban::Bans {
+        &self.bans
     }
 
     /// The `Server` header of the gate's own responses (`[site]

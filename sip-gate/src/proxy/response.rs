@@ -136,6 +136,16 @@ impl Core {
             self.work.invite_done(i);
         }
         self.work.final_response(msg, before.as_ref(), first, now);
+        // R-SEC-3: an instance refused a client's credentials. Only the
+        // first final response of a transaction counts, and only for a
+        // request the gate took from a client to an instance.
+        if let Some(e) = before.filter(|e| first && e.hop.instance.is_some()) {
+            if matches!(code, 401 | 403 | 407) && self.origins.instance(e.inbound.peer()).is_none()
+            {
+                self.bans
+                    .failure(e.inbound.listener(), e.inbound.peer().ip(), now);
+            }
+        }
         Ok(before)
     }
 }

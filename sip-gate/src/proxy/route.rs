@@ -116,6 +116,10 @@ impl Core {
         if let Some(refused) = self.access(req) {
             return refused;
         }
+        // R-SEC-3: a source banned for failing authentication.
+        if let Some(refused) = self.banned(req) {
+            return refused;
+        }
         // R-OV-1, R-OV-2: new dialogs over a limit, before routing them.
         if let Some(refused) = self.admit_new(req) {
             return refused;

@@ -1,0 +1,261 @@
+//! R-SEC-3: bans of sources that keep failing authentication.
+//!
+//! Per listener with `[listener.auth_ban] limit` set, the gate counts the
+//! 401, 407 and 403 answers the instances give to each source's requests as
+//! it relays them (the first final response of a transaction only). A
+//! source that reaches `limit` within `window_s` is banned for `ban_s`:
+//! its new dialogs on that listener are refused (403 or silence) before
+//! they cost an instance anything. In-dialog requests and responses never
+//! look at this table. The table holds at most `max_sources` entries; when
+//! it is full and no entry has expired, a new source's failures are not
+//! counted (counted in `sipgate_auth_ban_table_full_total` instead), so a
+//! flood of sources keeps memory bounded.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use ringsync::config::{AccessAction, AuthBan, SiteConfig};
+use serde::Serialize;
+
+use crate::metrics as m;
+
+/// One source's record on one listener.
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    failures: u32,
+    window_start: Instant,
+    banned_until: Option<Instant>,
+}
+
+impl Entry {
+    fn banned(&self, now: Instant) -> bool {
+        self.banned_until.is_some_and(|t| t > now)
+    }
+    /// Neither banned nor inside a counting window: may be forgotten.
+    fn stale(&self, now: Instant, window: Duration) -> bool {
+        !self.banned(now) && now.saturating_duration_since(self.window_start) >= window
+    }
+}
+
+/// The table of one listener.
+#[derive(Debug)]
+struct Table {
+    name: String,
+    cfg: AuthBan,
+    entries: Mutex<HashMap<IpAddr, Entry>>,
+}
+
+/// A ban as the admin endpoint lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BanInfo {
+    /// The listener it applies to.
+    pub listener: String,
+    /// The banned source address.
+    pub source: IpAddr,
+    /// Seconds until it ends (rounded up).
+    pub remaining_s: u64,
+    /// Failures counted when it was banned, and since.
+    pub failures: u32,
+}
+
+/// Every listener's ban table, indexed like the listeners.
+#[derive(Debug)]
+pub(crate) struct Bans {
+    tables: Vec<Option<Table>>,
+}
+
+impl Bans {
+    /// One table per listener with bans on.
+    pub(crate) fn new(config: &SiteConfig) -> Bans {
+        let tables = config
+            .listeners
+            .iter()
+            .map(|l| {
+                if l.auth_ban.enabled() {
+                    // Exported from the start: a counter first seen at 1
+                    // shows no increase in Prometheus.
+                    for name in [m::AUTH_FAILURES, m::AUTH_BANS, m::AUTH_BAN_TABLE_FULL] {
+                        metrics::counter!(name, "listener" => l.name.clone()).increment(0);
+                    }
+                }
+                l.auth_ban.enabled().then(|| Table {
+                    name: l.name.clone(),
+                    cfg: l.auth_ban.clone(),
+                    entries: Mutex::new(HashMap::new()),
+                })
+            })
+            .collect();
+        Bans { tables }
+    }
+
+    fn table(&self, listener: usize) -> Option<&Table> {
+        self.tables.get(listener).and_then(Option::as_ref)
+    }
+
+    /// Counts an authentication failure of `source` on `listener`; bans it
+    /// when it reaches the limit.
+    pub(crate) fn failure(&self, listener: usize, source: IpAddr, now: Instant) {
+        let Some(t) = self.table(listener) else {
+            return;
+        };
+        if t.cfg.exempt.iter().any(|n| n.contains(&source)) {
+            return;
+        }
+        let window = Duration::from_secs(t.cfg.window_s.into());
+        let mut entries = t.entries.lock().unwrap_or_else(|p| p.into_inner());
+        if !entries.contains_key(&source) && entries.len() >= t.cfg.max_sources {
+            entries.retain(|_, e| !e.stale(now, window));
+            if entries.len() >= t.cfg.max_sources {
+                metrics::counter!(m::AUTH_BAN_TABLE_FULL, "listener" => t.name.clone())
+                    .increment(1);
+                return;
+            }
+        }
+        metrics::counter!(m::AUTH_FAILURES, "listener" => t.name.clone()).increment(1);
+        let e = entries.entry(source).or_insert(Entry {
+            failures: 0,
+            window_start: now,
+            banned_until: None,
+        });
+        if e.stale(now, window) {
+            *e = Entry {
+                failures: 0,
+                window_start: now,
+                banned_until: None,
+            };
+        }
+        e.failures = e.failures.saturating_add(1);
+        if e.failures >= t.cfg.limit && !e.banned(now) {
+            e.banned_until = Some(now + Duration::from_secs(t.cfg.ban_s.into()));
+            metrics::counter!(m::AUTH_BANS, "listener" => t.name.clone()).increment(1);
+            tracing::warn!(
+                %source,
+                listener = %t.name,
+                failures = e.failures,
+                ban_s = t.cfg.ban_s,
+                "source banned: too many authentication failures (R-SEC-3)"
+            );
+        }
+    }
+
+    /// `Some(action)` when `source` is banned on `listener` at `now`.
+    pub(crate) fn banned(
+        &self,
+        listener: usize,
+        source: IpAddr,
+        now: Instant,
+    ) -> Option<AccessAction> {
+        let t = self.table(listener)?;
+        let entries = t.entries.lock().unwrap_or_else(|p| p.into_inner());
+        entries
+            .get(&source)
+            .is_some_and(|e| e.banned(now))
+            .then_some(t.cfg.action)
+    }
+
+    /// The bans in force at `now`, by listener and source.
+    pub(crate) fn list(&self, now: Instant) -> Vec<BanInfo> {
+        let mut out = Vec::new();
+        for t in self.tables.iter().flatten() {
+            let entries = t.entries.lock().unwrap_or_else(|p| p.into_inner());
+            for (ip, e) in entries.iter() {
+                if let Some(until) = e.banned_until.filter(|u| *u > now) {
+                    let left = until.saturating_duration_since(now);
+                    out.push(BanInfo {
+                        listener: t.name.clone(),
+                        source: *ip,
+                        remaining_s: left.as_secs() + u64::from(left.subsec_nanos() > 0),
+                        failures: e.failures,
+                    });
+                }
+            }
+        }
+        out.sort_by(|a, b| (&a.listener, a.source).cmp(&(&b.listener, b.source)));
+        out
+    }
+
+    /// Lifts the bans (and forgets the failures) of `source` on every
+    /// listener; how many bans were in force.
+    pub(crate) fn lift(&self, source: IpAddr, now: Instant) -> usize {
+        let mut lifted = 0;
+        for t in self.tables.iter().flatten() {
+            let mut entries = t.entries.lock().unwrap_or_else(|p| p.into_inner());
+            if entries.remove(&source).is_some_and(|e| e.banned(now)) {
+                lifted += 1;
+                tracing::info!(%source, listener = %t.name, "ban lifted (R-SEC-3)");
+            }
+        }
+        lifted
+    }
+
+    /// Sources tracked on every listener (for the bound's tests).
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.tables
+            .iter()
+            .flatten()
+            .map(|t| t.entries.lock().map_or(0, |e| e.len()))
+            .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn bans(extra: &str) -> Bans {
+        let text = format!(
+            "[site]\nname = \"b\"\n[[server]]\nname = \"s\"\n[[instance]]\nid = \"sg-0\"\n\
+             service = \"sg\"\nserver = \"s\"\nsip = \"127.0.0.1:5080\"\n[[listener]]\n\
+             name = \"l\"\nbind = \"127.0.0.1:5060\"\nmode = \"guard\"\ninstance = \"sg-0\"\n\
+             leg = \"subscriber\"\n[listener.auth_ban]\n{extra}"
+        );
+        let cfg = SiteConfig::from_str_at(&text, Path::new("t.toml")).unwrap();
+        Bans::new(&cfg)
+    }
+
+    #[test]
+    fn r_sec_3_limit_bans_until_ban_s_and_exempt_never() {
+        let b = bans("limit = 3\nwindow_s = 10\nban_s = 5\nexempt = [\"10.0.0.0/8\"]\n");
+        let t0 = Instant::now();
+        let src: IpAddr = "192.0.2.7".parse().unwrap();
+        b.failure(0, src, t0);
+        b.failure(0, src, t0);
+        assert_eq!(b.banned(0, src, t0), None);
+        b.failure(0, src, t0);
+        assert_eq!(b.banned(0, src, t0), Some(AccessAction::Reject));
+        assert_eq!(b.list(t0).len(), 1);
+        assert_eq!(b.banned(0, src, t0 + Duration::from_secs(5)), None);
+        let inside: IpAddr = "10.1.1.1".parse().unwrap();
+        for _ in 0..10 {
+            b.failure(0, inside, t0);
+        }
+        assert_eq!(b.banned(0, inside, t0), None);
+        b.failure(0, src, t0);
+        assert_eq!(b.lift(src, t0), 1);
+        assert_eq!(b.banned(0, src, t0), None);
+    }
+
+    #[test]
+    fn r_sec_3_failures_outside_the_window_do_not_add_up() {
+        let b = bans("limit = 2\nwindow_s = 1\n");
+        let t0 = Instant::now();
+        let src: IpAddr = "192.0.2.8".parse().unwrap();
+        b.failure(0, src, t0);
+        b.failure(0, src, t0 + Duration::from_secs(2));
+        assert_eq!(b.banned(0, src, t0 + Duration::from_secs(2)), None);
+    }
+
+    #[test]
+    fn r_sec_3_a_million_sources_keep_the_table_bounded() {
+        let b = bans("limit = 2\nmax_sources = 1000\n");
+        let t0 = Instant::now();
+        for i in 0..1_000_000u32 {
+            b.failure(0, IpAddr::from(i.to_be_bytes()), t0);
+        }
+        assert!(b.len() <= 1000, "{}", b.len());
+    }
+}
