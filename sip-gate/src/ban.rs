@@ -44,7 +44,16 @@ impl Entry {
 struct Table {
     name: String,
     cfg: AuthBan,
-    entries: Mutex<HashMap<IpAddr, Entry>>,
+    entries: Mutex<Sources>,
+}
+
+/// The sources of one table, and when it was last swept for stale entries.
+#[derive(Debug, Default)]
+struct Sources {
+    map: HashMap<IpAddr, Entry>,
+    /// Sweeping a full table walks all of it: at most once a second, so a
+    /// flood of new sources costs a lookup each, not a walk each.
+    last_sweep: Option<Instant>,
 }
 
 /// A ban as the admin endpoint lists it.
@@ -83,7 +92,7 @@ impl Bans {
                 l.auth_ban.enabled().then(|| Table {
                     name: l.name.clone(),
                     cfg: l.auth_ban.clone(),
-                    entries: Mutex::new(HashMap::new()),
+                    entries: Mutex::new(Sources::default()),
                 })
             })
             .collect();
@@ -104,17 +113,23 @@ impl Bans {
             return;
         }
         let window = Duration::from_secs(t.cfg.window_s.into());
-        let mut entries = t.entries.lock().unwrap_or_else(|p| p.into_inner());
-        if !entries.contains_key(&source) && entries.len() >= t.cfg.max_sources {
-            entries.retain(|_, e| !e.stale(now, window));
-            if entries.len() >= t.cfg.max_sources {
+        let mut sources = t.entries.lock().unwrap_or_else(|p| p.into_inner());
+        if !sources.map.contains_key(&source) && sources.map.len() >= t.cfg.max_sources {
+            let due = sources
+                .last_sweep
+                .is_none_or(|l| now.saturating_duration_since(l) >= Duration::from_secs(1));
+            if due {
+                sources.last_sweep = Some(now);
+                sources.map.retain(|_, e| !e.stale(now, window));
+            }
+            if sources.map.len() >= t.cfg.max_sources {
                 metrics::counter!(m::AUTH_BAN_TABLE_FULL, "listener" => t.name.clone())
                     .increment(1);
                 return;
             }
         }
         metrics::counter!(m::AUTH_FAILURES, "listener" => t.name.clone()).increment(1);
-        let e = entries.entry(source).or_insert(Entry {
+        let e = sources.map.entry(source).or_insert(Entry {
             failures: 0,
             window_start: now,
             banned_until: None,
@@ -148,8 +163,9 @@ impl Bans {
         now: Instant,
     ) -> Option<AccessAction> {
         let t = self.table(listener)?;
-        let entries = t.entries.lock().unwrap_or_else(|p| p.into_inner());
-        entries
+        let sources = t.entries.lock().unwrap_or_else(|p| p.into_inner());
+        sources
+            .map
             .get(&source)
             .is_some_and(|e| e.banned(now))
             .then_some(t.cfg.action)
@@ -159,8 +175,8 @@ impl Bans {
     pub(crate) fn list(&self, now: Instant) -> Vec<BanInfo> {
         let mut out = Vec::new();
         for t in self.tables.iter().flatten() {
-            let entries = t.entries.lock().unwrap_or_else(|p| p.into_inner());
-            for (ip, e) in entries.iter() {
+            let sources = t.entries.lock().unwrap_or_else(|p| p.into_inner());
+            for (ip, e) in sources.map.iter() {
                 if let Some(until) = e.banned_until.filter(|u| *u > now) {
                     let left = until.saturating_duration_since(now);
                     out.push(BanInfo {
@@ -181,8 +197,8 @@ impl Bans {
     pub(crate) fn lift(&self, source: IpAddr, now: Instant) -> usize {
         let mut lifted = 0;
         for t in self.tables.iter().flatten() {
-            let mut entries = t.entries.lock().unwrap_or_else(|p| p.into_inner());
-            if entries.remove(&source).is_some_and(|e| e.banned(now)) {
+            let mut sources = t.entries.lock().unwrap_or_else(|p| p.into_inner());
+            if sources.map.remove(&source).is_some_and(|e| e.banned(now)) {
                 lifted += 1;
                 tracing::info!(%source, listener = %t.name, "ban lifted (R-SEC-3)");
             }
@@ -196,7 +212,7 @@ impl Bans {
         self.tables
             .iter()
             .flatten()
-            .map(|t| t.entries.lock().map_or(0, |e| e.len()))
+            .map(|t| t.entries.lock().map_or(0, |s| s.map.len()))
             .sum()
     }
 }
