@@ -81,18 +81,23 @@ struct AdminState {
 
 /// The admin router (exposed for tests).
 pub fn router(core: Arc<Core>, node: NodeInfo, prometheus: Option<PrometheusHandle>) -> Router {
-    Router::new()
+    let mut r = Router::new()
         .route("/metrics", get(metrics))
         .route(WORK_PATH, get(work))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
-        .route(BANS_PATH, get(bans))
-        .route("/v1/bans/{ip}", delete(lift_ban))
-        .with_state(AdminState {
-            core,
-            node: Arc::new(node),
-            prometheus,
-        })
+        .route(BANS_PATH, get(bans));
+    // The admin port is otherwise read-only (R-PR-1). Lifting a ban is its
+    // one write, routed only on a site that turned bans on: the worst it
+    // can do is shorten a ban (R-SEC-3).
+    if core.bans().any() {
+        r = r.route("/v1/bans/{ip}", delete(lift_ban));
+    }
+    r.with_state(AdminState {
+        core,
+        node: Arc::new(node),
+        prometheus,
+    })
 }
 
 /// Serves the admin endpoint on a bound listener until `shutdown`.

@@ -99,6 +99,11 @@ impl Bans {
         Bans { tables }
     }
 
+    /// Whether any listener has bans on.
+    pub(crate) fn any(&self) -> bool {
+        self.tables.iter().any(Option::is_some)
+    }
+
     fn table(&self, listener: usize) -> Option<&Table> {
         self.tables.get(listener).and_then(Option::as_ref)
     }
