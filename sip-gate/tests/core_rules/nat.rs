@@ -283,17 +283,24 @@ fn r_sec_2_forged_flow_token_is_403_and_nothing_forwarded() {
             "{route}"
         );
     }
-    // A client that copies a Path into its own request steers nothing: the
-    // gate's Route is dropped and policy routes it as new work.
+    // A client that copies a Path into its own request steers nothing: only
+    // an instance sends into a flow, so it gets 403 and nothing is
+    // forwarded (R-SEC-1; routed as new work it went back to an sg, a loop
+    // through the gate when the sender was an sg missing from `sources`).
     let input = Req::ua("INVITE", "copied-path@ua", &fresh_branch())
         .add_first("Route", &path)
         .bytes();
-    let (out, m) = sent(g.udp(L_SG_BAL, "198.18.9.9:5060", &input));
-    assert!(
-        matches!(out, Out::Udp { to, .. } if to != addr(NAT)),
-        "{out:?}"
+    let r = replied(
+        g.udp(L_SG_BAL, "198.18.9.9:5060", &input),
+        L_SG_BAL,
+        "198.18.9.9:5060",
+        403,
     );
-    assert!(m.is_request());
+    assert!(
+        text(r.raw()).starts_with("SIP/2.0 403 Flow Route Not From An Instance\r\n"),
+        "{}",
+        text(r.raw())
+    );
 }
 
 #[test]
