@@ -563,3 +563,28 @@ fn an_undeclared_service_is_refused_with_the_nearest_name() {
     );
     assert!(load(&idle).is_ok());
 }
+
+#[test]
+fn listener_access_and_auth_ban_defaults_values_and_errors_r_sec_3() {
+    let c = load(GOOD).unwrap();
+    assert!(c.listeners[1].access.is_open());
+    assert!(!c.listeners[1].auth_ban.enabled());
+    let with = |section: &str| format!("{GOOD}{section}");
+    let c = load(&with(
+        "[listener.access]\nallow = [\"10.0.0.0/8\"]\naction = \"drop\"\n\
+         [listener.auth_ban]\nlimit = 5\nexempt = [\"192.0.2.0/24\"]\n",
+    ))
+    .unwrap();
+    let l = &c.listeners[1];
+    assert_eq!(l.access.action, crate::config::AccessAction::Drop);
+    assert!(!l.access.admits("192.0.2.1".parse().unwrap()));
+    assert_eq!(
+        (l.auth_ban.limit, l.auth_ban.window_s, l.auth_ban.ban_s),
+        (5, 60, 600)
+    );
+    let e = load(&with("[listener.auth_ban]\nlimit = 5\nban_s = 0\n")).unwrap_err();
+    assert_eq!(e.field, "listener[1].auth_ban.ban_s", "{e}");
+    assert!(e.line.is_some(), "{e}");
+    let e = load(&with("[listener.access]\nallow = [\"not-a-net\"]\n")).unwrap_err();
+    assert!(e.line.is_some(), "{e}");
+}
