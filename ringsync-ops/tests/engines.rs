@@ -307,14 +307,14 @@ fn r_ex_1_kamailio_dispatcher_follows_the_drain_through_a_kill_9() {
         .iter()
         .map(|r| r["action"].as_str().unwrap())
         .collect();
-    assert!(actions.iter().any(|a| *a == "engine drain"), "{actions:?}");
+    assert!(actions.contains(&"engine drain"), "{actions:?}");
     assert!(
         actions
             .iter()
             .any(|a| a.starts_with("engine drain (re-applied")),
         "{actions:?}"
     );
-    assert!(actions.iter().any(|a| *a == "engine active"), "{actions:?}");
+    assert!(actions.contains(&"engine active"), "{actions:?}");
     assert!(
         by_engine
             .iter()
