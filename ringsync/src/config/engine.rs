@@ -229,6 +229,10 @@ impl Engine<'_> {
     /// A service named as a key of `sets` or `backends`: one the site has.
     fn service(&self, table: &str, key: &str, span: std::ops::Range<usize>) -> Result<Service> {
         let s = Service::from(key.to_owned());
+        if s.never_drained() {
+            let msg = format!("`{key}` is never drained (R-BG-1, R-WS-1): nothing to drive");
+            return Err(self.err(span, &format!("{table}.{key}"), msg));
+        }
         if !self.instances.iter().any(|i| i.service == s) {
             let msg = format!("no instance of service `{key}` is configured");
             return Err(self.err(span, &format!("{table}.{key}"), msg));
@@ -520,6 +524,11 @@ resync_ms = 500
                 KAM.replace("sg = 1", "sg = 0"),
                 "engine[0].sets.sg",
                 "sets =",
+            ),
+            (
+                HAP.replace("sg = \"be_sg\"", "bgmg = \"b\""),
+                "engine[0].backends.bgmg",
+                "backends =",
             ),
             (
                 KAM.replace("sg-b =", "mg-a ="),
