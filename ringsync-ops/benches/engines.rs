@@ -4,7 +4,8 @@
 //! all four engines hold it, read from the engines themselves
 //! (`dispatcher.list`, `show servers state`, polled every 2 ms). Then
 //! Kamailio killed (-9) and started again, with the default `resync_ms`
-//! (2000): its JSON-RPC answering → the drain re-applied.
+//! (2000), at spread points of the driver's period: its JSON-RPC answering
+//! → the drain re-applied.
 //!
 //! ```sh
 //! cargo bench -p ringsync-ops --bench engines            # 20 writes, 5 restarts
@@ -54,11 +55,18 @@ fn main() {
     .concat()
     .replace("resync_ms = 500\n", "");
     let site = TestSite::with_text(&base_site(&engines));
-    ok(&local(&site, &["profile", "create", "--name", "maint-a", "--server", "srv-a"]));
+    ok(&local(
+        &site,
+        &[
+            "profile", "create", "--name", "maint-a", "--server", "srv-a",
+        ],
+    ));
     let served = Served::start(&site, &[]);
     wait_until(Duration::from_secs(10), || {
         let st = status_json(&served.url);
-        ["kam-1", "kam-2", "hap-1", "hap-2"].iter().all(|n| engine(&st, n)["revision"].is_u64())
+        ["kam-1", "kam-2", "hap-1", "hap-2"]
+            .iter()
+            .all(|n| engine(&st, n)["revision"].is_u64())
     });
     let rpcs = [kams[0].1, kams[1].1];
     let admins = [admin1, admin2];
@@ -75,10 +83,19 @@ fn main() {
         let drain = i % 2 == 0;
         let what = if drain { "activate" } else { "deactivate" };
         let t0 = Instant::now();
-        let (code, body) = call(served.addr, "POST", &format!("/v1/profiles/maint-a/{what}"), None, "");
+        let (code, body) = call(
+            served.addr,
+            "POST",
+            &format!("/v1/profiles/maint-a/{what}"),
+            None,
+            "",
+        );
         assert_eq!(code, 200, "{body}");
         while !held(drain) {
-            assert!(t0.elapsed() < Duration::from_secs(5), "write {i} not applied within 5 s");
+            assert!(
+                t0.elapsed() < Duration::from_secs(5),
+                "write {i} not applied within 5 s"
+            );
             std::thread::sleep(Duration::from_millis(2));
         }
         applied.push(t0.elapsed().as_secs_f64() * 1000.0);
@@ -86,11 +103,20 @@ fn main() {
     }
 
     // Restarts while sg-a drains.
-    let (code, _) = call(served.addr, "POST", "/v1/profiles/maint-a/activate", None, "");
+    let (code, _) = call(
+        served.addr,
+        "POST",
+        "/v1/profiles/maint-a/activate",
+        None,
+        "",
+    );
     assert!(code == 200, "activate: {code}");
     wait_until(Duration::from_secs(2), || held(true));
     let mut reapplied = Vec::new();
-    for _ in 0..restarts {
+    for r in 0..restarts {
+        // Kill at different points of the driver's 2 s resync period: right
+        // after a correction the next read is a whole period away.
+        std::thread::sleep(Duration::from_millis((r as u64 * 700) % 2000));
         let (k, rpc_at, handle) = &mut kams[0];
         handle.take().unwrap().kill();
         let h = k.clone().start().unwrap();
@@ -99,7 +125,10 @@ fn main() {
         }
         let up = Instant::now();
         while !flags(*rpc_at, UAS_A).is_some_and(|f| f.starts_with('D')) {
-            assert!(up.elapsed() < Duration::from_secs(10), "not re-applied within 10 s");
+            assert!(
+                up.elapsed() < Duration::from_secs(10),
+                "not re-applied within 10 s"
+            );
             std::thread::sleep(Duration::from_millis(2));
         }
         reapplied.push(up.elapsed().as_secs_f64() * 1000.0);
@@ -120,6 +149,9 @@ fn main() {
     println!("| figure | n | p50 ms | p99 ms | max ms |");
     println!("|---|---|---|---|---|");
     row("profile write → 2 Kamailio + 2 HAProxy applied", applied);
-    row("Kamailio kill -9 + start → drain re-applied (resync 2 s)", reapplied);
+    row(
+        "Kamailio kill -9 + start → drain re-applied (resync 2 s)",
+        reapplied,
+    );
     drop((hap1, hap2));
 }
