@@ -71,7 +71,7 @@ fn multi_provider(l: &Layout, x: &LoadRun) -> bool {
 
 /// R-ESG-1, R-ESG-2: on the provider leg, a multi-instance account's new
 /// calls leave the draining esg once every gate applied the drain.
-pub fn esg_provider_leg(l: &Layout, p: &Played) -> (bool, String) {
+pub(super) fn esg_provider_leg(l: &Layout, p: &Played) -> (bool, String) {
     per_window(l, p, |l, p, w, end| {
         let Some((drained, from, to)) = drain_span(l, p, w, end) else {
             return (
@@ -103,7 +103,7 @@ pub fn esg_provider_leg(l: &Layout, p: &Played) -> (bool, String) {
 /// leg no new call is refused (the balancer prefers a normal-zone esg,
 /// R-AA-1), and the single-instance account's new calls are still taken by
 /// the draining esg.
-pub fn esg_inside_leg(l: &Layout, p: &Played) -> (bool, String) {
+pub(super) fn esg_inside_leg(l: &Layout, p: &Played) -> (bool, String) {
     per_window(l, p, |l, p, w, end| {
         let Some((drained, from, to)) = drain_span(l, p, w, end) else {
             return (
@@ -154,7 +154,7 @@ fn refused_in(p: &Played, keep: impl Fn(&LoadRun) -> bool, from: f64, to: f64) -
 
 /// R-ESG-5: every call of the single-instance account goes to its home
 /// esg (its account's `home`), drain or not.
-pub fn esg_single_account(l: &Layout, p: &Played) -> (bool, String) {
+pub(super) fn esg_single_account(l: &Layout, p: &Played) -> (bool, String) {
     let single = |x: &LoadRun| x.is_call() && x.account == AccountKind::Single;
     let home_id = p
         .loads
@@ -242,7 +242,7 @@ fn spans(samples: &[Sample], hold: impl Fn(&Sample) -> bool) -> Vec<(f64, f64)> 
 
 /// R-AA-4: while every sg (or every esg) drains, in every gate's view, new
 /// calls are still served, by the draining instances, and none refused.
-pub fn all_draining(l: &Layout, p: &Played) -> (bool, String) {
+pub(super) fn all_draining(l: &Layout, p: &Played) -> (bool, String) {
     let mut parts = Vec::new();
     for svc in [Svc::Sg, Svc::Esg] {
         let ids: Vec<String> = l
@@ -287,7 +287,7 @@ pub fn all_draining(l: &Layout, p: &Played) -> (bool, String) {
 /// R-MN-2: while the store is away every gate keeps its view (fail-static)
 /// and says it is stale; calls keep flowing; nothing drains or undrains;
 /// once it is back the gates are fresh again.
-pub fn store_outage(l: &Layout, p: &Played) -> (bool, String) {
+pub(super) fn store_outage(l: &Layout, p: &Played) -> (bool, String) {
     let outages: Vec<(f64, f64)> = p
         .marks
         .iter()
