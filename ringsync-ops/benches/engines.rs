@@ -14,7 +14,7 @@
 //!
 //! Addresses: 127.0.89.x (Kamailio), 127.0.90.x and 127.0.91.x (HAProxy).
 
-#[allow(dead_code)]
+// common/mod.rs allows its own dead code (each user takes a part).
 #[path = "../tests/common/mod.rs"]
 mod common;
 
