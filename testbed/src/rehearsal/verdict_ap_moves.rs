@@ -9,7 +9,7 @@
 use std::collections::BTreeSet;
 
 use super::play::Played;
-use super::verdict::windows;
+use super::verdict_kit::windows;
 use crate::site::{ApGroup, Layout};
 
 /// A stretch of the run with one drain zone: `[from, to)`, the zone, and

@@ -9,7 +9,7 @@ use super::load::{CallEvent, LoadRun};
 use super::play::Played;
 use super::sample::Sample;
 use super::scenario::{AccountKind, Action};
-use super::verdict::{applied, instances_on, per_window, Window};
+use super::verdict_kit::{applied, instances_on, per_window, Window};
 use crate::site::{Layout, Svc};
 
 /// Calls of the loads `keep` accepts established in `[from, to)`, per
@@ -192,7 +192,7 @@ fn home_drained(
     home_id: &str,
 ) -> String {
     let end = p.samples.last().map_or(0.0, |s| s.t);
-    let windows: Vec<Window> = super::verdict::windows(&p.marks)
+    let windows: Vec<Window> = super::verdict_kit::windows(&p.marks)
         .into_iter()
         .filter(|w| instances_on(l, w, &[Svc::Esg]).iter().any(|i| i == home_id))
         .collect();
@@ -281,7 +281,7 @@ pub(super) fn all_draining(l: &Layout, p: &Played) -> (bool, String) {
             "no moment in which every sg or every esg drained: nothing to judge".into(),
         );
     }
-    super::verdict::join(parts)
+    super::verdict_kit::join(parts)
 }
 
 /// R-MN-2: while the store is away every gate keeps its view (fail-static)
@@ -331,7 +331,7 @@ pub(super) fn store_outage(l: &Layout, p: &Played) -> (bool, String) {
             )
         })
         .collect();
-    super::verdict::join(parts)
+    super::verdict_kit::join(parts)
 }
 
 fn yes(b: bool) -> &'static str {

@@ -5,9 +5,9 @@
 //! drain, then is reported stoppable (R-BG-3).
 
 use super::play::Played;
-use super::report::delta;
 use super::sample::Sample;
-use super::verdict::{instances_on, join, per_window};
+use super::sampled::delta;
+use super::verdict_kit::{instances_on, join, per_window};
 use crate::site::{Layout, Svc};
 
 fn ids(l: &Layout, svc: Svc) -> Vec<(String, String)> {
@@ -124,7 +124,7 @@ pub(super) fn bgmg_closes(l: &Layout, p: &Played) -> (bool, String) {
                 format!("media-ctl never showed {} draining", w.servers.join(", ")),
             );
         };
-        let last = super::report::at(&p.samples, to).unwrap_or(seen);
+        let last = super::sampled::at(&p.samples, to).unwrap_or(seen);
         let parts = bgmgs
             .iter()
             .map(|id| {
