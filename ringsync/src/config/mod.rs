@@ -14,6 +14,7 @@ use ipnet::IpNet;
 
 mod admin;
 mod ap;
+mod engine;
 mod error;
 mod limits;
 mod local;
@@ -30,6 +31,9 @@ mod validator;
 mod tests;
 
 pub use ap::DEFAULT_PRIORITY;
+pub use engine::{
+    EngineConfig, EngineKind, RuntimeAddress, DEFAULT_ENGINE_TIMEOUT_MS, DEFAULT_RESYNC_MS,
+};
 pub use error::ConfigError;
 pub use limits::{LimitAction, OverloadConfig};
 pub use local::{check_warnings, host_addresses, is_local, not_local, Binding, Daemon};

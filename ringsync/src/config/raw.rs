@@ -50,6 +50,8 @@ pub(super) struct RawSite {
     pub(super) ap_group: Vec<Spanned<RawApGroup>>,
     #[serde(default)]
     pub(super) listener: Vec<Spanned<RawListener>>,
+    #[serde(default)]
+    pub(super) engine: Vec<Spanned<super::engine::RawEngine>>,
 }
 
 #[derive(Deserialize)]

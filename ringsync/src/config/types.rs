@@ -569,4 +569,7 @@ pub struct SiteConfig {
     pub ap_groups: Vec<ApGroup>,
     /// SIP listeners, in file order.
     pub listeners: Vec<Listener>,
+    /// Engines `ringsync serve` drives from the drain view (R-EX-1), in
+    /// file order.
+    pub engines: Vec<super::EngineConfig>,
 }

@@ -2,9 +2,9 @@
 //! checking references between servers, instances, accounts, groups and
 //! listeners. The first error found wins; sections are checked in file
 //! order of dependency (site, servers, instances, accounts, Active-Passive
-//! groups, listeners, then store, health and media; `media.rs` checks
+//! groups, listeners, then store, health, media and engines; `media.rs` checks
 //! `[media]` and the instances' `ng` and `ng_source`, `limits.rs`
-//! `[overload]`).
+//! `[overload]`, `engine.rs` `[[engine]]`).
 //!
 //! `ap.rs` checks the Active-Passive groups and their pace in `[timers]`,
 //! `services.rs` that every service name is built in or declared by a group.
@@ -50,6 +50,7 @@ pub(super) fn validate(loc: Locator<'_>, raw: RawSite) -> Result<SiteConfig> {
     let tls = v.tls(raw.tls.as_ref(), &listeners)?;
     let overload = super::limits::validate(&v, raw.overload)?;
     let admin = v.admin(raw.admin)?;
+    let engines = super::engine::validate(&v, &raw.engine, &instances)?;
     Ok(SiteConfig {
         path: loc.path.to_owned(),
         site,
@@ -69,6 +70,7 @@ pub(super) fn validate(loc: Locator<'_>, raw: RawSite) -> Result<SiteConfig> {
         accounts,
         ap_groups,
         listeners,
+        engines,
     })
 }
 
