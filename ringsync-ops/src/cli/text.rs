@@ -149,6 +149,8 @@ fn transport_name(t: crate::config::Transport) -> &'static str {
         crate::config::Transport::Udp => "udp",
         crate::config::Transport::Tcp => "tcp",
         crate::config::Transport::Tls => "tls",
+        crate::config::Transport::Ws => "ws",
+        crate::config::Transport::Wss => "wss",
     }
 }
 

@@ -325,7 +325,7 @@ impl Validator<'_> {
             return Err(self.err(
                 r.transports.span(),
                 format!("listener[{i}].transports"),
-                "needs at least one of \"udp\", \"tcp\", \"tls\"",
+                "needs at least one of \"udp\", \"tcp\", \"tls\", \"ws\", \"wss\"",
             ));
         }
         let mode = match r.mode.get_ref().as_str() {
@@ -341,6 +341,7 @@ impl Validator<'_> {
         };
         let mut transports = r.transports.get_ref().clone();
         transports.dedup();
+        let ws = self.ws_options(i, r, &transports)?;
         Ok(Listener {
             name: name.clone(),
             bind,
@@ -348,6 +349,7 @@ impl Validator<'_> {
             transports,
             mode,
             leg: r.leg,
+            ws,
         })
     }
 

@@ -1,0 +1,221 @@
+//! SIP over WebSocket (RFC 7118) on `ws`/`wss` listeners: browsers and
+//! WebRTC clients. A WebSocket connection is a stream connection of the
+//! gate's table like a TCP one (same `ConnId`s, same queue, same bound
+//! `[tcp] max_connections`, same idle rule, and flows for REGISTERs through
+//! a subscriber listener), so the core sees it as [`Inbound::Tcp`] and
+//! needs no WebSocket of its own: only the listener's Via and Record-Route
+//! names (`WS`, `WSS`) differ.
+//!
+//! After the upgrade (`upgrade.rs`), tungstenite frames: one SIP message a
+//! WebSocket message, text or binary (RFC 7118 5); a message (whole or
+//! fragmented) over [`MAX_MESSAGE`] closes with 1009, a protocol error with
+//! 1002. Pings get pongs (tungstenite answers them as it reads); a message
+//! of only CRLFs is the RFC 5626 3.5.1 keep-alive, `\r\n\r\n` answered with
+//! `\r\n`. The gate never opens a WebSocket connection: a browser is only
+//! reached on the one it opened.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use futures::{SinkExt, StreamExt};
+use ringsync::config::WsOptions;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::{mpsc, oneshot};
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig};
+use tokio_tungstenite::tungstenite::{Error as WsError, Message, Utf8Bytes};
+use tokio_tungstenite::WebSocketStream;
+
+use super::{Net, MAX_MESSAGE};
+use crate::metrics as m;
+use crate::txn::{ConnId, Inbound};
+
+mod upgrade;
+
+/// One accepted connection on a WebSocket listener, the TLS handshake (for
+/// `wss`) already done: the upgrade within `[tcp] frame_s`, then messages
+/// both ways until either side closes, the gate stops, or it idles out.
+pub(super) async fn serve<S>(
+    net: Arc<Net>,
+    (listener, id, peer): (usize, ConnId, SocketAddr),
+    mut io: S,
+    rx: mpsc::Receiver<Bytes>,
+    opts: &WsOptions,
+) where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let deadline = net.core.tcp_config().frame();
+    let head = tokio::select! {
+        _ = net.shutdown.cancelled() => None,
+        r = tokio::time::timeout(deadline, upgrade::read(&mut io, opts)) => Some(r),
+    };
+    let tail = match head {
+        None => return,
+        Some(Err(_)) => {
+            tracing::debug!(%peer, "WebSocket upgrade not complete in time: closed");
+            m::ws_handshake("timeout");
+            return;
+        }
+        Some(Ok(upgrade::Read::Closed)) => {
+            m::ws_handshake("closed");
+            return;
+        }
+        Some(Ok(upgrade::Read::Head(result, tail))) => {
+            let written = upgrade::answer(&mut io, &result).await;
+            match (result, written) {
+                (Ok(_), Ok(())) => {
+                    m::ws_handshake("ok");
+                    tail
+                }
+                (Ok(_), Err(_)) => {
+                    m::ws_handshake("closed");
+                    return;
+                }
+                (Err(r), _) => {
+                    tracing::debug!(%peer, status = r.status, why = r.label, "WebSocket upgrade refused");
+                    m::ws_handshake(r.label);
+                    return;
+                }
+            }
+        }
+    };
+    let config = WebSocketConfig::default()
+        .max_message_size(Some(MAX_MESSAGE))
+        .max_frame_size(Some(MAX_MESSAGE));
+    let ws = WebSocketStream::from_partially_read(io, tail, Role::Server, Some(config)).await;
+    messages(net, (listener, id, peer), ws, rx).await;
+}
+
+/// The message loop of an upgraded connection: a writer fed by the
+/// connection's queue, a reader handing each message to the core.
+async fn messages<S>(
+    net: Arc<Net>,
+    (listener, id, peer): (usize, ConnId, SocketAddr),
+    ws: WebSocketStream<S>,
+    mut rx: mpsc::Receiver<Bytes>,
+) where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let (mut sink, mut source) = ws.split();
+    let stop = net.shutdown.child_token();
+    // The reader asks the writer (which owns the sink) to close with a code.
+    let (close_tx, mut close_rx) = oneshot::channel::<CloseFrame>();
+    let writer_stop = stop.clone();
+    let gate_stop = net.shutdown.clone();
+    let writer = async move {
+        loop {
+            let frame = tokio::select! {
+                _ = writer_stop.cancelled() => {
+                    if gate_stop.is_cancelled() {
+                        m::ws_close("1001");
+                        let _ = sink.send(close(CloseCode::Away, "gate stopping")).await;
+                    }
+                    break;
+                }
+                c = &mut close_rx => match c {
+                    Ok(frame) => {
+                        let _ = sink.send(Message::Close(Some(frame))).await;
+                        break;
+                    }
+                    // The reader ended without a code: the peer went.
+                    Err(_) => break,
+                },
+                msg = rx.recv() => match msg {
+                    Some(bytes) => sip_message(bytes),
+                    None => break,
+                },
+            };
+            if sink.send(frame).await.is_err() {
+                break;
+            }
+        }
+        writer_stop.cancel();
+    };
+    let reader_net = net.clone();
+    let reader_stop = stop.clone();
+    let idle = net.core.tcp_config().idle();
+    let reader = async move {
+        let inbound = Inbound::Tcp {
+            listener,
+            conn: id,
+            peer,
+        };
+        loop {
+            let next = tokio::select! {
+                _ = reader_stop.cancelled() => return,
+                n = tokio::time::timeout(idle, source.next()) => n,
+            };
+            let data = match next {
+                // Idle, but a registration uses it: the subscriber's
+                // requests reach it only this way (RFC 5626 5.3).
+                Err(_) if reader_net.core.tcp_held(id, Instant::now()) => continue,
+                Err(_) | Ok(None) | Ok(Some(Ok(Message::Close(_)))) => break,
+                Ok(Some(Ok(Message::Text(t)))) => Bytes::from(t),
+                Ok(Some(Ok(Message::Binary(b)))) => b,
+                // Pongs go out as tungstenite reads; nothing for the core.
+                Ok(Some(Ok(_))) => continue,
+                Ok(Some(Err(e))) => {
+                    if let Some(frame) = refusal(&e) {
+                        tracing::info!(%peer, error = %e, "closing WebSocket connection");
+                        let _ = close_tx.send(frame);
+                        return;
+                    }
+                    break;
+                }
+            };
+            if data.iter().all(|b| matches!(b, b'\r' | b'\n')) {
+                // RFC 5626 3.5.1: a double CRLF asks for one back.
+                if data.as_ref() == b"\r\n\r\n" {
+                    reader_net.tcp_send(listener, Some(id), peer, Bytes::from_static(b"\r\n"));
+                }
+                continue;
+            }
+            let action = reader_net.core.handle(inbound, data, Instant::now());
+            reader_net.execute(action);
+        }
+        reader_stop.cancel();
+    };
+    tokio::join!(writer, reader);
+    net.unregister_ws(id);
+}
+
+/// The close a read error calls for: 1009 for a message over the bound,
+/// 1002 for a protocol error; `None` when the connection just went.
+fn refusal(e: &WsError) -> Option<CloseFrame> {
+    match e {
+        WsError::Capacity(_) => {
+            m::ws_close("1009");
+            Some(CloseFrame {
+                code: CloseCode::Size,
+                reason: Utf8Bytes::from_static("message too big"),
+            })
+        }
+        WsError::Protocol(_) | WsError::Utf8(_) => {
+            m::ws_close("1002");
+            Some(CloseFrame {
+                code: CloseCode::Protocol,
+                reason: Utf8Bytes::from_static("protocol error"),
+            })
+        }
+        _ => None,
+    }
+}
+
+fn close(code: CloseCode, reason: &'static str) -> Message {
+    Message::Close(Some(CloseFrame {
+        code,
+        reason: Utf8Bytes::from_static(reason),
+    }))
+}
+
+/// A SIP message as one WebSocket message: text when it is UTF-8, as SIP
+/// nearly always is (browsers' SIP stacks read text most simply), binary
+/// otherwise (RFC 7118 5). Neither copies the bytes.
+fn sip_message(bytes: Bytes) -> Message {
+    match Utf8Bytes::try_from(bytes.clone()) {
+        Ok(text) => Message::Text(text),
+        Err(_) => Message::Binary(bytes),
+    }
+}
