@@ -71,7 +71,8 @@ pub(crate) const DNS_FAILOVERS: &str = "sipgate_dns_failovers_total";
 /// flow, by `reason`: `closed`, `restarted`, `unknown_listener`,
 /// `other_node` (each answered 430 Flow Failed) and `bad_token` (403).
 pub(crate) const FLOW_FAILURES: &str = "sipgate_flow_failures_total";
-/// Path headers the gate added to subscribers' REGISTERs, by `transport`.
+/// Path headers the gate added to subscribers' REGISTERs, by `transport`
+/// (`udp`, `tcp`: TLS included, `ws`: WSS included).
 pub(crate) const FLOW_PATHS: &str = "sipgate_flow_paths_total";
 /// Subscribers' TCP connections open (`state="open"`) and, of those, the
 /// ones a registration uses (`state="registered"`).
@@ -163,8 +164,8 @@ pub(crate) fn flow_failure(reason: &'static str) {
     metrics::counter!(FLOW_FAILURES, "reason" => reason).increment(1);
 }
 
-pub(crate) fn flow_path(tcp: bool) {
-    let transport = if tcp { "tcp" } else { "udp" };
+/// `transport`: `udp`, `tcp` (TLS included), `ws` (WSS included).
+pub(crate) fn flow_path(transport: &'static str) {
     metrics::counter!(FLOW_PATHS, "transport" => transport).increment(1);
 }
 

@@ -211,7 +211,11 @@ impl Core {
         let Some(f) = self.subscriber_flow(req, hop) else {
             return;
         };
-        m::flow_path(f.tcp.is_some());
+        m::flow_path(match (f.tcp, &req.listener.ws) {
+            (None, _) => "udp",
+            (Some(_), None) => "tcp",
+            (Some(_), Some(_)) => "ws",
+        });
         head.push_str("Path: <sip:");
         head.push_str(&self.flows.seal(&f, req.listener.advertise));
         head.push('@');
