@@ -32,7 +32,8 @@ use common::{assert_all_ok, ip, run};
 use futures::SinkExt;
 use testbed::bins::Node;
 use testbed::{Kamailio, KamailioHandle, Scenario, Sipp};
-use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::{CloseCode, Data, OpCode};
+use tokio_tungstenite::tungstenite::protocol::frame::Frame;
 use tokio_tungstenite::tungstenite::Message;
 
 const T: Duration = Duration::from_secs(5);
@@ -49,6 +50,11 @@ struct Site {
 
 impl Site {
     fn new(net: (u8, u8), secure: bool) -> Site {
+        Site::with(net, secure, "")
+    }
+
+    /// [`Site::new`] with `tcp` lines added to `[tcp]`.
+    fn with(net: (u8, u8), secure: bool, tcp: &str) -> Site {
         let dir = tempfile::tempdir().unwrap();
         let (tls, ca) = if secure {
             let ca = peer::Ca::new(dir.path(), "site");
@@ -72,6 +78,7 @@ interval_ms = 0
 
 [tcp]
 frame_s = 2
+{tcp}
 {tls}
 [[server]]
 name = "srv-0"
@@ -309,7 +316,8 @@ fn raw_upgrade(gate: SocketAddr, head: &str) -> String {
 /// no `sip` subprotocol (400), an Origin off the allow-list (403), another
 /// path (404), a key that is not 16 bytes of base64 (400); a good upgrade
 /// answers pings with pongs and `\r\n\r\n` with `\r\n` (RFC 5626 3.5.1);
-/// a message over the 65535-byte bound closes with 1009; an upgrade not
+/// a message over the 65535-byte bound, whole or in fragments, closes with
+/// 1009; an upgrade not
 /// finished within `[tcp] frame_s` is cut.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r_ws_2_upgrade_refusals_keepalives_and_the_size_bound() {
@@ -359,6 +367,7 @@ async fn r_ws_2_upgrade_refusals_keepalives_and_the_size_bound() {
 
     let mut ws = site.open().await;
     assert_eq!(handshakes(&gate, "ok"), 1.0);
+    assert_eq!(metric(&gate, "sipgate_ws_connections"), 1.0);
     ws.send(Message::Ping(b"are you there".to_vec().into()))
         .await
         .unwrap();
@@ -384,6 +393,22 @@ async fn r_ws_2_upgrade_refusals_keepalives_and_the_size_bound() {
         metric(&gate, r#"sipgate_ws_closes_total{code="1009"}"#),
         1.0
     );
+    // The bound holds for a message in fragments too: two of 40000 bytes.
+    let mut ws = site.open().await;
+    let text = OpCode::Data(Data::Text);
+    let cont = OpCode::Data(Data::Continue);
+    for (op, fin) in [(text, false), (cont, true)] {
+        let part = Frame::message(vec![b'x'; 40_000], op, fin);
+        ws.send(Message::Frame(part)).await.unwrap();
+    }
+    match ua::next(&mut ws, T).await {
+        Some(Message::Close(Some(f))) => assert_eq!(f.code, CloseCode::Size),
+        other => panic!("no close 1009 for the fragments: {other:?}"),
+    }
+    assert_eq!(
+        metric(&gate, r#"sipgate_ws_closes_total{code="1009"}"#),
+        2.0
+    );
 
     // An upgrade that never ends loses its slot after [tcp] frame_s (2 s).
     let stalled = tokio::task::spawn_blocking(move || {
@@ -400,6 +425,44 @@ async fn r_ws_2_upgrade_refusals_keepalives_and_the_size_bound() {
     assert_eq!(stalled.0, 0, "closed without an answer");
     assert!(stalled.1 < Duration::from_secs(4), "{:?}", stalled.1);
     assert_eq!(handshakes(&gate, "timeout"), 1.0);
+    gate.stop(T);
+}
+
+/// R-WS-2 with R-OV-1: WebSocket connections share `[tcp]
+/// max_connections` (here 3) with TCP ones: a fourth is refused at the
+/// accept and counted; once one closes, a new one is taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_ws_2_websocket_connections_share_the_tcp_bound() {
+    let site = Site::with((43, 6), false, "max_connections = 3");
+    let mut gate = site.gate();
+    let mut open = Vec::new();
+    for _ in 0..3 {
+        open.push(site.open().await);
+    }
+    assert_eq!(metric(&gate, "sipgate_ws_connections"), 3.0);
+    let fourth = ua::open(site.sip(), PATH, Some("sip"), Some(ORIGIN), None).await;
+    assert!(fourth.is_err(), "a fourth connection past the bound");
+    assert_eq!(
+        metric(
+            &gate,
+            r#"sipgate_dropped_total{reason="tcp_connection_limit"}"#
+        ),
+        1.0
+    );
+    // The three still work: a keep-alive each.
+    for ws in &mut open {
+        ua::send(ws, "\r\n\r\n").await;
+        assert!(matches!(ua::next(ws, T).await, Some(Message::Text(t)) if t.as_str() == "\r\n"));
+    }
+    let mut one = open.pop().unwrap();
+    one.close(None).await.unwrap();
+    drop(one);
+    testbed::wait_for("the slot freed", T, || {
+        (metric(&gate, "sipgate_ws_connections") == 2.0).then_some(())
+    })
+    .unwrap();
+    open.push(site.open().await);
+    assert_eq!(metric(&gate, "sipgate_ws_connections"), 3.0);
     gate.stop(T);
 }
 
