@@ -3,7 +3,10 @@
 //! the test itself, no CDN) in headless Debian Chromium registers through
 //! the `sip-gate` binary to a Kamailio registrar (`registrar`, `usrloc`,
 //! `path`); a SIPp MESSAGE to its AoR at Kamailio follows the gate's Path
-//! into the browser's own WebSocket, and SIP.js answers it 200.
+//! into the browser's own WebSocket, and SIP.js answers it 200; a SIPp call
+//! to the AoR reaches the browser the same way, SIP.js answers it (fake
+//! media devices; the offer is a WebRTC one without candidates, so no media
+//! flows), and the caller's re-INVITE and BYE reach it along the route set.
 //!
 //! Chromium is started on the test's page with `--ignore-certificate-errors`
 //! (the gate's certificate is from a test CA) and fake media devices; the
@@ -82,6 +85,12 @@ try {{
     logBuiltinEnabled: false,
     delegate: {{
       onMessage(m) {{ m.accept(); report("message:" + m.request.body); }},
+      onInvite(inv) {{
+        report("invite");
+        inv.stateChange.addListener((s) => report("call:" + s));
+        inv.accept({{ sessionDescriptionHandlerOptions: {{ constraints: {{ audio: true, video: false }} }} }})
+          .catch((e) => report("error:accept " + e));
+      }},
     }},
   }});
   await ua.start();
@@ -238,9 +247,10 @@ async fn wait_event(
 /// the gate's WSS listener to Kamailio (the gate adds its Path with a flow
 /// token over WebSocket), and a SIPp MESSAGE to its AoR at Kamailio reaches
 /// it through that Path and its own WebSocket; SIP.js's 200 gets back to
-/// SIPp.
+/// SIPp. Then a call to the AoR: answered in the browser, re-INVITEd and
+/// hung up by the caller.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn r_ws_2_a_browser_registers_over_wss_and_gets_a_message_through_its_flow() {
+async fn r_ws_2_a_browser_registers_over_wss_takes_a_message_and_a_call_through_its_flow() {
     let lib = tokio::task::spawn_blocking(sipjs).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let ca = peer::Ca::new(dir.path(), "site");
@@ -314,6 +324,22 @@ ws_origins = ["http://{web}"]
     assert_all_ok("MESSAGE to the browser (uac_message)", &r, 1);
     let got = wait_event(&mut events, "message:", &mut seen).await;
     assert_eq!(got.trim_end(), "message:hello browser 1", "{seen:?}");
+
+    // A call: SIPp -> Kamailio -> the gate -> the browser's WebSocket;
+    // SIP.js answers with its fake microphone; the caller's re-INVITE and
+    // BYE follow the route set (the gate's two Record-Routes).
+    let r = run(Sipp::new(Scenario::repo("uac_call_webrtc"))
+        .local_ip(ip(NET, 50))
+        .remote(kam_addr)
+        .service("dave")
+        .calls(1)
+        .duration(Duration::from_millis(500))
+        .timeout(Duration::from_secs(30)))
+    .await;
+    assert_all_ok("call to the browser (uac_call_webrtc)", &r, 1);
+    wait_event(&mut events, "call:Established", &mut seen).await;
+    wait_event(&mut events, "call:Terminated", &mut seen).await;
+    assert_eq!(m("sipgate_ws_connections"), 1.0, "one connection all along");
 
     drop(browser);
     testbed::wait_for("the browser's connection closed", T, || {
