@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
+use futures::stream::SplitSink;
 use futures::{SinkExt, StreamExt};
 use ringsync::config::WsOptions;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -27,6 +28,7 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{Error as WsError, Message, Utf8Bytes};
 use tokio_tungstenite::WebSocketStream;
+use tokio_util::sync::CancellationToken;
 
 use super::{Net, MAX_MESSAGE};
 use crate::metrics as m;
@@ -94,45 +96,15 @@ async fn messages<S>(
     net: Arc<Net>,
     (listener, id, peer): (usize, ConnId, SocketAddr),
     ws: WebSocketStream<S>,
-    mut rx: mpsc::Receiver<Bytes>,
+    rx: mpsc::Receiver<Bytes>,
 ) where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    let (mut sink, mut source) = ws.split();
+    let (sink, mut source) = ws.split();
     let stop = net.shutdown.child_token();
     // The reader asks the writer (which owns the sink) to close with a code.
-    let (close_tx, mut close_rx) = oneshot::channel::<CloseFrame>();
-    let writer_stop = stop.clone();
-    let gate_stop = net.shutdown.clone();
-    let writer = async move {
-        loop {
-            let frame = tokio::select! {
-                _ = writer_stop.cancelled() => {
-                    if gate_stop.is_cancelled() {
-                        m::ws_close("1001");
-                        let _ = sink.send(close(CloseCode::Away, "gate stopping")).await;
-                    }
-                    break;
-                }
-                c = &mut close_rx => match c {
-                    Ok(frame) => {
-                        let _ = sink.send(Message::Close(Some(frame))).await;
-                        break;
-                    }
-                    // The reader ended without a code: the peer went.
-                    Err(_) => break,
-                },
-                msg = rx.recv() => match msg {
-                    Some(bytes) => sip_message(bytes),
-                    None => break,
-                },
-            };
-            if sink.send(frame).await.is_err() {
-                break;
-            }
-        }
-        writer_stop.cancel();
-    };
+    let (close_tx, close_rx) = oneshot::channel::<CloseFrame>();
+    let writer = write_loop(sink, rx, close_rx, stop.clone(), net.shutdown.clone());
     let reader_net = net.clone();
     let reader_stop = stop.clone();
     let idle = net.core.tcp_config().idle();
@@ -179,6 +151,47 @@ async fn messages<S>(
     };
     tokio::join!(writer, reader);
     net.unregister_ws(id);
+}
+
+/// The writer of a connection: each queued SIP message as one WebSocket
+/// message, until the connection's `stop`; a close frame when the reader
+/// asks for one, or 1001 when the gate (`gate_stop`) stops.
+async fn write_loop<S>(
+    mut sink: SplitSink<WebSocketStream<S>, Message>,
+    mut rx: mpsc::Receiver<Bytes>,
+    mut close_rx: oneshot::Receiver<CloseFrame>,
+    stop: CancellationToken,
+    gate_stop: CancellationToken,
+) where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    loop {
+        let frame = tokio::select! {
+            _ = stop.cancelled() => {
+                if gate_stop.is_cancelled() {
+                    m::ws_close("1001");
+                    let _ = sink.send(close(CloseCode::Away, "gate stopping")).await;
+                }
+                break;
+            }
+            c = &mut close_rx => match c {
+                Ok(frame) => {
+                    let _ = sink.send(Message::Close(Some(frame))).await;
+                    break;
+                }
+                // The reader ended without a code: the peer went.
+                Err(_) => break,
+            },
+            msg = rx.recv() => match msg {
+                Some(bytes) => sip_message(bytes),
+                None => break,
+            },
+        };
+        if sink.send(frame).await.is_err() {
+            break;
+        }
+    }
+    stop.cancel();
 }
 
 /// The close a read error calls for: 1009 for a message over the bound,
