@@ -319,8 +319,8 @@ fn raw_upgrade(gate: SocketAddr, head: &str) -> String {
 /// path (404), a key that is not 16 bytes of base64 (400); a good upgrade
 /// answers pings with pongs and `\r\n\r\n` with `\r\n` (RFC 5626 3.5.1);
 /// a message over the 65535-byte bound, whole or in fragments, closes with
-/// 1009; an upgrade not
-/// finished within `[tcp] frame_s` is cut.
+/// 1009; an upgrade, or a message, not finished within `[tcp] frame_s`
+/// is cut.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r_ws_2_upgrade_refusals_keepalives_and_the_size_bound() {
     let site = Site::new((43, 4), false);
@@ -427,6 +427,43 @@ async fn r_ws_2_upgrade_refusals_keepalives_and_the_size_bound() {
     assert_eq!(stalled.0, 0, "closed without an answer");
     assert!(stalled.1 < Duration::from_secs(4), "{:?}", stalled.1);
     assert_eq!(handshakes(&gate, "timeout"), 1.0);
+
+    // A frame announced at 100 bytes that brings 10 is cut after frame_s
+    // (2 s) like a TCP message (slowloris), though the upgrade went well.
+    let dribbled = tokio::task::spawn_blocking(move || {
+        let mut s = std::net::TcpStream::connect(at).unwrap();
+        let head = format!(
+            "GET {PATH} HTTP/1.1\r\nHost: {at}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+             Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\
+             Sec-WebSocket-Protocol: sip\r\nOrigin: {ORIGIN}\r\n\r\n"
+        );
+        s.write_all(head.as_bytes()).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(6))).unwrap();
+        let mut answer = Vec::new();
+        let mut byte = [0u8; 1];
+        while !answer.ends_with(b"\r\n\r\n") {
+            assert_eq!(s.read(&mut byte).unwrap(), 1, "the 101");
+            answer.push(byte[0]);
+        }
+        assert!(answer.starts_with(b"HTTP/1.1 101"), "{answer:?}");
+        // FIN + text, masked, length 100; the mask; 10 bytes of payload.
+        s.write_all(&[0x81, 0x80 | 100, 1, 2, 3, 4]).unwrap();
+        s.write_all(&[b'x'; 10]).unwrap();
+        let started = std::time::Instant::now();
+        let mut rest = Vec::new();
+        let _ = s.read_to_end(&mut rest);
+        started.elapsed()
+    })
+    .await
+    .unwrap();
+    assert!(
+        dribbled >= Duration::from_millis(1500) && dribbled < Duration::from_secs(4),
+        "closed {dribbled:?} after the partial frame"
+    );
+    assert_eq!(
+        metric(&gate, r#"sipgate_dropped_total{reason="ws_frame_timeout"}"#),
+        1.0
+    );
     gate.stop(T);
 }
 

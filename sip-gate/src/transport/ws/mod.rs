@@ -9,7 +9,8 @@
 //! After the upgrade (`upgrade.rs`), tungstenite frames: one SIP message a
 //! WebSocket message, text or binary (RFC 7118 5); a message (whole or
 //! fragmented) over [`MAX_MESSAGE`] closes with 1009, a protocol error with
-//! 1002. Pings get pongs (tungstenite answers them as it reads); a message
+//! 1002; one not complete within `[tcp] frame_s` of its first bytes closes
+//! the connection (`timed.rs`). Pings get pongs (tungstenite answers them as it reads); a message
 //! of only CRLFs is the RFC 5626 3.5.1 keep-alive, `\r\n\r\n` answered with
 //! `\r\n`. The gate never opens a WebSocket connection: a browser is only
 //! reached on the one it opened.
@@ -19,7 +20,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use futures::stream::SplitSink;
+use futures::stream::{SplitSink, SplitStream};
 use futures::{SinkExt, StreamExt};
 use ringsync::config::WsOptions;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -34,7 +35,10 @@ use super::{Net, MAX_MESSAGE};
 use crate::metrics as m;
 use crate::txn::{ConnId, Inbound};
 
+mod timed;
 mod upgrade;
+
+use timed::{Started, Timed};
 
 /// One accepted connection on a WebSocket listener, the TLS handshake (for
 /// `wss`) already done: the upgrade within `[tcp] frame_s`, then messages
@@ -86,71 +90,118 @@ pub(super) async fn serve<S>(
     let config = WebSocketConfig::default()
         .max_message_size(Some(MAX_MESSAGE))
         .max_frame_size(Some(MAX_MESSAGE));
+    let started = Started::new();
+    let io = Timed::new(io, started.clone());
     let ws = WebSocketStream::from_partially_read(io, tail, Role::Server, Some(config)).await;
-    messages(net, (listener, id, peer), ws, rx).await;
+    messages(net, (listener, id, peer), (ws, started), rx).await;
 }
 
 /// The message loop of an upgraded connection: a writer fed by the
 /// connection's queue, a reader handing each message to the core.
 async fn messages<S>(
     net: Arc<Net>,
-    (listener, id, peer): (usize, ConnId, SocketAddr),
-    ws: WebSocketStream<S>,
+    at: (usize, ConnId, SocketAddr),
+    (ws, started): (WebSocketStream<Timed<S>>, Started),
     rx: mpsc::Receiver<Bytes>,
 ) where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    let (sink, mut source) = ws.split();
+    let (sink, source) = ws.split();
     let stop = net.shutdown.child_token();
     // The reader asks the writer (which owns the sink) to close with a code.
     let (close_tx, close_rx) = oneshot::channel::<CloseFrame>();
     let writer = write_loop(sink, rx, close_rx, stop.clone(), net.shutdown.clone());
-    let reader_net = net.clone();
-    let reader_stop = stop.clone();
-    let idle = net.core.tcp_config().idle();
-    let reader = async move {
-        let inbound = Inbound::Tcp {
-            listener,
-            conn: id,
-            peer,
-        };
-        loop {
-            let next = tokio::select! {
-                _ = reader_stop.cancelled() => return,
-                n = tokio::time::timeout(idle, source.next()) => n,
-            };
-            let data = match next {
-                // Idle, but a registration uses it: the subscriber's
-                // requests reach it only this way (RFC 5626 5.3).
-                Err(_) if reader_net.core.tcp_held(id, Instant::now()) => continue,
-                Err(_) | Ok(None) | Ok(Some(Ok(Message::Close(_)))) => break,
-                Ok(Some(Ok(Message::Text(t)))) => Bytes::from(t),
-                Ok(Some(Ok(Message::Binary(b)))) => b,
-                // Pongs go out as tungstenite reads; nothing for the core.
-                Ok(Some(Ok(_))) => continue,
-                Ok(Some(Err(e))) => {
-                    if let Some(frame) = refusal(&e) {
-                        tracing::info!(%peer, error = %e, "closing WebSocket connection");
-                        let _ = close_tx.send(frame);
-                        return;
-                    }
-                    break;
-                }
-            };
-            if data.iter().all(|b| matches!(b, b'\r' | b'\n')) {
-                // RFC 5626 3.5.1: a double CRLF asks for one back.
-                if data.as_ref() == b"\r\n\r\n" {
-                    reader_net.tcp_send(listener, Some(id), peer, Bytes::from_static(b"\r\n"));
-                }
-                continue;
-            }
-            let action = reader_net.core.handle(inbound, data, Instant::now());
-            reader_net.execute(action);
+    let reader = async {
+        if let Some(frame) = read_loop(&net, at, source, &started, &stop).await {
+            let _ = close_tx.send(frame);
+        } else {
+            stop.cancel();
         }
-        reader_stop.cancel();
     };
     tokio::join!(writer, reader);
-    net.unregister_ws(id);
+    net.unregister_ws(at.1);
+}
+
+/// The reader of a connection: each message to the core, until the peer
+/// closes, the connection's `stop`, or a bound ends it: `[tcp] idle_s`
+/// without a message (unless a registration holds the connection, RFC 5626
+/// 5.3), `[tcp] frame_s` for a message whose bytes began to come. Returns
+/// the close frame to send, if the end calls for one.
+async fn read_loop<S>(
+    net: &Arc<Net>,
+    (listener, id, peer): (usize, ConnId, SocketAddr),
+    mut source: SplitStream<WebSocketStream<Timed<S>>>,
+    started: &Started,
+    stop: &CancellationToken,
+) -> Option<CloseFrame>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let inbound = Inbound::Tcp {
+        listener,
+        conn: id,
+        peer,
+    };
+    let (idle, frame) = (net.core.tcp_config().idle(), net.core.tcp_config().frame());
+    let mut last = Instant::now();
+    loop {
+        let deadline = started.since().map_or(last + idle, |t| t + frame);
+        // Never longer than frame_s at once: bytes arriving meanwhile
+        // start the frame clock, which the next turn sees.
+        let wait = deadline
+            .saturating_duration_since(Instant::now())
+            .min(frame);
+        let next = tokio::select! {
+            _ = stop.cancelled() => return None,
+            n = tokio::time::timeout(wait, source.next()) => n,
+        };
+        let now = Instant::now();
+        let data = match next {
+            Err(_) => match started.since() {
+                Some(t) if now >= t + frame => {
+                    tracing::info!(%peer, "closing WebSocket connection: message not complete in time");
+                    m::dropped("ws_frame_timeout");
+                    return None;
+                }
+                Some(_) => continue,
+                None if now < last + idle => continue,
+                // Idle, but a registration uses it: the subscriber's
+                // requests reach it only this way (RFC 5626 5.3).
+                None if net.core.tcp_held(id, now) => {
+                    last = now;
+                    continue;
+                }
+                None => return None,
+            },
+            Ok(None) | Ok(Some(Ok(Message::Close(_)))) => return None,
+            Ok(Some(Err(e))) => {
+                let frame = refusal(&e);
+                if frame.is_some() {
+                    tracing::info!(%peer, error = %e, "closing WebSocket connection");
+                }
+                return frame;
+            }
+            Ok(Some(Ok(msg))) => {
+                started.clear();
+                last = now;
+                match msg {
+                    Message::Text(t) => Bytes::from(t),
+                    Message::Binary(b) => b,
+                    // Pongs go out as tungstenite reads; nothing for the core.
+                    _ => continue,
+                }
+            }
+        };
+        if data.iter().all(|b| matches!(b, b'\r' | b'\n')) {
+            // RFC 5626 3.5.1: a double CRLF asks for one back.
+            if data.as_ref() == b"\r\n\r\n" {
+                net.tcp_send(listener, Some(id), peer, Bytes::from_static(b"\r\n"));
+            }
+            continue;
+        }
+        let action = net.core.handle(inbound, data, Instant::now());
+        net.execute(action);
+    }
 }
 
 /// The writer of a connection: each queued SIP message as one WebSocket
