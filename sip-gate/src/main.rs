@@ -1,4 +1,6 @@
-//! `sip-gate --config SITE.toml`: the drain-aware SIP proxy.
+//! `sip-gate --config SITE.toml`: the drain-aware SIP proxy; and
+//! `sip-gate announce`, the program ExaBGP runs to announce the gate's
+//! anycast prefix while it is ready (R-EX-2, `sip_gate::announce`).
 //!
 //! Thin on purpose: config, tracing, metrics, gate, then the store and the
 //! node's registration (`ringsync::daemon`, shared with media-ctl), signal,
@@ -27,11 +29,13 @@ const JOIN_DEADLINE: Duration = Duration::from_secs(3);
 
 /// Drain-aware inline SIP proxy.
 #[derive(Parser, Debug)]
-#[command(version, about)]
+#[command(version, about, args_conflicts_with_subcommands = true)]
 struct Args {
+    #[command(subcommand)]
+    command: Option<Sub>,
     /// Site configuration file.
-    #[arg(long, short)]
-    config: PathBuf,
+    #[arg(long, short, required = true)]
+    config: Option<PathBuf>,
     /// Validate the configuration and exit (non-zero with the error).
     #[arg(long)]
     check: bool,
@@ -59,14 +63,92 @@ struct Args {
     log_format: ringsync::logs::LogFormat,
 }
 
+/// What the binary does besides running a gate.
+#[derive(clap::Subcommand, Debug)]
+enum Sub {
+    /// Announce the gate's anycast prefix to ExaBGP while it is ready.
+    ///
+    /// Run as ExaBGP's `process`: announce PREFIX on stdout (ExaBGP's text
+    /// API) while the gate's /readyz says ready, withdraw it when not
+    /// (R-EX-2). Logs go to stderr. Ends when stdin closes (ExaBGP gone)
+    /// or on SIGTERM/SIGINT, withdrawing the route if it is out.
+    Announce(AnnounceArgs),
+}
+
+/// `sip-gate announce`.
+#[derive(clap::Args, Debug)]
+struct AnnounceArgs {
+    /// The gate's admin address (`admin.gate_bind` or its `--admin`).
+    #[arg(long, value_name = "ADDR")]
+    admin: SocketAddr,
+    /// The anycast prefix to announce (a bare address is its host prefix).
+    #[arg(long, value_name = "PREFIX", value_parser = sip_gate::announce::parse_prefix)]
+    prefix: ipnet::IpNet,
+    /// The route's next hop: `self` (ExaBGP's own address on the session)
+    /// or an address.
+    #[arg(long, value_name = "ADDR|self", default_value = "self")]
+    next_hop: sip_gate::announce::NextHop,
+    /// Time between two /readyz requests. With the timeout, bounds how
+    /// long a gate that stops being ready stays announced.
+    #[arg(long, default_value_t = 200)]
+    interval_ms: u64,
+    /// Time one /readyz request may take before the gate counts as not
+    /// ready.
+    #[arg(long, default_value_t = 400)]
+    timeout_ms: u64,
+    /// Log lines as text or JSON.
+    #[arg(long, value_enum, default_value_t = ringsync::logs::LogFormat::Text)]
+    log_format: ringsync::logs::LogFormat,
+}
+
+/// `sip-gate announce`: polls /readyz, commands ExaBGP on stdout.
+async fn announce(args: AnnounceArgs) -> anyhow::Result<()> {
+    use sip_gate::announce::{run, Options, Route};
+    ringsync::logs::init(args.log_format);
+    let options = Options {
+        admin: args.admin,
+        route: Route {
+            prefix: args.prefix,
+            next_hop: args.next_hop,
+        },
+        interval: Duration::from_millis(args.interval_ms.max(1)),
+        timeout: Duration::from_millis(args.timeout_ms.max(1)),
+    };
+    tracing::info!(admin = %options.admin, prefix = %options.route.prefix, interval_ms = args.interval_ms, timeout_ms = args.timeout_ms, "announcing while the gate is ready (R-EX-2)");
+    let stop = CancellationToken::new();
+    // ExaBGP writes to our stdin; its end means ExaBGP is gone. A plain
+    // thread: a blocking stdin read in tokio's pool would hold up the exit.
+    let eof = stop.clone();
+    std::thread::spawn(move || {
+        let _ = std::io::copy(&mut std::io::stdin().lock(), &mut std::io::sink());
+        tracing::info!("stdin closed (ExaBGP gone): stopping");
+        eof.cancel();
+    });
+    let mut signals = Signals::new().context("watching SIGTERM and SIGINT")?;
+    let on_signal = stop.clone();
+    tokio::spawn(async move {
+        let signal = signals.recv().await;
+        tracing::info!(signal, "stopping");
+        on_signal.cancel();
+    });
+    run(&options, tokio::io::stdout(), stop)
+        .await
+        .context("writing to ExaBGP (stdout)")
+}
+
 /// Listeners first, then the store (new work gets 503 until the view is
 /// loaded), then serve until SIGTERM or SIGINT and stop (R-GW-1).
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    if let Some(Sub::Announce(a)) = args.command {
+        return announce(a).await;
+    }
+    // clap requires --config without a subcommand.
+    let config_path = args.config.context("--config is required")?;
     let started_ms = ringsync::work::now_ms();
     ringsync::logs::init(args.log_format);
-    let config = SiteConfig::load(&args.config).unwrap_or_else(|e| {
+    let config = SiteConfig::load(&config_path).unwrap_or_else(|e| {
         eprintln!("error: {e}");
         std::process::exit(2)
     });
@@ -75,7 +157,7 @@ async fn main() -> anyhow::Result<()> {
         let (i, l) = (config.instances.len(), config.listeners.len());
         println!(
             "{}: ok ({i} instances, {l} listeners){warned}",
-            args.config.display()
+            config_path.display()
         );
         return Ok(());
     }
