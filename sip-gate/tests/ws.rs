@@ -242,7 +242,7 @@ async fn call_through(site: &Site) {
         "the gate's Via names the WebSocket: {invite}"
     );
     let rr = ua::headers(&invite, "Record-Route");
-    let ours: Vec<&&str> = rr.iter().filter(|r| r.contains(&gate_host)).collect();
+    let ours: Vec<&String> = rr.iter().filter(|r| r.contains(&gate_host)).collect();
     let param = format!(";transport={}", ws_kind.to_lowercase());
     assert_eq!(
         ours.len(),
@@ -300,6 +300,74 @@ async fn r_ws_2_close_in_an_invite_then_the_sgs_next_request_gets_430() {
     drop(first);
     gate.stop(T);
     kam.stop();
+}
+
+/// R-WS-2: a call the WebSocket client places (its Contact without `ob`,
+/// as SIP.js and JsSIP write it by default) to a SIPp UAS as the sg; the
+/// UAS hangs up, and its BYE reaches the client through its flow: a
+/// WebSocket client's dialogs always carry the flow in the gate's
+/// Record-Route, since its `.invalid` Contact is reachable no other way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_ws_2_the_far_end_hangs_up_a_call_the_ws_client_placed() {
+    let site = Site::new((43, 8), false);
+    let uas = Sipp::new(Scenario::repo("uas_call_hangs_up"))
+        .local(ip(site.net, 11), 5060)
+        .calls(1)
+        .timeout(Duration::from_secs(20))
+        .spawn()
+        .expect("uas starts");
+    let mut gate = site.gate();
+    let mut ws = site.open().await;
+    let invite = format!(
+        "INVITE sip:bob@example.com SIP/2.0\r\nVia: SIP/2.0/WS e1.invalid;branch=z9hG4bK-inv-e1\r\n\
+         Max-Forwards: 70\r\nTo: <sip:bob@example.com>\r\nFrom: <sip:eve@example.com>;tag=e1\r\n\
+         Call-ID: ws-out@ws-test\r\nCSeq: 1 INVITE\r\nContact: <sip:eve@e1.invalid;transport=ws>\r\n\
+         Content-Type: application/sdp\r\nContent-Length: {}\r\n\r\n{}",
+        ua::SDP.len(),
+        ua::SDP
+    );
+    ua::send(&mut ws, &invite).await;
+    let ok = loop {
+        let r = ua::recv(&mut ws, T)
+            .await
+            .expect("a response to the INVITE");
+        if r.starts_with("SIP/2.0 200") {
+            break r;
+        }
+        assert!(r.starts_with("SIP/2.0 1"), "{r}");
+    };
+    // The ACK along the route set: the 200's Record-Routes reversed.
+    let contact = ua::header(&ok, "Contact").unwrap();
+    let target = &contact[contact.find('<').unwrap() + 1..contact.find('>').unwrap()];
+    let routes: Vec<String> = ua::headers(&ok, "Record-Route").into_iter().rev().collect();
+    let to = ua::header(&ok, "To").unwrap();
+    let ack = format!(
+        "ACK {target} SIP/2.0\r\nVia: SIP/2.0/WS e1.invalid;branch=z9hG4bK-ack-e1\r\n{}\
+         Max-Forwards: 70\r\nTo: {to}\r\nFrom: <sip:eve@example.com>;tag=e1\r\n\
+         Call-ID: ws-out@ws-test\r\nCSeq: 1 ACK\r\nContent-Length: 0\r\n\r\n",
+        routes
+            .iter()
+            .map(|r| format!("Route: {r}\r\n"))
+            .collect::<String>()
+    );
+    ua::send(&mut ws, &ack).await;
+    // 200 retransmissions that crossed the ACK are skipped.
+    let bye = loop {
+        let m = ua::recv(&mut ws, T)
+            .await
+            .unwrap_or_else(|| panic!("the UAS's BYE over the WebSocket; 200 had {routes:?}"));
+        if !m.starts_with("SIP/2.0 200") {
+            break m;
+        }
+    };
+    assert!(bye.starts_with("BYE sip:eve@e1.invalid"), "{bye}");
+    ua::send(&mut ws, &ua::answer(&bye, "200 OK", "e1", "")).await;
+    let report = tokio::task::spawn_blocking(move || uas.wait(Duration::from_secs(10)))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_all_ok("the UAS (uas_call_hangs_up)", &report, 1);
+    gate.stop(T);
 }
 
 /// Sends a raw HTTP request head to the gate's WebSocket port and returns

@@ -178,9 +178,12 @@ impl Core {
             push_rr(head, &ft, req.listener, inbound_tcp);
             return;
         }
+        // A WebSocket client is reached through its flow or not at all
+        // (its Contact host is `.invalid`, RFC 7118 5.2), so its dialogs
+        // get the flow with or without `ob` (R-WS-2).
         if let Some(f) = self
             .subscriber_flow(req, hop)
-            .filter(|_| wants_outbound(req.msg))
+            .filter(|_| wants_outbound(req.msg) || req.listener.ws.is_some())
         {
             // From a subscriber's flow, asked for with `ob` (RFC 5626 5.3):
             // the instance's side (top) names the flow, the subscriber's

@@ -118,22 +118,34 @@ pub async fn recv(ws: &mut Ws, t: Duration) -> Option<String> {
     }
 }
 
-/// The value of the first `name` header of `msg` (case-insensitive).
-pub fn header<'a>(msg: &'a str, name: &str) -> Option<&'a str> {
-    headers(msg, name).into_iter().next()
+/// The value of the first `name` header line of `msg` (case-insensitive).
+pub fn header<'a>(msg: &'a str, name: &'a str) -> Option<&'a str> {
+    lines(msg, name).next()
 }
 
-/// Every value of header `name`, one per comma-separated element where
-/// the line holds several.
-pub fn headers<'a>(msg: &'a str, name: &str) -> Vec<&'a str> {
+fn lines<'a>(msg: &'a str, name: &'a str) -> impl Iterator<Item = &'a str> + 'a {
     msg.split("\r\n")
         .skip(1)
         .take_while(|l| !l.is_empty())
-        .filter_map(|l| {
+        .filter_map(move |l| {
             let (n, v) = l.split_once(':')?;
             n.trim().eq_ignore_ascii_case(name).then_some(v.trim())
         })
-        .flat_map(|v| v.split(", <").map(str::trim))
+}
+
+/// Every value of header `name`, one per `<...>` element where a line
+/// holds several (Record-Route, Route).
+pub fn headers(msg: &str, name: &str) -> Vec<String> {
+    lines(msg, name)
+        .flat_map(|v| {
+            v.split(", <").enumerate().map(|(i, p)| {
+                if i == 0 {
+                    p.to_owned()
+                } else {
+                    format!("<{p}")
+                }
+            })
+        })
         .collect()
 }
 
