@@ -36,6 +36,7 @@
 //! # }
 //! ```
 #![forbid(unsafe_code)]
+#![warn(unreachable_pub)]
 #![warn(missing_docs)]
 
 use std::path::PathBuf;
