@@ -88,7 +88,8 @@ fn registrations(gate: &Node) -> [u64; 2] {
 /// (200 with SDP) and BYE (200), takes ACK; returns it, with whether it was
 /// a BYE.
 async fn browser_step(ws: &mut ua::Ws, host: &str) -> (String, bool) {
-    let msg = ua::recv(ws, Duration::from_secs(10))
+    // Generous: SIPp and Kamailio start slowly on a loaded machine.
+    let msg = ua::recv(ws, Duration::from_secs(20))
         .await
         .expect("a message from the gate");
     let bye = msg.starts_with("BYE ");
