@@ -203,6 +203,8 @@ fn transport_name(t: ringsync::config::Transport) -> &'static str {
         ringsync::config::Transport::Udp => "udp",
         ringsync::config::Transport::Tcp => "tcp",
         ringsync::config::Transport::Tls => "tls",
+        ringsync::config::Transport::Ws => "ws",
+        ringsync::config::Transport::Wss => "wss",
     }
 }
 

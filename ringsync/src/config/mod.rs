@@ -26,6 +26,7 @@ mod tls;
 mod types;
 mod validate;
 mod validator;
+mod ws;
 
 #[cfg(test)]
 mod tests;
@@ -42,7 +43,7 @@ pub use tls::TlsConfig;
 pub use types::{
     Account, AccountMatch, AdminConfig, ApGroup, DnsConfig, DrainPolicy, Exception, HealthConfig,
     Instance, Leg, Listener, ListenerMode, Server, Service, Site, SiteConfig, StoreConfig,
-    TcpConfig, Timers, Transport, WorkConfig,
+    TcpConfig, Timers, Transport, WorkConfig, WsOptions,
 };
 
 use error::Locator;

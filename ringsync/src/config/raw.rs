@@ -144,6 +144,10 @@ pub(super) struct RawListener {
     #[serde(default)]
     pub(super) instance: Option<Spanned<String>>,
     pub(super) leg: Leg,
+    #[serde(default)]
+    pub(super) ws_path: Option<Spanned<String>>,
+    #[serde(default)]
+    pub(super) ws_origins: Option<Spanned<Vec<String>>>,
 }
 
 fn default_transports() -> Spanned<Vec<Transport>> {

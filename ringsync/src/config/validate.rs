@@ -327,7 +327,7 @@ impl Validator<'_> {
             return Err(self.err(
                 r.transports.span(),
                 format!("listener[{i}].transports"),
-                "needs at least one of \"udp\", \"tcp\", \"tls\"",
+                "needs at least one of \"udp\", \"tcp\", \"tls\", \"ws\", \"wss\"",
             ));
         }
         let mode = match r.mode.get_ref().as_str() {
@@ -343,6 +343,7 @@ impl Validator<'_> {
         };
         let mut transports = r.transports.get_ref().clone();
         transports.dedup();
+        let ws = self.ws_options(i, r, &transports)?;
         Ok(Listener {
             name: name.clone(),
             bind,
@@ -350,6 +351,7 @@ impl Validator<'_> {
             transports,
             mode,
             leg: r.leg,
+            ws,
         })
     }
 
