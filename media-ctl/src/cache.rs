@@ -17,9 +17,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 /// How long an answer is kept for retransmissions.
-pub const REPLY_TTL: Duration = Duration::from_secs(10);
+pub(crate) const REPLY_TTL: Duration = Duration::from_secs(10);
 /// Most bytes of answers kept.
-pub const REPLY_BYTES: usize = 32 << 20;
+pub(crate) const REPLY_BYTES: usize = 32 << 20;
 
 /// Entries are found by a keyed hash of (client, cookie), so a lookup
 /// allocates nothing; the entry keeps both to rule out a collision.
@@ -27,7 +27,7 @@ type Key = u64;
 
 /// What is known of a (client, cookie).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Slot {
+pub(crate) enum Slot {
     /// Sent on as this pending command (`None`: a search of the pool for
     /// the call is under way).
     Pending(Option<u64>),
@@ -52,14 +52,14 @@ struct Inner {
 
 /// The cache.
 #[derive(Debug, Default)]
-pub struct ReplyCache {
+pub(crate) struct ReplyCache {
     inner: Mutex<Inner>,
     hasher: RandomState,
 }
 
 impl ReplyCache {
     /// An empty cache.
-    pub fn new() -> ReplyCache {
+    pub(crate) fn new() -> ReplyCache {
         ReplyCache::default()
     }
 
@@ -68,7 +68,7 @@ impl ReplyCache {
     }
 
     /// What is known of this cookie from this client.
-    pub fn lookup(&self, client: SocketAddr, cookie: &[u8]) -> Option<Slot> {
+    pub(crate) fn lookup(&self, client: SocketAddr, cookie: &[u8]) -> Option<Slot> {
         let key = self.key(client, cookie);
         let inner = self.lock();
         inner
@@ -79,7 +79,7 @@ impl ReplyCache {
     }
 
     /// Records that the command is on its way.
-    pub fn pending(&self, client: SocketAddr, cookie: &[u8], id: Option<u64>, now: Instant) {
+    pub(crate) fn pending(&self, client: SocketAddr, cookie: &[u8], id: Option<u64>, now: Instant) {
         let key = self.key(client, cookie);
         let mut inner = self.lock();
         inner.order.push_back((key, now));
@@ -99,7 +99,7 @@ impl ReplyCache {
     }
 
     /// Records the answer given (for a retransmission to find).
-    pub fn done(&self, client: SocketAddr, cookie: &[u8], reply: Bytes, now: Instant) {
+    pub(crate) fn done(&self, client: SocketAddr, cookie: &[u8], reply: Bytes, now: Instant) {
         let key = self.key(client, cookie);
         let mut inner = self.lock();
         // The entry keeps its first time stamp: the one queued for expiry.
@@ -134,7 +134,7 @@ impl ReplyCache {
     }
 
     /// Forgets entries older than [`REPLY_TTL`].
-    pub fn expire(&self, now: Instant) {
+    pub(crate) fn expire(&self, now: Instant) {
         let mut inner = self.lock();
         while let Some((_, at)) = inner.order.front() {
             if now.saturating_duration_since(*at) < REPLY_TTL {
@@ -144,8 +144,9 @@ impl ReplyCache {
         }
     }
 
-    /// Entries and bytes held.
-    pub fn size(&self) -> (usize, usize) {
+    /// Entries and bytes held (its tests check the bounds with it).
+    #[cfg(test)]
+    pub(crate) fn size(&self) -> (usize, usize) {
         let inner = self.lock();
         (inner.map.len(), inner.bytes)
     }

@@ -18,7 +18,7 @@ use dashmap::DashMap;
 use crate::command::Command;
 
 /// How long an ended call still routes to its mg.
-pub const DELETE_GRACE: Duration = Duration::from_secs(30);
+pub(crate) const DELETE_GRACE: Duration = Duration::from_secs(30);
 
 /// Where a call is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

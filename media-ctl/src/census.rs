@@ -16,14 +16,14 @@ const UNKNOWN: u64 = u64::MAX;
 
 /// Per instance: vouched or not, and the sessions it last reported.
 #[derive(Debug)]
-pub struct Census {
+pub(crate) struct Census {
     vouched: Vec<AtomicBool>,
     sessions: Vec<AtomicU64>,
 }
 
 impl Census {
     /// Nothing vouched yet.
-    pub fn new(pool: &Pool) -> Census {
+    pub(crate) fn new(pool: &Pool) -> Census {
         let n = pool.members().iter().map(|m| m.idx + 1).max().unwrap_or(0);
         Census {
             vouched: (0..n).map(|_| AtomicBool::new(false)).collect(),
@@ -32,20 +32,20 @@ impl Census {
     }
 
     /// True once the mg's own count showed nothing media-ctl does not know.
-    pub fn vouched(&self, idx: usize) -> bool {
+    pub(crate) fn vouched(&self, idx: usize) -> bool {
         self.vouched
             .get(idx)
             .is_some_and(|v| v.load(Ordering::Relaxed))
     }
 
     /// The sessions the mg reported last.
-    pub fn sessions(&self, idx: usize) -> Option<u64> {
+    pub(crate) fn sessions(&self, idx: usize) -> Option<u64> {
         let s = self.sessions.get(idx)?.load(Ordering::Relaxed);
         (s != UNKNOWN).then_some(s)
     }
 
     /// The mg reported `sessions` while media-ctl tracked `tracked` calls on it.
-    pub fn observe(&self, idx: usize, sessions: u64, tracked: u64) {
+    pub(crate) fn observe(&self, idx: usize, sessions: u64, tracked: u64) {
         if let Some(s) = self.sessions.get(idx) {
             s.store(sessions.min(UNKNOWN - 1), Ordering::Relaxed);
         }
@@ -58,7 +58,7 @@ impl Census {
 }
 
 /// `statistics.currentstatistics.sessionstotal` of a `statistics` answer.
-pub fn sessions_of(payload: &[u8]) -> Option<u64> {
+pub(crate) fn sessions_of(payload: &[u8]) -> Option<u64> {
     let Ok(Value::Dict(d)) = Value::decode(payload) else {
         return None;
     };

@@ -30,7 +30,7 @@ pub struct Candidate {
 
 /// Why an mg was chosen (a metrics label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reason {
+pub(crate) enum Reason {
     /// The bgmg of the sg/esg that sent the offer (R-BG-1).
     Bgmg,
     /// Least tracked calls among the mgs at full weight.
@@ -43,7 +43,7 @@ pub enum Reason {
 
 impl Reason {
     /// The metrics label.
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Reason::Bgmg => "bgmg",
             Reason::LeastLoaded => "least_loaded",
@@ -55,7 +55,7 @@ impl Reason {
 
 /// Why the bgmg of the sending sg/esg was passed over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BgmgSkip {
+pub(crate) enum BgmgSkip {
     /// The sg/esg is draining: its remaining new calls get a normal-zone mg (R-BG-3).
     LocalDraining,
     /// Every bgmg on its server is down.
@@ -64,7 +64,7 @@ pub enum BgmgSkip {
 
 impl BgmgSkip {
     /// The metrics label.
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             BgmgSkip::LocalDraining => "local_draining",
             BgmgSkip::Down => "bgmg_down",
@@ -74,7 +74,7 @@ impl BgmgSkip {
 
 /// The chosen instance and why.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Choice {
+pub(crate) struct Choice {
     /// Instance index.
     pub mg: usize,
     /// Why.
@@ -85,7 +85,7 @@ pub struct Choice {
 
 /// No instance can take the call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum NoMg {
+pub(crate) enum NoMg {
     /// The site has no mg (and the sender no usable bgmg).
     #[error("no media gateway is configured")]
     NoneConfigured,
@@ -96,7 +96,7 @@ pub enum NoMg {
 
 impl NoMg {
     /// The metrics label.
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             NoMg::NoneConfigured => "no_mg_configured",
             NoMg::AllDown => "no_mg_up",
@@ -116,7 +116,7 @@ pub struct Local {
 /// Memory of past choices: smooth weighted round robin state and how many
 /// new calls each instance got.
 #[derive(Debug, Clone, Default)]
-pub struct Chooser {
+pub(crate) struct Chooser {
     current: Vec<f64>,
     steady: f64,
     assigned: Vec<u64>,
@@ -124,7 +124,11 @@ pub struct Chooser {
 
 impl Chooser {
     /// Picks the instance for a new call.
-    pub fn choose(&mut self, local: Option<&Local>, pool: &[Candidate]) -> Result<Choice, NoMg> {
+    pub(crate) fn choose(
+        &mut self,
+        local: Option<&Local>,
+        pool: &[Candidate],
+    ) -> Result<Choice, NoMg> {
         let mut skipped = None;
         if let Some(l) = local.filter(|l| !l.bgmgs.is_empty()) {
             if l.draining {
@@ -150,7 +154,7 @@ impl Chooser {
     }
 
     /// New calls given to instance `idx` so far.
-    pub fn assigned(&self, idx: usize) -> u64 {
+    pub(crate) fn assigned(&self, idx: usize) -> u64 {
         self.assigned.get(idx).copied().unwrap_or(0)
     }
 

@@ -5,7 +5,7 @@ use crate::ng::{split_cookie, DictView, NgError};
 
 /// Largest datagram accepted, in bytes. rtpengine reads ng datagrams into a
 /// 64 KiB buffer; anything near that is not a command a SIP proxy sends.
-pub const MAX_DATAGRAM: usize = 60_000;
+pub(crate) const MAX_DATAGRAM: usize = 60_000;
 
 /// The commands of rtpengine's ng protocol (10.x).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -100,7 +100,7 @@ impl Command {
 
 /// Why a datagram is refused before any routing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     /// No cookie: nothing to reply to; dropped and counted.
     #[error("no cookie")]
     NoCookie,
@@ -123,7 +123,7 @@ pub enum Refusal {
 
 impl Refusal {
     /// The bounded metrics label.
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Refusal::NoCookie => "no_cookie",
             Refusal::Oversized => "oversized",
@@ -137,7 +137,7 @@ impl Refusal {
 
 /// One ng request, borrowed from its datagram.
 #[derive(Debug, Clone)]
-pub struct Request<'a> {
+pub(crate) struct Request<'a> {
     /// The client's cookie.
     pub cookie: &'a [u8],
     /// The command.
@@ -155,7 +155,7 @@ pub struct Request<'a> {
 impl<'a> Request<'a> {
     /// Reads a request. On error, the cookie (when there is one) is
     /// returned too, so the caller can answer with an ng error.
-    pub fn parse(datagram: &'a [u8]) -> Result<Request<'a>, (Option<&'a [u8]>, Refusal)> {
+    pub(crate) fn parse(datagram: &'a [u8]) -> Result<Request<'a>, (Option<&'a [u8]>, Refusal)> {
         let (cookie, payload) = split_cookie(datagram).map_err(|_| (None, Refusal::NoCookie))?;
         let refuse = |r| (Some(cookie), r);
         if datagram.len() > MAX_DATAGRAM {

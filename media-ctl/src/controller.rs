@@ -396,7 +396,6 @@ impl Controller {
                     answer: None,
                 })
                 .collect(),
-            started: now,
         };
         if fan.parts.is_empty() {
             fan.parts = self

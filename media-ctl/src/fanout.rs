@@ -6,7 +6,6 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::time::Instant;
 
 use bytes::Bytes;
 
@@ -15,7 +14,7 @@ use crate::ng::{NgMessage, Value};
 
 /// What the fan-out is for.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum FanKind {
+pub(crate) enum FanKind {
     /// `list`: every mg's call-ids, up to `limit` in all.
     List {
         /// Most call-ids in the answer.
@@ -36,7 +35,7 @@ pub enum FanKind {
 
 /// One mg's part.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Part {
+pub(crate) struct Part {
     /// Instance index.
     pub mg: usize,
     /// Instance id (for warnings and the per-mg statistics).
@@ -47,7 +46,7 @@ pub struct Part {
 
 /// A fan-out in progress.
 #[derive(Debug, Clone)]
-pub struct Fan {
+pub(crate) struct Fan {
     /// The client.
     pub client: SocketAddr,
     /// The client's cookie.
@@ -56,18 +55,16 @@ pub struct Fan {
     pub kind: FanKind,
     /// One per mg asked.
     pub parts: Vec<Part>,
-    /// When it started.
-    pub started: Instant,
 }
 
 impl Fan {
     /// Every part answered or failed.
-    pub fn complete(&self) -> bool {
+    pub(crate) fn complete(&self) -> bool {
         self.parts.iter().all(|p| p.answer.is_some())
     }
 
     /// The answer to `list` or `statistics` (call once complete).
-    pub fn reply(&self) -> Vec<u8> {
+    pub(crate) fn reply(&self) -> Vec<u8> {
         let mut d = BTreeMap::new();
         d.insert(b"result".to_vec(), Value::str("ok"));
         let failed: Vec<String> = self
@@ -126,7 +123,7 @@ impl Fan {
 
     /// For a lookup: the mg whose `query` found the call, or `Err` with the
     /// ids of mgs that did not answer (the call may be on one of them).
-    pub fn found(&self) -> Result<Option<usize>, Vec<String>> {
+    pub(crate) fn found(&self) -> Result<Option<usize>, Vec<String>> {
         if let Some(p) = self
             .parts
             .iter()
@@ -149,7 +146,7 @@ impl Fan {
 }
 
 /// The `result` of an answer's dictionary.
-pub fn result_of(payload: &[u8]) -> Option<&[u8]> {
+pub(crate) fn result_of(payload: &[u8]) -> Option<&[u8]> {
     crate::ng::DictView::parse(payload).ok()?.bytes("result")
 }
 
@@ -193,7 +190,6 @@ mod tests {
                     answer: a.map(|r| r.map(Bytes::copy_from_slice).map_err(str::to_owned)),
                 })
                 .collect(),
-            started: Instant::now(),
         }
     }
 

@@ -12,7 +12,7 @@ use ringsync::view::Health;
 
 /// Ping bookkeeping for the instances of a site.
 #[derive(Debug)]
-pub struct Pinger {
+pub(crate) struct Pinger {
     targets: Vec<usize>,
     answered: Vec<AtomicU64>,
     fails: Mutex<Vec<u32>>,
@@ -22,7 +22,7 @@ pub struct Pinger {
 impl Pinger {
     /// Pings `targets` (instance indexes below `instances`); `failures`
     /// missed rounds make an instance down.
-    pub fn new(targets: Vec<usize>, instances: usize, failures: u32) -> Pinger {
+    pub(crate) fn new(targets: Vec<usize>, instances: usize, failures: u32) -> Pinger {
         Pinger {
             targets,
             answered: (0..instances).map(|_| AtomicU64::new(0)).collect(),
@@ -31,13 +31,8 @@ impl Pinger {
         }
     }
 
-    /// The instances pinged.
-    pub fn targets(&self) -> &[usize] {
-        &self.targets
-    }
-
     /// A `pong` for round `seq` came from instance `idx`.
-    pub fn pong(&self, idx: usize, seq: u64) {
+    pub(crate) fn pong(&self, idx: usize, seq: u64) {
         if let Some(a) = self.answered.get(idx) {
             a.fetch_max(seq, Ordering::Relaxed);
         }
@@ -45,7 +40,7 @@ impl Pinger {
 
     /// After round `seq`'s timeout: the health of every target, where
     /// known (`None` while misses are below the threshold).
-    pub fn evaluate(&self, seq: u64) -> Vec<(usize, Health)> {
+    pub(crate) fn evaluate(&self, seq: u64) -> Vec<(usize, Health)> {
         let mut fails = self.fails.lock().unwrap_or_else(|e| e.into_inner());
         self.targets
             .iter()

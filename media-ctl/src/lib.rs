@@ -20,27 +20,27 @@
 #![warn(unreachable_pub)]
 
 // === wire format ===
-pub mod command;
+mod command;
 pub mod ng;
 
 // === the pure core ===
 mod answers;
-pub mod cache;
-pub mod calls;
-pub mod census;
-pub mod chooser;
-pub mod controller;
-pub mod fanout;
-pub mod health;
-pub mod pool;
-pub mod upstream;
-pub mod weights;
+mod cache;
+mod calls;
+mod census;
+mod chooser;
+mod controller;
+mod fanout;
+mod health;
+mod pool;
+mod upstream;
+mod weights;
 
 // === I/O and operators ===
 pub mod admin;
-pub mod metrics;
+mod metrics;
 pub mod status;
-pub mod transport;
+mod transport;
 
 pub use controller::{Controller, Decision, Out, Settings};
 pub use ng::{NgError, NgMessage, Value};

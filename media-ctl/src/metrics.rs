@@ -4,33 +4,33 @@
 
 /// Client commands by command and outcome (`relayed`, `pong`, `cached`,
 /// `resent`, `absorbed`, `fanout`, `lookup`, `mg_down`, `no_mg`, refusals).
-pub const COMMANDS: &str = "mediactl_commands_total";
+pub(crate) const COMMANDS: &str = "mediactl_commands_total";
 /// New calls placed, by instance and reason (`bgmg`, `least_loaded`,
 /// `ramp`, `queued_for_drain`, `found` for a call found by asking the pool).
-pub const NEW_CALLS: &str = "mediactl_new_calls_total";
+pub(crate) const NEW_CALLS: &str = "mediactl_new_calls_total";
 /// Offers from an sg/esg whose bgmg was passed over, by reason
 /// (`local_draining`, `bgmg_down`).
-pub const BGMG_SKIPPED: &str = "mediactl_bgmg_skipped_total";
+pub(crate) const BGMG_SKIPPED: &str = "mediactl_bgmg_skipped_total";
 /// ng `error` results media-ctl gave itself, by reason.
-pub const ERRORS: &str = "mediactl_errors_total";
+pub(crate) const ERRORS: &str = "mediactl_errors_total";
 /// Datagrams dropped without an answer, by reason.
-pub const DROPPED: &str = "mediactl_dropped_total";
+pub(crate) const DROPPED: &str = "mediactl_dropped_total";
 /// Answers from the mgs, by instance and result (`ok`, `error`, `other`).
-pub const MG_ANSWERS: &str = "mediactl_mg_answers_total";
+pub(crate) const MG_ANSWERS: &str = "mediactl_mg_answers_total";
 /// Commands an mg did not answer in time, by instance.
-pub const MG_TIMEOUTS: &str = "mediactl_mg_timeouts_total";
+pub(crate) const MG_TIMEOUTS: &str = "mediactl_mg_timeouts_total";
 /// Calls tracked per instance.
-pub const CALLS: &str = "mediactl_calls";
+pub(crate) const CALLS: &str = "mediactl_calls";
 /// Current weight for new calls per mg (0..1; R-MG-4).
-pub const WEIGHT: &str = "mediactl_mg_weight";
+pub(crate) const WEIGHT: &str = "mediactl_mg_weight";
 /// State per instance, 1 for the current one (`up`, `down`, `draining`,
 /// `drained`, `draining_down`, plus `queued_for_drain`).
-pub const STATE: &str = "mediactl_instance_state";
+pub(crate) const STATE: &str = "mediactl_instance_state";
 /// Commands waiting for an mg's answer.
-pub const PENDING: &str = "mediactl_pending";
+pub(crate) const PENDING: &str = "mediactl_pending";
 /// Calls forgotten because their mg no longer knew them or was down when
 /// they went idle.
-pub const IDLE_FORGOTTEN: &str = "mediactl_idle_calls_forgotten_total";
+pub(crate) const IDLE_FORGOTTEN: &str = "mediactl_idle_calls_forgotten_total";
 
 /// Outcomes of client commands, in the order of their counter slots.
 const OUTCOMES: [&str; 12] = [

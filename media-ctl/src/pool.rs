@@ -159,7 +159,7 @@ impl Pool {
 }
 
 /// Not known to be down (unknown health counts as up, as in the view).
-pub fn is_up(view: &DrainView, idx: usize) -> bool {
+pub(crate) fn is_up(view: &DrainView, idx: usize) -> bool {
     view.instances()
         .get(idx)
         .is_some_and(|v| v.health != Health::Down)

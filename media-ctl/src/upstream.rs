@@ -18,7 +18,7 @@ use crate::command::Command;
 
 /// What an mg's answer is for.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Tag {
+pub(crate) enum Tag {
     /// A command in the pending table.
     Command(u64),
     /// A health ping of instance `idx`, round `seq`.
@@ -32,7 +32,7 @@ pub enum Tag {
 
 /// Who waits for a command's answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Origin {
+pub(crate) enum Origin {
     /// A client, under its own cookie.
     Client {
         /// Where the command came from.
@@ -57,7 +57,7 @@ pub enum Origin {
 
 /// One command sent to an mg and not answered yet.
 #[derive(Debug, Clone)]
-pub struct Pending {
+pub(crate) struct Pending {
     /// Who waits.
     pub origin: Origin,
     /// The command.
@@ -74,7 +74,7 @@ pub struct Pending {
 
 /// The pending table and the cookie scheme.
 #[derive(Debug)]
-pub struct Upstream {
+pub(crate) struct Upstream {
     prefix: Vec<u8>,
     next: AtomicU64,
     pending: DashMap<u64, Pending>,
@@ -82,7 +82,7 @@ pub struct Upstream {
 
 impl Upstream {
     /// A table whose cookies start with `prefix` (no space in it).
-    pub fn new(prefix: &str) -> Upstream {
+    pub(crate) fn new(prefix: &str) -> Upstream {
         Upstream {
             prefix: prefix.as_bytes().to_vec(),
             next: AtomicU64::new(1),
@@ -91,13 +91,13 @@ impl Upstream {
     }
 
     /// A table with a random prefix (`mc<8 hex>-`).
-    pub fn random() -> Upstream {
+    pub(crate) fn random() -> Upstream {
         Upstream::new(&format!("mc{:08x}-", rand::random::<u32>()))
     }
 
     /// Registers a command for `payload` (a bencoded dictionary) and returns
     /// its id and the datagram to send: `<our cookie> <payload>`.
-    pub fn send(
+    pub(crate) fn send(
         &self,
         origin: Origin,
         command: Command,
@@ -128,7 +128,7 @@ impl Upstream {
     }
 
     /// The ping datagram for instance `idx`, round `seq`.
-    pub fn ping(&self, idx: usize, seq: u64) -> Bytes {
+    pub(crate) fn ping(&self, idx: usize, seq: u64) -> Bytes {
         let mut d = self.prefix.clone();
         d.extend_from_slice(format!("p{idx}.{seq} d7:command4:pinge").as_bytes());
         Bytes::from(d)
@@ -136,7 +136,7 @@ impl Upstream {
 
     /// What an answer's cookie refers to; `None` for cookies media-ctl never
     /// made (a stray datagram, an answer meant for a previous process).
-    pub fn tag(&self, cookie: &[u8]) -> Option<Tag> {
+    pub(crate) fn tag(&self, cookie: &[u8]) -> Option<Tag> {
         let rest = std::str::from_utf8(cookie.strip_prefix(self.prefix.as_slice())?).ok()?;
         if let Some(ping) = rest.strip_prefix('p') {
             let (idx, seq) = ping.split_once('.')?;
@@ -149,22 +149,22 @@ impl Upstream {
     }
 
     /// Takes the pending command answered under `id`.
-    pub fn take(&self, id: u64) -> Option<Pending> {
+    pub(crate) fn take(&self, id: u64) -> Option<Pending> {
         self.pending.remove(&id).map(|(_, p)| p)
     }
 
     /// Puts a taken command back (an answer came from the wrong address).
-    pub fn restore(&self, id: u64, p: Pending) {
+    pub(crate) fn restore(&self, id: u64, p: Pending) {
         self.pending.insert(id, p);
     }
 
     /// The datagram of a pending command (for a client retransmission).
-    pub fn resend(&self, id: u64) -> Option<(usize, Bytes)> {
+    pub(crate) fn resend(&self, id: u64) -> Option<(usize, Bytes)> {
         self.pending.get(&id).map(|p| (p.mg, p.datagram.clone()))
     }
 
     /// Removes and returns the commands sent `timeout` or longer ago.
-    pub fn expired(&self, now: Instant, timeout: Duration) -> Vec<Pending> {
+    pub(crate) fn expired(&self, now: Instant, timeout: Duration) -> Vec<Pending> {
         let ids: Vec<u64> = self
             .pending
             .iter()
@@ -175,13 +175,8 @@ impl Upstream {
     }
 
     /// Commands in flight.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.pending.len()
-    }
-
-    /// True when nothing is in flight.
-    pub fn is_empty(&self) -> bool {
-        self.pending.is_empty()
     }
 }
 

@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use crate::engine::{EngineBoard, EngineStatus};
 use crate::handover::PlannerStats;
 use crate::round::Round;
 use crate::status::{NodeBoard, SiteStatus};
@@ -51,6 +52,8 @@ pub struct AdminApi {
     ready: AtomicBool,
     /// This node's handover planner: its name and counters.
     planner: OnceLock<(String, Arc<PlannerStats>)>,
+    /// The engine drivers this node runs (R-EX-1).
+    engines: OnceLock<Arc<EngineBoard>>,
     access: Access,
 }
 
@@ -147,6 +150,7 @@ impl AdminApi {
             recorder: PrometheusBuilder::new().build_recorder(),
             ready: AtomicBool::new(false),
             planner: OnceLock::new(),
+            engines: OnceLock::new(),
             access,
         })
     }
@@ -156,6 +160,12 @@ impl AdminApi {
     pub fn set_planner(&self, node: String, stats: Arc<PlannerStats>) {
         let _ = self.planner.set((node, stats));
     }
+    /// Names the engine drivers this node runs: `/v1/status` and
+    /// `/metrics` report them. Set once.
+    pub fn set_engines(&self, board: Arc<EngineBoard>) {
+        let _ = self.engines.set(board);
+    }
+
     /// Appends the record of a refused change; a failure to is logged and
     /// counted, and the refusal stands (nothing was changed).
     async fn audit_refusal(&self, rec: AuditRecord) {
@@ -215,6 +225,7 @@ impl AdminApi {
         let view = self.drain.view();
         let mut st = self.round(&view).status(&view);
         st.store = Some((*self.drain.freshness()).clone());
+        st.engines = self.engines.get().map(|b| b.snapshot());
         st
     }
 
@@ -293,9 +304,31 @@ impl AdminApi {
             metrics::counter!("ringsync_tls_reload_errors_total").absolute(tls::reload_errors());
             metrics::counter!("ringsync_audit_skipped_total")
                 .absolute(store::audit::skipped_count());
+            for e in self.engines.get().map(|b| b.snapshot()).unwrap_or_default() {
+                engine_metrics(&e);
+            }
         });
         self.recorder.handle().render()
     }
+}
+
+/// One engine's gauges and counters (R-EX-1): reachable, the revision it
+/// holds (-1 while none), the changes and corrections its driver made.
+fn engine_metrics(e: &EngineStatus) {
+    let name = e.name.clone();
+    metrics::gauge!("ringsync_engine_reachable", "engine" => name.clone())
+        .set(if e.reachable == Some(true) { 1.0 } else { 0.0 });
+    metrics::gauge!("ringsync_engine_acting", "engine" => name.clone()).set(if e.acting {
+        1.0
+    } else {
+        0.0
+    });
+    metrics::gauge!("ringsync_engine_applied_revision", "engine" => name.clone())
+        .set(e.revision.map_or(-1.0, |r| r as f64));
+    metrics::counter!("ringsync_engine_changes_total", "engine" => name.clone())
+        .absolute(e.changes);
+    metrics::counter!("ringsync_engine_corrections_total", "engine" => name)
+        .absolute(e.corrections);
 }
 
 /// Every endpoint of the API with its access rule: the router is built

@@ -18,6 +18,7 @@
 pub mod api;
 pub mod auth;
 pub mod cli;
+pub mod engine;
 pub mod handover;
 pub mod migrate;
 pub mod plan;

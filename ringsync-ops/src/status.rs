@@ -70,6 +70,10 @@ pub struct SiteStatus {
     /// not (R-MN-2).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub store: Option<Freshness>,
+    /// The engines `ringsync serve` drives (R-EX-1); only a serve node
+    /// knows them, so a status computed by the CLI itself has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engines: Option<Vec<crate::engine::EngineStatus>>,
 }
 
 impl Round {
@@ -126,6 +130,7 @@ impl Round {
             nodes: self.answers.clone(),
             instances: work::sum(view, &self.outcomes),
             store: None,
+            engines: None,
         }
     }
 }

@@ -6,7 +6,7 @@
 
 use std::net::SocketAddr;
 
-use ringsync::config::{Leg, ListenerMode, Service, SiteConfig, Transport};
+use ringsync::config::{Leg, ListenerMode, Service, SiteConfig, Transport, WsOptions};
 
 /// One listener as the core sees it.
 #[derive(Debug, Clone)]
@@ -19,11 +19,17 @@ pub(crate) struct ListenerCtx {
     pub(crate) leg: Leg,
     /// Serves UDP.
     pub(crate) udp: bool,
-    /// Serves a stream transport: TCP, or TLS when `tls`.
+    /// Serves a stream transport: TCP, TLS when `tls`, WebSocket when `ws`.
     pub(crate) tcp: bool,
     /// Its stream transport is TLS (RFC 3261 26): Via `SIP/2.0/TLS`,
     /// Record-Route `transport=tls` (or `sips:`), connections with rustls.
+    /// Also true on a `wss` listener (TLS under the WebSocket).
     pub(crate) tls: bool,
+    /// Its stream transport is WebSocket (RFC 7118; `ws`, or `wss` with
+    /// `tls`): Via `SIP/2.0/WS(S)`, Record-Route `transport=ws(s)`, the
+    /// upgrade checked against these options, and no connection opened
+    /// from it (a browser cannot be connected to).
+    pub(crate) ws: Option<WsOptions>,
     /// `advertise` as written in SIP (IPv6 in brackets).
     pub(crate) host: String,
     /// Who may start new dialogs here (`[listener.access]`).
@@ -82,9 +88,10 @@ impl Listeners {
                 mode,
                 leg: l.leg,
                 udp: l.transports.contains(&Transport::Udp),
-                tcp: l.transports.contains(&Transport::Tcp)
-                    || l.transports.contains(&Transport::Tls),
-                tls: l.transports.contains(&Transport::Tls),
+                tcp: l.transports.iter().any(|t| t.is_stream()),
+                tls: l.transports.contains(&Transport::Tls)
+                    || l.transports.contains(&Transport::Wss),
+                ws: l.ws.clone(),
                 // SocketAddr's Display writes IPv6 in brackets, as SIP wants.
                 host: l.advertise.to_string(),
                 access: l.access.clone(),
@@ -114,5 +121,29 @@ impl Listeners {
     /// Whether `addr` is one of the gate's own addresses.
     pub(crate) fn is_own(&self, addr: SocketAddr) -> bool {
         self.own.binary_search(&addr).is_ok()
+    }
+}
+
+impl ListenerCtx {
+    /// The transport name of its stream in a Via (`TCP`, `TLS`, `WS`,
+    /// `WSS`; RFC 3261 26, RFC 7118 5).
+    pub(crate) fn stream_via(&self) -> &'static str {
+        match (self.ws.is_some(), self.tls) {
+            (true, true) => "WSS",
+            (true, false) => "WS",
+            (false, true) => "TLS",
+            (false, false) => "TCP",
+        }
+    }
+
+    /// The URI parameter naming its stream transport (`;transport=tcp`,
+    /// `tls`, `ws`, `wss`).
+    pub(crate) fn stream_param(&self) -> &'static str {
+        match (self.ws.is_some(), self.tls) {
+            (true, true) => ";transport=wss",
+            (true, false) => ";transport=ws",
+            (false, true) => ";transport=tls",
+            (false, false) => ";transport=tcp",
+        }
     }
 }

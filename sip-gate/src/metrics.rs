@@ -71,13 +71,29 @@ pub(crate) const DNS_FAILOVERS: &str = "sipgate_dns_failovers_total";
 /// flow, by `reason`: `closed`, `restarted`, `unknown_listener`,
 /// `other_node` (each answered 430 Flow Failed) and `bad_token` (403).
 pub(crate) const FLOW_FAILURES: &str = "sipgate_flow_failures_total";
-/// Path headers the gate added to subscribers' REGISTERs, by `transport`.
+/// Path headers the gate added to subscribers' REGISTERs, by `transport`
+/// (`udp`, `tcp`: TLS included, `ws`: WSS included).
 pub(crate) const FLOW_PATHS: &str = "sipgate_flow_paths_total";
 /// Subscribers' TCP connections open (`state="open"`) and, of those, the
 /// ones a registration uses (`state="registered"`).
 pub(crate) const FLOWS: &str = "sipgate_flows";
-/// Open TCP connections.
+/// Open TCP connections (TLS ones included; WebSocket ones are counted in
+/// [`WS_CONNECTIONS`] instead). Both share `[tcp] max_connections`.
 pub(crate) const TCP_CONNECTIONS: &str = "sipgate_tcp_connections";
+/// Open WebSocket connections (`ws`/`wss` listeners, RFC 7118), from the
+/// accept: the upgrade not yet done included.
+pub(crate) const WS_CONNECTIONS: &str = "sipgate_ws_connections";
+/// WebSocket upgrades by `result`: `ok`, or why one was refused (the HTTP
+/// status in brackets): `bad_request` (400, not HTTP or a head past 8 KiB),
+/// `bad_method` (405), `bad_path` (404), `not_upgrade` (426),
+/// `bad_version` (426), `bad_key` (400), `bad_origin` (403),
+/// `no_subprotocol` (400: no `sip` in `Sec-WebSocket-Protocol`), or not
+/// answered: `timeout` (not done within `[tcp] frame_s`), `closed`.
+pub(crate) const WS_HANDSHAKES: &str = "sipgate_ws_handshakes_total";
+/// WebSocket connections the gate closed with a close code, by `code`
+/// (`1009`: a message over the size bound, `1002`: a protocol error,
+/// `1001`: the gate stops).
+pub(crate) const WS_CLOSES: &str = "sipgate_ws_closes_total";
 /// TLS handshakes by `side` (`server`: accepted, `client`: opened by the
 /// gate) and `result` (`ok`, `error`, `timeout`: not finished within
 /// `[tls] handshake_timeout_ms`, `no_ca`: no `[tls] ca` to verify with).
@@ -106,6 +122,14 @@ pub(crate) fn response(outcome: &'static str) {
 
 pub(crate) fn tls_handshake(side: &'static str, result: &'static str) {
     metrics::counter!(TLS_HANDSHAKES, "side" => side, "result" => result).increment(1);
+}
+
+pub(crate) fn ws_handshake(result: &'static str) {
+    metrics::counter!(WS_HANDSHAKES, "result" => result).increment(1);
+}
+
+pub(crate) fn ws_close(code: &'static str) {
+    metrics::counter!(WS_CLOSES, "code" => code).increment(1);
 }
 
 pub(crate) fn tls_reload(result: &'static str) {
@@ -164,8 +188,8 @@ pub(crate) fn flow_failure(reason: &'static str) {
     metrics::counter!(FLOW_FAILURES, "reason" => reason).increment(1);
 }
 
-pub(crate) fn flow_path(tcp: bool) {
-    let transport = if tcp { "tcp" } else { "udp" };
+/// `transport`: `udp`, `tcp` (TLS included), `ws` (WSS included).
+pub(crate) fn flow_path(transport: &'static str) {
     metrics::counter!(FLOW_PATHS, "transport" => transport).increment(1);
 }
 

@@ -215,6 +215,12 @@ impl KamailioHandle {
         self.proc.stderr_tail(max)
     }
 
+    /// SIGKILL to the main process and every worker at once: a crash, with
+    /// no chance to clean up.
+    pub fn kill(mut self) {
+        self.proc.kill();
+    }
+
     /// SIGTERM and wait (2 s) for the tree to exit; then SIGKILL.
     pub fn stop(mut self) {
         self.proc.stop(Duration::from_secs(2));

@@ -46,6 +46,7 @@ pub mod bins;
 pub mod dnsmasq;
 mod error;
 pub mod etcd;
+pub mod fixture;
 pub mod http;
 pub mod kamailio;
 pub mod metrics;

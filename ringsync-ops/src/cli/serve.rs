@@ -142,9 +142,19 @@ pub(super) async fn serve(
     // The Active-Passive planner: one per site acts (R-MN-3).
     let node = local.to_string();
     let planner = super::handover::start_planner(&config, store.as_ref(), &state, &node, &shutdown);
+    // The engine drivers act under the planner's election (R-EX-1, R-MN-3).
+    let engines = planner.as_ref().and_then(|(stats, _)| {
+        crate::engine::start(&config, &state, &store, stats.watch_acting(), &shutdown)
+    });
+    if planner.is_none() && !config.engines.is_empty() {
+        tracing::warn!("this store keeps no election: the engines are not driven");
+    }
     let api = AdminApi::with_access(store, state, board, access);
     if let Some((stats, _)) = &planner {
         api.set_planner(node, stats.clone());
+    }
+    if let Some((board, _)) = &engines {
+        api.set_engines(board.clone());
     }
     let result = match certs {
         Some(c) => {
@@ -158,6 +168,9 @@ pub(super) async fn serve(
     let _ = poller.await;
     let _ = publisher.await;
     if let Some((_, task)) = planner {
+        let _ = task.await;
+    }
+    for task in engines.into_iter().flat_map(|(_, t)| t) {
         let _ = task.await;
     }
     result.map_err(CliError::Io)

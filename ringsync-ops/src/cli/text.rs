@@ -4,6 +4,7 @@
 use std::io::Write;
 
 use super::CliError;
+use crate::engine::EngineStatus;
 use crate::round::NodeAnswer;
 use crate::status::SiteStatus;
 use ringsync::profile::{Profile, ProfileSet};
@@ -123,6 +124,59 @@ pub(super) fn write_status(st: &SiteStatus, out: &mut (dyn Write + Send)) -> Res
     if let Some(f) = &st.store {
         writeln!(out, "{}", f.describe(st.generated_ms))?;
     }
+    if let Some(engines) = &st.engines {
+        write_engines(engines, out)?;
+    }
+    Ok(())
+}
+
+/// The "engines" section (R-EX-1): one line per engine, then what it says
+/// of each instance it does not hold as the view wants.
+fn write_engines(engines: &[EngineStatus], out: &mut (dyn Write + Send)) -> Result<(), CliError> {
+    writeln!(out, "engines:")?;
+    for e in engines {
+        let reach = match (e.reachable, e.since_ms) {
+            (Some(true), Some(t)) => format!("reachable since {}", work::utc_text(t)),
+            (Some(false), Some(t)) => format!("UNREACHABLE since {}", work::utc_text(t)),
+            _ => "not asked yet".to_owned(),
+        };
+        let holds = e.revision.map_or("holds no revision".to_owned(), |r| {
+            format!("holds revision {r}")
+        });
+        let role = if e.acting {
+            ""
+        } else {
+            " (standby: driven by another node)"
+        };
+        writeln!(
+            out,
+            "  {} ({} {}): {reach}, {holds}{role}",
+            e.name, e.kind, e.address
+        )?;
+        if let Some(err) = &e.error {
+            writeln!(out, "    failing: {err}")?;
+        }
+        if let Some(c) = &e.last_correction {
+            writeln!(
+                out,
+                "    last correction at {}: {} was {}, set {}",
+                work::utc_text(c.at_ms),
+                c.instance,
+                c.found,
+                c.want.as_str()
+            )?;
+        }
+        for i in e.instances.iter().filter(|i| !i.agrees) {
+            let says = i.says.as_deref().unwrap_or("nothing");
+            writeln!(
+                out,
+                "    {} ({}): wants {}, engine says {says}",
+                i.id,
+                i.target,
+                i.want.as_str()
+            )?;
+        }
+    }
     Ok(())
 }
 
@@ -149,6 +203,8 @@ fn transport_name(t: ringsync::config::Transport) -> &'static str {
         ringsync::config::Transport::Udp => "udp",
         ringsync::config::Transport::Tcp => "tcp",
         ringsync::config::Transport::Tls => "tls",
+        ringsync::config::Transport::Ws => "ws",
+        ringsync::config::Transport::Wss => "wss",
     }
 }
 

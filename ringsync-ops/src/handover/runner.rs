@@ -9,10 +9,11 @@
 //! from a leadership it no longer holds, so a planner that loses its lease
 //! stops before its next move.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::clock::Clock;
@@ -28,18 +29,37 @@ pub const CAMPAIGN_EVERY: Duration = Duration::from_secs(1);
 const RETRY: Duration = Duration::from_secs(1);
 
 /// What the planner did, for metrics and status.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct PlannerStats {
-    acting: AtomicBool,
+    /// Whether this node holds the site's election: the planner plans and
+    /// the engine drivers drive only while it does (R-MN-3, R-EX-1).
+    acting: watch::Sender<bool>,
     handovers: AtomicU64,
     takeovers: AtomicU64,
     retries: AtomicU64,
 }
 
+impl Default for PlannerStats {
+    fn default() -> Self {
+        PlannerStats {
+            acting: watch::channel(false).0,
+            handovers: AtomicU64::new(0),
+            takeovers: AtomicU64::new(0),
+            retries: AtomicU64::new(0),
+        }
+    }
+}
+
 impl PlannerStats {
     /// True while this node is the elected planner.
     pub fn acting(&self) -> bool {
-        self.acting.load(Ordering::Relaxed)
+        *self.acting.borrow()
+    }
+
+    /// A new value on every change of [`PlannerStats::acting`]: what the
+    /// engine drivers follow, so they act under the same election.
+    pub fn watch_acting(&self) -> watch::Receiver<bool> {
+        self.acting.subscribe()
     }
 
     /// Publications by this node: `(handovers, takeovers, retries)`.
@@ -97,12 +117,16 @@ impl Planner {
     }
 
     /// Stands for election, plans while elected, stands again when the
-    /// leadership is lost; resigns and returns on `shutdown`.
+    /// leadership is lost; resigns and returns on `shutdown`. A site with
+    /// engines but no Active-Passive group still stands: the engine
+    /// drivers act under this election (R-EX-1); it then plans nothing.
     pub async fn run(self, shutdown: CancellationToken) {
-        if self.config.ap_groups.is_empty() {
+        if self.config.ap_groups.is_empty() && self.config.engines.is_empty() {
             return;
         }
-        if self.config.timers.ap_pace_s < ringsync::config::Timers::MIN_AP_PACE_S {
+        if !self.config.ap_groups.is_empty()
+            && self.config.timers.ap_pace_s < ringsync::config::Timers::MIN_AP_PACE_S
+        {
             tracing::warn!(
                 pace_s = self.config.timers.ap_pace_s,
                 "Active-Passive test pace: leaders may move faster than one group a minute"
@@ -112,9 +136,9 @@ impl Planner {
             let Some(lead) = self.elect(&shutdown).await else {
                 return;
             };
-            self.stats.acting.store(true, Ordering::Relaxed);
+            self.stats.acting.send_replace(true);
             self.act(&lead, &shutdown).await;
-            self.stats.acting.store(false, Ordering::Relaxed);
+            self.stats.acting.send_replace(false);
             lead.resign().await;
             if shutdown.is_cancelled() {
                 return;

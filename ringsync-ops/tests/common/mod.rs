@@ -8,5 +8,6 @@ mod model;
 
 pub use model::*;
 
+pub mod engines;
 pub mod handover;
 pub mod served;

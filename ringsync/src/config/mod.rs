@@ -15,6 +15,7 @@ use ipnet::IpNet;
 mod access;
 mod admin;
 mod ap;
+mod engine;
 mod error;
 mod limits;
 mod local;
@@ -26,12 +27,16 @@ mod tls;
 mod types;
 mod validate;
 mod validator;
+mod ws;
 
 #[cfg(test)]
 mod tests;
 
 pub use access::{AccessAction, AccessList, AuthBan};
 pub use ap::DEFAULT_PRIORITY;
+pub use engine::{
+    EngineConfig, EngineKind, RuntimeAddress, DEFAULT_ENGINE_TIMEOUT_MS, DEFAULT_RESYNC_MS,
+};
 pub use error::ConfigError;
 pub use limits::{LimitAction, OverloadConfig};
 pub use local::{check_warnings, host_addresses, is_local, not_local, Binding, Daemon};
@@ -40,7 +45,7 @@ pub use tls::TlsConfig;
 pub use types::{
     Account, AccountMatch, AdminConfig, ApGroup, DnsConfig, DrainPolicy, Exception, HealthConfig,
     Instance, Leg, Listener, ListenerMode, Server, Service, Site, SiteConfig, StoreConfig,
-    TcpConfig, Timers, Transport, WorkConfig,
+    TcpConfig, Timers, Transport, WorkConfig, WsOptions,
 };
 
 use error::Locator;

@@ -50,6 +50,8 @@ pub(super) struct RawSite {
     pub(super) ap_group: Vec<Spanned<RawApGroup>>,
     #[serde(default)]
     pub(super) listener: Vec<Spanned<RawListener>>,
+    #[serde(default)]
+    pub(super) engine: Vec<Spanned<super::engine::RawEngine>>,
 }
 
 #[derive(Deserialize)]
@@ -144,6 +146,10 @@ pub(super) struct RawListener {
     #[serde(default)]
     pub(super) instance: Option<Spanned<String>>,
     pub(super) leg: Leg,
+    #[serde(default)]
+    pub(super) ws_path: Option<Spanned<String>>,
+    #[serde(default)]
+    pub(super) ws_origins: Option<Spanned<Vec<String>>>,
     #[serde(default)]
     pub(super) access: super::AccessList,
     #[serde(default = "default_auth_ban")]

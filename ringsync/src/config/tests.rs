@@ -588,3 +588,71 @@ fn listener_access_and_auth_ban_defaults_values_and_errors_r_sec_3() {
     let e = load(&with("[listener.access]\nallow = [\"not-a-net\"]\n")).unwrap_err();
     assert!(e.line.is_some(), "{e}");
 }
+
+/// R-WS-2: a `ws`/`wss` listener serves UDP beside it and no other stream
+/// transport, `wss` needs `[tls]`, `ws_` fields only on such a listener;
+/// its options default to path `/` and any origin.
+#[test]
+fn r_ws_2_ws_listener_rules() {
+    let web = |transports: &str, extra: &str| {
+        format!(
+            "{GOOD}\n[[listener]]\nname = \"web\"\nbind = \"127.0.0.1:8080\"\ntransports = {transports}\nmode = \"balance\"\npool = \"sg\"\nleg = \"subscriber\"\n{extra}"
+        )
+    };
+    let c = load(&web(r#"["udp", "ws"]"#, "")).unwrap();
+    let l = c.listener("web").unwrap();
+    let ws = l.ws.as_ref().expect("ws options");
+    assert_eq!((ws.path.as_str(), ws.origins.len()), ("/", 0));
+    assert!(ws.origin_allowed(None) && ws.origin_allowed(Some("https://x")));
+    assert!(c.listener("subscribers").unwrap().ws.is_none());
+
+    let c = load(&web(
+        r#"["udp", "ws"]"#,
+        "ws_path = \"/sip\"\nws_origins = [\"https://a.example\"]\n",
+    ))
+    .unwrap();
+    let ws = c.listener("web").unwrap().ws.clone().unwrap();
+    assert_eq!(ws.path, "/sip");
+    assert!(ws.origin_allowed(Some("HTTPS://A.example")));
+    assert!(!ws.origin_allowed(Some("https://b.example")));
+    assert!(!ws.origin_allowed(None));
+
+    for (transports, extra, field, says) in [
+        (r#"["ws"]"#, "", "listener[2].transports", "needs \"udp\""),
+        (
+            r#"["udp", "tcp", "ws"]"#,
+            "",
+            "listener[2].transports",
+            "another stream transport",
+        ),
+        (
+            r#"["udp", "ws", "wss"]"#,
+            "",
+            "listener[2].transports",
+            "another stream transport",
+        ),
+        (r#"["udp", "wss"]"#, "", "tls", "\"wss\""),
+        (
+            r#"["udp", "ws"]"#,
+            "ws_path = \"sip\"\n",
+            "listener[2].ws_path",
+            "start with",
+        ),
+        (
+            r#"["udp", "tcp"]"#,
+            "ws_path = \"/sip\"\n",
+            "listener[2].ws_path",
+            "only a listener",
+        ),
+        (
+            r#"["udp"]"#,
+            "ws_origins = []\n",
+            "listener[2].ws_origins",
+            "only a listener",
+        ),
+    ] {
+        let e = load(&web(transports, extra)).unwrap_err();
+        assert_eq!(e.field, field, "{transports} {extra}: {e}");
+        assert!(e.message.contains(says), "{transports} {extra}: {e}");
+    }
+}

@@ -85,16 +85,17 @@ impl Validator<'_> {
                 ));
             }
         }
-        let wanted = listeners
-            .iter()
-            .position(|l| l.transports.contains(&Transport::Tls));
+        // `wss` is TLS under the WebSocket: the same certificate.
+        let wanted = listeners.iter().position(|l| {
+            l.transports.contains(&Transport::Tls) || l.transports.contains(&Transport::Wss)
+        });
         let Some(raw) = raw else {
             return match wanted {
                 Some(i) => Err(self.err(
                     0..0,
                     "tls",
                     format!(
-                        "listener[{i}] serves \"tls\": a [tls] section with cert and key is needed"
+                        "listener[{i}] serves \"tls\" or \"wss\": a [tls] section with cert and key is needed"
                     ),
                 )),
                 None => Ok(None),

@@ -472,6 +472,24 @@ pub enum Transport {
     /// SIP over TLS over TCP (RFC 3261 26); needs `[tls]`, and excludes
     /// `tcp` on the same listener.
     Tls,
+    /// SIP over WebSocket (RFC 7118) for browsers and WebRTC clients; the
+    /// listener's only stream transport, beside `udp` (its instance side).
+    Ws,
+    /// SIP over secure WebSocket (RFC 7118, TLS from `[tls]`); like `ws`.
+    Wss,
+}
+
+impl Transport {
+    /// Whether this is a WebSocket transport (`ws` or `wss`).
+    pub fn is_ws(self) -> bool {
+        matches!(self, Transport::Ws | Transport::Wss)
+    }
+
+    /// Whether this transport runs over a TCP connection (everything but
+    /// `udp`).
+    pub fn is_stream(self) -> bool {
+        !matches!(self, Transport::Udp)
+    }
 }
 
 /// Which side of the platform a listener faces. The esg rules apply on
@@ -522,6 +540,32 @@ pub struct Listener {
     /// `[listener.auth_ban]`: bans of sources that fail authentication
     /// (R-SEC-3).
     pub auth_ban: super::AuthBan,
+    /// The WebSocket upgrade's checks, on a `ws`/`wss` listener only.
+    pub ws: Option<WsOptions>,
+}
+
+/// What a `ws`/`wss` listener accepts at the HTTP upgrade (RFC 6455 4.2,
+/// RFC 7118 4): the request path, and the `Origin`s allowed in.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WsOptions {
+    /// The path the upgrade must ask for (`ws_path`, default `/`).
+    pub path: String,
+    /// The `Origin` values let in (`ws_origins`, compared without case);
+    /// empty lets in any origin, and a request without `Origin` (not a
+    /// browser).
+    pub origins: Vec<String>,
+}
+
+impl WsOptions {
+    /// Whether a handshake with this `Origin` header (if any) is let in:
+    /// any when the list is empty, else only a listed one, and never a
+    /// missing one (a browser always sends it, RFC 6454 7).
+    pub fn origin_allowed(&self, origin: Option<&str>) -> bool {
+        if self.origins.is_empty() {
+            return true;
+        }
+        origin.is_some_and(|o| self.origins.iter().any(|a| a.eq_ignore_ascii_case(o)))
+    }
 }
 
 /// Site-wide identity.
@@ -578,4 +622,7 @@ pub struct SiteConfig {
     pub ap_groups: Vec<ApGroup>,
     /// SIP listeners, in file order.
     pub listeners: Vec<Listener>,
+    /// Engines `ringsync serve` drives from the drain view (R-EX-1), in
+    /// file order.
+    pub engines: Vec<super::EngineConfig>,
 }

@@ -2,9 +2,9 @@
 //! checking references between servers, instances, accounts, groups and
 //! listeners. The first error found wins; sections are checked in file
 //! order of dependency (site, servers, instances, accounts, Active-Passive
-//! groups, listeners, then store, health and media; `media.rs` checks
+//! groups, listeners, then store, health, media and engines; `media.rs` checks
 //! `[media]` and the instances' `ng` and `ng_source`, `limits.rs`
-//! `[overload]`).
+//! `[overload]`, `engine.rs` `[[engine]]`).
 //!
 //! `ap.rs` checks the Active-Passive groups and their pace in `[timers]`,
 //! `services.rs` that every service name is built in or declared by a group.
@@ -50,6 +50,7 @@ pub(super) fn validate(loc: Locator<'_>, raw: RawSite) -> Result<SiteConfig> {
     let tls = v.tls(raw.tls.as_ref(), &listeners)?;
     let overload = super::limits::validate(&v, raw.overload)?;
     let admin = v.admin(raw.admin)?;
+    let engines = super::engine::validate(&v, &raw.engine, &instances)?;
     Ok(SiteConfig {
         path: loc.path.to_owned(),
         site,
@@ -69,6 +70,7 @@ pub(super) fn validate(loc: Locator<'_>, raw: RawSite) -> Result<SiteConfig> {
         accounts,
         ap_groups,
         listeners,
+        engines,
     })
 }
 
@@ -357,7 +359,7 @@ impl Validator<'_> {
             return Err(self.err(
                 r.transports.span(),
                 format!("listener[{i}].transports"),
-                "needs at least one of \"udp\", \"tcp\", \"tls\"",
+                "needs at least one of \"udp\", \"tcp\", \"tls\", \"ws\", \"wss\"",
             ));
         }
         let mode = match r.mode.get_ref().as_str() {
@@ -380,6 +382,7 @@ impl Validator<'_> {
         }
         let mut transports = r.transports.get_ref().clone();
         transports.dedup();
+        let ws = self.ws_options(i, r, &transports)?;
         Ok(Listener {
             name: name.clone(),
             bind,
@@ -389,6 +392,7 @@ impl Validator<'_> {
             leg: r.leg,
             access: r.access.clone(),
             auth_ban: r.auth_ban.get_ref().clone(),
+            ws,
         })
     }
 

@@ -79,6 +79,9 @@ impl Core {
 /// - Over TCP or TLS: on the request's connection while it is open, else on a new
 ///   connection to the source address and the sent-by port (5060, for TLS 5061, if none),
 ///   not the connection's ephemeral port.
+/// - Over WebSocket: on the request's connection only (the transport opens
+///   none toward a WebSocket listener's peer); without a known transaction,
+///   nowhere.
 /// - Over UDP: to the source address (`received`), at the source port when
 ///   the client asked for `rport`, else at the sent-by port.
 ///
@@ -91,6 +94,11 @@ pub(super) fn response_out(via: &Via<'_>, from: Option<Inbound>, listener: usize
         .port
         .unwrap_or(if tls { DEFAULT_TLS_PORT } else { DEFAULT_PORT });
     let Some(from) = from else {
+        // A WebSocket client's sent-by is made up (`.invalid`, RFC 7118
+        // 5.2): only the connection it came in on reaches it.
+        if via.transport.eq_ignore_ascii_case(b"WS") || via.transport.eq_ignore_ascii_case(b"WSS") {
+            return None;
+        }
         let ip = via
             .received
             .and_then(host_ip)

@@ -134,11 +134,9 @@ impl Core {
     /// address is the listener the request leaves from.
     fn push_via_line(&self, line: &mut String, req: &Request<'_>, hop: Hop) {
         let out = self.out_listener(req, hop);
-        line.push_str(match (hop.tcp, out.tls) {
-            (true, true) => "Via: SIP/2.0/TLS ",
-            (true, false) => "Via: SIP/2.0/TCP ",
-            (false, _) => "Via: SIP/2.0/UDP ",
-        });
+        line.push_str("Via: SIP/2.0/");
+        line.push_str(if hop.tcp { out.stream_via() } else { "UDP" });
+        line.push(' ');
         line.push_str(&out.host);
         line.push_str(";branch=");
         self.branches.write(req.key, line);
@@ -180,9 +178,12 @@ impl Core {
             push_rr(head, &ft, req.listener, inbound_tcp);
             return;
         }
+        // A WebSocket client is reached through its flow or not at all
+        // (its Contact host is `.invalid`, RFC 7118 5.2), so its dialogs
+        // get the flow with or without `ob` (R-WS-2).
         if let Some(f) = self
             .subscriber_flow(req, hop)
-            .filter(|_| wants_outbound(req.msg))
+            .filter(|_| wants_outbound(req.msg) || req.listener.ws.is_some())
         {
             // From a subscriber's flow, asked for with `ob` (RFC 5626 5.3):
             // the instance's side (top) names the flow, the subscriber's
@@ -213,13 +214,17 @@ impl Core {
         let Some(f) = self.subscriber_flow(req, hop) else {
             return;
         };
-        m::flow_path(f.tcp.is_some());
+        m::flow_path(match (f.tcp, &req.listener.ws) {
+            (None, _) => "udp",
+            (Some(_), None) => "tcp",
+            (Some(_), Some(_)) => "ws",
+        });
         head.push_str("Path: <sip:");
         head.push_str(&self.flows.seal(&f, req.listener.advertise));
         head.push('@');
         head.push_str(&req.listener.host);
         if hop.tcp {
-            head.push_str(stream_param(req.listener));
+            head.push_str(req.listener.stream_param());
         }
         head.push_str(";lr>\r\n");
     }
@@ -285,7 +290,8 @@ fn wants_outbound(msg: &SipMessage) -> bool {
 /// One `Record-Route: <sip:TOKEN@host[;transport=tcp|tls];lr>` line for
 /// listener `l`; on a TLS leg of a `sips:` request, `<sips:TOKEN@host;lr>`.
 fn push_rr(head: &mut String, token: &str, l: &ListenerCtx, stream: bool, sips: bool) {
-    let sips = sips && stream && l.tls;
+    // `sips:` belongs to SIP over TLS; a WSS leg says `transport=wss`.
+    let sips = sips && stream && l.tls && l.ws.is_none();
     head.push_str(if sips {
         "Record-Route: <sips:"
     } else {
@@ -295,18 +301,9 @@ fn push_rr(head: &mut String, token: &str, l: &ListenerCtx, stream: bool, sips: 
     head.push('@');
     head.push_str(&l.host);
     if stream && !sips {
-        head.push_str(stream_param(l));
+        head.push_str(l.stream_param());
     }
     head.push_str(";lr>\r\n");
-}
-
-/// The URI parameter naming a listener's stream transport.
-fn stream_param(l: &ListenerCtx) -> &'static str {
-    if l.tls {
-        ";transport=tls"
-    } else {
-        ";transport=tcp"
-    }
 }
 
 /// The Route edits: the gate's own Routes go, and under a strict router

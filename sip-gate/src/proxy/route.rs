@@ -78,9 +78,12 @@ fn inbound_tcp(inbound: Inbound) -> bool {
 /// The transport toward the instance for a request from outside: the one
 /// it came in on, except that TLS ends at the gate when the listener also
 /// serves UDP (TLS protects the public leg; instances sit inside the
-/// platform and are reached over the listener's UDP).
+/// platform and are reached over the listener's UDP). WebSocket always
+/// ends at the gate (an instance speaks none; a `ws`/`wss` listener serves
+/// UDP, the config checks it): RFC 7118 from the browser, UDP inside.
 fn instance_stream(req: &Request<'_>) -> bool {
-    inbound_tcp(req.inbound) && !(req.listener.tls && req.listener.udp)
+    inbound_tcp(req.inbound)
+        && !((req.listener.tls || req.listener.ws.is_some()) && req.listener.udp)
 }
 
 /// The stream toward the instance for a request from outside, if it goes

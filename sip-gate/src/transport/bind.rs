@@ -69,9 +69,9 @@ pub(crate) async fn bind(
             }
         };
         let want_udp = l.transports.contains(&Transport::Udp);
-        // A TLS listener accepts TCP and shakes hands on it (tls.rs).
-        let want_tcp =
-            l.transports.contains(&Transport::Tcp) || l.transports.contains(&Transport::Tls);
+        // A TLS listener accepts TCP and shakes hands on it (tls.rs), a
+        // WebSocket one upgrades it (ws/).
+        let want_tcp = l.transports.iter().any(|t| t.is_stream());
         let mut attempt = 0;
         let (udp, tcp) = loop {
             attempt += 1;

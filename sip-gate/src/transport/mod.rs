@@ -30,6 +30,8 @@ use tokio_util::task::TaskTracker;
 
 use hickory_resolver::TokioResolver;
 
+use ringsync::config::WsOptions;
+
 use crate::dns::{DnsFailure, DnsQuery};
 use crate::frame::{self, Frame};
 use crate::metrics as m;
@@ -42,6 +44,7 @@ mod bind;
 mod read_timer;
 mod tls;
 mod udp;
+mod ws;
 pub(crate) use bind::bind;
 pub use bind::{BindError, SocketKind};
 use read_timer::{Expired, ReadTimer};
@@ -94,6 +97,7 @@ pub(crate) fn spawn(
         udp,
         tls,
         tls_on: core.listeners().iter().map(|l| l.tls).collect(),
+        ws_on: core.listeners().iter().map(|l| l.ws.clone()).collect(),
         resolver,
         core: core.clone(),
         conns: DashMap::new(),
@@ -151,6 +155,8 @@ struct Net {
     /// The gate's TLS, and which listeners' streams use it.
     tls: Option<Arc<TlsSide>>,
     tls_on: Vec<bool>,
+    /// The WebSocket options of each listener whose stream is WebSocket.
+    ws_on: Vec<Option<WsOptions>>,
     resolver: Option<Arc<TokioResolver>>,
     core: Arc<Core>,
     conns: DashMap<ConnId, mpsc::Sender<Bytes>>,
@@ -229,6 +235,10 @@ impl Net {
     /// Queues bytes for a connection: the given one if still open, else any
     /// open one to `to`, else a new one (RFC 3261 18.2.2: a response whose
     /// connection is gone goes on a new connection to the Via's address).
+    ///
+    /// On a WebSocket listener only the given connection: the gate cannot
+    /// connect to a browser, and another connection from the same address
+    /// is another client's.
     fn tcp_send(
         self: &Arc<Net>,
         listener: usize,
@@ -236,6 +246,20 @@ impl Net {
         to: SocketAddr,
         bytes: Bytes,
     ) {
+        if self.ws_for(listener).is_some() {
+            match conn.and_then(|c| self.conns.get(&c).map(|t| t.clone())) {
+                Some(tx) => {
+                    if tx.try_send(bytes).is_err() {
+                        m::dropped("tcp_queue_full");
+                    }
+                }
+                None => {
+                    tracing::debug!(%to, "WebSocket connection closed before the send");
+                    m::dropped("ws_closed");
+                }
+            }
+            return;
+        }
         let tx = conn
             .and_then(|c| self.conns.get(&c).map(|t| t.clone()))
             .or_else(|| {
@@ -252,12 +276,22 @@ impl Net {
         }
     }
 
-    fn register(&self, peer: SocketAddr) -> (ConnId, mpsc::Sender<Bytes>, mpsc::Receiver<Bytes>) {
+    /// Adds a connection to the table; a WebSocket one (`ws`) is counted
+    /// in its own gauge and never found by peer address.
+    fn register(
+        &self,
+        peer: SocketAddr,
+        ws: bool,
+    ) -> (ConnId, mpsc::Sender<Bytes>, mpsc::Receiver<Bytes>) {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::channel(self.core.tcp_queue().max(1));
         self.conns.insert(id, tx.clone());
-        self.by_peer.insert(peer, id);
-        metrics::gauge!(m::TCP_CONNECTIONS).increment(1.0);
+        if ws {
+            metrics::gauge!(m::WS_CONNECTIONS).increment(1.0);
+        } else {
+            self.by_peer.insert(peer, id);
+            metrics::gauge!(m::TCP_CONNECTIONS).increment(1.0);
+        }
         (id, tx, rx)
     }
 
@@ -269,10 +303,23 @@ impl Net {
         self.by_peer.remove_if(&peer, |_, v| *v == id);
     }
 
+    /// [`Net::unregister`] for a WebSocket connection.
+    fn unregister_ws(&self, id: ConnId) {
+        self.core.tcp_closed(id);
+        if self.conns.remove(&id).is_some() {
+            metrics::gauge!(m::WS_CONNECTIONS).decrement(1.0);
+        }
+    }
+
+    /// The WebSocket options of `listener`, when its stream is WebSocket.
+    fn ws_for(&self, listener: usize) -> Option<&WsOptions> {
+        self.ws_on.get(listener).and_then(Option::as_ref)
+    }
+
     /// Registers a connection to `to` at once (so messages queue behind the
     /// connect instead of racing it) and connects in the background.
     fn connect(self: &Arc<Net>, listener: usize, to: SocketAddr) -> mpsc::Sender<Bytes> {
-        let (id, tx, rx) = self.register(to);
+        let (id, tx, rx) = self.register(to, false);
         let local_ip = self
             .core
             .listeners()
@@ -369,7 +416,7 @@ async fn accept_loop(
             continue;
         }
         let _ = stream.set_nodelay(true);
-        let (id, _tx, rx) = net.register(peer);
+        let (id, _tx, rx) = net.register(peer, net.ws_for(listener).is_some());
         net.core.tcp_opened(Inbound::Tcp {
             listener,
             conn: id,

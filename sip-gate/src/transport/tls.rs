@@ -228,6 +228,21 @@ pub(super) async fn serve_accepted(
     stream: TcpStream,
     rx: mpsc::Receiver<Bytes>,
 ) {
+    if let Some(opts) = net.ws_for(listener).cloned() {
+        // WebSocket (RFC 7118), over TLS on a `wss` listener.
+        let at = (listener, id, peer);
+        match net.tls_for(listener) {
+            None => super::ws::serve(net.clone(), at, stream, rx, &opts).await,
+            Some(tls) => {
+                if let Some(s) = tls.accept(stream, peer).await {
+                    super::ws::serve(net.clone(), at, s, rx, &opts).await;
+                }
+            }
+        }
+        // Idempotent: the message loop unregistered it if it ran.
+        net.unregister_ws(id);
+        return;
+    }
     match net.tls_for(listener) {
         None => connection(net, listener, id, peer, stream.into_split(), rx).await,
         Some(tls) => match tls.accept(stream, peer).await {

@@ -246,17 +246,19 @@ fn listeners(
             .transports
             .iter()
             .copied()
-            .filter(|t| *t != Transport::Tls)
+            // TLS and WebSocket need certificates and browsers the
+            // rehearsal does not have; their listeners' UDP stays.
+            .filter(|t| *t != Transport::Tls && !t.is_ws())
             .collect();
         if kept.is_empty() {
             return Err(format!(
-                "listener `{}`.transports: tls only; a rehearsal runs without certificates, so give the listener udp (its callers speak UDP)",
+                "listener `{}`.transports: tls/ws/wss only; a rehearsal runs without certificates, so give the listener udp (its callers speak UDP)",
                 l.name
             ));
         }
         if kept.len() < l.transports.len() {
             notes.push(format!(
-                "listener {}: tls not rehearsed (udp/tcp only)",
+                "listener {}: tls/ws/wss not rehearsed (udp/tcp only)",
                 l.name
             ));
         }

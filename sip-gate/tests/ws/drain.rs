@@ -1,0 +1,223 @@
+//! R-WS-2 with R-SG-4 through the real binaries: the sg of a WebSocket
+//! subscriber in a call is drained; the call stays on its connection and
+//! the re-REGISTER moves to the other sg with the same flow.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use testbed::bins::Node;
+use testbed::{Kamailio, KamailioHandle, Scenario, Sipp};
+
+use super::{assert_all_ok, ip, metric, register, ua, ORIGIN, T};
+
+/// A site of two Kamailio registrars (sg-0 on `.11`, sg-1 on `.12`, on
+/// srv-0 and srv-1), the embedded store, the gate's admin on `.1:9091`,
+/// and the `ws` subscriber listener balancing over them.
+fn two_sg_site(net: (u8, u8)) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        r#"[site]
+name = "ws-drain-{n}"
+secret = "ws-drain-integration-test-secret-{n}"
+
+[store]
+kind = "embedded"
+path = "profiles.json"
+
+[health]
+interval_ms = 0
+
+[admin]
+gate_bind = "{g}:9091"
+media_bind = "{g}:9092"
+
+[[server]]
+name = "srv-0"
+[[server]]
+name = "srv-1"
+
+[[instance]]
+id = "sg-0"
+service = "sg"
+server = "srv-0"
+sip = "{s0}:5060"
+
+[[instance]]
+id = "sg-1"
+service = "sg"
+server = "srv-1"
+sip = "{s1}:5060"
+
+[[listener]]
+name = "web"
+bind = "{g}:5080"
+transports = ["udp", "ws"]
+mode = "balance"
+pool = "sg"
+leg = "subscriber"
+"#,
+        n = net.1,
+        g = ip(net, 1),
+        s0 = ip(net, 11),
+        s1 = ip(net, 12),
+    );
+    std::fs::write(dir.path().join("site.toml"), text).unwrap();
+    dir
+}
+
+fn ringsync(site: &std::path::Path, args: &[&str]) {
+    let out = testbed::bins::command("ringsync")
+        .unwrap()
+        .arg("--config")
+        .arg(site)
+        .args(args)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "ringsync {args:?}: {err}");
+}
+
+/// Registrations the gate counts on each sg (R-ST-2).
+fn registrations(gate: &Node) -> [u64; 2] {
+    let r = gate.work().expect("a work report");
+    ["sg-0", "sg-1"].map(|id| r.instances[id].counts.registrations)
+}
+
+/// Handles one message from the gate as a browser would: answers INVITE
+/// (200 with SDP) and BYE (200), takes ACK; returns it, with whether it was
+/// a BYE.
+async fn browser_step(ws: &mut ua::Ws, host: &str) -> (String, bool) {
+    // Generous: SIPp and Kamailio start slowly on a loaded machine.
+    let msg = ua::recv(ws, Duration::from_secs(20))
+        .await
+        .expect("a message from the gate");
+    let bye = msg.starts_with("BYE ");
+    if msg.starts_with("INVITE ") {
+        ua::send(ws, &ua::answer(&msg, "200 OK", host, ua::SDP)).await;
+    } else if bye {
+        ua::send(ws, &ua::answer(&msg, "200 OK", host, "")).await;
+    }
+    (msg, bye)
+}
+
+/// R-WS-2 with R-SG-4 through the real binaries: a WebSocket subscriber
+/// registered on sg X is in a call when X's server is drained (`ringsync
+/// profile activate`). The call stays up over the same connection (the
+/// caller's re-INVITE and BYE arrive and are answered); the subscriber's
+/// re-REGISTER is balanced to the other sg with the same Path, and a new
+/// call through that sg reaches it on the same connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_ws_2_a_drained_sg_keeps_the_ws_call_and_the_reregister_moves_with_its_flow() {
+    let net = (43, 5);
+    let dir = two_sg_site(net);
+    let site = dir.path().join("site.toml");
+    let cfg = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/kamailio/registrar.cfg");
+    let kams: Vec<KamailioHandle> = [11, 12]
+        .map(|h| {
+            Kamailio::new()
+                .config(cfg.clone())
+                .listen(SocketAddr::new(ip(net, h), 5060))
+                .start()
+                .expect("kamailio starts")
+        })
+        .into();
+    let mut gate = Node::gate(&site)
+        .admin(SocketAddr::new(ip(net, 1), 9091))
+        .start()
+        .unwrap();
+    gate.wait_ready().unwrap();
+    let gw = SocketAddr::new(ip(net, 1), 5080);
+    let mut ws = ua::open(gw, "/", Some("sip"), Some(ORIGIN), None)
+        .await
+        .expect("upgrade accepted");
+    register(&mut ws, "carol", "c1").await;
+    let before = registrations(&gate);
+    let (from, to) = match before {
+        [1, 0] => (0, 1),
+        [0, 1] => (1, 0),
+        other => panic!("one registration on one sg: {other:?}"),
+    };
+    let caller_to = |sg: usize, cid: &str, hold: u64| {
+        Sipp::new(Scenario::repo("uac_call"))
+            .local_ip(ip(net, 50))
+            .remote(kams[sg].addr())
+            .service("carol")
+            .calls(1)
+            .duration(Duration::from_millis(hold))
+            .timeout(Duration::from_secs(30))
+            .arg("-cid_str")
+            .arg(cid)
+            .spawn()
+            .unwrap()
+    };
+
+    // A call through sg X, held 3 s before its re-INVITE.
+    let call = caller_to(from, "ws-drain-1-%u@sip-gate-test", 3000);
+    let (invite, _) = browser_step(&mut ws, "c1").await;
+    assert!(invite.starts_with("INVITE "), "{invite}");
+    let (ack, _) = browser_step(&mut ws, "c1").await;
+    assert!(ack.starts_with("ACK "), "{ack}");
+
+    ringsync(
+        &site,
+        &[
+            "profile",
+            "create",
+            "--name",
+            "m",
+            "--server",
+            &format!("srv-{from}"),
+        ],
+    );
+    ringsync(&site, &["profile", "activate", "m"]);
+    testbed::wait_for("the gate to apply the drain", T, || {
+        gate.work().filter(|r| r.revision >= 2)
+    })
+    .unwrap();
+
+    // The re-REGISTER goes to the other sg; the call goes on meanwhile.
+    ua::send(&mut ws, &ua::register("carol", "c1", 2, 600)).await;
+    let mut registered = false;
+    let mut ended = false;
+    while !(registered && ended) {
+        let (msg, bye) = browser_step(&mut ws, "c1").await;
+        if msg.starts_with("SIP/2.0 ") {
+            assert!(
+                msg.starts_with("SIP/2.0 200") && msg.contains("CSeq: 2 REGISTER"),
+                "the re-REGISTER answered: {msg}"
+            );
+            registered = true;
+        }
+        ended |= bye;
+    }
+    let report = tokio::task::spawn_blocking(move || call.wait(Duration::from_secs(30)))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_all_ok("the call through the drained sg", &report, 1);
+    let after = registrations(&gate);
+    assert_eq!(after[to], 1, "the re-REGISTER went to sg-{to}: {after:?}");
+
+    // The other sg reaches the subscriber through the same connection.
+    let call = caller_to(to, "ws-drain-2-%u@sip-gate-test", 100);
+    loop {
+        if browser_step(&mut ws, "c1").await.1 {
+            break;
+        }
+    }
+    let report = tokio::task::spawn_blocking(move || call.wait(Duration::from_secs(30)))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_all_ok("the call through the other sg", &report, 1);
+    assert_eq!(
+        metric(&gate, "sipgate_ws_connections"),
+        1.0,
+        "one connection all along"
+    );
+    gate.stop(T);
+    for k in kams {
+        k.stop();
+    }
+}
