@@ -52,6 +52,16 @@ for p in "${PACKAGES[@]}"; do
     fi
 done
 
+# npm installs SIP.js for the browser test. A machine whose Node.js came
+# with its own npm (NodeSource) has it already; Debian's `npm` is only added
+# where there is none, since it would pull Debian's nodejs over that one.
+if command -v npm >/dev/null 2>&1; then
+    log "npm: $(command -v npm)"
+else
+    log "package npm: missing"
+    missing+=(npm)
+fi
+
 if [ "${#missing[@]}" -gt 0 ]; then
     run apt-get update
     # policy-rc.d 101 keeps postinst scripts from starting daemons on
