@@ -51,6 +51,8 @@ pub struct AdminApi {
     /// This node's handover planner: its name and counters.
     planner: OnceLock<(String, Arc<PlannerStats>)>,
     access: Access,
+    /// Told `READY=1` with this phase once the store has been read.
+    notify: OnceLock<(ringsync::notify::Notifier, String)>,
 }
 
 /// Body of every error response.
@@ -147,6 +149,7 @@ impl AdminApi {
             ready: AtomicBool::new(false),
             planner: OnceLock::new(),
             access,
+            notify: OnceLock::new(),
         })
     }
 
@@ -155,6 +158,19 @@ impl AdminApi {
     pub fn set_planner(&self, node: String, stats: Arc<PlannerStats>) {
         let _ = self.planner.set((node, stats));
     }
+    /// Says `READY=1` to systemd through `notify`, with `phase`, when
+    /// `/readyz` becomes ready (the store read). Set once.
+    pub fn notify_ready(&self, notify: ringsync::notify::Notifier, phase: String) {
+        let _ = self.notify.set((notify, phase));
+    }
+
+    fn set_ready(&self) {
+        self.ready.store(true, Ordering::Relaxed);
+        if let Some((notify, phase)) = self.notify.get() {
+            notify.ready(phase.clone());
+        }
+    }
+
     /// Appends the record of a refused change; a failure to is logged and
     /// counted, and the refusal stands (nothing was changed).
     async fn audit_refusal(&self, rec: AuditRecord) {
@@ -178,13 +194,13 @@ impl AdminApi {
             match self.store.list().await {
                 Ok(set) => {
                     self.drain.set_profiles(set);
-                    self.ready.store(true, Ordering::Relaxed);
+                    self.set_ready();
                     return;
                 }
                 Err(e) if self.store.freshness().borrow().is_stale() => {
                     tracing::warn!(error = %e, "profile store unreachable; serving the last known view");
                     self.drain.set_profiles(self.store.watch().borrow().clone());
-                    self.ready.store(true, Ordering::Relaxed);
+                    self.set_ready();
                     return;
                 }
                 Err(e) => {

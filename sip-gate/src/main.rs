@@ -2,7 +2,7 @@
 //!
 //! Thin on purpose: config, tracing, metrics, gate, then the store and the
 //! node's registration (`ringsync::daemon`, shared with media-ctl), signal,
-//! stop.
+//! stop; each step told to systemd (`ringsync::notify`).
 #![forbid(unsafe_code)]
 
 use std::net::SocketAddr;
@@ -16,6 +16,7 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use ringsync::config::{Daemon, SiteConfig};
 use ringsync::daemon::Attached;
 use ringsync::node::{NodeIdentity, NodeRole};
+use ringsync::notify::Notifier;
 use ringsync::state::DrainState;
 use sip_gate::admin::NodeInfo;
 use sip_gate::{Core, Gate, WorkSnapshot};
@@ -86,6 +87,9 @@ async fn main() -> anyhow::Result<()> {
     // during the stop is seen.
     let mut signals = Signals::new().context("watching SIGTERM and SIGINT")?;
     let shutdown = CancellationToken::new();
+    let notify = Notifier::new();
+    notify.phase("starting: binding the listeners");
+    notify.watchdog(shutdown.clone());
     let drain = DrainState::new(Arc::new(config.clone()));
     // In-dialog requests and responses flow while the store is read.
     let snapshot = args.work_snapshot.as_deref().and_then(take_snapshot);
@@ -99,9 +103,11 @@ async fn main() -> anyhow::Result<()> {
     )
     .await?;
     let deadline = Duration::from_secs(args.drain_deadline_s);
+    notify.phase("starting: loading the drain view from the store");
     let mut store = tokio::select! {
         store = Attached::open(&drain, shutdown.clone()) => store.context("opening the profile store")?,
         signal = signals.recv() => {
+            notify.stopping(format!("stopping ({signal}) before the drain view was loaded"));
             let clean = stop(gate, &mut signals, signal, deadline).await;
             let _ = admin_task.await;
             save_snapshot(&core, args.work_snapshot.as_deref(), clean);
@@ -114,6 +120,9 @@ async fn main() -> anyhow::Result<()> {
         revision = drain.view().revision(),
         "drain view loaded: serving"
     );
+    // What /readyz now says: listeners bound, view loaded.
+    notify.follow_view(&drain, shutdown.clone());
+    notify.ready(format!("serving on {} listener(s)", config.listeners.len()));
     let identity = NodeIdentity {
         node: node.name.clone(),
         role: NodeRole::Gate,
@@ -125,6 +134,11 @@ async fn main() -> anyhow::Result<()> {
         Some(sip_gate::admin::report(&reporter, &node))
     });
     let signal = signals.recv().await;
+    notify.stopping(format!(
+        "stopping ({signal}): draining {} transaction(s), deadline {}s",
+        core.transactions(),
+        deadline.as_secs()
+    ));
     let clean = stop(gate, &mut signals, signal, deadline).await;
     let _ = admin_task.await;
     // Withdrawn after the drain, so what work is left is recorded (R-ST-3).

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use futures::future::BoxFuture;
+use ringsync::notify::Notifier;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -117,6 +118,14 @@ pub(super) async fn agent(
         args.group, args.member
     )?;
     out.flush()?;
+    // The store is open and the group's records read.
+    let notify = Notifier::new();
+    notify.watchdog(shutdown.clone());
+    notify.stopping_on(shutdown.clone(), "stopping".into());
+    notify.ready(format!(
+        "following the handover records of {}/{}",
+        args.group, args.member
+    ));
     let lines = Arc::new(Mutex::new(Vec::new()));
     let mut sim = Simulated {
         name: format!("{}/{}", args.group, args.member),
