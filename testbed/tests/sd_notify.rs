@@ -236,7 +236,7 @@ fn the_agent_says_ready_once_following_and_stopping_at_sigterm() {
         Command::new(program)
             .arg("--config")
             .arg(&site)
-            .args(["agent", "--group", "bill", "--member", "bill-b"])
+            .args(["agent", "--member", "bill-b"])
             .env("NOTIFY_SOCKET", &manager.path)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
