@@ -37,6 +37,7 @@ pub mod weights;
 
 // === I/O and operators ===
 pub mod admin;
+pub mod cli;
 pub mod metrics;
 pub mod status;
 pub mod transport;

@@ -7,12 +7,12 @@
 #![forbid(unsafe_code)]
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
+use clap::Parser;
+use media_ctl::cli::{Args, Cmd};
 use media_ctl::{admin, MediaCtl, Status};
 use metrics_exporter_prometheus::PrometheusBuilder;
 use ringsync::config::{Daemon, SiteConfig};
@@ -21,46 +21,6 @@ use ringsync::node::{NodeIdentity, NodeRole};
 use ringsync::notify::Notifier;
 use ringsync::state::DrainState;
 use tokio_util::sync::CancellationToken;
-
-/// Drain-aware mg controller in front of rtpengine media gateways.
-#[derive(Parser, Debug)]
-#[command(version, about)]
-struct Args {
-    /// Site configuration file.
-    #[arg(long, short)]
-    config: PathBuf,
-    /// Validate the configuration and exit (non-zero with the error).
-    #[arg(long)]
-    check: bool,
-    /// Admin HTTP address; overrides `admin.media_bind`.
-    #[arg(long)]
-    admin: Option<SocketAddr>,
-    /// ng address (UDP); overrides `media.ng_bind`.
-    #[arg(long)]
-    ng: Option<SocketAddr>,
-    /// This node's name in work reports (default: its admin address).
-    #[arg(long)]
-    node: Option<String>,
-    /// How long a graceful stop may take.
-    #[arg(long, default_value_t = 5)]
-    drain_deadline_s: u64,
-    /// Log lines as text (for people) or JSON (one object a line).
-    #[arg(long, value_enum, default_value_t = ringsync::logs::LogFormat::Text)]
-    log_format: ringsync::logs::LogFormat,
-    #[command(subcommand)]
-    command: Option<Cmd>,
-}
-
-/// What else than running the controller.
-#[derive(Subcommand, Debug)]
-enum Cmd {
-    /// Print the status of the media-ctl running for this site.
-    Status {
-        /// Print the JSON as served.
-        #[arg(long)]
-        json: bool,
-    },
-}
 
 /// The store, then the controller and its admin endpoint; serve until
 /// SIGTERM or SIGINT, then stop.

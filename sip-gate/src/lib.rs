@@ -26,6 +26,7 @@ pub use message::{
 
 // === the routing core: keys, site tables, policy, state, decisions ===
 mod branch;
+pub mod cli;
 mod dns;
 mod flow;
 mod health;

@@ -6,7 +6,6 @@
 #![forbid(unsafe_code)]
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -19,46 +18,13 @@ use ringsync::node::{NodeIdentity, NodeRole};
 use ringsync::notify::Notifier;
 use ringsync::state::DrainState;
 use sip_gate::admin::NodeInfo;
+use sip_gate::cli::Args;
 use sip_gate::{Core, Gate, WorkSnapshot};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 /// How long the last step of a stop may take (threads and tasks joined).
 const JOIN_DEADLINE: Duration = Duration::from_secs(3);
-
-/// Drain-aware inline SIP proxy.
-#[derive(Parser, Debug)]
-#[command(version, about)]
-struct Args {
-    /// Site configuration file.
-    #[arg(long, short)]
-    config: PathBuf,
-    /// Validate the configuration and exit (non-zero with the error).
-    #[arg(long)]
-    check: bool,
-    /// Admin HTTP address (/metrics, /v1/work); overrides `admin.gate_bind`.
-    #[arg(long)]
-    admin: Option<std::net::SocketAddr>,
-    /// This gate's name in its work report and, on an etcd store, in the
-    /// site's node registry; unique on the site (default: its admin address).
-    #[arg(long, value_name = "NAME")]
-    node: Option<String>,
-    /// How long a stop (SIGTERM) may wait for the transactions in flight
-    /// before the gate exits anyway (R-GW-1).
-    #[arg(long, default_value_t = 60)]
-    drain_deadline_s: u64,
-    /// Where this gate keeps its work book across a graceful restart
-    /// (R-ST-3): written on a clean stop with nothing in flight, read and
-    /// deleted at start. One file per gate node. Without it, or when it is
-    /// missing or unusable, a restarted gate reports its work unknown for
-    /// the `[work]` window.
-    #[arg(long, value_name = "FILE")]
-    work_snapshot: Option<PathBuf>,
-    /// Log lines as text (for people) or JSON (one object a line, with the
-    /// fields of the span they are in: call_id, branch, instance).
-    #[arg(long, value_enum, default_value_t = ringsync::logs::LogFormat::Text)]
-    log_format: ringsync::logs::LogFormat,
-}
 
 /// Listeners first, then the store (new work gets 503 until the view is
 /// loaded), then serve until SIGTERM or SIGINT and stop (R-GW-1).
