@@ -13,12 +13,17 @@ set -euo pipefail
 # libprotobuf-dev: the well-known .proto files protoc needs to build etcd-client.
 # dnsmasq-base: a DNS server for sip-gate's RFC 3263 tests (no service).
 # fonts-dejavu-core: the font testbed run draws its chart's text with.
-PACKAGES=(sip-tester kamailio rtpengine-daemon etcd-server protobuf-compiler libprotobuf-dev procps dnsmasq-base fonts-dejavu-core)
+# chromium, chromium-driver: the browser WebRTC subscriber of the WebSocket tests.
+# haproxy, exabgp, bird2: the edges ringsync's engine drivers and sip-gate's
+# anycast announcer drive. prometheus: promtool and a real scrape of the alerts.
+# python3-websockets: a small real WebSocket server for the ws pool tests.
+PACKAGES=(sip-tester kamailio rtpengine-daemon etcd-server protobuf-compiler libprotobuf-dev procps dnsmasq-base fonts-dejavu-core
+          chromium chromium-driver haproxy exabgp bird2 prometheus python3-websockets)
 # Services shipped by the packages above (names differ between releases;
 # absent ones are skipped).
-SERVICES=(kamailio etcd rtpengine-daemon rtpengine rtpengine-recording-daemon)
+SERVICES=(kamailio etcd rtpengine-daemon rtpengine rtpengine-recording-daemon haproxy bird exabgp prometheus)
 # Daemon binaries to kill when there is no service manager to ask.
-DAEMONS=(kamailio etcd rtpengine rtpengine-recording)
+DAEMONS=(kamailio etcd rtpengine rtpengine-recording haproxy bird exabgp prometheus)
 
 log() { printf '[setup] %s\n' "$*"; }
 
@@ -88,7 +93,9 @@ else
     log "no running systemd: checking init-script pidfiles"
     for entry in kamailio:/run/kamailio/kamailio.pid etcd:/run/etcd.pid \
                  rtpengine-daemon:/run/rtpengine.pid \
-                 rtpengine-recording-daemon:/run/rtpengine-recording.pid; do
+                 rtpengine-recording-daemon:/run/rtpengine-recording.pid \
+                 haproxy:/run/haproxy.pid bird:/run/bird/bird.pid \
+                 prometheus:/run/prometheus.pid; do
         s=${entry%%:*}
         pidfile=${entry#*:}
         if [ -x "/etc/init.d/$s" ] && [ -s "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
@@ -102,7 +109,7 @@ fi
 # init script failed to stop it): kill it by exact name, owned by the
 # package's system user only, so a developer's own instances survive.
 for d in "${DAEMONS[@]}"; do
-    for u in kamailio etcd rtpengine; do
+    for u in kamailio etcd rtpengine haproxy bird exabgp prometheus; do
         if pgrep -x -u "$u" "$d" >/dev/null 2>&1; then
             log "killing leftover $d owned by $u"
             "${SUDO[@]}" pkill -x -u "$u" "$d" || true
@@ -121,7 +128,7 @@ for port in 5060 2379 22222; do
 done
 [ "$busy" -eq 0 ] && log "ports 5060, 2379, 22222 are free"
 
-for b in sipp kamailio rtpengine etcd protoc; do
+for b in sipp kamailio rtpengine etcd protoc chromium chromedriver haproxy exabgp bird birdc promtool prometheus; do
     if command -v "$b" >/dev/null 2>&1; then
         log "found $b: $(command -v "$b")"
     else

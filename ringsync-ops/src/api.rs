@@ -9,6 +9,7 @@
 //! the API speaks HTTPS when given a certificate ([`tls`]). The entry points
 //! take a bound listener and a shutdown token, so tests bind `127.0.0.1:0`.
 
+use ringsync::store::Refusal;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -22,12 +23,12 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::handover::PlannerStats;
-use crate::profile::Profile;
 use crate::round::Round;
-use crate::state::DrainState;
 use crate::status::{NodeBoard, SiteStatus};
-use crate::store::{self, AuditRecord, Store, StoreError};
-use crate::view::{DrainView, InstanceState};
+use ringsync::profile::Profile;
+use ringsync::state::DrainState;
+use ringsync::store::{self, AuditRecord, Store, StoreError};
+use ringsync::view::{DrainView, InstanceState};
 
 pub mod access;
 mod handlers;
@@ -96,7 +97,7 @@ impl From<StoreError> for ApiError {
             tracing::error!(error = %e, "profile store failed");
         }
         let current = match &e {
-            StoreError::Stale { current, .. } => Some(current.clone()),
+            StoreError::Refused(Refusal::Stale { current, .. }) => Some(current.clone()),
             _ => None,
         };
         ApiError {
@@ -245,7 +246,7 @@ impl AdminApi {
             view.config(),
             Ok(&state),
             view.revision(),
-            crate::work::now_ms(),
+            ringsync::work::now_ms(),
         ));
         Arc::new(round)
     }
@@ -280,6 +281,10 @@ impl AdminApi {
                 // NaN while unknown: never equal to 0, so never read as drained.
                 metrics::gauge!("ringsync_instance_work", "instance" => inst.id.clone())
                     .set(inst.work.map_or(f64::NAN, |w| w as f64));
+                // When its work is estimated gone (Unix s), for a dashboard's
+                // ETA (`... - time()`); NaN while nothing is estimated.
+                metrics::gauge!("ringsync_instance_eta_timestamp_seconds", "instance" => inst.id.clone())
+                    .set(inst.eta.until_ms().map_or(f64::NAN, |ms| ms as f64 / 1000.0));
             }
             let active = set.active_count();
             metrics::gauge!("ringsync_profiles", "state" => "active").set(active as f64);

@@ -10,13 +10,14 @@
 //! Idempotent: running it twice copies once. A target holding other
 //! profiles is refused unless `--overwrite`.
 
+use ringsync::store::BackendError;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::ValueEnum;
 
-use crate::config::{SiteConfig, StoreConfig};
-use crate::store::{cache, Actor, EmbeddedStore, EtcdStore, Imported, Store, StoreError};
+use ringsync::config::{SiteConfig, StoreConfig};
+use ringsync::store::{cache, Actor, EmbeddedStore, EtcdStore, Imported, Store, StoreError};
 
 /// A store kind on the command line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -60,9 +61,9 @@ pub async fn run(
     overwrite: bool,
 ) -> Result<Migrated, StoreError> {
     if from == to {
-        return Err(StoreError::Unsupported(
+        return Err(StoreError::Backend(BackendError::Unsupported(
             "source and target are the same kind of store".into(),
-        ));
+        )));
     }
     let (src, from_words) = open(config, from, at).await?;
     let (dst, to_words) = open(config, to, at).await?;
@@ -125,10 +126,10 @@ async fn open(
                 ),
             };
             if endpoints.is_empty() {
-                return Err(StoreError::Unsupported(
+                return Err(StoreError::Backend(BackendError::Unsupported(
                     "no etcd endpoint: give --endpoint URL (the site file names the embedded store)"
                         .into(),
-                ));
+                )));
             }
             let words = format!("etcd {} prefix {prefix}", endpoints.join(","));
             let s = EtcdStore::open_with(config.clone(), endpoints, prefix, cache).await?;

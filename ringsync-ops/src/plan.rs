@@ -8,15 +8,16 @@
 //! CLI on the store and the API compute the same one; instances' health is
 //! not taken into account (every instance counts as up).
 
+use ringsync::store::Refusal;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{Service, SiteConfig};
-use crate::profile::{Profile, ProfileSet, ProfileState};
-use crate::store::StoreError;
-use crate::view::{DrainView, Zone};
+use ringsync::config::{Service, SiteConfig};
+use ringsync::profile::{Profile, ProfileSet, ProfileState};
+use ringsync::store::StoreError;
+use ringsync::view::{DrainView, Zone};
 
 /// What activating one profile would change.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -79,7 +80,7 @@ pub fn activation(
     let profile = set
         .find(id)
         .cloned()
-        .ok_or_else(|| StoreError::NotFound { id: id.to_owned() })?;
+        .ok_or_else(|| StoreError::Refused(Refusal::NotFound { id: id.to_owned() }))?;
     let mut next = set.clone();
     if let Some(i) = next.position(&profile.id) {
         next.profiles[i].state = ProfileState::Active;
@@ -188,7 +189,7 @@ fn last_of_service(after: &DrainView, service: &Service) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::profile::Profile;
+    use ringsync::profile::Profile;
 
     fn site() -> Arc<SiteConfig> {
         let text = "[site]\nname = \"t\"\n\
@@ -253,7 +254,7 @@ mod tests {
         assert!(plan.warnings[0].contains("R-AA-4"), "{:?}", plan.warnings);
         assert!(matches!(
             activation(&site(), &all, "nope"),
-            Err(StoreError::NotFound { .. })
+            Err(StoreError::Refused(Refusal::NotFound { .. }))
         ));
     }
 }

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::work::{NodeKind, NodeOutcome};
+use ringsync::work::{NodeKind, NodeOutcome};
 
 /// What asking one node gave, as status shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

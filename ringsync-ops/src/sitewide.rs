@@ -9,10 +9,10 @@
 
 use std::net::SocketAddr;
 
-use crate::node::{Liveness, NodeEntry};
 use crate::round::{NodeAnswer, Round};
-use crate::store::{Store, StoreError};
-use crate::work;
+use ringsync::node::{Liveness, NodeEntry};
+use ringsync::store::{Store, StoreError};
+use ringsync::work;
 
 /// One round from the store's registry; `None` when it keeps none.
 pub async fn round(store: &dyn Store) -> Result<Option<Round>, StoreError> {
@@ -79,7 +79,8 @@ pub fn unreadable(last: &Round, why: &StoreError) -> Round {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::node::{Departure, NodeIdentity, NodeRole};
+    use ringsync::node::{Departure, NodeIdentity, NodeRole};
+    use ringsync::store::BackendError;
 
     fn entry(node: &str, role: NodeRole, liveness: Liveness) -> NodeEntry {
         NodeEntry {
@@ -114,7 +115,7 @@ mod tests {
             .as_deref()
             .unwrap()
             .contains("lease expired"));
-        let down = unreadable(&r, &StoreError::Task("x".into()));
+        let down = unreadable(&r, &StoreError::Backend(BackendError::Task("x".into())));
         assert!(down.outcomes[0]
             .report
             .as_ref()

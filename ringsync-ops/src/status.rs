@@ -16,12 +16,12 @@ use arc_swap::ArcSwap;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::SiteConfig;
-use crate::fetch::Fetcher;
 use crate::round::{NodeAnswer, Round};
-use crate::store::{Freshness, Store};
-use crate::view::DrainView;
-use crate::work::{self, InstanceStatus, NodeKind, NodeOutcome, WorkReport};
+use ringsync::config::SiteConfig;
+use ringsync::fetch::Fetcher;
+use ringsync::store::{Freshness, Store};
+use ringsync::view::DrainView;
+use ringsync::work::{self, InstanceStatus, NodeKind, NodeOutcome, WorkReport};
 
 /// A node expected to report on this site, and where it is asked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -253,9 +253,9 @@ impl NodeBoard {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::SiteConfig;
-    use crate::profile::ProfileSet;
-    use crate::view::InstanceState;
+    use ringsync::config::SiteConfig;
+    use ringsync::profile::ProfileSet;
+    use ringsync::view::InstanceState;
     use std::path::Path;
 
     #[test]

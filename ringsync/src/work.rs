@@ -16,7 +16,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{Service, Transport};
-use crate::view::{DrainView, Health, InstanceState, Zone};
+use crate::view::{DrainView, Health, InstanceState, InstanceView, Zone};
 
 /// The path a node serves its report on.
 pub const WORK_PATH: &str = "/v1/work";
@@ -334,93 +334,114 @@ pub struct InstanceStatus {
 pub fn sum(view: &DrainView, outcomes: &[NodeOutcome]) -> Vec<InstanceStatus> {
     view.instances()
         .iter()
-        .map(|iv| {
-            let mut st = InstanceStatus {
-                id: iv.id.clone(),
-                service: iv.service.clone(),
-                server: iv.server.clone(),
-                zone: iv.zone,
-                health: Health::Unknown,
-                state: iv.state,
-                work: None,
-                counts: WorkCounts::default(),
-                unknown: Vec::new(),
-                known_at_ms: None,
-                eta: Eta::default(),
-                stoppable: None,
-                nodes: Vec::new(),
-                unreachable: Vec::new(),
-            };
-            let mut expected = 0usize;
-            let mut vouched = true;
-            let (mut any_up, mut any_down) = (false, false);
-            for o in outcomes.iter().filter(|o| o.kind.counts(&iv.service)) {
-                expected += 1;
-                let report = match &o.report {
-                    Ok(r) => r,
-                    Err(e) => {
-                        vouched = false;
-                        st.unknown.push(format!("{} {}: {e}", o.kind, o.node));
-                        continue;
-                    }
-                };
-                let Some(w) = report.instances.get(&iv.id) else {
-                    vouched = false;
-                    st.unknown
-                        .push(format!("{} {}: does not report it", o.kind, o.node));
-                    continue;
-                };
-                st.nodes.push(o.node.clone());
-                st.unreachable
-                    .extend(w.unreachable.iter().map(|u| UnreachableFrom {
-                        node: o.node.clone(),
-                        what: u.clone(),
-                    }));
-                st.counts.add(&w.counts);
-                st.eta.merge(&w.eta);
-                match w.health {
-                    Health::Up => any_up = true,
-                    Health::Down => any_down = true,
-                    Health::Unknown => {}
-                }
-                if let Some(s) = w.stoppable {
-                    st.stoppable = Some(st.stoppable.unwrap_or(true) && s);
-                }
-                if let Some(u) = &w.unknown {
-                    vouched = false;
-                    st.unknown
-                        .push(format!("{} {}: {}", o.kind, o.node, u.reason));
-                    st.known_at_ms = match (st.known_at_ms, u.until_ms) {
-                        (Some(a), Some(b)) => Some(a.max(b)),
-                        (_, b) => b,
-                    };
-                }
-            }
-            if expected == 0 {
-                vouched = false;
-                st.unknown.push(format!(
-                    "no node of this site counts the work of `{}` instances",
-                    iv.service
-                ));
-            }
-            st.health = if any_down {
-                Health::Down
-            } else if any_up {
-                Health::Up
-            } else {
-                iv.health
-            };
-            st.work = vouched.then(|| st.counts.total());
-            // R-ST-4: nobody answered for it and nobody knows its health:
-            // neither `up` (nobody saw it up) nor anything the zone implies.
-            st.state = if st.nodes.is_empty() && st.health == Health::Unknown {
-                InstanceState::Unknown
-            } else {
-                InstanceState::of(iv.zone, st.health, st.work)
-            };
-            st
-        })
+        .map(|iv| sum_instance(iv, outcomes))
         .collect()
+}
+
+/// What the reports said of one instance so far.
+struct Tally {
+    /// Nodes expected to count it.
+    expected: usize,
+    /// False once one of them could not vouch for its work.
+    vouched: bool,
+    any_up: bool,
+    any_down: bool,
+}
+
+/// One instance's status from every node expected to count it.
+fn sum_instance(iv: &InstanceView, outcomes: &[NodeOutcome]) -> InstanceStatus {
+    let mut st = InstanceStatus {
+        id: iv.id.clone(),
+        service: iv.service.clone(),
+        server: iv.server.clone(),
+        zone: iv.zone,
+        health: Health::Unknown,
+        state: iv.state,
+        work: None,
+        counts: WorkCounts::default(),
+        unknown: Vec::new(),
+        known_at_ms: None,
+        eta: Eta::default(),
+        stoppable: None,
+        nodes: Vec::new(),
+        unreachable: Vec::new(),
+    };
+    let mut t = Tally {
+        expected: 0,
+        vouched: true,
+        any_up: false,
+        any_down: false,
+    };
+    for o in outcomes.iter().filter(|o| o.kind.counts(&iv.service)) {
+        t.expected += 1;
+        add_report(&mut st, &mut t, &iv.id, o);
+    }
+    if t.expected == 0 {
+        t.vouched = false;
+        st.unknown.push(format!(
+            "no node of this site counts the work of `{}` instances",
+            iv.service
+        ));
+    }
+    st.health = if t.any_down {
+        Health::Down
+    } else if t.any_up {
+        Health::Up
+    } else {
+        iv.health
+    };
+    st.work = t.vouched.then(|| st.counts.total());
+    // R-ST-4: nobody answered for it and nobody knows its health:
+    // neither `up` (nobody saw it up) nor anything the zone implies.
+    st.state = if st.nodes.is_empty() && st.health == Health::Unknown {
+        InstanceState::Unknown
+    } else {
+        InstanceState::of(iv.zone, st.health, st.work)
+    };
+    st
+}
+
+/// Adds what node `o` says of instance `id` (or that it says nothing).
+fn add_report(st: &mut InstanceStatus, t: &mut Tally, id: &str, o: &NodeOutcome) {
+    let report = match &o.report {
+        Ok(r) => r,
+        Err(e) => {
+            t.vouched = false;
+            st.unknown.push(format!("{} {}: {e}", o.kind, o.node));
+            return;
+        }
+    };
+    let Some(w) = report.instances.get(id) else {
+        t.vouched = false;
+        st.unknown
+            .push(format!("{} {}: does not report it", o.kind, o.node));
+        return;
+    };
+    st.nodes.push(o.node.clone());
+    st.unreachable
+        .extend(w.unreachable.iter().map(|u| UnreachableFrom {
+            node: o.node.clone(),
+            what: u.clone(),
+        }));
+    st.counts.add(&w.counts);
+    st.eta.merge(&w.eta);
+    match w.health {
+        Health::Up => t.any_up = true,
+        Health::Down => t.any_down = true,
+        Health::Unknown => {}
+    }
+    if let Some(s) = w.stoppable {
+        st.stoppable = Some(st.stoppable.unwrap_or(true) && s);
+    }
+    if let Some(u) = &w.unknown {
+        t.vouched = false;
+        st.unknown
+            .push(format!("{} {}: {}", o.kind, o.node, u.reason));
+        st.known_at_ms = match (st.known_at_ms, u.until_ms) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (_, b) => b,
+        };
+    }
 }
 
 /// Formats a Unix-ms time as the time left from `now_ms`, e.g. `in 4m 10s`

@@ -5,6 +5,7 @@
 
 mod common;
 
+use ringsync::store::{BackendError, Refusal};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -58,7 +59,7 @@ async fn r_pr_1_and_r_pr_2_across_nodes() {
     // R-PR-1: an unknown server is refused and nothing is stored.
     let e = a.create(new("bad", &["srv-a", "srv-x"])).await.unwrap_err();
     assert!(
-        matches!(&e, StoreError::UnknownServer { server, .. } if server == "srv-x"),
+        matches!(&e, StoreError::Refused(Refusal::UnknownServer { server, .. }) if server == "srv-x"),
         "{e}"
     );
     assert_eq!(a.list().await.unwrap().revision, 0);
@@ -66,7 +67,7 @@ async fn r_pr_1_and_r_pr_2_across_nodes() {
     let p = a.create(new("maint-a", &["srv-a"])).await.unwrap();
     assert!(matches!(
         b.create(new("maint-a", &["srv-b"])).await,
-        Err(StoreError::DuplicateName { .. })
+        Err(StoreError::Refused(Refusal::DuplicateName { .. }))
     ));
     // R-PR-2: the other node sees the activation without restarting.
     let state = DrainState::new(config.clone());
@@ -97,7 +98,7 @@ async fn r_pr_1_and_r_pr_2_across_nodes() {
     a.delete(&p.id).await.unwrap();
     assert!(matches!(
         a.delete(&p.id).await,
-        Err(StoreError::NotFound { .. })
+        Err(StoreError::Refused(Refusal::NotFound { .. }))
     ));
     eventually("node b applies the delete", Duration::from_secs(2), || {
         let v = state.view();
@@ -160,7 +161,7 @@ async fn concurrent_writers_one_wins_the_others_conflict() {
                 assert_eq!(p.description, format!("writer {i}"));
                 ok.push(i);
             }
-            Err(StoreError::Conflict { id, .. }) => {
+            Err(StoreError::Refused(Refusal::Conflict { id, .. })) => {
                 assert!(id.starts_with("p-"), "{id}");
                 conflicts += 1;
             }
@@ -243,7 +244,7 @@ async fn r_mn_2_fail_static_then_resync_once() {
         .starts_with("store: stale since "));
     assert!(matches!(
         writer.set_state("m", ProfileState::Inactive).await,
-        Err(StoreError::Unavailable { .. })
+        Err(StoreError::Backend(BackendError::Unavailable { .. }))
     ));
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(state.view().is_draining(0), "fail-static: the drain holds");

@@ -2,6 +2,7 @@
 
 mod common;
 
+use ringsync::store::{BackendError, Refusal};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -64,13 +65,13 @@ async fn crud_by_id_or_name_each_audited_r_pr_4() {
     assert_eq!((u.name.as_str(), u.servers.len()), ("maint-ab", 2));
     assert!(matches!(
         s.create(new("maint-ab", &["srv-c"])).await,
-        Err(StoreError::DuplicateName { .. })
+        Err(StoreError::Refused(Refusal::DuplicateName { .. }))
     ));
     let d = s.delete("maint-ab").await.unwrap();
     assert_eq!(d.id, p.id);
     assert!(matches!(
         s.delete(&p.id).await,
-        Err(StoreError::NotFound { .. })
+        Err(StoreError::Refused(Refusal::NotFound { .. }))
     ));
     assert_eq!(s.list().await.unwrap().revision, 4);
 
@@ -172,7 +173,10 @@ async fn r_pr_4_malformed_file_is_a_clear_error_and_is_not_overwritten() {
         Err(e) => e,
         Ok(_) => panic!("a malformed store must not open"),
     };
-    assert!(matches!(e, StoreError::Corrupt { .. }));
+    assert!(matches!(
+        e,
+        StoreError::Backend(BackendError::Corrupt { .. })
+    ));
     let msg = e.to_string();
     assert!(
         msg.contains("t1.profiles.json") && msg.contains("corrupt"),
@@ -186,7 +190,7 @@ async fn r_pr_4_malformed_file_is_a_clear_error_and_is_not_overwritten() {
     std::fs::write(site.store_path(), garbage).unwrap();
     assert!(matches!(
         s.create(new("x", &["srv-a"])).await,
-        Err(StoreError::Corrupt { .. })
+        Err(StoreError::Backend(BackendError::Corrupt { .. }))
     ));
     assert_eq!(std::fs::read(site.store_path()).unwrap(), garbage);
 }
@@ -201,7 +205,10 @@ async fn etcd_unreachable_without_a_cache_is_refused_clearly() {
     );
     let site = TestSite::with_text(&text);
     let e = store::open(&site.config).await.err().expect("refused");
-    assert!(matches!(e, StoreError::Unavailable { .. }), "{e}");
+    assert!(
+        matches!(e, StoreError::Backend(BackendError::Unavailable { .. })),
+        "{e}"
+    );
     let msg = e.to_string();
     assert!(
         msg.contains("127.0.0.1:9") && msg.contains("no view cache"),

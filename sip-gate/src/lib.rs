@@ -6,7 +6,8 @@
 //! tokens ([`TokenKey`]) and Via branches → the listener table, sender
 //! recognition, drain policy, transaction table and work book → the routing
 //! core ([`Core`]: one message in, one [`Action`] out) → sockets → [`Gate`]
-//! (wiring, with a shutdown token) and [`admin`] (HTTP).
+//! (wiring, with a shutdown token) and [`admin`] (HTTP); beside them
+//! [`announce`], the program ExaBGP runs to announce the gate while ready.
 #![forbid(unsafe_code)]
 
 // === SIP message layer (pure code, no I/O): framing, message view, splicing ===
@@ -51,8 +52,9 @@ pub use token::{TokenError, TokenKey};
 pub use txn::{ConnId, Inbound};
 pub use work::{SnapshotError, WorkBook, WorkSnapshot};
 
-// === I/O: sockets, wiring, admin HTTP ===
+// === I/O: sockets, wiring, admin HTTP, the anycast announcer ===
 pub mod admin;
+pub mod announce;
 mod gate;
 mod transport;
 mod view_log;

@@ -1,4 +1,6 @@
-//! `sip-gate --config SITE.toml`: the drain-aware SIP proxy.
+//! `sip-gate --config SITE.toml`: the drain-aware SIP proxy; and
+//! `sip-gate announce`, the program ExaBGP runs to announce the gate's
+//! anycast prefix while it is ready (R-EX-2, `sip_gate::announce`).
 //!
 //! Thin on purpose: config, tracing, metrics, gate, then the store and the
 //! node's registration (`ringsync::daemon`, shared with media-ctl), signal,
@@ -18,7 +20,7 @@ use ringsync::node::{NodeIdentity, NodeRole};
 use ringsync::notify::Notifier;
 use ringsync::state::DrainState;
 use sip_gate::admin::NodeInfo;
-use sip_gate::cli::Args;
+use sip_gate::cli::{AnnounceArgs, Args, Sub};
 use sip_gate::{Core, Gate, WorkSnapshot};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -26,14 +28,54 @@ use tokio_util::sync::CancellationToken;
 /// How long the last step of a stop may take (threads and tasks joined).
 const JOIN_DEADLINE: Duration = Duration::from_secs(3);
 
+/// `sip-gate announce`: polls /readyz, commands ExaBGP on stdout.
+async fn announce(args: AnnounceArgs) -> anyhow::Result<()> {
+    use sip_gate::announce::{run, Options, Route};
+    ringsync::logs::init(args.log_format);
+    let options = Options {
+        admin: args.admin,
+        route: Route {
+            prefix: args.prefix,
+            next_hop: args.next_hop,
+        },
+        interval: Duration::from_millis(args.interval_ms.max(1)),
+        timeout: Duration::from_millis(args.timeout_ms.max(1)),
+    };
+    tracing::info!(admin = %options.admin, prefix = %options.route.prefix, interval_ms = args.interval_ms, timeout_ms = args.timeout_ms, "announcing while the gate is ready (R-EX-2)");
+    let stop = CancellationToken::new();
+    // ExaBGP writes to our stdin; its end means ExaBGP is gone. A plain
+    // thread: a blocking stdin read in tokio's pool would hold up the exit.
+    let eof = stop.clone();
+    std::thread::spawn(move || {
+        let _ = std::io::copy(&mut std::io::stdin().lock(), &mut std::io::sink());
+        tracing::info!("stdin closed (ExaBGP gone): stopping");
+        eof.cancel();
+    });
+    let mut signals = Signals::new().context("watching SIGTERM and SIGINT")?;
+    let on_signal = stop.clone();
+    tokio::spawn(async move {
+        let signal = signals.recv().await;
+        tracing::info!(signal, "stopping");
+        on_signal.cancel();
+    });
+    run(&options, tokio::io::stdout(), stop)
+        .await
+        .context("writing to ExaBGP (stdout)")
+}
+
 /// Listeners first, then the store (new work gets 503 until the view is
 /// loaded), then serve until SIGTERM or SIGINT and stop (R-GW-1).
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    if let Some(Sub::Announce(a)) = args.command {
+        return announce(a).await;
+    }
+    // clap requires --config without a subcommand.
+    let config_path = args.config.context("--config is required")?;
     let started_ms = ringsync::work::now_ms();
     ringsync::logs::init(args.log_format);
-    let config = SiteConfig::load(&args.config).unwrap_or_else(|e| {
+    let config = SiteConfig::load(&config_path).unwrap_or_else(|e| {
         eprintln!("error: {e}");
         std::process::exit(2)
     });
@@ -42,7 +84,7 @@ async fn main() -> anyhow::Result<()> {
         let (i, l) = (config.instances.len(), config.listeners.len());
         println!(
             "{}: ok ({i} instances, {l} listeners){warned}",
-            args.config.display()
+            config_path.display()
         );
         return Ok(());
     }

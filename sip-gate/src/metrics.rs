@@ -117,8 +117,25 @@ pub(crate) fn overload_sources(n: usize) {
     metrics::gauge!(OVERLOAD_SOURCES).set(n as f64);
 }
 
+/// Every `rule` a drain refusal is counted under ([`refused`]).
+const REFUSAL_RULES: [&str; 4] = ["R-SG-1", "R-ESG-1", "R-GW-1", "starting"];
+
 pub(crate) fn refused(rule: &'static str) {
+    debug_assert!(REFUSAL_RULES.contains(&rule), "{rule}");
     metrics::counter!(DRAIN_REFUSALS, "rule" => rule).increment(1);
+}
+
+/// Series that a dashboard or an alert reads but that would otherwise
+/// appear only at their first event, exported at 0 from the start: a
+/// counter Prometheus first sees at 1 shows no `increase()`, so the first
+/// refusals would be missing, and a panel on a name that is not exported
+/// yet cannot be told from a wrong name (`deploy/`, checked by
+/// testbed/tests/observability.rs).
+pub(crate) fn register_at_start() {
+    for rule in REFUSAL_RULES {
+        metrics::counter!(DRAIN_REFUSALS, "rule" => rule).increment(0);
+    }
+    metrics::gauge!(TCP_CONNECTIONS).increment(0.0);
 }
 
 /// Only while an instance drains, so the key built per call is no cost

@@ -1,6 +1,7 @@
 //! Harness that starts and stops real peers on loopback for tests and
 //! benchmarks: SIPp ([`Sipp`]), Kamailio ([`Kamailio`]), rtpengine
-//! ([`Rtpengine`]), etcd ([`Etcd`]), a DNS server ([`Dnsmasq`]), a blind UDP
+//! ([`Rtpengine`]), etcd ([`Etcd`]), a DNS server ([`Dnsmasq`]), BGP (a
+//! BIRD router, [`Bird`], and [`ExaBgp`]), [`Prometheus`], a blind UDP
 //! relay ([`relay::BlindRelay`]), plus the helpers benchmarks need
 //! ([`free_port`], [`ProcStats`], [`stats`]); the project's own binaries, one
 //! at a time ([`bins::Node`]), with one HTTP client for their admin
@@ -39,6 +40,7 @@
 
 use std::path::PathBuf;
 
+pub mod bgp;
 pub mod bins;
 pub mod dnsmasq;
 mod error;
@@ -50,6 +52,7 @@ pub mod net;
 pub mod partition;
 pub mod proc_stats;
 mod process;
+pub mod prometheus;
 pub mod rehearsal;
 pub mod relay;
 pub mod rtpengine;
@@ -58,6 +61,7 @@ pub mod site;
 pub mod stats;
 mod wait;
 
+pub use bgp::{Bird, BirdHandle, ExaBgp, ExaBgpHandle};
 pub use dnsmasq::{Dnsmasq, DnsmasqHandle};
 pub use error::Error;
 pub use etcd::Etcd;
@@ -65,6 +69,7 @@ pub use kamailio::{Kamailio, KamailioHandle};
 pub use net::{free_port, wait_listening, Transport};
 pub use partition::TcpPartition;
 pub use proc_stats::ProcStats;
+pub use prometheus::{Prometheus, PrometheusHandle};
 pub use rtpengine::{Rtpengine, RtpengineHandle};
 pub use sipp::{Scenario, Sipp, SippHandle, SippReport};
 pub use wait::wait_for;

@@ -22,7 +22,7 @@ use axum::response::{IntoResponse, Response};
 
 use super::{AdminApi, ApiError};
 use crate::auth::{Role, Tokens};
-use crate::store::audit::Actor;
+use ringsync::store::audit::Actor;
 
 /// Who may call an endpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

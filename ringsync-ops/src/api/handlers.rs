@@ -7,6 +7,7 @@
 //! Every change, made or refused, is audited by the store; requests refused
 //! before the store sees them (malformed bodies) are audited here.
 
+use ringsync::store::Refusal;
 use std::sync::Arc;
 
 use axum::body::Bytes;
@@ -22,8 +23,8 @@ use serde::Deserialize;
 use super::access::{Caller, Endpoint, Need};
 use super::{AdminApi, ApiError, ApiResult};
 use crate::auth::Role;
-use crate::profile::{NewProfile, Profile, ProfilePatch, ProfileState};
-use crate::store::{AuditQuery, Op, StoreError, WriteRequest};
+use ringsync::profile::{NewProfile, Profile, ProfilePatch, ProfileState};
+use ringsync::store::{AuditQuery, Op, StoreError, WriteRequest};
 
 /// Every endpoint with its rule and its handler: the router is built from
 /// this table and only from it.
@@ -179,7 +180,7 @@ async fn get_profile(
     let set = api.store.list().await?;
     match set.find(&id) {
         Some(p) => Ok(profile_response(StatusCode::OK, p)),
-        None => Err(StoreError::NotFound { id }.into()),
+        None => Err(StoreError::Refused(Refusal::NotFound { id }).into()),
     }
 }
 
@@ -329,7 +330,7 @@ async fn healthz() -> &'static str {
 async fn readyz(State(api): State<Arc<AdminApi>>) -> Response {
     if api.is_ready() {
         // R-MN-2: still ready when stale; the detail says so.
-        let detail = api.drain.freshness().describe(crate::work::now_ms());
+        let detail = api.drain.freshness().describe(ringsync::work::now_ms());
         (StatusCode::OK, format!("ready\n{detail}\n")).into_response()
     } else {
         (

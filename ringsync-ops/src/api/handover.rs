@@ -3,8 +3,9 @@
 
 use super::AdminApi;
 use crate::handover::status::{GroupState, HandoverStatus};
-use crate::store::StoreError;
-use crate::view::DrainView;
+use ringsync::store::BackendError;
+use ringsync::store::StoreError;
+use ringsync::view::DrainView;
 
 impl AdminApi {
     /// The handover's gauges and this node's move counters (R-AP-1..4).
@@ -13,7 +14,7 @@ impl AdminApi {
             return;
         };
         let state = records.watch().borrow().clone();
-        let now = crate::work::now_ms();
+        let now = ringsync::work::now_ms();
         let fresh = !self.drain.freshness().is_stale();
         let st = crate::handover::status(view.config(), view, &state, now, fresh);
         let count = |s: GroupState| st.groups.iter().filter(|g| g.state == s).count() as f64;
@@ -48,13 +49,20 @@ impl AdminApi {
     /// The handover's status from the records as the store has them now.
     pub async fn handover_status(&self) -> Result<HandoverStatus, StoreError> {
         let records = self.store.handover().ok_or_else(|| {
-            StoreError::Unsupported("this store keeps no handover records".into())
+            StoreError::Backend(BackendError::Unsupported(
+                "this store keeps no handover records".into(),
+            ))
         })?;
         let state = records.read().await?;
         let view = self.drain.view();
         let fresh = !self.drain.freshness().is_stale();
-        let mut st =
-            crate::handover::status(view.config(), &view, &state, crate::work::now_ms(), fresh);
+        let mut st = crate::handover::status(
+            view.config(),
+            &view,
+            &state,
+            ringsync::work::now_ms(),
+            fresh,
+        );
         if let Some((node, stats)) = self.planner.get() {
             st.planner.this_node = Some(node.clone());
             st.planner.this_node_acting = Some(stats.acting());

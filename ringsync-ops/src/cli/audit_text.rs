@@ -6,8 +6,8 @@ use std::io::Write;
 use super::text::write_table;
 use super::CliError;
 use crate::plan::ActivationPlan;
-use crate::profile::Profile;
-use crate::store::{rfc3339, AuditPage, AuditRecord};
+use ringsync::profile::Profile;
+use ringsync::store::{rfc3339, AuditPage, AuditRecord};
 
 fn zone(z: &std::collections::BTreeSet<String>) -> String {
     if z.is_empty() {

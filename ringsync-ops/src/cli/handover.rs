@@ -1,6 +1,7 @@
 //! The Active-Passive handover on the command line: `handover status`, the
 //! follower agent (`agent`), and the planner `serve` runs.
 
+use ringsync::store::BackendError;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -12,14 +13,14 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::{text::write_table, write_json, CliError};
-use crate::config::SiteConfig;
 use crate::handover::agent::{Agent, Member};
 use crate::handover::status::{GroupStatus, HandoverStatus};
 use crate::handover::{self, Clock, Planner, PlannerStats};
-use crate::state::DrainState;
-use crate::store::{self, Store};
-use crate::view::DrainView;
-use crate::work::{in_words, now_ms, NodeOutcome};
+use ringsync::config::SiteConfig;
+use ringsync::state::DrainState;
+use ringsync::store::{self, Store};
+use ringsync::view::DrainView;
+use ringsync::work::{in_words, now_ms, NodeOutcome};
 
 /// `handover` subcommands.
 #[derive(Debug, Subcommand)]
@@ -68,9 +69,9 @@ pub(super) async fn status(
 
 fn records_of(store: &dyn Store) -> Result<Arc<dyn store::HandoverStore>, CliError> {
     store.handover().ok_or_else(|| {
-        CliError::Store(store::StoreError::Unsupported(
+        CliError::Store(store::StoreError::Backend(BackendError::Unsupported(
             "this store keeps no handover records".into(),
-        ))
+        )))
     })
 }
 

@@ -18,10 +18,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::tls::TlsError;
 use crate::auth::TokenError;
-use crate::config::{ConfigError, SiteConfig};
-use crate::profile::{NewProfile, ProfilePatch, ProfileState};
-use crate::store::{AuditQuery, Op, StoreError};
-use crate::view::InstanceState;
+use ringsync::config::{ConfigError, SiteConfig};
+use ringsync::profile::{NewProfile, ProfilePatch, ProfileState};
+use ringsync::store::{AuditQuery, Op, StoreError};
+use ringsync::view::InstanceState;
 
 mod audit_text;
 mod handover;
@@ -445,7 +445,7 @@ async fn profile(
 #[derive(Serialize)]
 struct ChangeAnswer<'a> {
     #[serde(flatten)]
-    profile: &'a crate::profile::Profile,
+    profile: &'a ringsync::profile::Profile,
     changed: bool,
 }
 

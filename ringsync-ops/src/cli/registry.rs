@@ -8,9 +8,9 @@ use std::sync::Arc;
 use clap::{Args, Subcommand};
 
 use super::{text, write_json, CliError};
-use crate::config::SiteConfig;
 use crate::migrate;
-use crate::store::{self, Imported};
+use ringsync::config::SiteConfig;
+use ringsync::store::{self, Imported};
 
 /// `migrate` options.
 #[derive(Debug, Args)]
@@ -92,7 +92,7 @@ pub(super) async fn node(
             if json {
                 return write_json(out, &nodes);
             }
-            let now = crate::work::now_ms();
+            let now = ringsync::work::now_ms();
             let rows: Vec<Vec<String>> = nodes
                 .iter()
                 .map(|n| {

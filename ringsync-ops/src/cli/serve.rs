@@ -15,12 +15,12 @@ use super::{CliError, ServeArgs};
 use crate::api::tls::{CertFiles, TlsListener};
 use crate::api::{Access, AdminApi};
 use crate::auth::{self, Role, Tokens};
-use crate::config::SiteConfig;
-use crate::fetch::Fetcher;
-use crate::node::{NodeIdentity, NodeRole};
-use crate::state::DrainState;
 use crate::status::{self, NodeBoard};
-use crate::store;
+use ringsync::config::SiteConfig;
+use ringsync::fetch::Fetcher;
+use ringsync::node::{NodeIdentity, NodeRole};
+use ringsync::state::DrainState;
+use ringsync::store;
 
 /// `token` subcommands.
 #[derive(Debug, Subcommand)]
@@ -137,9 +137,9 @@ pub(super) async fn serve(
         node: local.to_string(),
         role: NodeRole::Ringsync,
         address: local.to_string(),
-        started_ms: crate::work::now_ms(),
+        started_ms: ringsync::work::now_ms(),
     };
-    let publisher = crate::publish::spawn(
+    let publisher = ringsync::publish::spawn(
         store.clone(),
         state.clone(),
         identity,

@@ -3,6 +3,7 @@
 //! same types, so every command renders its result in one place whatever
 //! the mode.
 
+use ringsync::store::Refusal;
 use std::sync::Arc;
 
 use hyper::Method;
@@ -10,14 +11,14 @@ use serde::Serialize;
 
 use super::remote::{segment, Remote};
 use super::{CliError, NodeArgs};
-use crate::config::SiteConfig;
-use crate::fetch::Fetcher;
 use crate::plan::{self, ActivationPlan};
-use crate::profile::{Profile, ProfileSet, ProfileState};
 use crate::status::{self, SiteStatus};
-use crate::store::audit::Actor;
-use crate::store::{self, AuditPage, AuditQuery, Op, Store, StoreError, WriteRequest};
-use crate::view::DrainView;
+use ringsync::config::SiteConfig;
+use ringsync::fetch::Fetcher;
+use ringsync::profile::{Profile, ProfileSet, ProfileState};
+use ringsync::store::audit::Actor;
+use ringsync::store::{self, AuditPage, AuditQuery, Op, Store, StoreError, WriteRequest};
+use ringsync::view::DrainView;
 
 /// The site a command acts on.
 pub(super) enum Site {
@@ -68,12 +69,9 @@ impl Site {
 
     pub(super) async fn show(&self, id: &str) -> Result<Profile, CliError> {
         match self {
-            Site::Local { .. } => self
-                .list()
-                .await?
-                .find(id)
-                .cloned()
-                .ok_or_else(|| CliError::Store(StoreError::NotFound { id: id.to_owned() })),
+            Site::Local { .. } => self.list().await?.find(id).cloned().ok_or_else(|| {
+                CliError::Store(StoreError::Refused(Refusal::NotFound { id: id.to_owned() }))
+            }),
             Site::Remote(r) => {
                 let path = format!("/v1/profiles/{}", segment(id));
                 r.call(Method::GET, &path, NONE).await

@@ -4,10 +4,10 @@
 use std::io::Write;
 
 use super::CliError;
-use crate::profile::{Profile, ProfileSet};
 use crate::round::NodeAnswer;
 use crate::status::SiteStatus;
-use crate::work::{self, InstanceStatus, WorkCounts};
+use ringsync::profile::{Profile, ProfileSet};
+use ringsync::work::{self, InstanceStatus, WorkCounts};
 
 /// `profile show`.
 pub(super) fn write_profile(p: &Profile, out: &mut (dyn Write + Send)) -> Result<(), CliError> {
@@ -144,11 +144,11 @@ fn state_cell(i: &InstanceStatus) -> String {
     }
 }
 
-fn transport_name(t: crate::config::Transport) -> &'static str {
+fn transport_name(t: ringsync::config::Transport) -> &'static str {
     match t {
-        crate::config::Transport::Udp => "udp",
-        crate::config::Transport::Tcp => "tcp",
-        crate::config::Transport::Tls => "tls",
+        ringsync::config::Transport::Udp => "udp",
+        ringsync::config::Transport::Tcp => "tcp",
+        ringsync::config::Transport::Tls => "tls",
     }
 }
 
@@ -213,7 +213,7 @@ fn node_line(n: &NodeAnswer, st: &SiteStatus) -> String {
     if let Some(since) = n.stale_since_ms {
         line.push_str(&format!(
             ", its store stale since {} (keeping its last view)",
-            crate::store::rfc3339(since)
+            ringsync::store::rfc3339(since)
         ));
     }
     line

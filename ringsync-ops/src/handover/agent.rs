@@ -14,8 +14,8 @@ use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
 use super::record::{Confirmed, HandoverState};
-use crate::config::SiteConfig;
-use crate::store::HandoverStore;
+use ringsync::config::SiteConfig;
+use ringsync::store::HandoverStore;
 
 /// How soon a failed lead or confirmation is tried again.
 pub const RETRY: Duration = Duration::from_secs(1);
@@ -139,7 +139,7 @@ impl Agent {
         let c = Confirmed {
             leader: self.member.clone(),
             seq,
-            at_ms: crate::work::now_ms(),
+            at_ms: ringsync::work::now_ms(),
         };
         match self.store.confirm(&self.group, c).await {
             Ok(()) => {

@@ -18,7 +18,7 @@ pub struct Clock {
 impl Clock {
     /// A clock that reads the wall clock now and advances with tokio's.
     pub fn wall() -> Clock {
-        Clock::starting_at(crate::work::now_ms())
+        Clock::starting_at(ringsync::work::now_ms())
     }
 
     /// A clock that reads `base_ms` now (tests).

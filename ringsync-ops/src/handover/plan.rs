@@ -22,8 +22,8 @@
 
 use std::collections::HashMap;
 
-use crate::config::ApGroup;
-use crate::view::{DrainView, Health, Zone};
+use ringsync::config::ApGroup;
+use ringsync::view::{DrainView, Health, Zone};
 
 use super::record::{Desired, HandoverState, MoveKind, PlannerRecord};
 

@@ -4,9 +4,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::*;
-use crate::config::SiteConfig;
 use crate::handover::record::Confirmed;
-use crate::profile::{Profile, ProfileSet, ProfileState};
+use ringsync::config::SiteConfig;
+use ringsync::profile::{Profile, ProfileSet, ProfileState};
 
 const PACE: u64 = 60_000;
 const T0: u64 = 1_700_000_000_000;

@@ -18,9 +18,9 @@ use tokio_util::sync::CancellationToken;
 use super::clock::Clock;
 use super::plan::{plan, publication, Input, Move, Next, Plan};
 use super::record::{HandoverState, MoveKind};
-use crate::config::SiteConfig;
-use crate::state::DrainState;
-use crate::store::{Campaign, HandoverStore, Leadership, Published};
+use ringsync::config::SiteConfig;
+use ringsync::state::DrainState;
+use ringsync::store::{Campaign, HandoverStore, Leadership, Published};
 
 /// How often a standby tries to be elected, besides when the records change.
 pub const CAMPAIGN_EVERY: Duration = Duration::from_secs(1);
@@ -102,7 +102,7 @@ impl Planner {
         if self.config.ap_groups.is_empty() {
             return;
         }
-        if self.config.timers.ap_pace_s < crate::config::Timers::MIN_AP_PACE_S {
+        if self.config.timers.ap_pace_s < ringsync::config::Timers::MIN_AP_PACE_S {
             tracing::warn!(
                 pace_s = self.config.timers.ap_pace_s,
                 "Active-Passive test pace: leaders may move faster than one group a minute"

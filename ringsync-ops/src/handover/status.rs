@@ -9,8 +9,8 @@ use serde::{Deserialize, Serialize};
 
 use super::plan::{plan, GroupPlan, Input, Next, Plan};
 use super::record::{HandoverState, MoveKind};
-use crate::config::SiteConfig;
-use crate::view::DrainView;
+use ringsync::config::SiteConfig;
+use ringsync::view::DrainView;
 
 /// The handover of a site.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -7,9 +7,9 @@
 //! still counts its group, also when its service never confirmed anything
 //! (R-ST-4: a leader nobody saw hand over is still the leader).
 
-use crate::config::{Service, SiteConfig};
-use crate::view::Health;
-use crate::work::{InstanceWork, NodeKind, NodeOutcome, WorkCounts, WorkReport};
+use ringsync::config::{Service, SiteConfig};
+use ringsync::view::Health;
+use ringsync::work::{InstanceWork, NodeKind, NodeOutcome, WorkCounts, WorkReport};
 
 use super::record::HandoverState;
 
@@ -101,8 +101,8 @@ pub fn outcome(
 mod tests {
     use super::*;
     use crate::handover::record::{Confirmed, Desired, MoveKind};
-    use crate::profile::{Profile, ProfileSet, ProfileState};
-    use crate::view::{DrainView, InstanceState};
+    use ringsync::profile::{Profile, ProfileSet, ProfileState};
+    use ringsync::view::{DrainView, InstanceState};
     use std::path::Path;
     use std::sync::Arc;
 
@@ -144,7 +144,7 @@ mod tests {
         };
         let view = DrainView::build(Arc::new(config.clone()), &profiles, &[], &[]);
         let state_of = |s: &HandoverState, id: &str| {
-            let sum = crate::work::sum(&view, &[outcome(&config, Ok(s), 1, 5)]);
+            let sum = ringsync::work::sum(&view, &[outcome(&config, Ok(s), 1, 5)]);
             sum.into_iter().find(|i| i.id == id).unwrap()
         };
         // Nothing published: the home is to lead.
@@ -176,7 +176,7 @@ mod tests {
         assert_eq!((a.state, a.work), (InstanceState::Drained, Some(0)));
         assert_eq!(state_of(&s, "bill-b").counts.groups, 1);
         // Records unreadable: unknown, never drained.
-        let sum = crate::work::sum(&view, &[outcome(&config, Err("down".into()), 1, 5)]);
+        let sum = ringsync::work::sum(&view, &[outcome(&config, Err("down".into()), 1, 5)]);
         let a = sum.iter().find(|i| i.id == "bill-a").unwrap();
         assert_eq!((a.state, a.work), (InstanceState::Unknown, None));
         assert!(

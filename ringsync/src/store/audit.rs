@@ -12,6 +12,7 @@
 //! record is never glued to the next one. The etcd store keeps one key per
 //! record (see [`super::EtcdStore`]).
 
+use crate::store::{BackendError, Refusal};
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::FileExt;
@@ -204,15 +205,17 @@ pub fn skipped_count() -> u64 {
 /// Appends `rec` to the log file at `path` and fsyncs it; returns its seq.
 /// The caller holds the store's lock. Blocking.
 pub fn append(path: &Path, rec: &AuditRecord) -> Result<u64, StoreError> {
-    let io = |source| StoreError::Io {
-        path: path.to_owned(),
-        source,
+    let io = |source| {
+        StoreError::Backend(BackendError::Io {
+            path: path.to_owned(),
+            source,
+        })
     };
     let mut line = serde_json::to_vec(&AuditRecord {
         seq: 0,
         ..rec.clone()
     })
-    .map_err(|e| StoreError::Task(e.to_string()))?;
+    .map_err(|e| StoreError::Backend(BackendError::Task(e.to_string())))?;
     line.push(b'\n');
     let created = !path.exists();
     let mut file = OpenOptions::new()
@@ -243,9 +246,11 @@ pub fn append(path: &Path, rec: &AuditRecord) -> Result<u64, StoreError> {
 /// Reads a page of the log file at `path` (a missing file is an empty log).
 /// Blocking.
 pub fn read(path: &Path, q: &AuditQuery) -> Result<AuditPage, StoreError> {
-    let io = |source| StoreError::Io {
-        path: path.to_owned(),
-        source,
+    let io = |source| {
+        StoreError::Backend(BackendError::Io {
+            path: path.to_owned(),
+            source,
+        })
     };
     let mut file = match File::open(path) {
         Ok(f) => f,
@@ -254,9 +259,9 @@ pub fn read(path: &Path, q: &AuditQuery) -> Result<AuditPage, StoreError> {
     };
     let start = q.after.unwrap_or(0);
     if start > 0 && !at_boundary(&file, start).map_err(io)? {
-        return Err(StoreError::InvalidQuery(format!(
+        return Err(StoreError::Refused(Refusal::InvalidQuery(format!(
             "after={start} is not the seq of a record in this audit log"
-        )));
+        ))));
     }
     file.seek(SeekFrom::Start(start)).map_err(io)?;
     let mut page = AuditPage::default();
@@ -304,10 +309,10 @@ pub fn last_record(path: &Path) -> Result<Option<AuditRecord>, StoreError> {
         Ok(b) => b,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(source) => {
-            return Err(StoreError::Io {
+            return Err(StoreError::Backend(BackendError::Io {
                 path: path.to_owned(),
                 source,
-            })
+            }))
         }
     };
     let whole = match bytes.iter().rposition(|b| *b == b'\n') {
@@ -383,7 +388,7 @@ mod tests {
         };
         assert!(matches!(
             read(&path, &bad),
-            Err(StoreError::InvalidQuery(_))
+            Err(StoreError::Refused(Refusal::InvalidQuery(_)))
         ));
 
         // A crash mid-append: half a line at the end.

@@ -8,6 +8,7 @@
 //! so. By default the file sits next to the site file as
 //! `<site>.view-cache.json`; `[store] cache` moves it.
 
+use crate::store::BackendError;
 use std::fs::{self, File};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -37,9 +38,10 @@ pub struct CachedView {
 pub fn save(path: &Path, view: &CachedView) -> Result<(), StoreError> {
     let io = |p: &Path| {
         let p = p.to_owned();
-        move |source| StoreError::Io { path: p, source }
+        move |source| StoreError::Backend(BackendError::Io { path: p, source })
     };
-    let mut bytes = serde_json::to_vec_pretty(view).map_err(|e| StoreError::Task(e.to_string()))?;
+    let mut bytes = serde_json::to_vec_pretty(view)
+        .map_err(|e| StoreError::Backend(BackendError::Task(e.to_string())))?;
     bytes.push(b'\n');
     // One temporary name per process: several nodes on one machine may share the cache.
     let tmp = {
@@ -63,18 +65,18 @@ pub fn load(path: &Path) -> Result<Option<CachedView>, StoreError> {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(source) => {
-            return Err(StoreError::Io {
+            return Err(StoreError::Backend(BackendError::Io {
                 path: path.to_owned(),
                 source,
-            })
+            }))
         }
     };
-    serde_json::from_slice(&bytes)
-        .map(Some)
-        .map_err(|e| StoreError::Corrupt {
+    serde_json::from_slice(&bytes).map(Some).map_err(|e| {
+        StoreError::Backend(BackendError::Corrupt {
             path: path.to_owned(),
             detail: e.to_string(),
         })
+    })
 }
 
 /// The default cache path for a site file: `<dir>/<site>.view-cache.json`.
@@ -105,7 +107,10 @@ mod tests {
         save(&path, &v).unwrap();
         assert_eq!(load(&path).unwrap(), Some(v));
         fs::write(&path, b"{").unwrap();
-        assert!(matches!(load(&path), Err(StoreError::Corrupt { .. })));
+        assert!(matches!(
+            load(&path),
+            Err(StoreError::Backend(BackendError::Corrupt { .. }))
+        ));
         assert_eq!(
             default_path(Path::new("/etc/site/t.toml"), "t"),
             Path::new("/etc/site/t.view-cache.json")

@@ -3,6 +3,7 @@
 //! changes through here, so the checks and the per-profile revision
 //! (optimistic concurrency) are the same whatever the backend.
 
+use crate::store::Refusal;
 use std::collections::HashSet;
 
 use super::{StoreError, MAX_DESCRIPTION_LEN};
@@ -64,7 +65,7 @@ impl Change {
                 check_description(&new.description)?;
                 let servers = check_servers(config, &new.servers)?;
                 if set.profiles.iter().any(|p| p.name == name) {
-                    return Err(StoreError::DuplicateName { name });
+                    return Err(StoreError::Refused(Refusal::DuplicateName { name }));
                 }
                 let p = Profile {
                     id,
@@ -91,7 +92,7 @@ impl Change {
                         .enumerate()
                         .any(|(j, o)| j != i && o.name == name)
                     {
-                        return Err(StoreError::DuplicateName { name });
+                        return Err(StoreError::Refused(Refusal::DuplicateName { name }));
                     }
                     p.name = name;
                 }
@@ -143,7 +144,7 @@ impl Committed {
 
 impl Change {
     /// Applies the change like [`Change::apply`], refusing it with
-    /// [`StoreError::Stale`] when `expect` names a revision the profile has
+    /// [`Refusal::Stale`] when `expect` names a revision the profile has
     /// moved past (a change that would change nothing included: the caller
     /// decided on a profile that is no longer there); then moves the set's
     /// revision on and stamps the changed profile with it, unless the change
@@ -159,11 +160,11 @@ impl Change {
         let before = self.target(set).and_then(|id| set.find(&id).cloned());
         if let (Some(want), Some(cur)) = (expect, &before) {
             if cur.revision != want {
-                return Err(StoreError::Stale {
+                return Err(StoreError::Refused(Refusal::Stale {
                     id: cur.id.clone(),
                     expected: want,
                     current: Box::new(cur.clone()),
-                });
+                }));
             }
         }
         let deleted = matches!(self, Change::Delete { .. });
@@ -276,7 +277,7 @@ pub fn new_id(set: &ProfileSet) -> String {
 
 fn find(set: &ProfileSet, id: &str) -> Result<usize, StoreError> {
     set.position(id)
-        .ok_or_else(|| StoreError::NotFound { id: id.to_owned() })
+        .ok_or_else(|| StoreError::Refused(Refusal::NotFound { id: id.to_owned() }))
 }
 
 /// R-PR-1: a new or renamed profile's name, trimmed, follows the name
@@ -284,9 +285,11 @@ fn find(set: &ProfileSet, id: &str) -> Result<usize, StoreError> {
 /// find the other profile).
 fn check_name(set: &ProfileSet, name: &str) -> Result<String, StoreError> {
     let name = name.trim();
-    let invalid = |reason| StoreError::InvalidName {
-        name: name.to_owned(),
-        reason,
+    let invalid = |reason| {
+        StoreError::Refused(Refusal::InvalidName {
+            name: name.to_owned(),
+            reason,
+        })
     };
     profile::check_name(name).map_err(invalid)?;
     if let Some(p) = set.profiles.iter().find(|p| p.id == name) {
@@ -297,14 +300,14 @@ fn check_name(set: &ProfileSet, name: &str) -> Result<String, StoreError> {
 
 fn check_description(d: &str) -> Result<(), StoreError> {
     if d.chars().count() > MAX_DESCRIPTION_LEN {
-        return Err(StoreError::InvalidDescription(format!(
+        return Err(StoreError::Refused(Refusal::InvalidDescription(format!(
             "must be at most {MAX_DESCRIPTION_LEN} characters"
-        )));
+        ))));
     }
     if d.chars().any(|c| c.is_control() && c != '\n' && c != '\t') {
-        return Err(StoreError::InvalidDescription(
+        return Err(StoreError::Refused(Refusal::InvalidDescription(
             "must not contain control characters other than newline and tab".into(),
-        ));
+        )));
     }
     Ok(())
 }
@@ -312,17 +315,17 @@ fn check_description(d: &str) -> Result<(), StoreError> {
 /// R-PR-1: every server must exist in the site; at least one; duplicates dropped.
 fn check_servers(config: &SiteConfig, servers: &[String]) -> Result<Vec<String>, StoreError> {
     if servers.is_empty() {
-        return Err(StoreError::NoServers);
+        return Err(StoreError::Refused(Refusal::NoServers));
     }
     let mut seen = HashSet::new();
     let mut out = Vec::with_capacity(servers.len());
     for s in servers {
         let s = s.trim();
         if !config.has_server(s) {
-            return Err(StoreError::UnknownServer {
+            return Err(StoreError::Refused(Refusal::UnknownServer {
                 server: s.to_owned(),
                 config: config.path.clone(),
-            });
+            }));
         }
         if seen.insert(s) {
             out.push(s.to_owned());
@@ -353,7 +356,7 @@ mod tests {
         assert_eq!((set.revision, set.profiles[0].revision), (2, 2));
         let stale = act.change(&set).commit(&c, &mut set, Some(1)).unwrap_err();
         assert!(
-            matches!(&stale, StoreError::Stale { expected: 1, current, .. } if current.revision == 2),
+            matches!(&stale, StoreError::Refused(Refusal::Stale { expected: 1, current, .. }) if current.revision == 2),
             "{stale}"
         );
         assert_eq!(set.revision, 2, "nothing changed");
@@ -398,7 +401,10 @@ mod tests {
         );
         assert_eq!(set, was);
         let stale = act.change(&set).commit(&c, &mut set, Some(1)).unwrap_err();
-        assert!(matches!(stale, StoreError::Stale { .. }), "{stale}");
+        assert!(
+            matches!(stale, StoreError::Refused(Refusal::Stale { .. })),
+            "{stale}"
+        );
     }
 
     /// R-PR-1: a name equal to a profile's id (one of another shape, kept
@@ -469,7 +475,9 @@ mod tests {
         }
         .apply(&c, &mut set)
         .unwrap_err();
-        assert!(matches!(&e, StoreError::UnknownServer { server, .. } if server == "srv-z"));
+        assert!(
+            matches!(&e, StoreError::Refused(Refusal::UnknownServer { server, .. }) if server == "srv-z")
+        );
         assert!(e.to_string().contains("srv-z") && e.to_string().contains("/etc/site/t.toml"));
         assert!(set.profiles.is_empty());
         assert!(matches!(
@@ -478,7 +486,7 @@ mod tests {
                 new: new("x", &[])
             }
             .apply(&c, &mut set),
-            Err(StoreError::NoServers)
+            Err(StoreError::Refused(Refusal::NoServers))
         ));
     }
 
@@ -505,7 +513,7 @@ mod tests {
                 new: new(" a ", &["srv-a"])
             }
             .apply(&c, &mut set),
-            Err(StoreError::DuplicateName { .. })
+            Err(StoreError::Refused(Refusal::DuplicateName { .. }))
         ));
         let rename = ProfilePatch {
             name: Some("a".into()),
@@ -517,7 +525,7 @@ mod tests {
                 patch: rename
             }
             .apply(&c, &mut set),
-            Err(StoreError::DuplicateName { .. })
+            Err(StoreError::Refused(Refusal::DuplicateName { .. }))
         ));
         assert!(matches!(
             Change::Create {
@@ -525,11 +533,11 @@ mod tests {
                 new: new("", &["srv-a"])
             }
             .apply(&c, &mut set),
-            Err(StoreError::InvalidName { .. })
+            Err(StoreError::Refused(Refusal::InvalidName { .. }))
         ));
         assert!(matches!(
             Change::Delete { id: "nope".into() }.apply(&c, &mut set),
-            Err(StoreError::NotFound { .. })
+            Err(StoreError::Refused(Refusal::NotFound { .. }))
         ));
         let bad = ProfilePatch {
             servers: Some(vec!["srv-q".into()]),

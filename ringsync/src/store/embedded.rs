@@ -16,6 +16,7 @@
 //! Other processes' changes are noticed by polling the file's identity
 //! (inode, size, mtime) every [`POLL_INTERVAL`](crate::files::POLL_INTERVAL) (R-PR-2).
 
+use crate::store::BackendError;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -51,15 +52,15 @@ struct Inner {
 
 impl EmbeddedStore {
     /// Opens the store of `config` (which must be `kind = "embedded"`): reads
-    /// the file (missing → empty set; malformed → [`StoreError::Corrupt`], the
+    /// the file (missing → empty set; malformed → [`BackendError::Corrupt`], the
     /// file untouched) and starts the poller. Needs a tokio runtime.
     pub async fn open(config: Arc<SiteConfig>) -> Result<EmbeddedStore, StoreError> {
         let path = match &config.store {
             StoreConfig::Embedded { path } => path.clone(),
             StoreConfig::Etcd { .. } => {
-                return Err(StoreError::Unsupported(
+                return Err(StoreError::Backend(BackendError::Unsupported(
                     "EmbeddedStore::open on a site configured for etcd".into(),
-                ))
+                )))
             }
         };
         Self::open_at(config, path).await
@@ -339,8 +340,8 @@ impl Inner {
 
     /// Writes and fsyncs `<file>.tmp`.
     fn write_tmp(&self, set: &ProfileSet) -> Result<(), StoreError> {
-        let mut bytes =
-            serde_json::to_vec_pretty(set).map_err(|e| StoreError::Task(e.to_string()))?;
+        let mut bytes = serde_json::to_vec_pretty(set)
+            .map_err(|e| StoreError::Backend(BackendError::Task(e.to_string())))?;
         bytes.push(b'\n');
         let mut tmp = File::create(&self.tmp_path).map_err(io_at(&self.tmp_path))?;
         tmp.write_all(&bytes).map_err(io_at(&self.tmp_path))?;
@@ -356,7 +357,7 @@ impl Inner {
 
 fn io_at(path: &Path) -> impl FnOnce(io::Error) -> StoreError {
     let path = path.to_owned();
-    move |source| StoreError::Io { path, source }
+    move |source| StoreError::Backend(BackendError::Io { path, source })
 }
 
 /// Polls the file for changes made by other processes (R-PR-2).
@@ -408,31 +409,35 @@ fn read_file(path: &Path) -> Result<(ProfileSet, Option<Fingerprint>), StoreErro
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((ProfileSet::default(), None)),
         Err(source) => {
-            return Err(StoreError::Io {
+            return Err(StoreError::Backend(BackendError::Io {
                 path: path.to_owned(),
                 source,
-            })
+            }))
         }
     };
-    let io = |source| StoreError::Io {
-        path: path.to_owned(),
-        source,
+    let io = |source| {
+        StoreError::Backend(BackendError::Io {
+            path: path.to_owned(),
+            source,
+        })
     };
     // Fingerprint of the very version we read (rename replaces, never edits in place).
     let fp = Some(fp_of(&file.metadata().map_err(io)?));
     let bytes = io::read_to_string(file).map_err(|e| {
         if e.kind() == io::ErrorKind::InvalidData {
-            StoreError::Corrupt {
+            StoreError::Backend(BackendError::Corrupt {
                 path: path.to_owned(),
                 detail: "not UTF-8 text".into(),
-            }
+            })
         } else {
             io(e)
         }
     })?;
-    let set: ProfileSet = serde_json::from_str(&bytes).map_err(|e| StoreError::Corrupt {
-        path: path.to_owned(),
-        detail: e.to_string(),
+    let set: ProfileSet = serde_json::from_str(&bytes).map_err(|e| {
+        StoreError::Backend(BackendError::Corrupt {
+            path: path.to_owned(),
+            detail: e.to_string(),
+        })
     })?;
     Ok((set, fp))
 }

@@ -13,6 +13,7 @@
 //! election is an exclusive `flock`: the kernel releases it when the holder
 //! dies, and a second `ringsync serve` on the machine stands by until then.
 
+use crate::store::BackendError;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, Write};
 use std::path::{Path, PathBuf};
@@ -180,8 +181,8 @@ impl Files {
         fs4::FileExt::lock(&lock).map_err(io_err(&self.lock))?;
         let mut state = read_file(&self.path)?;
         edit(&mut state);
-        let mut bytes =
-            serde_json::to_vec_pretty(&state).map_err(|e| StoreError::Task(e.to_string()))?;
+        let mut bytes = serde_json::to_vec_pretty(&state)
+            .map_err(|e| StoreError::Backend(BackendError::Task(e.to_string())))?;
         bytes.push(b'\n');
         {
             let mut tmp = File::create(&self.tmp).map_err(io_err(&self.tmp))?;
@@ -200,7 +201,7 @@ impl Files {
 
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> StoreError {
     let path = path.to_owned();
-    move |source| StoreError::Io { path, source }
+    move |source| StoreError::Backend(BackendError::Io { path, source })
 }
 
 fn open_rw(path: &Path) -> io::Result<File> {
@@ -212,23 +213,24 @@ fn open_rw(path: &Path) -> io::Result<File> {
         .open(path)
 }
 
-/// Missing → no records; unparsable → [`StoreError::Corrupt`], left as it is.
+/// Missing → no records; unparsable → [`BackendError::Corrupt`], left as it is.
 fn read_file(path: &Path) -> Result<HandoverState, StoreError> {
     let bytes = match fs::read(path) {
         Ok(b) => b,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(HandoverState::default()),
         Err(source) => {
-            return Err(StoreError::Io {
+            return Err(StoreError::Backend(BackendError::Io {
                 path: path.to_owned(),
                 source,
-            })
+            }))
         }
     };
-    let mut state: HandoverState =
-        serde_json::from_slice(&bytes).map_err(|e| StoreError::Corrupt {
+    let mut state: HandoverState = serde_json::from_slice(&bytes).map_err(|e| {
+        StoreError::Backend(BackendError::Corrupt {
             path: path.to_owned(),
             detail: e.to_string(),
-        })?;
+        })
+    })?;
     state.acting = None;
     Ok(state)
 }

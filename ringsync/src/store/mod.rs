@@ -40,10 +40,23 @@ pub use crate::profile::MAX_NAME_LEN;
 /// Longest accepted description.
 pub const MAX_DESCRIPTION_LEN: usize = 4096;
 
-/// A store error. Variants before `Corrupt` are the caller's fault (4xx in
-/// the API); the others are the store's (503).
+/// A store error: either the caller asked for something the store refuses
+/// (4xx in the API), or the store itself failed (503).
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
+    /// The request was wrong: bad input, an unknown id, a stale revision.
+    #[error(transparent)]
+    Refused(#[from] Refusal),
+    /// The store failed: its backend is unreachable, corrupt, or broke.
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+}
+
+/// What a caller did wrong: nothing was changed. The request must change
+/// before it can succeed (for a stale revision or a conflict: read the
+/// profile again first).
+#[derive(Debug, thiserror::Error)]
+pub enum Refusal {
     /// R-PR-1: the profile names a server the site does not define.
     #[error("unknown server `{server}`: the site configuration {} defines no such server", config.display())]
     UnknownServer {
@@ -78,27 +91,6 @@ pub enum StoreError {
         /// The id or name asked for.
         id: String,
     },
-    /// A query the store cannot answer as asked (e.g. an audit cursor that
-    /// is not a record's).
-    #[error("invalid query: {0}")]
-    InvalidQuery(String),
-    /// The store's data cannot be parsed; it is left as it is (never auto-repaired).
-    #[error("profile store {} is corrupt: {detail} (fix or remove the file; ringsync will not overwrite it)", path.display())]
-    Corrupt {
-        /// The file (or key) that is corrupt.
-        path: PathBuf,
-        /// What the parser said.
-        detail: String,
-    },
-    /// An I/O error on the store's file.
-    #[error("profile store {}: {source}", path.display())]
-    Io {
-        /// The file being read or written.
-        path: PathBuf,
-        /// The OS error.
-        #[source]
-        source: std::io::Error,
-    },
     /// The caller named a revision of the profile that is no longer its
     /// current one (optimistic concurrency); nothing was stored (409).
     #[error("profile `{id}` is at revision {}, not {expected} as asked: it changed since it was read; nothing was changed, read it again and retry", current.revision)]
@@ -118,6 +110,43 @@ pub enum StoreError {
         id: String,
         /// What changed underneath.
         detail: String,
+    },
+    /// A query the store cannot answer as asked (e.g. an audit cursor that
+    /// is not a record's).
+    #[error("invalid query: {0}")]
+    InvalidQuery(String),
+}
+
+impl Refusal {
+    /// The HTTP status the API answers with, and the audit log records.
+    pub fn status_code(&self) -> u16 {
+        match self {
+            Refusal::NotFound { .. } => 404,
+            Refusal::DuplicateName { .. } | Refusal::Conflict { .. } | Refusal::Stale { .. } => 409,
+            _ => 400,
+        }
+    }
+}
+
+/// What the store's backend did: the request may be fine and succeed later.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    /// The store's data cannot be parsed; it is left as it is (never auto-repaired).
+    #[error("profile store {} is corrupt: {detail} (fix or remove the file; ringsync will not overwrite it)", path.display())]
+    Corrupt {
+        /// The file (or key) that is corrupt.
+        path: PathBuf,
+        /// What the parser said.
+        detail: String,
+    },
+    /// An I/O error on the store's file.
+    #[error("profile store {}: {source}", path.display())]
+    Io {
+        /// The file being read or written.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
     },
     /// The store's backend cannot be reached (503). For a write, `detail`
     /// says whether the change may still have been applied.
@@ -140,29 +169,14 @@ impl StoreError {
     /// True when the request was wrong (bad input, unknown id), false when
     /// the store failed. The API answers 4xx for the first, 503 for the second.
     pub fn is_client_error(&self) -> bool {
-        matches!(
-            self,
-            StoreError::UnknownServer { .. }
-                | StoreError::NoServers
-                | StoreError::InvalidName { .. }
-                | StoreError::InvalidDescription(_)
-                | StoreError::DuplicateName { .. }
-                | StoreError::NotFound { .. }
-                | StoreError::Conflict { .. }
-                | StoreError::Stale { .. }
-                | StoreError::InvalidQuery(_)
-        )
+        matches!(self, StoreError::Refused(_))
     }
 
     /// The HTTP status the API answers with, and the audit log records.
     pub fn status_code(&self) -> u16 {
         match self {
-            StoreError::NotFound { .. } => 404,
-            StoreError::DuplicateName { .. }
-            | StoreError::Conflict { .. }
-            | StoreError::Stale { .. } => 409,
-            e if e.is_client_error() => 400,
-            _ => 503,
+            StoreError::Refused(r) => r.status_code(),
+            StoreError::Backend(_) => 503,
         }
     }
 }
@@ -173,7 +187,7 @@ impl StoreError {
 pub struct WriteRequest {
     /// The change.
     pub op: Op,
-    /// Refuse with [`StoreError::Stale`] unless the profile is at this
+    /// Refuse with [`Refusal::Stale`] unless the profile is at this
     /// revision; `None`: whatever its revision (last writer wins).
     pub expect: Option<u64>,
     /// Who asks: the store appends the record of the outcome, made or
@@ -278,7 +292,7 @@ pub trait Store: Send + Sync + 'static {
     /// Copies a whole profile set in (`ringsync migrate`): every profile is
     /// checked as a create would be (R-PR-1), ids kept. Idempotent: a target
     /// that already holds these profiles is left as it is. A target holding
-    /// other profiles is refused with [`StoreError::Conflict`] unless
+    /// other profiles is refused with [`Refusal::Conflict`] unless
     /// `overwrite`. Audited like every change (R-PR-4): one record by `by`
     /// per profile the import creates, replaces or removes
     /// ([`import_audit`]), written with the profiles (etcd: in the same
@@ -300,9 +314,9 @@ pub trait Store: Send + Sync + 'static {
     /// was not registered.
     fn forget_node(&self, _node: &str) -> BoxFuture<'_, Result<bool, StoreError>> {
         Box::pin(async {
-            Err(StoreError::Unsupported(
+            Err(StoreError::Backend(BackendError::Unsupported(
                 "this store keeps no node registry".into(),
-            ))
+            )))
         })
     }
 }
@@ -333,10 +347,10 @@ pub fn checked_import(config: &SiteConfig, set: ProfileSet) -> Result<ProfileSet
     };
     for p in set.profiles {
         if out.find(&p.id).is_some() {
-            return Err(StoreError::Corrupt {
+            return Err(StoreError::Backend(BackendError::Corrupt {
                 path: config.path.clone(),
                 detail: format!("profile id `{}` appears twice in the source", p.id),
-            });
+            }));
         }
         let new = NewProfile {
             name: p.name,
@@ -356,10 +370,10 @@ pub fn checked_import(config: &SiteConfig, set: ProfileSet) -> Result<ProfileSet
     // catches a name equal to an id copied after it (R-PR-1).
     for p in &out.profiles {
         if let Some(o) = out.profiles.iter().find(|o| o.id == p.name) {
-            return Err(StoreError::InvalidName {
+            return Err(StoreError::Refused(Refusal::InvalidName {
                 name: p.name.clone(),
                 reason: crate::profile::NameError::IsAnId(o.id.clone()),
-            });
+            }));
         }
     }
     Ok(out)
@@ -378,7 +392,7 @@ pub fn merge_import(
         return Ok((None, Imported::AlreadyThere { profiles }));
     }
     if !cur.profiles.is_empty() && !overwrite {
-        return Err(StoreError::Conflict {
+        return Err(StoreError::Refused(Refusal::Conflict {
             id: "(profile set)".into(),
             detail: format!(
                 "the target already holds {} other profile(s) at revision {}; \
@@ -386,7 +400,7 @@ pub fn merge_import(
                 cur.profiles.len(),
                 cur.revision
             ),
-        });
+        }));
     }
     let revision = if cur.revision == 0 && cur.profiles.is_empty() {
         src.revision
@@ -460,11 +474,11 @@ pub async fn open(config: &SiteConfig) -> Result<Arc<dyn Store>, StoreError> {
 }
 
 /// Runs file I/O off the async threads; a task that panicked is a
-/// [`StoreError::Task`].
+/// [`BackendError::Task`].
 pub(crate) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, StoreError> {
     tokio::task::spawn_blocking(f)
         .await
-        .map_err(|e| StoreError::Task(e.to_string()))
+        .map_err(|e| StoreError::Backend(BackendError::Task(e.to_string())))
 }

@@ -2,6 +2,7 @@
 //! serving work reports over real HTTP.
 #![allow(dead_code)]
 
+use ringsync::store::Refusal;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -178,7 +179,7 @@ pub async fn audited_writes(s: &dyn ringsync::Store) {
     assert!(done.committed.profile.revision > rev);
     let e = s.write(ask(activate.clone(), Some(rev))).await.unwrap_err();
     assert!(
-        matches!(&e, StoreError::Stale { expected, current, .. }
+        matches!(&e, StoreError::Refused(Refusal::Stale { expected, current, .. })
             if *expected == rev && current.revision == done.committed.profile.revision),
         "{e}"
     );

@@ -12,7 +12,7 @@ use std::ops::Range;
 
 mod lines;
 
-pub(crate) use lines::{find_head_end, header_lines, header_lines_open};
+pub(crate) use lines::{find_head_end, header_lines, header_lines_open, HeadEnd};
 
 /// Linear whitespace as it may appear inside a (possibly folded) value.
 pub(crate) const fn is_lws(b: u8) -> bool {

@@ -117,30 +117,8 @@ impl SipMessage {
         let line_end = memchr::memchr(b'\n', buf.get(begin..).unwrap_or_default())
             .map(|i| begin.saturating_add(i))
             .ok_or(ParseError::Unterminated)?;
-        // The header lines are indexed, and Content-Length read, in the walk
-        // that finds the empty line.
-        let mut headers = Vec::with_capacity(USUAL_HEADERS);
-        let mut bad_header = false;
-        let mut content_length = ContentLength::Absent;
-        let mut lines = lex::header_lines_open(buf, line_end.saturating_add(1));
-        while let Some((h, known)) = lines.next_named(HeaderName::known) {
-            let name = if h.well_formed {
-                known.unwrap_or(HeaderName::Other)
-            } else {
-                bad_header = true;
-                HeaderName::Other
-            };
-            if name == HeaderName::ContentLength {
-                content_length = content_length.and(buf.get(h.value.clone()).unwrap_or_default());
-            }
-            headers.push(HeaderField {
-                name,
-                name_range: h.name,
-                line: h.line,
-                value: h.value,
-            });
-        }
-        let head = lines.head_end().ok_or(ParseError::Unterminated)?;
+        let (headers, bad_header, content_length, head) =
+            index_headers(buf, line_end.saturating_add(1))?;
         let (header_end, body_start) = (head.header_end, head.body_start);
         let mut start_line = begin..line_end;
         if buf.get(line_end.saturating_sub(1)) == Some(&b'\r') && line_end > begin {
@@ -158,20 +136,7 @@ impl SipMessage {
         }
 
         let len = buf.len();
-        let body = match content_length {
-            ContentLength::Absent => body_start..len,
-            ContentLength::Bad | ContentLength::Conflicting => {
-                note(&mut defect, ParseError::BadContentLength);
-                body_start..len
-            }
-            ContentLength::Value(n) => match body_start.checked_add(n) {
-                Some(end) if end <= len => body_start..end,
-                _ => {
-                    note(&mut defect, ParseError::BodyTooShort);
-                    body_start..len
-                }
-            },
-        };
+        let body = body_range(content_length, body_start, len, &mut defect);
 
         // Bytes past Content-Length in a datagram are no part of the message
         // (RFC 3261 18.3): cut them off here, so nothing downstream (the
@@ -517,4 +482,60 @@ fn bare_nul(head: &[u8]) -> bool {
             .count();
         slashes % 2 == 0
     })
+}
+
+/// The header lines from `from` to the empty line, indexed in the walk that
+/// finds it, with Content-Length read on the way: the fields, whether any was
+/// malformed, the Content-Length, and where the head ends.
+fn index_headers(
+    buf: &[u8],
+    from: usize,
+) -> Result<(Vec<HeaderField>, bool, ContentLength, lex::HeadEnd), ParseError> {
+    let mut headers = Vec::with_capacity(USUAL_HEADERS);
+    let mut bad_header = false;
+    let mut content_length = ContentLength::Absent;
+    let mut lines = lex::header_lines_open(buf, from);
+    while let Some((h, known)) = lines.next_named(HeaderName::known) {
+        let name = if h.well_formed {
+            known.unwrap_or(HeaderName::Other)
+        } else {
+            bad_header = true;
+            HeaderName::Other
+        };
+        if name == HeaderName::ContentLength {
+            content_length = content_length.and(buf.get(h.value.clone()).unwrap_or_default());
+        }
+        headers.push(HeaderField {
+            name,
+            name_range: h.name,
+            line: h.line,
+            value: h.value,
+        });
+    }
+    let head = lines.head_end().ok_or(ParseError::Unterminated)?;
+    Ok((headers, bad_header, content_length, head))
+}
+
+/// The body's bytes per Content-Length (the rest of the buffer without one),
+/// noting a bad or short one as the message's defect.
+fn body_range(
+    content_length: ContentLength,
+    body_start: usize,
+    len: usize,
+    defect: &mut Option<ParseError>,
+) -> Range<usize> {
+    match content_length {
+        ContentLength::Absent => body_start..len,
+        ContentLength::Bad | ContentLength::Conflicting => {
+            note(defect, ParseError::BadContentLength);
+            body_start..len
+        }
+        ContentLength::Value(n) => match body_start.checked_add(n) {
+            Some(end) if end <= len => body_start..end,
+            _ => {
+                note(defect, ParseError::BodyTooShort);
+                body_start..len
+            }
+        },
+    }
 }

@@ -85,7 +85,39 @@ pub(super) fn parse_via(buf: &[u8], range: Range<usize>, field_index: usize) -> 
     // Cut at the end once: `p < end` below then proves `b[p]`.
     let b = buf.get(..range.end).unwrap_or(buf);
     let end = b.len();
-    let mut p = range.start;
+    let (transport, p) = sent_protocol(b, range.start, end)?;
+    // sent-by must be separated from the transport by whitespace.
+    if p == transport.end {
+        return None;
+    }
+    let (host, port, p) = sent_by(b, p, end)?;
+    let (branch, p) = tight_branch(b, p)?;
+    let mut via = Via {
+        transport: b.get(transport)?,
+        host: b.get(host)?,
+        port,
+        branch,
+        rport: None,
+        rport_range: None,
+        received: None,
+        range: range.start..end,
+        field_index,
+    };
+    // Walked, not collected: a Via is parsed several times a message.
+    let mut ok = true;
+    walk_params(b, p..end, |prm| {
+        ok &= via_param(b, prm, &mut via).is_some();
+    })?;
+    if !ok {
+        return None;
+    }
+    Some(via)
+}
+
+/// `protocol-name / version / transport` from `p`: the transport's range and
+/// where the scan stopped (after any whitespace that follows it).
+#[inline]
+fn sent_protocol(b: &[u8], mut p: usize, end: usize) -> Option<(Range<usize>, usize)> {
     // Nearly every Via starts `SIP/2.0/`: the first two tokens and their
     // slashes without whitespace, which the loop would find the same.
     let first = if b.get(p..).is_some_and(|r| r.starts_with(b"SIP/2.0/")) {
@@ -110,10 +142,12 @@ pub(super) fn parse_via(buf: &[u8], range: Range<usize>, field_index: usize) -> 
             p += 1;
         }
     }
-    // sent-by must be separated from the transport by whitespace.
-    if p == transport.end {
-        return None;
-    }
+    Some((transport, p))
+}
+
+/// `host [: port]` from `p`: the host's range, the port, and where it ended.
+#[inline]
+fn sent_by(b: &[u8], p: usize, end: usize) -> Option<(Range<usize>, Option<u16>, usize)> {
     let host_start = p;
     let host_end = if p < end && b[p] == b'[' {
         p + memchr::memchr(b']', &b[p..])? + 1
@@ -123,7 +157,7 @@ pub(super) fn parse_via(buf: &[u8], range: Range<usize>, field_index: usize) -> 
     if host_end == host_start {
         return None;
     }
-    p = skip_lws(b, host_end, end);
+    let mut p = skip_lws(b, host_end, end);
     let mut port = None;
     if p < end && b[p] == b':' {
         let d_start = skip_lws(b, p + 1, end);
@@ -132,10 +166,14 @@ pub(super) fn parse_via(buf: &[u8], range: Range<usize>, field_index: usize) -> 
         port = Some(u16::try_from(n).ok()?);
         p = d_end;
     }
-    // Most Vias start their parameters with `;branch=` written tight: its
-    // value is taken here without the name scan, and the walk goes on after
-    // it. Anything else (whitespace, a quote, no value) is left to the walk.
-    let mut branch = None;
+    Some((host_start..host_end, port, p))
+}
+
+/// Most Vias start their parameters with `;branch=` written tight: its
+/// value is taken here without the name scan, and the walk goes on after
+/// it. Anything else (whitespace, a quote, no value) is left to the walk.
+#[inline]
+fn tight_branch(b: &[u8], p: usize) -> Option<(Option<&[u8]>, usize)> {
     if b.get(p..).is_some_and(|r| r.starts_with(b";branch=")) {
         let v_start = p + 8;
         if b.get(v_start)
@@ -143,31 +181,11 @@ pub(super) fn parse_via(buf: &[u8], range: Range<usize>, field_index: usize) -> 
         {
             let v_end = lex::token_value_end(b, v_start);
             if v_end > v_start {
-                branch = Some(b.get(v_start..v_end)?);
-                p = v_end;
+                return Some((Some(b.get(v_start..v_end)?), v_end));
             }
         }
     }
-    let mut via = Via {
-        transport: b.get(transport)?,
-        host: b.get(host_start..host_end)?,
-        port,
-        branch,
-        rport: None,
-        rport_range: None,
-        received: None,
-        range: range.start..end,
-        field_index,
-    };
-    // Walked, not collected: a Via is parsed several times a message.
-    let mut ok = true;
-    walk_params(b, p..end, |prm| {
-        ok &= via_param(b, prm, &mut via).is_some();
-    })?;
-    if !ok {
-        return None;
-    }
-    Some(via)
+    Some((None, p))
 }
 
 /// Host name bytes of a sent-by (an IPv6 reference is taken apart).

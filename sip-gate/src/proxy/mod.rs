@@ -198,6 +198,7 @@ impl Core {
             .iter()
             .map(|i| i.service.is_sip().then(|| InstanceGauges::new(&i.id)))
             .collect();
+        m::register_at_start();
         Ok(Core {
             tokens: TokenKey::new(&config.site.secret),
             flows: FlowKey::new(&config.site.secret),

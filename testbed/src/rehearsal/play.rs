@@ -93,10 +93,6 @@ pub fn play(
             break;
         }
         while let Some(s) = steps.next_if(|s| s.at_s <= now) {
-            if !matches!(s.action, Action::Load { .. }) {
-                // A sample at the step itself, so phases cut exactly there.
-                rec.lock().unwrap_or_else(|e| e.into_inner()).sample();
-            }
             let mut cx = StepCtx {
                 out,
                 callers: &mut callers,
@@ -104,32 +100,9 @@ pub fn play(
                 stops: &mut stops,
                 now,
             };
-            let before = cx.callers.len();
-            let error = run_step(site, &s.action, &mut cx)
-                .err()
-                .map(|e| e.to_string());
-            let mut r = rec.lock().unwrap_or_else(|e| e.into_inner());
-            for c in &callers[before..] {
-                r.follow_caller(c.log().to_path_buf());
-            }
-            drop(r);
-            marks.push(Mark {
-                t: now,
-                label: s.action.label(),
-                error,
-                action: s.action.clone(),
-            });
+            marks.push(step_now(site, &s.action, &rec, &mut cx));
         }
-        deferred.retain(|(at, a)| {
-            if *at <= now {
-                if let (Action::StopEtcd { .. }, Some(e)) = (a, site.etcd_mut()) {
-                    let _ = e.start();
-                }
-                false
-            } else {
-                true
-            }
-        });
+        end_deferred(site, &mut deferred, now);
         watch_stops(site, &mut stops, now);
         if now >= end && steps.peek().is_none() && deferred.is_empty() {
             break;
@@ -153,6 +126,41 @@ pub fn play(
         loads,
         gate_stops: stops,
     })
+}
+
+/// Runs a step that is due and returns its mark: a sample at the step
+/// itself first, so phases cut exactly there, and the callers it started
+/// followed by the recorder.
+fn step_now(site: &mut Site, action: &Action, rec: &Mutex<Recorder>, cx: &mut StepCtx<'_>) -> Mark {
+    if !matches!(action, Action::Load { .. }) {
+        rec.lock().unwrap_or_else(|e| e.into_inner()).sample();
+    }
+    let before = cx.callers.len();
+    let error = run_step(site, action, cx).err().map(|e| e.to_string());
+    let mut r = rec.lock().unwrap_or_else(|e| e.into_inner());
+    for c in cx.callers.get(before..).unwrap_or_default() {
+        r.follow_caller(c.log().to_path_buf());
+    }
+    Mark {
+        t: cx.now,
+        label: action.label(),
+        error,
+        action: action.clone(),
+    }
+}
+
+/// Ends the steps that last a while (an etcd outage) once their time is up.
+fn end_deferred(site: &mut Site, deferred: &mut Vec<(f64, Action)>, now: f64) {
+    deferred.retain(|(at, a)| {
+        if *at <= now {
+            if let (Action::StopEtcd { .. }, Some(e)) = (a, site.etcd_mut()) {
+                let _ = e.start();
+            }
+            false
+        } else {
+            true
+        }
+    });
 }
 
 /// The site's sampler: every gate, media-ctl, and the handover status when

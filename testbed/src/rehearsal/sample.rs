@@ -150,6 +150,28 @@ impl Recorder {
             t: self.start.elapsed().as_secs_f64(),
             ..Sample::default()
         };
+        self.read_gates(&metrics, &mut s);
+        self.read_media(&mut s);
+        self.read_handovers(&mut s);
+        s.new_work = self.new_work.total.clone();
+        for (key, n) in &self.on_purpose.total {
+            if let Some((id, why)) = key.split_once(' ') {
+                s.on_purpose
+                    .entry(id.to_owned())
+                    .or_default()
+                    .insert(why.to_owned(), *n);
+            }
+        }
+        s.refusals = self.refusals.total.clone();
+        s.ap_handovers = self.tally.handovers(&s.ap_leader);
+        s.failovers = self.tally.failovers();
+        self.samples.push(s);
+        self.samples.last().expect("just pushed")
+    }
+
+    /// The gates' counters and states, from their metrics (`None`: the gate
+    /// did not answer), and the calls up from their work reports.
+    fn read_gates(&mut self, metrics: &[Option<String>], s: &mut Sample) {
         for (k, text) in metrics.iter().enumerate() {
             let Some(text) = text else { continue };
             s.gates_up += 1;
@@ -176,11 +198,15 @@ impl Recorder {
                 *s.gates_draining.entry(id.to_owned()).or_default() += 1;
             }
         }
-        for (admin, _) in self.gates.iter().zip(&metrics).filter(|x| x.1.is_some()) {
+        for (admin, _) in self.gates.iter().zip(metrics).filter(|x| x.1.is_some()) {
             if let Some(w) = http::get_json::<WorkReport>(*admin, WORK_PATH) {
                 s.calls_up += w.instances.values().map(|i| i.counts.dialogs).sum::<u64>();
             }
         }
+    }
+
+    /// The mg assignment, weights and calls from media-ctl's status.
+    fn read_media(&self, s: &mut Sample) {
         if let Some(st) = http::get_json::<media_ctl::Status>(self.media, "/v1/status") {
             s.mg_drain_zone = st.drain_zone;
             for i in st.instances {
@@ -194,6 +220,10 @@ impl Recorder {
                 s.mg_new_calls.insert(i.id, i.new_calls);
             }
         }
+    }
+
+    /// The Active-Passive leaders and blocked groups from `ringsync handover status`.
+    fn read_handovers(&self, s: &mut Sample) {
         if let Some((bins, site)) = &self.ap {
             if let Ok(h) = ringsync(bins, site, &["handover", "status"]) {
                 s.ap_last_move_ms = h["planner"]["last_move_ms"].as_u64();
@@ -211,20 +241,6 @@ impl Recorder {
                 }
             }
         }
-        s.new_work = self.new_work.total.clone();
-        for (key, n) in &self.on_purpose.total {
-            if let Some((id, why)) = key.split_once(' ') {
-                s.on_purpose
-                    .entry(id.to_owned())
-                    .or_default()
-                    .insert(why.to_owned(), *n);
-            }
-        }
-        s.refusals = self.refusals.total.clone();
-        s.ap_handovers = self.tally.handovers(&s.ap_leader);
-        s.failovers = self.tally.failovers();
-        self.samples.push(s);
-        self.samples.last().expect("just pushed")
     }
 
     /// Counts the gate failovers a caller writes into its log from now on.

@@ -6,6 +6,7 @@
 //! `seq` is the etcd revision that created its key: the log's order, the
 //! same on every node.
 
+use crate::store::BackendError;
 use etcd_client::{GetOptions, SortOrder, SortTarget};
 
 use super::Inner;
@@ -82,7 +83,7 @@ pub(super) fn audit_bytes(rec: &AuditRecord) -> Result<Vec<u8>, StoreError> {
         seq: 0,
         ..rec.clone()
     };
-    serde_json::to_vec(&rec).map_err(|e| StoreError::Task(e.to_string()))
+    serde_json::to_vec(&rec).map_err(|e| StoreError::Backend(BackendError::Task(e.to_string())))
 }
 
 /// The end of the key range of everything under `prefix`.

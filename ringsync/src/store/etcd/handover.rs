@@ -12,6 +12,7 @@
 //! under the mover's lease: a planner whose lease expired (it hung, or was
 //! cut off) can never write a move after another was elected.
 
+use crate::store::BackendError;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -180,7 +181,7 @@ impl HandoverStore for EtcdHandover {
 }
 
 pub(super) fn json<T: Serialize>(v: &T) -> Result<Vec<u8>, StoreError> {
-    serde_json::to_vec(v).map_err(|e| StoreError::Task(e.to_string()))
+    serde_json::to_vec(v).map_err(|e| StoreError::Backend(BackendError::Task(e.to_string())))
 }
 
 fn send(tx: &watch::Sender<Arc<HandoverState>>, state: Arc<HandoverState>) {
@@ -218,9 +219,11 @@ fn apply(
     value: Option<&[u8]>,
 ) -> Result<(), StoreError> {
     let key = String::from_utf8_lossy(key);
-    let corrupt = |e: serde_json::Error| StoreError::Corrupt {
-        path: format!("etcd:{key}").into(),
-        detail: e.to_string(),
+    let corrupt = |e: serde_json::Error| {
+        StoreError::Backend(BackendError::Corrupt {
+            path: format!("etcd:{key}").into(),
+            detail: e.to_string(),
+        })
     };
     if let Some(group) = key.strip_prefix(&keys.desired) {
         match value {

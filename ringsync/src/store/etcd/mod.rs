@@ -23,7 +23,7 @@
 //! store), write if nobody wrote since. When someone did, the change is
 //! retried on the new version only if the profile it touches is unchanged
 //! there (a create, or a change to another profile); if that profile
-//! changed, the caller gets [`StoreError::Conflict`]: two writers updating
+//! changed, the caller gets [`Refusal::Conflict`]: two writers updating
 //! one profile at once get one success and one conflict, never a lost
 //! update. Because every retry is again a compare-and-swap, a write whose
 //! first attempt was cut off can be retried safely: it applies at most once.
@@ -35,6 +35,7 @@
 //! itself stale (R-MN-2); a node that starts during an outage starts from its
 //! local view cache ([`super::cache`]) and says so.
 
+use crate::store::BackendError;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -136,9 +137,9 @@ impl EtcdStore {
                 cache,
             } => (endpoints.clone(), prefix.clone(), cache.clone()),
             StoreConfig::Embedded { .. } => {
-                return Err(StoreError::Unsupported(
+                return Err(StoreError::Backend(BackendError::Unsupported(
                     "EtcdStore::open on a site configured for the embedded store".into(),
-                ))
+                )))
             }
         };
         Self::open_with(config, endpoints, prefix, cache).await
@@ -161,9 +162,11 @@ impl EtcdStore {
             .with_require_leader(true);
         let client = Client::connect(&endpoints, Some(options))
             .await
-            .map_err(|e| StoreError::Unavailable {
-                endpoints: joined.clone(),
-                detail: format!("cannot set up a client: {e}"),
+            .map_err(|e| {
+                StoreError::Backend(BackendError::Unavailable {
+                    endpoints: joined.clone(),
+                    detail: format!("cannot set up a client: {e}"),
+                })
             })?;
         let (tx, _) = watch::channel(Arc::new(ProfileSet::default()));
         let (fresh, _) = watch::channel(Freshness::default());
@@ -188,7 +191,7 @@ impl EtcdStore {
                 inner.mark_fresh();
                 Some(doc.header_revision)
             }
-            Err(e @ StoreError::Unavailable { .. }) => {
+            Err(e @ StoreError::Backend(BackendError::Unavailable { .. })) => {
                 inner.start_from_cache(&e).await?;
                 None
             }
@@ -312,10 +315,10 @@ struct Doc {
 
 impl Inner {
     pub(crate) fn unavailable(&self, detail: impl Into<String>) -> StoreError {
-        StoreError::Unavailable {
+        StoreError::Backend(BackendError::Unavailable {
             endpoints: self.endpoints.clone(),
             detail: detail.into(),
-        }
+        })
     }
 
     /// One request with [`RPC_TIMEOUT`]; transport errors become `Unavailable`.
@@ -366,7 +369,7 @@ impl Inner {
         let mut backoff = Duration::from_millis(50);
         loop {
             match self.read().await {
-                Err(e @ StoreError::Unavailable { .. }) => {
+                Err(e @ StoreError::Backend(BackendError::Unavailable { .. })) => {
                     tracing::debug!(error = %e, "profile read failed; retrying");
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_millis(800));
@@ -393,9 +396,11 @@ impl Inner {
     }
 
     pub(crate) fn parse(&self, kv: &KeyValue) -> Result<ProfileSet, StoreError> {
-        serde_json::from_slice(kv.value()).map_err(|e| StoreError::Corrupt {
-            path: PathBuf::from(format!("etcd:{}", self.keys.profiles)),
-            detail: e.to_string(),
+        serde_json::from_slice(kv.value()).map_err(|e| {
+            StoreError::Backend(BackendError::Corrupt {
+                path: PathBuf::from(format!("etcd:{}", self.keys.profiles)),
+                detail: e.to_string(),
+            })
         })
     }
 
@@ -468,7 +473,7 @@ impl Inner {
         let path = self.cache.clone();
         let cached = tokio::task::spawn_blocking(move || cache::load(&path))
             .await
-            .map_err(|e| StoreError::Task(e.to_string()))??;
+            .map_err(|e| StoreError::Backend(BackendError::Task(e.to_string())))??;
         let source = self.cache_source();
         let Some(c) = cached.filter(|c| c.site == self.config.site.name && c.source == source)
         else {

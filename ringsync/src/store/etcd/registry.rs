@@ -8,6 +8,7 @@
 //! name a node whose lease expired. A lease lost in an outage is granted
 //! again, and the last record rewritten, as soon as etcd answers.
 
+use crate::store::BackendError;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -49,7 +50,7 @@ fn unescape(key: &str) -> String {
 }
 
 fn json<T: serde::Serialize>(v: &T) -> Result<Vec<u8>, StoreError> {
-    serde_json::to_vec(v).map_err(|e| StoreError::Task(e.to_string()))
+    serde_json::to_vec(v).map_err(|e| StoreError::Backend(BackendError::Task(e.to_string())))
 }
 
 /// Publishes `record`: registers (lease, member entry) the first time, then
@@ -85,7 +86,9 @@ pub(super) async fn publish(inner: Arc<Inner>, record: NodeRecord) -> Result<(),
 /// Grants a lease and writes the member entry and the last record under it.
 async fn register(inner: &Inner, st: &mut RegState) -> Result<i64, StoreError> {
     let Some(record) = st.last.clone() else {
-        return Err(StoreError::Task("no node record to register".into()));
+        return Err(StoreError::Backend(BackendError::Task(
+            "no node record to register".into(),
+        )));
     };
     let mut lc = inner.client.lease_client();
     let lease = inner

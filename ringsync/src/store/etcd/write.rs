@@ -2,6 +2,7 @@
 //! (R-PR-4; see the parent module for why and how conflicts are decided),
 //! each with its audit record in the same transaction.
 
+use crate::store::{BackendError, Refusal};
 use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, Txn, TxnOp, TxnOpResponse};
@@ -39,10 +40,10 @@ impl EtcdStore {
                 Ok(imported)
             }
             Swap::Lost(fresh) if fresh.set == next => Ok(imported),
-            Swap::Lost(_) => Err(StoreError::Conflict {
+            Swap::Lost(_) => Err(StoreError::Refused(Refusal::Conflict {
                 id: "(profile set)".into(),
                 detail: "the target changed during the import".into(),
-            }),
+            })),
         }
     }
 }
@@ -100,19 +101,19 @@ impl Inner {
                 // With a revision named, the next attempt says how it moved on.
                 if fresh.set.find(id) != base.set.find(id) && w.expect.is_none() {
                     self.apply(fresh.set.clone(), fresh.mod_revision);
-                    let e = StoreError::Conflict {
+                    let e = StoreError::Refused(Refusal::Conflict {
                         id: id.clone(),
                         detail: "another writer changed this profile at the same time".into(),
-                    };
+                    });
                     return Err(self.refuse(w, e, &fresh.set, target).await);
                 }
             }
             base = fresh;
         }
-        let e = StoreError::Conflict {
+        let e = StoreError::Refused(Refusal::Conflict {
             id: "(profile set)".into(),
             detail: format!("the profile set changed under {MAX_ATTEMPTS} attempts in a row"),
-        };
+        });
         let target = w.op.change(&base.set).target(&base.set);
         Err(self.refuse(w, e, &base.set, target).await)
     }
@@ -146,7 +147,8 @@ impl Inner {
         audit: Vec<(String, Vec<u8>)>,
     ) -> Result<Swap, StoreError> {
         let key = self.keys.profiles.as_str();
-        let mut bytes = serde_json::to_vec(next).map_err(|e| StoreError::Task(e.to_string()))?;
+        let mut bytes = serde_json::to_vec(next)
+            .map_err(|e| StoreError::Backend(BackendError::Task(e.to_string())))?;
         bytes.push(b'\n');
         let mut puts = vec![TxnOp::put(key, bytes, None)];
         for (k, v) in audit {
