@@ -17,6 +17,7 @@
 //! out) → [`transport`] (sockets and timers) and [`admin`] (HTTP), with
 //! [`status`] for what operators read.
 #![forbid(unsafe_code)]
+#![warn(unreachable_pub)]
 
 // === wire format ===
 pub mod command;

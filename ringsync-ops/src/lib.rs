@@ -12,6 +12,7 @@
 //! The data plane (sip-gate, media-ctl) does not link this crate: an edit
 //! here rebuilds neither.
 #![forbid(unsafe_code)]
+#![warn(unreachable_pub)]
 #![warn(missing_docs)]
 
 pub mod api;

@@ -18,6 +18,7 @@
 //! handover planner and agent) is the `ringsync-ops` crate, built on this
 //! one; the data plane (sip-gate, media-ctl) links only this crate.
 #![forbid(unsafe_code)]
+#![warn(unreachable_pub)]
 #![warn(missing_docs)]
 
 pub mod config;

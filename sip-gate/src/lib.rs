@@ -9,6 +9,7 @@
 //! (wiring, with a shutdown token) and [`admin`] (HTTP); beside them
 //! [`announce`], the program ExaBGP runs to announce the gate while ready.
 #![forbid(unsafe_code)]
+#![warn(unreachable_pub)]
 
 // === SIP message layer (pure code, no I/O): framing, message view, splicing ===
 mod datagram;

@@ -17,6 +17,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use testbed::bins::Node;
+use testbed::fixture::{Mode, SiteFile};
 use testbed::{Scenario, Sipp, Transport};
 
 fn ip(host: u8) -> IpAddr {
@@ -30,20 +31,12 @@ fn gate_addr() -> SocketAddr {
 }
 
 fn write_site(dir: &Path) -> std::path::PathBuf {
-    let text = format!(
-        "[site]\nname = \"hostile\"\nsecret = \"hostile-test-secret-0123456789\"\n\n\
-         [store]\nkind = \"embedded\"\npath = \"profiles.json\"\n\n[health]\ninterval_ms = 0\n\n\
-         [tcp]\nidle_s = 3\nframe_s = 2\n\n\
-         [[server]]\nname = \"srv-0\"\n[[instance]]\nid = \"sg-0\"\nservice = \"sg\"\n\
-         server = \"srv-0\"\nsip = \"{sg}:5060\"\n\n\
-         [[listener]]\nname = \"g\"\nbind = \"{g}\"\nmode = \"guard\"\ninstance = \"sg-0\"\n\
-         leg = \"subscriber\"\n",
-        sg = ip(11),
-        g = gate_addr(),
-    );
-    let path = dir.join("site.toml");
-    std::fs::write(&path, text).unwrap();
-    path
+    SiteFile::new("hostile")
+        .section("tcp", "idle_s = 3\nframe_s = 2")
+        .servers(&["srv-0"])
+        .instance("sg-0", "sg", "srv-0", SocketAddr::new(ip(11), 5060))
+        .listener("g", gate_addr(), Mode::Guard("sg-0"), "subscriber", "")
+        .write(dir)
 }
 
 /// An OPTIONS with `extra` header lines (CRLF-terminated each) and `body`;

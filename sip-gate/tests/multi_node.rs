@@ -21,8 +21,7 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -32,6 +31,7 @@ use ringsync::store::{EtcdStore, Store};
 use ringsync::view::InstanceState;
 use ringsync_ops::api::{self, AdminApi};
 use ringsync_ops::status::NodeBoard;
+use testbed::bins::{BinDir, Node};
 use testbed::etcd::metric_value;
 use testbed::http::get_ok as http_get;
 use testbed::{Etcd, Scenario, Sipp, SippHandle, SippReport, Transport};
@@ -70,48 +70,43 @@ fn site_text(k: u8, endpoints: &[String]) -> String {
     )
 }
 
-/// A gate binary with its own site file and view cache directory.
+/// A gate binary with its own site file and view cache directory, run by
+/// testbed's launcher (killed when dropped).
 struct GateProc {
-    child: Child,
+    node: Node,
     admin: SocketAddr,
-    stderr: PathBuf,
 }
 
 impl GateProc {
+    /// Starts gate `k` and waits until its admin endpoint answers (its view
+    /// may still be loading: see [`GateProc::wait_ready`]).
     fn start(k: u8, dir: &Path, endpoints: &[String]) -> GateProc {
         let home = dir.join(format!("g{k}"));
         std::fs::create_dir_all(&home).unwrap();
         let file = home.join("site.toml");
         std::fs::write(&file, site_text(k, endpoints)).unwrap();
-        let stderr = home.join("stderr");
-        let child = Command::new(GATE)
-            .arg("--config")
-            .arg(&file)
-            .arg("--admin")
-            .arg(gate_admin(k).to_string())
-            .arg("--node")
-            .arg(format!("g{k}"))
+        let bins = BinDir::at(Path::new(GATE).parent().expect("the binary's directory"));
+        let mut node = Node::gate(&file)
+            .bins(bins)
+            .admin(gate_admin(k))
+            .args(["--node".to_owned(), format!("g{k}")])
             .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&stderr).unwrap())
-            .spawn()
-            .expect("sip-gate starts");
-        let g = GateProc {
-            child,
+            .start()
+            .unwrap_or_else(|e| panic!("gate g{k}: {e}"));
+        node.wait_up()
+            .unwrap_or_else(|e| panic!("gate g{k} did not come up: {e}"));
+        GateProc {
+            node,
             admin: gate_admin(k),
-            stderr,
-        };
-        let t0 = Instant::now();
-        while g.metrics().is_none() {
-            assert!(
-                t0.elapsed() < Duration::from_secs(10),
-                "gate g{k} did not come up: {}",
-                g.log()
-            );
-            std::thread::sleep(Duration::from_millis(50));
         }
-        g
+    }
+
+    /// Waits until its `/readyz` says ready: its view is loaded and its
+    /// instance states are published, so it no longer answers `(starting)`.
+    fn wait_ready(&mut self) {
+        self.node
+            .wait_ready()
+            .unwrap_or_else(|e| panic!("gate never ready: {e}"));
     }
 
     fn metrics(&self) -> Option<String> {
@@ -136,14 +131,7 @@ impl GateProc {
     }
 
     fn log(&self) -> String {
-        std::fs::read_to_string(&self.stderr).unwrap_or_default()
-    }
-}
-
-impl Drop for GateProc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.node.log()
     }
 }
 
@@ -460,7 +448,7 @@ async fn three_gates_one_truth_through_drain_leader_loss_and_outage() {
     // so, and keeps the drain (R-MN-2).
     let mut site = site;
     let eps = etcd.endpoints();
-    let g2 = blocking(|| {
+    let mut g2 = blocking(|| {
         drop(site.gates.pop());
         GateProc::start(2, dir.path(), &eps)
     });
@@ -483,6 +471,12 @@ async fn three_gates_one_truth_through_drain_leader_loss_and_outage() {
         4.0,
         "the cached drain holds"
     );
+    // Ready before it counts as one of the site's gates: until its instance
+    // states are published it answers new dialogs `503 (starting)`.
+    let g2 = blocking(move || {
+        g2.wait_ready();
+        g2
+    });
     site.gates.push(g2);
     let updates: Vec<f64> = site.updates();
     while stopped.elapsed() < Duration::from_secs(30) {

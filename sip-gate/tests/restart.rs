@@ -18,6 +18,7 @@ use std::time::Duration;
 use ringsync::work::{WorkReport, WORK_PATH};
 use serde_json::Value;
 use testbed::bins::{BinDir, Node};
+use testbed::fixture::{Mode, SiteFile};
 use testbed::{wait_for, Scenario, Sipp, SippHandle, Transport};
 
 fn ip(net: u8, host: u8) -> IpAddr {
@@ -27,56 +28,18 @@ fn ip(net: u8, host: u8) -> IpAddr {
 /// A site of two sg, a guard listener in front of sg-0, the gate's admin on
 /// `.1:9091`, the embedded store in `dir`; `work` is its `[work]` section.
 fn site(dir: &Path, net: u8, work: &str) -> PathBuf {
-    let text = format!(
-        r#"[site]
-name = "restart-{net}"
-secret = "restart-test-secret-{net}-0123456789"
-
-[store]
-kind = "embedded"
-path = "profiles.json"
-
-[health]
-interval_ms = 0
-
-[admin]
-gate_bind = "{g}:9091"
-media_bind = "{g}:9092"
-
-[work]
-{work}
-
-[[server]]
-name = "srv-0"
-[[server]]
-name = "srv-1"
-
-[[instance]]
-id = "sg-0"
-service = "sg"
-server = "srv-0"
-sip = "{s0}:5060"
-
-[[instance]]
-id = "sg-1"
-service = "sg"
-server = "srv-1"
-sip = "{s1}:5060"
-
-[[listener]]
-name = "g0"
-bind = "{g}:5060"
-mode = "guard"
-instance = "sg-0"
-leg = "subscriber"
-"#,
-        g = ip(net, 1),
-        s0 = ip(net, 11),
-        s1 = ip(net, 12),
-    );
-    let path = dir.join("site.toml");
-    std::fs::write(&path, text).unwrap();
-    path
+    let sip = |h| SocketAddr::new(ip(net, h), 5060);
+    SiteFile::new(&format!("restart-{net}"))
+        .admin(
+            SocketAddr::new(ip(net, 1), 9091),
+            SocketAddr::new(ip(net, 1), 9092),
+        )
+        .section("work", work)
+        .servers(&["srv-0", "srv-1"])
+        .instance("sg-0", "sg", "srv-0", sip(11))
+        .instance("sg-1", "sg", "srv-1", sip(12))
+        .listener("g0", sip(1), Mode::Guard("sg-0"), "subscriber", "")
+        .write(dir)
 }
 
 /// The gate binary on `site`, once its admin endpoint answers.

@@ -27,6 +27,7 @@ use ringsync::profile::ProfileSet;
 use ringsync::view::{DrainView, Health};
 use serde_json::Value;
 use testbed::bins::{BinDir, Node};
+use testbed::fixture::{Mode, SiteFile};
 use testbed::{Scenario, Sipp, SippHandle, Transport};
 
 /// `ringsync --config SITE --json ARGS`: its JSON output.
@@ -46,59 +47,28 @@ fn start_gate(site: &Path, admin: SocketAddr) -> Node {
     gate
 }
 
-fn site_toml(net: (u8, u8)) -> String {
-    let [gate, sg_a, sg_b] = [1, 11, 12].map(|h| ip(net, h));
-    format!(
-        r#"[site]
-name = "unreachable"
-secret = "unreachable-test-secret-0123456789"
-
-[health]
-interval_ms = 200
-timeout_ms = 150
-failures = 2
-
-[timers]
-retry_after_s = 30
-retry_after_jitter_s = 0
-
-[dns]
-failover_hold_s = 30
-
-[store]
-kind = "embedded"
-path = "profiles.json"
-
-[admin]
-gate_bind = "{gate}:9091"
-media_bind = "{gate}:9092"
-
-[[server]]
-name = "srv-a"
-[[server]]
-name = "srv-b"
-
-[[instance]]
-id = "sg-a"
-service = "sg"
-server = "srv-a"
-sip = "{sg_a}:5060"
-
-[[instance]]
-id = "sg-b"
-service = "sg"
-server = "srv-b"
-sip = "{sg_b}:5060"
-
-[[listener]]
-name = "subs"
-bind = "{gate}:5060"
-transports = ["udp", "tcp"]
-mode = "balance"
-pool = "sg"
-leg = "subscriber"
-"#
-    )
+/// Two sg probed every 200 ms behind a balancing UDP+TCP listener; a
+/// transport failure holds for 30 s, Retry-After is 30 s flat.
+fn site_file(net: (u8, u8)) -> SiteFile {
+    let [gate, sg_a, sg_b] = [1, 11, 12].map(|h| SocketAddr::new(ip(net, h), 5060));
+    SiteFile::new("unreachable")
+        .health("interval_ms = 200\ntimeout_ms = 150\nfailures = 2")
+        .section("timers", "retry_after_s = 30\nretry_after_jitter_s = 0")
+        .section("dns", "failover_hold_s = 30")
+        .admin(
+            SocketAddr::new(gate.ip(), 9091),
+            SocketAddr::new(gate.ip(), 9092),
+        )
+        .servers(&["srv-a", "srv-b"])
+        .instance("sg-a", "sg", "srv-a", sg_a)
+        .instance("sg-b", "sg", "srv-b", sg_b)
+        .listener(
+            "subs",
+            gate,
+            Mode::Balance("sg"),
+            "subscriber",
+            "transports = [\"udp\", \"tcp\"]",
+        )
 }
 
 /// SIPp's stock UAS over UDP at `addr`: it answers the gate's OPTIONS
@@ -114,9 +84,7 @@ fn probe_answerer(addr: SocketAddr) -> SippHandle {
 
 /// Writes the site into a new directory; the site file's path.
 fn site_in(dir: &tempfile::TempDir, net: (u8, u8)) -> std::path::PathBuf {
-    let site = dir.path().join("site.toml");
-    std::fs::write(&site, site_toml(net)).unwrap();
-    site
+    site_file(net).write(dir.path())
 }
 
 /// Waits until the gate's probes have found both sg up.

@@ -36,6 +36,7 @@
 //! # }
 //! ```
 #![forbid(unsafe_code)]
+#![warn(unreachable_pub)]
 #![warn(missing_docs)]
 
 use std::path::PathBuf;
@@ -45,6 +46,7 @@ pub mod bins;
 pub mod dnsmasq;
 mod error;
 pub mod etcd;
+pub mod fixture;
 pub mod http;
 pub mod kamailio;
 pub mod metrics;

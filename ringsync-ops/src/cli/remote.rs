@@ -26,7 +26,7 @@ use super::CliError;
 use crate::api::ErrorBody;
 
 /// Time allowed for a whole exchange (a write on etcd may take 6 s).
-pub const TIMEOUT: Duration = Duration::from_secs(30);
+pub(super) const TIMEOUT: Duration = Duration::from_secs(30);
 const MAX_BODY: usize = 64 << 20;
 /// Where Debian, RHEL and Alpine keep the system's trusted roots.
 const SYSTEM_ROOTS: [&str; 3] = [

@@ -2,11 +2,13 @@
 //! (stopped when dropped), CLI runs in either mode, tokens made by
 //! `token add`, and a plain HTTP/1.1 client for calls the CLI does not make.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
+
+use testbed::bins::{BinDir, Node};
 
 use super::TestSite;
 
@@ -17,9 +19,10 @@ pub fn site_with_admin(admin: &str) -> TestSite {
     TestSite::with_text(&super::SITE.replace("[admin]\n", &format!("[admin]\n{admin}\n")))
 }
 
-/// A running `ringsync serve`, killed (SIGKILL) when dropped.
+/// A running `ringsync serve` (testbed's launcher: its output under the
+/// site's directory), killed (SIGKILL) when dropped.
 pub struct Served {
-    pub child: Child,
+    pub node: Node,
     /// Where it listens (a wildcard bind is reached on 127.0.0.1).
     pub addr: SocketAddr,
     /// `http://ADDR` or `https://ADDR`.
@@ -33,48 +36,22 @@ impl Served {
     }
 
     pub fn start_at(site: &TestSite, bind: &str, extra: &[&str]) -> Served {
-        let mut child = Command::new(BIN)
-            .arg("--config")
-            .arg(site.site_path())
-            .args(["serve", "--bind", bind])
+        let bins = BinDir::at(Path::new(BIN).parent().expect("the binary's directory"));
+        let mut node = Node::serve(site.site_path())
+            .bins(bins)
+            .admin(bind.parse().expect("a socket address to bind"))
             .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut first = String::new();
-        let mut lines = BufReader::new(child.stdout.take().unwrap());
-        lines.read_line(&mut first).unwrap();
-        // Keep reading: a closed pipe would fail serve's next line.
-        std::thread::spawn(move || std::io::copy(&mut lines, &mut std::io::sink()));
-        let url = first
-            .split_whitespace()
-            .last()
-            .unwrap_or_else(|| panic!("serve said: {first:?}"))
-            .to_owned();
-        let (scheme, rest) = url.split_once("://").unwrap();
-        let mut addr: SocketAddr = rest.parse().unwrap();
-        if addr.ip().is_unspecified() {
-            addr.set_ip([127, 0, 0, 1].into());
-        }
-        let url = format!("{scheme}://{addr}");
-        wait_until(Duration::from_secs(10), || {
-            scheme == "https" || call(addr, "GET", "/readyz", None, "").0 == 200
-        });
-        Served { child, addr, url }
+            .start()
+            .unwrap_or_else(|e| panic!("ringsync serve: {e}"));
+        node.wait_ready()
+            .unwrap_or_else(|e| panic!("ringsync serve: {e}"));
+        let (addr, url) = (node.admin(), node.url());
+        Served { node, addr, url }
     }
 
     /// SIGKILL, and wait for it to be gone.
     pub fn kill(mut self) {
-        self.child.kill().unwrap();
-        self.child.wait().unwrap();
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        assert!(self.node.kill().is_some(), "ringsync serve was not running");
     }
 }
 

@@ -10,13 +10,16 @@ pub mod play;
 pub mod rate;
 pub mod report;
 pub mod sample;
+pub mod sampled;
 pub mod scenario;
 pub mod site_map;
 mod tally;
+pub mod totals;
 pub mod verdict;
 mod verdict_ap;
 mod verdict_ap_moves;
 mod verdict_calls;
+mod verdict_kit;
 mod verdict_media;
 #[cfg(test)]
 mod verdict_tests;

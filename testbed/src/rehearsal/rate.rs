@@ -7,7 +7,7 @@
 //! its own: its count goes into the next interval, so a sample right after
 //! a step shows no fake 0 (nor a spike of one call over 20 ms).
 
-use super::sample::Sample;
+use super::sampled::Sample;
 
 /// The shortest span a rate is computed over.
 pub const MIN_INTERVAL_S: f64 = 0.5;

@@ -9,7 +9,9 @@ use serde::Serialize;
 
 use super::play::{CallEvent, Played};
 use super::sample::Sample;
+pub use super::sampled::{at, delta};
 use super::scenario::{Action, LoadKind, Scenario};
+pub use super::totals::Calls;
 use super::verdict::{self, Verdict};
 use crate::site::Layout;
 
@@ -39,34 +41,6 @@ pub struct Phase {
     pub mg_share: BTreeMap<String, f64>,
     /// Mean weight of each mg/bgmg over the phase's samples.
     pub mg_weight: BTreeMap<String, f64>,
-}
-
-/// Totals over the run's callers.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct Calls {
-    /// Calls the callers attempted (SIPp `TotalCallCreated`).
-    pub attempted: u64,
-    /// Established (200 to the INVITE).
-    pub established: u64,
-    /// Of those, ended normally.
-    pub finished: u64,
-    /// Of those, not ended normally (a failed BYE, re-INVITE, timeout).
-    pub established_failed: u64,
-    /// Refused with 503 (by every gate tried, when failing over).
-    pub refused: u64,
-    /// Calls a gate refused (503) or left unanswered that the caller sent
-    /// to another gate.
-    pub retried: u64,
-    /// SIPp's failed calls (including those never answered).
-    pub sipp_failed: u64,
-    /// SIPp's failures by reason (`MaxUDPRetrans`, `UnexpectedMessage`,
-    /// ...), all callers.
-    pub failures: BTreeMap<String, u64>,
-    /// The ng side of the calls (offer/answer/delete to media-ctl).
-    pub media: super::media::MediaCalls,
-    /// The end of a caller's error log when it had failures.
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub errors: String,
 }
 
 /// Totals over the run's `register` loads.
@@ -378,22 +352,6 @@ impl Report {
             let _ = writeln!(m);
         }
     }
-}
-
-/// The last sample taken at or before `t` (the first if none).
-pub fn at(samples: &[Sample], t: f64) -> Option<&Sample> {
-    samples
-        .iter()
-        .take_while(|s| s.t <= t)
-        .last()
-        .or_else(|| samples.first())
-}
-
-/// `b - a` per key.
-pub fn delta(a: &BTreeMap<String, u64>, b: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
-    b.iter()
-        .map(|(k, v)| (k.clone(), v.saturating_sub(a.get(k).copied().unwrap_or(0))))
-        .collect()
 }
 
 fn phases(played: &Played, end: f64) -> Vec<Phase> {

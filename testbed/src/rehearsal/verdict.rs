@@ -6,10 +6,12 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::play::{Mark, Played};
-use super::report::{at, delta, Calls};
+use super::play::Played;
 use super::sample::Sample;
-use super::scenario::Action;
+use super::sampled::{at, delta};
+use super::totals::Calls;
+use super::verdict_kit::{applied, instances_on, per_window};
+pub use super::verdict_kit::{windows, Window};
 use crate::site::{Layout, Svc};
 
 /// Seconds past its drain window media-ctl's ramp may end and still pass
@@ -25,44 +27,6 @@ pub struct Verdict {
     pub pass: bool,
     /// The figures behind it.
     pub detail: String,
-}
-
-/// A drain window: a profile active from `from` to `to`.
-#[derive(Debug, Clone)]
-pub struct Window {
-    /// Profile name.
-    pub profile: String,
-    /// Its servers.
-    pub servers: Vec<String>,
-    /// Activated at.
-    pub from: f64,
-    /// Lifted at, or `None` if it was never lifted.
-    pub to: Option<f64>,
-}
-
-/// The drain windows of a run, in order.
-pub fn windows(marks: &[Mark]) -> Vec<Window> {
-    let mut out: Vec<Window> = Vec::new();
-    for m in marks.iter().filter(|m| m.error.is_none()) {
-        match &m.action {
-            Action::Activate { profile, servers } => out.push(Window {
-                profile: profile.clone(),
-                servers: servers.clone(),
-                from: m.t,
-                to: None,
-            }),
-            Action::Deactivate { profile } => {
-                if let Some(w) = out
-                    .iter_mut()
-                    .find(|w| &w.profile == profile && w.to.is_none())
-                {
-                    w.to = Some(m.t);
-                }
-            }
-            _ => {}
-        }
-    }
-    out
 }
 
 /// The verdict on `rule`.
@@ -165,49 +129,6 @@ fn refusals_between(p: &Played, rule: &str, from: f64, to: f64) -> u64 {
     count(after).saturating_sub(count(before))
 }
 
-/// Every part must pass; their details joined.
-pub(super) fn join(parts: Vec<(bool, String)>) -> (bool, String) {
-    let pass = parts.iter().all(|x| x.0);
-    let text = parts
-        .into_iter()
-        .map(|x| x.1)
-        .collect::<Vec<_>>()
-        .join("; ");
-    (pass, text)
-}
-
-/// `check` on every drain window of the run; fails when there is none.
-pub(super) fn per_window(
-    layout: &Layout,
-    played: &Played,
-    check: impl Fn(&Layout, &Played, &Window, f64) -> (bool, String),
-) -> (bool, String) {
-    let ws = windows(&played.marks);
-    if ws.is_empty() {
-        return (false, "no drain window in the run: nothing to judge".into());
-    }
-    let end = played.samples.last().map_or(0.0, |s| s.t);
-    let results: Vec<(bool, String)> = ws.iter().map(|w| check(layout, played, w, end)).collect();
-    let pass = results.iter().all(|r| r.0);
-    (
-        pass,
-        results
-            .into_iter()
-            .map(|r| r.1)
-            .collect::<Vec<_>>()
-            .join("; "),
-    )
-}
-
-pub(super) fn instances_on(layout: &Layout, w: &Window, svcs: &[Svc]) -> Vec<String> {
-    layout
-        .instances()
-        .into_iter()
-        .filter(|i| svcs.contains(&i.svc) && w.servers.contains(&i.server))
-        .map(|i| i.id)
-        .collect()
-}
-
 /// The samples a count over `[from, to]` is the difference of: the first
 /// at or after `from` and the last at or before `to`, so the span never
 /// starts early; `None` when there is no such pair.
@@ -251,31 +172,6 @@ fn reason_words(why: &str) -> &str {
         "not_refused" => "not refused by a drain",
         other => other,
     }
-}
-
-/// The first sample from `from` on in which every gate of the site
-/// answered with its instance states published and each of `ids` was
-/// (`drain`) or was not in a drain state in every gate's view: from then
-/// on, a new call to a drained instance is the gates' fault, not the time a
-/// change takes to reach them.
-pub(super) fn applied<'a>(
-    l: &Layout,
-    p: &'a Played,
-    ids: &[String],
-    from: f64,
-    drain: bool,
-) -> Option<&'a Sample> {
-    p.samples.iter().filter(|s| s.t >= from).find(|s| {
-        s.gates_ready == l.gates()
-            && ids.iter().all(|i| {
-                let n = s.gates_draining.get(i).copied().unwrap_or(0);
-                if drain {
-                    n == l.gates()
-                } else {
-                    n == 0
-                }
-            })
-    })
 }
 
 /// R-AA-1: no new work to a draining sg/esg, once every gate applied the

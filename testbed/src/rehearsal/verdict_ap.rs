@@ -7,7 +7,7 @@ use crate::site::Layout;
 
 /// Leader changes the groups' services confirmed, over the run: each is a
 /// handover (or a takeover home) done.
-pub fn handovers_done(p: &Played) -> u64 {
+pub(super) fn handovers_done(p: &Played) -> u64 {
     // Against the last leader seen per group, so a sample in which the
     // status could not be read hides no change.
     let mut last: std::collections::BTreeMap<&str, &str> = Default::default();
@@ -28,7 +28,7 @@ pub fn handovers_done(p: &Played) -> u64 {
 /// R-AP-2: moves are published no faster than one per `ap_pace_s`: the
 /// planner's "last move" times seen over the run are at least a pace
 /// apart.
-pub fn paced(l: &Layout, p: &Played) -> (bool, String) {
+pub(super) fn paced(l: &Layout, p: &Played) -> (bool, String) {
     let mut moves: Vec<u64> = p.samples.iter().filter_map(|s| s.ap_last_move_ms).collect();
     moves.sort_unstable();
     moves.dedup();

@@ -9,7 +9,7 @@
 use std::collections::BTreeSet;
 
 use super::play::Played;
-use super::verdict::windows;
+use super::verdict_kit::windows;
 use crate::site::{ApGroup, Layout};
 
 /// A stretch of the run with one drain zone: `[from, to)`, the zone, and
@@ -112,7 +112,7 @@ fn judge_periods(
 /// R-AP-1: a group led from a server the period put in the drain zone, with
 /// a member in the normal zone, is led from the normal zone by the period's
 /// end.
-pub fn leaders_leave(l: &Layout, p: &Played) -> (bool, String) {
+pub(super) fn leaders_leave(l: &Layout, p: &Played) -> (bool, String) {
     judge_periods(l, p, |per, g| {
         if per.zone.is_empty() || !has_normal_follower(g, &per.zone) {
             return None;
@@ -132,7 +132,7 @@ pub fn leaders_leave(l: &Layout, p: &Played) -> (bool, String) {
 
 /// R-AP-3: after a lift, a group whose home server left the drain zone and
 /// that was not led from home is led from home by the period's end.
-pub fn leaders_go_home(l: &Layout, p: &Played) -> (bool, String) {
+pub(super) fn leaders_go_home(l: &Layout, p: &Played) -> (bool, String) {
     judge_periods(l, p, |per, g| {
         let home_srv = server_of(g, &g.home)?;
         if !per.lifted.contains(home_srv) || per.zone.contains(home_srv) {
@@ -158,7 +158,7 @@ pub fn leaders_go_home(l: &Layout, p: &Played) -> (bool, String) {
 
 /// R-AP-4: a group with every member in the drain zone keeps its leader
 /// through the period, and the planner reports it blocked.
-pub fn blocked_keeps_leader(l: &Layout, p: &Played) -> (bool, String) {
+pub(super) fn blocked_keeps_leader(l: &Layout, p: &Played) -> (bool, String) {
     let (pass, text) = judge_periods(l, p, |per, g| {
         if per.zone.is_empty() || has_normal_follower(g, &per.zone) {
             return None;

@@ -9,7 +9,7 @@ use super::load::{CallEvent, LoadRun};
 use super::play::Played;
 use super::sample::Sample;
 use super::scenario::{AccountKind, Action};
-use super::verdict::{applied, instances_on, per_window, Window};
+use super::verdict_kit::{applied, instances_on, per_window, Window};
 use crate::site::{Layout, Svc};
 
 /// Calls of the loads `keep` accepts established in `[from, to)`, per
@@ -71,7 +71,7 @@ fn multi_provider(l: &Layout, x: &LoadRun) -> bool {
 
 /// R-ESG-1, R-ESG-2: on the provider leg, a multi-instance account's new
 /// calls leave the draining esg once every gate applied the drain.
-pub fn esg_provider_leg(l: &Layout, p: &Played) -> (bool, String) {
+pub(super) fn esg_provider_leg(l: &Layout, p: &Played) -> (bool, String) {
     per_window(l, p, |l, p, w, end| {
         let Some((drained, from, to)) = drain_span(l, p, w, end) else {
             return (
@@ -103,7 +103,7 @@ pub fn esg_provider_leg(l: &Layout, p: &Played) -> (bool, String) {
 /// leg no new call is refused (the balancer prefers a normal-zone esg,
 /// R-AA-1), and the single-instance account's new calls are still taken by
 /// the draining esg.
-pub fn esg_inside_leg(l: &Layout, p: &Played) -> (bool, String) {
+pub(super) fn esg_inside_leg(l: &Layout, p: &Played) -> (bool, String) {
     per_window(l, p, |l, p, w, end| {
         let Some((drained, from, to)) = drain_span(l, p, w, end) else {
             return (
@@ -154,7 +154,7 @@ fn refused_in(p: &Played, keep: impl Fn(&LoadRun) -> bool, from: f64, to: f64) -
 
 /// R-ESG-5: every call of the single-instance account goes to its home
 /// esg (its account's `home`), drain or not.
-pub fn esg_single_account(l: &Layout, p: &Played) -> (bool, String) {
+pub(super) fn esg_single_account(l: &Layout, p: &Played) -> (bool, String) {
     let single = |x: &LoadRun| x.is_call() && x.account == AccountKind::Single;
     let home_id = p
         .loads
@@ -192,7 +192,7 @@ fn home_drained(
     home_id: &str,
 ) -> String {
     let end = p.samples.last().map_or(0.0, |s| s.t);
-    let windows: Vec<Window> = super::verdict::windows(&p.marks)
+    let windows: Vec<Window> = super::verdict_kit::windows(&p.marks)
         .into_iter()
         .filter(|w| instances_on(l, w, &[Svc::Esg]).iter().any(|i| i == home_id))
         .collect();
@@ -242,7 +242,7 @@ fn spans(samples: &[Sample], hold: impl Fn(&Sample) -> bool) -> Vec<(f64, f64)> 
 
 /// R-AA-4: while every sg (or every esg) drains, in every gate's view, new
 /// calls are still served, by the draining instances, and none refused.
-pub fn all_draining(l: &Layout, p: &Played) -> (bool, String) {
+pub(super) fn all_draining(l: &Layout, p: &Played) -> (bool, String) {
     let mut parts = Vec::new();
     for svc in [Svc::Sg, Svc::Esg] {
         let ids: Vec<String> = l
@@ -281,13 +281,13 @@ pub fn all_draining(l: &Layout, p: &Played) -> (bool, String) {
             "no moment in which every sg or every esg drained: nothing to judge".into(),
         );
     }
-    super::verdict::join(parts)
+    super::verdict_kit::join(parts)
 }
 
 /// R-MN-2: while the store is away every gate keeps its view (fail-static)
 /// and says it is stale; calls keep flowing; nothing drains or undrains;
 /// once it is back the gates are fresh again.
-pub fn store_outage(l: &Layout, p: &Played) -> (bool, String) {
+pub(super) fn store_outage(l: &Layout, p: &Played) -> (bool, String) {
     let outages: Vec<(f64, f64)> = p
         .marks
         .iter()
@@ -331,7 +331,7 @@ pub fn store_outage(l: &Layout, p: &Played) -> (bool, String) {
             )
         })
         .collect();
-    super::verdict::join(parts)
+    super::verdict_kit::join(parts)
 }
 
 fn yes(b: bool) -> &'static str {

@@ -5,9 +5,9 @@
 //! drain, then is reported stoppable (R-BG-3).
 
 use super::play::Played;
-use super::report::delta;
 use super::sample::Sample;
-use super::verdict::{instances_on, join, per_window};
+use super::sampled::delta;
+use super::verdict_kit::{instances_on, join, per_window};
 use crate::site::{Layout, Svc};
 
 fn ids(l: &Layout, svc: Svc) -> Vec<(String, String)> {
@@ -27,7 +27,7 @@ fn placed(a: &Sample, b: &Sample, id: &str) -> u64 {
 /// R-MG-3: while every mg's server is in media-ctl's drain zone, one mg
 /// stays assignable (`queued_for_drain`, weight above 0) and takes the new
 /// calls.
-pub fn last_mg(l: &Layout, p: &Played) -> (bool, String) {
+pub(super) fn last_mg(l: &Layout, p: &Played) -> (bool, String) {
     let mgs = ids(l, Svc::Mg);
     let every =
         |s: &&Sample| !mgs.is_empty() && mgs.iter().all(|(_, srv)| s.mg_drain_zone.contains(srv));
@@ -64,7 +64,7 @@ pub fn last_mg(l: &Layout, p: &Played) -> (bool, String) {
 
 /// R-BG-1: a bgmg is never drained (never ramping, out or queued for
 /// drain in media-ctl's status) and takes the new calls of its local sg/esg.
-pub fn bgmg_never_drained(l: &Layout, p: &Played) -> (bool, String) {
+pub(super) fn bgmg_never_drained(l: &Layout, p: &Played) -> (bool, String) {
     let bgmgs = ids(l, Svc::Bgmg);
     let (Some(a), Some(b)) = (p.samples.first(), p.samples.last()) else {
         return (false, "no sample".into());
@@ -108,7 +108,7 @@ pub fn bgmg_never_drained(l: &Layout, p: &Played) -> (bool, String) {
 /// R-BG-2 and R-BG-3, per drain window: before it, a bgmg with calls is
 /// not stoppable; once media-ctl has its server in the drain zone it takes
 /// no new call (`closed`) and, its calls ended, is reported stoppable.
-pub fn bgmg_closes(l: &Layout, p: &Played) -> (bool, String) {
+pub(super) fn bgmg_closes(l: &Layout, p: &Played) -> (bool, String) {
     per_window(l, p, |l, p, w, end| {
         let bgmgs = instances_on(l, w, &[Svc::Bgmg]);
         if bgmgs.is_empty() {
@@ -124,7 +124,7 @@ pub fn bgmg_closes(l: &Layout, p: &Played) -> (bool, String) {
                 format!("media-ctl never showed {} draining", w.servers.join(", ")),
             );
         };
-        let last = super::report::at(&p.samples, to).unwrap_or(seen);
+        let last = super::sampled::at(&p.samples, to).unwrap_or(seen);
         let parts = bgmgs
             .iter()
             .map(|id| {

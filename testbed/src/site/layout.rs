@@ -1,7 +1,7 @@
 //! Where everything of a rehearsal site lives, and the site files that say
 //! so. A layout is built from a site file, always: either the operator's own
 //! ([`Layout::from_file`]) or one written from counts
-//! ([`Layout::from_counts`], [`super::counts`]). Both go through ringsync's
+//! ([`Layout::from_counts`], `counts`). Both go through ringsync's
 //! own config loader and the same mapping onto loopback ([`super::own`]), so
 //! the rest of the rehearsal sees one description.
 //!
@@ -18,9 +18,7 @@
 //! | `.100`+ | the callers of esg account 1, 2, ... in site-file order |
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::path::{Path, PathBuf};
-
-pub use super::counts::Counts;
+use std::path::PathBuf;
 
 /// The most instances of one service (and servers) a layout holds.
 pub const MAX_PER_SERVICE: usize = 20;
@@ -193,32 +191,6 @@ pub struct Layout {
 }
 
 impl Layout {
-    /// A site of invented names (`srv-a`, `sg-a`, ...) from counts.
-    pub fn from_counts(counts: &Counts, run: &RunSpec) -> Result<Layout, String> {
-        counts.check()?;
-        let run = RunSpec {
-            mg_drain_window_s: Some(run.mg_drain_window_s.unwrap_or(10)),
-            ap_pace_s: Some(run.ap_pace_s.unwrap_or(60)),
-            ..run.clone()
-        };
-        let text = counts.site_text(&run);
-        let cfg = ringsync::SiteConfig::from_str_at(&text, Path::new("site.toml"))
-            .map_err(|e| format!("the site testbed wrote from counts does not load: {e}"))?;
-        let table: toml::Table = toml::from_str(&text).map_err(|e| e.to_string())?;
-        super::own::map(&cfg, table, &run, None)
-    }
-
-    /// The operator's own site file, loaded and checked by ringsync's
-    /// config loader, mapped onto the run's loopback addresses.
-    pub fn from_file(path: &Path, run: &RunSpec) -> Result<Layout, String> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("site file {}: {e}", path.display()))?;
-        let cfg = ringsync::SiteConfig::from_str_at(&text, path).map_err(|e| e.to_string())?;
-        let table: toml::Table =
-            toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-        super::own::map(&cfg, table, run, Some(path))
-    }
-
     /// `127.A.B.host`.
     pub fn ip(&self, host: u8) -> IpAddr {
         let [a, b, c] = self.run.net;
@@ -373,22 +345,5 @@ impl Layout {
             return Err("ap_pace_s = 0: at least 1".into());
         }
         Ok(())
-    }
-
-    /// The site file of gate node `k` (node 0's is the one every other tool
-    /// reads): the same site, with that node's listeners, admin address and
-    /// the run's store.
-    pub fn site_toml(&self, k: usize, etcd: &[String]) -> String {
-        let mut t = self.body.clone();
-        super::own::per_gate(self, &mut t, k, etcd);
-        let [a, b, c] = self.run.net;
-        let from = match &self.source {
-            Some(p) => format!("from {}", p.display()),
-            None => "from counts".into(),
-        };
-        format!(
-            "# Written by testbed for one rehearsal run on {a}.{b}.{c}.0/24 ({from}), gate-{k}.\n{}",
-            toml::to_string(&t).unwrap_or_default()
-        )
     }
 }

@@ -3,7 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
-use super::layout::{Counts, Layout, RunSpec, StoreKind, Svc};
+use super::counts::Counts;
+use super::layout::{Layout, RunSpec, StoreKind, Svc};
 
 fn run() -> RunSpec {
     RunSpec {

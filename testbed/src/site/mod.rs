@@ -33,7 +33,8 @@ use std::time::Duration;
 
 use tempfile::TempDir;
 
-pub use layout::{Acct, ApGroup, Counts, Inst, Layout, Lsn, Mapped, RunSpec, StoreKind, Svc};
+pub use counts::Counts;
+pub use layout::{Acct, ApGroup, Inst, Layout, Lsn, Mapped, RunSpec, StoreKind, Svc};
 pub use nodes::{ringsync, BinDir, GateNode, MediaNode, StopPoll, StopSeen};
 
 use crate::{Error, Etcd, Result, Rtpengine, RtpengineHandle, Scenario, Sipp, SippHandle};

@@ -10,10 +10,59 @@ use std::path::Path;
 use ringsync::config::{ListenerMode, Service, SiteConfig, StoreConfig, Transport};
 use toml::{Table, Value};
 
+use super::counts::Counts;
 use super::layout::{
     Acct, ApGroup, Inst, Layout, Lsn, Mapped, RunSpec, StoreKind, Svc, MAX_ACCOUNTS,
     MAX_PER_SERVICE,
 };
+
+/// The two ways a layout comes to be, and the site file each gate node
+/// runs: here, beside the mapping they share, so the layout's types do not
+/// depend on it.
+impl Layout {
+    /// A site of invented names (`srv-a`, `sg-a`, ...) from counts.
+    pub fn from_counts(counts: &Counts, run: &RunSpec) -> Result<Layout, String> {
+        counts.check()?;
+        let run = RunSpec {
+            mg_drain_window_s: Some(run.mg_drain_window_s.unwrap_or(10)),
+            ap_pace_s: Some(run.ap_pace_s.unwrap_or(60)),
+            ..run.clone()
+        };
+        let text = counts.site_text(&run);
+        let cfg = ringsync::SiteConfig::from_str_at(&text, Path::new("site.toml"))
+            .map_err(|e| format!("the site testbed wrote from counts does not load: {e}"))?;
+        let table: toml::Table = toml::from_str(&text).map_err(|e| e.to_string())?;
+        map(&cfg, table, &run, None)
+    }
+
+    /// The operator's own site file, loaded and checked by ringsync's
+    /// config loader, mapped onto the run's loopback addresses.
+    pub fn from_file(path: &Path, run: &RunSpec) -> Result<Layout, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("site file {}: {e}", path.display()))?;
+        let cfg = ringsync::SiteConfig::from_str_at(&text, path).map_err(|e| e.to_string())?;
+        let table: toml::Table =
+            toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        map(&cfg, table, run, Some(path))
+    }
+
+    /// The site file of gate node `k` (node 0's is the one every other tool
+    /// reads): the same site, with that node's listeners, admin address and
+    /// the run's store.
+    pub fn site_toml(&self, k: usize, etcd: &[String]) -> String {
+        let mut t = self.body.clone();
+        per_gate(self, &mut t, k, etcd);
+        let [a, b, c] = self.run.net;
+        let from = match &self.source {
+            Some(p) => format!("from {}", p.display()),
+            None => "from counts".into(),
+        };
+        format!(
+            "# Written by testbed for one rehearsal run on {a}.{b}.{c}.0/24 ({from}), gate-{k}.\n{}",
+            toml::to_string(&t).unwrap_or_default()
+        )
+    }
+}
 
 /// The first port a listener is moved to when its own cannot be used.
 const SPARE_PORT: u16 = 5100;

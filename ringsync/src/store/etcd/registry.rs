@@ -24,9 +24,9 @@ use crate::work::now_ms;
 
 /// Lease time to live: how long after its last keep-alive a dead node is
 /// declared expired.
-pub const LEASE_TTL_S: i64 = 10;
+pub(super) const LEASE_TTL_S: i64 = 10;
 /// Keep-alive period (a third of the TTL: two may be lost).
-pub const KEEPALIVE_EVERY: Duration = Duration::from_millis(LEASE_TTL_S as u64 * 1000 / 3);
+pub(super) const KEEPALIVE_EVERY: Duration = Duration::from_millis(LEASE_TTL_S as u64 * 1000 / 3);
 
 /// This process's registration.
 #[derive(Default)]
