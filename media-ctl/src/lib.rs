@@ -38,6 +38,7 @@ mod weights;
 
 // === I/O and operators ===
 pub mod admin;
+pub mod cli;
 mod metrics;
 pub mod status;
 mod transport;

@@ -3,63 +3,24 @@
 //!
 //! Thin on purpose: config, tracing, metrics, the store and the node's
 //! registration (`ringsync::daemon`, shared with sip-gate), controller,
-//! signal, stop.
+//! signal, stop; each step told to systemd (`ringsync::notify`).
 #![forbid(unsafe_code)]
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
+use clap::Parser;
+use media_ctl::cli::{Args, Cmd};
 use media_ctl::{admin, MediaCtl, Status};
 use metrics_exporter_prometheus::PrometheusBuilder;
 use ringsync::config::{Daemon, SiteConfig};
 use ringsync::daemon::Attached;
 use ringsync::node::{NodeIdentity, NodeRole};
+use ringsync::notify::Notifier;
 use ringsync::state::DrainState;
 use tokio_util::sync::CancellationToken;
-
-/// Drain-aware mg controller in front of rtpengine media gateways.
-#[derive(Parser, Debug)]
-#[command(version, about)]
-struct Args {
-    /// Site configuration file.
-    #[arg(long, short)]
-    config: PathBuf,
-    /// Validate the configuration and exit (non-zero with the error).
-    #[arg(long)]
-    check: bool,
-    /// Admin HTTP address; overrides `admin.media_bind`.
-    #[arg(long)]
-    admin: Option<SocketAddr>,
-    /// ng address (UDP); overrides `media.ng_bind`.
-    #[arg(long)]
-    ng: Option<SocketAddr>,
-    /// This node's name in work reports (default: its admin address).
-    #[arg(long)]
-    node: Option<String>,
-    /// How long a graceful stop may take.
-    #[arg(long, default_value_t = 5)]
-    drain_deadline_s: u64,
-    /// Log lines as text (for people) or JSON (one object a line).
-    #[arg(long, value_enum, default_value_t = ringsync::logs::LogFormat::Text)]
-    log_format: ringsync::logs::LogFormat,
-    #[command(subcommand)]
-    command: Option<Cmd>,
-}
-
-/// What else than running the controller.
-#[derive(Subcommand, Debug)]
-enum Cmd {
-    /// Print the status of the media-ctl running for this site.
-    Status {
-        /// Print the JSON as served.
-        #[arg(long)]
-        json: bool,
-    },
-}
 
 /// The store, then the controller and its admin endpoint; serve until
 /// SIGTERM or SIGINT, then stop.
@@ -92,6 +53,9 @@ async fn main() -> anyhow::Result<()> {
         .install_recorder()
         .context("installing the metrics recorder")?;
     let shutdown = CancellationToken::new();
+    let notify = Notifier::new();
+    notify.phase("starting: loading the drain view from the store");
+    notify.watchdog(shutdown.clone());
     let drain = DrainState::new(Arc::new(config.clone()));
     let mut store = Attached::open(&drain, shutdown.clone())
         .await
@@ -122,9 +86,19 @@ async fn main() -> anyhow::Result<()> {
         media.stopping(),
     );
     let admin_task = tokio::spawn(admin::serve(admin_listener, router, shutdown.clone()));
+    // The ng socket and the admin endpoint are bound, the view is loaded.
+    notify.follow_view(&drain, shutdown.clone());
+    notify.ready(format!("serving, admin on {admin_addr}"));
 
-    wait_for_signal().await;
-    tracing::info!("stopping: /readyz fails, answers in flight are relayed");
+    let signal = wait_for_signal().await;
+    notify.stopping(format!(
+        "stopping ({signal}): answers in flight are relayed, deadline {}s",
+        args.drain_deadline_s
+    ));
+    tracing::info!(
+        signal,
+        "stopping: /readyz fails, answers in flight are relayed"
+    );
     let clean = media
         .shutdown(Duration::from_secs(args.drain_deadline_s))
         .await;
@@ -152,17 +126,18 @@ async fn status(admin: SocketAddr, json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn wait_for_signal() {
+/// SIGTERM or SIGINT; the signal's name.
+async fn wait_for_signal() -> &'static str {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = match signal(SignalKind::terminate()) {
         Ok(s) => s,
         Err(_) => {
             let _ = tokio::signal::ctrl_c().await;
-            return;
+            return "SIGINT";
         }
     };
     tokio::select! {
-        _ = term.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => "SIGTERM",
+        _ = tokio::signal::ctrl_c() => "SIGINT",
     }
 }

@@ -55,6 +55,8 @@ pub struct AdminApi {
     /// The engine drivers this node runs (R-EX-1).
     engines: OnceLock<Arc<EngineBoard>>,
     access: Access,
+    /// Told `READY=1` with this phase once the store has been read.
+    notify: OnceLock<(ringsync::notify::Notifier, String)>,
 }
 
 /// Body of every error response.
@@ -152,6 +154,7 @@ impl AdminApi {
             planner: OnceLock::new(),
             engines: OnceLock::new(),
             access,
+            notify: OnceLock::new(),
         })
     }
 
@@ -160,10 +163,24 @@ impl AdminApi {
     pub fn set_planner(&self, node: String, stats: Arc<PlannerStats>) {
         let _ = self.planner.set((node, stats));
     }
+
     /// Names the engine drivers this node runs: `/v1/status` and
     /// `/metrics` report them. Set once.
     pub fn set_engines(&self, board: Arc<EngineBoard>) {
         let _ = self.engines.set(board);
+    }
+
+    /// Says `READY=1` to systemd through `notify`, with `phase`, when
+    /// `/readyz` becomes ready (the store read). Set once.
+    pub fn notify_ready(&self, notify: ringsync::notify::Notifier, phase: String) {
+        let _ = self.notify.set((notify, phase));
+    }
+
+    fn set_ready(&self) {
+        self.ready.store(true, Ordering::Relaxed);
+        if let Some((notify, phase)) = self.notify.get() {
+            notify.ready(phase.clone());
+        }
     }
 
     /// Appends the record of a refused change; a failure to is logged and
@@ -189,13 +206,13 @@ impl AdminApi {
             match self.store.list().await {
                 Ok(set) => {
                     self.drain.set_profiles(set);
-                    self.ready.store(true, Ordering::Relaxed);
+                    self.set_ready();
                     return;
                 }
                 Err(e) if self.store.freshness().borrow().is_stale() => {
                     tracing::warn!(error = %e, "profile store unreachable; serving the last known view");
                     self.drain.set_profiles(self.store.watch().borrow().clone());
-                    self.ready.store(true, Ordering::Relaxed);
+                    self.set_ready();
                     return;
                 }
                 Err(e) => {

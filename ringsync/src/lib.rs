@@ -8,7 +8,8 @@
 //! [`daemon`] is the one start-up and shutdown every data-plane node runs
 //! against its store; [`fetch`] asks a node's admin endpoint for its work
 //! report. The Active-Passive handover's records are in
-//! [`handover`]. [`tls`] serves a certificate that is re-read when its
+//! [`handover`]. [`notify`] tells systemd a daemon is ready, stopping
+//! or alive. [`tls`] serves a certificate that is re-read when its
 //! files change. Every other crate
 //! loads its site through [`config::SiteConfig::load`], so there is one
 //! schema and one set of errors.
@@ -27,6 +28,7 @@ pub mod files;
 pub mod handover;
 pub mod logs;
 pub mod node;
+pub mod notify;
 pub mod profile;
 pub mod publish;
 pub mod ring;

@@ -29,6 +29,7 @@ pub use message::{
 // === the routing core: keys, site tables, policy, state, decisions ===
 mod ban;
 mod branch;
+pub mod cli;
 mod dns;
 mod flow;
 mod health;

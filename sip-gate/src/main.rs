@@ -4,11 +4,10 @@
 //!
 //! Thin on purpose: config, tracing, metrics, gate, then the store and the
 //! node's registration (`ringsync::daemon`, shared with media-ctl), signal,
-//! stop.
+//! stop; each step told to systemd (`ringsync::notify`).
 #![forbid(unsafe_code)]
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -18,88 +17,16 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use ringsync::config::{Daemon, SiteConfig};
 use ringsync::daemon::Attached;
 use ringsync::node::{NodeIdentity, NodeRole};
+use ringsync::notify::Notifier;
 use ringsync::state::DrainState;
 use sip_gate::admin::NodeInfo;
+use sip_gate::cli::{AnnounceArgs, Args, Sub};
 use sip_gate::{Core, Gate, WorkSnapshot};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 /// How long the last step of a stop may take (threads and tasks joined).
 const JOIN_DEADLINE: Duration = Duration::from_secs(3);
-
-/// Drain-aware inline SIP proxy.
-#[derive(Parser, Debug)]
-#[command(version, about, args_conflicts_with_subcommands = true)]
-struct Args {
-    #[command(subcommand)]
-    command: Option<Sub>,
-    /// Site configuration file.
-    #[arg(long, short, required = true)]
-    config: Option<PathBuf>,
-    /// Validate the configuration and exit (non-zero with the error).
-    #[arg(long)]
-    check: bool,
-    /// Admin HTTP address (/metrics, /v1/work); overrides `admin.gate_bind`.
-    #[arg(long)]
-    admin: Option<std::net::SocketAddr>,
-    /// This gate's name in its work report and, on an etcd store, in the
-    /// site's node registry; unique on the site (default: its admin address).
-    #[arg(long, value_name = "NAME")]
-    node: Option<String>,
-    /// How long a stop (SIGTERM) may wait for the transactions in flight
-    /// before the gate exits anyway (R-GW-1).
-    #[arg(long, default_value_t = 60)]
-    drain_deadline_s: u64,
-    /// Where this gate keeps its work book across a graceful restart
-    /// (R-ST-3): written on a clean stop with nothing in flight, read and
-    /// deleted at start. One file per gate node. Without it, or when it is
-    /// missing or unusable, a restarted gate reports its work unknown for
-    /// the `[work]` window.
-    #[arg(long, value_name = "FILE")]
-    work_snapshot: Option<PathBuf>,
-    /// Log lines as text (for people) or JSON (one object a line, with the
-    /// fields of the span they are in: call_id, branch, instance).
-    #[arg(long, value_enum, default_value_t = ringsync::logs::LogFormat::Text)]
-    log_format: ringsync::logs::LogFormat,
-}
-
-/// What the binary does besides running a gate.
-#[derive(clap::Subcommand, Debug)]
-enum Sub {
-    /// Announce the gate's anycast prefix to ExaBGP while it is ready.
-    ///
-    /// Run as ExaBGP's `process`: announce PREFIX on stdout (ExaBGP's text
-    /// API) while the gate's /readyz says ready, withdraw it when not
-    /// (R-EX-2). Logs go to stderr. Ends when stdin closes (ExaBGP gone)
-    /// or on SIGTERM/SIGINT, withdrawing the route if it is out.
-    Announce(AnnounceArgs),
-}
-
-/// `sip-gate announce`.
-#[derive(clap::Args, Debug)]
-struct AnnounceArgs {
-    /// The gate's admin address (`admin.gate_bind` or its `--admin`).
-    #[arg(long, value_name = "ADDR")]
-    admin: SocketAddr,
-    /// The anycast prefix to announce (a bare address is its host prefix).
-    #[arg(long, value_name = "PREFIX", value_parser = sip_gate::announce::parse_prefix)]
-    prefix: ipnet::IpNet,
-    /// The route's next hop: `self` (ExaBGP's own address on the session)
-    /// or an address.
-    #[arg(long, value_name = "ADDR|self", default_value = "self")]
-    next_hop: sip_gate::announce::NextHop,
-    /// Time between two /readyz requests. With the timeout, bounds how
-    /// long a gate that stops being ready stays announced.
-    #[arg(long, default_value_t = 200)]
-    interval_ms: u64,
-    /// Time one /readyz request may take before the gate counts as not
-    /// ready.
-    #[arg(long, default_value_t = 400)]
-    timeout_ms: u64,
-    /// Log lines as text or JSON.
-    #[arg(long, value_enum, default_value_t = ringsync::logs::LogFormat::Text)]
-    log_format: ringsync::logs::LogFormat,
-}
 
 /// `sip-gate announce`: polls /readyz, commands ExaBGP on stdout.
 async fn announce(args: AnnounceArgs) -> anyhow::Result<()> {
@@ -168,6 +95,9 @@ async fn main() -> anyhow::Result<()> {
     // during the stop is seen.
     let mut signals = Signals::new().context("watching SIGTERM and SIGINT")?;
     let shutdown = CancellationToken::new();
+    let notify = Notifier::new();
+    notify.phase("starting: binding the listeners");
+    notify.watchdog(shutdown.clone());
     let drain = DrainState::new(Arc::new(config.clone()));
     // In-dialog requests and responses flow while the store is read.
     let snapshot = args.work_snapshot.as_deref().and_then(take_snapshot);
@@ -181,9 +111,11 @@ async fn main() -> anyhow::Result<()> {
     )
     .await?;
     let deadline = Duration::from_secs(args.drain_deadline_s);
+    notify.phase("starting: loading the drain view from the store");
     let mut store = tokio::select! {
         store = Attached::open(&drain, shutdown.clone()) => store.context("opening the profile store")?,
         signal = signals.recv() => {
+            notify.stopping(format!("stopping ({signal}) before the drain view was loaded"));
             let clean = stop(gate, &mut signals, signal, deadline).await;
             let _ = admin_task.await;
             save_snapshot(&core, args.work_snapshot.as_deref(), clean);
@@ -196,6 +128,9 @@ async fn main() -> anyhow::Result<()> {
         revision = drain.view().revision(),
         "drain view loaded: serving"
     );
+    // What /readyz now says: listeners bound, view loaded.
+    notify.follow_view(&drain, shutdown.clone());
+    notify.ready(format!("serving on {} listener(s)", config.listeners.len()));
     let identity = NodeIdentity {
         node: node.name.clone(),
         role: NodeRole::Gate,
@@ -207,6 +142,11 @@ async fn main() -> anyhow::Result<()> {
         Some(sip_gate::admin::report(&reporter, &node))
     });
     let signal = signals.recv().await;
+    notify.stopping(format!(
+        "stopping ({signal}): draining {} transaction(s), deadline {}s",
+        core.transactions(),
+        deadline.as_secs()
+    ));
     let clean = stop(gate, &mut signals, signal, deadline).await;
     let _ = admin_task.await;
     // Withdrawn after the drain, so what work is left is recorded (R-ST-3).

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use futures::future::BoxFuture;
+use ringsync::notify::Notifier;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -33,9 +34,10 @@ pub enum HandoverCommand {
 /// service (tests, labs, and a model for a service's own integration).
 #[derive(Debug, Args)]
 pub struct AgentArgs {
-    /// The Active-Passive group.
+    /// The Active-Passive group (default: the one group of the site that
+    /// has the member; the `ringsync-agent@MEMBER` unit relies on it).
     #[arg(long)]
-    pub group: String,
+    pub group: Option<String>,
     /// This member's instance id.
     #[arg(long)]
     pub member: String,
@@ -110,17 +112,26 @@ pub(super) async fn agent(
 ) -> Result<(), CliError> {
     let store = store::open(config).await?;
     let records = records_of(store.as_ref())?;
-    let agent = Agent::new(config, records, &args.group, &args.member)
+    let group = group_of(config, args.group.as_deref(), &args.member)?;
+    let agent = Agent::new(config, records, &group, &args.member)
         .map_err(|e| CliError::Usage(e.to_string()))?;
     writeln!(
         out,
         "agent {}/{}: following the handover records",
-        args.group, args.member
+        group, args.member
     )?;
     out.flush()?;
+    // The store is open and the group's records read.
+    let notify = Notifier::new();
+    notify.watchdog(shutdown.clone());
+    notify.stopping_on(shutdown.clone(), "stopping".into());
+    notify.ready(format!(
+        "following the handover records of {group}/{}",
+        args.member
+    ));
     let lines = Arc::new(Mutex::new(Vec::new()));
     let mut sim = Simulated {
-        name: format!("{}/{}", args.group, args.member),
+        name: format!("{group}/{}", args.member),
         delay: Duration::from_millis(args.lead_delay_ms),
         lines: lines.clone(),
     };
@@ -142,6 +153,27 @@ pub(super) async fn agent(
     let (_, printed) = tokio::join!(agent.run(&mut sim, shutdown.clone()), printer);
     printed?;
     Ok(())
+}
+
+/// `group` if given, else the one group of the site with `member`.
+fn group_of(config: &SiteConfig, group: Option<&str>, member: &str) -> Result<String, CliError> {
+    if let Some(g) = group {
+        return Ok(g.to_owned());
+    }
+    let groups: Vec<&str> = (config.ap_groups.iter())
+        .filter(|g| g.members.iter().any(|m| m == member))
+        .map(|g| g.name.as_str())
+        .collect();
+    match groups[..] {
+        [one] => Ok(one.to_owned()),
+        [] => Err(CliError::Usage(format!(
+            "`{member}` is a member of no Active-Passive group of the site"
+        ))),
+        _ => Err(CliError::Usage(format!(
+            "`{member}` is a member of groups {}: say which with --group",
+            groups.join(", ")
+        ))),
+    }
 }
 
 /// A stand-in service: leads after `delay`, says so on stdout.

@@ -30,11 +30,13 @@ mod remote;
 mod serve;
 mod site;
 mod text;
+mod wait;
 
 pub use handover::{AgentArgs, HandoverCommand};
 pub use registry::{MigrateArgs, NodeCommand};
 pub use serve::{TokenAddArgs, TokenCommand};
 use site::Site;
+pub use wait::{WaitArgs, WaitCommand, EXIT_NOT_DRAINING, EXIT_TIMEOUT};
 
 /// Drain profiles and status of a SIP site.
 #[derive(Debug, Parser)]
@@ -70,6 +72,10 @@ pub enum Command {
     /// Show every instance: zone, state, the work every node reports for
     /// it summed, why it is unknown, and when it should be gone (R-ST-1, R-ST-3).
     Status(StatusArgs),
+    /// Wait until a state is reached: `wait drained --server S` exits 0
+    /// once every instance of the servers is drained (R-ST-1).
+    #[command(subcommand)]
+    Wait(WaitCommand),
     /// Serve the admin HTTP API.
     Serve(ServeArgs),
     /// Copy the site's profiles from one store to another (idempotent).
@@ -261,6 +267,20 @@ pub enum CliError {
     /// how they are (R-ST-4); the binary exits with [`EXIT_UNKNOWN`].
     #[error("state unknown (no node answered for it, its health is not known): {}", .0.join(", "))]
     Unknown(Vec<String>),
+    /// `wait` reached its deadline with these instances not there yet; the
+    /// binary exits with [`EXIT_TIMEOUT`].
+    #[error("still not drained after {}s: {}", .after.as_secs(), .left.join(", "))]
+    Timeout {
+        /// The `--timeout` given.
+        after: std::time::Duration,
+        /// The instances not drained.
+        left: Vec<String>,
+    },
+    /// `wait drained` named servers with instances outside the drain zone
+    /// (no active profile drains them); the binary exits with
+    /// [`EXIT_NOT_DRAINING`].
+    #[error("not draining (no active profile drains their server): {}", .0.join(", "))]
+    NotDraining(Vec<String>),
 }
 
 impl CliError {
@@ -269,6 +289,8 @@ impl CliError {
     pub fn exit_code(&self) -> u8 {
         match self {
             CliError::Unknown(_) => EXIT_UNKNOWN,
+            CliError::Timeout { .. } => EXIT_TIMEOUT,
+            CliError::NotDraining(_) => EXIT_NOT_DRAINING,
             _ => 1,
         }
     }
@@ -288,8 +310,9 @@ pub async fn run(
             Command::Profile(cmd) => profile(&site, cmd, cli.json, out).await,
             Command::Status(args) => status(&site, args, cli.json, out).await,
             Command::Audit(args) => audit(&site, args, cli.json, out).await,
+            Command::Wait(cmd) => wait::run(&site, cmd, out, shutdown).await,
             _ => Err(CliError::Usage(
-                "with --api only `profile`, `status` and `audit` work; run `serve`, `migrate`, \
+                "with --api only `profile`, `status`, `wait` and `audit` work; run `serve`, `migrate`, \
                  `node`, `token`, `handover` and `agent` where the site file and its store are"
                     .into(),
             )),
@@ -309,6 +332,7 @@ pub async fn run(
         Command::Profile(cmd) => profile(&Site::local(config).await?, cmd, cli.json, out).await,
         Command::Status(args) => status(&Site::local(config).await?, args, cli.json, out).await,
         Command::Audit(args) => audit(&Site::local(config).await?, args, cli.json, out).await,
+        Command::Wait(cmd) => wait::run(&Site::local(config).await?, cmd, out, shutdown).await,
         Command::Serve(args) => serve::serve(config, args, out, shutdown).await,
         Command::Migrate(args) => registry::run_migrate(&config, args, out).await,
         Command::Node(cmd) => registry::node(&config, cmd, cli.json, out).await,

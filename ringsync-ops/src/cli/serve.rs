@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
+use ringsync::notify::Notifier;
 use tokio_util::sync::CancellationToken;
 
 use super::{CliError, ServeArgs};
@@ -111,6 +112,8 @@ pub(super) async fn serve(
         args.insecure,
     )?;
     let (access, certs) = protection(&config, &shutdown)?;
+    let notify = Notifier::new();
+    notify.phase("starting: loading the drain view from the store");
     let store = store::open(&config).await?;
     let state = DrainState::new(config.clone());
     // What the store opened with (R-MN-2: possibly the view cache), before
@@ -123,6 +126,10 @@ pub(super) async fn serve(
         .map_err(|source| CliError::Bind { addr, source })?;
     let local = listener.local_addr()?;
     announce(&config, local, &access, certs.is_some(), out)?;
+    // READY=1 once the API reads the store, as /readyz does.
+    notify.watchdog(shutdown.clone());
+    notify.follow_view(&state, shutdown.clone());
+    notify.stopping_on(shutdown.clone(), "stopping: the admin API closes".into());
 
     let (board, every) = node_board(&config, &args, &store);
     let poller = tokio::spawn(board.clone().run(every, shutdown.clone()));
@@ -156,6 +163,7 @@ pub(super) async fn serve(
     if let Some((board, _)) = &engines {
         api.set_engines(board.clone());
     }
+    api.notify_ready(notify, format!("serving the admin API on {local}"));
     let result = match certs {
         Some(c) => {
             let tls = TlsListener::new(listener, c.server_config()?)?;

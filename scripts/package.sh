@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# scripts/package.sh [OUT_DIR]: a release build and three Debian packages,
+# sip-gate, media-ctl and ringsync (default OUT_DIR: target/debian).
+#
+# Built with dpkg-deb from a staged tree: it is on every Debian host and
+# needs no other tool to be compiled first (cargo-deb would be another crate
+# to build, and it describes one package per crate, while these three share
+# a user, a state directory and the site file). Man pages and completions
+# come from the binaries' clap definitions (`cargo run -p xtask -- assets`).
+#
+# ringsync carries what every node of a site shares: the `sip-gate` system
+# user, /var/lib/sip-gate, and /etc/sip-gate/site.toml (a conffile: the
+# example site on loopback, with the store in /var/lib/sip-gate). sip-gate
+# and media-ctl depend on it. No unit is enabled or started by the install:
+# the operator edits the site file first (README.md, "Install on a server").
+#
+# Slow (a release build with thin LTO): not part of CI, which checks the
+# units and sd_notify through the debug binaries (testbed tests
+# systemd_units and sd_notify).
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=${1:-$root/target/debian}
+cd "$root"
+
+version=$(sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)
+arch=$(dpkg --print-architecture)
+[ -n "$version" ] || { echo "package.sh: no [workspace.package] version in Cargo.toml" >&2; exit 1; }
+
+cargo build --release --locked -p sip-gate -p media-ctl -p ringsync-ops --bins
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+cargo run --quiet --locked -p xtask -- assets "$stage/assets"
+mkdir -p "$out"
+
+# stage PACKAGE BINARY: the tree of one package with its binary, man pages,
+# completions, units and docs.
+stage() {
+    local pkg=$1 bin=$2 tree="$stage/$1"
+    install -D -m 0755 "target/release/$bin" "$tree/usr/bin/$bin"
+    strip --strip-debug "$tree/usr/bin/$bin"
+    install -d "$tree/usr/share/man/man1"
+    for page in "$stage/assets/man/$bin".1 "$stage/assets/man/$bin"-*.1; do
+        [ -e "$page" ] || continue
+        gzip -9n -c "$page" > "$tree/usr/share/man/man1/$(basename "$page").gz"
+    done
+    install -D -m 0644 "$stage/assets/completions/bash/$bin.bash" \
+        "$tree/usr/share/bash-completion/completions/$bin"
+    install -D -m 0644 "$stage/assets/completions/zsh/_$bin" \
+        "$tree/usr/share/zsh/vendor-completions/_$bin"
+    install -D -m 0644 "$stage/assets/completions/fish/$bin.fish" \
+        "$tree/usr/share/fish/vendor_completions.d/$bin.fish"
+    local doc="$tree/usr/share/doc/$pkg"
+    install -d "$doc"
+    {
+        echo "Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/"
+        echo "Upstream-Name: $pkg"
+        echo
+        echo "Files: *"
+        echo "License: Apache-2.0"
+        echo " On Debian systems the full text is in /usr/share/common-licenses/Apache-2.0."
+    } > "$doc/copyright"
+    gzip -9n -c CHANGELOG.md > "$doc/changelog.gz"
+    install -d "$tree/DEBIAN"
+}
+
+# control PACKAGE DESCRIPTION DEPENDS
+control() {
+    local tree="$stage/$1"
+    local size
+    size=$(du -sk --exclude=DEBIAN "$tree" | cut -f1)
+    cat > "$tree/DEBIAN/control" <<CONTROL
+Package: $1
+Version: $version
+Architecture: $arch
+Maintainer: sip-gate maintainers <root@localhost>
+Installed-Size: $size
+Depends: $3
+Section: net
+Priority: optional
+Description: $2
+CONTROL
+}
+
+# Every package: the user and directory exist before a unit or the CLI runs
+# (the CLI as `sudo -u sip-gate ringsync ...` writes the embedded store).
+postinst_common='if ! getent passwd sip-gate >/dev/null; then
+    adduser --system --group --home /var/lib/sip-gate --no-create-home --quiet sip-gate
+fi
+install -d -o sip-gate -g sip-gate -m 0750 /var/lib/sip-gate
+if [ -d /run/systemd/system ]; then systemctl daemon-reload || true; fi'
+
+# postinst PACKAGE [EXTRA]
+postinst() {
+    printf '#!/bin/sh\nset -e\nif [ "$1" = configure ]; then\n%s\n%s\nfi\n' \
+        "$postinst_common" "${2:-}" > "$stage/$1/DEBIAN/postinst"
+    chmod 0755 "$stage/$1/DEBIAN/postinst"
+    # Stops the daemon before its files go (it drains on SIGTERM).
+    printf '#!/bin/sh\nset -e\nif [ -d /run/systemd/system ] && [ "$1" = remove ]; then\n    systemctl stop %s || true\nfi\n' \
+        "$3" > "$stage/$1/DEBIAN/prerm"
+    chmod 0755 "$stage/$1/DEBIAN/prerm"
+}
+
+# --- ringsync: CLI, admin API, agent; the site file, user and state dir ---
+stage ringsync ringsync
+units="$stage/ringsync/lib/systemd/system"
+install -D -m 0644 deploy/systemd/ringsync-serve.service "$units/ringsync-serve.service"
+install -D -m 0644 deploy/systemd/ringsync-agent@.service "$units/ringsync-agent@.service"
+install -d "$stage/ringsync/etc/sip-gate"
+{
+    echo "# /etc/sip-gate/site.toml: the site file every node of the site runs"
+    echo "# (sip-gate, media-ctl, ringsync). Installed as the example site on"
+    echo "# loopback; no unit runs until you edit it and enable them (README.md,"
+    echo "# \"Install on a server\"). Change [site] secret first."
+    echo "#"
+    sed 's|^path = "msk-1.profiles.json" .*|path = "/var/lib/sip-gate/site.profiles.json"|' docs/examples/site.toml
+} > "$stage/ringsync/etc/sip-gate/site.toml"
+grep -q '^path = "/var/lib/sip-gate/site.profiles.json"$' "$stage/ringsync/etc/sip-gate/site.toml" \
+    || { echo "package.sh: the example site's store path was not rewritten" >&2; exit 1; }
+chmod 0640 "$stage/ringsync/etc/sip-gate/site.toml"
+echo /etc/sip-gate/site.toml > "$stage/ringsync/DEBIAN/conffiles"
+control ringsync "drain-aware SIP edge: ringsync CLI, admin API and handover agent
+ The operator plane of a sip-gate site: drain profiles, status, the audit
+ log, the admin API (ringsync serve) and the Active-Passive handover agent.
+ Carries the site file /etc/sip-gate/site.toml and the sip-gate user." "adduser"
+# The site file holds the site secret: readable by root and the daemons only.
+postinst ringsync "chown root:sip-gate /etc/sip-gate/site.toml
+chmod 0640 /etc/sip-gate/site.toml" "ringsync-serve.service 'ringsync-agent@*.service'"
+
+# --- sip-gate ---
+stage sip-gate sip-gate
+install -D -m 0644 deploy/systemd/sip-gate.service "$stage/sip-gate/lib/systemd/system/sip-gate.service"
+control sip-gate "drain-aware inline SIP proxy
+ Balances new SIP work over a site's instances and drains them without
+ dropping a call: 503 with Retry-After for new work, in-dialog requests to
+ the instance that holds the dialog." "ringsync (= $version), adduser"
+postinst sip-gate "" sip-gate.service
+
+# --- media-ctl ---
+stage media-ctl media-ctl
+install -D -m 0644 deploy/systemd/media-ctl.service "$stage/media-ctl/lib/systemd/system/media-ctl.service"
+control media-ctl "drain-aware controller for rtpengine media gateways
+ Places new calls on the site's rtpengine media gateways (ng protocol) and
+ sheds a draining one over a window, its calls left where they are." "ringsync (= $version), adduser"
+postinst media-ctl "" media-ctl.service
+
+for pkg in ringsync sip-gate media-ctl; do
+    dpkg-deb --root-owner-group -Zxz --build "$stage/$pkg" "$out/${pkg}_${version}_${arch}.deb" >/dev/null
+done
+ls -l "$out"/*_"${version}"_"${arch}".deb

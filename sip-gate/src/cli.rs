@@ -1,0 +1,81 @@
+//! The command line of the `sip-gate` binary, here so the man page and the
+//! shell completions are made from the same definition (`xtask`).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::Parser;
+
+/// Drain-aware inline SIP proxy.
+#[derive(Parser, Debug)]
+#[command(version, about, args_conflicts_with_subcommands = true)]
+pub struct Args {
+    #[command(subcommand)]
+    pub command: Option<Sub>,
+    /// Site configuration file.
+    #[arg(long, short, required = true)]
+    pub config: Option<PathBuf>,
+    /// Validate the configuration and exit (non-zero with the error).
+    #[arg(long)]
+    pub check: bool,
+    /// Admin HTTP address (/metrics, /v1/work); overrides `admin.gate_bind`.
+    #[arg(long)]
+    pub admin: Option<std::net::SocketAddr>,
+    /// This gate's name in its work report and, on an etcd store, in the
+    /// site's node registry; unique on the site (default: its admin address).
+    #[arg(long, value_name = "NAME")]
+    pub node: Option<String>,
+    /// How long a stop (SIGTERM) may wait for the transactions in flight
+    /// before the gate exits anyway (R-GW-1).
+    #[arg(long, default_value_t = 60)]
+    pub drain_deadline_s: u64,
+    /// Where this gate keeps its work book across a graceful restart
+    /// (R-ST-3): written on a clean stop with nothing in flight, read and
+    /// deleted at start. One file per gate node. Without it, or when it is
+    /// missing or unusable, a restarted gate reports its work unknown for
+    /// the `[work]` window.
+    #[arg(long, value_name = "FILE")]
+    pub work_snapshot: Option<PathBuf>,
+    /// Log lines as text (for people) or JSON (one object a line, with the
+    /// fields of the span they are in: call_id, branch, instance).
+    #[arg(long, value_enum, default_value_t = ringsync::logs::LogFormat::Text)]
+    pub log_format: ringsync::logs::LogFormat,
+}
+
+/// What the binary does besides running a gate.
+#[derive(clap::Subcommand, Debug)]
+pub enum Sub {
+    /// Announce the gate's anycast prefix to ExaBGP while it is ready.
+    ///
+    /// Run as ExaBGP's `process`: announce PREFIX on stdout (ExaBGP's text
+    /// API) while the gate's /readyz says ready, withdraw it when not
+    /// (R-EX-2). Logs go to stderr. Ends when stdin closes (ExaBGP gone)
+    /// or on SIGTERM/SIGINT, withdrawing the route if it is out.
+    Announce(AnnounceArgs),
+}
+
+/// `sip-gate announce`.
+#[derive(clap::Args, Debug)]
+pub struct AnnounceArgs {
+    /// The gate's admin address (`admin.gate_bind` or its `--admin`).
+    #[arg(long, value_name = "ADDR")]
+    pub admin: SocketAddr,
+    /// The anycast prefix to announce (a bare address is its host prefix).
+    #[arg(long, value_name = "PREFIX", value_parser = crate::announce::parse_prefix)]
+    pub prefix: ipnet::IpNet,
+    /// The route's next hop: `self` (ExaBGP's own address on the session)
+    /// or an address.
+    #[arg(long, value_name = "ADDR|self", default_value = "self")]
+    pub next_hop: crate::announce::NextHop,
+    /// Time between two /readyz requests. With the timeout, bounds how
+    /// long a gate that stops being ready stays announced.
+    #[arg(long, default_value_t = 200)]
+    pub interval_ms: u64,
+    /// Time one /readyz request may take before the gate counts as not
+    /// ready.
+    #[arg(long, default_value_t = 400)]
+    pub timeout_ms: u64,
+    /// Log lines as text or JSON.
+    #[arg(long, value_enum, default_value_t = ringsync::logs::LogFormat::Text)]
+    pub log_format: ringsync::logs::LogFormat,
+}

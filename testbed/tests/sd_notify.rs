@@ -1,0 +1,266 @@
+//! Readiness through sd_notify, as systemd sees it with `Type=notify`,
+//! through the real debug binaries: each daemon (`sip-gate`, `media-ctl`,
+//! `ringsync serve`, `ringsync agent`) is started with `NOTIFY_SOCKET`
+//! naming a unix datagram socket this test reads. `READY=1` comes once the
+//! daemon is ready (for the ones with an admin endpoint, `/readyz` already
+//! answers 200 then), `STATUS=` names the phase and the drain view
+//! revision, `WATCHDOG=1` repeats at half `WATCHDOG_USEC`, and `STOPPING=1`
+//! follows SIGTERM. On 127.0.127.x.
+
+use std::os::unix::net::UnixDatagram;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use testbed::bins::{BinDir, Node};
+
+const SITE: &str = r#"[site]
+name = "notify"
+
+[store]
+kind = "embedded"
+path = "profiles.json"
+
+[health]
+interval_ms = 0
+
+[admin]
+bind = "127.0.127.1:0"
+gate_bind = "127.0.127.1:9091"
+media_bind = "127.0.127.1:9092"
+
+[media]
+ng_bind = "127.0.127.1:2223"
+
+[[server]]
+name = "srv-a"
+
+[[server]]
+name = "srv-b"
+
+[[instance]]
+id = "sg-a"
+service = "sg"
+server = "srv-a"
+sip = "127.0.127.11:5060"
+
+[[instance]]
+id = "mg-a"
+service = "mg"
+server = "srv-a"
+ng = "127.0.127.31:22222"
+
+[[instance]]
+id = "bill-a"
+service = "billing"
+server = "srv-a"
+
+[[instance]]
+id = "bill-b"
+service = "billing"
+server = "srv-b"
+
+[[ap_group]]
+name = "bill"
+members = ["bill-a", "bill-b"]
+home = "bill-a"
+
+[[listener]]
+name = "subs"
+bind = "127.0.127.1:5060"
+mode = "balance"
+pool = "sg"
+leg = "subscriber"
+"#;
+
+/// How long a message may take to come.
+const WITHIN: Duration = Duration::from_secs(15);
+
+/// The service manager's end: a datagram socket and what came on it.
+struct Manager {
+    socket: UnixDatagram,
+    path: PathBuf,
+    seen: Vec<String>,
+}
+
+impl Manager {
+    fn bind(dir: &Path) -> Manager {
+        let path = dir.join("notify.sock");
+        let socket = UnixDatagram::bind(&path).unwrap();
+        socket
+            .set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        Manager {
+            socket,
+            path,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Reads datagrams until one has the line `line` (returns it), or
+    /// panics after [`WITHIN`] with everything seen.
+    fn until(&mut self, line: &str) -> String {
+        let end = Instant::now() + WITHIN;
+        let mut buf = vec![0u8; 4096];
+        while Instant::now() < end {
+            if let Ok(n) = self.socket.recv(&mut buf) {
+                let msg = String::from_utf8_lossy(&buf[..n]).into_owned();
+                self.seen.push(msg.clone());
+                if msg.lines().any(|l| l == line) {
+                    return msg;
+                }
+            }
+        }
+        panic!("no `{line}` within {WITHIN:?}; seen: {:?}", self.seen);
+    }
+
+    /// Reads every datagram that comes within `period`.
+    fn read_for(&mut self, period: Duration) {
+        let end = Instant::now() + period;
+        let mut buf = vec![0u8; 4096];
+        while Instant::now() < end {
+            if let Ok(n) = self.socket.recv(&mut buf) {
+                self.seen
+                    .push(String::from_utf8_lossy(&buf[..n]).into_owned());
+            }
+        }
+    }
+
+    /// The messages seen so far with a line `line`.
+    fn count(&self, line: &str) -> usize {
+        self.seen
+            .iter()
+            .filter(|m| m.lines().any(|l| l == line))
+            .count()
+    }
+}
+
+fn site(dir: &Path) -> PathBuf {
+    let p = dir.join("site.toml");
+    std::fs::write(&p, SITE).unwrap();
+    p
+}
+
+/// The `STATUS=` line of a message.
+fn status(msg: &str) -> &str {
+    msg.lines()
+        .find_map(|l| l.strip_prefix("STATUS="))
+        .unwrap_or_else(|| panic!("no STATUS= in {msg:?}"))
+}
+
+/// A daemon with an admin endpoint: a STATUS of its start-up before
+/// READY=1; at READY=1 `/readyz` already answers 200 and the status names
+/// the view revision; WATCHDOG=1 at half WATCHDOG_USEC; STOPPING=1 after
+/// SIGTERM, then a clean exit.
+fn ready_then_stopping(node: testbed::bins::Builder, dir: &Path) {
+    let mut manager = Manager::bind(dir);
+    let mut node = node
+        .env("NOTIFY_SOCKET", &manager.path)
+        // 400 ms: a ping every 200 ms.
+        .env("WATCHDOG_USEC", "400000")
+        .start()
+        .unwrap();
+    let ready = manager.until("READY=1");
+    assert!(
+        manager.seen[0].lines().all(|l| l != "READY=1"),
+        "a start-up status comes before READY=1: {:?}",
+        manager.seen
+    );
+    assert!(
+        status(&manager.seen[0]).starts_with("starting"),
+        "{:?}",
+        manager.seen
+    );
+    let (code, _) = node.readyz().expect("/readyz answers");
+    assert_eq!(code, 200, "READY=1 only once /readyz says ready");
+    assert!(status(&ready).contains("drain view revision"), "{ready:?}");
+    let before = manager.count("WATCHDOG=1");
+    manager.read_for(Duration::from_millis(700));
+    assert!(
+        manager.count("WATCHDOG=1") >= before + 2,
+        "a WATCHDOG=1 every 200 ms: {:?}",
+        manager.seen
+    );
+    node.signal("TERM");
+    let stopping = manager.until("STOPPING=1");
+    assert!(status(&stopping).starts_with("stopping"), "{stopping:?}");
+    let exit = node
+        .wait_exit(Duration::from_secs(15))
+        .unwrap_or_else(|| panic!("no exit within 15 s of SIGTERM: {}", node.log()));
+    assert!(exit.success(), "{exit:?}\n{}", node.log());
+}
+
+#[test]
+fn the_gate_says_ready_once_serving_and_stopping_at_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let site = site(dir.path());
+    let gate = Node::gate(&site)
+        .admin("127.0.127.1:9091".parse().unwrap())
+        .args(["--node", "g1", "--drain-deadline-s", "5"]);
+    ready_then_stopping(gate, dir.path());
+}
+
+#[test]
+fn media_ctl_says_ready_once_serving_and_stopping_at_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let site = site(dir.path());
+    let media = Node::media_ctl(&site).admin("127.0.127.2:9092".parse().unwrap());
+    ready_then_stopping(media, dir.path());
+}
+
+#[test]
+fn serve_says_ready_once_serving_and_stopping_at_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let site = site(dir.path());
+    let serve = Node::serve(&site).admin("127.0.127.3:0".parse().unwrap());
+    ready_then_stopping(serve, dir.path());
+}
+
+/// Kills the agent if the test fails before it stops it.
+struct Agent(Child);
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn the_agent_says_ready_once_following_and_stopping_at_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let site = site(dir.path());
+    let mut manager = Manager::bind(dir.path());
+    let program = BinDir::locate().program("ringsync").unwrap();
+    let mut agent = Agent(
+        Command::new(program)
+            .arg("--config")
+            .arg(&site)
+            .args(["agent", "--member", "bill-b"])
+            .env("NOTIFY_SOCKET", &manager.path)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let ready = manager.until("READY=1");
+    assert_eq!(
+        status(&ready),
+        "following the handover records of bill/bill-b"
+    );
+    assert_eq!(manager.count("WATCHDOG=1"), 0, "no watchdog asked for");
+    let pid = agent.0.id().to_string();
+    let killed = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    assert!(killed.success());
+    let stopping = manager.until("STOPPING=1");
+    assert_eq!(status(&stopping), "stopping");
+    let end = Instant::now() + WITHIN;
+    let exit = loop {
+        if let Some(s) = agent.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < end, "the agent did not exit");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(exit.success(), "{exit:?}");
+}
