@@ -41,12 +41,7 @@ async fn main() -> anyhow::Result<()> {
         config.media.ng_bind = ng;
     }
     if args.check {
-        let warned = ringsync::daemon::check(&config, Daemon::MediaCtl);
-        let mgs = config.instances.iter().filter(|i| i.ng.is_some()).count();
-        println!(
-            "{}: ok ({mgs} mg/bgmg instances){warned}",
-            args.config.display()
-        );
+        check(&config, &args.config);
         return Ok(());
     }
     let prometheus = PrometheusBuilder::new()
@@ -90,18 +85,7 @@ async fn main() -> anyhow::Result<()> {
     notify.follow_view(&drain, shutdown.clone());
     notify.ready(format!("serving, admin on {admin_addr}"));
 
-    let signal = wait_for_signal().await;
-    notify.stopping(format!(
-        "stopping ({signal}): answers in flight are relayed, deadline {}s",
-        args.drain_deadline_s
-    ));
-    tracing::info!(
-        signal,
-        "stopping: /readyz fails, answers in flight are relayed"
-    );
-    let clean = media
-        .shutdown(Duration::from_secs(args.drain_deadline_s))
-        .await;
+    let clean = stop_at_signal(media, &notify, args.drain_deadline_s).await;
     let _ = admin_task.await;
     // Withdrawn after the stop, so what work is left is recorded (R-ST-3).
     store.close().await;
@@ -109,6 +93,27 @@ async fn main() -> anyhow::Result<()> {
         tracing::warn!("some tasks did not finish before the deadline");
     }
     Ok(())
+}
+
+/// `--check`: the site file loaded; what media-ctl would control.
+fn check(config: &SiteConfig, path: &std::path::Path) {
+    let warned = ringsync::daemon::check(config, Daemon::MediaCtl);
+    let mgs = config.instances.iter().filter(|i| i.ng.is_some()).count();
+    println!("{}: ok ({mgs} mg/bgmg instances){warned}", path.display());
+}
+
+/// Waits for SIGTERM or SIGINT, then stops the controller within
+/// `deadline_s`; whether everything finished in time.
+async fn stop_at_signal(media: MediaCtl, notify: &Notifier, deadline_s: u64) -> bool {
+    let signal = wait_for_signal().await;
+    notify.stopping(format!(
+        "stopping ({signal}): answers in flight are relayed, deadline {deadline_s}s"
+    ));
+    tracing::info!(
+        signal,
+        "stopping: /readyz fails, answers in flight are relayed"
+    );
+    media.shutdown(Duration::from_secs(deadline_s)).await
 }
 
 async fn status(admin: SocketAddr, json: bool) -> anyhow::Result<()> {

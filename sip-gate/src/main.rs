@@ -63,6 +63,25 @@ async fn announce(args: AnnounceArgs) -> anyhow::Result<()> {
         .context("writing to ExaBGP (stdout)")
 }
 
+/// Loads the site file (exit 2 when it does not load); with `--check`, says
+/// what it holds and returns `None`: nothing is bound.
+fn load_or_check(path: &std::path::Path, check: bool) -> Option<SiteConfig> {
+    let config = SiteConfig::load(path).unwrap_or_else(|e| {
+        eprintln!("error: {e}");
+        std::process::exit(2)
+    });
+    if !check {
+        return Some(config);
+    }
+    let warned = ringsync::daemon::check(&config, Daemon::SipGate);
+    let (i, l) = (config.instances.len(), config.listeners.len());
+    println!(
+        "{}: ok ({i} instances, {l} listeners){warned}",
+        path.display()
+    );
+    None
+}
+
 /// Listeners first, then the store (new work gets 503 until the view is
 /// loaded), then serve until SIGTERM or SIGINT and stop (R-GW-1).
 #[tokio::main]
@@ -75,19 +94,9 @@ async fn main() -> anyhow::Result<()> {
     let config_path = args.config.context("--config is required")?;
     let started_ms = ringsync::work::now_ms();
     ringsync::logs::init(args.log_format);
-    let config = SiteConfig::load(&config_path).unwrap_or_else(|e| {
-        eprintln!("error: {e}");
-        std::process::exit(2)
-    });
-    if args.check {
-        let warned = ringsync::daemon::check(&config, Daemon::SipGate);
-        let (i, l) = (config.instances.len(), config.listeners.len());
-        println!(
-            "{}: ok ({i} instances, {l} listeners){warned}",
-            config_path.display()
-        );
+    let Some(config) = load_or_check(&config_path, args.check) else {
         return Ok(());
-    }
+    };
     let prometheus = PrometheusBuilder::new()
         .install_recorder()
         .context("installing the metrics recorder")?;

@@ -133,19 +133,7 @@ pub(super) async fn serve(
 
     let (board, every) = node_board(&config, &args, &store);
     let poller = tokio::spawn(board.clone().run(every, shutdown.clone()));
-    let identity = NodeIdentity {
-        node: local.to_string(),
-        role: NodeRole::Ringsync,
-        address: local.to_string(),
-        started_ms: ringsync::work::now_ms(),
-    };
-    let publisher = ringsync::publish::spawn(
-        store.clone(),
-        state.clone(),
-        identity,
-        || None,
-        shutdown.clone(),
-    );
+    let publisher = publish_node(&store, &state, local, &shutdown);
     // The Active-Passive planner: one per site acts (R-MN-3).
     let node = local.to_string();
     let planner = super::handover::start_planner(&config, store.as_ref(), &state, &node, &shutdown);
@@ -182,6 +170,29 @@ pub(super) async fn serve(
         let _ = task.await;
     }
     result.map_err(CliError::Io)
+}
+
+/// Registers this serve node in the store's node registry (it reports no
+/// work of its own), until `shutdown`.
+fn publish_node(
+    store: &Arc<dyn ringsync::store::Store>,
+    state: &Arc<DrainState>,
+    local: std::net::SocketAddr,
+    shutdown: &CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    let identity = NodeIdentity {
+        node: local.to_string(),
+        role: NodeRole::Ringsync,
+        address: local.to_string(),
+        started_ms: ringsync::work::now_ms(),
+    };
+    ringsync::publish::spawn(
+        store.clone(),
+        state.clone(),
+        identity,
+        || None,
+        shutdown.clone(),
+    )
 }
 
 /// The tokens and the certificate of `[admin]`, each re-read on change
