@@ -31,6 +31,21 @@ fn uas(addr: &str) -> SippHandle {
         .unwrap()
 }
 
+/// How long the calls set up before a drain are held (then re-INVITE, BYE).
+const HOLD: Duration = Duration::from_millis(3000);
+
+/// A UAS that answers a whole call with its re-INVITE and BYE, copying the
+/// Record-Route so in-dialog requests come through the proxy.
+fn held_uas(addr: &str) -> SippHandle {
+    let a: SocketAddr = addr.parse().unwrap();
+    Sipp::new(Scenario::repo("uas_call"))
+        .local(a.ip(), a.port())
+        .transport(Transport::Udp)
+        .timeout(Duration::from_secs(60))
+        .spawn()
+        .unwrap()
+}
+
 /// `n` calls through Kamailio (20/s); how many each UAS received.
 fn calls_through(proxy: SocketAddr, n: u64) -> (u64, u64) {
     let (a, b) = (uas(UAS_A), uas(UAS_B));
@@ -49,7 +64,8 @@ fn calls_through(proxy: SocketAddr, n: u64) -> (u64, u64) {
 }
 
 /// R-EX-1: a profile drains sg-a: within a second Kamailio's dispatcher
-/// disables its destination and new calls reach only sg-b; Kamailio killed
+/// disables its destination and new calls reach only sg-b, while the calls
+/// sg-a took before keep their in-dialog requests to the end; Kamailio killed
 /// and started again comes up with the list file's state, and the driver
 /// re-applies the drain (the time it took is printed); lifted, both take
 /// calls again. Every change is audited as `engine:kam`, and the engine's
@@ -79,6 +95,22 @@ fn r_ex_1_kamailio_dispatcher_follows_the_drain_through_a_kill_9() {
         "both UAS take calls before the drain: {a} {b}"
     );
 
+    // Calls set up before the drain, held past it: their re-INVITE and BYE
+    // follow the route set Kamailio recorded, not the dispatcher.
+    let (held_a, held_b) = (held_uas(UAS_A), held_uas(UAS_B));
+    let held = Sipp::new(Scenario::repo("uac_call"))
+        .local_ip(ip(UAC_IP))
+        .remote(sip)
+        .calls(10)
+        .rate(20)
+        .duration(HOLD)
+        .timeout(Duration::from_secs(30))
+        .spawn()
+        .unwrap();
+    let set_up = Instant::now();
+    // Every INVITE of the batch is out after 0.5 s (10 at 20/s).
+    std::thread::sleep(Duration::from_millis(1000));
+
     let t0 = Instant::now();
     ok(&remote(
         &served.url,
@@ -92,6 +124,22 @@ fn r_ex_1_kamailio_dispatcher_follows_the_drain_through_a_kill_9() {
         "profile activate -> Kamailio applied: {:?} (CLI {:?})",
         applied,
         t0.elapsed()
+    );
+    assert!(
+        set_up.elapsed() < HOLD,
+        "the drain applied before the held calls' in-dialog requests ({:?})",
+        set_up.elapsed()
+    );
+    let r = held.wait(Duration::from_secs(40)).unwrap();
+    assert_eq!(r.successful, 10, "every held call ended normally: {r:?}");
+    let (ra, rb) = (held_a.stop().unwrap(), held_b.stop().unwrap());
+    assert!(
+        ra.created > 0,
+        "sg-a held calls through the drain: {ra:?} {rb:?}"
+    );
+    assert_eq!(
+        ra.successful, ra.created,
+        "R-EX-1: the drained sg-a still got the re-INVITE and BYE of its calls: {ra:?}"
     );
     assert!(flags(rpc_at, UAS_B).is_some_and(|f| f.starts_with('A')));
     let (a, b) = calls_through(sip, 20);
