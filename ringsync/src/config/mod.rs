@@ -22,6 +22,7 @@ mod local;
 mod media;
 mod place;
 mod raw;
+mod sections;
 mod services;
 mod tls;
 mod types;
