@@ -24,8 +24,8 @@ use axum::response::{IntoResponse, Response};
 use super::{AdminApi, ApiError};
 use crate::auth::{Role, Tokens};
 use crate::session::{self, Session};
-use subtle::ConstantTimeEq;
 use ringsync::store::audit::Actor;
+use subtle::ConstantTimeEq;
 
 /// Who may call an endpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -142,7 +142,10 @@ async fn login(
         return error(StatusCode::FORBIDDEN, "cross-site login refused");
     }
     let Ok(LoginBody { token }) = serde_json::from_slice(&body) else {
-        return error(StatusCode::BAD_REQUEST, "the body must be {\"token\": \"...\"}");
+        return error(
+            StatusCode::BAD_REQUEST,
+            "the body must be {\"token\": \"...\"}",
+        );
     };
     let holder = match api.holder_of(token.trim()) {
         Ok(Some(h)) => h,
