@@ -135,6 +135,22 @@ fn shots() -> (PathBuf, Option<tempfile::TempDir>) {
 }
 
 /// The state the page shows on sg-a's tile, as its text says it.
+/// A screenshot of the top of the page.
+fn shot(b: &Browser, path: &Path) {
+    b.exec("window.scrollTo(0, 0);", json!([])).unwrap();
+    b.screenshot(path).unwrap();
+}
+
+/// A screenshot with the element of `id` at the top.
+fn shot_at(b: &Browser, id: &str, path: &Path) {
+    b.exec(
+        "document.getElementById(arguments[0]).scrollIntoView();",
+        json!([id]),
+    )
+    .unwrap();
+    b.screenshot(path).unwrap();
+}
+
 const SG_A_STATE: &str =
     "const t = document.querySelector('#tile-sg-a .state'); return t ? t.textContent : null;";
 
@@ -203,7 +219,7 @@ fn the_page_drains_sg_a_with_preview_and_confirm_and_shows_it_live() {
     serve.wait_ready().unwrap();
     let url = serve.url();
 
-    let b = Browser::start(1100, 1000).unwrap();
+    let b = Browser::start(1100, 1300).unwrap();
     login(&b, &url, &operate);
     wait_state(&b, "up", T);
     // Marks this document: still there at the end means no reload.
@@ -232,7 +248,7 @@ fn the_page_drains_sg_a_with_preview_and_confirm_and_shows_it_live() {
         "return samples.some(s => (s.new_work['sg-a'] || 0) > 0) && data.status.instances.some(i => i.id === 'sg-a' && i.counts.dialogs > 0) || null;",
     )
     .unwrap();
-    b.screenshot(&shots.join("page-up.png")).unwrap();
+    shot(&b, &shots.join("page-up.png"));
 
     // A forged POST: the session's cookie without its CSRF token.
     assert_eq!(
@@ -266,7 +282,7 @@ fn the_page_drains_sg_a_with_preview_and_confirm_and_shows_it_live() {
         preview.contains("Warning"),
         "sg-b is the last sg left: {preview}"
     );
-    b.screenshot(&shots.join("page-preview.png")).unwrap();
+    shot_at(&b, "profiles", &shots.join("page-preview.png"));
     b.click("#confirm").unwrap();
 
     wait_state(&b, "draining", T);
@@ -276,14 +292,14 @@ fn the_page_drains_sg_a_with_preview_and_confirm_and_shows_it_live() {
         "return document.querySelector('#chart .drain-window') ? true : null;",
     )
     .unwrap();
-    b.screenshot(&shots.join("page-draining.png")).unwrap();
+    shot(&b, &shots.join("page-draining.png"));
     let report = caller.wait(Duration::from_secs(90)).unwrap();
     assert!(
         report.all_ok(),
         "every call ended, answered or refused with 503: {report:?}"
     );
     wait_state(&b, "drained", Duration::from_secs(40));
-    b.screenshot(&shots.join("page-drained.png")).unwrap();
+    shot(&b, &shots.join("page-drained.png"));
     let tile = b
         .exec(
             "return document.getElementById('tile-sg-a').textContent;",
@@ -300,8 +316,8 @@ fn the_page_drains_sg_a_with_preview_and_confirm_and_shows_it_live() {
         .unwrap();
     assert_eq!(same, Value::Bool(true), "all of it without a reload");
     b.resize(390, 844).unwrap();
-    b.screenshot(&shots.join("page-phone.png")).unwrap();
-    b.resize(1100, 1000).unwrap();
+    shot(&b, &shots.join("page-phone.png"));
+    b.resize(1100, 1300).unwrap();
 
     // A read token: no action controls; its POST refused.
     b.click("#logout").unwrap();

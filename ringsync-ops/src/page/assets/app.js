@@ -6,6 +6,7 @@
 'use strict';
 
 const EVERY_MS = 1000;
+const MIN_WINDOW = 120;
 const COLOURS = ['#1f77b4', '#d62728', '#2ca02c', '#9467bd', '#ff7f0e', '#17becf', '#8c564b', '#e377c2', '#7f7f7f', '#bcbd22'];
 const DASHES = ['', '6 3', '2 3', '8 3 2 3'];
 
@@ -203,8 +204,11 @@ function renderChart() {
   const W = 600, H = 180, L = 34, B = 18;
   const ids = chartInstances();
   const box = svg('svg', { viewBox: `0 0 ${W} ${H}`, role: 'img', 'aria-label': 'new work per instance per second' });
-  const n = Math.max(samples.length, 2);
-  const x = (k) => L + (W - L - 4) * (k / (capacity - 1)) + (W - L - 4) * ((capacity - n) / (capacity - 1));
+  // The window grows with the history up to its capacity: at least two
+  // minutes, so a fresh page does not squeeze its few samples to the edge.
+  const span = Math.min(capacity, Math.max(MIN_WINDOW, samples.length));
+  const n = samples.length;
+  const x = (k) => L + (W - L - 4) * ((span - n + k) / Math.max(span - 1, 1));
   let max = 1;
   for (const s of samples) for (const v of Object.values(s.new_work)) max = Math.max(max, v);
   const y = (v) => H - B - (H - B - 6) * (v / max);
@@ -227,9 +231,9 @@ function renderChart() {
   top.textContent = `${max}/s`;
   const zero = svg('text', { x: 2, y: H - B, 'font-size': 10, fill: '#555' });
   zero.textContent = '0';
-  const span = svg('text', { x: L, y: H - 4, 'font-size': 10, fill: '#555' });
-  span.textContent = `last ${Math.round(capacity / 60)} min`;
-  box.append(top, zero, span);
+  const label = svg('text', { x: L, y: H - 4, 'font-size': 10, fill: '#555' });
+  label.textContent = `last ${Math.round(span * EVERY_MS / 60000)} min, one point a second`;
+  box.append(top, zero, label);
   const legend = [];
   ids.forEach((id, k) => {
     const colour = COLOURS[k % COLOURS.length];
@@ -237,7 +241,10 @@ function renderChart() {
     const pts = samples.map((s, j) => `${x(j).toFixed(1)},${y(s.new_work[id] || 0).toFixed(1)}`).join(' ');
     box.append(svg('polyline', { points: pts, fill: 'none', stroke: colour, 'stroke-width': 1.5, 'stroke-dasharray': dash, 'data-instance': id }));
     const last = samples.length ? (samples[samples.length - 1].new_work[id] || 0) : 0;
-    legend.push(el('li', {}, el('span', { class: 'swatch', style: `background:${colour}` }), `${id}: ${last}/s now`));
+    // Set through the CSSOM: the page's CSP forbids style attributes.
+    const swatch = el('span', { class: 'swatch' });
+    swatch.style.background = colour;
+    legend.push(el('li', {}, swatch, `${id}: ${last}/s now`));
   });
   $('chart').replaceChildren(box);
   $('legend').replaceChildren(...legend);
