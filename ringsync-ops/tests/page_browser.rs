@@ -195,7 +195,7 @@ fn page_post(b: &Browser, path: &str, csrf: bool) -> u64 {
 }
 
 #[test]
-fn the_page_drains_sg_a_with_preview_and_confirm_and_shows_it_live() {
+fn r_pr_1_the_page_drains_sg_a_with_preview_and_confirm_and_shows_it_live() {
     let bins = BinDir::locate();
     let dir = tempfile::tempdir().unwrap();
     let site = dir.path().join("site.toml");
