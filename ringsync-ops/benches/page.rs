@@ -20,8 +20,10 @@
 //! that poll as the script does, not 10 Chromiums: ten browsers would take
 //! the two cores from the server being measured.
 //!
-//! Address: `ringsync serve` on 127.47.29.1:8080; no gate runs (the node
-//! board asks a closed port each second, as it would a stopped gate).
+//! Addresses: `ringsync serve` on 127.47.29.1:8080; a stand-in gate on
+//! 127.47.29.2:9091 serving a work report of the 50 instances (3 calls
+//! each) and `/metrics` whose new-work counters grow by 5 a second each,
+//! so the history holds 50 series as on a busy site.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -38,7 +40,7 @@ use testbed::ProcStats;
 fn site() -> String {
     let mut s = String::from(
         "[site]\nname = \"bench\"\n[store]\nkind = \"embedded\"\npath = \"profiles.json\"\n\
-         [admin]\nbind = \"127.47.29.1:8080\"\ngate_bind = \"127.47.29.1:9\"\n\
+         [admin]\nbind = \"127.47.29.1:8080\"\ngate_bind = \"127.47.29.2:9091\"\n\
          media_bind = \"127.47.29.1:7\"\n",
     );
     for n in 0..25 {
@@ -54,6 +56,54 @@ fn site() -> String {
         }
     }
     s
+}
+
+/// The stand-in gate: `/v1/work` and `/metrics` for `ids`, one answer a
+/// connection, until the process ends.
+fn stand_in_gate(ids: Vec<String>) {
+    use ringsync::work::{InstanceWork, NodeKind, WorkCounts, WorkReport};
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind("127.47.29.2:9091").unwrap();
+    let started = now_ms();
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { continue };
+            let mut buf = [0u8; 2048];
+            let n = s.read(&mut buf).unwrap_or(0);
+            let req = String::from_utf8_lossy(&buf[..n]);
+            let body = if req.starts_with("GET /v1/work") {
+                let work = InstanceWork {
+                    counts: WorkCounts {
+                        dialogs: 3,
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                };
+                let report = WorkReport {
+                    site: "bench".into(),
+                    node: "gate-1".into(),
+                    kind: NodeKind::Gate,
+                    scope: "stand-in".into(),
+                    started_ms: started - 600_000,
+                    generated_ms: now_ms(),
+                    revision: 0,
+                    generation: 0,
+                    instances: ids.iter().map(|i| (i.clone(), work.clone())).collect(),
+                };
+                serde_json::to_string(&report).unwrap()
+            } else {
+                let grown = (now_ms() - started) / 200;
+                ids.iter()
+                    .map(|i| format!("sipgate_new_work_total{{instance=\"{i}\"}} {grown}\n"))
+                    .collect()
+            };
+            let _ = write!(
+                s,
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
 }
 
 fn now_ms() -> u64 {
@@ -92,7 +142,10 @@ fn weight(addr: SocketAddr) {
     std::thread::sleep(Duration::from_secs(1));
     let (a, _) = get(addr, "/v1/page");
     let (b, _) = get(addr, &format!("/v1/page/history?after={}", last_t(&h)));
-    println!("first load: {first} bytes; one update: {} bytes (/v1/page {a}, history {b})", a + b);
+    println!(
+        "first load: {first} bytes; one update: {} bytes (/v1/page {a}, history {b})",
+        a + b
+    );
 }
 
 /// `ringsync serve`'s CPU share over `secs` while `pages` pages poll.
@@ -136,8 +189,12 @@ fn cpu(serve: &Node, addr: SocketAddr, pages: usize, secs: u64) -> f64 {
 fn latency(addr: SocketAddr, url: &str, n: usize) -> Vec<f64> {
     let b = Browser::start(1100, 900).unwrap();
     b.goto(url).unwrap();
-    b.wait_until("the page", Duration::from_secs(20), "return document.querySelector('#tile-sg-00') ? true : null;")
-        .unwrap();
+    b.wait_until(
+        "the page",
+        Duration::from_secs(20),
+        "return document.querySelector('#tile-sg-00') ? true : null;",
+    )
+    .unwrap();
     // Notes when the summary line names the drain zone it waits for.
     b.exec(
         "window.__seen = {}; new MutationObserver(() => { \
@@ -150,15 +207,25 @@ fn latency(addr: SocketAddr, url: &str, n: usize) -> Vec<f64> {
     .unwrap();
     let mut out = Vec::new();
     for k in 0..n {
-        let (what, want) = if k % 2 == 0 { ("activate", "on") } else { ("deactivate", "off") };
+        let (what, want) = if k % 2 == 0 {
+            ("activate", "on")
+        } else {
+            ("deactivate", "off")
+        };
         b.exec("window.__seen = {};", json!([])).unwrap();
         // Spread the changes over the page's polling period.
         std::thread::sleep(Duration::from_millis(300 + (k as u64 * 137) % 1000));
         let t0 = now_ms();
-        let r = Request::new("POST", addr, &format!("/v1/profiles/maint-00/{what}")).send().unwrap();
+        let r = Request::new("POST", addr, &format!("/v1/profiles/maint-00/{what}"))
+            .send()
+            .unwrap();
         assert_eq!(r.status, 200, "{}", r.body);
         let seen = b
-            .wait_until(what, Duration::from_secs(10), &format!("return window.__seen['{want}'] || null;"))
+            .wait_until(
+                what,
+                Duration::from_secs(10),
+                &format!("return window.__seen['{want}'] || null;"),
+            )
             .unwrap();
         out.push(seen.as_u64().unwrap().saturating_sub(t0) as f64);
     }
@@ -166,12 +233,19 @@ fn latency(addr: SocketAddr, url: &str, n: usize) -> Vec<f64> {
 }
 
 fn main() {
-    let args: Vec<u64> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
+    let args: Vec<u64> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
     let changes = args.first().copied().unwrap_or(20) as usize;
     let secs = args.get(1).copied().unwrap_or(30);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("site.toml");
     std::fs::write(&path, site()).unwrap();
+    let ids = (0..25)
+        .flat_map(|n| [format!("sg-{n:02}"), format!("esg-{n:02}")])
+        .collect();
+    stand_in_gate(ids);
     let addr = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(127, 47, 29, 1)), 8080);
     let mut serve = Node::serve(&path).admin(addr).start().unwrap();
     serve.wait_ready().unwrap();
