@@ -200,38 +200,42 @@ impl AdminApi {
     }
 
     /// The status page's sessions.
-    pub fn sessions(&self) -> &Sessions {
+    pub(crate) fn sessions(&self) -> &Sessions {
         &self.sessions
     }
 
     /// Whether this API is served over HTTPS (its cookies say `Secure`).
-    pub fn is_secure(&self) -> bool {
+    pub(crate) fn is_secure(&self) -> bool {
         self.secure.load(Ordering::Relaxed)
     }
 
-    /// Who holds `token`: `Ok(None)` without a tokens file (every caller
-    /// is `anonymous` with every right), `Err(())` for a token that is not
-    /// valid.
-    #[allow(clippy::result_unit_err)]
-    pub fn holder_of(&self, token: &str) -> Result<Option<crate::auth::Holder>, ()> {
+    /// True without a tokens file: every caller is `anonymous` with every
+    /// right.
+    pub(crate) fn is_open(&self) -> bool {
+        matches!(self.access, Access::Open)
+    }
+
+    /// Who holds `token`; `None` for a token that is not valid (and
+    /// without a tokens file, where there are none).
+    pub(crate) fn holder_of(&self, token: &str) -> Option<crate::auth::Holder> {
         match &self.access {
-            Access::Open => Ok(None),
-            Access::Tokens(t) => t.current().check(token).map(Some).ok_or(()),
+            Access::Open => None,
+            Access::Tokens(t) => t.current().check(token),
         }
     }
 
     /// The store the API reads and writes (the page reads the same).
-    pub fn store(&self) -> &Arc<dyn Store> {
+    pub(crate) fn store(&self) -> &Arc<dyn Store> {
         &self.store
     }
 
     /// The drain state the API serves.
-    pub fn drain(&self) -> &Arc<DrainState> {
+    pub(crate) fn drain(&self) -> &Arc<DrainState> {
         &self.drain
     }
 
     /// The board of the nodes' latest answers.
-    pub fn nodes(&self) -> &Arc<NodeBoard> {
+    pub(crate) fn nodes(&self) -> &Arc<NodeBoard> {
         &self.nodes
     }
 

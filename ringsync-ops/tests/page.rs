@@ -266,16 +266,7 @@ async fn r_pr_1_page_sessions_csrf_and_roles() {
     let p = page(true).await;
     let before = std::fs::read(p.site.store_path()).ok();
 
-    let bad = p
-        .call(
-            Method::POST,
-            "/page/login",
-            &[],
-            Some(json!({"token": "rs1_wrong"})),
-        )
-        .await;
-    assert_eq!(bad.status, StatusCode::UNAUTHORIZED);
-    assert!(bad.headers.get("set-cookie").is_none());
+    a_wrong_token_gets_no_cookie(&p).await;
 
     let (cookie, csrf) = p.login(Role::Operate).await;
     let who = p
@@ -297,44 +288,12 @@ async fn r_pr_1_page_sessions_csrf_and_roles() {
         ),
         (Some(true), Some(false))
     );
-
-    let body = || Some(json!({"name": "maint-a", "servers": ["srv-a"]}));
-    // The cookie alone (a forged form post): refused.
-    let forged = p
-        .call(Method::POST, "/v1/profiles", &[("cookie", &cookie)], body())
-        .await;
-    assert_eq!(forged.status, StatusCode::FORBIDDEN, "{}", forged.json());
-    // The right CSRF token from another site's page: refused.
-    let cross = p
-        .call(
-            Method::POST,
-            "/v1/profiles",
-            &[
-                ("cookie", &cookie),
-                ("x-ringsync-csrf", &csrf),
-                ("origin", "http://evil.example"),
-            ],
-            body(),
-        )
-        .await;
-    assert_eq!(cross.status, StatusCode::FORBIDDEN);
-    // Even a bearer token, when a browser on another site sends it.
-    let bearer = format!("Bearer {}", p.token(Role::Admin));
-    let cross = p
-        .call(
-            Method::POST,
-            "/v1/profiles",
-            &[("authorization", &bearer), ("sec-fetch-site", "cross-site")],
-            body(),
-        )
-        .await;
-    assert_eq!(cross.status, StatusCode::FORBIDDEN);
+    forged_and_cross_site_posts_are_refused(&p, &cookie, &csrf).await;
     assert_eq!(
         std::fs::read(p.site.store_path()).ok(),
         before,
         "nothing stored"
     );
-
     let ok = p
         .call(
             Method::POST,
@@ -344,7 +303,7 @@ async fn r_pr_1_page_sessions_csrf_and_roles() {
                 ("x-ringsync-csrf", &csrf),
                 ("origin", "http://127.0.0.1:8080"),
             ],
-            body(),
+            Some(json!({"name": "maint-a", "servers": ["srv-a"]})),
         )
         .await;
     assert_eq!(ok.status, StatusCode::CREATED, "{}", ok.json());
@@ -379,7 +338,58 @@ async fn r_pr_1_page_sessions_csrf_and_roles() {
         .call(Method::GET, "/v1/page", &[("cookie", &cookie)], None)
         .await;
     assert_eq!(gone.status, StatusCode::UNAUTHORIZED, "logged out");
+    audited_under_the_tokens_names(&p).await;
+}
 
+trait Pipe {
+    fn pipe<T: serde::de::DeserializeOwned>(self) -> T;
+}
+
+impl Pipe for Value {
+    fn pipe<T: serde::de::DeserializeOwned>(self) -> T {
+        serde_json::from_value(self).unwrap()
+    }
+}
+
+/// A change with the cookie alone (a forged form post), with the right CSRF
+/// token from another site's page, and a bearer token a browser on another
+/// site sends: each refused with 403.
+async fn forged_and_cross_site_posts_are_refused(p: &Page, cookie: &str, csrf: &str) {
+    let body = || Some(json!({"name": "maint-a", "servers": ["srv-a"]}));
+    // The cookie alone (a forged form post): refused.
+    let forged = p
+        .call(Method::POST, "/v1/profiles", &[("cookie", cookie)], body())
+        .await;
+    assert_eq!(forged.status, StatusCode::FORBIDDEN, "{}", forged.json());
+    // The right CSRF token from another site's page: refused.
+    let cross = p
+        .call(
+            Method::POST,
+            "/v1/profiles",
+            &[
+                ("cookie", cookie),
+                ("x-ringsync-csrf", csrf),
+                ("origin", "http://evil.example"),
+            ],
+            body(),
+        )
+        .await;
+    assert_eq!(cross.status, StatusCode::FORBIDDEN);
+    // Even a bearer token, when a browser on another site sends it.
+    let bearer = format!("Bearer {}", p.token(Role::Admin));
+    let cross = p
+        .call(
+            Method::POST,
+            "/v1/profiles",
+            &[("authorization", &bearer), ("sec-fetch-site", "cross-site")],
+            body(),
+        )
+        .await;
+    assert_eq!(cross.status, StatusCode::FORBIDDEN);
+}
+
+/// Every change and refusal of the test above, under the token's name.
+async fn audited_under_the_tokens_names(p: &Page) {
     let log: Vec<(String, String, u16)> = p
         .audit()
         .await
@@ -404,12 +414,16 @@ async fn r_pr_1_page_sessions_csrf_and_roles() {
     );
 }
 
-trait Pipe {
-    fn pipe<T: serde::de::DeserializeOwned>(self) -> T;
-}
-
-impl Pipe for Value {
-    fn pipe<T: serde::de::DeserializeOwned>(self) -> T {
-        serde_json::from_value(self).unwrap()
-    }
+/// A wrong token: 401 and no cookie (audited as a refused `page login`).
+async fn a_wrong_token_gets_no_cookie(p: &Page) {
+    let bad = p
+        .call(
+            Method::POST,
+            "/page/login",
+            &[],
+            Some(json!({"token": "rs1_wrong"})),
+        )
+        .await;
+    assert_eq!(bad.status, StatusCode::UNAUTHORIZED);
+    assert!(bad.headers.get("set-cookie").is_none());
 }

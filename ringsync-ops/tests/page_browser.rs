@@ -194,6 +194,123 @@ fn page_post(b: &Browser, path: &str, csrf: bool) -> u64 {
         .unwrap()
 }
 
+/// Creates maint-a for srv-a, previews its activation (sg-a would drain,
+/// the sg ring moves to sg-b, the last-of-service warning) and confirms.
+fn preview_and_confirm(b: &Browser, shots: &Path) {
+    // Create, preview, confirm.
+    b.type_into("#new-name", "maint-a").unwrap();
+    b.type_into("#new-description", "srv-a maintenance")
+        .unwrap();
+    b.click("#new-servers input[value='srv-a']").unwrap();
+    b.click("#create button[type=submit]").unwrap();
+    b.wait_until("maint-a listed", T, "return document.querySelector(\"tr[data-profile='maint-a'] button.action\") ? true : null;")
+        .unwrap();
+    b.click("tr[data-profile='maint-a'] button.action").unwrap();
+    let preview = b
+        .wait_until("the preview", T, "const p = document.getElementById('preview'); return p && !p.hidden ? p.textContent : null;")
+        .unwrap();
+    let preview = preview.as_str().unwrap().to_owned();
+    assert!(
+        preview.contains("Would drain: sg-a (sg on srv-a)"),
+        "{preview}"
+    );
+    assert!(
+        preview.contains("sg ring: sg-a ") && preview.contains("→ 0%, sg-b "),
+        "{preview}"
+    );
+    assert!(
+        preview.contains("Warning"),
+        "sg-b is the last sg left: {preview}"
+    );
+    shot_at(b, "profiles", &shots.join("page-preview.png"));
+    b.click("#confirm").unwrap();
+}
+
+/// sg-a `draining` with the drain window shaded while its calls are up,
+/// then `drained` with no work once they have ended.
+fn draining_then_drained(b: &Browser, caller: SippHandle, shots: &Path) {
+    wait_state(b, "draining", T);
+    b.wait_until(
+        "a shaded drain window",
+        T,
+        "return document.querySelector('#chart .drain-window') ? true : null;",
+    )
+    .unwrap();
+    shot(b, &shots.join("page-draining.png"));
+    let report = caller.wait(Duration::from_secs(90)).unwrap();
+    assert!(
+        report.all_ok(),
+        "every call ended, answered or refused with 503: {report:?}"
+    );
+    wait_state(b, "drained", Duration::from_secs(40));
+    shot(b, &shots.join("page-drained.png"));
+    let tile = b
+        .exec(
+            "return document.getElementById('tile-sg-a').textContent;",
+            json!([]),
+        )
+        .unwrap();
+    assert!(tile.as_str().unwrap().contains("work 0"), "{tile}");
+}
+
+/// R-PR-1: a `read` token gets no action control, and its POST is refused.
+fn read_sees_no_controls(b: &Browser, url: &str, read: &str) {
+    // A read token: no action controls; its POST refused.
+    b.click("#logout").unwrap();
+    login(b, url, read);
+    b.wait_until(
+        "the profiles table",
+        T,
+        "return document.querySelector(\"tr[data-profile='maint-a']\") ? true : null;",
+    )
+    .unwrap();
+    let controls = b
+        .exec("return document.querySelectorAll('button.action, #create, #preview, #confirm').length;", json!([]))
+        .unwrap();
+    assert_eq!(controls, json!(0), "a read token sees no action control");
+    b.exec("window.csrfForTest = () => csrf;", json!([]))
+        .unwrap();
+    assert_eq!(
+        page_post(b, "/v1/profiles", true),
+        403,
+        "R-PR-1: read changes nothing"
+    );
+}
+
+/// R-PR-4: the changes under the token's name, the refusals too.
+fn audited(admin: SocketAddr, read: &str) {
+    // R-PR-4: the changes under the token's name, the refusals too.
+    let audit = testbed::http::Request::new("GET", admin, "/v1/audit")
+        .bearer(read)
+        .send()
+        .unwrap();
+    let log: Value = serde_json::from_str(&audit.body).unwrap();
+    let got: Vec<(String, String, u64)> = log["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["who"].as_str().unwrap().to_owned(),
+                r["action"].as_str().unwrap().to_owned(),
+                r["status"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let want = [
+        ("op-alice", "POST /v1/profiles", 403),
+        ("op-alice", "create", 201),
+        ("op-alice", "activate", 200),
+        ("op-alice", "deactivate", 200),
+        ("ro-bob", "POST /v1/profiles", 403),
+    ];
+    let want: Vec<(String, String, u64)> = want
+        .iter()
+        .map(|(w, a, s)| (w.to_string(), a.to_string(), *s))
+        .collect();
+    assert_eq!(got, want);
+}
+
 #[test]
 fn r_pr_1_the_page_drains_sg_a_with_preview_and_confirm_and_shows_it_live() {
     let bins = BinDir::locate();
@@ -257,57 +374,8 @@ fn r_pr_1_the_page_drains_sg_a_with_preview_and_confirm_and_shows_it_live() {
         "R-PR-1: no CSRF token, no change"
     );
 
-    // Create, preview, confirm.
-    b.type_into("#new-name", "maint-a").unwrap();
-    b.type_into("#new-description", "srv-a maintenance")
-        .unwrap();
-    b.click("#new-servers input[value='srv-a']").unwrap();
-    b.click("#create button[type=submit]").unwrap();
-    b.wait_until("maint-a listed", T, "return document.querySelector(\"tr[data-profile='maint-a'] button.action\") ? true : null;")
-        .unwrap();
-    b.click("tr[data-profile='maint-a'] button.action").unwrap();
-    let preview = b
-        .wait_until("the preview", T, "const p = document.getElementById('preview'); return p && !p.hidden ? p.textContent : null;")
-        .unwrap();
-    let preview = preview.as_str().unwrap().to_owned();
-    assert!(
-        preview.contains("Would drain: sg-a (sg on srv-a)"),
-        "{preview}"
-    );
-    assert!(
-        preview.contains("sg ring: sg-a ") && preview.contains("→ 0%, sg-b "),
-        "{preview}"
-    );
-    assert!(
-        preview.contains("Warning"),
-        "sg-b is the last sg left: {preview}"
-    );
-    shot_at(&b, "profiles", &shots.join("page-preview.png"));
-    b.click("#confirm").unwrap();
-
-    wait_state(&b, "draining", T);
-    b.wait_until(
-        "a shaded drain window",
-        T,
-        "return document.querySelector('#chart .drain-window') ? true : null;",
-    )
-    .unwrap();
-    shot(&b, &shots.join("page-draining.png"));
-    let report = caller.wait(Duration::from_secs(90)).unwrap();
-    assert!(
-        report.all_ok(),
-        "every call ended, answered or refused with 503: {report:?}"
-    );
-    wait_state(&b, "drained", Duration::from_secs(40));
-    shot(&b, &shots.join("page-drained.png"));
-    let tile = b
-        .exec(
-            "return document.getElementById('tile-sg-a').textContent;",
-            json!([]),
-        )
-        .unwrap();
-    assert!(tile.as_str().unwrap().contains("work 0"), "{tile}");
-
+    preview_and_confirm(&b, &shots);
+    draining_then_drained(&b, caller, &shots);
     // Lift.
     b.click("tr[data-profile='maint-a'] button.action").unwrap();
     wait_state(&b, "up", T);
@@ -319,57 +387,8 @@ fn r_pr_1_the_page_drains_sg_a_with_preview_and_confirm_and_shows_it_live() {
     shot(&b, &shots.join("page-phone.png"));
     b.resize(1100, 1300).unwrap();
 
-    // A read token: no action controls; its POST refused.
-    b.click("#logout").unwrap();
-    login(&b, &url, &read);
-    b.wait_until(
-        "the profiles table",
-        T,
-        "return document.querySelector(\"tr[data-profile='maint-a']\") ? true : null;",
-    )
-    .unwrap();
-    let controls = b
-        .exec("return document.querySelectorAll('button.action, #create, #preview, #confirm').length;", json!([]))
-        .unwrap();
-    assert_eq!(controls, json!(0), "a read token sees no action control");
-    b.exec("window.csrfForTest = () => csrf;", json!([]))
-        .unwrap();
-    assert_eq!(
-        page_post(&b, "/v1/profiles", true),
-        403,
-        "R-PR-1: read changes nothing"
-    );
-
-    // R-PR-4: the changes under the token's name, the refusals too.
-    let audit = testbed::http::Request::new("GET", serve.admin(), "/v1/audit")
-        .bearer(&read)
-        .send()
-        .unwrap();
-    let log: Value = serde_json::from_str(&audit.body).unwrap();
-    let got: Vec<(String, String, u64)> = log["records"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| {
-            (
-                r["who"].as_str().unwrap().to_owned(),
-                r["action"].as_str().unwrap().to_owned(),
-                r["status"].as_u64().unwrap(),
-            )
-        })
-        .collect();
-    let want = [
-        ("op-alice", "POST /v1/profiles", 403),
-        ("op-alice", "create", 201),
-        ("op-alice", "activate", 200),
-        ("op-alice", "deactivate", 200),
-        ("ro-bob", "POST /v1/profiles", 403),
-    ];
-    let want: Vec<(String, String, u64)> = want
-        .iter()
-        .map(|(w, a, s)| (w.to_string(), a.to_string(), *s))
-        .collect();
-    assert_eq!(got, want);
+    read_sees_no_controls(&b, &url, &read);
+    audited(serve.admin(), &read);
     drop(b);
     serve.stop(Duration::from_secs(10));
     gate.stop(Duration::from_secs(10));
