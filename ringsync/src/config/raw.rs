@@ -52,6 +52,8 @@ pub(super) struct RawSite {
     pub(super) listener: Vec<Spanned<RawListener>>,
     #[serde(default)]
     pub(super) engine: Vec<Spanned<super::engine::RawEngine>>,
+    #[serde(default)]
+    pub(super) pool: Vec<Spanned<super::pool::RawPool>>,
 }
 
 #[derive(Deserialize)]
@@ -105,6 +107,8 @@ pub(super) struct RawInstance {
     pub(super) exceptions: Vec<Spanned<Exception>>,
     #[serde(default)]
     pub(super) sources: Vec<Spanned<IpNet>>,
+    #[serde(default)]
+    pub(super) pool: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]

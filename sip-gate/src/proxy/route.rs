@@ -298,7 +298,10 @@ impl Core {
                         }
                         _ => msg.call_id().unwrap_or_default(),
                     };
-                    match view.pick(pool, key) {
+                    // R-HT-1: the pool, or its backup while it is under
+                    // its threshold.
+                    let pool = self.backups.target(pool.as_str(), view, req.now);
+                    match view.pick_in_pool(pool, key) {
                         Some(idx) => (
                             self.reachable(req, view, pool, key, idx),
                             Some(OnPurpose::AllDraining),
@@ -355,7 +358,7 @@ impl Core {
         &self,
         req: &Request<'_>,
         view: &DrainView,
-        pool: &ringsync::config::Service,
+        pool: &str,
         key: &[u8],
         idx: usize,
     ) -> usize {
@@ -365,7 +368,7 @@ impl Core {
         if !self.held(idx, stream, req.now) {
             return idx;
         }
-        let Some(ring) = view.ring(pool) else {
+        let Some(ring) = view.pool_ring(pool) else {
             return idx;
         };
         let others: Vec<usize> = ring
