@@ -68,6 +68,15 @@ fn sg(net: (u8, u8), n: u8, pool: Option<&str>) -> String {
     )
 }
 
+/// A guard listener in front of sg-1 on port 5070.
+fn guard(net: (u8, u8)) -> String {
+    format!(
+        "[[listener]]\nname = \"sg-1-guard\"\nbind = \"{}:5070\"\ntransports = [\"udp\"]\n\
+         mode = \"guard\"\ninstance = \"sg-1\"\nleg = \"subscriber\"\n",
+        ip(net, 1)
+    )
+}
+
 /// A UAS that takes calls and answers the gate's OPTIONS probes (`-aa`).
 fn uas(addr: SocketAddr) -> SippHandle {
     Sipp::new(Scenario::repo("uas_call"))
@@ -80,9 +89,14 @@ fn uas(addr: SocketAddr) -> SippHandle {
 
 /// `calls` calls through the gate, each held `hold`, to the end.
 fn call(net: (u8, u8), calls: u64, hold: Duration) -> SippReport {
+    call_at(net, 5060, calls, hold)
+}
+
+/// The same through the gate's listener on `port`.
+fn call_at(net: (u8, u8), port: u16, calls: u64, hold: Duration) -> SippReport {
     Sipp::new(Scenario::repo("uac_call"))
         .local_ip(ip(net, 21))
-        .remote(SocketAddr::new(ip(net, 1), 5060))
+        .remote(SocketAddr::new(ip(net, 1), port))
         .transport(Transport::Udp)
         .calls(calls)
         .rate(10)
@@ -136,8 +150,10 @@ fn r_ht_1_two_of_three_drained_new_calls_go_to_the_backup_pool_and_come_back() {
     let dir = tempfile::tempdir().unwrap();
     let site = dir.path().join("site.toml");
     let text = format!(
-        "{}{}{}{}{}[[pool]]\nname = \"sg\"\nthreshold = 2\nbackup = \"dr\"\nhold_s = 2\n",
+        "{}{}{}{}{}{}[[pool]]\nname = \"sg\"\nthreshold = 2\nbackup = \"dr\"\nhold_s = 2\n\
+         guard_to_backup = true\n",
         head(NET),
+        guard(NET),
         sg(NET, 1, None),
         sg(NET, 2, None),
         sg(NET, 3, None),
@@ -188,7 +204,10 @@ fn r_ht_1_two_of_three_drained_new_calls_go_to_the_backup_pool_and_come_back() {
         b["reason"], "1 of 3 instances up in the normal zone, threshold 2",
         "{b}"
     );
-    assert_eq!(gate.metric(r#"sipgate_pool_backup{pool="sg"}"#).unwrap(), 1.0);
+    assert_eq!(
+        gate.metric(r#"sipgate_pool_backup{pool="sg"}"#).unwrap(),
+        1.0
+    );
     assert_eq!(
         gate.metric(r#"sipgate_pool_backup_changes_total{pool="sg",to="backup"}"#)
             .unwrap(),
@@ -214,6 +233,15 @@ fn r_ht_1_two_of_three_drained_new_calls_go_to_the_backup_pool_and_come_back() {
         10.0
     );
 
+    // The guard of sg-1 (draining, another sg up: R-SG-1 would refuse with
+    // 503) sends its new calls to the backup too (`guard_to_backup`).
+    let guarded = call_at(NET, 5070, 3, Duration::ZERO);
+    assert!(guarded.all_ok() && guarded.successful == 3, "{guarded:?}");
+    let after_guard = new_work(&gate, &ids);
+    assert_eq!(after_guard[3] - pool_after[3], 3.0, "{after_guard:?}");
+    assert_eq!(after_guard[0], pool_after[0], "{after_guard:?}");
+    let pool_after = after_guard;
+
     // The calls up before kept their re-INVITE and BYE (in-dialog
     // traffic unchanged).
     let before = before.join().unwrap();
@@ -225,7 +253,10 @@ fn r_ht_1_two_of_three_drained_new_calls_go_to_the_backup_pool_and_come_back() {
         backups(&site).is_empty().then_some(())
     })
     .unwrap();
-    assert_eq!(gate.metric(r#"sipgate_pool_backup{pool="sg"}"#).unwrap(), 0.0);
+    assert_eq!(
+        gate.metric(r#"sipgate_pool_backup{pool="sg"}"#).unwrap(),
+        0.0
+    );
     let back = call(NET, 10, Duration::ZERO);
     assert!(back.all_ok() && back.successful == 10, "{back:?}");
     let end = new_work(&gate, &ids);
