@@ -310,3 +310,121 @@ fn no_cycle(v: &Validator<'_>, raw: &[Spanned<RawPool>], pools: &[Pool]) -> Resu
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::super::{ConfigError, SiteConfig};
+
+    /// Three sg in pool `sg`, one in pool `dr`, then `extra`.
+    fn load(extra: &str) -> Result<SiteConfig, ConfigError> {
+        let mut t = String::from("[site]\nname = \"t\"\n");
+        for (n, pool) in [(1, ""), (2, ""), (3, ""), (4, "pool = \"dr\"\n")] {
+            t.push_str(&format!(
+                "[[server]]\nname = \"s{n}\"\n[[instance]]\nid = \"sg-{n}\"\nservice = \"sg\"\n\
+                 server = \"s{n}\"\nsip = \"127.0.0.1:50{n}0\"\n{pool}"
+            ));
+        }
+        t.push_str(extra);
+        SiteConfig::from_str_at(&t, Path::new("site.toml"))
+    }
+
+    fn refused(extra: &str, field: &str, says: &str) {
+        let e = load(extra).unwrap_err();
+        assert_eq!(e.field, field, "{e}");
+        assert!(e.line.is_some(), "{e}");
+        assert!(e.message.contains(says), "{e}");
+    }
+
+    /// R-HT-1: defaults, an instance's pool, and the destinations of
+    /// `backup_sip` as instances of their own.
+    #[test]
+    fn r_ht_1_pools_defaults_and_destinations() {
+        let c = load("[[pool]]\nname = \"sg\"\nthreshold = 2\nbackup = \"dr\"\n").unwrap();
+        let p = &c.pools[0];
+        assert_eq!((p.threshold, p.backup.as_str(), p.hold_s), (2, "dr", 10));
+        assert!(!p.guard_to_backup);
+        assert_eq!(c.instance("sg-4").unwrap().pool, "dr");
+        assert_eq!(c.instance("sg-1").unwrap().pool, "sg");
+        let c = load(
+            "[[pool]]\nname = \"sg\"\nthreshold = 3\nhold_s = 0\nguard_to_backup = true\n\
+             backup_sip = [\"127.0.9.1:5060\", \"127.0.9.2:5060\"]\n",
+        )
+        .unwrap();
+        let p = &c.pools[0];
+        assert_eq!((p.backup.as_str(), p.hold_s), ("sg-backup", 0));
+        assert!(p.guard_to_backup);
+        let d = c.instance("sg-backup-2").unwrap();
+        assert_eq!(d.sip, Some("127.0.9.2:5060".parse().unwrap()));
+        assert_eq!(
+            (d.pool.as_str(), d.server.as_str()),
+            ("sg-backup", "sg-backup")
+        );
+        assert!(
+            c.servers.iter().all(|s| s.name != "sg-backup"),
+            "no server of the site"
+        );
+    }
+
+    /// R-HT-1: each refusal names its field and line.
+    #[test]
+    fn r_ht_1_bad_pools_are_refused_naming_the_place() {
+        let pool = |rest: &str| format!("[[pool]]\nname = \"sg\"\n{rest}");
+        refused(
+            &pool("threshold = 4\nbackup = \"dr\"\n"),
+            "pool[0].threshold",
+            "pool's size (3",
+        );
+        refused(
+            &pool("threshold = 0\nbackup = \"dr\"\n"),
+            "pool[0].threshold",
+            "from 1",
+        );
+        refused(
+            &pool("threshold = 2\nbackup = \"nope\"\n"),
+            "pool[0].backup",
+            "unknown pool `nope`",
+        );
+        refused(
+            &pool("threshold = 2\nbackup = \"sg\"\n"),
+            "pool[0].backup",
+            "its own backup",
+        );
+        refused(&pool("threshold = 2\n"), "pool[0].backup", "exactly one of");
+        refused(
+            &pool("threshold = 2\nbackup_sip = []\n"),
+            "pool[0].backup_sip",
+            "at least one",
+        );
+        refused(
+            &pool("threshold = 2\nbackup_sip = [\"127.0.0.1:5010\"]\n"),
+            "pool[0].backup_sip[0]",
+            "instance `sg-1` already has",
+        );
+        refused(
+            "[[pool]]\nname = \"esg\"\nthreshold = 1\nbackup = \"dr\"\n",
+            "pool[0].name",
+            "no instance is in pool `esg`",
+        );
+        refused(
+            "[[pool]]\nname = \"sg\"\nthreshold = 1\nbackup = \"dr\"\n\
+             [[pool]]\nname = \"dr\"\nthreshold = 1\nbackup = \"sg\"\n",
+            "pool[0].backup",
+            "backup cycle: sg -> dr -> sg",
+        );
+    }
+
+    /// An instance's `pool`: sg and esg only, never another service's name.
+    #[test]
+    fn r_ht_1_an_instance_pool_is_checked() {
+        let e = SiteConfig::from_str_at(
+            "[site]\nname = \"t\"\n[[server]]\nname = \"s\"\n[[instance]]\nid = \"sg-1\"\n\
+             service = \"sg\"\nserver = \"s\"\nsip = \"127.0.0.1:5060\"\npool = \"esg\"\n",
+            Path::new("site.toml"),
+        )
+        .unwrap_err();
+        assert_eq!(e.field, "instance[0].pool", "{e}");
+        assert!(e.message.contains("is a service"), "{e}");
+    }
+}
