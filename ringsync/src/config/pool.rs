@@ -13,10 +13,10 @@
 use std::collections::HashSet;
 use std::net::SocketAddr;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use toml::Spanned;
 
-use super::raw::RawInstance;
+use super::raw::{RawInstance, RawPool};
 use super::types::{Instance, Service};
 use super::validator::Validator;
 use super::ConfigError;
@@ -50,22 +50,6 @@ pub struct Pool {
     /// backup, a new dialog the guard would refuse with 503 (its instance
     /// draining) goes to the backup instead.
     pub guard_to_backup: bool,
-}
-
-/// `[[pool]]` as written.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RawPool {
-    name: Spanned<String>,
-    threshold: Spanned<i64>,
-    #[serde(default)]
-    backup: Option<Spanned<String>>,
-    #[serde(default)]
-    backup_sip: Option<Spanned<Vec<SocketAddr>>>,
-    #[serde(default)]
-    hold_s: Option<Spanned<u32>>,
-    #[serde(default)]
-    guard_to_backup: bool,
 }
 
 /// Sets the instances' `pool`, checks the `[[pool]]` tables, and adds the
