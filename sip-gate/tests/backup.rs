@@ -204,6 +204,20 @@ fn r_ht_1_two_of_three_drained_new_calls_go_to_the_backup_pool_and_come_back() {
         b["reason"], "1 of 3 instances up in the normal zone, threshold 2",
         "{b}"
     );
+    // The operator's text status says it too.
+    let text = testbed::bins::command("ringsync")
+        .unwrap()
+        .arg("--config")
+        .arg(&site)
+        .arg("status")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("pool sg backup: new dialogs go to dr on ")
+            && text.contains(": 1 of 3 instances up in the normal zone, threshold 2"),
+        "{text}"
+    );
     assert_eq!(
         gate.metric(r#"sipgate_pool_backup{pool="sg"}"#).unwrap(),
         1.0

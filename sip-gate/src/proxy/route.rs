@@ -5,8 +5,10 @@
 //! new dialog takes the overload limits' locks (`overload/`: the gate's
 //! token bucket, the per-source and per-account tables), a request to a
 //! host name takes the DNS cache's lock (`dns/cache.rs`), and a new dialog
-//! over a stream reads the transport holds (`reach.rs`, atomics). Each lock
-//! is held for one table operation, never across another lock or I/O.
+//! over a stream reads the transport holds (`reach.rs`, atomics), and a
+//! new dialog for a pool with a `[[pool]]` table takes that pool's state
+//! lock (`backup.rs`, R-HT-1). Each lock is held for one table operation,
+//! never across another lock or I/O.
 
 use ringsync::view::{DrainView, Health};
 
