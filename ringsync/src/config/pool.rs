@@ -52,25 +52,28 @@ pub struct Pool {
     pub guard_to_backup: bool,
 }
 
-/// Sets the instances' `pool`, checks the `[[pool]]` tables, and adds the
-/// instances of `backup_sip` destinations to `instances`.
+/// Sets the instances' `pool` and checks the `[[pool]]` tables; returns
+/// them, and the instances made of `backup_sip` destinations (for the
+/// caller to add to the site's instances).
 pub(super) fn validate(
     v: &Validator<'_>,
     raw: &[Spanned<RawPool>],
     raw_instances: &[Spanned<RawInstance>],
-    instances: &mut Vec<Instance>,
-) -> Result<Vec<Pool>> {
+    instances: &mut [Instance],
+) -> Result<(Vec<Pool>, Vec<Instance>)> {
     member_pools(v, raw_instances, instances)?;
     let mut pools: Vec<Pool> = Vec::new();
     for (i, spanned) in raw.iter().enumerate() {
         let pool = one(v, i, spanned.get_ref(), &pools, instances)?;
         pools.push(pool);
     }
+    let mut all = instances.to_vec();
     for (i, pool) in pools.iter().enumerate() {
-        add_destinations(v, i, &raw[i], pool, instances)?;
+        add_destinations(v, i, &raw[i], pool, &mut all)?;
     }
     no_cycle(v, raw, &pools)?;
-    Ok(pools)
+    let destinations = all.split_off(instances.len());
+    Ok((pools, destinations))
 }
 
 /// `[[instance]] pool`: sg and esg only, a tame name that is no other
@@ -258,7 +261,7 @@ fn add_destinations(
             server: pool.backup.clone(),
             sip: Some(*addr),
             ng: None,
-            ng_source: Some(addr.ip()),
+            ng_source: None,
             exceptions: Vec::new(),
             sources: Vec::new(),
             pool: pool.backup.clone(),

@@ -37,7 +37,8 @@ pub(super) fn validate(loc: Locator<'_>, raw: RawSite) -> Result<SiteConfig> {
     let servers = v.servers(&raw.server)?;
     let mut instances = v.instances(&raw.instance, &servers)?;
     super::services::declared(&v, &raw.instance, &instances, &raw.ap_group)?;
-    let pools = super::pool::validate(&v, &raw.pool, &raw.instance, &mut instances)?;
+    let (pools, destinations) =
+        super::pool::validate(&v, &raw.pool, &raw.instance, &mut instances)?;
     let accounts = v.accounts(&raw.account, &instances)?;
     let ap_groups = super::ap::groups(&v, &raw.ap_group, &instances)?;
     let listeners = v.listeners(&raw.listener, &instances)?;
@@ -52,6 +53,9 @@ pub(super) fn validate(loc: Locator<'_>, raw: RawSite) -> Result<SiteConfig> {
     let overload = super::limits::validate(&v, raw.overload)?;
     let admin = v.admin(raw.admin)?;
     let engines = super::engine::validate(&v, &raw.engine, &instances)?;
+    // `backup_sip` destinations are the gate's alone: no engine drives
+    // another site's gates (R-HT-1).
+    instances.extend(destinations);
     Ok(SiteConfig {
         path: loc.path.to_owned(),
         site,
