@@ -89,6 +89,7 @@ fn stand_in_gate(ids: Vec<String>) {
                     revision: 0,
                     generation: 0,
                     instances: ids.iter().map(|i| (i.clone(), work.clone())).collect(),
+                    backups: Vec::new(),
                 };
                 serde_json::to_string(&report).unwrap()
             } else {
