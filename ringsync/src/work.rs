@@ -186,6 +186,11 @@ pub struct InstanceWork {
     /// bgmg only: whether it may be turned off (R-BG-2, R-BG-3).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stoppable: Option<bool>,
+    /// mg only: its weight for new calls, from 1 (takes its full share)
+    /// to 0 (takes none), as the media controller ramps it (R-MG-1,
+    /// R-MG-4).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<f64>,
     /// Stream transports over which the node could not reach the instance
     /// lately (a TCP connect or TLS handshake failed), while it holds them
     /// down. The health probe goes over UDP, so an instance can be `up`
@@ -358,6 +363,10 @@ pub struct InstanceStatus {
     /// bgmg: stoppable only if every reporting node says so.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stoppable: Option<bool>,
+    /// mg: its weight for new calls, the lowest any media controller
+    /// reported (see [`InstanceWork::weight`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<f64>,
     /// The nodes whose reports cover it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nodes: Vec<String>,
@@ -409,6 +418,7 @@ fn sum_instance(iv: &InstanceView, outcomes: &[NodeOutcome]) -> InstanceStatus {
         known_at_ms: None,
         eta: Eta::default(),
         stoppable: None,
+        weight: None,
         nodes: Vec::new(),
         unreachable: Vec::new(),
     };
@@ -478,6 +488,9 @@ fn add_report(st: &mut InstanceStatus, t: &mut Tally, id: &str, o: &NodeOutcome)
     }
     if let Some(s) = w.stoppable {
         st.stoppable = Some(st.stoppable.unwrap_or(true) && s);
+    }
+    if let Some(x) = w.weight {
+        st.weight = Some(st.weight.map_or(x, |y| y.min(x)));
     }
     if let Some(u) = &w.unknown {
         t.vouched = false;
