@@ -60,7 +60,8 @@ pub fn utc_text(at_ms: u64) -> String {
 #[serde(rename_all = "snake_case")]
 pub enum NodeKind {
     /// A sip-gate node: counts dialogs, registrations and subscriptions of
-    /// the SIP instances (`sg`, `esg`).
+    /// the SIP instances (`sg`, `esg`), and the WebSocket connections it
+    /// passes to each `ws` instance (R-WS-3; none without a ws pool).
     Gate,
     /// A media-ctl node: counts the calls it placed on `mg` and `bgmg`.
     MediaCtl,
@@ -82,7 +83,7 @@ impl NodeKind {
     /// True when nodes of this kind count the work of `service`.
     pub fn counts(self, service: &Service) -> bool {
         match self {
-            NodeKind::Gate => service.is_sip(),
+            NodeKind::Gate => service.is_sip() || *service == Service::Ws,
             NodeKind::MediaCtl => matches!(service, Service::Mg | Service::Bgmg),
             NodeKind::Handover => matches!(service, Service::Other(_)),
         }
@@ -193,6 +194,9 @@ pub struct WorkCounts {
     pub calls: u64,
     /// Active-Passive groups it leads, or is to lead (handover records).
     pub groups: u64,
+    /// WebSocket connections a ws pool passed to a `ws` instance and that
+    /// are still open (R-WS-3).
+    pub connections: u64,
 }
 
 impl WorkCounts {
@@ -204,6 +208,7 @@ impl WorkCounts {
             .saturating_add(self.subscriptions)
             .saturating_add(self.calls)
             .saturating_add(self.groups)
+            .saturating_add(self.connections)
     }
 
     /// Adds another node's counts.
@@ -214,6 +219,7 @@ impl WorkCounts {
         self.subscriptions = self.subscriptions.saturating_add(o.subscriptions);
         self.calls = self.calls.saturating_add(o.calls);
         self.groups = self.groups.saturating_add(o.groups);
+        self.connections = self.connections.saturating_add(o.connections);
     }
 }
 

@@ -32,13 +32,14 @@ mod route;
 mod stranger;
 mod transaction;
 mod undelivered;
+mod ws_pool;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use ringsync::config::{Leg, SiteConfig};
+use ringsync::config::{Leg, Service, SiteConfig};
 use ringsync::state::DrainState;
 use ringsync::view::DrainView;
 
@@ -142,7 +143,7 @@ pub struct Core {
     /// `sipgate_new_work_total{instance}`, registered once: no label
     /// allocation per request.
     new_work: Vec<Option<metrics::Counter>>,
-    /// Work and state gauges of the SIP instances, registered once.
+    /// Work and state gauges of the SIP and ws instances, registered once.
     gauges: Vec<Option<InstanceGauges>>,
     /// The counters every forwarded message moves, registered once.
     forwarded: Forwarded,
@@ -201,7 +202,12 @@ impl Core {
         let gauges = config
             .instances
             .iter()
-            .map(|i| i.service.is_sip().then(|| InstanceGauges::new(&i.id)))
+            // ws instances too: their work is the connections a ws pool
+            // passes them (R-WS-3).
+            .map(|i| {
+                (i.service.is_sip() || i.service == Service::Ws)
+                    .then(|| InstanceGauges::new(&i.id))
+            })
             .collect();
         m::register_at_start();
         Ok(Core {
@@ -352,7 +358,7 @@ impl Core {
     }
 
     fn publish(&self, now: Instant, states: bool) {
-        let known = self.work.unknown(now).is_none();
+        let known = |i| self.work.unknown_for(i, now).is_none();
         let sip = || {
             self.gauges
                 .iter()
@@ -360,7 +366,7 @@ impl Core {
                 .filter_map(|(i, g)| Some((i, g.as_ref()?)))
         };
         for (i, _) in sip() {
-            if known {
+            if known(i) {
                 self.drain.set_work(i, self.work.get(i).total());
             } else {
                 self.drain.clear_work(i);
@@ -369,7 +375,7 @@ impl Core {
         let view = self.drain.view();
         for (i, g) in sip() {
             if let Some(iv) = view.instances().get(i) {
-                g.set(&self.work.get(i), known, states.then_some(iv.state));
+                g.set(&self.work.get(i), known(i), states.then_some(iv.state));
                 g.set_unreachable(self.reach.held_each(i, now));
             }
         }

@@ -232,6 +232,8 @@ impl Core {
             // guarded instance, or the ring by Call-ID, as the INVITE went.
             None => match &req.listener.mode {
                 Mode::Guard(idx) => *idx,
+                // No SIP reaches the core from a ws pool (it passes bytes).
+                Mode::WsPool { .. } => return no_instance(),
                 // The call this gate saw set up (its work book), so a drain
                 // since then does not move it (R-SG-4); only when the gate
                 // has not seen it (another node, a restart), the ring by
@@ -288,6 +290,7 @@ impl Core {
         // home (R-ESG-5), or a ring of draining members only (R-AA-4).
         let (idx, routed) = match &req.listener.mode {
             Mode::Guard(idx) => (*idx, None),
+            Mode::WsPool { .. } => return no_instance(),
             // R-ESG-5: a single-instance account stays on its home esg.
             Mode::Balance(pool) => match self.policy.home_instance(req.listener, msg, peer.ip()) {
                 Some(home) => (home, Some(OnPurpose::SingleInstanceAccount)),
@@ -502,4 +505,9 @@ impl Core {
             Cached::Miss => Err(Decision::Resolve(query)),
         }
     }
+}
+
+/// 503 for a request no instance of the listener can take.
+fn no_instance() -> Decision {
+    Decision::refuse(503, "No Instance Available", "no_instance")
 }
