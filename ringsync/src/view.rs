@@ -174,8 +174,8 @@ impl DrainView {
                 // a ws pool fronts goes with its server, so the pool sends
                 // it no new connection and status tells when its open ones
                 // are gone (R-WS-3): nothing of it is refused or cut.
-                let exempt = inst.service.never_drained()
-                    && !(ws_pooled && inst.service == Service::Ws);
+                let exempt =
+                    inst.service.never_drained() && !(ws_pooled && inst.service == Service::Ws);
                 let zone = if drain_zone.contains(&inst.server) && !exempt {
                     Zone::Drain
                 } else {

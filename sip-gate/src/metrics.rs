@@ -271,7 +271,7 @@ impl InstanceGauges {
             "subscriptions",
             "connections",
         ]
-            .map(|kind| metrics::gauge!(INSTANCE_WORK, "instance" => id.clone(), "kind" => kind));
+        .map(|kind| metrics::gauge!(INSTANCE_WORK, "instance" => id.clone(), "kind" => kind));
         let states = [
             InstanceState::Up,
             InstanceState::Down,

@@ -133,7 +133,10 @@ impl Validator<'_> {
                 return Err(self.err(
                     p.span(),
                     format!("listener[{i}].pool"),
-                    format!("a ws_pool listener fronts the `ws` instances, not `{}`", p.get_ref()),
+                    format!(
+                        "a ws_pool listener fronts the `ws` instances, not `{}`",
+                        p.get_ref()
+                    ),
                 ))
             }
             None => {
@@ -213,7 +216,11 @@ impl Validator<'_> {
         let has_ca = tls.is_some_and(|t| t.ca.is_some());
         for (i, (l, r)) in listeners.iter().zip(raw).enumerate() {
             if let (ListenerMode::WsPool { upstream_tls: true }, false) = (&l.mode, has_ca) {
-                let span = r.get_ref().ws_upstream.as_ref().map_or(r.span(), |u| u.span());
+                let span = r
+                    .get_ref()
+                    .ws_upstream
+                    .as_ref()
+                    .map_or(r.span(), |u| u.span());
                 return Err(self.err(
                     span,
                     format!("listener[{i}].ws_upstream"),

@@ -205,8 +205,7 @@ impl Core {
             // ws instances too: their work is the connections a ws pool
             // passes them (R-WS-3).
             .map(|i| {
-                (i.service.is_sip() || i.service == Service::Ws)
-                    .then(|| InstanceGauges::new(&i.id))
+                (i.service.is_sip() || i.service == Service::Ws).then(|| InstanceGauges::new(&i.id))
             })
             .collect();
         m::register_at_start();

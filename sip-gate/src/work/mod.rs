@@ -200,7 +200,10 @@ impl WorkBook {
             subscriptions: self.subs.tally().live(i),
             calls: 0,
             groups: 0,
-            connections: self.ws_conns.get(i).map_or(0, |c| c.load(Ordering::Relaxed)),
+            connections: self
+                .ws_conns
+                .get(i)
+                .map_or(0, |c| c.load(Ordering::Relaxed)),
         }
     }
 

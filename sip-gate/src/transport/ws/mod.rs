@@ -58,7 +58,8 @@ pub(super) async fn serve<S>(
 ) where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    if let Some(Mode::WsPool { upstream_tls }) = net.core.listeners().get(listener).map(|l| &l.mode) {
+    if let Some(Mode::WsPool { upstream_tls }) = net.core.listeners().get(listener).map(|l| &l.mode)
+    {
         return pool::serve(net.clone(), (listener, id, peer), io, opts, *upstream_tls).await;
     }
     let deadline = net.core.tcp_config().frame();

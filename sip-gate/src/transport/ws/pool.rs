@@ -64,7 +64,11 @@ pub(super) async fn serve<S>(
     if let Err(r) = upgrade::check_as(&head, opts, false) {
         return refuse(&mut io, peer, r).await;
     }
-    let stream = if upstream_tls { Stream::Tls } else { Stream::Tcp };
+    let stream = if upstream_tls {
+        Stream::Tls
+    } else {
+        Stream::Tcp
+    };
     let Some(target) = net.core.ws_pick(peer.ip(), stream, Instant::now()) else {
         return refuse(&mut io, peer, NO_INSTANCE).await;
     };
