@@ -365,19 +365,20 @@ impl Validator<'_> {
                 "needs at least one of \"udp\", \"tcp\", \"tls\", \"ws\", \"wss\"",
             ));
         }
-        let mode =
-            match r.mode.get_ref().as_str() {
-                "balance" => self.balance(i, spanned, instances)?,
-                "guard" => self.guard(i, spanned, instances)?,
-                "ws_pool" => self.ws_pool(i, spanned, instances)?,
-                other => return Err(self.err(
+        let mode = match r.mode.get_ref().as_str() {
+            "balance" => self.balance(i, spanned, instances)?,
+            "guard" => self.guard(i, spanned, instances)?,
+            "ws_pool" => self.ws_pool(i, spanned, instances)?,
+            other => {
+                return Err(self.err(
                     r.mode.span(),
                     format!("listener[{i}].mode"),
                     format!(
                         "unknown mode `{other}`, expected \"balance\", \"guard\" or \"ws_pool\""
                     ),
-                )),
-            };
+                ))
+            }
+        };
         if let Some((field, why)) = r.auth_ban.get_ref().problem() {
             return Err(self.err(
                 r.auth_ban.span(),

@@ -165,7 +165,12 @@ impl Core {
         let Some(uri) = req.target() else {
             return Decision::refuse(404, "Unroutable Request-URI", "unroutable");
         };
+        if uri.wants_ws() {
+            return ws_not_connected();
+        }
         match self.outside_hop(&uri, req) {
+            // A WebSocket listener's stream toward no connection: the same.
+            Ok(hop) if hop.tcp && req.listener.ws.is_some() => ws_not_connected(),
             Ok(hop) => {
                 // Dialogs an instance starts through the gate come back to it.
                 let record_route = (!req.to_tag && creates_dialog(req.method)).then_some(src);
@@ -510,4 +515,16 @@ impl Core {
 /// 503 for a request no instance of the listener can take.
 fn no_instance() -> Decision {
     Decision::refuse(503, "No Instance Available", "no_instance")
+}
+
+/// A request an instance sends toward a WebSocket client without its flow
+/// (a `transport=ws`/`wss` target, or a WebSocket listener's stream with no
+/// connection named): the gate never opens a WebSocket connection, so the
+/// client cannot be reached (RFC 7118 5). 430 is for a flow that is gone
+/// (RFC 5626 5.3) and 503 would tell the instance the gate itself is out
+/// of service (RFC 3261 21.5.4, RFC 3263 4.3); 480 says this callee is
+/// not reachable now, so the instance tries the AoR's other bindings.
+fn ws_not_connected() -> Decision {
+    m::flow_failure("ws_not_connected");
+    Decision::refuse(480, "WebSocket Client Not Connected", "ws_not_connected")
 }
