@@ -42,20 +42,7 @@ impl Validator<'_> {
         let span = r.transports.span();
         let streams = transports.iter().filter(|t| t.is_stream()).count();
         let pool = matches!(mode, ListenerMode::WsPool { .. });
-        if let (Some(u), false) = (&r.ws_upstream, pool) {
-            return Err(self.err(
-                u.span(),
-                format!("listener[{i}].ws_upstream"),
-                "only a `mode = \"ws_pool\"` listener takes ws_upstream",
-            ));
-        }
-        if pool && (streams != 1 || transports.len() != 1 || !transports[0].is_ws()) {
-            return Err(self.err(
-                span,
-                field,
-                "a ws_pool listener passes WebSocket connections through and speaks no SIP: exactly one of \"ws\" or \"wss\", nothing else",
-            ));
-        }
+        self.ws_pool_transports(i, r, transports, pool)?;
         if !transports.iter().any(|t| t.is_ws()) {
             if let Some(p) = &r.ws_path {
                 return Err(self.err(
@@ -117,6 +104,32 @@ impl Validator<'_> {
 }
 
 impl Validator<'_> {
+    /// `ws_upstream` only on a ws pool, and a ws pool's transports: one
+    /// WebSocket transport and nothing else (it speaks no SIP).
+    fn ws_pool_transports(
+        &self,
+        i: usize,
+        r: &RawListener,
+        transports: &[Transport],
+        pool: bool,
+    ) -> Result<()> {
+        if let (Some(u), false) = (&r.ws_upstream, pool) {
+            return Err(self.err(
+                u.span(),
+                format!("listener[{i}].ws_upstream"),
+                "only a `mode = \"ws_pool\"` listener takes ws_upstream",
+            ));
+        }
+        if pool && !matches!(transports, [t] if t.is_ws()) {
+            return Err(self.err(
+                r.transports.span(),
+                format!("listener[{i}].transports"),
+                "a ws_pool listener passes WebSocket connections through and speaks no SIP: exactly one of \"ws\" or \"wss\", nothing else",
+            ));
+        }
+        Ok(())
+    }
+
     /// `mode = "ws_pool"` (R-WS-3): `pool = "ws"`, no `instance`, at
     /// least one `ws` instance, each with its `ws` address; `ws_upstream`
     /// is `"ws"` (default) or `"wss"`.

@@ -99,10 +99,43 @@ fn ringsync(site: &Path, args: &[&str]) {
     assert!(out.status.success(), "ringsync {args:?}: {err}");
 }
 
+/// Drains `server` with the `ringsync` CLI; returns once the gate has it.
+fn drain(site: &Path, gate: &Node, server: &str) {
+    ringsync(
+        site,
+        &["profile", "create", "--name", "m", "--server", server],
+    );
+    ringsync(site, &["profile", "activate", "m"]);
+    testbed::wait_for("the gate to apply the drain", T, || {
+        gate.work().filter(|r| r.revision >= 2)
+    })
+    .unwrap();
+}
+
 /// Registrations the gate counts on each sg (R-ST-2).
 fn registrations(gate: &Node) -> [u64; 2] {
     let r = gate.work().expect("a work report");
     ["sg-0", "sg-1"].map(|id| r.instances[id].counts.registrations)
+}
+
+/// The two Kamailio registrars, and the gate, ready.
+fn peers(site: &Path) -> (Vec<KamailioHandle>, Node) {
+    let cfg = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/kamailio/registrar.cfg");
+    let kams: Vec<KamailioHandle> = [11, 12]
+        .map(|h| {
+            Kamailio::new()
+                .config(cfg.clone())
+                .listen(SocketAddr::new(ip(NET, h), 5060))
+                .start()
+                .expect("kamailio starts")
+        })
+        .into();
+    let mut gate = Node::gate(site)
+        .admin(SocketAddr::new(ip(NET, 1), 9091))
+        .start()
+        .unwrap();
+    gate.wait_ready().unwrap();
+    (kams, gate)
 }
 
 /// SIP.js in headless Chromium registers over WSS to sg X (the ring by its
@@ -119,21 +152,7 @@ async fn r_ws_2_a_drained_sg_keeps_the_browsers_call_and_its_reregister_moves() 
     let gate_sip = SocketAddr::new(ip(NET, 1), 5080);
     let web = SocketAddr::new(ip(NET, 1), 8000);
     let site = site(dir.path(), gate_sip, web);
-    let cfg = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/kamailio/registrar.cfg");
-    let kams: Vec<KamailioHandle> = [11, 12]
-        .map(|h| {
-            Kamailio::new()
-                .config(cfg.clone())
-                .listen(SocketAddr::new(ip(NET, h), 5060))
-                .start()
-                .expect("kamailio starts")
-        })
-        .into();
-    let mut gate = Node::gate(&site)
-        .admin(SocketAddr::new(ip(NET, 1), 9091))
-        .start()
-        .unwrap();
-    gate.wait_ready().unwrap();
+    let (kams, mut gate) = peers(&site);
 
     let (tx, mut events) = mpsc::unbounded_channel();
     let cmd = Arc::new(Notify::new());
@@ -160,16 +179,7 @@ async fn r_ws_2_a_drained_sg_keeps_the_browsers_call_and_its_reregister_moves() 
         .unwrap();
     wait_event(&mut events, "call:Established", &mut seen).await;
 
-    let server_x = format!("srv-{from}");
-    ringsync(
-        &site,
-        &["profile", "create", "--name", "m", "--server", &server_x],
-    );
-    ringsync(&site, &["profile", "activate", "m"]);
-    testbed::wait_for("the gate to apply the drain", T, || {
-        gate.work().filter(|r| r.revision >= 2)
-    })
-    .unwrap();
+    drain(&site, &gate, &format!("srv-{from}"));
 
     // The browser's re-REGISTER, during the call: to the other sg.
     cmd.notify_one();
