@@ -171,7 +171,7 @@ async fn work(State(s): State<AdminState>) -> Json<WorkReport> {
 }
 
 /// The gate's work report: only the instances it routes to (sg, esg, and
-/// ws: the connections its ws pools pass, R-WS-3); a gate never reports a
+/// behind a ws pool ws: the connections it passes, R-WS-3); a gate never reports a
 /// zero for an mg or an Active-Passive instance, nor for an sg or esg while
 /// it cannot vouch for it (each says why: R-ST-3).
 pub fn report(core: &Core, node: &NodeInfo) -> WorkReport {
@@ -182,7 +182,7 @@ pub fn report(core: &Core, node: &NodeInfo) -> WorkReport {
         .instances()
         .iter()
         .enumerate()
-        .filter(|(_, iv)| NodeKind::Gate.counts(&iv.service))
+        .filter(|(_, iv)| NodeKind::Gate.counts_on(view.config(), &iv.service))
         .map(|(i, iv)| {
             let work = InstanceWork {
                 health: iv.health,

@@ -39,7 +39,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use ringsync::config::{Leg, Service, SiteConfig};
+use ringsync::config::{Leg, SiteConfig};
 use ringsync::state::DrainState;
 use ringsync::view::DrainView;
 
@@ -143,7 +143,8 @@ pub struct Core {
     /// `sipgate_new_work_total{instance}`, registered once: no label
     /// allocation per request.
     new_work: Vec<Option<metrics::Counter>>,
-    /// Work and state gauges of the SIP and ws instances, registered once.
+    /// Work and state gauges of the instances the gate counts (SIP, and
+    /// `ws` behind a ws pool), registered once.
     gauges: Vec<Option<InstanceGauges>>,
     /// The counters every forwarded message moves, registered once.
     forwarded: Forwarded,
@@ -202,10 +203,12 @@ impl Core {
         let gauges = config
             .instances
             .iter()
-            // ws instances too: their work is the connections a ws pool
-            // passes them (R-WS-3).
+            // ws instances behind a ws pool too: their work is the
+            // connections it passes them (R-WS-3).
             .map(|i| {
-                (i.service.is_sip() || i.service == Service::Ws).then(|| InstanceGauges::new(&i.id))
+                ringsync::work::NodeKind::Gate
+                    .counts_on(&config, &i.service)
+                    .then(|| InstanceGauges::new(&i.id))
             })
             .collect();
         m::register_at_start();
