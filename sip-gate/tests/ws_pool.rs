@@ -7,9 +7,14 @@
 //! drained instance `draining` while they are open and `drained` once the
 //! test closes them.
 //!
-//! Addresses: `127.43.10.0/24`: the gate on `.1` (ws pool on 8443, admin
-//! 9091), ws-0 on `.21:8080`, ws-1 on `.22:8080`, clients from `.101`
-//! onward (the pool's key is the client's address).
+//! An instance that refuses the connect: the client gets 502, the instance
+//! is held unreachable (status says so) and the next connection goes to
+//! the other one.
+//!
+//! Addresses: `127.43.10.0/24` (and `127.43.13.0/24` for the refused
+//! connect): the gate on `.1` (ws pool on 8443, admin 9091), ws-0 on
+//! `.21:8080`, ws-1 on `.22:8080`, clients from `.101` onward (the pool's
+//! key is the client's address).
 
 mod common;
 
@@ -23,7 +28,7 @@ use serde_json::Value;
 use testbed::bins::{BinDir, Node};
 use testbed::wait_for;
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
-use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::{Error, Message};
 use tokio_tungstenite::WebSocketStream;
 
 const NET: (u8, u8) = (43, 10);
@@ -32,7 +37,7 @@ const T: Duration = Duration::from_secs(15);
 type Ws = WebSocketStream<TcpStream>;
 
 /// Two servers with a `ws` instance each, the pool listener in front.
-fn site(dir: &Path) -> PathBuf {
+fn site(dir: &Path, net: (u8, u8)) -> PathBuf {
     let text = format!(
         r#"[site]
 name = "ws-pool"
@@ -75,9 +80,9 @@ pool = "ws"
 leg = "subscriber"
 ws_path = "/sip"
 "#,
-        g = ip(NET, 1),
-        w0 = ip(NET, 21),
-        w1 = ip(NET, 22),
+        g = ip(net, 1),
+        w0 = ip(net, 21),
+        w1 = ip(net, 22),
     );
     let path = dir.join("site.toml");
     std::fs::write(&path, text).unwrap();
@@ -111,20 +116,31 @@ async fn echo_server(name: &'static str, at: SocketAddr) {
     });
 }
 
-/// A client connection through the gate from `from`.
-async fn open(from: IpAddr) -> Ws {
+/// A client connection through the gate of `net` from `from`, or the
+/// HTTP status the upgrade was refused with.
+async fn try_open(net: (u8, u8), from: IpAddr) -> Result<Ws, u16> {
     let sock = TcpSocket::new_v4().unwrap();
     sock.bind(SocketAddr::new(from, 0)).unwrap();
     let tcp = sock
-        .connect(SocketAddr::new(ip(NET, 1), 8443))
+        .connect(SocketAddr::new(ip(net, 1), 8443))
         .await
         .unwrap();
-    let url = format!("ws://{}:8443/sip", ip(NET, 1));
-    let (ws, resp) = tokio_tungstenite::client_async(url, tcp)
+    let url = format!("ws://{}:8443/sip", ip(net, 1));
+    match tokio_tungstenite::client_async(url, tcp).await {
+        Ok((ws, resp)) => {
+            assert_eq!(resp.status(), 101);
+            Ok(ws)
+        }
+        Err(Error::Http(r)) => Err(r.status().as_u16()),
+        Err(e) => panic!("the upgrade through the gate: {e}"),
+    }
+}
+
+/// A client connection through the gate from `from`.
+async fn open(from: IpAddr) -> Ws {
+    try_open(NET, from)
         .await
-        .expect("the upgrade passes through the gate to an instance");
-    assert_eq!(resp.status(), 101);
-    ws
+        .expect("the upgrade passes through the gate to an instance")
 }
 
 /// Sends `text` and returns the name of the instance that echoed it.
@@ -181,7 +197,7 @@ fn connections(gate: &Node) -> [u64; 2] {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r_ws_3_a_drained_ws_takes_no_new_connections_and_keeps_its_open_ones() {
     let dir = tempfile::tempdir().unwrap();
-    let site = site(dir.path());
+    let site = site(dir.path(), NET);
     echo_server("ws-0", SocketAddr::new(ip(NET, 21), 8080)).await;
     echo_server("ws-1", SocketAddr::new(ip(NET, 22), 8080)).await;
     let mut gate = Node::gate(&site)
@@ -249,5 +265,47 @@ async fn r_ws_3_a_drained_ws_takes_no_new_connections_and_keeps_its_open_ones() 
     let drained = wait_state(&site, "ws-0", "drained");
     assert_eq!(drained["work"], 0, "{drained}");
     assert_eq!(status_of(&site, "ws-1")["state"], "up");
+    gate.stop(Duration::from_secs(10));
+}
+
+/// R-WS-3 with the hold of an unreachable instance (R-AA-1): nothing
+/// listens at ws-0's address. The first client the ring gives ws-0 gets
+/// `502` (counted as `upstream_failed`), ws-0 is held unreachable over
+/// tcp, which `ringsync status` shows, and the next connection from the
+/// same address goes to ws-1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_ws_3_an_instance_that_refuses_the_connect_is_passed_over() {
+    // Built first: the hold ([dns] failover_hold_s, 30 s) must not pass
+    // while cargo builds a stale `ringsync` for the status below.
+    BinDir::locate().program("ringsync").unwrap();
+    let net = (43, 13);
+    let dir = tempfile::tempdir().unwrap();
+    let site = site(dir.path(), net);
+    echo_server("ws-1", SocketAddr::new(ip(net, 22), 8080)).await;
+    let mut gate = Node::gate(&site)
+        .admin(SocketAddr::new(ip(net, 1), 9091))
+        .start()
+        .unwrap();
+    gate.wait_ready().unwrap();
+
+    let mut refused = None;
+    for h in 101..=140u8 {
+        match try_open(net, ip(net, h)).await {
+            Ok(mut ws) => assert_eq!(which(&mut ws, "hi").await, "ws-1"),
+            Err(status) => {
+                assert_eq!(status, 502, "the instance refused the connect");
+                refused = Some(ip(net, h));
+                break;
+            }
+        }
+    }
+    let from = refused.expect("the ring gives ws-0 some of 40 addresses");
+    let mut ws = try_open(net, from).await.expect("passed to ws-1 now");
+    assert_eq!(which(&mut ws, "again").await, "ws-1");
+    let failed = r#"sipgate_ws_handshakes_total{result="upstream_failed"}"#;
+    assert_eq!(gate.metric(failed).unwrap(), 1.0);
+    let ws0 = status_of(&site, "ws-0");
+    assert_eq!(ws0["unreachable"][0]["transport"], "tcp", "{ws0}");
+    assert_eq!(ws0["state"], "up", "{ws0}");
     gate.stop(Duration::from_secs(10));
 }
