@@ -202,5 +202,6 @@ pub fn report(core: &Core, node: &NodeInfo) -> WorkReport {
         revision: view.revision(),
         generation: view.generation(),
         instances,
+        backups: core.backups_report(),
     }
 }
