@@ -53,6 +53,7 @@ pub(super) fn validate(loc: Locator<'_>, raw: RawSite) -> Result<SiteConfig> {
     let engines = super::engine::validate(&v, &raw.engine, &instances)?;
     Ok(SiteConfig {
         path: loc.path.to_owned(),
+        hash: super::file_hash(loc.text.as_bytes()),
         site,
         store,
         timers,

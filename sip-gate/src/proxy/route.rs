@@ -110,7 +110,7 @@ impl Core {
         if !req.to_tag && !self.lifecycle.admits_new_work() {
             let phase = self.lifecycle.phase();
             if let Admission::Refuse { reply, rule } =
-                self.policy.not_serving(phase, req.msg, req.method)
+                req.site.policy.not_serving(phase, req.msg, req.method)
             {
                 return Decision::Refuse { reply, why: rule };
             }
@@ -190,7 +190,7 @@ impl Core {
             tracing::debug!(why, peer = %flow.peer, "flow failed");
             Decision::refuse(430, "Flow Failed", "flow_failed")
         };
-        let Some(listener) = self.listeners.get(flow.listener) else {
+        let Some(listener) = req.site.listeners.get(flow.listener) else {
             return failed("unknown_listener");
         };
         let conn = match flow.tcp {
@@ -255,7 +255,7 @@ impl Core {
                 .get(r.uri.clone())
                 .and_then(SipUri::parse)
                 .and_then(|u| u.socket_addr())
-                .is_some_and(|a| Some(a) == self.config.instances[idx].sip);
+                .is_some_and(|a| Some(a) == req.site.config.instances[idx].sip);
             if !to_instance {
                 return Decision::refuse(403, "Route Not Allowed", "foreign_route");
             }
@@ -270,7 +270,7 @@ impl Core {
         // The transport the dialog's instance leg was recorded with (RFC
         // 5658); a UA without a route set gets the transport it came in on.
         let tcp = req.leg_tcp.unwrap_or_else(|| instance_stream(req));
-        self.to_instance(idx, tcp, None, None)
+        self.to_instance(req, idx, tcp, None, None)
     }
 
     /// A new dialog or out-of-dialog request from outside. Nothing the
@@ -289,7 +289,7 @@ impl Core {
         let (idx, routed) = match &req.listener.mode {
             Mode::Guard(idx) => (*idx, None),
             // R-ESG-5: a single-instance account stays on its home esg.
-            Mode::Balance(pool) => match self.policy.home_instance(req.listener, msg, peer.ip()) {
+            Mode::Balance(pool) => match req.site.policy.home_instance(req.listener, msg, peer.ip()) {
                 Some(home) => (home, Some(OnPurpose::SingleInstanceAccount)),
                 None => {
                     let key = match req.method {
@@ -311,7 +311,8 @@ impl Core {
             },
         };
         let admitted =
-            match self
+            match req
+                .site
                 .policy
                 .admit(view, req.inbound, req.listener, idx, msg, req.method)
             {
@@ -324,7 +325,7 @@ impl Core {
             None
         };
         let record_route = creates_dialog(req.method).then_some(idx);
-        self.to_instance(idx, instance_stream(req), record_route, on_purpose)
+        self.to_instance(req, idx, instance_stream(req), record_route, on_purpose)
     }
 
     /// R-SEC-1: a new request along one of the gate's flow URIs that no
@@ -336,7 +337,7 @@ impl Core {
             tracing::warn!(
                 %peer,
                 listener = %req.listener.advertise,
-                expected = %super::stranger::hint(&self.config, req.listener),
+                expected = %super::stranger::hint(&req.site.config, req.listener),
                 "a request into a subscriber's flow from an address that is no instance of \
                  this listener: refused with 403; if it is an instance, add this address \
                  to its `sources` (R-SEC-1)"
@@ -382,8 +383,8 @@ impl Core {
         let at = std::hash::Hasher::finish(&h) % others.len() as u64;
         let moved = others[usize::try_from(at).unwrap_or(0)];
         tracing::debug!(
-            from = %self.config.instances[idx].id,
-            to = %self.config.instances[moved].id,
+            from = %req.site.instance_id(idx),
+            to = %req.site.instance_id(moved),
             transport = stream.as_str(),
             "instance unreachable over this transport: new dialog moved"
         );
@@ -393,12 +394,13 @@ impl Core {
     /// Forward to a configured instance, over TCP or UDP.
     fn to_instance(
         &self,
+        req: &Request<'_>,
         idx: usize,
         tcp: bool,
         record_route: Option<usize>,
         on_purpose: Option<OnPurpose>,
     ) -> Decision {
-        match self.config.instances.get(idx).and_then(|i| i.sip) {
+        match req.site.config.instances.get(idx).and_then(|i| i.sip) {
             Some(addr) => Decision::Forward {
                 hop: Hop {
                     instance: Some(idx),
@@ -421,7 +423,8 @@ impl Core {
     /// else UDP when the listener serves it (a host name: RFC 3263 decides).
     fn outside_hop(&self, uri: &SipUri<'_>, req: &Request<'_>) -> Result<Hop, Decision> {
         let unroutable = || Decision::refuse(404, "Unroutable Request-URI", "unroutable");
-        let listener = self
+        let listener = req
+            .site
             .listeners
             .get(req.inbound.listener())
             .ok_or_else(unroutable)?;
@@ -438,7 +441,7 @@ impl Core {
         let Some(addr) = uri.socket_addr() else {
             return self.named_hop(uri, req, explicit.or(req.leg_tcp));
         };
-        if self.listeners.is_own(addr) {
+        if req.site.listeners.is_own(addr) {
             return Err(unroutable()); // a loop through ourselves
         }
         let want_tcp = explicit.or(req.leg_tcp).unwrap_or(false);
