@@ -95,7 +95,12 @@ impl Bans {
                     return Some(Arc::clone(t));
                 }
                 let entries = old.map(|t| Sources {
-                    map: t.entries.lock().unwrap_or_else(|p| p.into_inner()).map.clone(),
+                    map: t
+                        .entries
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .map
+                        .clone(),
                     last_sweep: None,
                 });
                 if l.auth_ban.enabled() {

@@ -113,8 +113,13 @@ async fn main() -> anyhow::Result<()> {
     let snapshot = args.work_snapshot.as_deref().and_then(take_snapshot);
     let gate = Gate::start_awaiting_view(config.clone(), drain.clone(), shutdown.clone()).await?;
     restore_snapshot(gate.core(), snapshot);
-    reload_on_sighup(gate.tls_reload(), gate.reloader(), notify.clone(), gate.core().clone())
-        .context("watching SIGHUP")?;
+    reload_on_sighup(
+        gate.tls_reload(),
+        gate.reloader(),
+        notify.clone(),
+        gate.core().clone(),
+    )
+    .context("watching SIGHUP")?;
     let core = gate.core().clone();
     let admin_addr = args.admin.unwrap_or(config.admin.gate_bind);
     let (admin_task, node, admin_addr) = serve_admin(

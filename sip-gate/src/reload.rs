@@ -171,7 +171,12 @@ pub fn gate_restart_only(old: &SiteConfig, new: &SiteConfig) -> Vec<String> {
             "[overload] udp_workers, udp_rcvbuf_bytes or max_transactions: sockets and the transaction table are made at start",
         ),
     ];
-    why.extend(sections.iter().filter(|(d, _)| *d).map(|(_, w)| w.to_string()));
+    why.extend(
+        sections
+            .iter()
+            .filter(|(d, _)| *d)
+            .map(|(_, w)| w.to_string()),
+    );
     why
 }
 

@@ -84,11 +84,7 @@ impl Site {
         };
         let overload = match prev.filter(same_limits) {
             Some(p) => Arc::clone(&p.overload),
-            None => Arc::new(Overload::new(
-                &config.overload,
-                config.accounts.len(),
-                now,
-            )),
+            None => Arc::new(Overload::new(&config.overload, config.accounts.len(), now)),
         };
         Ok(Site {
             bans: Bans::reloaded(&config, prev.map(|p| &p.bans)),

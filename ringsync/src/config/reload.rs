@@ -33,7 +33,9 @@ pub fn restart_only(old: &SiteConfig, new: &SiteConfig) -> Vec<String> {
         ));
     }
     if old.site.secret != new.site.secret {
-        why.push("[site] secret: it seals the Record-Route tokens of the dialogs in progress".into());
+        why.push(
+            "[site] secret: it seals the Record-Route tokens of the dialogs in progress".into(),
+        );
     }
     if old.store != new.store {
         why.push("[store]: the node follows the store it opened at start".into());

@@ -44,7 +44,11 @@ impl Core {
         }
         let peer = req.inbound.peer().ip();
         Some(
-            match req.site.bans.banned(req.inbound.listener(), peer, req.now)? {
+            match req
+                .site
+                .bans
+                .banned(req.inbound.listener(), peer, req.now)?
+            {
                 AccessAction::Reject => Decision::Refuse {
                     reply: Reply::reason(403, "Forbidden"),
                     why: "auth_banned",
@@ -67,11 +71,17 @@ impl Core {
         let shared = req.origin.is_some() || req.site.policy.trunk(req.listener.leg, peer.ip());
         let source = (!shared).then_some(peer.ip());
         let account = if req.site.overload.limits_accounts() && req.from_instance.is_none() {
-            req.site.policy.account(req.listener.leg, req.msg, peer.ip())
+            req.site
+                .policy
+                .account(req.listener.leg, req.msg, peer.ip())
         } else {
             None
         };
-        match req.site.overload.admit(req.behind, source, account, req.now) {
+        match req
+            .site
+            .overload
+            .admit(req.behind, source, account, req.now)
+        {
             Verdict::Pass => None,
             Verdict::Reject(why) => Some(Decision::Refuse {
                 reply: overload_reply(why, req.site.overload.retry_after()),
@@ -91,13 +101,13 @@ impl Core {
 /// The 503 of an overload refusal, with the site's Retry-After.
 fn overload_reply(why: Why, retry_after: u32) -> Reply<'static> {
     let reason = match why {
-            Why::Source | Why::Account => "Rate Limited",
-            Why::Deadline | Why::Capacity | Why::Transactions => "Overloaded",
-        };
-        Reply {
-            code: 503,
-            reason: Some(reason),
-            retry_after: Some(retry_after),
-            extra: &[],
-        }
+        Why::Source | Why::Account => "Rate Limited",
+        Why::Deadline | Why::Capacity | Why::Transactions => "Overloaded",
+    };
+    Reply {
+        code: 503,
+        reason: Some(reason),
+        retry_after: Some(retry_after),
+        extra: &[],
+    }
 }

@@ -190,7 +190,10 @@ impl Core {
         let Some(uri) = req.msg.request_uri().and_then(SipUri::parse) else {
             return;
         };
-        if !uri.socket_addr().is_some_and(|a| req.site.listeners.is_own(a)) {
+        if !uri
+            .socket_addr()
+            .is_some_and(|a| req.site.listeners.is_own(a))
+        {
             return;
         }
         if let Some(Ok(idx)) = uri.user.map(|user| self.open_token(req.msg, user, view)) {

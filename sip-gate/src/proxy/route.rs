@@ -289,26 +289,32 @@ impl Core {
         let (idx, routed) = match &req.listener.mode {
             Mode::Guard(idx) => (*idx, None),
             // R-ESG-5: a single-instance account stays on its home esg.
-            Mode::Balance(pool) => match req.site.policy.home_instance(req.listener, msg, peer.ip()) {
-                Some(home) => (home, Some(OnPurpose::SingleInstanceAccount)),
-                None => {
-                    let key = match req.method {
-                        Method::Register | Method::Subscribe | Method::Publish => {
-                            msg.to_uri().unwrap_or_default()
-                        }
-                        _ => msg.call_id().unwrap_or_default(),
-                    };
-                    match view.pick(pool, key) {
-                        Some(idx) => (
-                            self.reachable(req, view, pool, key, idx),
-                            Some(OnPurpose::AllDraining),
-                        ),
-                        None => {
-                            return Decision::refuse(503, "No Instance Available", "no_instance")
+            Mode::Balance(pool) => {
+                match req.site.policy.home_instance(req.listener, msg, peer.ip()) {
+                    Some(home) => (home, Some(OnPurpose::SingleInstanceAccount)),
+                    None => {
+                        let key = match req.method {
+                            Method::Register | Method::Subscribe | Method::Publish => {
+                                msg.to_uri().unwrap_or_default()
+                            }
+                            _ => msg.call_id().unwrap_or_default(),
+                        };
+                        match view.pick(pool, key) {
+                            Some(idx) => (
+                                self.reachable(req, view, pool, key, idx),
+                                Some(OnPurpose::AllDraining),
+                            ),
+                            None => {
+                                return Decision::refuse(
+                                    503,
+                                    "No Instance Available",
+                                    "no_instance",
+                                )
+                            }
                         }
                     }
                 }
-            },
+            }
         };
         let admitted =
             match req

@@ -97,7 +97,13 @@ pub(crate) fn spawn(
         udp,
         tls,
         tls_on: core.site().listeners.all().iter().map(|l| l.tls).collect(),
-        ws_on: core.site().listeners.all().iter().map(|l| l.ws.clone()).collect(),
+        ws_on: core
+            .site()
+            .listeners
+            .all()
+            .iter()
+            .map(|l| l.ws.clone())
+            .collect(),
         resolver,
         core: core.clone(),
         conns: DashMap::new(),
