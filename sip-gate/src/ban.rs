@@ -251,14 +251,51 @@ mod tests {
     use std::path::Path;
 
     fn bans(extra: &str) -> Bans {
+        Bans::reloaded(&site(extra), None)
+    }
+
+    fn site(extra: &str) -> SiteConfig {
         let text = format!(
             "[site]\nname = \"b\"\n[[server]]\nname = \"s\"\n[[instance]]\nid = \"sg-0\"\n\
              service = \"sg\"\nserver = \"s\"\nsip = \"127.0.0.1:5080\"\n[[listener]]\n\
              name = \"l\"\nbind = \"127.0.0.1:5060\"\nmode = \"guard\"\ninstance = \"sg-0\"\n\
              leg = \"subscriber\"\n[listener.auth_ban]\n{extra}"
         );
-        let cfg = SiteConfig::from_str_at(&text, Path::new("t.toml")).unwrap();
-        Bans::new(&cfg)
+        SiteConfig::from_str_at(&text, Path::new("t.toml")).unwrap()
+    }
+
+    /// R-SEC-3 across a reload (issue 27): unchanged settings keep the
+    /// table itself; new settings keep the bans in force and the counts;
+    /// bans turned off drop the table.
+    #[test]
+    fn r_sec_3_a_reload_keeps_the_bans_in_force() {
+        let b = bans("limit = 2
+ban_s = 60
+");
+        let t0 = Instant::now();
+        let (src, other): (IpAddr, IpAddr) =
+            ("192.0.2.9".parse().unwrap(), "192.0.2.10".parse().unwrap());
+        b.failure(0, src, t0);
+        b.failure(0, src, t0);
+        b.failure(0, other, t0);
+        let same = Bans::reloaded(&site("limit = 2
+ban_s = 60
+"), Some(&b));
+        assert!(Arc::ptr_eq(
+            same.table(0).unwrap(),
+            b.table(0).unwrap()
+        ));
+        let stricter = Bans::reloaded(&site("limit = 3
+ban_s = 60
+"), Some(&b));
+        assert_eq!(stricter.banned(0, src, t0), Some(AccessAction::Reject));
+        assert_eq!(stricter.banned(0, other, t0), None);
+        stricter.failure(0, other, t0);
+        stricter.failure(0, other, t0);
+        assert_eq!(stricter.banned(0, other, t0), Some(AccessAction::Reject), "1 + 2 = limit 3");
+        let off = Bans::reloaded(&site(""), Some(&stricter));
+        assert!(!off.any());
+        assert_eq!(off.banned(0, src, t0), None);
     }
 
     #[test]
