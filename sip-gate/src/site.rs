@@ -13,12 +13,11 @@ use std::time::Instant;
 use ringsync::config::SiteConfig;
 
 use crate::ban::Bans;
-use crate::listener::Listeners;
+use crate::listener::{Listeners, UnknownInstance};
 use crate::metrics::{self as m, InstanceGauges};
 use crate::origin::Origins;
 use crate::overload::Overload;
 use crate::policy::Policy;
-use crate::proxy::CoreError;
 
 /// The site file as the core uses it.
 pub(crate) struct Site {
@@ -62,8 +61,8 @@ impl Site {
         config: Arc<SiteConfig>,
         prev: Option<&Site>,
         now: Instant,
-    ) -> Result<Site, CoreError> {
-        let listeners = Listeners::new(&config).map_err(|e| CoreError::UnknownInstance(e.0))?;
+    ) -> Result<Site, UnknownInstance> {
+        let listeners = Listeners::new(&config)?;
         // Only SIP instances take new work through the gate.
         let new_work = config
             .instances

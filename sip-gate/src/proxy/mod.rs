@@ -195,7 +195,8 @@ impl Core {
     ) -> Result<Core, CoreError> {
         let now = Instant::now();
         let slots = config.instances.len() + SPARE_INSTANCES;
-        let site = Site::build(config.clone(), None, now)?;
+        let site = Site::build(config.clone(), None, now)
+            .map_err(|e| CoreError::UnknownInstance(e.0))?;
         m::register_at_start();
         Ok(Core {
             tokens: TokenKey::new(&config.site.secret),
@@ -251,7 +252,8 @@ impl Core {
                 slots: self.slots,
             });
         }
-        let site = Site::build(config.clone(), Some(&self.site.load()), Instant::now())?;
+        let site = Site::build(config.clone(), Some(&self.site.load()), Instant::now())
+            .map_err(|e| CoreError::UnknownInstance(e.0))?;
         self.work.set_instances(&config);
         self.site.store(Arc::new(site));
         self.drain.set_config(config);
