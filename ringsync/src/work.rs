@@ -118,6 +118,10 @@ pub struct WorkReport {
     /// Every instance this node routes to, by id. An instance it does not
     /// route to is absent: a node never reports a zero it does not know.
     pub instances: BTreeMap<String, InstanceWork>,
+    /// The short hash of the site file the node runs
+    /// ([`crate::config::file_hash`]); empty from a node that predates it.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub site_hash: String,
 }
 
 /// What one node knows of one instance.

@@ -269,30 +269,43 @@ mod tests {
     /// bans turned off drop the table.
     #[test]
     fn r_sec_3_a_reload_keeps_the_bans_in_force() {
-        let b = bans("limit = 2
+        let b = bans(
+            "limit = 2
 ban_s = 60
-");
+",
+        );
         let t0 = Instant::now();
         let (src, other): (IpAddr, IpAddr) =
             ("192.0.2.9".parse().unwrap(), "192.0.2.10".parse().unwrap());
         b.failure(0, src, t0);
         b.failure(0, src, t0);
         b.failure(0, other, t0);
-        let same = Bans::reloaded(&site("limit = 2
+        let same = Bans::reloaded(
+            &site(
+                "limit = 2
 ban_s = 60
-"), Some(&b));
-        assert!(Arc::ptr_eq(
-            same.table(0).unwrap(),
-            b.table(0).unwrap()
-        ));
-        let stricter = Bans::reloaded(&site("limit = 3
+",
+            ),
+            Some(&b),
+        );
+        assert!(Arc::ptr_eq(same.table(0).unwrap(), b.table(0).unwrap()));
+        let stricter = Bans::reloaded(
+            &site(
+                "limit = 3
 ban_s = 60
-"), Some(&b));
+",
+            ),
+            Some(&b),
+        );
         assert_eq!(stricter.banned(0, src, t0), Some(AccessAction::Reject));
         assert_eq!(stricter.banned(0, other, t0), None);
         stricter.failure(0, other, t0);
         stricter.failure(0, other, t0);
-        assert_eq!(stricter.banned(0, other, t0), Some(AccessAction::Reject), "1 + 2 = limit 3");
+        assert_eq!(
+            stricter.banned(0, other, t0),
+            Some(AccessAction::Reject),
+            "1 + 2 = limit 3"
+        );
         let off = Bans::reloaded(&site(""), Some(&stricter));
         assert!(!off.any());
         assert_eq!(off.banned(0, src, t0), None);

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use testbed::bins::{BinDir, Node};
 use testbed::fixture::{Mode, SiteFile};
-use testbed::{wait_for, Scenario, Sipp, SippHandle, SippReport, Transport};
+use testbed::{wait_for, Etcd, Scenario, Sipp, SippHandle, SippReport, Transport};
 
 fn ip(net: u8, host: u8) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(127, 127, net, host))
@@ -370,4 +370,132 @@ fn reload_refuses_a_new_bind_address_and_a_broken_file_and_keeps_the_old_config(
     for s in sgs {
         let _ = s.stop();
     }
+}
+
+/// A site on etcd whose call listener binds `127.127.3.1:0` (each gate
+/// gets its own port), plus `extra` lines.
+fn etcd_site(endpoints: &[String], extra: &str) -> String {
+    let eps: Vec<String> = endpoints.iter().map(|e| format!("\"{e}\"")).collect();
+    let net = 3;
+    let s = SiteFile::new("reload-3")
+        .servers(&["srv-0", "srv-1"])
+        .instance("sg-0", "sg", "srv-0", sip(net, 11))
+        .listener(
+            "calls",
+            SocketAddr::new(ip(net, 1), 0),
+            Mode::Balance("sg"),
+            "subscriber",
+            "",
+        )
+        .raw(extra);
+    let text = s.text().replace(
+        "[store]\nkind = \"embedded\"\npath = \"profiles.json\"\n",
+        &format!(
+            "[store]\nkind = \"etcd\"\nendpoints = [{}]\nprefix = \"/drain/reload3\"\n",
+            eps.join(", ")
+        ),
+    );
+    assert!(text.contains("kind = \"etcd\""), "{text}");
+    text
+}
+
+/// The `site_file` of `ringsync --json status` read with `site`.
+fn status_site_file(site: &Path) -> serde_json::Value {
+    let bins = BinDir::locate();
+    let st = testbed::bins::ringsync(&bins, site, &["status"]).unwrap();
+    st["site_file"].clone()
+}
+
+/// Issue 27: each gate reports the hash of the site file it runs (its
+/// metrics, its node record, `ringsync status`); two gates on different
+/// files make `status` warn (JSON and text), and the warning goes once the
+/// lagging gate reloads the file the other runs.
+#[test]
+fn status_warns_while_two_gates_run_different_site_files() {
+    BinDir::locate().program("ringsync").unwrap(); // built before any timing starts
+    let etcd = Etcd::single(ip(3, 10)).unwrap();
+    let eps = etcd.endpoints();
+    let dir = tempfile::tempdir().unwrap();
+    let old = etcd_site(&eps, "");
+    let new = etcd_site(
+        &eps,
+        "[[instance]]\nid = \"sg-1\"\nservice = \"sg\"\nserver = \"srv-1\"\nsip = \"127.127.3.12:5060\"\n",
+    );
+    let (old_hash, new_hash) = (
+        ringsync::config::file_hash(old.as_bytes()),
+        ringsync::config::file_hash(new.as_bytes()),
+    );
+    let file = |k: u8, text: &str| {
+        let d = dir.path().join(format!("g{k}"));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("site.toml"), text).unwrap();
+        d.join("site.toml")
+    };
+    let (f1, f2) = (file(1, &old), file(2, &new));
+    let gate = |k: u8, f: &Path| {
+        let mut g = Node::gate(f)
+            .admin(SocketAddr::new(ip(3, k), 9091))
+            .args(["--node", &format!("g{k}")])
+            .start()
+            .unwrap();
+        g.wait_ready().unwrap();
+        g
+    };
+    let (mut g1, mut g2) = (gate(1, &f1), gate(2, &f2));
+    let info = |g: &Node, h: &str| {
+        g.metric(&format!("ringsync_site_file_info{{hash=\"{h}\"}}"))
+            .unwrap()
+    };
+    assert_eq!(info(&g1, &old_hash), 1.0);
+    assert_eq!(info(&g2, &new_hash), 1.0);
+
+    let st = wait_for("both gates in status", Duration::from_secs(10), || {
+        let f = status_site_file(&f2);
+        (f["nodes"].as_object()?.len() == 2).then_some(f)
+    })
+    .unwrap();
+    assert_eq!(st["hash"], new_hash.as_str());
+    assert_eq!(st["nodes"][&old_hash], serde_json::json!(["g1"]), "{st}");
+    assert_eq!(st["nodes"][&new_hash], serde_json::json!(["g2"]), "{st}");
+    let warning = st["warning"].as_str().unwrap_or_default();
+    assert!(
+        warning.contains("do not run the same site file") && warning.contains(&old_hash),
+        "{st}"
+    );
+    let out = testbed::bins::command("ringsync")
+        .unwrap()
+        .arg("--config")
+        .arg(&f2)
+        .arg("status")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("warning: the nodes do not run the same site file"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("g1, profile revision 0, site file {old_hash}")),
+        "{text}"
+    );
+
+    // g1 takes the new file: one hash, no warning.
+    std::fs::write(&f1, &new).unwrap();
+    sighup(&g1, "applied");
+    assert_eq!(info(&g1, &new_hash), 1.0);
+    assert_eq!(info(&g1, &old_hash), 0.0, "the old hash's series goes to 0");
+    let st = wait_for("one site file in status", Duration::from_secs(10), || {
+        let f = status_site_file(&f2);
+        (f["nodes"].as_object()?.len() == 1).then_some(f)
+    })
+    .unwrap();
+    assert_eq!(
+        st["nodes"][&new_hash],
+        serde_json::json!(["g1", "g2"]),
+        "{st}"
+    );
+    assert!(st.get("warning").is_none(), "{st}");
+    g1.stop(Duration::from_secs(10));
+    g2.stop(Duration::from_secs(10));
+    drop(etcd);
 }

@@ -195,8 +195,8 @@ impl Core {
     ) -> Result<Core, CoreError> {
         let now = Instant::now();
         let slots = config.instances.len() + SPARE_INSTANCES;
-        let site = Site::build(config.clone(), None, now)
-            .map_err(|e| CoreError::UnknownInstance(e.0))?;
+        let site =
+            Site::build(config.clone(), None, now).map_err(|e| CoreError::UnknownInstance(e.0))?;
         m::register_at_start();
         Ok(Core {
             tokens: TokenKey::new(&config.site.secret),
