@@ -258,10 +258,12 @@ mod tests {
             },
         );
         NodeRecord {
+            site_hash: String::new(),
             id: id(NodeRole::Gate),
             view_revision: 3,
             freshness: Freshness::fresh(9),
             report: Some(WorkReport {
+                site_hash: String::new(),
                 site: "t".into(),
                 node: "n1".into(),
                 kind: NodeKind::Gate,
