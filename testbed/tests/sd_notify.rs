@@ -287,9 +287,11 @@ fn the_agent_says_ready_once_following_and_stopping_at_sigterm() {
             .unwrap(),
     );
     let ready = manager.until("READY=1");
+    // Issue 27: the agent names the site file it runs.
+    let hash = ringsync::config::file_hash(&std::fs::read(&site).unwrap());
     assert_eq!(
         status(&ready),
-        "following the handover records of bill/bill-b"
+        format!("following the handover records of bill/bill-b; site file {hash}")
     );
     assert_eq!(manager.count("WATCHDOG=1"), 0, "no watchdog asked for");
     let pid = agent.0.id().to_string();
