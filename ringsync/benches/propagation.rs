@@ -220,6 +220,7 @@ fn idle_report(node: &str) -> WorkReport {
         .collect();
     WorkReport {
         site_hash: String::new(),
+        backups: Vec::new(),
         site: "bench".into(),
         node: node.into(),
         kind: NodeKind::Gate,

@@ -218,6 +218,7 @@ mod tests {
     fn report() -> WorkReport {
         WorkReport {
             site_hash: String::new(),
+            backups: Vec::new(),
             site: "t".into(),
             node: "g1".into(),
             kind: NodeKind::Gate,

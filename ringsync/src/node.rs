@@ -264,6 +264,7 @@ mod tests {
             freshness: Freshness::fresh(9),
             report: Some(WorkReport {
                 site_hash: String::new(),
+                backups: Vec::new(),
                 site: "t".into(),
                 node: "n1".into(),
                 kind: NodeKind::Gate,

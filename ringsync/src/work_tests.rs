@@ -56,6 +56,7 @@ fn report(node: &str, kind: NodeKind, work: &[(&str, InstanceWork)]) -> NodeOutc
         kind,
         report: Ok(WorkReport {
             site_hash: String::new(),
+            backups: Vec::new(),
             site: "t".into(),
             node: node.into(),
             kind,

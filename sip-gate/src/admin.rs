@@ -201,5 +201,6 @@ pub fn report(core: &Core, node: &NodeInfo) -> WorkReport {
         generation: view.generation(),
         instances,
         site_hash: view.config().hash.clone(),
+        backups: core.backups_report(),
     }
 }

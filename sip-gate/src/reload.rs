@@ -128,7 +128,8 @@ fn with_bound_addresses(mut new: SiteConfig, running: &SiteConfig) -> SiteConfig
 /// shares: its listeners' sockets (name, bind and advertised address,
 /// transports, leg, WebSocket options: each is a bound socket, and the
 /// advertised address is in the Record-Routes of dialogs in progress),
-/// `[tls]` (its certificate is re-read on SIGHUP on its own), `[dns]` (the
+/// `[tls]` (its certificate is re-read on SIGHUP on its own), `[[pool]]`
+/// (the backups' state, R-HT-1), `[dns]` (the
 /// resolver is built at start), `[health]` (the prober's pace), `[work]`
 /// (the work book's tables and windows) and the `[overload]` settings of
 /// sockets and tables (UDP workers, receive buffer, transaction table).
@@ -162,6 +163,10 @@ pub fn gate_restart_only(old: &SiteConfig, new: &SiteConfig) -> Vec<String> {
     let sections = [
         (old.tls != new.tls, "[tls]: the TLS listeners' settings are read at start (SIGHUP re-reads the certificate files)"),
         (old.dns != new.dns, "[dns]: the resolver is built at start"),
+        (
+            old.pools != new.pools,
+            "[[pool]]: the health thresholds and backups (R-HT-1) are set up at start",
+        ),
         (old.health != new.health, "[health]: the prober is started with it"),
         (old.work != new.work, "[work]: the work book's tables and windows are sized at start"),
         (

@@ -21,6 +21,7 @@ mod limits;
 mod local;
 mod media;
 mod place;
+mod pool;
 mod raw;
 mod reload;
 mod sections;
@@ -44,6 +45,7 @@ pub use limits::{LimitAction, OverloadConfig};
 pub use local::{check_warnings, host_addresses, is_local, not_local, Binding, Daemon};
 pub use media::MediaConfig;
 pub use reload::{restart_only, ReloadRefused};
+pub use pool::{Pool, DEFAULT_HOLD_S};
 pub use tls::TlsConfig;
 pub use types::{
     Account, AccountMatch, AdminConfig, ApGroup, DnsConfig, DrainPolicy, Exception, HealthConfig,

@@ -96,6 +96,7 @@ impl TestSite {
 pub fn report(kind: NodeKind, node: &str, work: &[(&str, InstanceWork)]) -> WorkReport {
     WorkReport {
         site_hash: String::new(),
+        backups: Vec::new(),
         site: "t1".into(),
         node: node.into(),
         kind,

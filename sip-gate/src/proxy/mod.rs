@@ -157,6 +157,9 @@ pub struct Core {
     forwarded: Forwarded,
     /// Sources already logged for a flow Route they may not use (R-SEC-1).
     strangers: stranger::Strangers,
+    /// Pools under their health threshold send new dialogs to their
+    /// backup (R-HT-1).
+    backups: crate::backup::Backups,
 }
 
 impl std::fmt::Debug for Core {
@@ -219,6 +222,7 @@ impl Core {
             forwarded: Forwarded::new(),
             strangers: stranger::Strangers::default(),
             site: ArcSwap::from_pointee(site),
+            backups: crate::backup::Backups::new(&config),
         })
     }
 
@@ -258,6 +262,11 @@ impl Core {
         self.site.store(Arc::new(site));
         self.drain.set_config(config);
         Ok(())
+    }
+
+    /// The pools this gate sends to their backup, and why (R-HT-1).
+    pub(crate) fn backups_report(&self) -> Vec<ringsync::work::PoolBackup> {
+        self.backups.report()
     }
 
     /// How host names are resolved (`[dns]`, read at start only).
@@ -331,6 +340,8 @@ impl Core {
             }
         }
         self.work.sweep(now);
+        // R-HT-1: a pool whose hold is over comes back without traffic.
+        self.backups.check_all(&self.view(), now);
         m::transactions(self.txns.len());
         let (open, registered) = self.flow_table.counts(now);
         m::flows(open, registered);
