@@ -44,8 +44,8 @@ pub use error::ConfigError;
 pub use limits::{LimitAction, OverloadConfig};
 pub use local::{check_warnings, host_addresses, is_local, not_local, Binding, Daemon};
 pub use media::MediaConfig;
-pub use reload::{restart_only, ReloadRefused};
 pub use pool::{Pool, DEFAULT_HOLD_S};
+pub use reload::{restart_only, ReloadRefused};
 pub use tls::TlsConfig;
 pub use types::{
     Account, AccountMatch, AdminConfig, ApGroup, DnsConfig, DrainPolicy, Exception, HealthConfig,

@@ -302,24 +302,30 @@ impl Core {
         let (idx, routed) = match &req.listener.mode {
             Mode::Guard(idx) => (self.guard_to_backup(req, view, *idx), None),
             // R-ESG-5: a single-instance account stays on its home esg.
-            Mode::Balance(pool) => match req.site.policy.home_instance(req.listener, msg, peer.ip()) {
-                Some(home) => (home, Some(OnPurpose::SingleInstanceAccount)),
-                None => {
-                    let key = ring_key(req);
-                    // R-HT-1: the pool, or its backup while it is under
-                    // its threshold.
-                    let pool = self.backups.target(pool.as_str(), view, req.now);
-                    match view.pick_in_pool(pool, key) {
-                        Some(idx) => (
-                            self.reachable(req, view, pool, key, idx),
-                            Some(OnPurpose::AllDraining),
-                        ),
-                        None => {
-                            return Decision::refuse(503, "No Instance Available", "no_instance")
+            Mode::Balance(pool) => {
+                match req.site.policy.home_instance(req.listener, msg, peer.ip()) {
+                    Some(home) => (home, Some(OnPurpose::SingleInstanceAccount)),
+                    None => {
+                        let key = ring_key(req);
+                        // R-HT-1: the pool, or its backup while it is under
+                        // its threshold.
+                        let pool = self.backups.target(pool.as_str(), view, req.now);
+                        match view.pick_in_pool(pool, key) {
+                            Some(idx) => (
+                                self.reachable(req, view, pool, key, idx),
+                                Some(OnPurpose::AllDraining),
+                            ),
+                            None => {
+                                return Decision::refuse(
+                                    503,
+                                    "No Instance Available",
+                                    "no_instance",
+                                )
+                            }
                         }
                     }
                 }
-            },
+            }
         };
         let admitted =
             match req
