@@ -299,6 +299,7 @@ impl Controller {
             generated_ms: st.generated_ms,
             revision: view.revision(),
             generation: view.generation(),
+            site_hash: view.config().hash.clone(),
             instances,
         }
     }

@@ -80,6 +80,7 @@ fn stand_in_gate(ids: Vec<String>) {
                     ..Default::default()
                 };
                 let report = WorkReport {
+                    site_hash: String::new(),
                     site: "bench".into(),
                     node: "gate-1".into(),
                     kind: NodeKind::Gate,

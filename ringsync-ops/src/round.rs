@@ -33,6 +33,10 @@ pub struct NodeAnswer {
     /// since when (Unix ms). Known from the node registry only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stale_since_ms: Option<u64>,
+    /// The short hash of the site file it runs (from its report or its
+    /// record); absent when it gave none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub site_hash: Option<String>,
 }
 
 /// One asking of every node: what each answered, and the reports to sum.

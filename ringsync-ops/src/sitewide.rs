@@ -43,6 +43,7 @@ pub fn from_entries(entries: &[NodeEntry], now_ms: u64) -> Round {
                 started_ms: Some(r.started_ms),
                 error: None,
                 stale_since_ms: record.freshness.stale_since_ms,
+                site_hash: hash_of(&record.site_hash, &r.site_hash),
             },
             (_, report) => NodeAnswer {
                 kind: outcome.kind,
@@ -52,12 +53,25 @@ pub fn from_entries(entries: &[NodeEntry], now_ms: u64) -> Round {
                 started_ms: Some(e.id.started_ms),
                 error: report.as_ref().err().cloned(),
                 stale_since_ms: None,
+                site_hash: match &e.liveness {
+                    Liveness::Live { record } => hash_of(&record.site_hash, ""),
+                    _ => None,
+                },
             },
         };
         round.answers.push(answer);
         round.outcomes.push(outcome);
     }
     round
+}
+
+/// A node's site file hash: its record's, else its report's; `None` when
+/// it gave neither (a node that predates them).
+fn hash_of(record: &str, report: &str) -> Option<String> {
+    [record, report]
+        .into_iter()
+        .find(|h| !h.is_empty())
+        .map(str::to_owned)
 }
 
 /// A round in which the registry could not be read: every node known from

@@ -7,7 +7,7 @@
 //! of node, counts as a node that did not report: the instances it would
 //! count stay unknown (never `drained`), with its reason.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -78,6 +78,56 @@ pub struct SiteStatus {
     /// to their backup, per gate (R-HT-1); empty while none is.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub backups: Vec<work::PoolBackupFrom>,
+    /// The site file this status was made with, and whether the nodes run
+    /// it (issue 27).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub site_file: Option<SiteFile>,
+}
+
+/// Which site files a site's nodes run, by their short hashes
+/// (`ringsync::config::file_hash`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SiteFile {
+    /// The hash of the file this status was made with (the CLI's, or
+    /// `ringsync serve`'s).
+    pub hash: String,
+    /// Every hash a node reported, with the nodes that run it.
+    pub nodes: BTreeMap<String, Vec<String>>,
+    /// Set when the nodes and this status do not all run one file: what an
+    /// operator reads (a node not reloaded, or a file not copied).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warning: Option<String>,
+}
+
+impl SiteFile {
+    /// The site file of a status made with the file hashed `own`, over
+    /// these node answers.
+    pub fn of(own: &str, answers: &[NodeAnswer]) -> Option<SiteFile> {
+        let mut nodes: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for a in answers {
+            if let Some(h) = &a.site_hash {
+                let name = a.node.clone().unwrap_or_else(|| a.addr.to_string());
+                nodes.entry(h.clone()).or_default().push(name);
+            }
+        }
+        let differ = nodes.len() > 1 || nodes.keys().any(|h| h != own);
+        let warning = differ.then(|| {
+            let each: Vec<String> = nodes
+                .iter()
+                .map(|(h, n)| format!("{h} on {}", n.join(", ")))
+                .collect();
+            format!(
+                "the nodes do not run the same site file: {}; this status read {own} \
+                 (copy the file to every node and reload them: `systemctl reload`)",
+                each.join("; ")
+            )
+        });
+        Some(SiteFile {
+            hash: own.to_owned(),
+            nodes,
+            warning,
+        })
+    }
 }
 
 impl Round {
@@ -102,6 +152,7 @@ impl Round {
                     started_ms: Some(r.started_ms),
                     error: None,
                     stale_since_ms: None,
+                    site_hash: Some(r.site_hash.clone()).filter(|h| !h.is_empty()),
                 },
                 Err(e) => NodeAnswer {
                     kind: at.kind,
@@ -111,6 +162,7 @@ impl Round {
                     started_ms: None,
                     error: Some(e.clone()),
                     stale_since_ms: None,
+                    site_hash: None,
                 },
             };
             let node = answer.node.clone().unwrap_or_else(|| at.addr.to_string());
@@ -136,6 +188,7 @@ impl Round {
             store: None,
             engines: None,
             backups: work::backups(&self.outcomes),
+            site_file: SiteFile::of(&view.config().hash, &self.answers),
         }
     }
 }

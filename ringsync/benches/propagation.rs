@@ -219,6 +219,7 @@ fn idle_report(node: &str) -> WorkReport {
         .map(|id| (id.to_string(), InstanceWork::default()))
         .collect();
     WorkReport {
+        site_hash: String::new(),
         backups: Vec::new(),
         site: "bench".into(),
         node: node.into(),

@@ -34,7 +34,7 @@ impl Attached {
         drain: &Arc<DrainState>,
         shutdown: CancellationToken,
     ) -> Result<Attached, StoreError> {
-        let store = store::open(drain.config()).await?;
+        let store = store::open(&drain.config()).await?;
         drain.set_profiles(store.watch().borrow().clone());
         let freshness = store.freshness().borrow().clone();
         if freshness.is_stale() {

@@ -217,6 +217,7 @@ mod tests {
 
     fn report() -> WorkReport {
         WorkReport {
+            site_hash: String::new(),
             backups: Vec::new(),
             site: "t".into(),
             node: "g1".into(),

@@ -80,6 +80,10 @@ pub struct NodeRecord {
     /// Whether the node's view is current (R-MN-2).
     #[serde(default)]
     pub freshness: Freshness,
+    /// The short hash of the site file the node runs (every role, also
+    /// those that report no work); empty from a node that predates it.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub site_hash: String,
     /// Its work report (gates and media controllers).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub report: Option<WorkReport>,
@@ -254,10 +258,12 @@ mod tests {
             },
         );
         NodeRecord {
+            site_hash: String::new(),
             id: id(NodeRole::Gate),
             view_revision: 3,
             freshness: Freshness::fresh(9),
             report: Some(WorkReport {
+                site_hash: String::new(),
                 backups: Vec::new(),
                 site: "t".into(),
                 node: "n1".into(),

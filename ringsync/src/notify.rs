@@ -3,7 +3,8 @@
 //! daemon: `sip-gate`, `media-ctl`, `ringsync serve` and `ringsync agent`.
 //!
 //! Each daemon says `READY=1` once its sockets are bound and its drain view
-//! is loaded (what its `/readyz` waits for too), `STOPPING=1` when a signal
+//! is loaded (what its `/readyz` waits for too), `RELOADING=1` then
+//! `READY=1` around a reload of the site file, `STOPPING=1` when a signal
 //! starts its stop, and keeps `STATUS=` to its phase and the drain view
 //! revision it runs (`systemctl status` shows that line). When the unit sets
 //! `WatchdogSec=`, a task sends `WATCHDOG=1` every half `WATCHDOG_USEC`
@@ -82,6 +83,17 @@ impl Notifier {
     pub fn ready(&self, phase: impl Into<String>) {
         self.set_phase(phase.into());
         self.send(&[NotifyState::Ready]);
+    }
+
+    /// `RELOADING=1` (with `MONOTONIC_USEC=`, which systemd wants with it)
+    /// and `STATUS=` with `phase`: call when a reload of the site file
+    /// begins, and [`Notifier::ready`] when it ended, applied or not.
+    pub fn reloading(&self, phase: impl Into<String>) {
+        self.set_phase(phase.into());
+        match NotifyState::monotonic_usec_now() {
+            Ok(now) => self.send(&[NotifyState::Reloading, now]),
+            Err(_) => self.send(&[NotifyState::Reloading]),
+        }
     }
 
     /// `STOPPING=1` and `STATUS=` with `phase`: call when the stop begins,

@@ -41,6 +41,7 @@ pub fn spawn(
             id: id.clone(),
             view_revision: state.view().revision(),
             freshness: (*state.freshness()).clone(),
+            site_hash: state.config().hash.clone(),
             report: report(),
         };
         let mut published: Option<NodeRecord> = None;

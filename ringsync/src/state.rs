@@ -28,12 +28,15 @@ const NO_WORK: u64 = u64::MAX;
 
 /// The live handle: the current view plus what it is built from.
 pub struct DrainState {
-    config: Arc<SiteConfig>,
+    /// Swapped whole by [`DrainState::set_config`] (a site file reloaded).
+    config: ArcSwap<SiteConfig>,
     current: ArcSwap<DrainView>,
     tx: watch::Sender<Arc<DrainView>>,
     inputs: Mutex<Inputs>,
-    /// Exact work counts, updated on every report without a rebuild.
-    work: Box<[AtomicU64]>,
+    /// Exact work counts, updated on every report without a rebuild; a
+    /// longer copy replaces it when a reload adds instances (a report
+    /// that lands on the old one meanwhile is repeated by the next).
+    work: ArcSwap<Vec<AtomicU64>>,
     freshness: ArcSwap<Freshness>,
     /// Profile sets applied that differed from the one before.
     updates: AtomicU64,
@@ -67,14 +70,15 @@ impl DrainState {
             .with_generation(inputs.generation),
         );
         let (tx, _) = watch::channel(view.clone());
+        site_file_info(&config, 1.0);
         Arc::new(DrainState {
             current: ArcSwap::new(view),
             tx,
             inputs: Mutex::new(inputs),
-            work: (0..n).map(|_| AtomicU64::new(NO_WORK)).collect(),
+            work: ArcSwap::from_pointee((0..n).map(|_| AtomicU64::new(NO_WORK)).collect()),
             freshness: ArcSwap::from_pointee(Freshness::default()),
             updates: AtomicU64::new(0),
-            config,
+            config: ArcSwap::new(config),
         })
     }
 
@@ -89,9 +93,35 @@ impl DrainState {
         self.tx.subscribe()
     }
 
-    /// The site configuration.
-    pub fn config(&self) -> &Arc<SiteConfig> {
-        &self.config
+    /// The site configuration in force.
+    pub fn config(&self) -> Arc<SiteConfig> {
+        self.config.load_full()
+    }
+
+    /// Takes a site file read again, which the caller checked with
+    /// [`crate::config::restart_only`]: the instances of the old config
+    /// keep their index, new ones come after. The view is rebuilt at once:
+    /// whoever loads it next sees the new instances, rings and servers; the
+    /// new instances' health and work start unknown.
+    pub fn set_config(&self, config: Arc<SiteConfig>) {
+        let n = config.instances.len();
+        let mut inputs = self.lock();
+        inputs.health.resize(n, Health::Unknown);
+        inputs.work.resize(n, None);
+        let old = self.work.load();
+        if old.len() < n {
+            let grown = (0..n)
+                .map(|i| {
+                    let w = old.get(i).map_or(NO_WORK, |a| a.load(Ordering::Relaxed));
+                    AtomicU64::new(w)
+                })
+                .collect();
+            self.work.store(Arc::new(grown));
+        }
+        site_file_info(&self.config.load(), 0.0);
+        site_file_info(&config, 1.0);
+        self.config.store(config);
+        self.rebuild(&mut inputs);
     }
 
     /// Applies a new profile set (R-PR-2). Ignored if it is the one applied.
@@ -146,10 +176,10 @@ impl DrainState {
     /// atomic ([`DrainState::work`]); the view is rebuilt only when the count
     /// crosses zero, which is what turns `draining` into `drained` (R-ST-1).
     pub fn set_work(&self, idx: usize, work: u64) {
-        let Some(slot) = self.work.get(idx) else {
-            return;
-        };
-        slot.store(work.min(NO_WORK - 1), Ordering::Relaxed);
+        match self.work.load().get(idx) {
+            Some(slot) => slot.store(work.min(NO_WORK - 1), Ordering::Relaxed),
+            None => return,
+        }
         let mut inputs = self.lock();
         let Some(cur) = inputs.work.get_mut(idx) else {
             return;
@@ -169,10 +199,10 @@ impl DrainState {
     /// `drained` on this state's word (R-ST-3). Rebuilds only if a count was
     /// known before.
     pub fn clear_work(&self, idx: usize) {
-        let Some(slot) = self.work.get(idx) else {
-            return;
-        };
-        slot.store(NO_WORK, Ordering::Relaxed);
+        match self.work.load().get(idx) {
+            Some(slot) => slot.store(NO_WORK, Ordering::Relaxed),
+            None => return,
+        }
         let mut inputs = self.lock();
         match inputs.work.get_mut(idx) {
             Some(cur) if cur.is_some() => *cur = None,
@@ -183,7 +213,7 @@ impl DrainState {
 
     /// The last work count reported for an instance.
     pub fn work(&self, idx: usize) -> Option<u64> {
-        let w = self.work.get(idx)?.load(Ordering::Relaxed);
+        let w = self.work.load().get(idx)?.load(Ordering::Relaxed);
         (w != NO_WORK).then_some(w)
     }
 
@@ -245,7 +275,7 @@ impl DrainState {
         inputs.generation += 1;
         let view = Arc::new(
             DrainView::build(
-                self.config.clone(),
+                self.config.load_full(),
                 &inputs.profiles,
                 &inputs.health,
                 &inputs.work,
@@ -255,6 +285,13 @@ impl DrainState {
         self.current.store(view.clone());
         self.tx.send_replace(view);
     }
+}
+
+/// `ringsync_site_file_info{hash} 1`: the site file this node runs (its
+/// short hash, [`crate::config::file_hash`]); a reload sets the old hash's
+/// series to 0, so a query keeps `== 1`.
+fn site_file_info(config: &SiteConfig, value: f64) {
+    metrics::gauge!("ringsync_site_file_info", "hash" => config.hash.clone()).set(value);
 }
 
 #[cfg(test)]

@@ -127,6 +127,10 @@ pub struct WorkReport {
     /// Every instance this node routes to, by id. An instance it does not
     /// route to is absent: a node never reports a zero it does not know.
     pub instances: BTreeMap<String, InstanceWork>,
+    /// The short hash of the site file the node runs
+    /// ([`crate::config::file_hash`]); empty from a node that predates it.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub site_hash: String,
     /// The pools whose new dialogs this node sends to their backup (a
     /// gate, R-HT-1), and why. Absent from reports of nodes that route no
     /// new dialogs or know no backups: none.

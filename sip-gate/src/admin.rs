@@ -46,7 +46,7 @@ pub const BANS_PATH: &str = "/v1/bans";
 
 /// `GET /v1/bans`: the bans in force on this node.
 async fn bans(State(s): State<AdminState>) -> Json<Vec<crate::BanInfo>> {
-    Json(s.core.bans().list(Instant::now()))
+    Json(s.core.site().bans.list(Instant::now()))
 }
 
 /// `DELETE /v1/bans/{ip}`: lifts the bans of one source on every listener
@@ -58,7 +58,7 @@ async fn lift_ban(State(s): State<AdminState>, Path(ip): Path<String>) -> impl I
             format!("`{ip}` is not an IP address\n"),
         );
     };
-    match s.core.bans().lift(addr, Instant::now()) {
+    match s.core.site().bans.lift(addr, Instant::now()) {
         0 => (StatusCode::NOT_FOUND, format!("{addr} is not banned\n")),
         n => (StatusCode::OK, format!("lifted {n} ban(s) of {addr}\n")),
     }
@@ -91,7 +91,7 @@ pub fn router(core: Arc<Core>, node: NodeInfo, prometheus: Option<PrometheusHand
     // The admin port is otherwise read-only (R-PR-1). Lifting a ban is its
     // one write, routed only on a site that turned bans on: the worst it
     // can do is shorten a ban (R-SEC-3).
-    if core.bans().any() {
+    if core.site().bans.any() {
         r = r.route("/v1/bans/{ip}", delete(lift_ban));
     }
     r.with_state(AdminState {
@@ -202,6 +202,7 @@ pub fn report(core: &Core, node: &NodeInfo) -> WorkReport {
         revision: view.revision(),
         generation: view.generation(),
         instances,
+        site_hash: view.config().hash.clone(),
         backups: core.backups_report(),
     }
 }

@@ -13,7 +13,7 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ringsync::config::{AccessAction, AuthBan, SiteConfig};
@@ -72,16 +72,37 @@ pub struct BanInfo {
 /// Every listener's ban table, indexed like the listeners.
 #[derive(Debug)]
 pub(crate) struct Bans {
-    tables: Vec<Option<Table>>,
+    /// Shared with the `Bans` a reload builds, for a listener whose
+    /// `[listener.auth_ban]` did not change: its bans and counts go on.
+    tables: Vec<Option<Arc<Table>>>,
 }
 
 impl Bans {
-    /// One table per listener with bans on.
-    pub(crate) fn new(config: &SiteConfig) -> Bans {
+    /// One table per listener with bans on. When the site is a reloaded
+    /// file, `prev` holds the tables in force, whose listeners are those of
+    /// `prev`'s, in the same order (a reload never changes the set): a
+    /// listener whose `[listener.auth_ban]` is unchanged keeps its table;
+    /// one whose settings changed gets a new table holding the bans and
+    /// counts in force (a ban never ends early because a limit changed).
+    pub(crate) fn reloaded(config: &SiteConfig, prev: Option<&Bans>) -> Bans {
         let tables = config
             .listeners
             .iter()
-            .map(|l| {
+            .enumerate()
+            .map(|(i, l)| {
+                let old = prev.and_then(|p| p.table(i));
+                if let Some(t) = old.filter(|t| t.cfg == l.auth_ban) {
+                    return Some(Arc::clone(t));
+                }
+                let entries = old.map(|t| Sources {
+                    map: t
+                        .entries
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .map
+                        .clone(),
+                    last_sweep: None,
+                });
                 if l.auth_ban.enabled() {
                     // Exported from the start: a counter first seen at 1
                     // shows no increase in Prometheus.
@@ -89,10 +110,12 @@ impl Bans {
                         metrics::counter!(name, "listener" => l.name.clone()).increment(0);
                     }
                 }
-                l.auth_ban.enabled().then(|| Table {
-                    name: l.name.clone(),
-                    cfg: l.auth_ban.clone(),
-                    entries: Mutex::new(Sources::default()),
+                l.auth_ban.enabled().then(|| {
+                    Arc::new(Table {
+                        name: l.name.clone(),
+                        cfg: l.auth_ban.clone(),
+                        entries: Mutex::new(entries.unwrap_or_default()),
+                    })
                 })
             })
             .collect();
@@ -104,7 +127,7 @@ impl Bans {
         self.tables.iter().any(Option::is_some)
     }
 
-    fn table(&self, listener: usize) -> Option<&Table> {
+    fn table(&self, listener: usize) -> Option<&Arc<Table>> {
         self.tables.get(listener).and_then(Option::as_ref)
     }
 
@@ -228,14 +251,64 @@ mod tests {
     use std::path::Path;
 
     fn bans(extra: &str) -> Bans {
+        Bans::reloaded(&site(extra), None)
+    }
+
+    fn site(extra: &str) -> SiteConfig {
         let text = format!(
             "[site]\nname = \"b\"\n[[server]]\nname = \"s\"\n[[instance]]\nid = \"sg-0\"\n\
              service = \"sg\"\nserver = \"s\"\nsip = \"127.0.0.1:5080\"\n[[listener]]\n\
              name = \"l\"\nbind = \"127.0.0.1:5060\"\nmode = \"guard\"\ninstance = \"sg-0\"\n\
              leg = \"subscriber\"\n[listener.auth_ban]\n{extra}"
         );
-        let cfg = SiteConfig::from_str_at(&text, Path::new("t.toml")).unwrap();
-        Bans::new(&cfg)
+        SiteConfig::from_str_at(&text, Path::new("t.toml")).unwrap()
+    }
+
+    /// R-SEC-3 across a reload (issue 27): unchanged settings keep the
+    /// table itself; new settings keep the bans in force and the counts;
+    /// bans turned off drop the table.
+    #[test]
+    fn r_sec_3_a_reload_keeps_the_bans_in_force() {
+        let b = bans(
+            "limit = 2
+ban_s = 60
+",
+        );
+        let t0 = Instant::now();
+        let (src, other): (IpAddr, IpAddr) =
+            ("192.0.2.9".parse().unwrap(), "192.0.2.10".parse().unwrap());
+        b.failure(0, src, t0);
+        b.failure(0, src, t0);
+        b.failure(0, other, t0);
+        let same = Bans::reloaded(
+            &site(
+                "limit = 2
+ban_s = 60
+",
+            ),
+            Some(&b),
+        );
+        assert!(Arc::ptr_eq(same.table(0).unwrap(), b.table(0).unwrap()));
+        let stricter = Bans::reloaded(
+            &site(
+                "limit = 3
+ban_s = 60
+",
+            ),
+            Some(&b),
+        );
+        assert_eq!(stricter.banned(0, src, t0), Some(AccessAction::Reject));
+        assert_eq!(stricter.banned(0, other, t0), None);
+        stricter.failure(0, other, t0);
+        stricter.failure(0, other, t0);
+        assert_eq!(
+            stricter.banned(0, other, t0),
+            Some(AccessAction::Reject),
+            "1 + 2 = limit 3"
+        );
+        let off = Bans::reloaded(&site(""), Some(&stricter));
+        assert!(!off.any());
+        assert_eq!(off.banned(0, src, t0), None);
     }
 
     #[test]

@@ -18,6 +18,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::lifecycle::Lifecycle;
 use crate::proxy::{Core, CoreError};
+use crate::reload::Reloader;
 use crate::transport::{self, BoundListener, TlsReload, TlsSide};
 
 /// How often a stopping gate looks at its transaction table.
@@ -51,6 +52,7 @@ pub struct Gate {
     tracker: TaskTracker,
     threads: Vec<std::thread::JoinHandle<()>>,
     tls: Option<Arc<TlsSide>>,
+    reloader: Arc<Reloader>,
 }
 
 /// How [`Gate::drain`] ended.
@@ -91,14 +93,16 @@ impl Gate {
         drain: Arc<DrainState>,
         shutdown: CancellationToken,
     ) -> Result<Gate, GateError> {
+        let file = config.clone();
         let (config, bound) = transport::bind(config).await?;
-        Gate::start_bound(Arc::new(config), bound, drain, shutdown)
+        Gate::start_bound(Arc::new(config), file, bound, drain, shutdown)
     }
 
     /// Starts serving on listeners that are already bound; `config` must hold
     /// their actual addresses (as [`transport::bind`] returns it).
     fn start_bound(
         config: Arc<SiteConfig>,
+        file: SiteConfig,
         bound: Vec<BoundListener>,
         drain: Arc<DrainState>,
         shutdown: CancellationToken,
@@ -125,6 +129,7 @@ impl Gate {
             tracing::info!(listener = %l.name, bind = %l.bind, advertise = %l.advertise, transports = ?l.transports, mode = ?l.mode, leg = ?l.leg, "listening");
         }
         Ok(Gate {
+            reloader: Arc::new(Reloader::new(core.clone(), file)),
             core,
             config,
             shutdown,
@@ -140,7 +145,13 @@ impl Gate {
         self.tls.clone().map(TlsReload)
     }
 
-    /// The config with the addresses actually bound.
+    /// What reloads the site file (the binary calls it on SIGHUP).
+    pub fn reloader(&self) -> Arc<Reloader> {
+        self.reloader.clone()
+    }
+
+    /// The config it started with, at the addresses actually bound (a
+    /// reload's is [`Core::config`]).
     pub fn config(&self) -> &Arc<SiteConfig> {
         &self.config
     }

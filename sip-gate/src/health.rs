@@ -67,15 +67,15 @@ impl HealthBook {
 /// core fills with answers, and the address the probes come from.
 #[derive(Clone)]
 pub(crate) struct Prober {
-    pub(crate) config: Arc<SiteConfig>,
+    /// Its config is read each round: a reload's new instances are probed.
     pub(crate) drain: Arc<DrainState>,
     pub(crate) book: Arc<HealthBook>,
     /// Advertised address of the listener whose UDP socket sends the probes.
     pub(crate) from: SocketAddr,
 }
 
-fn probe(p: &Prober, idx: usize, seq: u64) -> Option<(Bytes, SocketAddr)> {
-    let to = p.config.instances.get(idx)?.sip?;
+fn probe(p: &Prober, config: &SiteConfig, idx: usize, seq: u64) -> Option<(Bytes, SocketAddr)> {
+    let to = config.instances.get(idx)?.sip?;
     let host = p.from.to_string();
     let target = to.to_string();
     let text = format!(
@@ -131,20 +131,13 @@ fn log_change(config: &SiteConfig, idx: usize, health: Health, fails: u32) {
 /// per round. Nothing here runs on the forwarding path: the UDP workers only
 /// record an answer (an atomic max) and read the view the health feeds.
 pub(crate) async fn run(p: Prober, socket: Arc<UdpSocket>, shutdown: CancellationToken) {
-    let cfg = p.config.health.clone();
+    // `[health]` is read at start: a reload may not change it.
+    let cfg = p.drain.config().health.clone();
     if cfg.interval_ms == 0 {
         return;
     }
-    let targets: Vec<usize> = p
-        .config
-        .instances
-        .iter()
-        .enumerate()
-        .filter(|(_, i)| i.sip.is_some())
-        .map(|(n, _)| n)
-        .collect();
-    let mut fails = vec![0u32; p.config.instances.len()];
-    let mut last = vec![Health::Unknown; p.config.instances.len()];
+    let mut fails = Vec::new();
+    let mut last = Vec::new();
     let mut tick = tokio::time::interval(Duration::from_millis(cfg.interval_ms));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut seq = 0u64;
@@ -154,8 +147,18 @@ pub(crate) async fn run(p: Prober, socket: Arc<UdpSocket>, shutdown: Cancellatio
             _ = tick.tick() => {}
         }
         seq += 1;
+        let config = p.drain.config();
+        let targets: Vec<usize> = config
+            .instances
+            .iter()
+            .enumerate()
+            .filter(|(_, i)| i.sip.is_some())
+            .map(|(n, _)| n)
+            .collect();
+        fails.resize(config.instances.len(), 0u32);
+        last.resize(config.instances.len(), Health::Unknown);
         for &idx in &targets {
-            if let Some((bytes, to)) = probe(&p, idx, seq) {
+            if let Some((bytes, to)) = probe(&p, &config, idx, seq) {
                 send_now(&socket, &bytes, to);
             }
         }
@@ -175,7 +178,7 @@ pub(crate) async fn run(p: Prober, socket: Arc<UdpSocket>, shutdown: Cancellatio
                 Health::Down
             };
             if last[idx] != health {
-                log_change(&p.config, idx, health, fails[idx]);
+                log_change(&config, idx, health, fails[idx]);
                 last[idx] = health;
             }
             p.drain.set_health(idx, health);

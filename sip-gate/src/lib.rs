@@ -44,6 +44,7 @@ mod policy;
 mod proxy;
 mod reach;
 mod reply;
+mod site;
 mod token;
 mod txn;
 mod work;
@@ -60,6 +61,7 @@ pub use ban::BanInfo;
 pub mod admin;
 pub mod announce;
 mod gate;
+pub mod reload;
 mod transport;
 mod view_log;
 

@@ -119,7 +119,7 @@ impl Lifecycle {
     }
 
     /// Whether the drain view is loaded ([`Lifecycle::view_loaded`]).
-    pub(crate) fn is_view_loaded(&self) -> bool {
+    pub fn is_view_loaded(&self) -> bool {
         self.view_loaded.load(Ordering::Relaxed)
     }
 

@@ -21,6 +21,7 @@ use ringsync::notify::Notifier;
 use ringsync::state::DrainState;
 use sip_gate::admin::NodeInfo;
 use sip_gate::cli::{AnnounceArgs, Args, Sub};
+use sip_gate::reload::Reloader;
 use sip_gate::{Core, Gate, WorkSnapshot};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -112,7 +113,13 @@ async fn main() -> anyhow::Result<()> {
     let snapshot = args.work_snapshot.as_deref().and_then(take_snapshot);
     let gate = Gate::start_awaiting_view(config.clone(), drain.clone(), shutdown.clone()).await?;
     restore_snapshot(gate.core(), snapshot);
-    reload_on_sighup(gate.tls_reload()).context("watching SIGHUP")?;
+    reload_on_sighup(
+        gate.tls_reload(),
+        gate.reloader(),
+        notify.clone(),
+        gate.core().clone(),
+    )
+    .context("watching SIGHUP")?;
     let core = gate.core().clone();
     let admin_addr = args.admin.unwrap_or(config.admin.gate_bind);
     let (admin_task, node, admin_addr) = serve_admin(
@@ -289,28 +296,73 @@ fn save_snapshot(core: &Core, path: Option<&std::path::Path>, clean: bool) {
     }
 }
 
-/// SIGHUP reads the `[tls]` certificate and key again (a pair that does
-/// not load keeps the one in force); without `[tls]` it is logged and
-/// ignored, never the default (exit).
-fn reload_on_sighup(tls: Option<sip_gate::TlsReload>) -> std::io::Result<()> {
+/// SIGHUP (`systemctl reload`) reads the `[tls]` certificate and key
+/// again (a pair that does not load keeps the one in force), then the site
+/// file ([`reload_site`]); never the default (exit).
+fn reload_on_sighup(
+    tls: Option<sip_gate::TlsReload>,
+    reloader: Arc<Reloader>,
+    notify: Notifier,
+    core: Arc<Core>,
+) -> std::io::Result<()> {
+    for result in ["applied", "unchanged", "refused", "invalid"] {
+        metrics::counter!(RELOADS, "result" => result).increment(0);
+    }
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
         let mut hup = signal(SignalKind::hangup())?;
         tokio::spawn(async move {
             while hup.recv().await.is_some() {
-                match &tls {
-                    Some(t) => {
-                        t.reload();
-                    }
-                    None => tracing::info!("SIGHUP: no [tls] to reload"),
+                if let Some(t) = &tls {
+                    t.reload();
                 }
+                // Off the runtime's workers: it reads a file.
+                let (r, n, c) = (reloader.clone(), notify.clone(), core.clone());
+                let _ = tokio::task::spawn_blocking(move || reload_site(&r, &n, &c)).await;
             }
         });
     }
     #[cfg(not(unix))]
-    drop(tls);
+    drop((tls, reloader, notify, core));
     Ok(())
+}
+
+/// `sipgate_config_reloads_total{result}`: `applied`, `unchanged` (the
+/// file means what the config in force means), `refused` (a change only a
+/// restart makes) or `invalid` (the file does not load).
+const RELOADS: &str = "sipgate_config_reloads_total";
+
+/// Reloads the site file, told to systemd (`RELOADING=1`, then `READY=1`
+/// once the gate was ready before), counted and logged with how long it
+/// took; a refused or broken file leaves the config in force, whole.
+fn reload_site(reloader: &Reloader, notify: &Notifier, core: &Core) {
+    notify.reloading("reloading the site file");
+    let result = reloader.reload();
+    let status = match &result {
+        Ok(r) => {
+            let label = if r.changed { "applied" } else { "unchanged" };
+            metrics::counter!(RELOADS, "result" => label).increment(1);
+            metrics::gauge!("sipgate_config_reload_seconds").set(r.took.as_secs_f64());
+            tracing::info!(
+                hash = %r.hash,
+                changed = r.changed,
+                took_us = r.took.as_micros() as u64,
+                "site file reloaded"
+            );
+            format!("serving; site file {} reloaded", r.hash)
+        }
+        Err(e) => {
+            metrics::counter!(RELOADS, "result" => e.label()).increment(1);
+            tracing::warn!(error = %e, "site file not reloaded: the config in force stays, whole");
+            format!("serving; site file reload refused: {e}")
+        }
+    };
+    if core.lifecycle().is_view_loaded() {
+        notify.ready(status);
+    } else {
+        notify.phase("starting: loading the drain view from the store");
+    }
 }
 
 /// SIGTERM and SIGINT, registered once.

@@ -200,6 +200,49 @@ fn the_gate_says_ready_once_serving_and_stopping_at_sigterm() {
     ready_then_stopping(gate, dir.path());
 }
 
+/// Issue 27: SIGHUP (`systemctl reload`, the unit's `ExecReload`) gives
+/// `RELOADING=1` with `MONOTONIC_USEC=` while the site file is read
+/// again, then `READY=1` with the hash of the file now in force; a file
+/// that does not load also ends in `READY=1` (the gate serves on, with
+/// the config it had), its status saying why.
+#[test]
+fn the_gate_says_reloading_then_ready_around_a_sighup() {
+    let dir = tempfile::tempdir().unwrap();
+    // Its own SIP address: the test above runs a gate at the same time.
+    let base = SITE.replace("\"127.0.127.1:5060\"", "\"127.0.127.2:5060\"");
+    assert_ne!(base, SITE);
+    let site = dir.path().join("site.toml");
+    std::fs::write(&site, &base).unwrap();
+    let mut manager = Manager::bind(dir.path());
+    let mut gate = Node::gate(&site)
+        .admin("127.0.127.2:9091".parse().unwrap())
+        .args(["--node", "g2"])
+        .env("NOTIFY_SOCKET", &manager.path)
+        .start()
+        .unwrap();
+    manager.until("READY=1");
+    let text = format!("{base}\n# edited\n");
+    std::fs::write(&site, &text).unwrap();
+    gate.signal("HUP");
+    let reloading = manager.until("RELOADING=1");
+    assert!(
+        reloading.lines().any(|l| l.starts_with("MONOTONIC_USEC=")),
+        "{reloading:?}"
+    );
+    let ready = manager.until("READY=1");
+    let hash = ringsync::config::file_hash(text.as_bytes());
+    assert!(
+        status(&ready).contains(&format!("site file {hash} reloaded")),
+        "{ready:?}"
+    );
+    std::fs::write(&site, "[site\n").unwrap();
+    gate.signal("HUP");
+    manager.until("RELOADING=1");
+    let ready = manager.until("READY=1");
+    assert!(status(&ready).contains("reload refused"), "{ready:?}");
+    gate.stop(Duration::from_secs(10));
+}
+
 #[test]
 fn media_ctl_says_ready_once_serving_and_stopping_at_sigterm() {
     let dir = tempfile::tempdir().unwrap();
@@ -244,9 +287,11 @@ fn the_agent_says_ready_once_following_and_stopping_at_sigterm() {
             .unwrap(),
     );
     let ready = manager.until("READY=1");
+    // Issue 27: the agent names the site file it runs.
+    let hash = ringsync::config::file_hash(&std::fs::read(&site).unwrap());
     assert_eq!(
         status(&ready),
-        "following the handover records of bill/bill-b"
+        format!("following the handover records of bill/bill-b; site file {hash}")
     );
     assert_eq!(manager.count("WATCHDOG=1"), 0, "no watchdog asked for");
     let pid = agent.0.id().to_string();

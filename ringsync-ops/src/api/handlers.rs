@@ -278,7 +278,7 @@ async fn activate(
 ) -> ApiResult<Response> {
     if q.dry_run {
         let set = api.store.list().await?;
-        let plan = crate::plan::activation(api.drain.config(), &set, &id)?;
+        let plan = crate::plan::activation(&api.drain.config(), &set, &id)?;
         return Ok(Json(plan).into_response());
     }
     let expect = revision_of(&api, &caller, "activate", &id, &headers, &body).await?;

@@ -117,17 +117,19 @@ pub(super) async fn agent(
         .map_err(|e| CliError::Usage(e.to_string()))?;
     writeln!(
         out,
-        "agent {}/{}: following the handover records",
-        group, args.member
+        "agent {}/{}: following the handover records (site file {})",
+        group, args.member, config.hash
     )?;
     out.flush()?;
-    // The store is open and the group's records read.
+    // The store is open and the group's records read. The agent keeps no
+    // node record nor metrics: its status line says which site file it
+    // runs (issue 27).
     let notify = Notifier::new();
     notify.watchdog(shutdown.clone());
     notify.stopping_on(shutdown.clone(), "stopping".into());
     notify.ready(format!(
-        "following the handover records of {group}/{}",
-        args.member
+        "following the handover records of {group}/{}; site file {}",
+        args.member, config.hash
     ));
     let lines = Arc::new(Mutex::new(Vec::new()));
     let mut sim = Simulated {

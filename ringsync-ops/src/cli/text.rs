@@ -136,6 +136,9 @@ pub(super) fn write_status(st: &SiteStatus, out: &mut (dyn Write + Send)) -> Res
     if let Some(f) = &st.store {
         writeln!(out, "{}", f.describe(st.generated_ms))?;
     }
+    if let Some(w) = st.site_file.as_ref().and_then(|f| f.warning.as_ref()) {
+        writeln!(out, "warning: {w}")?;
+    }
     if let Some(engines) = &st.engines {
         write_engines(engines, out)?;
     }
@@ -284,6 +287,9 @@ fn node_line(n: &NodeAnswer, st: &SiteStatus) -> String {
             ", its store stale since {} (keeping its last view)",
             ringsync::store::rfc3339(since)
         ));
+    }
+    if let Some(h) = &n.site_hash {
+        line.push_str(&format!(", site file {h}"));
     }
     line
 }

@@ -61,6 +61,8 @@ pub fn report(
         revision,
         generation: 0,
         instances,
+        // The handover records are no process running a site file.
+        site_hash: String::new(),
     }
 }
 

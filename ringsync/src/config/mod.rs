@@ -23,6 +23,7 @@ mod media;
 mod place;
 mod pool;
 mod raw;
+mod reload;
 mod sections;
 mod services;
 mod tls;
@@ -44,6 +45,7 @@ pub use limits::{LimitAction, OverloadConfig};
 pub use local::{check_warnings, host_addresses, is_local, not_local, Binding, Daemon};
 pub use media::MediaConfig;
 pub use pool::{Pool, DEFAULT_HOLD_S};
+pub use reload::{restart_only, ReloadRefused};
 pub use tls::TlsConfig;
 pub use types::{
     Account, AccountMatch, AdminConfig, ApGroup, DnsConfig, DrainPolicy, Exception, HealthConfig,
@@ -52,6 +54,23 @@ pub use types::{
 };
 
 use error::Locator;
+
+/// How many hex digits of the site file's SHA-256 a node reports: 48
+/// bits tell two files apart for any site's count of nodes.
+const HASH_HEX: usize = 12;
+
+/// The short hash of a site file's bytes (the first [`HASH_HEX`] hex
+/// digits of its SHA-256), as every node reports it in its metrics
+/// (`..._site_file_info{hash}`) and its node record.
+pub fn file_hash(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(bytes);
+    let mut hex = String::with_capacity(HASH_HEX);
+    for b in digest.iter().take(HASH_HEX / 2) {
+        hex.push_str(&format!("{b:02x}"));
+    }
+    hex
+}
 
 impl SiteConfig {
     /// Reads and validates a site file.

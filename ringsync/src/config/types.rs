@@ -358,6 +358,9 @@ pub struct Site {
 pub struct SiteConfig {
     /// The file it was loaded from.
     pub path: PathBuf,
+    /// The short hash of the file's bytes ([`super::file_hash`]): what
+    /// every node reports, so a site whose nodes run different files shows.
+    pub hash: String,
     /// Site identity.
     pub site: Site,
     /// Profile store.

@@ -59,6 +59,7 @@ pub(super) fn validate(loc: Locator<'_>, raw: RawSite) -> Result<SiteConfig> {
     instances.extend(destinations);
     Ok(SiteConfig {
         path: loc.path.to_owned(),
+        hash: super::file_hash(loc.text.as_bytes()),
         site,
         store,
         timers,

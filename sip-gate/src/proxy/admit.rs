@@ -44,7 +44,11 @@ impl Core {
         }
         let peer = req.inbound.peer().ip();
         Some(
-            match self.bans.banned(req.inbound.listener(), peer, req.now)? {
+            match req
+                .site
+                .bans
+                .banned(req.inbound.listener(), peer, req.now)?
+            {
                 AccessAction::Reject => Decision::Refuse {
                     reply: Reply::reason(403, "Forbidden"),
                     why: "auth_banned",
@@ -64,17 +68,23 @@ impl Core {
         // Configured instances and esg trunks carry many users' calls from
         // one address: never limited per source (a trunk is limited as its
         // account, and the gate's capacity still applies).
-        let shared = req.origin.is_some() || self.policy.trunk(req.listener.leg, peer.ip());
+        let shared = req.origin.is_some() || req.site.policy.trunk(req.listener.leg, peer.ip());
         let source = (!shared).then_some(peer.ip());
-        let account = if self.overload.limits_accounts() && req.from_instance.is_none() {
-            self.policy.account(req.listener.leg, req.msg, peer.ip())
+        let account = if req.site.overload.limits_accounts() && req.from_instance.is_none() {
+            req.site
+                .policy
+                .account(req.listener.leg, req.msg, peer.ip())
         } else {
             None
         };
-        match self.overload.admit(req.behind, source, account, req.now) {
+        match req
+            .site
+            .overload
+            .admit(req.behind, source, account, req.now)
+        {
             Verdict::Pass => None,
             Verdict::Reject(why) => Some(Decision::Refuse {
-                reply: self.overload_reply(why),
+                reply: overload_reply(why, req.site.overload.retry_after()),
                 why: why.rule(),
             }),
             Verdict::Drop(why) => Some(Decision::Drop(why.rule())),
@@ -83,20 +93,21 @@ impl Core {
 
     /// The 503 of an overload refusal (already counted).
     pub(super) fn overloaded(&self, req: &Request<'_>, why: Why) -> Action {
-        let reply = self.overload_reply(why);
+        let reply = overload_reply(why, req.site.overload.retry_after());
         self.reply_to(req.inbound, req.msg, &reply, req.mname, why.rule())
     }
+}
 
-    fn overload_reply(&self, why: Why) -> Reply<'static> {
-        let reason = match why {
-            Why::Source | Why::Account => "Rate Limited",
-            Why::Deadline | Why::Capacity | Why::Transactions => "Overloaded",
-        };
-        Reply {
-            code: 503,
-            reason: Some(reason),
-            retry_after: Some(self.overload.retry_after()),
-            extra: &[],
-        }
+/// The 503 of an overload refusal, with the site's Retry-After.
+fn overload_reply(why: Why, retry_after: u32) -> Reply<'static> {
+    let reason = match why {
+        Why::Source | Why::Account => "Rate Limited",
+        Why::Deadline | Why::Capacity | Why::Transactions => "Overloaded",
+    };
+    Reply {
+        code: 503,
+        reason: Some(reason),
+        retry_after: Some(retry_after),
+        extra: &[],
     }
 }

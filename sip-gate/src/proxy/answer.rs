@@ -38,7 +38,8 @@ impl Core {
             m::dropped("unanswerable");
             return Action::None;
         };
-        let bytes = reply::build(msg, inbound.peer(), r, &self.tags, self.server_header());
+        let site = self.site();
+        let bytes = reply::build(msg, inbound.peer(), r, &self.tags, site.server_header());
         Action::Send(out, bytes)
     }
 

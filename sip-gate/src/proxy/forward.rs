@@ -155,7 +155,7 @@ impl Core {
     /// the leg it goes on.
     fn push_record_routes(&self, head: &mut String, req: &Request<'_>, idx: usize, hop: Hop) {
         let token = self.tokens.seal(
-            &self.config.instances[idx].id,
+            &req.site.config.instances[idx].id,
             req.msg.call_id().unwrap_or_default(),
         );
         let inbound_tcp = matches!(req.inbound, Inbound::Tcp { .. });
@@ -269,7 +269,7 @@ impl Core {
     /// one it came in on.
     fn out_listener<'a>(&'a self, req: &Request<'a>, hop: Hop) -> &'a ListenerCtx {
         hop.flow
-            .and_then(|f| self.listeners.get(f.listener))
+            .and_then(|f| req.site.listeners.get(f.listener))
             .unwrap_or(req.listener)
     }
 }

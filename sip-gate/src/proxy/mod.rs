@@ -38,6 +38,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
+use arc_swap::ArcSwap;
 use bytes::Bytes;
 use ringsync::config::{Leg, SiteConfig};
 use ringsync::state::DrainState;
@@ -49,17 +50,20 @@ use crate::dns::DnsQuery;
 use crate::flow::{FlowKey, FlowTable};
 use crate::health::{HealthBook, Prober};
 use crate::lifecycle::Lifecycle;
-use crate::listener::{ListenerCtx, Listeners};
 use crate::message::SipMessage;
-use crate::metrics::{self as m, Forwarded, InstanceGauges};
-use crate::origin::Origins;
-use crate::overload::Overload;
-use crate::policy::Policy;
+use crate::metrics::{self as m, Forwarded};
 use crate::reach::Reach;
 use crate::reply::TagKey;
+use crate::site::Site;
 use crate::token::TokenKey;
 use crate::txn::{ConnId, Inbound, TxnTable};
 use crate::work::{SnapshotError, WorkBook, WorkSnapshot};
+
+/// How many instances a reload may add to those the gate started with:
+/// the per-instance counters (work book, health, reach) are allocated for
+/// them at start, as counters that move under concurrent increments
+/// cannot be copied into a longer array without losing some.
+pub(crate) const SPARE_INSTANCES: usize = 64;
 
 /// Where a message goes out.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -113,14 +117,24 @@ pub enum CoreError {
     /// A listener names an instance that is not configured.
     #[error("listener `{0}`: unknown instance")]
     UnknownInstance(String),
+    /// A reload names more instances than the gate has room for.
+    #[error(
+        "{instances} instances: this gate has room for {slots} (those it started with and {SPARE_INSTANCES} more); restart it to add more"
+    )]
+    NoRoom {
+        /// Instances the reloaded file names.
+        instances: usize,
+        /// Room the gate's counters have.
+        slots: usize,
+    },
 }
 
 /// The forwarding core shared by all transport tasks.
 pub struct Core {
-    config: Arc<SiteConfig>,
+    /// What the site file makes of the core, swapped whole by a reload
+    /// ([`Core::reload`]); a message loads it once ([`crate::site`]).
+    site: ArcSwap<Site>,
     drain: Arc<DrainState>,
-    listeners: Listeners,
-    origins: Origins,
     tokens: TokenKey,
     /// Flow tokens of subscribers' flows (RFC 5626, RFC 3327).
     flows: FlowKey,
@@ -129,9 +143,6 @@ pub struct Core {
     branches: BranchKey,
     tags: TagKey,
     txns: TxnTable,
-    policy: Policy,
-    /// Overload protection and per-source limits (R-OV-1, R-OV-2).
-    overload: Overload,
     work: Arc<WorkBook>,
     health: Arc<HealthBook>,
     /// Instances a TCP connect or TLS handshake to failed lately, per
@@ -140,18 +151,13 @@ pub struct Core {
     dns: DnsCache,
     /// The gate's phase: new work is admitted only while serving (R-GW-1).
     lifecycle: Arc<Lifecycle>,
-    /// `sipgate_new_work_total{instance}`, registered once: no label
-    /// allocation per request.
-    new_work: Vec<Option<metrics::Counter>>,
-    /// Work and state gauges of the instances the gate counts (SIP, and
-    /// `ws` behind a ws pool), registered once.
-    gauges: Vec<Option<InstanceGauges>>,
+    /// How many instances the per-instance state (work book, health,
+    /// reach) has room for: a reload may add instances up to it.
+    slots: usize,
     /// The counters every forwarded message moves, registered once.
     forwarded: Forwarded,
     /// Sources already logged for a flow Route they may not use (R-SEC-1).
     strangers: stranger::Strangers,
-    /// Sources banned for failing authentication, per listener (R-SEC-3).
-    bans: crate::ban::Bans,
     /// Pools under their health threshold send new dialogs to their
     /// backup (R-HT-1).
     backups: crate::backup::Backups,
@@ -160,7 +166,7 @@ pub struct Core {
 impl std::fmt::Debug for Core {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Core")
-            .field("listeners", &self.listeners)
+            .field("listeners", &self.site.load().listeners)
             .finish_non_exhaustive()
     }
 }
@@ -191,29 +197,10 @@ impl Core {
         capacity: usize,
         lifecycle: Arc<Lifecycle>,
     ) -> Result<Core, CoreError> {
-        let listeners = Listeners::new(&config).map_err(|e| CoreError::UnknownInstance(e.0))?;
-        let n = config.instances.len();
-        // Only SIP instances take new work through the gate.
-        let new_work = config
-            .instances
-            .iter()
-            .map(|i| {
-                i.service
-                    .is_sip()
-                    .then(|| metrics::counter!(m::NEW_WORK, "instance" => i.id.clone()))
-            })
-            .collect();
-        let gauges = config
-            .instances
-            .iter()
-            // ws instances behind a ws pool too: their work is the
-            // connections it passes them (R-WS-3).
-            .map(|i| {
-                ringsync::work::NodeKind::Gate
-                    .counts_on(&config, &i.service)
-                    .then(|| InstanceGauges::new(&i.id))
-            })
-            .collect();
+        let now = Instant::now();
+        let slots = config.instances.len() + SPARE_INSTANCES;
+        let site =
+            Site::build(config.clone(), None, now).map_err(|e| CoreError::UnknownInstance(e.0))?;
         m::register_at_start();
         Ok(Core {
             tokens: TokenKey::new(&config.site.secret),
@@ -222,38 +209,60 @@ impl Core {
             branches: BranchKey::new(&config.site.secret),
             tags: TagKey::new(&config.site.secret),
             txns: TxnTable::new(capacity),
-            policy: Policy::new(&config),
-            overload: Overload::new(&config.overload, config.accounts.len(), Instant::now()),
-            origins: Origins::new(&config),
-            listeners,
             drain,
-            work: Arc::new(WorkBook::new(&config, Instant::now())),
-            health: Arc::new(HealthBook::new(n)),
+            work: Arc::new(WorkBook::new(&config, slots, now)),
+            health: Arc::new(HealthBook::new(slots)),
             reach: Reach::new(
-                n,
+                slots,
                 std::time::Duration::from_secs(config.dns.failover_hold_s.into()),
-                Instant::now(),
+                now,
             ),
             dns: DnsCache::new(&config.dns),
             lifecycle,
-            new_work,
-            gauges,
+            slots,
             forwarded: Forwarded::new(),
             strangers: stranger::Strangers::default(),
-            bans: crate::ban::Bans::new(&config),
+            site: ArcSwap::from_pointee(site),
             backups: crate::backup::Backups::new(&config),
-            config,
         })
     }
 
-    /// The listeners, in config order.
-    pub(crate) fn listeners(&self) -> &[ListenerCtx] {
-        self.listeners.all()
+    /// The site tables in force: one lock-free load. A message loads them
+    /// once, after the drain view (see [`Core::reload`] for why that order).
+    pub(crate) fn site(&self) -> arc_swap::Guard<Arc<Site>> {
+        self.site.load()
     }
 
-    /// The bans of sources that fail authentication (R-SEC-3).
-    pub(crate) fn bans(&self) -> &crate::ban::Bans {
-        &self.bans
+    /// The site file in force.
+    pub fn config(&self) -> Arc<SiteConfig> {
+        self.site.load().config.clone()
+    }
+
+    /// Puts a reloaded site file in force, which `crate::reload` checked
+    /// (only what may change live changed; instances only added after the
+    /// last one). All or nothing: an error leaves the site in force whole.
+    ///
+    /// The order is what keeps a message that reads across the swap
+    /// consistent: the work book learns the new instances, then the site
+    /// tables are swapped, then the drain view is rebuilt. A message loads
+    /// the view first and the site second, so the site it reads has every
+    /// instance its view has (an index the view picks is always in the
+    /// site), and existing instances and listeners keep their index, so
+    /// the two loads never disagree on one.
+    pub(crate) fn swap_site(&self, config: Arc<SiteConfig>) -> Result<(), CoreError> {
+        let n = config.instances.len();
+        if n > self.slots {
+            return Err(CoreError::NoRoom {
+                instances: n,
+                slots: self.slots,
+            });
+        }
+        let site = Site::build(config.clone(), Some(&self.site.load()), Instant::now())
+            .map_err(|e| CoreError::UnknownInstance(e.0))?;
+        self.work.set_instances(&config);
+        self.site.store(Arc::new(site));
+        self.drain.set_config(config);
+        Ok(())
     }
 
     /// The pools this gate sends to their backup, and why (R-HT-1).
@@ -261,34 +270,25 @@ impl Core {
         self.backups.report()
     }
 
-    /// The `Server` header of the gate's own responses (`[site]
-    /// server_header`; empty: none).
-    pub(crate) fn server_header(&self) -> &str {
-        self.config
-            .site
-            .server_header
-            .as_deref()
-            .unwrap_or(crate::reply::DEFAULT_SERVER)
-    }
-
-    /// How host names are resolved (`[dns]`).
-    pub(crate) fn dns_config(&self) -> &ringsync::config::DnsConfig {
-        &self.config.dns
+    /// How host names are resolved (`[dns]`, read at start only).
+    pub(crate) fn dns_config(&self) -> ringsync::config::DnsConfig {
+        self.site.load().config.dns.clone()
     }
 
     /// How long a new dialog may wait in a UDP worker's intake (R-OV-1).
     pub(crate) fn overload_deadline(&self) -> std::time::Duration {
-        self.config.overload.new_dialog_deadline()
+        self.site.load().config.overload.new_dialog_deadline()
     }
 
     /// The bound of each TCP connection's send queue, in messages.
     pub(crate) fn tcp_queue(&self) -> usize {
-        self.config.overload.tcp_queue_messages
+        self.site.load().config.overload.tcp_queue_messages
     }
 
-    /// The TCP connection settings (`[tcp]`).
-    pub(crate) fn tcp_config(&self) -> &ringsync::config::TcpConfig {
-        &self.config.tcp
+    /// The TCP connection settings in force (`[tcp]`), for a new
+    /// connection.
+    pub(crate) fn tcp_config(&self) -> ringsync::config::TcpConfig {
+        self.site.load().config.tcp.clone()
     }
 
     /// The gate's phase (R-GW-1).
@@ -304,10 +304,9 @@ impl Core {
     /// What the health prober needs, probing from listener `listener`.
     pub(crate) fn prober(&self, listener: usize) -> Option<Prober> {
         Some(Prober {
-            config: self.config.clone(),
             drain: self.drain.clone(),
             book: self.health.clone(),
-            from: self.listeners.get(listener)?.advertise,
+            from: self.site.load().listeners.get(listener)?.advertise,
         })
     }
 
@@ -347,7 +346,7 @@ impl Core {
         m::transactions(self.txns.len());
         let (open, registered) = self.flow_table.counts(now);
         m::flows(open, registered);
-        m::overload_sources(self.overload.sources());
+        m::overload_sources(self.site.load().overload.sources());
     }
 
     /// Hands the work counts to the drain state, so it can tell `draining`
@@ -372,8 +371,12 @@ impl Core {
 
     fn publish(&self, now: Instant, states: bool) {
         let known = |i| self.work.unknown_for(i, now).is_none();
+        // The view first, then the site: the site then has every instance
+        // the view has (see `Core::reload`).
+        let view = self.drain.view();
+        let site = self.site.load();
         let sip = || {
-            self.gauges
+            site.gauges
                 .iter()
                 .enumerate()
                 .filter_map(|(i, g)| Some((i, g.as_ref()?)))
@@ -385,7 +388,6 @@ impl Core {
                 self.drain.clear_work(i);
             }
         }
-        let view = self.drain.view();
         for (i, g) in sip() {
             if let Some(iv) = view.instances().get(i) {
                 g.set(&self.work.get(i), known(i), states.then_some(iv.state));
@@ -424,6 +426,8 @@ impl Core {
             return;
         };
         if self
+            .site
+            .load()
             .listeners
             .get(listener)
             .is_some_and(|l| l.leg == Leg::Subscriber)
@@ -503,7 +507,10 @@ impl Core {
         now: Instant,
         how: Received,
     ) -> Action {
-        let Some(listener) = self.listeners.get(inbound.listener()) else {
+        // The view first, then the site, once each (see `Core::reload`).
+        let view = self.drain.view();
+        let site = self.site.load();
+        let Some(listener) = site.listeners.get(inbound.listener()) else {
             m::dropped("unknown_listener");
             return Action::None;
         };
@@ -511,9 +518,9 @@ impl Core {
             return self.bad_message(inbound, &msg, e);
         }
         if msg.is_request() {
-            self.request(inbound, listener, &msg, now, how)
+            self.request(inbound, (&site, listener, &view), &msg, now, how)
         } else {
-            self.response(inbound, &msg, now)
+            self.response(inbound, &site, &msg, now)
         }
     }
 }

@@ -12,6 +12,7 @@ use crate::listener::ListenerCtx;
 use crate::message::{HeaderName, Method, NameAddr, SipMessage, Via};
 use crate::metrics as m;
 use crate::reply::Reply;
+use crate::site::Site;
 use crate::txn::Inbound;
 use crate::uri::SipUri;
 
@@ -23,6 +24,8 @@ pub(super) const DEFAULT_MAX_FORWARDS: &str = "70";
 /// A request as the routing steps see it: the message and what the checks
 /// found out about it.
 pub(super) struct Request<'a> {
+    /// The site tables this request is routed with, loaded once.
+    pub(super) site: &'a Site,
     pub(super) inbound: Inbound,
     pub(super) listener: &'a ListenerCtx,
     pub(super) msg: &'a SipMessage,
@@ -99,7 +102,7 @@ impl Core {
     pub(super) fn check<'a>(
         &self,
         inbound: Inbound,
-        listener: &'a ListenerCtx,
+        (site, listener): (&'a Site, &'a ListenerCtx),
         msg: &'a SipMessage,
         view: &DrainView,
         (now, how): (Instant, Received),
@@ -145,6 +148,7 @@ impl Core {
             return Err(self.reply_to(inbound, msg, &Reply::new(483), mname, "too_many_hops"));
         }
         let mut req = Request {
+            site,
             inbound,
             listener,
             msg,
@@ -160,7 +164,7 @@ impl Core {
             leg_tcp: None,
             flow: None,
             from_instance: None,
-            origin: self.origins.instance(inbound.peer()),
+            origin: site.origins.instance(inbound.peer()),
             to_tag: msg.to_tag().is_some(),
             now,
             resumed: how == Received::Resumed,
@@ -186,7 +190,10 @@ impl Core {
         let Some(uri) = req.msg.request_uri().and_then(SipUri::parse) else {
             return;
         };
-        if !uri.socket_addr().is_some_and(|a| self.listeners.is_own(a)) {
+        if !uri
+            .socket_addr()
+            .is_some_and(|a| req.site.listeners.is_own(a))
+        {
             return;
         }
         if let Some(Ok(idx)) = uri.user.map(|user| self.open_token(req.msg, user, view)) {
@@ -205,7 +212,7 @@ impl Core {
             let Some(uri) = req.msg.raw().get(r.uri.clone()).and_then(SipUri::parse) else {
                 break;
             };
-            let Some(node) = uri.socket_addr().filter(|a| self.listeners.is_own(*a)) else {
+            let Some(node) = uri.socket_addr().filter(|a| req.site.listeners.is_own(*a)) else {
                 break;
             };
             req.ours += 1;
@@ -237,7 +244,7 @@ impl Core {
     /// client here: its new dialogs are new work for the listener's instances.
     fn sender(&self, req: &Request<'_>) -> Option<usize> {
         let idx = req.origin?;
-        let service = &self.config.instances.get(idx)?.service;
+        let service = &req.site.config.instances.get(idx)?.service;
         req.listener.mode.fronts(idx, service).then_some(idx)
     }
 }

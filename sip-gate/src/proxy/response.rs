@@ -10,6 +10,7 @@ use crate::branch::PROBE_PREFIX;
 use crate::edit::Splice;
 use crate::message::{Method, SipMessage};
 use crate::metrics as m;
+use crate::site::Site;
 use crate::txn::{ConnId, Inbound, TxnEntry};
 use crate::uri::host_ip;
 
@@ -19,7 +20,13 @@ use super::{txn_span, Action, Core, Out};
 
 impl Core {
     /// Relays one response.
-    pub(super) fn response(&self, inbound: Inbound, msg: &SipMessage, now: Instant) -> Action {
+    pub(super) fn response(
+        &self,
+        inbound: Inbound,
+        site: &Site,
+        msg: &SipMessage,
+        now: Instant,
+    ) -> Action {
         let Some(via) = msg.top_via() else {
             m::dropped("no_via");
             return Action::None;
@@ -28,9 +35,9 @@ impl Core {
         let ours = via
             .port
             .zip(host_ip(via.host))
-            .is_some_and(|(p, ip)| self.listeners.is_own(SocketAddr::new(ip, p)));
+            .is_some_and(|(p, ip)| site.listeners.is_own(SocketAddr::new(ip, p)));
         if ours && branch.starts_with(PROBE_PREFIX.as_bytes()) {
-            self.health.answer(&self.config, branch, inbound.peer());
+            self.health.answer(&site.config, branch, inbound.peer());
             return Action::None;
         }
         // Only responses to what the gate sent travel back (R-SEC-1): the
@@ -52,15 +59,15 @@ impl Core {
         let span = txn_span(msg, next.branch);
         let _entered = span.enter();
 
-        let entry = match self.track(msg, key, now) {
+        let entry = match self.track(site, msg, key, now) {
             Ok(entry) => entry,
             Err(action) => return action,
         };
         if let Some(i) = entry.and_then(|e| e.hop.instance) {
-            span.record("instance", self.config.instances[i].id.as_str());
+            span.record("instance", site.instance_id(i));
         }
         if let Some(Inbound::Tcp { conn, .. }) = entry.map(|e| e.inbound) {
-            self.hold_flow(msg, conn, now);
+            self.hold_flow(site, msg, conn, now);
         }
 
         let Some(out) = response_out(&next, entry.map(|e| e.inbound), inbound.listener()) else {
@@ -90,7 +97,7 @@ impl Core {
     /// registrar keeps the subscriber reachable through it until the
     /// longest expiry the 2xx lists (capped at `[work] max_expires_s`), so
     /// the connection is kept open that long while idle.
-    fn hold_flow(&self, msg: &SipMessage, conn: ConnId, now: Instant) {
+    fn hold_flow(&self, site: &Site, msg: &SipMessage, conn: ConnId, now: Instant) {
         let code = msg.code().unwrap_or(0);
         if !(200..300).contains(&code) || msg.cseq().map(|c| c.1) != Some(Method::Register) {
             return;
@@ -103,7 +110,7 @@ impl Core {
             .filter_map(|c| c.expires.or(default))
             .max()
             .unwrap_or(0)
-            .min(self.config.work.max_expires_s);
+            .min(site.config.work.max_expires_s);
         if secs > 0 {
             self.flow_table.hold(conn, now, secs);
         }
@@ -111,7 +118,13 @@ impl Core {
 
     /// Updates the transaction (and the work book: R-ST-2) for a response to
     /// transaction `key`; returns its entry, or what to do instead.
-    fn track(&self, msg: &SipMessage, key: u64, now: Instant) -> Result<Option<TxnEntry>, Action> {
+    fn track(
+        &self,
+        site: &Site,
+        msg: &SipMessage,
+        key: u64,
+        now: Instant,
+    ) -> Result<Option<TxnEntry>, Action> {
         let code = msg.code().unwrap_or(0);
         let cseq_method = msg.cseq().map(|c| c.1);
         // CANCEL shares the INVITE's key; its responses must not end the INVITE.
@@ -140,9 +153,9 @@ impl Core {
         // first final response of a transaction counts, and only for a
         // request the gate took from a client to an instance.
         if let Some(e) = before.filter(|e| first && e.hop.instance.is_some()) {
-            if matches!(code, 401 | 403 | 407) && self.origins.instance(e.inbound.peer()).is_none()
+            if matches!(code, 401 | 403 | 407) && site.origins.instance(e.inbound.peer()).is_none()
             {
-                self.bans
+                site.bans
                     .failure(e.inbound.listener(), e.inbound.peer().ip(), now);
             }
         }

@@ -123,7 +123,7 @@ impl Core {
         if !req.to_tag && !self.lifecycle.admits_new_work() {
             let phase = self.lifecycle.phase();
             if let Admission::Refuse { reply, rule } =
-                self.policy.not_serving(phase, req.msg, req.method)
+                req.site.policy.not_serving(phase, req.msg, req.method)
             {
                 return Decision::Refuse { reply, why: rule };
             }
@@ -208,7 +208,7 @@ impl Core {
             tracing::debug!(why, peer = %flow.peer, "flow failed");
             Decision::refuse(430, "Flow Failed", "flow_failed")
         };
-        let Some(listener) = self.listeners.get(flow.listener) else {
+        let Some(listener) = req.site.listeners.get(flow.listener) else {
             return failed("unknown_listener");
         };
         let conn = match flow.tcp {
@@ -275,7 +275,7 @@ impl Core {
                 .get(r.uri.clone())
                 .and_then(SipUri::parse)
                 .and_then(|u| u.socket_addr())
-                .is_some_and(|a| Some(a) == self.config.instances[idx].sip);
+                .is_some_and(|a| Some(a) == req.site.config.instances[idx].sip);
             if !to_instance {
                 return Decision::refuse(403, "Route Not Allowed", "foreign_route");
             }
@@ -290,7 +290,7 @@ impl Core {
         // The transport the dialog's instance leg was recorded with (RFC
         // 5658); a UA without a route set gets the transport it came in on.
         let tcp = req.leg_tcp.unwrap_or_else(|| instance_stream(req));
-        self.to_instance(idx, tcp, None, None)
+        self.to_instance(req, idx, tcp, None, None)
     }
 
     /// A new dialog or out-of-dialog request from outside. Nothing the
@@ -310,27 +310,34 @@ impl Core {
             Mode::Guard(idx) => (self.guard_to_backup(req, view, *idx), None),
             Mode::WsPool { .. } => return no_instance(),
             // R-ESG-5: a single-instance account stays on its home esg.
-            Mode::Balance(pool) => match self.policy.home_instance(req.listener, msg, peer.ip()) {
-                Some(home) => (home, Some(OnPurpose::SingleInstanceAccount)),
-                None => {
-                    let key = ring_key(req);
-                    // R-HT-1: the pool, or its backup while it is under
-                    // its threshold.
-                    let pool = self.backups.target(pool.as_str(), view, req.now);
-                    match view.pick_in_pool(pool, key) {
-                        Some(idx) => (
-                            self.reachable(req, view, pool, key, idx),
-                            Some(OnPurpose::AllDraining),
-                        ),
-                        None => {
-                            return Decision::refuse(503, "No Instance Available", "no_instance")
+            Mode::Balance(pool) => {
+                match req.site.policy.home_instance(req.listener, msg, peer.ip()) {
+                    Some(home) => (home, Some(OnPurpose::SingleInstanceAccount)),
+                    None => {
+                        let key = ring_key(req);
+                        // R-HT-1: the pool, or its backup while it is under
+                        // its threshold.
+                        let pool = self.backups.target(pool.as_str(), view, req.now);
+                        match view.pick_in_pool(pool, key) {
+                            Some(idx) => (
+                                self.reachable(req, view, pool, key, idx),
+                                Some(OnPurpose::AllDraining),
+                            ),
+                            None => {
+                                return Decision::refuse(
+                                    503,
+                                    "No Instance Available",
+                                    "no_instance",
+                                )
+                            }
                         }
                     }
                 }
-            },
+            }
         };
         let admitted =
-            match self
+            match req
+                .site
                 .policy
                 .admit(view, req.inbound, req.listener, idx, msg, req.method)
             {
@@ -343,7 +350,7 @@ impl Core {
             None
         };
         let record_route = creates_dialog(req.method).then_some(idx);
-        self.to_instance(idx, instance_stream(req), record_route, on_purpose)
+        self.to_instance(req, idx, instance_stream(req), record_route, on_purpose)
     }
 
     /// R-HT-1 on a guard listener (`guard_to_backup`): a new dialog the
@@ -351,11 +358,12 @@ impl Core {
     /// the backup of the instance's pool while that pool is under its
     /// threshold; anything else stays with the guarded instance.
     fn guard_to_backup(&self, req: &Request<'_>, view: &DrainView, idx: usize) -> usize {
-        let Some(pool) = self.config.instances.get(idx).map(|i| i.pool.as_str()) else {
+        let Some(pool) = req.site.config.instances.get(idx).map(|i| i.pool.as_str()) else {
             return idx;
         };
         if !self.backups.guards_to_backup(pool)
-            || self
+            || req
+                .site
                 .policy
                 .verdict(view, req.inbound, req.listener, idx, req.msg, req.method)
                 .is_ok()
@@ -378,7 +386,7 @@ impl Core {
             tracing::warn!(
                 %peer,
                 listener = %req.listener.advertise,
-                expected = %super::stranger::hint(&self.config, req.listener),
+                expected = %super::stranger::hint(&req.site.config, req.listener),
                 "a request into a subscriber's flow from an address that is no instance of \
                  this listener: refused with 403; if it is an instance, add this address \
                  to its `sources` (R-SEC-1)"
@@ -424,8 +432,8 @@ impl Core {
         let at = std::hash::Hasher::finish(&h) % others.len() as u64;
         let moved = others[usize::try_from(at).unwrap_or(0)];
         tracing::debug!(
-            from = %self.config.instances[idx].id,
-            to = %self.config.instances[moved].id,
+            from = %req.site.instance_id(idx),
+            to = %req.site.instance_id(moved),
             transport = stream.as_str(),
             "instance unreachable over this transport: new dialog moved"
         );
@@ -435,12 +443,13 @@ impl Core {
     /// Forward to a configured instance, over TCP or UDP.
     fn to_instance(
         &self,
+        req: &Request<'_>,
         idx: usize,
         tcp: bool,
         record_route: Option<usize>,
         on_purpose: Option<OnPurpose>,
     ) -> Decision {
-        match self.config.instances.get(idx).and_then(|i| i.sip) {
+        match req.site.config.instances.get(idx).and_then(|i| i.sip) {
             Some(addr) => Decision::Forward {
                 hop: Hop {
                     instance: Some(idx),
@@ -463,7 +472,8 @@ impl Core {
     /// else UDP when the listener serves it (a host name: RFC 3263 decides).
     fn outside_hop(&self, uri: &SipUri<'_>, req: &Request<'_>) -> Result<Hop, Decision> {
         let unroutable = || Decision::refuse(404, "Unroutable Request-URI", "unroutable");
-        let listener = self
+        let listener = req
+            .site
             .listeners
             .get(req.inbound.listener())
             .ok_or_else(unroutable)?;
@@ -480,7 +490,7 @@ impl Core {
         let Some(addr) = uri.socket_addr() else {
             return self.named_hop(uri, req, explicit.or(req.leg_tcp));
         };
-        if self.listeners.is_own(addr) {
+        if req.site.listeners.is_own(addr) {
             return Err(unroutable()); // a loop through ourselves
         }
         let want_tcp = explicit.or(req.leg_tcp).unwrap_or(false);

@@ -11,10 +11,13 @@
 
 use std::time::Instant;
 
+use ringsync::view::DrainView;
+
 use crate::listener::ListenerCtx;
 use crate::message::{Method, SipMessage};
 use crate::metrics as m;
 use crate::overload::Why;
+use crate::site::Site;
 use crate::txn::{Hop, Inbound, Insert, TxnEntry};
 
 use super::forward::out;
@@ -27,13 +30,12 @@ impl Core {
     pub(super) fn request(
         &self,
         inbound: Inbound,
-        listener: &ListenerCtx,
+        (site, listener, view): (&Site, &ListenerCtx, &DrainView),
         msg: &SipMessage,
         now: Instant,
         how: Received,
     ) -> Action {
-        let view = self.drain.view();
-        let req = match self.check(inbound, listener, msg, &view, (now, how)) {
+        let req = match self.check(inbound, (site, listener), msg, view, (now, how)) {
             Ok(req) => req,
             Err(action) => return action,
         };
@@ -46,14 +48,14 @@ impl Core {
             }
             // Never remembered: an ACK has no response, a CANCEL's responses
             // follow the INVITE's entry (same branch) or the Via.
-            let decision = self.decide(&req, &view);
+            let decision = self.decide(&req, view);
             return self.act(&req, decision, &span, now);
         }
         if let Some(e) = self.txns.get(req.key) {
             let hop = self.moved_hop(req.key, e.hop, now);
             return self.retransmission(&req, hop, now);
         }
-        let decision = self.decide(&req, &view);
+        let decision = self.decide(&req, view);
         let Decision::Forward { hop, .. } = decision else {
             return self.act(&req, decision, &span, now);
         };
@@ -71,7 +73,7 @@ impl Core {
             // Another copy of this request won the race: follow its hop.
             Insert::Known(hop) => self.retransmission(&req, hop, now),
             Insert::Full => {
-                self.overload.refused(Why::Transactions);
+                req.site.overload.refused(Why::Transactions);
                 self.overloaded(&req, Why::Transactions)
             }
         }
@@ -98,18 +100,17 @@ impl Core {
                     Err(unsent) => return self.unsent(req, unsent, now),
                 };
                 if let Some(i) = hop.instance {
-                    span.record("instance", self.config.instances[i].id.as_str());
+                    span.record("instance", req.site.instance_id(i));
                     // New work handed to an instance (what a drain stops).
                     if !req.to_tag && crate::policy::is_new_work(req.msg, req.method, true) {
-                        if let Some(Some(c)) = self.new_work.get(i) {
+                        if let Some(Some(c)) = req.site.new_work.get(i) {
                             c.increment(1);
                         }
                         // Sent to a draining instance on purpose: why
                         // (R-ESG-5, R-SG-3, R-AA-4...), so what a drain let
                         // through by rule is told from a drain that leaks.
                         if let Some(why) = on_purpose {
-                            let id = &self.config.instances[i].id;
-                            m::new_work_draining(id, why.as_str());
+                            m::new_work_draining(req.site.instance_id(i), why.as_str());
                         }
                     }
                 }

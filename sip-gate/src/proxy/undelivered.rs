@@ -39,7 +39,8 @@ impl Core {
     /// before handing the messages that waited for the connection to
     /// [`Core::undeliverable`].
     pub(crate) fn connect_failed(&self, to: SocketAddr, stream: Stream, why: &str, now: Instant) {
-        for (idx, inst) in self.config.instances.iter().enumerate() {
+        let config = self.config();
+        for (idx, inst) in config.instances.iter().enumerate() {
             if inst.sip != Some(to) {
                 continue;
             }
@@ -50,7 +51,7 @@ impl Core {
                     transport = stream.as_str(),
                     %to,
                     error = why,
-                    hold_s = self.config.dns.failover_hold_s,
+                    hold_s = config.dns.failover_hold_s,
                     "instance unreachable: its requests get 503, new dialogs go to the other instances of its pool until the hold ends"
                 );
             }
@@ -60,7 +61,7 @@ impl Core {
     /// A connection the gate opened to `to` over `stream` is up: an
     /// instance there held unreachable that way is reachable again.
     pub(crate) fn connected(&self, to: SocketAddr, stream: Stream, now: Instant) {
-        for (idx, inst) in self.config.instances.iter().enumerate() {
+        for (idx, inst) in self.config().instances.iter().enumerate() {
             if inst.sip == Some(to) && self.reach.connected(idx, stream, now) == Change::Up {
                 tracing::info!(
                     instance = %inst.id,
@@ -115,6 +116,7 @@ impl Core {
     /// forwarded and could not deliver; the transaction ends with it.
     fn transport_error(&self, msg: &SipMessage, sent: (u64, TxnEntry), now: Instant) -> Action {
         let (key, entry) = sent;
+        let site = self.site();
         let Some(client) = client_request(msg) else {
             m::dropped(DROPPED);
             return Action::None;
@@ -129,7 +131,7 @@ impl Core {
             // INVITE it cancels gets the error answer.
             Method::Cancel => Reply::new(200),
             _ if entry.invite_timed_out(now) => Reply::reason(408, "Next Hop Timeout"),
-            _ => self.policy.unavailable("Next Hop Unreachable"),
+            _ => site.policy.unavailable("Next Hop Unreachable"),
         };
         if method != Method::Cancel {
             self.settle(key, now);
@@ -148,7 +150,7 @@ impl Core {
             entry.inbound.peer(),
             &reply,
             &self.tags,
-            self.server_header(),
+            site.server_header(),
         );
         Action::Send(back, bytes)
     }

@@ -51,7 +51,7 @@ impl Core {
         } else {
             first
         };
-        let addr = self.config.instances.get(idx)?.ws?;
+        let addr = self.config().instances.get(idx)?.ws?;
         Some(WsTarget { idx, addr })
     }
 
@@ -65,7 +65,8 @@ impl Core {
     /// is held unreachable that way for `[dns] failover_hold_s`, so new
     /// connections go to the next member meanwhile, and status says so.
     pub(crate) fn ws_connect_failed(&self, idx: usize, stream: Stream, why: &str, now: Instant) {
-        let Some(inst) = self.config.instances.get(idx) else {
+        let config = self.config();
+        let Some(inst) = config.instances.get(idx) else {
             return;
         };
         let to = inst.ws.map(|a| a.to_string()).unwrap_or_default();
@@ -79,7 +80,9 @@ impl Core {
     /// A connection to `ws` instance `idx` over `stream` is up: a hold ends.
     pub(crate) fn ws_connected(&self, idx: usize, stream: Stream, now: Instant) {
         if self.reach.connected(idx, stream, now) == Change::Up {
-            tracing::info!(instance = %self.config.instances[idx].id, transport = stream.as_str(),
+            let config = self.config();
+            let id = config.instances.get(idx).map_or("?", |i| i.id.as_str());
+            tracing::info!(instance = %id, transport = stream.as_str(),
                 "ws instance reachable again");
         }
     }

@@ -89,7 +89,7 @@ pub(crate) fn spawn(
         listeners.iter().map(|l| l.udp.first().cloned()).collect();
     // Without a usable resolver (no /etc/resolv.conf and no [dns]
     // nameservers) the gate still serves numeric hosts; names get 503.
-    let resolver = match crate::dns::resolve::resolver(core.dns_config()) {
+    let resolver = match crate::dns::resolve::resolver(&core.dns_config()) {
         Ok(r) => Some(Arc::new(r)),
         Err(e) => {
             tracing::warn!(error = %e, "no DNS resolver: requests to host names get 503");
@@ -102,8 +102,14 @@ pub(crate) fn spawn(
     let net = Arc::new(Net {
         udp,
         tls,
-        tls_on: core.listeners().iter().map(|l| l.tls).collect(),
-        ws_on: core.listeners().iter().map(|l| l.ws.clone()).collect(),
+        tls_on: core.site().listeners.all().iter().map(|l| l.tls).collect(),
+        ws_on: core
+            .site()
+            .listeners
+            .all()
+            .iter()
+            .map(|l| l.ws.clone())
+            .collect(),
         resolver,
         core: core.clone(),
         conns: DashMap::new(),
@@ -329,7 +335,9 @@ impl Net {
     /// Whether `listener` is a ws pool (R-WS-3).
     fn is_ws_pool(&self, listener: usize) -> bool {
         self.core
-            .listeners()
+            .site()
+            .listeners
+            .all()
             .get(listener)
             .is_some_and(|l| matches!(l.mode, crate::listener::Mode::WsPool { .. }))
     }
@@ -340,7 +348,8 @@ impl Net {
         let (id, tx, rx) = self.register(to, false);
         let local_ip = self
             .core
-            .listeners()
+            .site()
+            .listeners
             .get(listener)
             .map(|l| l.advertise.ip());
         let net = self.clone();

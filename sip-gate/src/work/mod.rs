@@ -43,6 +43,8 @@ mod tally;
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Mutex;
+
+use arc_swap::ArcSwap;
 use std::time::Instant;
 
 use ringsync::config::{SiteConfig, WorkConfig};
@@ -125,7 +127,7 @@ pub struct WorkBook {
     limits: Limits,
     site: String,
     /// Instance ids, in config order (snapshots name instances by id).
-    ids: Vec<String>,
+    ids: ArcSwap<Vec<String>>,
     invites: Box<[AtomicI64]>,
     /// Open ws pool connections per instance (R-WS-3).
     ws_conns: Box<[AtomicU64]>,
@@ -148,9 +150,11 @@ pub struct WorkBook {
 impl WorkBook {
     /// An empty book for the site's instances: it knows the work set up
     /// from `now` on.
-    pub(crate) fn new(config: &SiteConfig, now: Instant) -> WorkBook {
+    /// `slots` (at least the site's instance count) is how many instances
+    /// its counters have room for: a reload adds instances up to it.
+    pub(crate) fn new(config: &SiteConfig, slots: usize, now: Instant) -> WorkBook {
         let clock = Clock::new();
-        let n = config.instances.len();
+        let n = slots.max(config.instances.len());
         let w = &config.work;
         let started_ms = clock.ms(now);
         WorkBook {
@@ -158,7 +162,7 @@ impl WorkBook {
             hashes: Hashes::new(&config.site.secret),
             limits: Limits::new(w),
             site: config.site.name.clone(),
-            ids: config.instances.iter().map(|i| i.id.clone()).collect(),
+            ids: ArcSwap::from_pointee(config.instances.iter().map(|i| i.id.clone()).collect()),
             invites: (0..n).map(|_| AtomicI64::new(0)).collect(),
             ws_conns: (0..n).map(|_| AtomicU64::new(0)).collect(),
             is_ws: config
@@ -173,7 +177,7 @@ impl WorkBook {
             started_ms,
             known_since_ms: AtomicU64::new(started_ms),
             restored: AtomicBool::new(false),
-            etas: Mutex::new(vec![Eta::default(); n]),
+            etas: Mutex::new(vec![Eta::default(); config.instances.len()]),
             counters: Counters {
                 full: ["calls", "registrations", "subscriptions"]
                     .map(|t| metrics::counter!(m::WORK_TABLE_FULL, "table" => t)),
@@ -188,6 +192,14 @@ impl WorkBook {
     /// of a gate in service that restarted: there, use a work snapshot.
     pub fn assume_fresh_site(&self) {
         self.known_since_ms.store(0, Ordering::Relaxed);
+    }
+
+    /// The instances of a reloaded site file, whose first ones are those
+    /// the book numbers its work by (`restart_only` checked that), within
+    /// [`WorkBook::slots`]: snapshots name the new ones too.
+    pub(crate) fn set_instances(&self, config: &SiteConfig) {
+        let ids = config.instances.iter().map(|i| i.id.clone()).collect();
+        self.ids.store(std::sync::Arc::new(ids));
     }
 
     /// The counts of instance `i`.
@@ -319,7 +331,7 @@ impl WorkBook {
         let now_ms = self.clock.ms(now);
         let age = self.limits.max_call_age_ms;
         let est = self.holds.estimator(self.limits.typical_ms);
-        let mut etas = vec![Eta::default(); self.ids.len()];
+        let mut etas = vec![Eta::default(); self.ids.load().len()];
         self.calls.sweep(now_ms, |d| {
             let bye_unanswered = d.until_ms != 0 && now_ms >= d.until_ms;
             let over = now_ms >= d.seen_ms.saturating_add(age) || bye_unanswered;

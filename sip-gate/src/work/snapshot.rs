@@ -170,7 +170,7 @@ impl WorkBook {
                 self.regs.tally().full_at_ms(),
                 self.subs.tally().full_at_ms(),
             ],
-            instances: self.ids.clone(),
+            instances: self.ids.load().as_ref().clone(),
             calls,
             subscriptions,
             registrations,
@@ -185,10 +185,11 @@ impl WorkBook {
     pub(crate) fn restore(&self, s: &WorkSnapshot, now: Instant) -> Result<(), SnapshotError> {
         let now_ms = self.clock.ms(now);
         self.check(s, now_ms)?;
+        let ids = self.ids.load();
         let map: Vec<Option<usize>> = s
             .instances
             .iter()
-            .map(|id| self.ids.iter().position(|x| x == id))
+            .map(|id| ids.iter().position(|x| x == id))
             .collect();
         let inst = |i: u32| map.get(i as usize).copied().flatten();
         for SavedDialog(k, i, since, seen, until, learned) in &s.calls {

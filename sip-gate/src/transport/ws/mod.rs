@@ -58,7 +58,13 @@ pub(super) async fn serve<S>(
 ) where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    if let Some(Mode::WsPool { upstream_tls }) = net.core.listeners().get(listener).map(|l| &l.mode)
+    if let Some(Mode::WsPool { upstream_tls }) = net
+        .core
+        .site()
+        .listeners
+        .all()
+        .get(listener)
+        .map(|l| &l.mode)
     {
         return pool::serve(net.clone(), (listener, id, peer), io, opts, *upstream_tls).await;
     }
@@ -209,7 +215,9 @@ where
             }
             continue;
         }
-        let action = net.core.handle(inbound, data, Instant::now());
+        // R-OV-1: the stream transports' deadline, as over TCP.
+        let now = Instant::now();
+        let action = net.core.handle_stream(inbound, data, now, net.lag.behind(now));
         net.execute(action);
     }
 }

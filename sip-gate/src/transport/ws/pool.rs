@@ -72,7 +72,13 @@ pub(super) async fn serve<S>(
     let Some(target) = net.core.ws_pick(peer.ip(), stream, Instant::now()) else {
         return refuse(&mut io, peer, NO_INSTANCE).await;
     };
-    let local = net.core.listeners().get(listener).map(|l| l.advertise.ip());
+    let local = net
+        .core
+        .site()
+        .listeners
+        .all()
+        .get(listener)
+        .map(|l| l.advertise.ip());
     let tcp = match connect(target.addr, local).await {
         Ok(s) => s,
         Err(e) => {
