@@ -168,36 +168,7 @@ impl DrainView {
         work: &[Option<u64>],
     ) -> DrainView {
         let drain_zone = profiles.drain_zone();
-        let ws_pooled = config.ws_pooled();
-        let instances: Vec<InstanceView> = config
-            .instances
-            .iter()
-            .enumerate()
-            .map(|(i, inst)| {
-                // R-BG-1, R-WS-1: bgmg and ws are never drained; but a ws
-                // a ws pool fronts goes with its server, so the pool sends
-                // it no new connection and status tells when its open ones
-                // are gone (R-WS-3): nothing of it is refused or cut.
-                let exempt =
-                    inst.service.never_drained() && !(ws_pooled && inst.service == Service::Ws);
-                let zone = if drain_zone.contains(&inst.server) && !exempt {
-                    Zone::Drain
-                } else {
-                    Zone::Normal
-                };
-                let health = health.get(i).copied().unwrap_or_default();
-                let work = work.get(i).copied().flatten();
-                InstanceView {
-                    id: inst.id.clone(),
-                    service: inst.service.clone(),
-                    server: inst.server.clone(),
-                    zone,
-                    health,
-                    state: InstanceState::of(zone, health, work),
-                    work,
-                }
-            })
-            .collect();
+        let instances = instance_views(&config, &drain_zone, health, work);
         let by_id = instances
             .iter()
             .enumerate()
@@ -217,36 +188,7 @@ impl DrainView {
                     > usize::from(counts_as_normal_up(v))
             })
             .collect();
-
-        // Every pool of an Active-Active service, by name (R-HT-1: the
-        // instances whose `pool` is the name; by default the service's).
-        let mut pools: Vec<&str> = config
-            .instances
-            .iter()
-            // and the `ws` instances' one behind a ws pool (R-WS-3).
-            .filter(|i| i.service.is_active_active() || (ws_pooled && i.service == Service::Ws))
-            .map(|i| i.pool.as_str())
-            .collect();
-        pools.sort_unstable();
-        pools.dedup();
-        let pool_of: Vec<&str> = config.instances.iter().map(|i| i.pool.as_str()).collect();
-        let rings = pools
-            .iter()
-            .map(|&p| {
-                let member = |i: usize| pool_of.get(i) == Some(&p);
-                (p.to_owned(), ring_for(&instances, &member))
-            })
-            .collect();
-        let pools_up = pools
-            .iter()
-            .map(|&p| {
-                let member = |i: usize| pool_of.get(i) == Some(&p);
-                let up = (0..instances.len())
-                    .filter(|&i| member(i) && counts_as_normal_up(&instances[i]))
-                    .count();
-                (p.to_owned(), up)
-            })
-            .collect();
+        let (rings, pools_up) = pool_rings(&config, &instances);
 
         DrainView {
             generation: 0,
@@ -351,6 +293,82 @@ impl DrainView {
             .find(|(p, _)| p == pool)
             .map_or(0, |(_, n)| *n)
     }
+}
+
+/// Each instance's zone, health, work and state (R-ST-1).
+fn instance_views(
+    config: &SiteConfig,
+    drain_zone: &BTreeSet<String>,
+    health: &[Health],
+    work: &[Option<u64>],
+) -> Vec<InstanceView> {
+    let ws_pooled = config.ws_pooled();
+    config
+        .instances
+        .iter()
+        .enumerate()
+        .map(|(i, inst)| {
+            // R-BG-1, R-WS-1: bgmg and ws are never drained; but a ws a ws
+            // pool fronts goes with its server, so the pool sends it no new
+            // connection and status tells when its open ones are gone
+            // (R-WS-3): nothing of it is refused or cut.
+            let exempt =
+                inst.service.never_drained() && !(ws_pooled && inst.service == Service::Ws);
+            let zone = if drain_zone.contains(&inst.server) && !exempt {
+                Zone::Drain
+            } else {
+                Zone::Normal
+            };
+            let health = health.get(i).copied().unwrap_or_default();
+            let work = work.get(i).copied().flatten();
+            InstanceView {
+                id: inst.id.clone(),
+                service: inst.service.clone(),
+                server: inst.server.clone(),
+                zone,
+                health,
+                state: InstanceState::of(zone, health, work),
+                work,
+            }
+        })
+        .collect()
+}
+
+/// Every pool of an Active-Active service, by name (R-HT-1: the instances
+/// whose `pool` is the name; by default the service's), and the `ws`
+/// instances' one behind a ws pool (R-WS-3): its ring, and how many of its
+/// instances are up in the normal zone.
+fn pool_rings(
+    config: &SiteConfig,
+    instances: &[InstanceView],
+) -> (Vec<(String, Ring)>, Vec<(String, usize)>) {
+    let ws_pooled = config.ws_pooled();
+    let mut pools: Vec<&str> = config
+        .instances
+        .iter()
+        .filter(|i| i.service.is_active_active() || (ws_pooled && i.service == Service::Ws))
+        .map(|i| i.pool.as_str())
+        .collect();
+    pools.sort_unstable();
+    pools.dedup();
+    let pool_of: Vec<&str> = config.instances.iter().map(|i| i.pool.as_str()).collect();
+    let rings = pools
+        .iter()
+        .map(|&p| {
+            let member = |i: usize| pool_of.get(i) == Some(&p);
+            (p.to_owned(), ring_for(instances, &member))
+        })
+        .collect();
+    let pools_up = pools
+        .iter()
+        .map(|&p| {
+            let up = (0..instances.len())
+                .filter(|&i| pool_of.get(i) == Some(&p) && counts_as_normal_up(&instances[i]))
+                .count();
+            (p.to_owned(), up)
+        })
+        .collect();
+    (rings, pools_up)
 }
 
 fn counts_as_normal_up(v: &InstanceView) -> bool {

@@ -99,6 +99,22 @@ pub(super) fn write_status(st: &SiteStatus, out: &mut (dyn Write + Send)) -> Res
     for n in &st.nodes {
         writeln!(out, "{}", node_line(n, st))?;
     }
+    write_unreachable(st, out)?;
+    write_backups(st, out)?;
+    if let Some(f) = &st.store {
+        writeln!(out, "{}", f.describe(st.generated_ms))?;
+    }
+    if let Some(w) = st.site_file.as_ref().and_then(|f| f.warning.as_ref()) {
+        writeln!(out, "warning: {w}")?;
+    }
+    if let Some(engines) = &st.engines {
+        write_engines(engines, out)?;
+    }
+    Ok(())
+}
+
+/// The transports over which nodes could not reach an instance lately.
+fn write_unreachable(st: &SiteStatus, out: &mut (dyn Write + Send)) -> Result<(), CliError> {
     for i in &st.instances {
         for u in &i.unreachable {
             let hold = if u.what.until_ms > st.generated_ms {
@@ -121,7 +137,11 @@ pub(super) fn write_status(st: &SiteStatus, out: &mut (dyn Write + Send)) -> Res
             )?;
         }
     }
-    // R-HT-1: a pool in backup, as each gate that sends it there says.
+    Ok(())
+}
+
+/// R-HT-1: every pool in backup, as each gate that sends it there says.
+fn write_backups(st: &SiteStatus, out: &mut (dyn Write + Send)) -> Result<(), CliError> {
     for b in &st.backups {
         writeln!(
             out,
@@ -132,15 +152,6 @@ pub(super) fn write_status(st: &SiteStatus, out: &mut (dyn Write + Send)) -> Res
             work::utc_text(b.what.since_ms),
             b.what.reason,
         )?;
-    }
-    if let Some(f) = &st.store {
-        writeln!(out, "{}", f.describe(st.generated_ms))?;
-    }
-    if let Some(w) = st.site_file.as_ref().and_then(|f| f.warning.as_ref()) {
-        writeln!(out, "warning: {w}")?;
-    }
-    if let Some(engines) = &st.engines {
-        write_engines(engines, out)?;
     }
     Ok(())
 }

@@ -146,21 +146,22 @@ pub(crate) fn spawn(
             tracker.spawn(crate::health::run(prober, sock, shutdown.clone()));
         }
     }
-    let sweeper_core = core;
-    let sweeper_stop = shutdown;
-    tracker.spawn(async move {
-        let mut tick = tokio::time::interval(Duration::from_secs(1));
-        loop {
-            tokio::select! {
-                _ = sweeper_stop.cancelled() => return,
-                _ = tick.tick() => {}
-            }
-            let now = Instant::now();
-            sweeper_core.sweep(now);
-            sweeper_core.publish_work(now);
-        }
-    });
+    tracker.spawn(sweeper(core, shutdown));
     Ok(threads)
+}
+
+/// Once a second: the core's sweep, then its work published (R-ST-2).
+async fn sweeper(core: Arc<Core>, stop: CancellationToken) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let now = Instant::now();
+        core.sweep(now);
+        core.publish_work(now);
+    }
 }
 
 /// The sockets and open connections, shared by every task.

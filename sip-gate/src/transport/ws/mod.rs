@@ -217,7 +217,9 @@ where
         }
         // R-OV-1: the stream transports' deadline, as over TCP.
         let now = Instant::now();
-        let action = net.core.handle_stream(inbound, data, now, net.lag.behind(now));
+        let action = net
+            .core
+            .handle_stream(inbound, data, now, net.lag.behind(now));
         net.execute(action);
     }
 }
