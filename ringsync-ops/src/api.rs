@@ -1,6 +1,6 @@
 //! The admin HTTP API (`ringsync serve`): profile CRUD, the site's status
 //! (the drain view with the work every node reports, summed: R-ST-1,
-//! R-ST-3), the Active-Passive handover (`/v1/handover`), the audit log,
+//! R-ST-3) and its long poll `/v1/wait`, the Active-Passive handover (`/v1/handover`), the audit log,
 //! metrics.
 //!
 //! JSON in and out. Bad input gets a 4xx with `{"error": "..."}` and stores
@@ -34,6 +34,7 @@ use ringsync::view::{DrainView, InstanceState};
 pub mod access;
 mod handlers;
 mod handover;
+mod wait;
 pub use ringsync::tls;
 
 pub use access::{Access, Endpoint, Need, Peer};

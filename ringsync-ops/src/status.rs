@@ -161,6 +161,9 @@ pub struct NodeBoard {
     nodes: Vec<NodeAddr>,
     source: Source,
     latest: ArcSwap<Round>,
+    /// Bumped after every round, so a long poll (`GET /v1/wait`) wakes
+    /// when there is something new to look at instead of polling.
+    rounds: tokio::sync::watch::Sender<u64>,
 }
 
 /// Where a board learns the nodes' reports.
@@ -179,6 +182,7 @@ impl NodeBoard {
             latest: ArcSwap::from_pointee(Round::not_asked(&nodes)),
             nodes,
             source: Source::Ask(Box::new(fetcher)),
+            rounds: tokio::sync::watch::Sender::new(0),
         })
     }
 
@@ -189,6 +193,7 @@ impl NodeBoard {
             latest: ArcSwap::from_pointee(Round::default()),
             nodes: Vec::new(),
             source: Source::Registry(store),
+            rounds: tokio::sync::watch::Sender::new(0),
         })
     }
 
@@ -209,7 +214,13 @@ impl NodeBoard {
         };
         let round = Arc::new(round);
         self.latest.store(round.clone());
+        self.rounds.send_modify(|n| *n = n.wrapping_add(1));
         round
+    }
+
+    /// Changes after every round.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.rounds.subscribe()
     }
 
     /// The last round.
