@@ -18,6 +18,7 @@
 
 pub mod api;
 pub mod auth;
+pub mod backup;
 pub mod cli;
 pub mod drained;
 pub mod engine;

@@ -24,6 +24,7 @@ use ringsync::store::{AuditQuery, Op, StoreError};
 use ringsync::view::InstanceState;
 
 mod audit_text;
+mod backup;
 mod handover;
 mod registry;
 mod remote;
@@ -32,6 +33,7 @@ mod site;
 mod text;
 mod wait;
 
+pub use backup::{BackupArgs, RestoreArgs};
 pub use handover::{AgentArgs, HandoverCommand};
 pub use registry::{MigrateArgs, NodeCommand};
 pub use serve::{TokenAddArgs, TokenCommand};
@@ -95,6 +97,13 @@ pub enum Command {
     /// Tokens of the admin API.
     #[command(subcommand)]
     Token(TokenCommand),
+    /// Write the site's profiles, handover records and audit log to one
+    /// file (versioned, with the site name and a checksum).
+    Backup(BackupArgs),
+    /// Restore a backup into the site's store (either kind): checked whole
+    /// before anything is written, refused for another site unless
+    /// `--force`, and audited.
+    Restore(RestoreArgs),
 }
 
 /// `audit` options.
@@ -313,7 +322,7 @@ pub async fn run(
             Command::Wait(cmd) => wait::run(&site, cmd, out, shutdown).await,
             _ => Err(CliError::Usage(
                 "with --api only `profile`, `status`, `wait` and `audit` work; run `serve`, `migrate`, \
-                 `node`, `token`, `handover` and `agent` where the site file and its store are"
+                 `node`, `token`, `handover`, `agent`, `backup` and `restore` where the site file and its store are"
                     .into(),
             )),
         };
@@ -339,6 +348,8 @@ pub async fn run(
         Command::Handover(cmd) => handover::status(&config, cmd, cli.json, out).await,
         Command::Agent(args) => handover::agent(&config, args, out, shutdown).await,
         Command::Token(cmd) => serve::token(Some(&config), cmd, out),
+        Command::Backup(args) => backup::backup(&config, args, out).await,
+        Command::Restore(args) => backup::restore(&config, args, out).await,
     }
 }
 
