@@ -17,7 +17,8 @@ set -euo pipefail
 # haproxy, exabgp, bird2: the edges ringsync's engine drivers and sip-gate's
 # anycast announcer drive. prometheus: promtool and a real scrape of the alerts.
 # python3-websockets: a small real WebSocket server for the ws pool tests.
-PACKAGES=(sip-tester kamailio rtpengine-daemon etcd-server protobuf-compiler libprotobuf-dev procps dnsmasq-base fonts-dejavu-core
+# rtpengine-utils: rtpengine's own ng client, which media-ctl's JSON tests drive.
+PACKAGES=(sip-tester kamailio rtpengine-daemon rtpengine-utils etcd-server protobuf-compiler libprotobuf-dev procps dnsmasq-base fonts-dejavu-core
           chromium chromium-driver haproxy exabgp bird2 prometheus python3-websockets)
 # Services shipped by the packages above (names differ between releases;
 # absent ones are skipped).

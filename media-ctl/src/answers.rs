@@ -7,7 +7,7 @@ use std::time::Instant;
 use bytes::Bytes;
 
 use crate::command::{Command, Request};
-use crate::controller::{query_payload, Controller, Decision, Out};
+use crate::controller::{client_form, query_payload, Controller, Decision, Out};
 use crate::fanout::{result_of, Fan, FanKind};
 use crate::metrics as m;
 use crate::ng::{error_reply, join_cookie, split_cookie, NgMessage, Value};
@@ -65,13 +65,13 @@ impl Controller {
             m.answer(result);
         }
         match p.origin {
-            Origin::Client { addr, cookie } => {
+            Origin::Client { addr, cookie, json } => {
                 if let Some(call) = &p.call {
                     self.calls.answered(call, p.command, ok, now);
                 }
                 let reply = Bytes::from(join_cookie(&cookie, payload));
                 self.cache.done(addr, &cookie, reply.clone(), now);
-                vec![Out::Client(addr, reply)]
+                vec![Out::Client(addr, client_form(reply, json))]
             }
             Origin::Part { fan, part } => {
                 self.part_done(fan, part, Ok(Bytes::copy_from_slice(payload)), now)
@@ -127,7 +127,7 @@ impl Controller {
         else {
             let reply = Bytes::from(fan.reply());
             self.cache.done(fan.client, &fan.cookie, reply.clone(), now);
-            return vec![Out::Client(fan.client, reply)];
+            return vec![Out::Client(fan.client, client_form(reply, fan.json))];
         };
         let req = Request {
             cookie: &fan.cookie,
@@ -136,6 +136,7 @@ impl Controller {
             to_tag: None,
             limit: None,
             payload,
+            json: fan.json,
         };
         let decision = match fan.found() {
             // R-MG-2: the call lives there; so does every command of it.
@@ -176,7 +177,7 @@ impl Controller {
         match decision {
             Decision::Reply(reply) => {
                 self.cache.done(fan.client, &fan.cookie, reply.clone(), now);
-                vec![Out::Client(fan.client, reply)]
+                vec![Out::Client(fan.client, client_form(reply, fan.json))]
             }
             Decision::Send(sends) => sends.into_iter().map(|(a, d)| Out::Mg(a, d)).collect(),
             Decision::Drop(_) => Vec::new(),
@@ -198,7 +199,7 @@ impl Controller {
                 timeout.as_millis()
             );
             match p.origin {
-                Origin::Client { addr, cookie } => {
+                Origin::Client { addr, cookie, json } => {
                     if let (Some(call), true) = (&p.call, p.command.creates_call()) {
                         self.calls.abandon_setup(call, p.mg);
                     }
@@ -206,7 +207,7 @@ impl Controller {
                     self.bump("errors", "mg_timeout");
                     let reply = Bytes::from(error_reply(&cookie, &why));
                     self.cache.done(addr, &cookie, reply.clone(), now);
-                    out.push(Out::Client(addr, reply));
+                    out.push(Out::Client(addr, client_form(reply, json)));
                 }
                 Origin::Part { fan, part } => out.extend(self.part_done(fan, part, Err(why), now)),
                 Origin::IdleCheck | Origin::Census => {}

@@ -148,8 +148,11 @@ pub(crate) struct Request<'a> {
     pub to_tag: Option<&'a [u8]>,
     /// `limit` of a `list`.
     pub limit: Option<i64>,
-    /// The bencoded dictionary exactly as received (relayed untouched).
+    /// The bencoded dictionary exactly as received (relayed untouched), or
+    /// the one a JSON request stood for.
     pub payload: &'a [u8],
+    /// The client asked in JSON and is answered in JSON.
+    pub json: bool,
 }
 
 impl<'a> Request<'a> {
@@ -177,6 +180,7 @@ impl<'a> Request<'a> {
             to_tag: dict.bytes("to-tag").filter(|t| !t.is_empty()),
             limit: dict.int("limit"),
             payload,
+            json: false,
         })
     }
 }

@@ -24,11 +24,12 @@ use ringsync::view::DrainView;
 use crate::cache::{ReplyCache, Slot};
 use crate::calls::CallTable;
 use crate::chooser::Chooser;
-use crate::command::{Command, Request};
+use crate::command::{Command, Refusal, Request, MAX_DATAGRAM};
 use crate::fanout::{Fan, FanKind, Part};
 use crate::health::Pinger;
 use crate::metrics as m;
-use crate::ng::{error_reply, result_reply, split_cookie, Value};
+use crate::ng::{error_reply, join_cookie, result_reply, split_cookie, Value};
+use crate::ng_json;
 use crate::pool::{is_up, Pool};
 use crate::upstream::{Origin, Upstream};
 use crate::weights::Ramps;
@@ -177,8 +178,45 @@ impl Controller {
             .observe(&view, now, self.settings.window);
     }
 
-    /// Handles a client's datagram.
+    /// Handles a client's datagram, in either form of the ng protocol.
     pub fn handle(&self, from: SocketAddr, datagram: &[u8], now: Instant) -> Decision {
+        let Ok((cookie, payload)) = split_cookie(datagram) else {
+            return self.dropped("no_cookie");
+        };
+        if !ng_json::is_json(payload) {
+            return self.handle_bencode(from, datagram, false, now);
+        }
+        let decision = if datagram.len() > MAX_DATAGRAM {
+            m::command("invalid", Refusal::Oversized.label());
+            self.refuse(
+                cookie,
+                Refusal::Oversized.label(),
+                &Refusal::Oversized.to_string(),
+            )
+        } else {
+            match ng_json::to_bencode(payload) {
+                Ok(dict) => self.handle_bencode(from, &join_cookie(cookie, &dict), true, now),
+                Err(why) => {
+                    m::command("invalid", why.label());
+                    self.refuse(cookie, why.label(), &why.to_string())
+                }
+            }
+        };
+        match decision {
+            Decision::Reply(reply) => Decision::Reply(client_form(reply, true)),
+            other => other,
+        }
+    }
+
+    /// Handles a bencoded datagram; `json` says how the client asked, for
+    /// the answers that come later.
+    fn handle_bencode(
+        &self,
+        from: SocketAddr,
+        datagram: &[u8],
+        json: bool,
+        now: Instant,
+    ) -> Decision {
         let Ok((cookie, _)) = split_cookie(datagram) else {
             return self.dropped("no_cookie");
         };
@@ -187,7 +225,7 @@ impl Controller {
             return self.retransmission(slot);
         }
         let req = match Request::parse(datagram) {
-            Ok(r) => r,
+            Ok(r) => Request { json, ..r },
             Err((Some(cookie), why)) => {
                 m::command("invalid", why.label());
                 return self.refuse(cookie, why.label(), &why.to_string());
@@ -317,6 +355,7 @@ impl Controller {
         let origin = Origin::Client {
             addr: from,
             cookie: Box::from(req.cookie),
+            json: req.json,
         };
         let (id, datagram) =
             self.upstream
@@ -337,7 +376,7 @@ impl Controller {
             FanKind::Statistics
         };
         m::command(req.command.name(), "fanout");
-        self.start_fan(from, req.cookie, kind, req.command, req.payload, now)
+        self.start_fan(from, req, kind, req.command, req.payload, now)
     }
 
     fn lookup(
@@ -359,14 +398,15 @@ impl Controller {
             payload: Bytes::copy_from_slice(req.payload),
         };
         let query = query_payload(call);
-        self.start_fan(from, req.cookie, kind, Command::Query, &query, now)
+        self.start_fan(from, req, kind, Command::Query, &query, now)
     }
 
-    /// Sends `payload` as `command` to every instance that is up.
+    /// Sends `payload` as `command` to every instance that is up, for the
+    /// client's request `req`.
     fn start_fan(
         &self,
         from: SocketAddr,
-        cookie: &[u8],
+        req: &Request<'_>,
         kind: FanKind,
         command: Command,
         payload: &[u8],
@@ -384,9 +424,11 @@ impl Controller {
             FanKind::Lookup { call, .. } => Some(call.clone()),
             _ => None,
         };
+        let cookie = req.cookie;
         let mut fan = Fan {
             client: from,
             cookie: Box::from(cookie),
+            json: req.json,
             kind,
             parts: targets
                 .iter()
@@ -463,6 +505,15 @@ impl Controller {
 }
 
 /// `query` of one call.
+/// A reply to a client in the form it asked in (the core works in bencode).
+pub(crate) fn client_form(reply: Bytes, json: bool) -> Bytes {
+    if json {
+        Bytes::from(ng_json::reply_to_json(&reply))
+    } else {
+        reply
+    }
+}
+
 pub(crate) fn query_payload(call: &[u8]) -> Vec<u8> {
     let mut d = BTreeMap::new();
     d.insert(b"command".to_vec(), Value::str("query"));

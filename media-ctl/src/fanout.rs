@@ -51,6 +51,8 @@ pub(crate) struct Fan {
     pub client: SocketAddr,
     /// The client's cookie.
     pub cookie: Box<[u8]>,
+    /// The client asked in JSON.
+    pub json: bool,
     /// What for.
     pub kind: FanKind,
     /// One per mg asked.
@@ -178,6 +180,7 @@ mod tests {
 
     fn fan(kind: FanKind, answers: &[Option<Result<&[u8], &str>>]) -> Fan {
         Fan {
+            json: false,
             client: "127.0.0.1:9".parse().unwrap(),
             cookie: Box::from(&b"k"[..]),
             kind,

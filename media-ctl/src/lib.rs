@@ -22,6 +22,7 @@
 // === wire format ===
 mod command;
 pub mod ng;
+mod ng_json;
 
 // === the pure core ===
 mod answers;

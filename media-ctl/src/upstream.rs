@@ -39,6 +39,8 @@ pub(crate) enum Origin {
         addr: SocketAddr,
         /// The client's cookie.
         cookie: Box<[u8]>,
+        /// The client asked in JSON.
+        json: bool,
     },
     /// One part of a command fanned out to the pool (`list`,
     /// `statistics`, or the search for a call media-ctl does not know).
@@ -190,6 +192,7 @@ mod tests {
         let u = Upstream::new("mcabc-");
         let t0 = Instant::now();
         let client = Origin::Client {
+            json: false,
             addr: "127.0.0.1:5".parse().unwrap(),
             cookie: Box::from(&b"k1"[..]),
         };

@@ -108,6 +108,10 @@ pub(crate) const AUTH_FAILURES: &str = "sipgate_auth_failures_total";
 pub(crate) const AUTH_BANS: &str = "sipgate_auth_bans_total";
 /// Failures of new sources not counted because the ban table was full.
 pub(crate) const AUTH_BAN_TABLE_FULL: &str = "sipgate_auth_ban_table_full_total";
+/// How late the stream transports' lag probe last woke, in seconds: the
+/// delay a message read on a TCP, TLS or WebSocket connection meets before
+/// the gate handles it (R-OV-1).
+pub(crate) const RUNTIME_LAG: &str = "sipgate_runtime_lag_seconds";
 /// The gate's own phase (`starting`, `serving`, `stopping`, `stopped`), 1
 /// for the current one (R-GW-1).
 pub(crate) const PHASE: &str = "sipgate_phase";
@@ -130,6 +134,10 @@ pub(crate) fn ws_handshake(result: &'static str) {
 
 pub(crate) fn ws_close(code: &'static str) {
     metrics::counter!(WS_CLOSES, "code" => code).increment(1);
+}
+
+pub(crate) fn runtime_lag(lag: std::time::Duration) {
+    metrics::gauge!(RUNTIME_LAG).set(lag.as_secs_f64());
 }
 
 pub(crate) fn tls_reload(result: &'static str) {

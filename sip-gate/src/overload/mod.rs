@@ -19,6 +19,7 @@
 
 mod bucket;
 mod intake;
+mod lag;
 mod sources;
 
 use std::net::IpAddr;
@@ -32,6 +33,7 @@ use crate::metrics as m;
 
 pub(crate) use bucket::{Bucket, Limit};
 pub(crate) use intake::{class_of, first, BatchSizes, IntakeMeter, IntakeWaits, MAX_BATCH};
+pub(crate) use lag::RuntimeLag;
 use sources::SourceTable;
 
 /// What a message is to the overload rules.

@@ -429,6 +429,24 @@ impl Core {
         self.handle_as(inbound, data, now, Received::Fresh)
     }
 
+    /// [`Core::handle`] for a message read from a stream (TCP, TLS,
+    /// WebSocket) while the runtime was `behind` its intake deadline
+    /// (R-OV-1): if it is a new dialog, it gets 503.
+    pub(crate) fn handle_stream(
+        &self,
+        inbound: Inbound,
+        data: Bytes,
+        now: Instant,
+        behind: bool,
+    ) -> Action {
+        let how = if behind {
+            Received::Behind
+        } else {
+            Received::Fresh
+        };
+        self.handle_as(inbound, data, now, how)
+    }
+
     /// [`Core::handle`] for a message its UDP worker already scanned (to
     /// order its batch, R-OV-1), read `behind`: past the intake deadline, or
     /// just after its queue overflowed. If it is a new dialog, it gets 503;

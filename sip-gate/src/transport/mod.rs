@@ -35,6 +35,7 @@ use ringsync::config::WsOptions;
 use crate::dns::{DnsFailure, DnsQuery};
 use crate::frame::{self, Frame};
 use crate::metrics as m;
+use crate::overload::RuntimeLag;
 use crate::proxy::{Action, Core, Out};
 use crate::reach::Stream;
 use crate::txn::{ConnId, Inbound};
@@ -56,6 +57,11 @@ use udp::udp_worker;
 pub(crate) const MAX_MESSAGE: usize = 65_535;
 /// How often a blocked UDP worker wakes to check for shutdown.
 const UDP_POLL: Duration = Duration::from_millis(200);
+/// The most messages one connection hands to the core before it lets the
+/// other connections' tasks run: a peer that filled its socket buffer with
+/// new dialogs does not hold a runtime thread while a BYE on another
+/// connection waits (R-OV-1).
+const STREAM_TURN: usize = 16;
 /// A connect that takes longer fails.
 const TCP_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
@@ -106,7 +112,9 @@ pub(crate) fn spawn(
         shutdown: shutdown.clone(),
         tracker: tracker.clone(),
         runtime: tokio::runtime::Handle::current(),
+        lag: Arc::new(RuntimeLag::new(core.overload_deadline(), Instant::now())),
     });
+    tracker.spawn(net.lag.clone().run(shutdown.clone()));
 
     let mut threads = Vec::new();
     let mut probe_socket = None;
@@ -165,6 +173,8 @@ struct Net {
     shutdown: CancellationToken,
     tracker: TaskTracker,
     runtime: tokio::runtime::Handle,
+    /// The stream transports' intake deadline (R-OV-1).
+    lag: Arc<RuntimeLag>,
 }
 
 impl Net {
@@ -434,18 +444,19 @@ async fn accept_loop(
 }
 
 impl Net {
-    /// Hands every complete message at the start of `buf` to the core and
-    /// answers pings; whether a message was taken off, or the framing error
-    /// that ends the connection.
+    /// Hands the complete messages at the start of `buf` to the core, up
+    /// to [`STREAM_TURN`] of them, and answers pings: whether a message was
+    /// taken off and whether the turn ended with more perhaps left, or the
+    /// framing error that ends the connection.
     fn frame_buffered(
         self: &Arc<Net>,
         buf: &mut BytesMut,
         listener: usize,
         id: ConnId,
         peer: SocketAddr,
-    ) -> Result<bool, frame::FrameError> {
+    ) -> Result<(bool, bool), frame::FrameError> {
         let mut consumed = false;
-        loop {
+        for _ in 0..STREAM_TURN {
             match frame::check(buf, MAX_MESSAGE)? {
                 Some(Frame::KeepAlive { len, ping }) => {
                     buf.advance(len.min(buf.len()));
@@ -461,12 +472,15 @@ impl Net {
                         conn: id,
                         peer,
                     };
-                    let action = self.core.handle(inbound, data, Instant::now());
+                    let now = Instant::now();
+                    let behind = self.lag.behind(now);
+                    let action = self.core.handle_stream(inbound, data, now, behind);
                     self.execute(action);
                 }
-                None => return Ok(consumed),
+                None => return Ok((consumed, false)),
             }
         }
+        Ok((consumed, true))
     }
 }
 
@@ -505,10 +519,18 @@ async fn connection<R, W>(
     let mut timer = ReadTimer::new(tcp.idle(), tcp.frame());
     let reader = async move {
         let mut buf = BytesMut::with_capacity(16 * 1024);
+        // A message was taken off in an earlier turn of this framing.
+        let mut earlier = false;
         loop {
-            // Frame everything already buffered before reading more.
+            // Frame everything already buffered before reading more, a
+            // turn at a time.
             let consumed = match reader_net.frame_buffered(&mut buf, listener, id, peer) {
-                Ok(consumed) => consumed,
+                Ok((_, true)) => {
+                    earlier = true;
+                    tokio::task::yield_now().await;
+                    continue;
+                }
+                Ok((consumed, false)) => consumed || std::mem::take(&mut earlier),
                 Err(e) => {
                     // A stream that lost its framing cannot be resynchronised.
                     tracing::info!(%peer, error = %e, "closing tcp connection: bad framing");

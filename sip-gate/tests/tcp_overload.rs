@@ -1,0 +1,189 @@
+//! R-OV-1 over TCP through the real `sip-gate` binary: new dialogs read
+//! from a connection after the gate fell behind get 503 with Retry-After at
+//! once, while the in-dialog requests of calls up over TCP go on. A stream
+//! has no receive timestamp per message, so the gate reads its lag from the
+//! runtime that serves every connection (`overload/lag.rs`).
+//!
+//! `127.46.1.0/24`: the gate's listener and admin on `.1`, the sg (a SIPp
+//! UAS over TCP) on `.11`, the callers on `.22`, `.23` and `.24`. Every SIPp run is bounded.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::time::Duration;
+
+use common::{ip, server_addr};
+use testbed::bins::Node;
+use testbed::{Scenario, Sipp, SippHandle, SippReport, Transport};
+
+fn sg(net: (u8, u8)) -> SippHandle {
+    Sipp::new(Scenario::repo("uas_call"))
+        .local(server_addr(net, 0).ip(), 5060)
+        .transport(Transport::Tcp)
+        .timeout(Duration::from_secs(120))
+        .spawn()
+        .expect("uas starts")
+}
+
+/// Calls by outcome in a `uac_call_or_503` log: (refused, up, ended).
+fn outcomes(log: &Path) -> (u64, u64, u64) {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let count = |what: &str| text.lines().filter(|l| l.starts_with(what)).count() as u64;
+    (count("ev refused "), count("ev up "), count("ev end "))
+}
+
+fn wait(sipp: SippHandle, what: &str) -> SippReport {
+    sipp.wait(Duration::from_secs(90))
+        .unwrap_or_else(|e| panic!("{what}: {e}"))
+}
+
+/// Waits until every thread of `pid` is stopped (state `T`): `kill`
+/// returns once the signal is sent, a thread may still run a moment.
+fn wait_stopped(pid: u32) {
+    let stopped = || {
+        std::fs::read_dir(format!("/proc/{pid}/task"))
+            .unwrap()
+            .flatten()
+            .all(|t| {
+                let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+                // The state follows the command name's closing parenthesis.
+                stat.rsplit_once(") ")
+                    .is_some_and(|(_, rest)| rest.starts_with('T'))
+            })
+    };
+    let t0 = std::time::Instant::now();
+    while !stopped() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "the gate did not stop"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// A TCP connection from `from` (port chosen by the kernel) to `to`.
+fn connect_from(from: std::net::IpAddr, to: SocketAddr) -> TcpStream {
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    sock.bind(&SocketAddr::new(from, 0).into()).unwrap();
+    sock.connect(&to.into()).expect("the gate accepts");
+    sock.into()
+}
+
+/// A new INVITE over the TCP connection `stream`.
+fn invite(stream: &mut TcpStream, to: SocketAddr, n: u32) {
+    let me = stream.local_addr().unwrap();
+    let text = format!(
+        "INVITE sip:bob@{to};transport=tcp SIP/2.0\r\nVia: SIP/2.0/TCP {me};branch=z9hG4bK-tcpstall-{n}\r\nFrom: <sip:alice@{me}>;tag=tcpstall-{n}\r\nTo: <sip:bob@{to}>\r\nCall-ID: tcpstall-{n}@{me}\r\nCSeq: 1 INVITE\r\nContact: <sip:alice@{me};transport=tcp>\r\nMax-Forwards: 70\r\nContent-Length: 0\r\n\r\n"
+    );
+    stream.write_all(text.as_bytes()).unwrap();
+}
+
+/// One response read from a SIP stream: its start line and headers.
+fn response(r: &mut BufReader<TcpStream>) -> String {
+    let mut head = String::new();
+    loop {
+        let mut line = String::new();
+        r.read_line(&mut line)
+            .expect("a response on the connection");
+        if line == "\r\n" {
+            break;
+        }
+        assert!(!line.is_empty(), "connection closed after {head:?}");
+        head.push_str(&line);
+    }
+    let len: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("Content-Length:"))
+        .map_or(0, |v| v.trim().parse().unwrap());
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body).unwrap();
+    head
+}
+
+#[test]
+fn r_ov_1_over_tcp_new_dialogs_read_behind_get_503_while_in_dialog_requests_go_on() {
+    let net = (46, 1);
+    let dir = tempfile::tempdir().unwrap();
+    let listener = SocketAddr::new(ip(net, 1), 5060);
+    let admin = SocketAddr::new(ip(net, 1), 9091);
+    let extra = format!(
+        "[[listener]]\nname = \"subs\"\nbind = \"{listener}\"\nmode = \"balance\"\npool = \"sg\"\nleg = \"subscriber\"\ntransports = [\"udp\", \"tcp\"]\n\n[store]\nkind = \"embedded\"\npath = \"profiles.json\"\n\n[overload]\nnew_dialog_deadline_ms = 200\nretry_after_s = 4\n"
+    );
+    let site = dir.path().join("site.toml");
+    std::fs::write(&site, common::site(net, 1, &extra)).unwrap();
+    let mut gate = Node::gate(&site).admin(admin).start().unwrap();
+    gate.wait_ready().unwrap();
+    let uas = sg(net);
+
+    // 10 calls over one TCP connection, placed in the first second, each up
+    // for 1 s, then a re-INVITE and a BYE: many of those fall in the stall.
+    let log = dir.path().join("calls.log");
+    let calls = Sipp::new(Scenario::repo("uac_call_or_503"))
+        .local_ip(ip(net, 22))
+        .remote(listener)
+        .transport(Transport::Tcp)
+        .timeout(Duration::from_secs(90))
+        .arg("-trace_logs")
+        .arg("-log_file")
+        .arg(&log)
+        .calls(10)
+        .rate(10)
+        .duration(Duration::from_secs(1))
+        .spawn()
+        .expect("calls start");
+    let mut client = connect_from(ip(net, 24), listener);
+    client
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1300));
+
+    // The gate stalls for 600 ms (SIGSTOP): what arrives meanwhile waits in
+    // the connections' socket buffers. Three new INVITEs arrive at its start.
+    gate.signal("STOP");
+    wait_stopped(gate.pid().expect("running"));
+    for n in 0..3 {
+        invite(&mut client, listener, n);
+    }
+    std::thread::sleep(Duration::from_millis(600));
+    gate.signal("CONT");
+
+    // Read behind: each gets 503 with Retry-After, on its connection.
+    let mut reader = BufReader::new(client);
+    for _ in 0..3 {
+        let head = response(&mut reader);
+        assert!(head.starts_with("SIP/2.0 503 Overloaded\r\n"), "{head}");
+        assert!(head.contains("\r\nRetry-After: 4\r\n"), "{head}");
+    }
+    // The calls' re-INVITEs and BYEs that waited with them went on.
+    let calls = wait(calls, "calls");
+    assert!(calls.all_ok(), "{calls:?}");
+    assert_eq!(outcomes(&log), (0, 10, 10), "{calls:?}");
+    let deadline = gate
+        .metrics()
+        .expect("/metrics")
+        .sum("sipgate_overload_refusals_total", &["limit=\"deadline\""]);
+    assert_eq!(deadline, 3.0);
+    let lag = gate
+        .metrics()
+        .unwrap()
+        .value("sipgate_runtime_lag_seconds")
+        .expect("the lag gauge");
+    assert!(lag < 0.2, "the probe runs on time again: {lag} s");
+
+    // Caught up: a new call over TCP goes through at once.
+    let after = Sipp::new(Scenario::repo("uac_call"))
+        .local_ip(ip(net, 23))
+        .remote(listener)
+        .transport(Transport::Tcp)
+        .calls(1)
+        .duration(Duration::from_millis(100))
+        .timeout(Duration::from_secs(20))
+        .spawn()
+        .expect("uac starts");
+    let after = wait(after, "the call after the stall");
+    assert!(after.all_ok(), "{after:?}");
+    let sg = uas.stop().expect("uas report");
+    assert_eq!((sg.successful, sg.failed), (11, 0), "{sg:?}");
+}
