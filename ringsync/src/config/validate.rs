@@ -50,6 +50,7 @@ pub(super) fn validate(loc: Locator<'_>, raw: RawSite) -> Result<SiteConfig> {
     let tls = v.tls(raw.tls.as_ref(), &listeners)?;
     let overload = super::limits::validate(&v, raw.overload)?;
     let admin = v.admin(raw.admin)?;
+    let audit = raw.audit.checked(&v)?;
     let engines = super::engine::validate(&v, &raw.engine, &instances)?;
     Ok(SiteConfig {
         path: loc.path.to_owned(),
@@ -64,6 +65,7 @@ pub(super) fn validate(loc: Locator<'_>, raw: RawSite) -> Result<SiteConfig> {
         tls,
         overload,
         admin,
+        audit,
         media,
         servers,
         instances,
