@@ -41,7 +41,7 @@ or its registration or subscription table less than max_expires_s ago), each ins
 in `unknown`.";
 
 /// Where the gate lists its bans (R-SEC-3).
-pub const BANS_PATH: &str = "/v1/bans";
+pub use ringsync::bans::BANS_PATH;
 
 /// `GET /v1/bans`: the bans in force on this node.
 async fn bans(State(s): State<AdminState>) -> Json<Vec<crate::BanInfo>> {

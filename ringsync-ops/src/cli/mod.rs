@@ -25,6 +25,7 @@ use ringsync::view::InstanceState;
 
 mod audit_text;
 mod backup;
+mod bans;
 mod handover;
 mod registry;
 mod remote;
@@ -34,6 +35,7 @@ mod text;
 mod wait;
 
 pub use backup::{BackupArgs, RestoreArgs};
+pub use bans::{BansCommand, GateArg};
 pub use handover::{AgentArgs, HandoverCommand};
 pub use registry::{MigrateArgs, NodeCommand};
 pub use serve::{TokenAddArgs, TokenCommand};
@@ -104,6 +106,10 @@ pub enum Command {
     /// before anything is written, refused for another site unless
     /// `--force`, and audited.
     Restore(RestoreArgs),
+    /// The auth bans of a gate (R-SEC-3): `bans list`, `bans lift IP`, on
+    /// the gate's admin port (`--gate ADDR`, default `admin.gate_bind`).
+    #[command(subcommand)]
+    Bans(BansCommand),
 }
 
 /// `audit` options.
@@ -328,8 +334,10 @@ pub async fn run(
         };
     }
     let Some(path) = &cli.config else {
-        if let Command::Token(cmd) = cli.command {
-            return serve::token(None, cmd, out);
+        match cli.command {
+            Command::Token(cmd) => return serve::token(None, cmd, out),
+            Command::Bans(cmd) => return bans::run(None, cmd, cli.json, out).await,
+            _ => {}
         }
         return Err(CliError::Usage(
             "give the site file (--config SITE.toml), or --api URL to act through `ringsync serve`"
@@ -350,6 +358,7 @@ pub async fn run(
         Command::Token(cmd) => serve::token(Some(&config), cmd, out),
         Command::Backup(args) => backup::backup(&config, args, out).await,
         Command::Restore(args) => backup::restore(&config, args, out).await,
+        Command::Bans(cmd) => bans::run(Some(&config), cmd, cli.json, out).await,
     }
 }
 

@@ -109,6 +109,18 @@ impl Remote {
         Ok((status, v))
     }
 
+    /// `method path` without a body; the status and the answer as text
+    /// (a gate's admin port answers its one write in text).
+    pub(super) async fn text(&self, method: Method, path: &str) -> Result<(u16, String), CliError> {
+        let what = format!("{method} {}{path}", self.base);
+        let (status, _, body) =
+            tokio::time::timeout(TIMEOUT, self.exchange(method, path, Bytes::new()))
+                .await
+                .map_err(|_| CliError::Remote(format!("{what}: no answer within {TIMEOUT:?}")))?
+                .map_err(|e| CliError::Remote(format!("{what}: {e}")))?;
+        Ok((status, String::from_utf8_lossy(&body).into_owned()))
+    }
+
     /// One exchange: its status, whether it changed anything, its body as
     /// `T` (2xx or `also`), else the API's error.
     async fn answer<T: DeserializeOwned>(
