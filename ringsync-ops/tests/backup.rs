@@ -86,6 +86,24 @@ fn states(site: &Path) -> (serde_json::Value, Vec<(String, String, String)>) {
 fn backup_of_a_file_store_restored_into_a_fresh_etcd_shows_the_same() {
     let file = TestSite::new();
     let src = file.config.path.clone();
+    let backup = file.dir.path().join("site.backup");
+    trail_and_backup(&src, &backup);
+
+    let etcd = Etcd::single(ip(72, 11)).expect("etcd");
+    let dir = tempfile::tempdir().unwrap();
+    let dst = dir.path().join("site.toml");
+    std::fs::write(&dst, etcd_site_text(&etcd.endpoints(), "/drain/t1")).unwrap();
+    let b = backup.to_str().unwrap();
+
+    bad_files_are_refused(&dst, &backup, dir.path());
+    restore_shows_the_same(&src, &dst, b);
+    another_sites_backup_needs_force(&src, &dst);
+    back_into_a_fresh_file_store(&dst, dir.path());
+}
+
+/// Profiles and an audit trail with a refusal in it, backed up to `backup`.
+fn trail_and_backup(src: &Path, backup: &Path) {
+    let src = src.to_path_buf();
     for args in [
         &[
             "profile", "create", "--name", "maint-a", "--server", "srv-a",
@@ -103,24 +121,20 @@ fn backup_of_a_file_store_restored_into_a_fresh_etcd_shows_the_same() {
         &src,
         &["profile", "create", "--name", "bad", "--server", "srv-z"],
     ));
-    let backup = file.dir.path().join("site.backup");
     let said = ok(&run(&src, &["backup", backup.to_str().unwrap()]));
     assert!(said.contains("backup of site `t1` written"), "{said}");
+}
 
-    let etcd = Etcd::single(ip(72, 11)).expect("etcd");
-    let dir = tempfile::tempdir().unwrap();
-    let dst = dir.path().join("site.toml");
-    std::fs::write(&dst, etcd_site_text(&etcd.endpoints(), "/drain/t1")).unwrap();
-    let b = backup.to_str().unwrap();
-
-    // A changed byte, a cut file: refused, nothing restored, audited.
-    let bytes = std::fs::read(&backup).unwrap();
+/// A changed byte, a cut file: refused, nothing restored, each audited.
+fn bad_files_are_refused(dst: &Path, backup: &Path, dir: &Path) {
+    let dst = dst.to_path_buf();
+    let bytes = std::fs::read(backup).unwrap();
     let mut changed = bytes.clone();
     let at = changed.len() - 40;
     changed[at] = if changed[at] == b'1' { b'2' } else { b'1' };
-    let changed_file = dir.path().join("changed.backup");
+    let changed_file = dir.join("changed.backup");
     std::fs::write(&changed_file, &changed).unwrap();
-    let cut_file = dir.path().join("cut.backup");
+    let cut_file = dir.join("cut.backup");
     std::fs::write(&cut_file, &bytes[..bytes.len() / 2]).unwrap();
     for f in [&changed_file, &cut_file] {
         let err = fails(&run(&dst, &["restore", f.to_str().unwrap()]));
@@ -136,8 +150,12 @@ fn backup_of_a_file_store_restored_into_a_fresh_etcd_shows_the_same() {
     assert!(refused
         .iter()
         .all(|r| r.action == "restore" && r.status == 400 && r.error.is_some()));
+}
 
-    // The real restore.
+/// The real restore: the same profiles, status and trail, then a second
+/// run that adds only its own record.
+fn restore_shows_the_same(src: &Path, dst: &Path, b: &str) {
+    let (src, dst) = (src.to_path_buf(), dst.to_path_buf());
     let said = ok(&run(&dst, &["restore", b]));
     assert!(
         said.contains("2 profile(s) written, 5 audit record(s) added"),
@@ -169,8 +187,11 @@ fn backup_of_a_file_store_restored_into_a_fresh_etcd_shows_the_same() {
         "{said}"
     );
     assert_eq!(audit(&dst).len(), 11);
+}
 
-    // Another site's backup: refused unless --force.
+/// Another site's backup: refused unless --force.
+fn another_sites_backup_needs_force(src: &Path, dst: &Path) {
+    let (src, dst) = (src.to_path_buf(), dst.to_path_buf());
     let other = TestSite::with_text(&SITE.replace("name = \"t1\"", "name = \"t2\""));
     let other_site = other.config.path.clone();
     ok(&run(
@@ -199,9 +220,12 @@ fn backup_of_a_file_store_restored_into_a_fresh_etcd_shows_the_same() {
         .map(|p| p["name"].as_str().unwrap().to_owned())
         .collect();
     assert_eq!(names, ["other"]);
+}
 
-    // And back: a backup of the etcd store restored into a fresh file store.
-    let from_etcd = dir.path().join("etcd.backup");
+/// A backup of the etcd store restored into a fresh file store.
+fn back_into_a_fresh_file_store(dst: &Path, dir: &Path) {
+    let dst = dst.to_path_buf();
+    let from_etcd = dir.join("etcd.backup");
     ok(&run(&dst, &["backup", from_etcd.to_str().unwrap()]));
     let fresh = TestSite::new();
     ok(&run(
