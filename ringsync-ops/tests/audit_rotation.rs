@@ -79,6 +79,18 @@ fn the_audit_log_rolls_by_size_keeps_its_parts_and_audit_reads_across_them() {
     );
 
     // Paged by two with `--after`, the same records across the parts.
+    assert_eq!(walk(&run), seqs);
+
+    // The text form reads them too.
+    let text = ok(run(&["audit", "--limit", "1000"]));
+    let rows: Vec<u64> = (text.lines())
+        .filter_map(|l| l.split_whitespace().next()?.parse().ok())
+        .collect();
+    assert_eq!(rows, seqs, "{text}");
+}
+
+/// Every record's seq, read two a page with `--after`.
+fn walk(run: &dyn Fn(&[&str]) -> Output) -> Vec<u64> {
     let mut after: Option<u64> = None;
     let mut walked = Vec::new();
     loop {
@@ -99,12 +111,5 @@ fn the_audit_log_rolls_by_size_keeps_its_parts_and_audit_reads_across_them() {
             None => break,
         }
     }
-    assert_eq!(walked, seqs);
-
-    // The text form reads them too.
-    let text = ok(run(&["audit", "--limit", "1000"]));
-    let rows: Vec<u64> = (text.lines())
-        .filter_map(|l| l.split_whitespace().next()?.parse().ok())
-        .collect();
-    assert_eq!(rows, seqs, "{text}");
+    walked
 }

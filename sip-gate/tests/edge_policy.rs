@@ -426,9 +426,9 @@ fn r_sec_3_ringsync_bans_lists_and_lifts_a_gates_ban() {
     let net = 7;
     let dir = tempfile::tempdir().unwrap();
     let site = write_site(dir.path(), net, "", "");
-    let text = std::fs::read_to_string(&site).unwrap()
+    let toml = std::fs::read_to_string(&site).unwrap()
         + "\n[listener.auth_ban]\nlimit = 2\nwindow_s = 30\nban_s = 60\n";
-    std::fs::write(&site, text).unwrap();
+    std::fs::write(&site, toml).unwrap();
     let mut gate = start_gate(&site, net);
     let g = SocketAddr::new(ip(net, 1), 5060);
     let admin = SocketAddr::new(ip(net, 1), 9091).to_string();
@@ -438,13 +438,6 @@ fn r_sec_3_ringsync_bans_lists_and_lifts_a_gates_ban() {
         .spawn()
         .unwrap();
     let brute = SocketAddr::new(ip(net, 66), 5099);
-    let ringsync = |args: &[&str]| {
-        std::process::Command::new(testbed::bins::BinDir::locate().program("ringsync").unwrap())
-            .args(args)
-            .output()
-            .unwrap()
-    };
-    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
 
     let out = ringsync(&["bans", "list", "--gate", &admin]);
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -459,35 +452,7 @@ fn r_sec_3_ringsync_bans_lists_and_lifts_a_gates_ban() {
     let got = status_line(register(brute, g, "banned"));
     assert!(got.starts_with("SIP/2.0 403 "), "banned: {got}");
 
-    // Listed: the table names the listener and the source.
-    let out = ringsync(&["bans", "list", "--gate", &admin]);
-    let table = text(&out.stdout);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let row = table.lines().nth(1).unwrap_or_default();
-    let cells: Vec<&str> = row.split_whitespace().collect();
-    assert_eq!(cells[..2], ["g", &brute.ip().to_string()], "{table}");
-    // And as JSON, the gate's own shape (with the site file: it names the
-    // gate's admin address, here given as --gate anyway).
-    let out = ringsync(&[
-        "--config",
-        site.to_str().unwrap(),
-        "--json",
-        "bans",
-        "list",
-        "--gate",
-        &admin,
-    ]);
-    let bans: Vec<ringsync::bans::BanInfo> = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}{}", text(&out.stdout), text(&out.stderr)));
-    assert_eq!(bans.len(), 1, "{bans:?}");
-    assert_eq!(
-        (bans[0].listener.as_str(), bans[0].source),
-        ("g", brute.ip())
-    );
-    assert!(
-        bans[0].remaining_s > 50 && bans[0].remaining_s <= 60,
-        "{bans:?}"
-    );
+    listed(&site, &admin, brute.ip());
 
     // Lifted: the source's REGISTERs reach the registrar (401) again.
     let ip_text = brute.ip().to_string();
@@ -517,4 +482,47 @@ fn r_sec_3_ringsync_bans_lists_and_lifts_a_gates_ban() {
     );
     gate.stop(Duration::from_secs(5));
     let _ = registrar.stop();
+}
+
+/// `ringsync ARGS`, run to its end.
+fn ringsync(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(testbed::bins::BinDir::locate().program("ringsync").unwrap())
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// `ringsync bans list` shows the ban of `source`: the table, and `--json`
+/// in the gate's own shape.
+fn listed(site: &Path, admin: &str, source: IpAddr) {
+    let brute_ip = source;
+    let out = ringsync(&["bans", "list", "--gate", admin]);
+    let table = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let row = table.lines().nth(1).unwrap_or_default();
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(cells[..2], ["g", &brute_ip.to_string()], "{table}");
+    // And as JSON, the gate's own shape (with the site file: it names the
+    // gate's admin address, here given as --gate anyway).
+    let out = ringsync(&[
+        "--config",
+        site.to_str().unwrap(),
+        "--json",
+        "bans",
+        "list",
+        "--gate",
+        admin,
+    ]);
+    let bans: Vec<ringsync::bans::BanInfo> = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}{}", text(&out.stdout), text(&out.stderr)));
+    assert_eq!(bans.len(), 1, "{bans:?}");
+    assert_eq!((bans[0].listener.as_str(), bans[0].source), ("g", brute_ip));
+    assert!(
+        bans[0].remaining_s > 50 && bans[0].remaining_s <= 60,
+        "{bans:?}"
+    );
 }

@@ -275,24 +275,7 @@ fn serve_v1_wait_long_polls_until_the_calls_end() {
     let (api, url) = (serve.admin(), serve.url());
     let calls = three_calls(NET_SERVE, gate);
 
-    // Nothing drains srv-b: 409 at once, naming sg-b.
-    let t = Instant::now();
-    let (status, a) = wait_get(api, "/v1/wait?server=srv-b&timeout=30s");
-    assert_eq!((status, a.outcome), (409, Outcome::NotDraining), "{a:?}");
-    assert_eq!(a.not_draining, ["sg-b"]);
-    assert!(t.elapsed() < Duration::from_secs(5), "at once");
-    // Bad requests are refused and say why.
-    for (path, want) in [
-        ("/v1/wait?server=srv-a&state=up", 400),
-        ("/v1/wait?server=srv-a&timeout=1h", 400),
-        ("/v1/wait", 400),
-        ("/v1/wait?server=srv-z&timeout=1s", 404),
-        ("/v1/wait?profile=nope&timeout=1s", 404),
-    ] {
-        let r = http::get(api, path).unwrap();
-        assert_eq!(r.status, want, "{path}: {}", r.body);
-        assert!(r.body.contains("\"error\""), "{path}: {}", r.body);
-    }
+    refusals(api);
 
     for args in [
         &[
@@ -304,21 +287,7 @@ fn serve_v1_wait_long_polls_until_the_calls_end() {
         assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
     }
 
-    // The calls are up: the timeout passes first, 408 with the work left.
-    let t = Instant::now();
-    let (status, a) = wait_get(api, "/v1/wait?server=srv-a&state=drained&timeout=1s");
-    let took = t.elapsed();
-    assert_eq!((status, a.outcome), (408, Outcome::Timeout), "{a:?}");
-    assert_eq!(a.left, ["sg-a"]);
-    assert!(
-        a.progress.starts_with("0 of 1 drained; sg-a draining"),
-        "{a:?}"
-    );
-    assert!(
-        took >= Duration::from_secs(1),
-        "held until its timeout: {took:?}"
-    );
-    assert!(took < Duration::from_secs(4), "not longer: {took:?}");
+    times_out_with_work_left(api);
 
     // The real waits: the long poll and the CLI through serve.
     let poll = std::thread::spawn(move || {
@@ -368,6 +337,68 @@ fn serve_v1_wait_long_polls_until_the_calls_end() {
         answered_at.saturating_duration_since(drained_at)
     );
 
+    cli_ended_drained(cli);
+    drained_now(api, &url);
+}
+
+/// 409 at once for a server nothing drains; 400 and 404 for bad requests.
+fn refusals(api: SocketAddr) {
+    // Nothing drains srv-b: 409 at once, naming sg-b.
+    let t = Instant::now();
+    let (status, a) = wait_get(api, "/v1/wait?server=srv-b&timeout=30s");
+    assert_eq!((status, a.outcome), (409, Outcome::NotDraining), "{a:?}");
+    assert_eq!(a.not_draining, ["sg-b"]);
+    assert!(t.elapsed() < Duration::from_secs(5), "at once");
+    // Bad requests are refused and say why.
+    for (path, want) in [
+        ("/v1/wait?server=srv-a&state=up", 400),
+        ("/v1/wait?server=srv-a&timeout=1h", 400),
+        ("/v1/wait", 400),
+        ("/v1/wait?server=srv-z&timeout=1s", 404),
+        ("/v1/wait?profile=nope&timeout=1s", 404),
+    ] {
+        let r = http::get(api, path).unwrap();
+        assert_eq!(r.status, want, "{path}: {}", r.body);
+        assert!(r.body.contains("\"error\""), "{path}: {}", r.body);
+    }
+}
+
+/// While the calls are up: the timeout passes first, 408 with the work left.
+fn times_out_with_work_left(api: SocketAddr) {
+    let t = Instant::now();
+    let (status, a) = wait_get(api, "/v1/wait?server=srv-a&state=drained&timeout=1s");
+    let took = t.elapsed();
+    assert_eq!((status, a.outcome), (408, Outcome::Timeout), "{a:?}");
+    assert_eq!(a.left, ["sg-a"]);
+    assert!(
+        a.progress.starts_with("0 of 1 drained; sg-a draining"),
+        "{a:?}"
+    );
+    assert!(
+        took >= Duration::from_secs(1),
+        "held until its timeout: {took:?}"
+    );
+    assert!(took < Duration::from_secs(4), "not longer: {took:?}");
+}
+
+/// Drained: answered at once, by the API and the CLI; a server nothing
+/// drains still exits 5 through serve.
+fn drained_now(api: SocketAddr, url: &str) {
+    let t = Instant::now();
+    let (status, _) = wait_get(api, "/v1/wait?server=srv-a&timeout=30s");
+    assert_eq!(status, 200);
+    assert!(t.elapsed() < Duration::from_secs(3));
+    let out = ringsync_api(url, &["wait", "drained", "--server", "srv-a"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "1 of 1 drained\n");
+    // A server nothing drains: the CLI through serve exits 5, as on the store.
+    let out = ringsync_api(url, &["wait", "drained", "--server", "srv-b"]);
+    assert_eq!(out.status.code(), Some(5), "{}", text(&out.stderr));
+}
+
+/// `ringsync --api URL wait drained` printed progress while the calls were
+/// up, then `1 of 1 drained`, and exited 0.
+fn cli_ended_drained(cli: std::process::Child) {
     let out = cli.wait_with_output().unwrap();
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
@@ -379,16 +410,4 @@ fn serve_v1_wait_long_polls_until_the_calls_end() {
         "progress while the calls are up: {stdout}"
     );
     assert_eq!(lines.last(), Some(&"1 of 1 drained"), "{stdout}");
-
-    // Drained now: answered at once, by the API and the CLI.
-    let t = Instant::now();
-    let (status, _) = wait_get(api, "/v1/wait?server=srv-a&timeout=30s");
-    assert_eq!(status, 200);
-    assert!(t.elapsed() < Duration::from_secs(3));
-    let out = ringsync_api(&url, &["wait", "drained", "--server", "srv-a"]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    assert_eq!(text(&out.stdout), "1 of 1 drained\n");
-    // A server nothing drains: the CLI through serve exits 5, as on the store.
-    let out = ringsync_api(&url, &["wait", "drained", "--server", "srv-b"]);
-    assert_eq!(out.status.code(), Some(5), "{}", text(&out.stderr));
 }
