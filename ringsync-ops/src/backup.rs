@@ -338,3 +338,92 @@ async fn append_missing(store: &dyn Store, audit: &[AuditRecord]) -> Result<usiz
     }
     Ok(added)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ringsync::handover::record::{Confirmed, Desired, MoveKind, PlannerRecord};
+    use ringsync::store::EmbeddedStore;
+    use std::path::Path;
+
+    const SITE: &str =
+        "[site]\nname = \"b\"\n[[server]]\nname = \"s1\"\n[[server]]\nname = \"s2\"\n\
+        [[instance]]\nid = \"ap-1\"\nservice = \"db\"\nserver = \"s1\"\n\
+        [[instance]]\nid = \"ap-2\"\nservice = \"db\"\nserver = \"s2\"\n\
+        [[ap_group]]\nname = \"g\"\nmembers = [\"ap-1\", \"ap-2\"]\nhome = \"ap-1\"\n";
+
+    async fn store(dir: &Path) -> (Arc<SiteConfig>, EmbeddedStore) {
+        let site = dir.join("site.toml");
+        let config = Arc::new(SiteConfig::from_str_at(SITE, &site).unwrap());
+        let store = EmbeddedStore::open_at(config.clone(), dir.join("p.json"));
+        (config, store.await.unwrap())
+    }
+
+    fn desired() -> Desired {
+        Desired {
+            leader: "ap-2".into(),
+            from: "ap-1".into(),
+            kind: MoveKind::Handover,
+            seq: 1,
+            attempt: 1,
+            at_ms: 1000,
+            step: 1,
+            steps: 1,
+            reason: "s1 drains".into(),
+            planner: "n1".into(),
+        }
+    }
+
+    /// The handover records go with the backup and come back on restore;
+    /// a restore while a planner holds the election writes nothing at all.
+    #[tokio::test]
+    async fn handover_records_are_restored_and_a_running_planner_refuses_it_all() {
+        let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let (config, src) = store(a.path()).await;
+        let h = src.handover().unwrap();
+        let Campaign::Elected(lead) = h.campaign("n1").await.unwrap() else {
+            panic!("the only planner is elected")
+        };
+        let planner = PlannerRecord {
+            node: "n1".into(),
+            last_move_ms: Some(1000),
+            seq: 1,
+            done: 1,
+            remaining: 0,
+        };
+        h.publish(&lead, "g", desired(), planner).await.unwrap();
+        lead.resign().await;
+        let confirmed = Confirmed {
+            leader: "ap-2".into(),
+            seq: 1,
+            at_ms: 1100,
+        };
+        h.confirm("g", confirmed.clone()).await.unwrap();
+        let bytes = take(&config, &src).await.unwrap();
+
+        let (config, dst) = store(b.path()).await;
+        // A planner runs on the target: refused, nothing written but the
+        // refusal's record.
+        let other = dst.handover().unwrap();
+        let Campaign::Elected(held) = other.campaign("n9").await.unwrap() else {
+            panic!("elected")
+        };
+        let e = restore(&config, &dst, "f", &bytes, false, Actor::local())
+            .await
+            .unwrap_err();
+        assert!(matches!(e, BackupError::Planner(_)), "{e}");
+        assert!(other.read().await.unwrap().desired.is_empty());
+        let log = whole_log(&dst).await.unwrap();
+        assert_eq!((log.len(), log[0].status), (1, 409), "{log:?}");
+        held.resign().await;
+
+        let done = restore(&config, &dst, "f", &bytes, false, Actor::local())
+            .await
+            .unwrap();
+        assert_eq!(done.handover_groups, 1);
+        let got = other.read().await.unwrap();
+        assert_eq!(got.desired.get("g"), Some(&desired()));
+        assert_eq!(got.confirmed.get("g"), Some(&confirmed));
+        assert_eq!(got.planner.last_move_ms, Some(1000));
+    }
+}
