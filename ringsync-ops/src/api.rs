@@ -58,6 +58,9 @@ pub struct AdminApi {
     access: Access,
     /// Told `READY=1` with this phase once the store has been read.
     notify: OnceLock<(ringsync::notify::Notifier, String)>,
+    /// The server's shutdown: a held long poll (`/v1/wait`) answers at
+    /// once then, so a graceful stop does not wait out its timeout.
+    stopping: OnceLock<CancellationToken>,
 }
 
 /// Body of every error response.
@@ -156,6 +159,7 @@ impl AdminApi {
             engines: OnceLock::new(),
             access,
             notify: OnceLock::new(),
+            stopping: OnceLock::new(),
         })
     }
 
@@ -408,6 +412,7 @@ pub async fn serve_tls(
 
 impl AdminApi {
     fn spawn_ready(self: Arc<Self>, shutdown: &CancellationToken) -> tokio::task::JoinHandle<()> {
+        let _ = self.stopping.set(shutdown.clone());
         let shutdown = shutdown.clone();
         tokio::spawn(async move { self.become_ready(&shutdown).await })
     }

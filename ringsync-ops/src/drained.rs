@@ -58,8 +58,10 @@ pub(crate) fn look(st: &SiteStatus, servers: &[String]) -> Result<Look, UnknownS
             site: st.site.clone(),
         });
     }
+    // bgmg and ws are never drained (R-BG-1, R-WS-1): they stay in the
+    // normal zone whatever drains their server, so they are not waited for.
     let instances: Vec<InstanceStatus> = (st.instances.iter())
-        .filter(|i| servers.contains(&i.server))
+        .filter(|i| servers.contains(&i.server) && !i.service.never_drained())
         .cloned()
         .collect();
     // By zone, not state: an instance of the normal zone never drains,

@@ -6,7 +6,9 @@
 //! nodes' last round summed), and looks again only when there is something
 //! new: a new view (a profile change) or a new round of the nodes' reports
 //! (once a second): no busy loop. A request is held at most
-//! [`MAX_WAIT`]; the answers and their statuses are in docs/api.md.
+//! [`MAX_WAIT`], and answered 503 at once when the server stops, so a
+//! graceful stop never waits out a long poll; the answers and their
+//! statuses are in docs/api.md.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -95,6 +97,7 @@ pub(super) async fn wait(
     let mut views = api.drain.subscribe();
     let mut rounds = api.nodes.subscribe();
     let (mut views_open, mut rounds_open) = (true, true);
+    let stopping = api.stopping.get().cloned().unwrap_or_default();
     loop {
         let st = api.site_status();
         let look = drained::look(&st, &servers)
@@ -116,6 +119,10 @@ pub(super) async fn wait(
                 // A sender gone (the server stopping) is waited past, not
                 // polled: only the deadline wakes us then.
                 tokio::select! {
+                    () = stopping.cancelled() => return Err(ApiError::new(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "ringsync serve is stopping; ask another, or again once it is back",
+                    )),
                     r = views.changed(), if views_open => views_open = r.is_ok(),
                     r = rounds.changed(), if rounds_open => rounds_open = r.is_ok(),
                     () = tokio::time::sleep_until(deadline) => {}
