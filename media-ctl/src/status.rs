@@ -289,6 +289,7 @@ impl Controller {
             })
             .collect();
         WorkReport {
+            backups: Vec::new(),
             site: st.site,
             node: st.node,
             kind: NodeKind::MediaCtl,

@@ -74,6 +74,10 @@ pub struct SiteStatus {
     /// knows them, so a status computed by the CLI itself has none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub engines: Option<Vec<crate::engine::EngineStatus>>,
+    /// Pools under their health threshold whose new dialogs a gate sends
+    /// to their backup, per gate (R-HT-1); empty while none is.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub backups: Vec<work::PoolBackupFrom>,
 }
 
 impl Round {
@@ -131,6 +135,7 @@ impl Round {
             instances: work::sum(view, &self.outcomes),
             store: None,
             engines: None,
+            backups: work::backups(&self.outcomes),
         }
     }
 }

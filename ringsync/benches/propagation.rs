@@ -219,6 +219,7 @@ fn idle_report(node: &str) -> WorkReport {
         .map(|id| (id.to_string(), InstanceWork::default()))
         .collect();
     WorkReport {
+        backups: Vec::new(),
         site: "bench".into(),
         node: node.into(),
         kind: NodeKind::Gate,

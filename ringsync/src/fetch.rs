@@ -217,6 +217,7 @@ mod tests {
 
     fn report() -> WorkReport {
         WorkReport {
+            backups: Vec::new(),
             site: "t".into(),
             node: "g1".into(),
             kind: NodeKind::Gate,

@@ -258,6 +258,7 @@ mod tests {
             view_revision: 3,
             freshness: Freshness::fresh(9),
             report: Some(WorkReport {
+                backups: Vec::new(),
                 site: "t".into(),
                 node: "n1".into(),
                 kind: NodeKind::Gate,

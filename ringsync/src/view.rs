@@ -150,7 +150,11 @@ pub struct DrainView {
     by_id: HashMap<String, usize>,
     /// Per instance: R-SG-2 holds (precomputed so the hot path is O(1)).
     other_normal_up: Vec<bool>,
-    rings: Vec<(Service, Ring)>,
+    /// The ring of each pool of an Active-Active service, by pool name (a
+    /// service's own pool has the service's name).
+    rings: Vec<(String, Ring)>,
+    /// Per pool: its instances up in the normal zone (R-HT-1).
+    pools_up: Vec<(String, usize)>,
 }
 
 impl DrainView {
@@ -207,16 +211,33 @@ impl DrainView {
             })
             .collect();
 
-        let mut services: Vec<&Service> = instances
+        // Every pool of an Active-Active service, by name (R-HT-1: the
+        // instances whose `pool` is the name; by default the service's).
+        let mut pools: Vec<&str> = config
+            .instances
             .iter()
-            .map(|v| &v.service)
-            .filter(|s| s.is_active_active())
+            .filter(|i| i.service.is_active_active())
+            .map(|i| i.pool.as_str())
             .collect();
-        services.sort();
-        services.dedup();
-        let rings = services
-            .into_iter()
-            .map(|s| (s.clone(), ring_for(&instances, s)))
+        pools.sort_unstable();
+        pools.dedup();
+        let pool_of: Vec<&str> = config.instances.iter().map(|i| i.pool.as_str()).collect();
+        let rings = pools
+            .iter()
+            .map(|&p| {
+                let member = |i: usize| pool_of.get(i) == Some(&p);
+                (p.to_owned(), ring_for(&instances, &member))
+            })
+            .collect();
+        let pools_up = pools
+            .iter()
+            .map(|&p| {
+                let member = |i: usize| pool_of.get(i) == Some(&p);
+                let up = (0..instances.len())
+                    .filter(|&i| member(i) && counts_as_normal_up(&instances[i]))
+                    .count();
+                (p.to_owned(), up)
+            })
             .collect();
 
         DrainView {
@@ -228,6 +249,7 @@ impl DrainView {
             by_id,
             other_normal_up,
             rings,
+            pools_up,
         }
     }
 
@@ -292,12 +314,32 @@ impl DrainView {
         self.ring(service)?.get(key)
     }
 
-    /// The ring [`DrainView::pick`] uses for this service.
+    /// The ring [`DrainView::pick`] uses for this service: its own pool's
+    /// (the instances in another pool are not in it, R-HT-1).
     pub fn ring(&self, service: &Service) -> Option<&Ring> {
-        self.rings
+        self.pool_ring(service.as_str())
+    }
+
+    /// The instance of pool `pool` that takes new work with this key, as
+    /// [`DrainView::pick`] does for a service's own pool (R-HT-1).
+    #[inline]
+    pub fn pick_in_pool(&self, pool: &str, key: &[u8]) -> Option<usize> {
+        self.pool_ring(pool)?.get(key)
+    }
+
+    /// The ring of pool `pool`.
+    pub fn pool_ring(&self, pool: &str) -> Option<&Ring> {
+        self.rings.iter().find(|(p, _)| p == pool).map(|(_, r)| r)
+    }
+
+    /// How many instances of pool `pool` are up in the normal zone (not
+    /// down; unknown health counts as up, as for R-SG-2): what its
+    /// `threshold` is compared with (R-HT-1). 0 for an unknown pool.
+    pub fn pool_up(&self, pool: &str) -> usize {
+        self.pools_up
             .iter()
-            .find(|(s, _)| s == service)
-            .map(|(_, r)| r)
+            .find(|(p, _)| p == pool)
+            .map_or(0, |(_, n)| *n)
     }
 }
 
@@ -305,12 +347,12 @@ fn counts_as_normal_up(v: &InstanceView) -> bool {
     v.zone == Zone::Normal && v.health != Health::Down
 }
 
-fn ring_for(instances: &[InstanceView], service: &Service) -> Ring {
+fn ring_for(instances: &[InstanceView], in_pool: &dyn Fn(usize) -> bool) -> Ring {
     let members = |keep: &dyn Fn(&InstanceView) -> bool| {
         instances
             .iter()
             .enumerate()
-            .filter(|(_, v)| &v.service == service && keep(v))
+            .filter(|&(i, v)| in_pool(i) && keep(v))
             .map(|(i, v)| (i, v.id.as_str()))
             .collect::<Vec<_>>()
     };
@@ -324,7 +366,7 @@ fn ring_for(instances: &[InstanceView], service: &Service) -> Ring {
         // All down: keep routing somewhere rather than refusing outright.
         m = members(&|_| true);
     }
-    let configured = instances.iter().filter(|v| &v.service == service).count();
+    let configured = (0..instances.len()).filter(|&i| in_pool(i)).count();
     Ring::with_vnodes(m, crate::ring::vnodes_for_pool(configured))
 }
 

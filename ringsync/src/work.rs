@@ -118,6 +118,52 @@ pub struct WorkReport {
     /// Every instance this node routes to, by id. An instance it does not
     /// route to is absent: a node never reports a zero it does not know.
     pub instances: BTreeMap<String, InstanceWork>,
+    /// The pools whose new dialogs this node sends to their backup (a
+    /// gate, R-HT-1), and why. Absent from reports of nodes that route no
+    /// new dialogs or know no backups: none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub backups: Vec<PoolBackup>,
+}
+
+/// A pool under its health threshold, whose new dialogs a gate sends to
+/// its backup (R-HT-1).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolBackup {
+    /// The pool.
+    pub pool: String,
+    /// Where its new dialogs go: the backup pool (`<pool>-backup` for the
+    /// SIP destinations of `backup_sip`).
+    pub backup: String,
+    /// Why, in words (e.g. `1 of 3 instances up in the normal zone,
+    /// threshold 2`).
+    pub reason: String,
+    /// Since when (Unix ms).
+    pub since_ms: u64,
+}
+
+/// A [`PoolBackup`] as the site status shows it: with the node that said it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolBackupFrom {
+    /// The gate node that sends the pool's new dialogs to the backup.
+    pub node: String,
+    /// Which pool, where to, why and since when.
+    #[serde(flatten)]
+    pub what: PoolBackup,
+}
+
+/// Every pool some node sends to its backup, per node, from the reports in
+/// `outcomes` (R-HT-1).
+pub fn backups(outcomes: &[NodeOutcome]) -> Vec<PoolBackupFrom> {
+    outcomes
+        .iter()
+        .filter_map(|o| o.report.as_ref().ok().map(|r| (o, r)))
+        .flat_map(|(o, r)| {
+            r.backups.iter().map(|b| PoolBackupFrom {
+                node: o.node.clone(),
+                what: b.clone(),
+            })
+        })
+        .collect()
 }
 
 /// What one node knows of one instance.

@@ -55,6 +55,7 @@ fn report(node: &str, kind: NodeKind, work: &[(&str, InstanceWork)]) -> NodeOutc
         node: node.into(),
         kind,
         report: Ok(WorkReport {
+            backups: Vec::new(),
             site: "t".into(),
             node: node.into(),
             kind,

@@ -35,6 +35,7 @@ fn report(node: &str, dialogs: u64) -> WorkReport {
         );
     }
     WorkReport {
+        backups: Vec::new(),
         site: "t1".into(),
         node: node.into(),
         kind: NodeKind::Gate,

@@ -200,5 +200,6 @@ pub fn report(core: &Core, node: &NodeInfo) -> WorkReport {
         revision: view.revision(),
         generation: view.generation(),
         instances,
+        backups: core.backups_report(),
     }
 }

@@ -27,6 +27,7 @@ pub use message::{
 };
 
 // === the routing core: keys, site tables, policy, state, decisions ===
+mod backup;
 mod ban;
 mod branch;
 pub mod cli;

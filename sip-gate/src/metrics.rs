@@ -43,6 +43,14 @@ pub(crate) const NEW_WORK: &str = "sipgate_new_work_total";
 /// `exception`, `all_draining`, `inside_leg`, `not_refused`;
 /// [`crate::policy::OnPurpose`]).
 pub(crate) const NEW_WORK_DRAINING: &str = "sipgate_new_work_draining_total";
+/// 1 while a `pool` is under its health threshold and its new dialogs go
+/// to its backup (R-HT-1), else 0.
+pub(crate) const POOL_BACKUP: &str = "sipgate_pool_backup";
+/// A pool's changes, by `pool` and `to` (`backup`: it went under its
+/// threshold; `pool`: it was back at it for `hold_s`).
+pub(crate) const POOL_BACKUP_CHANGES: &str = "sipgate_pool_backup_changes_total";
+/// New dialogs for a `pool` that went to its backup (R-HT-1).
+pub(crate) const POOL_BACKUP_DIALOGS: &str = "sipgate_pool_backup_dialogs_total";
 /// Live entries in the transaction table.
 pub(crate) const TRANSACTIONS: &str = "sipgate_transactions";
 /// Work per instance by `kind`: `transactions` (open INVITE transactions),
@@ -182,6 +190,10 @@ pub(crate) fn register_at_start() {
 pub(crate) fn new_work_draining(instance: &str, reason: &'static str) {
     metrics::counter!(NEW_WORK_DRAINING, "instance" => instance.to_owned(), "reason" => reason)
         .increment(1);
+}
+
+pub(crate) fn pool_backup_change(pool: &str, to: &'static str) {
+    metrics::counter!(POOL_BACKUP_CHANGES, "pool" => pool.to_owned(), "to" => to).increment(1);
 }
 
 pub(crate) fn dns_lookup(result: &'static str) {

@@ -221,7 +221,8 @@ impl Policy {
     }
 
     /// Decides whether a new dialog, registration or out-of-dialog request
-    /// routed to instance `idx` goes through.
+    /// routed to instance `idx` goes through; a refusal is logged and
+    /// counted.
     pub(crate) fn admit(
         &self,
         view: &DrainView,
@@ -231,28 +232,9 @@ impl Policy {
         msg: &SipMessage,
         method: Method,
     ) -> Admission {
-        // Balance listeners steer instead of refusing (R-AA-1, R-AA-4):
-        // the routing says why it picked a draining instance.
-        if !matches!(listener.mode, Mode::Guard(_)) || !view.is_draining(idx) {
-            return Admission::Pass(None);
-        }
-        if !is_new_work(msg, method, self.options_503) {
-            return Admission::Pass(Some(OnPurpose::NotRefused));
-        }
-        let source = inbound.peer().ip();
-        let subject = Subject::of(msg, method, source);
-        let service = &view.instances()[idx].service;
-        if let Some(why) = self.exempt(listener, idx, service, msg, &subject) {
-            return Admission::Pass(Some(why));
-        }
-        // R-SG-2: only if another instance can take the work.
-        if !view.other_normal_up(idx) {
-            return Admission::Pass(Some(OnPurpose::AllDraining));
-        }
-        let rule = if *service == Service::Esg {
-            "R-ESG-1"
-        } else {
-            "R-SG-1"
+        let rule = match self.verdict(view, inbound, listener, idx, msg, method) {
+            Ok(why) => return Admission::Pass(why),
+            Err(rule) => rule,
         };
         tracing::info!(
             rule,
@@ -264,6 +246,43 @@ impl Policy {
         );
         crate::metrics::refused(rule);
         self.refusal(rule, "Service Unavailable (draining)")
+    }
+
+    /// What [`Policy::admit`] decides, with no log and no count: `Ok` with
+    /// why a draining instance gets it anyway, or `Err` with the rule that
+    /// refuses it (R-SG-1, R-ESG-1).
+    pub(crate) fn verdict(
+        &self,
+        view: &DrainView,
+        inbound: Inbound,
+        listener: &ListenerCtx,
+        idx: usize,
+        msg: &SipMessage,
+        method: Method,
+    ) -> Result<Option<OnPurpose>, &'static str> {
+        // Balance listeners steer instead of refusing (R-AA-1, R-AA-4):
+        // the routing says why it picked a draining instance.
+        if !matches!(listener.mode, Mode::Guard(_)) || !view.is_draining(idx) {
+            return Ok(None);
+        }
+        if !is_new_work(msg, method, self.options_503) {
+            return Ok(Some(OnPurpose::NotRefused));
+        }
+        let source = inbound.peer().ip();
+        let subject = Subject::of(msg, method, source);
+        let service = &view.instances()[idx].service;
+        if let Some(why) = self.exempt(listener, idx, service, msg, &subject) {
+            return Ok(Some(why));
+        }
+        // R-SG-2: only if another instance can take the work.
+        if !view.other_normal_up(idx) {
+            return Ok(Some(OnPurpose::AllDraining));
+        }
+        Err(if *service == Service::Esg {
+            "R-ESG-1"
+        } else {
+            "R-SG-1"
+        })
     }
 
     /// R-GW-1: while the gate itself is not serving (starting, stopping),

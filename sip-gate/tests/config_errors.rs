@@ -216,3 +216,39 @@ fn ringsync_refuses_a_bad_site_file_naming_file_line_and_field() {
         assert!(!dir.path().join("msk-1.profiles.json").exists());
     }
 }
+
+/// R-HT-1: a pool whose backups lead back to it is refused by `--check`
+/// and by the `ringsync` CLI, with the line, the field and the cycle.
+#[test]
+fn check_refuses_a_backup_cycle_naming_the_pools() {
+    let dir = tempfile::tempdir().unwrap();
+    // sg-c in a pool of its own; each pool the other's backup.
+    let (path, text) = site(&dir, 7, |t| {
+        let t = t.replacen(
+            "service = \"sg\"\nserver = \"srv-c\"",
+            "service = \"sg\"\nserver = \"srv-c\"\npool = \"sg-dr\"",
+            1,
+        );
+        format!(
+            "{t}\n[[pool]]\nname = \"sg\"\nthreshold = 1\nbackup = \"sg-dr\"\n\n\
+             [[pool]]\nname = \"sg-dr\"\nthreshold = 1\nbackup = \"sg\"\n"
+        )
+    });
+    let out = check(&path);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    let line = line_of(&text, "backup = \"sg-dr\"");
+    assert!(err.contains(&format!("site.toml:{line}:")), "{err}");
+    assert!(err.contains("field `pool[0].backup`"), "{err}");
+    assert!(err.contains("backup cycle: sg -> sg-dr -> sg"), "{err}");
+    let out = testbed::bins::command("ringsync")
+        .unwrap()
+        .arg("--config")
+        .arg(&path)
+        .arg("status")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("backup cycle: sg -> sg-dr -> sg"), "{err}");
+}

@@ -3,7 +3,7 @@
 //! Route that does not come from an instance (R-SEC-1), and the listeners'
 //! access lists (`[listener.access]`, with SIPp from two sources) and the
 //! bans of sources that fail authentication (R-SEC-3, a SIPp registrar
-//! answering 401).
+//! answering 401; a banned source's calls set up before the ban go on).
 //!
 //! Addresses: `127.86.N.0/24`, one `N` per test; the gate on `.1`, sg on
 //! `.11`.., callers on `.100`.. and strangers on `.66`.
@@ -416,6 +416,84 @@ fn r_sec_3_a_source_failing_authentication_is_banned_for_ban_s_while_others_pass
     let _ = registrar.stop();
 }
 
+/// R-SEC-3: a ban refuses new dialogs only. A source sets up two calls
+/// through the gate, then fails authentication past the limit (its
+/// REGISTERs get the sg's 401, then the gate's 403): its new INVITE gets
+/// 403, while its calls set up before the ban keep their re-INVITE, ACK
+/// and BYE (SIPp's `uac_call` fails on any other answer).
+#[test]
+fn r_sec_3_calls_set_up_before_a_ban_keep_working_while_new_ones_get_403() {
+    let net = 7;
+    let dir = tempfile::tempdir().unwrap();
+    let site = write_site(dir.path(), net, "", "");
+    let text = std::fs::read_to_string(&site).unwrap()
+        + "\n[listener.auth_ban]\nlimit = 3\nwindow_s = 30\nban_s = 60\n";
+    std::fs::write(&site, text).unwrap();
+    let mut gate = start_gate(&site, net);
+    let g = SocketAddr::new(ip(net, 1), 5060);
+    // One sg that takes calls and refuses every REGISTER with 401.
+    let sg = Sipp::new(Scenario::repo("uas_call_register_401"))
+        .local(ip(net, 11), 5060)
+        .timeout(Duration::from_secs(60))
+        .spawn()
+        .unwrap();
+    let source = ip(net, 66);
+
+    // Two calls from the source, held 5 s: up before the ban.
+    let calls = std::thread::spawn(move || {
+        Sipp::new(Scenario::repo("uac_call"))
+            .local_ip(source)
+            .remote(g)
+            .calls(2)
+            .rate(10)
+            .duration(Duration::from_secs(5))
+            .timeout(Duration::from_secs(30))
+            .spawn()
+            .unwrap()
+            .wait(Duration::from_secs(40))
+            .unwrap()
+    });
+    testbed::wait_for("2 calls up", Duration::from_secs(10), || {
+        let w = gate.work()?;
+        (w.instances.get("sg-0")?.counts.dialogs == 2).then_some(())
+    })
+    .unwrap();
+
+    // The same source fails authentication past the limit: banned.
+    let brute = SocketAddr::new(source, 5099);
+    for n in 0..3 {
+        let got = status_line(register(brute, g, &format!("p{n}")));
+        assert!(got.starts_with("SIP/2.0 401 "), "attempt {n}: {got}");
+    }
+    let got = status_line(register(brute, g, "p3"));
+    assert!(got.starts_with("SIP/2.0 403 "), "banned: {got}");
+
+    // A new call from it: 403 from the gate, never handed to the sg.
+    let refused = sipp_calls("uac_call_expect_403", source, g, 1);
+    assert!(refused.all_ok() && refused.successful == 1, "{refused:?}");
+    assert_eq!(
+        gate.metric(r#"sipgate_requests_total{method="INVITE",outcome="auth_banned"}"#)
+            .unwrap(),
+        1.0
+    );
+
+    // The calls up before the ban ran to their end: re-INVITE, ACK, BYE.
+    let calls = calls.join().unwrap();
+    assert!(
+        calls.all_ok() && calls.successful == 2,
+        "{calls:?}\n{}",
+        gate.log()
+    );
+    assert_eq!(
+        gate.metric(r#"sipgate_new_work_total{instance="sg-0"}"#)
+            .unwrap(),
+        5.0,
+        "the 2 INVITEs and 3 REGISTERs before the ban, nothing after"
+    );
+    gate.stop(Duration::from_secs(5));
+    let _ = sg.stop();
+}
+
 /// `ringsync bans` (issue 30) through the real CLI and gate: with a SIPp
 /// registrar answering 401, a source past the limit is banned; `ringsync
 /// bans list --gate` shows it (table and `--json`), `ringsync bans lift IP
@@ -423,7 +501,7 @@ fn r_sec_3_a_source_failing_authentication_is_banned_for_ban_s_while_others_pass
 /// lifting a source that is not banned fails, naming it (R-SEC-3).
 #[test]
 fn r_sec_3_ringsync_bans_lists_and_lifts_a_gates_ban() {
-    let net = 7;
+    let net = 8;
     let dir = tempfile::tempdir().unwrap();
     let site = write_site(dir.path(), net, "", "");
     let toml = std::fs::read_to_string(&site).unwrap()

@@ -121,6 +121,18 @@ pub(super) fn write_status(st: &SiteStatus, out: &mut (dyn Write + Send)) -> Res
             )?;
         }
     }
+    // R-HT-1: a pool in backup, as each gate that sends it there says.
+    for b in &st.backups {
+        writeln!(
+            out,
+            "pool {} backup: new dialogs go to {} on {} since {}: {}",
+            b.what.pool,
+            b.what.backup,
+            b.node,
+            work::utc_text(b.what.since_ms),
+            b.what.reason,
+        )?;
+    }
     if let Some(f) = &st.store {
         writeln!(out, "{}", f.describe(st.generated_ms))?;
     }

@@ -49,6 +49,7 @@ pub fn report(
         })
         .collect();
     WorkReport {
+        backups: Vec::new(),
         site: config.site.name.clone(),
         node: NODE.into(),
         kind: NodeKind::Handover,

@@ -22,6 +22,7 @@ mod limits;
 mod local;
 mod media;
 mod place;
+mod pool;
 mod raw;
 mod sections;
 mod services;
@@ -44,6 +45,7 @@ pub use error::ConfigError;
 pub use limits::{LimitAction, OverloadConfig};
 pub use local::{check_warnings, host_addresses, is_local, not_local, Binding, Daemon};
 pub use media::MediaConfig;
+pub use pool::{Pool, DEFAULT_HOLD_S};
 pub use tls::TlsConfig;
 pub use types::{
     Account, AccountMatch, AdminConfig, ApGroup, DnsConfig, DrainPolicy, Exception, HealthConfig,

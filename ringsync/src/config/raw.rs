@@ -54,6 +54,8 @@ pub(super) struct RawSite {
     pub(super) listener: Vec<Spanned<RawListener>>,
     #[serde(default)]
     pub(super) engine: Vec<Spanned<super::engine::RawEngine>>,
+    #[serde(default)]
+    pub(super) pool: Vec<Spanned<RawPool>>,
 }
 
 #[derive(Deserialize)]
@@ -107,6 +109,8 @@ pub(super) struct RawInstance {
     pub(super) exceptions: Vec<Spanned<Exception>>,
     #[serde(default)]
     pub(super) sources: Vec<Spanned<IpNet>>,
+    #[serde(default)]
+    pub(super) pool: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -185,4 +189,20 @@ pub(super) struct RawMedia {
     pub(super) ping_failures: Option<Spanned<u32>>,
     #[serde(default)]
     pub(super) mg_timeout_ms: Option<Spanned<u64>>,
+}
+
+/// `[[pool]]` as written (checked in `pool.rs`, R-HT-1).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawPool {
+    pub(super) name: Spanned<String>,
+    pub(super) threshold: Spanned<i64>,
+    #[serde(default)]
+    pub(super) backup: Option<Spanned<String>>,
+    #[serde(default)]
+    pub(super) backup_sip: Option<Spanned<Vec<SocketAddr>>>,
+    #[serde(default)]
+    pub(super) hold_s: Option<Spanned<u32>>,
+    #[serde(default)]
+    pub(super) guard_to_backup: bool,
 }

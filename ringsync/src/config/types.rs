@@ -172,6 +172,11 @@ pub struct Instance {
     /// `sip` address (an instance whose TCP connections come from ephemeral
     /// ports). Empty: only the exact `sip` address is the instance (R-SEC-1).
     pub sources: Vec<IpNet>,
+    /// The pool it belongs to (`pool`, sg and esg only): a listener's
+    /// `pool = "sg"` balances over the instances whose pool is `sg`, and a
+    /// `[[pool]]` may name another pool as its backup (R-HT-1). Defaults to
+    /// the service's name.
+    pub pool: String,
 }
 
 /// How requests are matched to an esg account.
@@ -381,4 +386,7 @@ pub struct SiteConfig {
     /// Engines `ringsync serve` drives from the drain view (R-EX-1), in
     /// file order.
     pub engines: Vec<super::EngineConfig>,
+    /// `[[pool]]`: health thresholds and backups of pools (R-HT-1), in file
+    /// order.
+    pub pools: Vec<super::Pool>,
 }

@@ -35,8 +35,10 @@ pub(super) fn validate(loc: Locator<'_>, raw: RawSite) -> Result<SiteConfig> {
     let v = Validator { loc };
     let site = v.site(&raw.site)?;
     let servers = v.servers(&raw.server)?;
-    let instances = v.instances(&raw.instance, &servers)?;
+    let mut instances = v.instances(&raw.instance, &servers)?;
     super::services::declared(&v, &raw.instance, &instances, &raw.ap_group)?;
+    let (pools, destinations) =
+        super::pool::validate(&v, &raw.pool, &raw.instance, &mut instances)?;
     let accounts = v.accounts(&raw.account, &instances)?;
     let ap_groups = super::ap::groups(&v, &raw.ap_group, &instances)?;
     let listeners = v.listeners(&raw.listener, &instances)?;
@@ -52,6 +54,9 @@ pub(super) fn validate(loc: Locator<'_>, raw: RawSite) -> Result<SiteConfig> {
     let admin = v.admin(raw.admin)?;
     let audit = raw.audit.checked(&v)?;
     let engines = super::engine::validate(&v, &raw.engine, &instances)?;
+    // `backup_sip` destinations are the gate's alone: no engine drives
+    // another site's gates (R-HT-1).
+    instances.extend(destinations);
     Ok(SiteConfig {
         path: loc.path.to_owned(),
         site,
@@ -73,6 +78,7 @@ pub(super) fn validate(loc: Locator<'_>, raw: RawSite) -> Result<SiteConfig> {
         ap_groups,
         listeners,
         engines,
+        pools,
     })
 }
 
@@ -177,6 +183,8 @@ impl Validator<'_> {
                 ));
             }
             self.addresses(i, spanned, &service)?;
+            // `pool.rs` sets a `pool` the file gives (R-HT-1).
+            let pool = service.as_str().to_owned();
             instances.push(Instance {
                 id: id.clone(),
                 service,
@@ -186,6 +194,7 @@ impl Validator<'_> {
                 ng_source: r.ng_source.as_ref().map(|a| *a.get_ref()),
                 exceptions: self.exceptions(&format!("instance[{i}]"), &r.exceptions)?,
                 sources: r.sources.iter().map(|n| *n.get_ref()).collect(),
+                pool,
             });
         }
         self.sources(raw)?;
@@ -433,6 +442,15 @@ impl Validator<'_> {
                 pool.span(),
                 format!("listener[{i}].pool"),
                 format!("no instance of `{service}` is configured"),
+            ));
+        }
+        if !instances.iter().any(|inst| inst.pool == service.as_str()) {
+            return Err(self.err(
+                pool.span(),
+                format!("listener[{i}].pool"),
+                format!(
+                    "every `{service}` instance is in another pool (their `pool`):                      none is left for this listener to balance over"
+                ),
             ));
         }
         Ok(ListenerMode::Balance { pool: service })

@@ -95,6 +95,7 @@ impl TestSite {
 /// A node's report for site `t1`.
 pub fn report(kind: NodeKind, node: &str, work: &[(&str, InstanceWork)]) -> WorkReport {
     WorkReport {
+        backups: Vec::new(),
         site: "t1".into(),
         node: node.into(),
         kind,

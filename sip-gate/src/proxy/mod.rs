@@ -150,6 +150,9 @@ pub struct Core {
     strangers: stranger::Strangers,
     /// Sources banned for failing authentication, per listener (R-SEC-3).
     bans: crate::ban::Bans,
+    /// Pools under their health threshold send new dialogs to their
+    /// backup (R-HT-1).
+    backups: crate::backup::Backups,
 }
 
 impl std::fmt::Debug for Core {
@@ -230,6 +233,7 @@ impl Core {
             forwarded: Forwarded::new(),
             strangers: stranger::Strangers::default(),
             bans: crate::ban::Bans::new(&config),
+            backups: crate::backup::Backups::new(&config),
             config,
         })
     }
@@ -242,6 +246,11 @@ impl Core {
     /// The bans of sources that fail authentication (R-SEC-3).
     pub(crate) fn bans(&self) -> &crate::ban::Bans {
         &self.bans
+    }
+
+    /// The pools this gate sends to their backup, and why (R-HT-1).
+    pub(crate) fn backups_report(&self) -> Vec<ringsync::work::PoolBackup> {
+        self.backups.report()
     }
 
     /// The `Server` header of the gate's own responses (`[site]
@@ -325,6 +334,8 @@ impl Core {
             }
         }
         self.work.sweep(now);
+        // R-HT-1: a pool whose hold is over comes back without traffic.
+        self.backups.check_all(&self.view(), now);
         m::transactions(self.txns.len());
         let (open, registered) = self.flow_table.counts(now);
         m::flows(open, registered);

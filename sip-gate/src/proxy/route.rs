@@ -5,8 +5,10 @@
 //! new dialog takes the overload limits' locks (`overload/`: the gate's
 //! token bucket, the per-source and per-account tables), a request to a
 //! host name takes the DNS cache's lock (`dns/cache.rs`), and a new dialog
-//! over a stream reads the transport holds (`reach.rs`, atomics). Each lock
-//! is held for one table operation, never across another lock or I/O.
+//! over a stream reads the transport holds (`reach.rs`, atomics), and a
+//! new dialog for a pool with a `[[pool]]` table takes that pool's state
+//! lock (`backup.rs`, R-HT-1). Each lock is held for one table operation,
+//! never across another lock or I/O.
 
 use ringsync::view::{DrainView, Health};
 
@@ -95,6 +97,17 @@ fn instance_stream_kind(req: &Request<'_>) -> Option<Stream> {
     } else {
         Stream::Tcp
     })
+}
+
+/// What a new request is placed on a ring by: the address of record of a
+/// registration or subscription, the Call-ID of anything else.
+fn ring_key<'m>(req: &Request<'m>) -> &'m [u8] {
+    match req.method {
+        Method::Register | Method::Subscribe | Method::Publish => {
+            req.msg.to_uri().unwrap_or_default()
+        }
+        _ => req.msg.call_id().unwrap_or_default(),
+    }
 }
 
 /// Requests that create a dialog the gate must stay in (RFC 3261 12.1, RFC 6665).
@@ -287,18 +300,16 @@ impl Core {
         // Why a balancer's choice is a draining instance: the account's
         // home (R-ESG-5), or a ring of draining members only (R-AA-4).
         let (idx, routed) = match &req.listener.mode {
-            Mode::Guard(idx) => (*idx, None),
+            Mode::Guard(idx) => (self.guard_to_backup(req, view, *idx), None),
             // R-ESG-5: a single-instance account stays on its home esg.
             Mode::Balance(pool) => match self.policy.home_instance(req.listener, msg, peer.ip()) {
                 Some(home) => (home, Some(OnPurpose::SingleInstanceAccount)),
                 None => {
-                    let key = match req.method {
-                        Method::Register | Method::Subscribe | Method::Publish => {
-                            msg.to_uri().unwrap_or_default()
-                        }
-                        _ => msg.call_id().unwrap_or_default(),
-                    };
-                    match view.pick(pool, key) {
+                    let key = ring_key(req);
+                    // R-HT-1: the pool, or its backup while it is under
+                    // its threshold.
+                    let pool = self.backups.target(pool.as_str(), view, req.now);
+                    match view.pick_in_pool(pool, key) {
                         Some(idx) => (
                             self.reachable(req, view, pool, key, idx),
                             Some(OnPurpose::AllDraining),
@@ -325,6 +336,29 @@ impl Core {
         };
         let record_route = creates_dialog(req.method).then_some(idx);
         self.to_instance(idx, instance_stream(req), record_route, on_purpose)
+    }
+
+    /// R-HT-1 on a guard listener (`guard_to_backup`): a new dialog the
+    /// guard would refuse with 503 (its instance draining, R-SG-1) goes to
+    /// the backup of the instance's pool while that pool is under its
+    /// threshold; anything else stays with the guarded instance.
+    fn guard_to_backup(&self, req: &Request<'_>, view: &DrainView, idx: usize) -> usize {
+        let Some(pool) = self.config.instances.get(idx).map(|i| i.pool.as_str()) else {
+            return idx;
+        };
+        if !self.backups.guards_to_backup(pool)
+            || self
+                .policy
+                .verdict(view, req.inbound, req.listener, idx, req.msg, req.method)
+                .is_ok()
+        {
+            return idx;
+        }
+        let target = self.backups.target(pool, view, req.now);
+        if target == pool {
+            return idx;
+        }
+        view.pick_in_pool(target, ring_key(req)).unwrap_or(idx)
     }
 
     /// R-SEC-1: a new request along one of the gate's flow URIs that no
@@ -355,7 +389,7 @@ impl Core {
         &self,
         req: &Request<'_>,
         view: &DrainView,
-        pool: &ringsync::config::Service,
+        pool: &str,
         key: &[u8],
         idx: usize,
     ) -> usize {
@@ -365,7 +399,7 @@ impl Core {
         if !self.held(idx, stream, req.now) {
             return idx;
         }
-        let Some(ring) = view.ring(pool) else {
+        let Some(ring) = view.pool_ring(pool) else {
             return idx;
         };
         let others: Vec<usize> = ring
