@@ -25,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 use crate::engine::{EngineBoard, EngineStatus};
 use crate::handover::PlannerStats;
 use crate::round::Round;
+use crate::session::Sessions;
 use crate::status::{NodeBoard, SiteStatus};
 use ringsync::profile::Profile;
 use ringsync::state::DrainState;
@@ -61,6 +62,10 @@ pub struct AdminApi {
     /// The server's shutdown: a held long poll (`/v1/wait`) answers at
     /// once then, so a graceful stop does not wait out its timeout.
     stopping: OnceLock<CancellationToken>,
+    /// The status page's logged-in browsers ([`crate::session`]).
+    sessions: Sessions,
+    /// Served over HTTPS: session cookies are `Secure`.
+    secure: AtomicBool,
 }
 
 /// Body of every error response.
@@ -160,6 +165,8 @@ impl AdminApi {
             access,
             notify: OnceLock::new(),
             stopping: OnceLock::new(),
+            sessions: Sessions::default(),
+            secure: AtomicBool::new(false),
         })
     }
 
@@ -190,11 +197,51 @@ impl AdminApi {
 
     /// Appends the record of a refused change; a failure to is logged and
     /// counted, and the refusal stands (nothing was changed).
-    async fn audit_refusal(&self, rec: AuditRecord) {
+    pub(crate) async fn audit_refusal(&self, rec: AuditRecord) {
         if let Err(e) = self.store.append_audit(rec).await {
             store::count_error(&e);
             tracing::error!(error = %e, "cannot append a refused change to the audit log");
         }
+    }
+
+    /// The status page's sessions.
+    pub(crate) fn sessions(&self) -> &Sessions {
+        &self.sessions
+    }
+
+    /// Whether this API is served over HTTPS (its cookies say `Secure`).
+    pub(crate) fn is_secure(&self) -> bool {
+        self.secure.load(Ordering::Relaxed)
+    }
+
+    /// True without a tokens file: every caller is `anonymous` with every
+    /// right.
+    pub(crate) fn is_open(&self) -> bool {
+        matches!(self.access, Access::Open)
+    }
+
+    /// Who holds `token`; `None` for a token that is not valid (and
+    /// without a tokens file, where there are none).
+    pub(crate) fn holder_of(&self, token: &str) -> Option<crate::auth::Holder> {
+        match &self.access {
+            Access::Open => None,
+            Access::Tokens(t) => t.current().check(token),
+        }
+    }
+
+    /// The store the API reads and writes (the page reads the same).
+    pub(crate) fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// The drain state the API serves.
+    pub(crate) fn drain(&self) -> &Arc<DrainState> {
+        &self.drain
+    }
+
+    /// The board of the nodes' latest answers.
+    pub(crate) fn nodes(&self) -> &Arc<NodeBoard> {
+        &self.nodes
     }
 
     /// True once the store has been read.
@@ -359,9 +406,19 @@ pub fn endpoints() -> Vec<Endpoint> {
     handlers::table().into_iter().map(|(e, _)| e).collect()
 }
 
+/// Routes served beside the API's own (the status page's), each with its
+/// access rule, behind the same guard.
+pub type Extra = Vec<(Endpoint, axum::routing::MethodRouter<Arc<AdminApi>>)>;
+
 /// The API's routes, each behind its access rule.
 pub fn router(api: Arc<AdminApi>) -> Router {
-    let table = handlers::table();
+    router_with(api, Vec::new())
+}
+
+/// [`router`] with `extra` routes behind the same access guard.
+pub fn router_with(api: Arc<AdminApi>, extra: Extra) -> Router {
+    let mut table = handlers::table();
+    table.extend(extra);
     let rules = Arc::new(access::Rules::new(
         &table.iter().map(|(e, _)| e.clone()).collect::<Vec<_>>(),
     ));
@@ -386,8 +443,18 @@ pub async fn serve(
     api: Arc<AdminApi>,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
+    serve_with(listener, api, Vec::new(), shutdown).await
+}
+
+/// [`serve`] with `extra` routes (the status page) beside the API's.
+pub async fn serve_with(
+    listener: TcpListener,
+    api: Arc<AdminApi>,
+    extra: Extra,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
     let ready = api.clone().spawn_ready(&shutdown);
-    let app = router(api).into_make_service_with_connect_info::<Peer>();
+    let app = router_with(api, extra).into_make_service_with_connect_info::<Peer>();
     let result = axum::serve(listener, app)
         .with_graceful_shutdown(shutdown.clone().cancelled_owned())
         .await;
@@ -395,14 +462,16 @@ pub async fn serve(
     result
 }
 
-/// [`serve`] over HTTPS.
+/// [`serve_with`] over HTTPS.
 pub async fn serve_tls(
     listener: tls::TlsListener,
     api: Arc<AdminApi>,
+    extra: Extra,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
+    api.secure.store(true, Ordering::Relaxed);
     let ready = api.clone().spawn_ready(&shutdown);
-    let app = router(api).into_make_service_with_connect_info::<Peer>();
+    let app = router_with(api, extra).into_make_service_with_connect_info::<Peer>();
     let result = axum::serve(listener, app)
         .with_graceful_shutdown(shutdown.clone().cancelled_owned())
         .await;

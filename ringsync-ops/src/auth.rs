@@ -233,6 +233,14 @@ impl TokenSet {
         }
         found
     }
+
+    /// Whether a token named `name` with `role` is still in the set: a
+    /// browser session ends when its token is removed or its role changed.
+    pub fn holds(&self, name: &str, role: Role) -> bool {
+        self.entries
+            .iter()
+            .any(|(e, _)| e.name == name && e.role == role)
+    }
 }
 
 /// Makes a token for `name` with `role`, adds its hash to the file at

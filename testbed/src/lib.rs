@@ -62,6 +62,7 @@ pub mod sipp;
 pub mod site;
 pub mod stats;
 mod wait;
+pub mod webdriver;
 
 pub use bgp::{Bird, BirdHandle, ExaBgp, ExaBgpHandle};
 pub use dnsmasq::{Dnsmasq, DnsmasqHandle};

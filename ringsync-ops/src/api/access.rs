@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 use axum::extract::connect_info::{ConnectInfo, Connected};
 use axum::extract::{FromRequestParts, MatchedPath, RawPathParams, Request, State};
@@ -22,7 +23,9 @@ use axum::response::{IntoResponse, Response};
 
 use super::{AdminApi, ApiError};
 use crate::auth::{Role, Tokens};
+use crate::session::{self, Session};
 use ringsync::store::audit::Actor;
+use subtle::ConstantTimeEq;
 
 /// Who may call an endpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -150,14 +153,19 @@ pub(super) async fn guard(
         routed: routed.as_deref(),
         target: target.as_deref(),
     };
-    let actor = match authenticate(&api.access, &parts.headers, from) {
-        Ok(actor) => actor,
+    let (actor, session) = match authenticate(&api, &parts.headers, from) {
+        Ok(found) => found,
         Err(actor) => {
             return refusal
                 .deny(&actor, StatusCode::UNAUTHORIZED, unauthorized())
                 .await
         }
     };
+    if !is_read(&method) {
+        if let Err(msg) = cross_site(&parts.headers, session.as_ref()) {
+            return refusal.deny(&actor, StatusCode::FORBIDDEN, msg).await;
+        }
+    }
     let Some(path) = routed.as_deref() else {
         // No route: the fallback answers 404, to callers with a token only.
         return next.run(Request::from_parts(parts, body)).await;
@@ -190,19 +198,22 @@ fn unauthorized() -> String {
     "a valid bearer token is needed (Authorization: Bearer TOKEN)".into()
 }
 
-/// The caller named by a valid token; else `Err` with who they claimed to be.
+/// The caller named by a valid token, or by the session cookie of the
+/// status page (with that session, whose CSRF token a change must carry);
+/// else `Err` with who they claimed to be. A bearer token wins over a cookie.
 fn authenticate(
-    access: &Access,
+    api: &AdminApi,
     headers: &axum::http::HeaderMap,
     from: String,
-) -> Result<Actor, Actor> {
-    let tokens = match access {
+) -> Result<(Actor, Option<Session>), Actor> {
+    let tokens = match &api.access {
         Access::Open => {
-            return Ok(Actor {
+            let actor = Actor {
                 who: "anonymous".into(),
                 role: None,
                 from,
-            })
+            };
+            return Ok((actor, None));
         }
         Access::Tokens(t) => t.current(),
     };
@@ -211,12 +222,30 @@ fn authenticate(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::trim);
-    match bearer.and_then(|t| tokens.check(t)) {
-        Some(h) => Ok(Actor {
-            who: h.name,
-            role: Some(h.role.as_str().to_owned()),
+    let session = match (bearer, session::cookie_of(headers)) {
+        (None, Some(id)) => api
+            .sessions
+            .get(id, Instant::now())
+            .filter(|s| tokens.holds(&s.name, s.role)),
+        _ => None,
+    };
+    if let Some(s) = session {
+        let actor = Actor {
+            who: s.name.clone(),
+            role: Some(s.role.as_str().to_owned()),
             from,
-        }),
+        };
+        return Ok((actor, Some(s)));
+    }
+    match bearer.and_then(|t| tokens.check(t)) {
+        Some(h) => Ok((
+            Actor {
+                who: h.name,
+                role: Some(h.role.as_str().to_owned()),
+                from,
+            },
+            None,
+        )),
         None => Err(Actor {
             who: if bearer.is_some() {
                 "(invalid token)".into()
@@ -226,6 +255,30 @@ fn authenticate(
             role: None,
             from,
         }),
+    }
+}
+
+/// R-PR-1 against cross-site requests: a change a browser sends from
+/// another site's page is refused, and one a session cookie authenticates
+/// must also carry that session's CSRF token (a cross-site page cannot read
+/// it). Bearer-token clients that are no browser send no Origin and pass.
+fn cross_site(headers: &axum::http::HeaderMap, session: Option<&Session>) -> Result<(), String> {
+    if !session::same_origin(headers) {
+        return Err("cross-site request refused: its Origin is not this server".into());
+    }
+    let Some(s) = session else { return Ok(()) };
+    let sent = headers
+        .get(session::CSRF_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    let ok: bool = sent.as_bytes().ct_eq(s.csrf.as_bytes()).into();
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "a change made with a session cookie needs the session's {} header",
+            session::CSRF_HEADER
+        ))
     }
 }
 

@@ -152,14 +152,17 @@ pub(super) async fn serve(
         api.set_engines(board.clone());
     }
     api.notify_ready(notify, format!("serving the admin API on {local}"));
+    // The status page at `/`, its chart sampled meanwhile (issue 28).
+    let (page, sampler) = crate::page::start(&api, &shutdown);
     let result = match certs {
         Some(c) => {
             let tls = TlsListener::new(listener, c.server_config()?)?;
-            crate::api::serve_tls(tls, api, shutdown.clone()).await
+            crate::api::serve_tls(tls, api, page, shutdown.clone()).await
         }
-        None => crate::api::serve(listener, api, shutdown.clone()).await,
+        None => crate::api::serve_with(listener, api, page, shutdown.clone()).await,
     };
     shutdown.cancel();
+    let _ = sampler.await;
     let _ = follower.await;
     let _ = poller.await;
     let _ = publisher.await;
