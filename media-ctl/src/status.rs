@@ -283,6 +283,7 @@ impl Controller {
                     }),
                     eta: Default::default(),
                     stoppable: s.stoppable,
+                    weight: (s.service == Service::Mg).then_some(s.weight),
                     unreachable: Vec::new(),
                 };
                 (s.id, w)

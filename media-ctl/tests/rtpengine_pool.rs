@@ -161,6 +161,12 @@ fn r_mg_1_r_mg_4_a_drain_under_a_steady_stream_of_new_calls() {
     let s = summed(&site, "mg-a");
     assert_eq!(s.state, InstanceState::Draining);
     assert!(s.counts.calls >= 3, "{s:?}");
+    // The ramp's end reaches the site's status (and the status page)
+    // through media-ctl's work report: mg-a at 0, mg-b at full weight, no
+    // weight for the bgmg, which is pinned, not weighed (R-MG-4, R-BG-1).
+    assert_eq!(s.weight, Some(0.0), "{s:?}");
+    assert_eq!(summed(&site, "mg-b").weight, Some(1.0));
+    assert_eq!(summed(&site, "bgmg-a").weight, None);
     let st = site.status().unwrap();
     let a = st.instances.iter().find(|i| i.id == "mg-a").unwrap();
     assert_eq!((a.assign, a.weight), (Assign::Out, 0.0));

@@ -128,7 +128,8 @@ pub struct InstanceView {
     pub service: Service,
     /// Its server.
     pub server: String,
-    /// Its effective zone. `bgmg` and `ws` are always `normal` (R-BG-1, R-WS-1).
+    /// Its effective zone. `bgmg` is always `normal` (R-BG-1), and `ws`
+    /// too unless a ws pool fronts it (R-WS-1, R-WS-3).
     pub zone: Zone,
     /// Last known health.
     pub health: Health,
@@ -167,13 +168,19 @@ impl DrainView {
         work: &[Option<u64>],
     ) -> DrainView {
         let drain_zone = profiles.drain_zone();
+        let ws_pooled = config.ws_pooled();
         let instances: Vec<InstanceView> = config
             .instances
             .iter()
             .enumerate()
             .map(|(i, inst)| {
-                // R-BG-1, R-WS-1: bgmg and ws are never drained.
-                let zone = if drain_zone.contains(&inst.server) && !inst.service.never_drained() {
+                // R-BG-1, R-WS-1: bgmg and ws are never drained; but a ws
+                // a ws pool fronts goes with its server, so the pool sends
+                // it no new connection and status tells when its open ones
+                // are gone (R-WS-3): nothing of it is refused or cut.
+                let exempt =
+                    inst.service.never_drained() && !(ws_pooled && inst.service == Service::Ws);
+                let zone = if drain_zone.contains(&inst.server) && !exempt {
                     Zone::Drain
                 } else {
                     Zone::Normal
@@ -216,7 +223,8 @@ impl DrainView {
         let mut pools: Vec<&str> = config
             .instances
             .iter()
-            .filter(|i| i.service.is_active_active())
+            // and the `ws` instances' one behind a ws pool (R-WS-3).
+            .filter(|i| i.service.is_active_active() || (ws_pooled && i.service == Service::Ws))
             .map(|i| i.pool.as_str())
             .collect();
         pools.sort_unstable();
@@ -288,8 +296,9 @@ impl DrainView {
         self.by_id.get(id).copied()
     }
 
-    /// True if the instance must take no new work. Always false for bgmg and
-    /// ws (R-BG-1, R-WS-1) and for unknown indexes.
+    /// True if the instance must take no new work. Always false for bgmg,
+    /// for ws unless a ws pool fronts it (R-BG-1, R-WS-1, R-WS-3), and for
+    /// unknown indexes.
     #[inline]
     pub fn is_draining(&self, idx: usize) -> bool {
         self.instances
@@ -308,7 +317,8 @@ impl DrainView {
     /// R-AA-1: the ring of normal-zone members that are not down; R-AA-4: if
     /// there are none, the ring of all members that are not down (the
     /// draining ones); if all are down, all members. `None` if the service
-    /// has no instance or is not Active-Active.
+    /// has no instance or is not Active-Active (nor `ws` behind a ws pool,
+    /// R-WS-3).
     #[inline]
     pub fn pick(&self, service: &Service, key: &[u8]) -> Option<usize> {
         self.ring(service)?.get(key)
@@ -479,6 +489,32 @@ sip = "127.0.0.1:5011"
         assert_eq!(v.drain_zone().len(), 1);
     }
 
+    /// R-WS-3 beside R-WS-1: with a ws pool in front of them, a ws goes
+    /// with its server (no new connections, `draining` until its open ones
+    /// close) and the pool picks from the normal-zone ones by a ring.
+    #[test]
+    fn r_ws_3_a_pooled_ws_goes_with_its_server() {
+        let pooled = SITE.replace(
+            "service = \"ws\"\nserver = \"srv-a\"\n",
+            "service = \"ws\"\nserver = \"srv-a\"\nws = \"127.0.0.1:8001\"\n\
+             [[instance]]\nid = \"ws-b\"\nservice = \"ws\"\nserver = \"srv-b\"\nws = \"127.0.0.1:8002\"\n",
+        ) + "[[listener]]\nname = \"web\"\nbind = \"127.0.0.1:8443\"\ntransports = [\"ws\"]\n\
+             mode = \"ws_pool\"\npool = \"ws\"\nleg = \"subscriber\"\n";
+        let c = Arc::new(SiteConfig::from_str_at(&pooled, Path::new("/t/site.toml")).unwrap());
+        let v = DrainView::build(c.clone(), &drain(&["srv-a"]), &[], &[]);
+        let (a, b) = (v.index_of("ws-a").unwrap(), v.index_of("ws-b").unwrap());
+        assert!(v.is_draining(a));
+        assert!(!v.is_draining(v.index_of("bgmg-a").unwrap()), "R-BG-1");
+        assert_eq!(v.ring(&Service::Ws).unwrap().members(), [b]);
+        assert_eq!(v.instances()[a].state, InstanceState::Draining);
+        let mut w = vec![None; c.instances.len()];
+        w[a] = Some(0);
+        let v = DrainView::build(c.clone(), &drain(&["srv-a"]), &[], &w);
+        assert_eq!(v.instances()[a].state, InstanceState::Drained);
+        let v = DrainView::build(c, &drain(&[]), &[], &[]);
+        assert_eq!(v.ring(&Service::Ws).unwrap().members(), [a, b]);
+    }
+
     #[test]
     fn r_sg_2_other_normal_up() {
         let c = config();
@@ -506,7 +542,11 @@ sip = "127.0.0.1:5011"
         // Down members leave it too.
         let v = DrainView::build(c, &drain(&["srv-a"]), &[Health::Up, Health::Down], &[]);
         assert_eq!(v.ring(&Service::Sg).unwrap().members(), [2]);
-        assert_eq!(v.pick(&Service::Ws, b"k"), None, "ws has no ring");
+        assert_eq!(
+            v.pick(&Service::Ws, b"k"),
+            None,
+            "ws has no ring without a ws pool"
+        );
         assert_eq!(v.pick(&Service::Mg, b"k"), None, "no mg configured");
     }
 

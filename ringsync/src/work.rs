@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{Service, Transport};
+use crate::config::{Service, SiteConfig, Transport};
 use crate::view::{DrainView, Health, InstanceState, InstanceView, Zone};
 
 /// The path a node serves its report on.
@@ -60,7 +60,8 @@ pub fn utc_text(at_ms: u64) -> String {
 #[serde(rename_all = "snake_case")]
 pub enum NodeKind {
     /// A sip-gate node: counts dialogs, registrations and subscriptions of
-    /// the SIP instances (`sg`, `esg`).
+    /// the SIP instances (`sg`, `esg`), and on a site with a ws pool the
+    /// WebSocket connections it passes to each `ws` instance (R-WS-3).
     Gate,
     /// A media-ctl node: counts the calls it placed on `mg` and `bgmg`.
     MediaCtl,
@@ -79,10 +80,18 @@ impl NodeKind {
         }
     }
 
-    /// True when nodes of this kind count the work of `service`.
+    /// True when nodes of this kind count the work of `service` on `site`:
+    /// [`NodeKind::counts`], and a gate counts `ws` instances only where a
+    /// ws pool fronts them (elsewhere nothing routes to them, R-WS-1).
+    pub fn counts_on(self, site: &SiteConfig, service: &Service) -> bool {
+        self.counts(service) && (*service != Service::Ws || site.ws_pooled())
+    }
+
+    /// True when nodes of this kind can count the work of `service` (a
+    /// gate's `ws`: only behind a ws pool, [`NodeKind::counts_on`]).
     pub fn counts(self, service: &Service) -> bool {
         match self {
-            NodeKind::Gate => service.is_sip(),
+            NodeKind::Gate => service.is_sip() || *service == Service::Ws,
             NodeKind::MediaCtl => matches!(service, Service::Mg | Service::Bgmg),
             NodeKind::Handover => matches!(service, Service::Other(_)),
         }
@@ -186,6 +195,11 @@ pub struct InstanceWork {
     /// bgmg only: whether it may be turned off (R-BG-2, R-BG-3).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stoppable: Option<bool>,
+    /// mg only: its weight for new calls, from 1 (takes its full share)
+    /// to 0 (takes none), as the media controller ramps it (R-MG-1,
+    /// R-MG-4).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<f64>,
     /// Stream transports over which the node could not reach the instance
     /// lately (a TCP connect or TLS handshake failed), while it holds them
     /// down. The health probe goes over UDP, so an instance can be `up`
@@ -239,6 +253,9 @@ pub struct WorkCounts {
     pub calls: u64,
     /// Active-Passive groups it leads, or is to lead (handover records).
     pub groups: u64,
+    /// WebSocket connections a ws pool passed to a `ws` instance and that
+    /// are still open (R-WS-3).
+    pub connections: u64,
 }
 
 impl WorkCounts {
@@ -250,6 +267,7 @@ impl WorkCounts {
             .saturating_add(self.subscriptions)
             .saturating_add(self.calls)
             .saturating_add(self.groups)
+            .saturating_add(self.connections)
     }
 
     /// Adds another node's counts.
@@ -260,6 +278,7 @@ impl WorkCounts {
         self.subscriptions = self.subscriptions.saturating_add(o.subscriptions);
         self.calls = self.calls.saturating_add(o.calls);
         self.groups = self.groups.saturating_add(o.groups);
+        self.connections = self.connections.saturating_add(o.connections);
     }
 }
 
@@ -358,6 +377,10 @@ pub struct InstanceStatus {
     /// bgmg: stoppable only if every reporting node says so.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stoppable: Option<bool>,
+    /// mg: its weight for new calls, the lowest any media controller
+    /// reported (see [`InstanceWork::weight`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<f64>,
     /// The nodes whose reports cover it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nodes: Vec<String>,
@@ -380,7 +403,7 @@ pub struct InstanceStatus {
 pub fn sum(view: &DrainView, outcomes: &[NodeOutcome]) -> Vec<InstanceStatus> {
     view.instances()
         .iter()
-        .map(|iv| sum_instance(iv, outcomes))
+        .map(|iv| sum_instance(view.config(), iv, outcomes))
         .collect()
 }
 
@@ -395,7 +418,7 @@ struct Tally {
 }
 
 /// One instance's status from every node expected to count it.
-fn sum_instance(iv: &InstanceView, outcomes: &[NodeOutcome]) -> InstanceStatus {
+fn sum_instance(site: &SiteConfig, iv: &InstanceView, outcomes: &[NodeOutcome]) -> InstanceStatus {
     let mut st = InstanceStatus {
         id: iv.id.clone(),
         service: iv.service.clone(),
@@ -409,6 +432,7 @@ fn sum_instance(iv: &InstanceView, outcomes: &[NodeOutcome]) -> InstanceStatus {
         known_at_ms: None,
         eta: Eta::default(),
         stoppable: None,
+        weight: None,
         nodes: Vec::new(),
         unreachable: Vec::new(),
     };
@@ -418,7 +442,10 @@ fn sum_instance(iv: &InstanceView, outcomes: &[NodeOutcome]) -> InstanceStatus {
         any_up: false,
         any_down: false,
     };
-    for o in outcomes.iter().filter(|o| o.kind.counts(&iv.service)) {
+    for o in outcomes
+        .iter()
+        .filter(|o| o.kind.counts_on(site, &iv.service))
+    {
         t.expected += 1;
         add_report(&mut st, &mut t, &iv.id, o);
     }
@@ -478,6 +505,9 @@ fn add_report(st: &mut InstanceStatus, t: &mut Tally, id: &str, o: &NodeOutcome)
     }
     if let Some(s) = w.stoppable {
         st.stoppable = Some(st.stoppable.unwrap_or(true) && s);
+    }
+    if let Some(x) = w.weight {
+        st.weight = Some(st.weight.map_or(x, |y| y.min(x)));
     }
     if let Some(u) = &w.unknown {
         t.vouched = false;

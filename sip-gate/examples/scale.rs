@@ -85,7 +85,7 @@ const CALL_RATE: u64 = 1000;
 /// second from `start`; the core's sweep runs at each whole second.
 fn tick(core: &Core, start: Instant, i: u64, rate: u64) -> Instant {
     let at = start + Duration::from_micros(i * 1_000_000 / rate);
-    if i % rate == 0 {
+    if i.is_multiple_of(rate) {
         core.sweep(at);
     }
     at

@@ -38,7 +38,8 @@ nodes, REGISTERs the instance sends out. While the gate cannot know (the work it
 at its start or as far back as its work snapshot covered, less than the longer of [work] \
 max_expires_s and max_call_age_s ago; or its call table was full less than max_call_age_s ago, \
 or its registration or subscription table less than max_expires_s ago), each instance says why \
-in `unknown`.";
+in `unknown`. Per ws instance: the WebSocket connections a ws pool of this gate passed to it and \
+that are still open (connections), always known: they end when this gate stops.";
 
 /// Where the gate lists its bans (R-SEC-3).
 pub use ringsync::bans::BANS_PATH;
@@ -169,9 +170,10 @@ async fn work(State(s): State<AdminState>) -> Json<WorkReport> {
     Json(report(&s.core, &s.node))
 }
 
-/// The gate's work report: only the instances it routes to (sg, esg); a
-/// gate never reports a zero for an mg or an Active-Passive instance, nor
-/// for an sg or esg while it cannot vouch for it (each says why: R-ST-3).
+/// The gate's work report: only the instances it routes to (sg, esg, and
+/// behind a ws pool ws: the connections it passes, R-WS-3); a gate never reports a
+/// zero for an mg or an Active-Passive instance, nor for an sg or esg while
+/// it cannot vouch for it (each says why: R-ST-3).
 pub fn report(core: &Core, node: &NodeInfo) -> WorkReport {
     let view = core.view();
     let book = core.work();
@@ -180,7 +182,7 @@ pub fn report(core: &Core, node: &NodeInfo) -> WorkReport {
         .instances()
         .iter()
         .enumerate()
-        .filter(|(_, iv)| NodeKind::Gate.counts(&iv.service))
+        .filter(|(_, iv)| NodeKind::Gate.counts_on(view.config(), &iv.service))
         .map(|(i, iv)| {
             let work = InstanceWork {
                 health: iv.health,

@@ -43,6 +43,13 @@ pub(crate) enum Mode {
     Balance(Service),
     /// Everything goes to this instance (index into the config's instances).
     Guard(usize),
+    /// A ws pool (R-WS-3): no SIP at all; each WebSocket connection goes
+    /// whole to a `ws` instance (`transport/ws/pool.rs`), over TLS when
+    /// `upstream_tls`.
+    WsPool {
+        /// Connect to the instances over TLS.
+        upstream_tls: bool,
+    },
 }
 
 impl Mode {
@@ -52,6 +59,7 @@ impl Mode {
         match self {
             Mode::Balance(pool) => service == pool,
             Mode::Guard(g) => idx == *g,
+            Mode::WsPool { .. } => *service == Service::Ws,
         }
     }
 }
@@ -82,6 +90,9 @@ impl Listeners {
                         .position(|i| &i.id == instance)
                         .ok_or_else(|| UnknownInstance(l.name.clone()))?,
                 ),
+                ListenerMode::WsPool { upstream_tls } => Mode::WsPool {
+                    upstream_tls: *upstream_tls,
+                },
             };
             ctx.push(ListenerCtx {
                 advertise: l.advertise,

@@ -274,7 +274,7 @@ impl Forwarded {
 /// label allocation when they are set).
 #[derive(Debug)]
 pub(crate) struct InstanceGauges {
-    work: [metrics::Gauge; 4],
+    work: [metrics::Gauge; 5],
     known: metrics::Gauge,
     states: [(InstanceState, metrics::Gauge); 5],
     /// `tcp`, `tls`.
@@ -284,8 +284,14 @@ pub(crate) struct InstanceGauges {
 impl InstanceGauges {
     pub(crate) fn new(instance: &str) -> InstanceGauges {
         let id = instance.to_owned();
-        let work = ["transactions", "dialogs", "registrations", "subscriptions"]
-            .map(|kind| metrics::gauge!(INSTANCE_WORK, "instance" => id.clone(), "kind" => kind));
+        let work = [
+            "transactions",
+            "dialogs",
+            "registrations",
+            "subscriptions",
+            "connections",
+        ]
+        .map(|kind| metrics::gauge!(INSTANCE_WORK, "instance" => id.clone(), "kind" => kind));
         let states = [
             InstanceState::Up,
             InstanceState::Down,
@@ -319,7 +325,13 @@ impl InstanceGauges {
     /// Sets the work gauges, and the state gauges when `state` is known
     /// (they stay as they were otherwise: all 0 before the first state).
     pub(crate) fn set(&self, c: &WorkCounts, known: bool, state: Option<InstanceState>) {
-        let values = [c.transactions, c.dialogs, c.registrations, c.subscriptions];
+        let values = [
+            c.transactions,
+            c.dialogs,
+            c.registrations,
+            c.subscriptions,
+            c.connections,
+        ];
         for (g, v) in self.work.iter().zip(values) {
             g.set(v as f64);
         }

@@ -78,6 +78,13 @@ impl<'a> SipUri<'a> {
                 .is_some_and(|t| t.eq_ignore_ascii_case(b"tls"))
     }
 
+    /// True if the URI names a WebSocket transport (`transport=ws` or
+    /// `wss`, RFC 7118 5): a client reached only on a connection it opened.
+    pub(crate) fn wants_ws(&self) -> bool {
+        self.transport
+            .is_some_and(|t| t.eq_ignore_ascii_case(b"ws") || t.eq_ignore_ascii_case(b"wss"))
+    }
+
     /// Whether the URI names its transport: a `transport` parameter, or the
     /// `sips` scheme (TLS).
     pub(crate) fn names_transport(&self) -> bool {

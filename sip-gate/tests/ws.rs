@@ -19,6 +19,8 @@
 mod common;
 #[path = "ws/drain.rs"]
 mod drain;
+#[path = "ws/no_flow.rs"]
+mod no_flow;
 #[path = "tls/peer.rs"]
 #[allow(dead_code)]
 mod peer;

@@ -19,6 +19,8 @@
 //! SIPp from `.50`.
 
 mod common;
+#[path = "ws_browser/drain.rs"]
+mod drain;
 #[path = "tls/peer.rs"]
 #[allow(dead_code)]
 mod peer;
@@ -27,6 +29,7 @@ use std::net::SocketAddr;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::{assert_all_ok, ip, run};
@@ -34,7 +37,7 @@ use testbed::bins::Node;
 use testbed::{Kamailio, Scenario, Sipp};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Notify};
 
 const NET: (u8, u8) = (43, 7);
 const SIPJS: &str = "sip.js@0.21.2";
@@ -98,6 +101,17 @@ try {{
   const reg = new Registerer(ua, {{ expires: 600 }});
   reg.stateChange.addListener((s) => report("registration:" + s));
   await reg.register();
+  // The test's commands: `reregister` refreshes the registration now (as
+  // SIP.js does before it expires), and says when it is accepted.
+  for (;;) {{
+    const cmd = await fetch("/cmd").then((r) => r.text());
+    if (cmd === "reregister") {{
+      await reg.register({{ requestDelegate: {{
+        onAccept() {{ report("reregistered"); }},
+        onReject(r) {{ report("error:re-REGISTER " + r.message.statusCode); }},
+      }} }});
+    }}
+  }}
 }} catch (e) {{
   report("error:" + e);
 }}
@@ -105,18 +119,19 @@ try {{
     )
 }
 
-/// Serves the page, SIP.js's files, and `/event?TEXT` (sent to `events`).
+/// Serves the page, SIP.js's files, `/event?TEXT` (sent to `events`), and
+/// `/cmd`, answered `reregister` once `cmd` is notified.
 async fn http(
     listener: TcpListener,
     page: String,
     lib: PathBuf,
-    events: mpsc::UnboundedSender<String>,
+    (events, cmd): (mpsc::UnboundedSender<String>, Arc<Notify>),
 ) {
     loop {
         let Ok((mut s, _)) = listener.accept().await else {
             return;
         };
-        let (page, lib, events) = (page.clone(), lib.clone(), events.clone());
+        let (page, lib, events, cmd) = (page.clone(), lib.clone(), events.clone(), cmd.clone());
         tokio::spawn(async move {
             let mut buf = vec![0u8; 8192];
             let mut n = 0;
@@ -128,7 +143,12 @@ async fn http(
             }
             let head = String::from_utf8_lossy(&buf[..n]).into_owned();
             let target = head.split(' ').nth(1).unwrap_or("/").to_owned();
-            let (status, ctype, body) = respond(&target, &page, &lib, &events);
+            let (status, ctype, body) = if target == "/cmd" {
+                cmd.notified().await;
+                ("200 OK", "text/plain", b"reregister".to_vec())
+            } else {
+                respond(&target, &page, &lib, &events)
+            };
             let head = format!(
                 "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n",
                 body.len()
@@ -305,7 +325,8 @@ ws_origins = ["http://{web}"]
 
     let (tx, mut events) = mpsc::unbounded_channel();
     let server = TcpListener::bind(web).await.unwrap();
-    let http_task = tokio::spawn(http(server, page(gate_sip), lib, tx));
+    let cmd = Arc::new(Notify::new());
+    let http_task = tokio::spawn(http(server, page(gate_sip), lib, (tx, cmd)));
     let browser = Browser::start(&format!("http://{web}/"));
     let mut seen = Vec::new();
     wait_event(&mut events, "registration:Registered", &mut seen).await;

@@ -241,6 +241,7 @@ fn kinds(c: &WorkCounts) -> String {
         (c.subscriptions, "sub"),
         (c.calls, "calls"),
         (c.groups, "grp"),
+        (c.connections, "conn"),
     ]
     .iter()
     .filter(|(n, _)| *n > 0)

@@ -81,6 +81,16 @@ impl SiteConfig {
         self.instances.iter().filter(move |i| &i.service == service)
     }
 
+    /// True when a `ws_pool` listener fronts the site's `ws` instances:
+    /// then they take new connections only in the normal zone and their
+    /// open connections are counted as their work (R-WS-3). Without one,
+    /// nothing routes to them and they are never drained (R-WS-1).
+    pub fn ws_pooled(&self) -> bool {
+        self.listeners
+            .iter()
+            .any(|l| matches!(l.mode, ListenerMode::WsPool { .. }))
+    }
+
     /// True if a server of this name is configured.
     pub fn has_server(&self, name: &str) -> bool {
         self.servers.iter().any(|s| s.name == name)

@@ -262,6 +262,7 @@ fn add_destinations(
             sip: Some(*addr),
             ng: None,
             ng_source: None,
+            ws: None,
             exceptions: Vec::new(),
             sources: Vec::new(),
             pool: pool.backup.clone(),

@@ -106,6 +106,8 @@ pub(super) struct RawInstance {
     #[serde(default)]
     pub(super) ng_source: Option<Spanned<std::net::IpAddr>>,
     #[serde(default)]
+    pub(super) ws: Option<Spanned<SocketAddr>>,
+    #[serde(default)]
     pub(super) exceptions: Vec<Spanned<Exception>>,
     #[serde(default)]
     pub(super) sources: Vec<Spanned<IpNet>>,
@@ -156,6 +158,8 @@ pub(super) struct RawListener {
     pub(super) ws_path: Option<Spanned<String>>,
     #[serde(default)]
     pub(super) ws_origins: Option<Spanned<Vec<String>>>,
+    #[serde(default)]
+    pub(super) ws_upstream: Option<Spanned<String>>,
     #[serde(default)]
     pub(super) access: super::AccessList,
     #[serde(default = "default_auth_ban")]

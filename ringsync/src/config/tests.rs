@@ -5,6 +5,8 @@ use std::path::{Path, PathBuf};
 
 #[path = "section_tests.rs"]
 mod sections;
+#[path = "ws_pool_tests.rs"]
+mod ws_pool;
 
 const GOOD: &str = r#"
 [site]

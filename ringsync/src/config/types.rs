@@ -166,6 +166,9 @@ pub struct Instance {
     /// commands to the instance's server for the bgmg rules (R-BG-*).
     /// Defaults to the IP of `sip`; `None` for other services.
     pub ng_source: Option<std::net::IpAddr>,
+    /// `ws` only: the address its WebSocket server listens on, where a
+    /// `ws_pool` listener passes the connections it picks it for (R-WS-3).
+    pub ws: Option<SocketAddr>,
     /// Exceptions to the drain 503 for this instance (R-SG-3).
     pub exceptions: Vec<Exception>,
     /// Source networks whose messages are this instance's own, besides its
@@ -276,6 +279,14 @@ pub enum ListenerMode {
     Guard {
         /// The guarded instance id.
         instance: String,
+    },
+    /// In front of the site's `ws` instances (`mode = "ws_pool"`, R-WS-3):
+    /// each WebSocket connection is passed through whole to the instance
+    /// the `ws` ring picks at the upgrade, without terminating SIP.
+    WsPool {
+        /// Connect to the instances over TLS (`ws_upstream = "wss"`),
+        /// verifying them against `[tls] ca`; plain TCP otherwise.
+        upstream_tls: bool,
     },
 }
 

@@ -50,6 +50,7 @@ pub(super) fn validate(loc: Locator<'_>, raw: RawSite) -> Result<SiteConfig> {
     let dns = v.dns(raw.dns)?;
     let tcp = v.tcp(raw.tcp)?;
     let tls = v.tls(raw.tls.as_ref(), &listeners)?;
+    v.ws_upstreams(&raw.listener, &listeners, tls.as_ref())?;
     let overload = super::limits::validate(&v, raw.overload)?;
     let admin = v.admin(raw.admin)?;
     let audit = raw.audit.checked(&v)?;
@@ -183,9 +184,11 @@ impl Validator<'_> {
                 ));
             }
             self.addresses(i, spanned, &service)?;
+            let ws = self.ws_address(i, r, &service)?;
             // `pool.rs` sets a `pool` the file gives (R-HT-1).
             let pool = service.as_str().to_owned();
             instances.push(Instance {
+                ws,
                 id: id.clone(),
                 service,
                 server: r.server.get_ref().clone(),
@@ -376,11 +379,14 @@ impl Validator<'_> {
         let mode = match r.mode.get_ref().as_str() {
             "balance" => self.balance(i, spanned, instances)?,
             "guard" => self.guard(i, spanned, instances)?,
+            "ws_pool" => self.ws_pool(i, spanned, instances)?,
             other => {
                 return Err(self.err(
                     r.mode.span(),
                     format!("listener[{i}].mode"),
-                    format!("unknown mode `{other}`, expected \"balance\" or \"guard\""),
+                    format!(
+                        "unknown mode `{other}`, expected \"balance\", \"guard\" or \"ws_pool\""
+                    ),
                 ))
             }
         };
@@ -393,7 +399,7 @@ impl Validator<'_> {
         }
         let mut transports = r.transports.get_ref().clone();
         transports.dedup();
-        let ws = self.ws_options(i, r, &transports)?;
+        let ws = self.ws_options(i, r, &transports, &mode)?;
         Ok(Listener {
             name: name.clone(),
             bind,

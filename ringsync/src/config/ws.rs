@@ -8,11 +8,23 @@
 //! the gate (a Path, a Record-Route), on the listener's UDP socket, since an
 //! instance speaks no WebSocket (the two Record-Routes of RFC 5658 name
 //! each side). `wss` takes its certificate from `[tls]` (checked in `tls`).
+//!
+//! A `ws_pool` listener (R-WS-3) is the other kind: it speaks no SIP, it
+//! passes each WebSocket connection whole to one of the site's `ws`
+//! instances, so it has one WebSocket transport and nothing else, and every
+//! `ws` instance needs the `ws` address the gate connects to.
+
+use std::net::SocketAddr;
+
+use toml::Spanned;
 
 use super::error::ConfigError;
-use super::raw::RawListener;
-use super::types::{Transport, WsOptions};
+use super::raw::{RawInstance, RawListener};
+use super::types::{Listener, ListenerMode, Service, Transport, WsOptions};
 use super::validator::Validator;
+use super::{Instance, TlsConfig};
+
+type Result<T> = std::result::Result<T, ConfigError>;
 
 impl Validator<'_> {
     /// The WebSocket options of listener `i`: `Some` on a `ws`/`wss`
@@ -24,10 +36,13 @@ impl Validator<'_> {
         i: usize,
         r: &RawListener,
         transports: &[Transport],
-    ) -> Result<Option<WsOptions>, ConfigError> {
+        mode: &ListenerMode,
+    ) -> Result<Option<WsOptions>> {
         let field = format!("listener[{i}].transports");
         let span = r.transports.span();
         let streams = transports.iter().filter(|t| t.is_stream()).count();
+        let pool = matches!(mode, ListenerMode::WsPool { .. });
+        self.ws_pool_transports(i, r, transports, pool)?;
         if !transports.iter().any(|t| t.is_ws()) {
             if let Some(p) = &r.ws_path {
                 return Err(self.err(
@@ -52,7 +67,7 @@ impl Validator<'_> {
                 "\"ws\"/\"wss\" with another stream transport on one listener: its port speaks HTTP first; give each stream transport a listener (and port) of its own",
             ));
         }
-        if !transports.contains(&Transport::Udp) {
+        if !pool && !transports.contains(&Transport::Udp) {
             return Err(self.err(
                 span,
                 field,
@@ -85,5 +100,147 @@ impl Validator<'_> {
             }
         }
         Ok(Some(WsOptions { path, origins }))
+    }
+}
+
+impl Validator<'_> {
+    /// `ws_upstream` only on a ws pool, and a ws pool's transports: one
+    /// WebSocket transport and nothing else (it speaks no SIP).
+    fn ws_pool_transports(
+        &self,
+        i: usize,
+        r: &RawListener,
+        transports: &[Transport],
+        pool: bool,
+    ) -> Result<()> {
+        if let (Some(u), false) = (&r.ws_upstream, pool) {
+            return Err(self.err(
+                u.span(),
+                format!("listener[{i}].ws_upstream"),
+                "only a `mode = \"ws_pool\"` listener takes ws_upstream",
+            ));
+        }
+        if pool && !matches!(transports, [t] if t.is_ws()) {
+            return Err(self.err(
+                r.transports.span(),
+                format!("listener[{i}].transports"),
+                "a ws_pool listener passes WebSocket connections through and speaks no SIP: exactly one of \"ws\" or \"wss\", nothing else",
+            ));
+        }
+        Ok(())
+    }
+
+    /// `mode = "ws_pool"` (R-WS-3): `pool = "ws"`, no `instance`, at
+    /// least one `ws` instance, each with its `ws` address; `ws_upstream`
+    /// is `"ws"` (default) or `"wss"`.
+    pub(super) fn ws_pool(
+        &self,
+        i: usize,
+        spanned: &Spanned<RawListener>,
+        instances: &[Instance],
+    ) -> Result<ListenerMode> {
+        let r = spanned.get_ref();
+        match &r.pool {
+            Some(p) if p.get_ref() == "ws" => {}
+            Some(p) => {
+                return Err(self.err(
+                    p.span(),
+                    format!("listener[{i}].pool"),
+                    format!(
+                        "a ws_pool listener fronts the `ws` instances, not `{}`",
+                        p.get_ref()
+                    ),
+                ))
+            }
+            None => {
+                return Err(self.err(
+                    spanned.span(),
+                    format!("listener[{i}].pool"),
+                    "a ws_pool listener needs `pool = \"ws\"`",
+                ))
+            }
+        }
+        if r.instance.is_some() {
+            return Err(self.err(
+                spanned.span(),
+                format!("listener[{i}].instance"),
+                "a ws_pool listener takes `pool`, not `instance`",
+            ));
+        }
+        let mut ws = instances.iter().filter(|x| x.service == Service::Ws);
+        let Some(_) = ws.clone().next() else {
+            return Err(self.err(
+                spanned.span(),
+                format!("listener[{i}].pool"),
+                "no instance of `ws` is configured",
+            ));
+        };
+        if let Some(x) = ws.find(|x| x.ws.is_none()) {
+            return Err(self.err(
+                spanned.span(),
+                format!("listener[{i}].pool"),
+                format!(
+                    "instance `{}` has no `ws` address: a ws_pool listener passes connections to each `ws` instance's `ws = \"ip:port\"`",
+                    x.id
+                ),
+            ));
+        }
+        let upstream_tls = match &r.ws_upstream {
+            None => false,
+            Some(u) if u.get_ref() == "ws" => false,
+            Some(u) if u.get_ref() == "wss" => true,
+            Some(u) => {
+                return Err(self.err(
+                    u.span(),
+                    format!("listener[{i}].ws_upstream"),
+                    format!("`{}`: expected \"ws\" or \"wss\"", u.get_ref()),
+                ))
+            }
+        };
+        Ok(ListenerMode::WsPool { upstream_tls })
+    }
+
+    /// An instance's `ws` address: only a `ws` instance has one.
+    pub(super) fn ws_address(
+        &self,
+        i: usize,
+        r: &RawInstance,
+        service: &Service,
+    ) -> Result<Option<SocketAddr>> {
+        match &r.ws {
+            Some(a) if *service != Service::Ws => Err(self.err(
+                a.span(),
+                format!("instance[{i}].ws"),
+                format!("only a `ws` instance has a `ws` address, not a `{service}` one"),
+            )),
+            Some(a) => Ok(Some(*a.get_ref())),
+            None => Ok(None),
+        }
+    }
+
+    /// `ws_upstream = "wss"` verifies the instances against `[tls] ca`,
+    /// so it needs one.
+    pub(super) fn ws_upstreams(
+        &self,
+        raw: &[Spanned<RawListener>],
+        listeners: &[Listener],
+        tls: Option<&TlsConfig>,
+    ) -> Result<()> {
+        let has_ca = tls.is_some_and(|t| t.ca.is_some());
+        for (i, (l, r)) in listeners.iter().zip(raw).enumerate() {
+            if let (ListenerMode::WsPool { upstream_tls: true }, false) = (&l.mode, has_ca) {
+                let span = r
+                    .get_ref()
+                    .ws_upstream
+                    .as_ref()
+                    .map_or(r.span(), |u| u.span());
+                return Err(self.err(
+                    span,
+                    format!("listener[{i}].ws_upstream"),
+                    "\"wss\" toward the ws instances needs [tls] ca to verify them",
+                ));
+            }
+        }
+        Ok(())
     }
 }

@@ -32,6 +32,7 @@ mod route;
 mod stranger;
 mod transaction;
 mod undelivered;
+mod ws_pool;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -142,7 +143,8 @@ pub struct Core {
     /// `sipgate_new_work_total{instance}`, registered once: no label
     /// allocation per request.
     new_work: Vec<Option<metrics::Counter>>,
-    /// Work and state gauges of the SIP instances, registered once.
+    /// Work and state gauges of the instances the gate counts (SIP, and
+    /// `ws` behind a ws pool), registered once.
     gauges: Vec<Option<InstanceGauges>>,
     /// The counters every forwarded message moves, registered once.
     forwarded: Forwarded,
@@ -204,7 +206,13 @@ impl Core {
         let gauges = config
             .instances
             .iter()
-            .map(|i| i.service.is_sip().then(|| InstanceGauges::new(&i.id)))
+            // ws instances behind a ws pool too: their work is the
+            // connections it passes them (R-WS-3).
+            .map(|i| {
+                ringsync::work::NodeKind::Gate
+                    .counts_on(&config, &i.service)
+                    .then(|| InstanceGauges::new(&i.id))
+            })
             .collect();
         m::register_at_start();
         Ok(Core {
@@ -363,7 +371,7 @@ impl Core {
     }
 
     fn publish(&self, now: Instant, states: bool) {
-        let known = self.work.unknown(now).is_none();
+        let known = |i| self.work.unknown_for(i, now).is_none();
         let sip = || {
             self.gauges
                 .iter()
@@ -371,7 +379,7 @@ impl Core {
                 .filter_map(|(i, g)| Some((i, g.as_ref()?)))
         };
         for (i, _) in sip() {
-            if known {
+            if known(i) {
                 self.drain.set_work(i, self.work.get(i).total());
             } else {
                 self.drain.clear_work(i);
@@ -380,7 +388,7 @@ impl Core {
         let view = self.drain.view();
         for (i, g) in sip() {
             if let Some(iv) = view.instances().get(i) {
-                g.set(&self.work.get(i), known, states.then_some(iv.state));
+                g.set(&self.work.get(i), known(i), states.then_some(iv.state));
                 g.set_unreachable(self.reach.held_each(i, now));
             }
         }

@@ -178,7 +178,12 @@ impl Core {
         let Some(uri) = req.target() else {
             return Decision::refuse(404, "Unroutable Request-URI", "unroutable");
         };
+        if uri.wants_ws() {
+            return ws_not_connected();
+        }
         match self.outside_hop(&uri, req) {
+            // A WebSocket listener's stream toward no connection: the same.
+            Ok(hop) if hop.tcp && req.listener.ws.is_some() => ws_not_connected(),
             Ok(hop) => {
                 // Dialogs an instance starts through the gate come back to it.
                 let record_route = (!req.to_tag && creates_dialog(req.method)).then_some(src);
@@ -245,6 +250,8 @@ impl Core {
             // guarded instance, or the ring by Call-ID, as the INVITE went.
             None => match &req.listener.mode {
                 Mode::Guard(idx) => *idx,
+                // No SIP reaches the core from a ws pool (it passes bytes).
+                Mode::WsPool { .. } => return no_instance(),
                 // The call this gate saw set up (its work book), so a drain
                 // since then does not move it (R-SG-4); only when the gate
                 // has not seen it (another node, a restart), the ring by
@@ -301,6 +308,7 @@ impl Core {
         // home (R-ESG-5), or a ring of draining members only (R-AA-4).
         let (idx, routed) = match &req.listener.mode {
             Mode::Guard(idx) => (self.guard_to_backup(req, view, *idx), None),
+            Mode::WsPool { .. } => return no_instance(),
             // R-ESG-5: a single-instance account stays on its home esg.
             Mode::Balance(pool) => match self.policy.home_instance(req.listener, msg, peer.ip()) {
                 Some(home) => (home, Some(OnPurpose::SingleInstanceAccount)),
@@ -536,4 +544,21 @@ impl Core {
             Cached::Miss => Err(Decision::Resolve(query)),
         }
     }
+}
+
+/// 503 for a request no instance of the listener can take.
+fn no_instance() -> Decision {
+    Decision::refuse(503, "No Instance Available", "no_instance")
+}
+
+/// A request an instance sends toward a WebSocket client without its flow
+/// (a `transport=ws`/`wss` target, or a WebSocket listener's stream with no
+/// connection named): the gate never opens a WebSocket connection, so the
+/// client cannot be reached (RFC 7118 5). 430 is for a flow that is gone
+/// (RFC 5626 5.3) and 503 would tell the instance the gate itself is out
+/// of service (RFC 3261 21.5.4, RFC 3263 4.3); 480 says this callee is
+/// not reachable now, so the instance tries the AoR's other bindings.
+fn ws_not_connected() -> Decision {
+    m::flow_failure("ws_not_connected");
+    Decision::refuse(480, "WebSocket Client Not Connected", "ws_not_connected")
 }

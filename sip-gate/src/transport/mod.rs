@@ -326,6 +326,14 @@ impl Net {
         self.ws_on.get(listener).and_then(Option::as_ref)
     }
 
+    /// Whether `listener` is a ws pool (R-WS-3).
+    fn is_ws_pool(&self, listener: usize) -> bool {
+        self.core
+            .listeners()
+            .get(listener)
+            .is_some_and(|l| matches!(l.mode, crate::listener::Mode::WsPool { .. }))
+    }
+
     /// Registers a connection to `to` at once (so messages queue behind the
     /// connect instead of racing it) and connects in the background.
     fn connect(self: &Arc<Net>, listener: usize, to: SocketAddr) -> mpsc::Sender<Bytes> {
@@ -427,11 +435,14 @@ async fn accept_loop(
         }
         let _ = stream.set_nodelay(true);
         let (id, _tx, rx) = net.register(peer, net.ws_for(listener).is_some());
-        net.core.tcp_opened(Inbound::Tcp {
-            listener,
-            conn: id,
-            peer,
-        });
+        // A ws pool's connections carry no SIP: no flow (R-WS-3).
+        if !net.is_ws_pool(listener) {
+            net.core.tcp_opened(Inbound::Tcp {
+                listener,
+                conn: id,
+                peer,
+            });
+        }
         net.tracker.spawn(tls::serve_accepted(
             net.clone(),
             listener,

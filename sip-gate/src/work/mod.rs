@@ -14,7 +14,11 @@
 //!   the instance, from what the registrar's 2xx lists ([`bindings`]);
 //! * **subscriptions**: per dialog, from the 2xx of the SUBSCRIBE (its
 //!   Expires) until they expire, are refreshed to `Expires: 0`, a NOTIFY
-//!   says `Subscription-State: terminated`, or a 481 answers a request in it.
+//!   says `Subscription-State: terminated`, or a 481 answers a request in it;
+//! * **connections** (`ws` instances, R-WS-3): WebSocket connections a ws
+//!   pool passed to the instance, from the connect until either side
+//!   closes. The gate holds each one itself, and a gate that stops closes
+//!   them, so these are always known: no restart window applies.
 //!
 //! The BYE ends a call when it is answered, not when it is forwarded: a BYE
 //! challenged for credentials (401/407) or refused leaves the call up, and
@@ -123,6 +127,10 @@ pub struct WorkBook {
     /// Instance ids, in config order (snapshots name instances by id).
     ids: Vec<String>,
     invites: Box<[AtomicI64]>,
+    /// Open ws pool connections per instance (R-WS-3).
+    ws_conns: Box<[AtomicU64]>,
+    /// Which instances are `ws` (their counts are always known).
+    is_ws: Box<[bool]>,
     calls: Dialogs,
     subs: Dialogs,
     regs: Bindings,
@@ -152,6 +160,12 @@ impl WorkBook {
             site: config.site.name.clone(),
             ids: config.instances.iter().map(|i| i.id.clone()).collect(),
             invites: (0..n).map(|_| AtomicI64::new(0)).collect(),
+            ws_conns: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            is_ws: config
+                .instances
+                .iter()
+                .map(|i| i.service == ringsync::config::Service::Ws)
+                .collect(),
             calls: Dialogs::new(n, w.max_calls as usize),
             subs: Dialogs::new(n, w.max_subscriptions as usize),
             regs: Bindings::new(n, w.max_registrations as usize),
@@ -186,7 +200,32 @@ impl WorkBook {
             subscriptions: self.subs.tally().live(i),
             calls: 0,
             groups: 0,
+            connections: self
+                .ws_conns
+                .get(i)
+                .map_or(0, |c| c.load(Ordering::Relaxed)),
         }
+    }
+
+    /// A ws pool connection to instance `i` opened (`up`) or closed.
+    pub(crate) fn ws_connection(&self, i: usize, up: bool) {
+        if let Some(c) = self.ws_conns.get(i) {
+            if up {
+                c.fetch_add(1, Ordering::Relaxed);
+            } else {
+                c.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Whether the counts of instance `i` can be vouched for at `now`: a
+    /// `ws` instance's always (its connections live in this gate), the
+    /// others' unless [`WorkBook::unknown`] says why not.
+    pub fn unknown_for(&self, i: usize, now: Instant) -> Option<Unknown> {
+        if self.is_ws.get(i).copied().unwrap_or(false) {
+            return None;
+        }
+        self.unknown(now)
     }
 
     /// Why the counts cannot be vouched for at `now`, and until when; `None`
@@ -261,7 +300,7 @@ impl WorkBook {
             .unwrap_or_default();
         InstanceWork {
             counts: self.get(i),
-            unknown: self.unknown(now),
+            unknown: self.unknown_for(i, now),
             eta,
             ..InstanceWork::default()
         }

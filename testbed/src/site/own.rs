@@ -242,6 +242,13 @@ fn listeners(
     let mut out: Vec<Lsn> = Vec::new();
     let mut spare = SPARE_PORT;
     for l in &cfg.listeners {
+        if matches!(l.mode, ListenerMode::WsPool { .. }) {
+            notes.push(format!(
+                "listener {}: a ws pool is not rehearsed (it passes WebSocket connections, no SIP)",
+                l.name
+            ));
+            continue;
+        }
         let kept: Vec<Transport> = l
             .transports
             .iter()
@@ -273,6 +280,7 @@ fn listeners(
         let (pool, guard) = match &l.mode {
             ListenerMode::Balance { pool } => (svc_of(pool), None),
             ListenerMode::Guard { instance } => (None, Some(instance.clone())),
+            ListenerMode::WsPool { .. } => continue,
         };
         let leg = serde_json::to_value(l.leg)
             .ok()
@@ -291,6 +299,9 @@ fn listeners(
             leg,
             udp: kept.contains(&Transport::Udp),
         });
+    }
+    if let Some(Value::Array(ls)) = table.get_mut("listener") {
+        ls.retain(|l| l.get("mode").and_then(Value::as_str) != Some("ws_pool"));
     }
     for t in array(table, "listener") {
         t.remove("advertise");

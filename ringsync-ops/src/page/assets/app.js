@@ -176,7 +176,9 @@ function tile(i) {
     el('div', { class: 'work', text: workText(i) }),
     until ? el('div', { class: 'eta', text: `work gone ${inSeconds(until)} (${when(until)})` }) : null,
     i.stoppable === true || i.stoppable === false
-      ? el('div', { class: 'stoppable', text: i.stoppable ? 'stoppable: yes' : 'stoppable: NO' }) : null);
+      ? el('div', { class: 'stoppable', text: i.stoppable ? 'stoppable: yes' : 'stoppable: NO' }) : null,
+    typeof i.weight === 'number'
+      ? el('div', { class: 'weight', text: `weight for new calls ${i.weight.toFixed(2)}` }) : null);
   for (const why of i.unknown || []) t.append(el('div', { class: 'why', text: `unknown: ${why}` }));
   for (const u of i.unreachable || []) t.append(el('div', { class: 'why', text: `${u.node}: ${u.transport} unreachable: ${u.reason}` }));
   return t;

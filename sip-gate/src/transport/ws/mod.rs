@@ -14,6 +14,10 @@
 //! of only CRLFs is the RFC 5626 3.5.1 keep-alive, `\r\n\r\n` answered with
 //! `\r\n`. The gate never opens a WebSocket connection: a browser is only
 //! reached on the one it opened.
+//!
+//! A ws pool listener (`pool.rs`, R-WS-3) shares the accept, the table
+//! slot and the TLS of the listener but no SIP: it passes each connection
+//! whole to a `ws` instance.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -32,9 +36,11 @@ use tokio_tungstenite::WebSocketStream;
 use tokio_util::sync::CancellationToken;
 
 use super::{Net, MAX_MESSAGE};
+use crate::listener::Mode;
 use crate::metrics as m;
 use crate::txn::{ConnId, Inbound};
 
+mod pool;
 mod timed;
 mod upgrade;
 
@@ -52,6 +58,10 @@ pub(super) async fn serve<S>(
 ) where
     S: AsyncRead + AsyncWrite + Unpin,
 {
+    if let Some(Mode::WsPool { upstream_tls }) = net.core.listeners().get(listener).map(|l| &l.mode)
+    {
+        return pool::serve(net.clone(), (listener, id, peer), io, opts, *upstream_tls).await;
+    }
     let deadline = net.core.tcp_config().frame();
     let head = tokio::select! {
         _ = net.shutdown.cancelled() => None,

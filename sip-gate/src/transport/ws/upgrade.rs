@@ -26,7 +26,7 @@ pub(crate) struct Refusal {
     pub(crate) label: &'static str,
 }
 
-const fn refusal(status: u16, reason: &'static str, label: &'static str) -> Refusal {
+pub(super) const fn refusal(status: u16, reason: &'static str, label: &'static str) -> Refusal {
     Refusal {
         status,
         reason,
@@ -35,7 +35,7 @@ const fn refusal(status: u16, reason: &'static str, label: &'static str) -> Refu
 }
 
 /// A head that is not an HTTP request, or too long.
-const BAD_REQUEST: Refusal = refusal(400, "Bad Request", "bad_request");
+pub(super) const BAD_REQUEST: Refusal = refusal(400, "Bad Request", "bad_request");
 
 /// What an acceptable upgrade request carries for the answer.
 #[derive(Debug, PartialEq, Eq)]
@@ -56,25 +56,51 @@ pub(crate) enum Read {
 /// Reads the request head from `io` and checks it; the caller bounds the
 /// time.
 pub(crate) async fn read<S: AsyncRead + Unpin>(io: &mut S, opts: &WsOptions) -> Read {
+    match read_head(io).await {
+        Raw::Head(head, tail) => Read::Head(check(&head, opts), tail),
+        Raw::TooLong => Read::Head(Err(BAD_REQUEST), Vec::new()),
+        Raw::Closed => Read::Closed,
+    }
+}
+
+/// A request head as read, before any check.
+pub(super) enum Raw {
+    /// The head with its final empty line, and the bytes after it.
+    Head(BytesMut, Vec<u8>),
+    /// No end of head within [`MAX_HEAD`] bytes.
+    TooLong,
+    /// The peer closed (or failed) before a whole head arrived.
+    Closed,
+}
+
+/// Reads a request head from `io`; the caller bounds the time.
+pub(super) async fn read_head<S: AsyncRead + Unpin>(io: &mut S) -> Raw {
     let mut buf = BytesMut::with_capacity(2048);
     loop {
         if let Some(end) = memchr::memmem::find(&buf, b"\r\n\r\n") {
             let tail = buf.split_off(end + 4).to_vec();
-            return Read::Head(check(&buf, opts), tail);
+            return Raw::Head(buf, tail);
         }
         if buf.len() >= MAX_HEAD {
-            return Read::Head(Err(BAD_REQUEST), Vec::new());
+            return Raw::TooLong;
         }
         match io.read_buf(&mut buf).await {
-            Ok(0) | Err(_) => return Read::Closed,
+            Ok(0) | Err(_) => return Raw::Closed,
             Ok(_) => {}
         }
     }
 }
 
+/// [`check_as`] for SIP over WebSocket: the `sip` subprotocol is required.
+pub(crate) fn check(head: &[u8], opts: &WsOptions) -> Result<Upgrade, Refusal> {
+    check_as(head, opts, true)
+}
+
 /// Checks a complete request head (with its final empty line) against the
 /// listener's options, in RFC 6455 4.2.1's order; the first failure wins.
-pub(crate) fn check(head: &[u8], opts: &WsOptions) -> Result<Upgrade, Refusal> {
+/// `sip`: the `sip` subprotocol must be offered (a ws pool leaves the
+/// subprotocol to the instance it passes the connection to).
+pub(super) fn check_as(head: &[u8], opts: &WsOptions, sip: bool) -> Result<Upgrade, Refusal> {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut headers);
     match req.parse(head) {
@@ -118,10 +144,10 @@ pub(crate) fn check(head: &[u8], opts: &WsOptions) -> Result<Upgrade, Refusal> {
         return Err(refusal(403, "Forbidden", "bad_origin"));
     }
     // Subprotocol names are case-sensitive (RFC 6455 11.5).
-    let sip = get("sec-websocket-protocol")
+    let has_sip = get("sec-websocket-protocol")
         .flat_map(|v| v.split(','))
         .any(|p| p.trim() == SUBPROTOCOL);
-    if !sip {
+    if !has_sip && sip {
         return Err(refusal(400, "Bad Request", "no_subprotocol"));
     }
     Ok(Upgrade {
