@@ -1,6 +1,6 @@
 //! The admin HTTP API (`ringsync serve`): profile CRUD, the site's status
 //! (the drain view with the work every node reports, summed: R-ST-1,
-//! R-ST-3), the Active-Passive handover (`/v1/handover`), the audit log,
+//! R-ST-3) and its long poll `/v1/wait`, the Active-Passive handover (`/v1/handover`), the audit log,
 //! metrics.
 //!
 //! JSON in and out. Bad input gets a 4xx with `{"error": "..."}` and stores
@@ -35,6 +35,7 @@ use ringsync::view::{DrainView, InstanceState};
 pub mod access;
 mod handlers;
 mod handover;
+mod wait;
 pub use ringsync::tls;
 
 pub use access::{Access, Endpoint, Need, Peer};
@@ -58,6 +59,9 @@ pub struct AdminApi {
     access: Access,
     /// Told `READY=1` with this phase once the store has been read.
     notify: OnceLock<(ringsync::notify::Notifier, String)>,
+    /// The server's shutdown: a held long poll (`/v1/wait`) answers at
+    /// once then, so a graceful stop does not wait out its timeout.
+    stopping: OnceLock<CancellationToken>,
     /// The status page's logged-in browsers ([`crate::session`]).
     sessions: Sessions,
     /// Served over HTTPS: session cookies are `Secure`.
@@ -160,6 +164,7 @@ impl AdminApi {
             engines: OnceLock::new(),
             access,
             notify: OnceLock::new(),
+            stopping: OnceLock::new(),
             sessions: Sessions::default(),
             secure: AtomicBool::new(false),
         })
@@ -476,6 +481,7 @@ pub async fn serve_tls(
 
 impl AdminApi {
     fn spawn_ready(self: Arc<Self>, shutdown: &CancellationToken) -> tokio::task::JoinHandle<()> {
+        let _ = self.stopping.set(shutdown.clone());
         let shutdown = shutdown.clone();
         tokio::spawn(async move { self.become_ready(&shutdown).await })
     }

@@ -6,7 +6,8 @@
 //! [`ringsync::fetch`] gets a node's work report and [`status`] sums every node's into the site's status
 //! ([`sitewide`] from the store's node registry). [`handover`] moves the
 //! leaders of Active-Passive groups off draining servers, one group per
-//! pace, and home again. [`plan`] previews a profile change; [`migrate`]
+//! pace, and home again. [`drained`] judges whether servers are drained
+//! (`wait drained`, `GET /v1/wait`). [`plan`] previews a profile change; [`migrate`]
 //! copies a site's store to another.
 //!
 //! The data plane (sip-gate, media-ctl) does not link this crate: an edit
@@ -17,7 +18,9 @@
 
 pub mod api;
 pub mod auth;
+pub mod backup;
 pub mod cli;
+pub mod drained;
 pub mod engine;
 pub mod handover;
 pub mod migrate;

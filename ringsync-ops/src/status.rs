@@ -219,6 +219,9 @@ pub struct NodeBoard {
     nodes: Vec<NodeAddr>,
     source: Source,
     latest: ArcSwap<Round>,
+    /// Bumped after every round, so a long poll (`GET /v1/wait`) wakes
+    /// when there is something new to look at instead of polling.
+    rounds: tokio::sync::watch::Sender<u64>,
 }
 
 /// Where a board learns the nodes' reports.
@@ -237,6 +240,7 @@ impl NodeBoard {
             latest: ArcSwap::from_pointee(Round::not_asked(&nodes)),
             nodes,
             source: Source::Ask(Box::new(fetcher)),
+            rounds: tokio::sync::watch::Sender::new(0),
         })
     }
 
@@ -247,6 +251,7 @@ impl NodeBoard {
             latest: ArcSwap::from_pointee(Round::default()),
             nodes: Vec::new(),
             source: Source::Registry(store),
+            rounds: tokio::sync::watch::Sender::new(0),
         })
     }
 
@@ -267,7 +272,13 @@ impl NodeBoard {
         };
         let round = Arc::new(round);
         self.latest.store(round.clone());
+        self.rounds.send_modify(|n| *n = n.wrapping_add(1));
         round
+    }
+
+    /// Changes after every round.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.rounds.subscribe()
     }
 
     /// The last round.

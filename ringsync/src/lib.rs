@@ -21,6 +21,7 @@
 #![warn(unreachable_pub)]
 #![warn(missing_docs)]
 
+pub mod bans;
 pub mod config;
 pub mod daemon;
 pub mod fetch;

@@ -42,7 +42,7 @@ in `unknown`. Per ws instance: the WebSocket connections a ws pool of this gate 
 that are still open (connections), always known: they end when this gate stops.";
 
 /// Where the gate lists its bans (R-SEC-3).
-pub const BANS_PATH: &str = "/v1/bans";
+pub use ringsync::bans::BANS_PATH;
 
 /// `GET /v1/bans`: the bans in force on this node.
 async fn bans(State(s): State<AdminState>) -> Json<Vec<crate::BanInfo>> {

@@ -17,7 +17,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ringsync::config::{AccessAction, AuthBan, SiteConfig};
-use serde::Serialize;
 
 use crate::metrics as m;
 
@@ -56,18 +55,8 @@ struct Sources {
     last_sweep: Option<Instant>,
 }
 
-/// A ban as the admin endpoint lists it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct BanInfo {
-    /// The listener it applies to.
-    pub listener: String,
-    /// The banned source address.
-    pub source: IpAddr,
-    /// Seconds until it ends (rounded up).
-    pub remaining_s: u64,
-    /// Failures counted when it was banned, and since.
-    pub failures: u32,
-}
+/// A ban as the admin endpoint lists it: one type with `ringsync bans`.
+pub use ringsync::bans::BanInfo;
 
 /// Every listener's ban table, indexed like the listeners.
 #[derive(Debug)]

@@ -60,6 +60,7 @@ pub(super) fn table() -> Vec<(Endpoint, MethodRouter<Arc<AdminApi>>)> {
             deactivate,
         ),
         ep(Method::GET, "/v1/status", R(Read), status),
+        ep(Method::GET, "/v1/wait", R(Read), super::wait::wait),
         ep(Method::GET, "/v1/handover", R(Read), handover),
         ep(Method::GET, "/v1/audit", R(Read), audit),
         ep(Method::GET, "/metrics", R(Read), metrics_text),

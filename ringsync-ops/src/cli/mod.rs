@@ -24,6 +24,8 @@ use ringsync::store::{AuditQuery, Op, StoreError};
 use ringsync::view::InstanceState;
 
 mod audit_text;
+mod backup;
+mod bans;
 mod handover;
 mod registry;
 mod remote;
@@ -32,6 +34,8 @@ mod site;
 mod text;
 mod wait;
 
+pub use backup::{BackupArgs, RestoreArgs};
+pub use bans::{BansCommand, GateArg};
 pub use handover::{AgentArgs, HandoverCommand};
 pub use registry::{MigrateArgs, NodeCommand};
 pub use serve::{TokenAddArgs, TokenCommand};
@@ -95,6 +99,17 @@ pub enum Command {
     /// Tokens of the admin API.
     #[command(subcommand)]
     Token(TokenCommand),
+    /// Write the site's profiles, handover records and audit log to one
+    /// file (versioned, with the site name and a checksum).
+    Backup(BackupArgs),
+    /// Restore a backup into the site's store (either kind): checked whole
+    /// before anything is written, refused for another site unless
+    /// `--force`, and audited.
+    Restore(RestoreArgs),
+    /// The auth bans of a gate (R-SEC-3): `bans list`, `bans lift IP`, on
+    /// the gate's admin port (`--gate ADDR`, default `admin.gate_bind`).
+    #[command(subcommand)]
+    Bans(BansCommand),
 }
 
 /// `audit` options.
@@ -313,14 +328,16 @@ pub async fn run(
             Command::Wait(cmd) => wait::run(&site, cmd, out, shutdown).await,
             _ => Err(CliError::Usage(
                 "with --api only `profile`, `status`, `wait` and `audit` work; run `serve`, `migrate`, \
-                 `node`, `token`, `handover` and `agent` where the site file and its store are"
+                 `node`, `token`, `handover`, `agent`, `backup` and `restore` where the site file and its store are"
                     .into(),
             )),
         };
     }
     let Some(path) = &cli.config else {
-        if let Command::Token(cmd) = cli.command {
-            return serve::token(None, cmd, out);
+        match cli.command {
+            Command::Token(cmd) => return serve::token(None, cmd, out),
+            Command::Bans(cmd) => return bans::run(None, cmd, cli.json, out).await,
+            _ => {}
         }
         return Err(CliError::Usage(
             "give the site file (--config SITE.toml), or --api URL to act through `ringsync serve`"
@@ -339,6 +356,9 @@ pub async fn run(
         Command::Handover(cmd) => handover::status(&config, cmd, cli.json, out).await,
         Command::Agent(args) => handover::agent(&config, args, out, shutdown).await,
         Command::Token(cmd) => serve::token(Some(&config), cmd, out),
+        Command::Backup(args) => backup::backup(&config, args, out).await,
+        Command::Restore(args) => backup::restore(&config, args, out).await,
+        Command::Bans(cmd) => bans::run(Some(&config), cmd, cli.json, out).await,
     }
 }
 

@@ -93,6 +93,43 @@ impl Remote {
         path: &str,
         body: Option<&impl Serialize>,
     ) -> Result<(T, bool), CliError> {
+        let (_, changed, v) = self.answer(method, path, body, &[]).await?;
+        Ok((v, changed))
+    }
+
+    /// `GET path` whose answer is `T` also under the statuses `also`
+    /// (`GET /v1/wait` answers its timeout with 408 and the same body).
+    pub(super) async fn get_also<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        also: &[u16],
+    ) -> Result<(u16, T), CliError> {
+        const NONE: Option<&()> = None;
+        let (status, _, v) = self.answer(Method::GET, path, NONE, also).await?;
+        Ok((status, v))
+    }
+
+    /// `method path` without a body; the status and the answer as text
+    /// (a gate's admin port answers its one write in text).
+    pub(super) async fn text(&self, method: Method, path: &str) -> Result<(u16, String), CliError> {
+        let what = format!("{method} {}{path}", self.base);
+        let (status, _, body) =
+            tokio::time::timeout(TIMEOUT, self.exchange(method, path, Bytes::new()))
+                .await
+                .map_err(|_| CliError::Remote(format!("{what}: no answer within {TIMEOUT:?}")))?
+                .map_err(|e| CliError::Remote(format!("{what}: {e}")))?;
+        Ok((status, String::from_utf8_lossy(&body).into_owned()))
+    }
+
+    /// One exchange: its status, whether it changed anything, its body as
+    /// `T` (2xx or `also`), else the API's error.
+    async fn answer<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&impl Serialize>,
+        also: &[u16],
+    ) -> Result<(u16, bool, T), CliError> {
         let bytes = match body {
             Some(b) => Bytes::from(serde_json::to_vec(b).map_err(std::io::Error::from)?),
             None => Bytes::new(),
@@ -103,7 +140,7 @@ impl Remote {
             .await
             .map_err(|_| CliError::Remote(format!("{what}: no answer within {TIMEOUT:?}")))?
             .map_err(|e| CliError::Remote(format!("{what}: {e}")))?;
-        if !(200..300).contains(&status) {
+        if !(200..300).contains(&status) && !also.contains(&status) {
             let message = serde_json::from_slice::<ErrorBody>(&body).map_or_else(
                 |_| String::from_utf8_lossy(&body).trim().to_owned(),
                 |b| b.error,
@@ -113,7 +150,7 @@ impl Remote {
         let v = serde_json::from_slice(&body).map_err(|e| {
             CliError::Remote(format!("{what}: the answer is not what was expected: {e}"))
         })?;
-        Ok((v, changed))
+        Ok((status, changed, v))
     }
 
     async fn exchange(

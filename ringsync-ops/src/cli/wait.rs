@@ -1,8 +1,11 @@
 //! `ringsync wait drained`: blocks until every instance of the servers asked
 //! for is `drained` (R-ST-1), for automation that stops a server once its
 //! drain is done. Works on the store (`--config`) and through `ringsync
-//! serve` (`--api`) alike: it polls the same site status `ringsync status`
-//! prints, once a second, and prints a progress line whenever it changes.
+//! serve` (`--api`) alike, judging the same site status `ringsync status`
+//! prints ([`crate::drained`]) and printing a progress line whenever it
+//! changes: on the store it asks for that status once a second; through
+//! serve it long-polls `GET /v1/wait`, which answers when the progress
+//! changes or the servers are drained.
 //!
 //! Exit codes: 0 drained; [`EXIT_UNKNOWN`](super::EXIT_UNKNOWN) (3) at the deadline with an
 //! instance whose state nobody can say (R-ST-4); [`EXIT_TIMEOUT`] (4) at the
@@ -17,18 +20,22 @@ use clap::{Args, Subcommand};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::remote::{segment, Remote};
 use super::site::Site;
 use super::{CliError, NodeArgs};
+use crate::drained::{self, Outcome, Verdict, WaitAnswer};
 use ringsync::view::InstanceState;
-use ringsync::work::InstanceStatus;
 
 /// The exit code of `wait` when the deadline passed with work left.
 pub const EXIT_TIMEOUT: u8 = 4;
 /// The exit code of `wait drained` for an instance outside the drain zone.
 pub const EXIT_NOT_DRAINING: u8 = 5;
 
-/// How often the site status is asked again.
+/// How often the site status is asked again on the store.
 const POLL: Duration = Duration::from_secs(1);
+/// The longest one long poll of `ringsync serve` is held: under the
+/// client's 30 s bound for one exchange.
+const CHUNK: Duration = Duration::from_secs(20);
 
 /// `wait` conditions.
 #[derive(Debug, Subcommand)]
@@ -49,29 +56,11 @@ pub struct WaitArgs {
     #[arg(long, value_name = "PROFILE")]
     pub profile: Option<String>,
     /// How long to wait: seconds, or with a unit (`90s`, `15m`, `2h`).
-    #[arg(long, value_name = "T", default_value = "1h", value_parser = parse_timeout)]
+    #[arg(long, value_name = "T", default_value = "1h", value_parser = drained::parse_duration)]
     pub timeout: Duration,
     /// The nodes to ask (with `--config`).
     #[command(flatten)]
     pub nodes: NodeArgs,
-}
-
-/// `300`, `300s`, `5m`, `2h`.
-fn parse_timeout(s: &str) -> Result<Duration, String> {
-    let (n, unit) = match s.find(|c: char| !c.is_ascii_digit()) {
-        Some(i) => s.split_at(i),
-        None => (s, "s"),
-    };
-    let n: u64 = n
-        .parse()
-        .map_err(|_| format!("`{s}`: a number of seconds, or with s, m or h"))?;
-    let secs = match unit {
-        "s" => n,
-        "m" => n.saturating_mul(60),
-        "h" => n.saturating_mul(3600),
-        _ => return Err(format!("`{s}`: the unit is s, m or h")),
-    };
-    Ok(Duration::from_secs(secs))
 }
 
 pub(super) async fn run(
@@ -93,53 +82,58 @@ pub(super) async fn run(
         ));
     }
     let deadline = Instant::now() + args.timeout;
-    let mut last = String::new();
+    let mut progress = Progress {
+        out,
+        last: String::new(),
+    };
+    match site {
+        Site::Remote(r) => remote(r, &servers, args.timeout, &mut progress, shutdown).await,
+        Site::Local { .. } => local(site, &servers, &args, deadline, &mut progress, shutdown).await,
+    }
+}
+
+/// Prints a progress line when it differs from the last one.
+struct Progress<'a> {
+    out: &'a mut (dyn Write + Send),
+    last: String,
+}
+
+impl Progress<'_> {
+    fn show(&mut self, line: &str) -> Result<(), CliError> {
+        if line != self.last {
+            writeln!(self.out, "{line}")?;
+            self.out.flush()?;
+            self.last = line.to_owned();
+        }
+        Ok(())
+    }
+}
+
+/// On the store: the site status asked again every [`POLL`].
+async fn local(
+    site: &Site,
+    servers: &[String],
+    args: &WaitArgs,
+    deadline: Instant,
+    progress: &mut Progress<'_>,
+    shutdown: CancellationToken,
+) -> Result<(), CliError> {
     loop {
         let st = site.status(&args.nodes).await?;
-        if let Some(bad) = servers
-            .iter()
-            .find(|s| !st.instances.iter().any(|i| &i.server == *s))
-        {
-            return Err(CliError::Usage(format!(
-                "no instance on server `{bad}` in site `{}`",
-                st.site
-            )));
-        }
-        let mine: Vec<&InstanceStatus> = (st.instances.iter())
-            .filter(|i| servers.contains(&i.server))
-            .collect();
-        let outside: Vec<String> = (mine.iter())
-            .filter(|i| matches!(i.state, InstanceState::Up | InstanceState::Down))
-            .map(|i| i.id.clone())
-            .collect();
-        if !outside.is_empty() {
+        let look = drained::look(&st, servers).map_err(|e| CliError::Usage(e.to_string()))?;
+        if let Verdict::NotDraining(outside) = look.verdict {
             return Err(CliError::NotDraining(outside));
         }
-        let line = progress(&mine);
-        if line != last {
-            writeln!(out, "{line}")?;
-            out.flush()?;
-            last = line;
-        }
-        if mine.iter().all(|i| i.state == InstanceState::Drained) {
+        progress.show(&look.progress)?;
+        if look.verdict == Verdict::Drained {
             return Ok(());
         }
         if Instant::now() >= deadline {
-            let unknown: Vec<String> = (mine.iter())
-                .filter(|i| i.state == InstanceState::Unknown)
-                .map(|i| i.id.clone())
-                .collect();
-            if !unknown.is_empty() {
-                return Err(CliError::Unknown(unknown));
-            }
-            let left: Vec<String> = (mine.iter())
-                .filter(|i| i.state != InstanceState::Drained)
-                .map(|i| i.id.clone())
-                .collect();
-            return Err(CliError::Timeout {
-                after: args.timeout,
-                left,
-            });
+            return Err(at_deadline(
+                args.timeout,
+                drained::ids(&look.instances, |s| s == InstanceState::Unknown),
+                drained::ids(&look.instances, |s| s != InstanceState::Drained),
+            ));
         }
         tokio::select! {
             () = shutdown.cancelled() => return Err(CliError::Usage("wait: interrupted".into())),
@@ -148,44 +142,53 @@ pub(super) async fn run(
     }
 }
 
-/// `N of M drained; sg-a draining (work 3), mg-a unknown`.
-fn progress(mine: &[&InstanceStatus]) -> String {
-    let drained = mine
+/// Through `ringsync serve`: its long poll `GET /v1/wait`, asked again
+/// every [`CHUNK`] at most and whenever the progress changed (the request
+/// names the last progress it saw, `changed=`; an empty one is answered at
+/// once, so the first line prints at once).
+async fn remote(
+    r: &Remote,
+    servers: &[String],
+    timeout: Duration,
+    progress: &mut Progress<'_>,
+    shutdown: CancellationToken,
+) -> Result<(), CliError> {
+    let deadline = Instant::now() + timeout;
+    let query: String = servers
         .iter()
-        .filter(|i| i.state == InstanceState::Drained)
-        .count();
-    let mut line = format!("{drained} of {} drained", mine.len());
-    let rest: Vec<String> = (mine.iter())
-        .filter(|i| i.state != InstanceState::Drained)
-        .map(|i| {
-            let state = serde_json::to_value(i.state)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_owned))
-                .unwrap_or_else(|| format!("{:?}", i.state));
-            match i.work {
-                Some(w) => format!("{} {state} (work {w})", i.id),
-                None => format!("{} {state}", i.id),
-            }
-        })
+        .map(|s| format!("server={}&", segment(s)))
         .collect();
-    if !rest.is_empty() {
-        line.push_str("; ");
-        line.push_str(&rest.join(", "));
+    let mut seen = String::new();
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let chunk = left.min(CHUNK);
+        let path = format!(
+            "/v1/wait?{query}state=drained&timeout={}ms&changed={seen}",
+            chunk.as_millis()
+        );
+        let (_, a): (u16, WaitAnswer) = tokio::select! {
+            () = shutdown.cancelled() => return Err(CliError::Usage("wait: interrupted".into())),
+            r = r.get_also(&path, &[408, 409]) => r?,
+        };
+        progress.show(&a.progress)?;
+        seen = a.digest;
+        match a.outcome {
+            Outcome::Drained => return Ok(()),
+            Outcome::NotDraining => return Err(CliError::NotDraining(a.not_draining)),
+            Outcome::Changed => {}
+            Outcome::Timeout if chunk == left => {
+                return Err(at_deadline(timeout, a.unknown, a.left))
+            }
+            Outcome::Timeout => {}
+        }
     }
-    line
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn timeouts_take_seconds_or_a_unit() {
-        assert_eq!(parse_timeout("90"), Ok(Duration::from_secs(90)));
-        assert_eq!(parse_timeout("90s"), Ok(Duration::from_secs(90)));
-        assert_eq!(parse_timeout("15m"), Ok(Duration::from_secs(900)));
-        assert_eq!(parse_timeout("2h"), Ok(Duration::from_secs(7200)));
-        assert!(parse_timeout("2d").is_err());
-        assert!(parse_timeout("m").is_err());
+/// The error at the deadline: unknown (R-ST-4) before work left.
+fn at_deadline(after: Duration, unknown: Vec<String>, left: Vec<String>) -> CliError {
+    if unknown.is_empty() {
+        CliError::Timeout { after, left }
+    } else {
+        CliError::Unknown(unknown)
     }
 }

@@ -15,6 +15,7 @@ use ipnet::IpNet;
 mod access;
 mod admin;
 mod ap;
+mod audit;
 mod engine;
 mod error;
 mod limits;
@@ -37,6 +38,7 @@ mod tests;
 
 pub use access::{AccessAction, AccessList, AuthBan};
 pub use ap::DEFAULT_PRIORITY;
+pub use audit::{AuditConfig, MIN_AUDIT_BYTES};
 pub use engine::{
     EngineConfig, EngineKind, RuntimeAddress, DEFAULT_ENGINE_TIMEOUT_MS, DEFAULT_RESYNC_MS,
 };

@@ -39,6 +39,8 @@ pub(super) struct RawSite {
     #[serde(default)]
     pub(super) admin: AdminConfig,
     #[serde(default)]
+    pub(super) audit: super::AuditConfig,
+    #[serde(default)]
     pub(super) media: Option<Spanned<RawMedia>>,
     #[serde(default)]
     pub(super) server: Vec<Spanned<RawServer>>,

@@ -1,4 +1,4 @@
-//! The tunable sections (`[work]`, `[dns]`, `[tcp]`, `[overload]`): their
+//! The tunable sections (`[work]`, `[dns]`, `[tcp]`, `[overload]`, `[audit]`): their
 //! defaults, the values as written, and each refusal naming its field.
 
 use super::super::*;
@@ -153,4 +153,23 @@ fn overload_section_defaults_values_and_errors() {
         let e = load(&format!("{GOOD}\n[overload]\n{bad}\n")).unwrap_err();
         assert!(e.line.is_some(), "{bad}: {e}");
     }
+}
+
+/// `[audit]`: the rotation's defaults, values, and each refusal naming its
+/// field.
+#[test]
+fn audit_section_defaults_values_and_errors() {
+    let c = load(GOOD).unwrap();
+    assert_eq!((c.audit.max_bytes, c.audit.keep), (64 << 20, 8));
+    let c = load(&format!("{GOOD}\n[audit]\nmax_bytes = 0\nkeep = 2\n")).unwrap();
+    assert_eq!((c.audit.max_bytes, c.audit.keep), (0, 2));
+    for (bad, field) in [
+        ("max_bytes = 10", "audit.max_bytes"),
+        ("keep = 0", "audit.keep"),
+    ] {
+        let e = load(&format!("{GOOD}\n[audit]\n{bad}\n")).unwrap_err();
+        assert_eq!(e.field, field, "{e}");
+    }
+    let e = load(&format!("{GOOD}\n[audit]\nmax_size = 10\n")).unwrap_err();
+    assert!(e.to_string().contains("max_size"), "{e}");
 }

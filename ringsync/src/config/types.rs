@@ -383,6 +383,8 @@ pub struct SiteConfig {
     pub overload: super::OverloadConfig,
     /// Admin endpoints.
     pub admin: AdminConfig,
+    /// The embedded store's audit log rotation (`[audit]`).
+    pub audit: super::AuditConfig,
     /// The mg controller (media-ctl).
     pub media: super::MediaConfig,
     /// Servers, in file order.

@@ -53,6 +53,7 @@ pub(super) fn validate(loc: Locator<'_>, raw: RawSite) -> Result<SiteConfig> {
     v.ws_upstreams(&raw.listener, &listeners, tls.as_ref())?;
     let overload = super::limits::validate(&v, raw.overload)?;
     let admin = v.admin(raw.admin)?;
+    let audit = raw.audit.checked(&v)?;
     let engines = super::engine::validate(&v, &raw.engine, &instances)?;
     // `backup_sip` destinations are the gate's alone: no engine drives
     // another site's gates (R-HT-1).
@@ -71,6 +72,7 @@ pub(super) fn validate(loc: Locator<'_>, raw: RawSite) -> Result<SiteConfig> {
         tls,
         overload,
         admin,
+        audit,
         media,
         servers,
         instances,

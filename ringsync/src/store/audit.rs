@@ -246,6 +246,22 @@ pub fn append(path: &Path, rec: &AuditRecord) -> Result<u64, StoreError> {
 /// Reads a page of the log file at `path` (a missing file is an empty log).
 /// Blocking.
 pub fn read(path: &Path, q: &AuditQuery) -> Result<AuditPage, StoreError> {
+    let mut page = AuditPage::default();
+    read_into(path, 0, q.after.unwrap_or(0), q, &mut page)?;
+    Ok(page)
+}
+
+/// Reads the records of the log file at `path` that follow byte `start`
+/// into `page` until it is full (then `page.next` is set); `base` is the
+/// seq of the file's first byte in the whole log (its earlier parts).
+/// Blocking.
+pub(crate) fn read_into(
+    path: &Path,
+    base: u64,
+    start: u64,
+    q: &AuditQuery,
+    page: &mut AuditPage,
+) -> Result<(), StoreError> {
     let io = |source| {
         StoreError::Backend(BackendError::Io {
             path: path.to_owned(),
@@ -254,17 +270,16 @@ pub fn read(path: &Path, q: &AuditQuery) -> Result<AuditPage, StoreError> {
     };
     let mut file = match File::open(path) {
         Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(AuditPage::default()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
         Err(e) => return Err(io(e)),
     };
-    let start = q.after.unwrap_or(0);
     if start > 0 && !at_boundary(&file, start).map_err(io)? {
         return Err(StoreError::Refused(Refusal::InvalidQuery(format!(
-            "after={start} is not the seq of a record in this audit log"
+            "after={} is not the seq of a record in this audit log",
+            base + start
         ))));
     }
     file.seek(SeekFrom::Start(start)).map_err(io)?;
-    let mut page = AuditPage::default();
     let mut reader = BufReader::new(file);
     let mut offset = start;
     let mut line = Vec::new();
@@ -277,29 +292,29 @@ pub fn read(path: &Path, q: &AuditQuery) -> Result<AuditPage, StoreError> {
         let from = offset;
         offset += n as u64;
         if line.last() != Some(&b'\n') {
-            skip(&mut page, path, format!("bytes {from}..{offset}: the last record is torn (a crash while it was written); skipped"));
+            skip(page, path, format!("bytes {from}..{offset}: the last record is torn (a crash while it was written); skipped"));
             break;
         }
         match serde_json::from_slice::<AuditRecord>(&line) {
             Ok(mut rec) => {
-                rec.seq = offset;
+                rec.seq = base + offset;
                 if q.since_ms.is_some_and(|s| rec.at_ms < s) {
                     continue;
                 }
                 page.records.push(rec);
                 if page.records.len() == q.page() {
-                    page.next = Some(offset);
+                    page.next = Some(base + offset);
                     break;
                 }
             }
             Err(e) => skip(
-                &mut page,
+                page,
                 path,
                 format!("bytes {from}..{offset}: not a record ({e}); skipped"),
             ),
         }
     }
-    Ok(page)
+    Ok(())
 }
 
 /// The last whole record of the log file at `path`, if any (a torn tail
@@ -323,7 +338,7 @@ pub fn last_record(path: &Path) -> Result<Option<AuditRecord>, StoreError> {
     Ok(serde_json::from_slice(line).ok())
 }
 
-fn skip(page: &mut AuditPage, path: &Path, what: String) {
+pub(crate) fn skip(page: &mut AuditPage, path: &Path, what: String) {
     tracing::warn!(file = %path.display(), "audit log: {what}");
     SKIPPED.fetch_add(1, Ordering::Relaxed);
     page.skipped.push(what);

@@ -26,7 +26,8 @@ use futures::future::BoxFuture;
 use tokio::sync::watch;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-use super::audit::{self, AuditPage, AuditQuery, AuditRecord};
+use super::audit::{AuditPage, AuditQuery, AuditRecord};
+use super::audit_parts;
 use super::{blocking, Actor, Freshness, Imported, Store, StoreError, WriteRequest, Written};
 use crate::config::{SiteConfig, StoreConfig};
 use crate::files::{fingerprint, fp_of, parent_dir, sibling, sync_dir, Fingerprint, POLL_INTERVAL};
@@ -137,7 +138,7 @@ impl Store for EmbeddedStore {
         Box::pin(async move {
             blocking(move || {
                 let _lock = inner.lock()?;
-                audit::append(&inner.audit_path, &rec)
+                audit_parts::append(&inner.audit_path, &rec, &inner.config.audit)
             })
             .await?
         })
@@ -145,7 +146,7 @@ impl Store for EmbeddedStore {
 
     fn audit_log(&self, q: AuditQuery) -> BoxFuture<'_, Result<AuditPage, StoreError>> {
         let path = self.inner.audit_path.clone();
-        Box::pin(async move { blocking(move || audit::read(&path, &q)).await? })
+        Box::pin(async move { blocking(move || audit_parts::read(&path, &q)).await? })
     }
 
     fn watch(&self) -> watch::Receiver<Arc<ProfileSet>> {
@@ -242,7 +243,11 @@ impl Inner {
         if committed.changed {
             self.write_tmp(&set)?;
             if let Some(rec) = w.audit {
-                audit::append(&self.audit_path, &rec.done(&committed, set.revision))?;
+                audit_parts::append(
+                    &self.audit_path,
+                    &rec.done(&committed, set.revision),
+                    &self.config.audit,
+                )?;
             }
             self.commit_tmp()?;
         }
@@ -260,7 +265,7 @@ impl Inner {
     /// Records a refused change; a failure to is logged, and the refusal
     /// stands (nothing was changed).
     fn audit_refusal(&self, rec: AuditRecord) {
-        if let Err(e) = audit::append(&self.audit_path, &rec) {
+        if let Err(e) = audit_parts::append(&self.audit_path, &rec, &self.config.audit) {
             super::count_error(&e);
             tracing::error!(error = %e, "cannot append a refused change to the audit log");
         }
@@ -294,7 +299,7 @@ impl Inner {
             .ok()
             .and_then(|b| serde_json::from_slice::<ProfileSet>(&b).ok());
         let (current, _) = read_file(&self.path)?;
-        let recorded = audit::last_record(&self.audit_path)?;
+        let recorded = audit_parts::last_record(&self.audit_path)?;
         let owed = match (&pending, &recorded) {
             (Some(p), Some(r)) => {
                 // A change goes one revision up, an import (`ringsync
@@ -330,7 +335,7 @@ impl Inner {
             // As in `write`: the records are fsynced before the new file is
             // renamed in, so no change is made without them (R-PR-4).
             for rec in &records {
-                audit::append(&self.audit_path, rec)?;
+                audit_parts::append(&self.audit_path, rec, &self.config.audit)?;
             }
             self.commit_tmp()?;
         }

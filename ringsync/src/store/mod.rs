@@ -21,6 +21,7 @@ use crate::node::{NodeEntry, NodeRecord};
 use crate::profile::{NewProfile, Profile, ProfilePatch, ProfileSet, ProfileState};
 
 pub mod audit;
+mod audit_parts;
 pub mod cache;
 mod change;
 pub mod embedded;
