@@ -147,16 +147,7 @@ async fn main() -> anyhow::Result<()> {
     // What /readyz now says: listeners bound, view loaded.
     notify.follow_view(&drain, shutdown.clone());
     notify.ready(format!("serving on {} listener(s)", config.listeners.len()));
-    let identity = NodeIdentity {
-        node: node.name.clone(),
-        role: NodeRole::Gate,
-        address: admin_addr.to_string(),
-        started_ms,
-    };
-    let reporter = core.clone();
-    store.publish(identity, move || {
-        Some(sip_gate::admin::report(&reporter, &node))
-    });
+    publish_work(&mut store, &core, node, admin_addr, started_ms);
     let signal = signals.recv().await;
     notify.stopping(format!(
         "stopping ({signal}): draining {} transaction(s), deadline {}s",
@@ -169,6 +160,27 @@ async fn main() -> anyhow::Result<()> {
     store.close().await;
     save_snapshot(&core, args.work_snapshot.as_deref(), clean);
     Ok(())
+}
+
+/// Publishes the gate's work report in the store's node registry (on an
+/// etcd site; the embedded store keeps none), as `node` at `admin_addr`.
+fn publish_work(
+    store: &mut Attached,
+    core: &Arc<sip_gate::Core>,
+    node: NodeInfo,
+    admin_addr: SocketAddr,
+    started_ms: u64,
+) {
+    let identity = NodeIdentity {
+        node: node.name.clone(),
+        role: NodeRole::Gate,
+        address: admin_addr.to_string(),
+        started_ms,
+    };
+    let reporter = core.clone();
+    store.publish(identity, move || {
+        Some(sip_gate::admin::report(&reporter, &node))
+    });
 }
 
 /// Binds the admin endpoint (/metrics, /v1/work, /readyz) at `addr` and
