@@ -155,7 +155,7 @@ pub struct DrainView {
     /// service's own pool has the service's name).
     rings: Vec<(String, Ring)>,
     /// Per pool: its instances up in the normal zone (R-HT-1).
-    pools_up: Vec<(String, usize)>,
+    pools_up: PoolsUp,
 }
 
 impl DrainView {
@@ -334,14 +334,14 @@ fn instance_views(
         .collect()
 }
 
+/// Instances up in the normal zone, per pool name.
+type PoolsUp = Vec<(String, usize)>;
+
 /// Every pool of an Active-Active service, by name (R-HT-1: the instances
 /// whose `pool` is the name; by default the service's), and the `ws`
 /// instances' one behind a ws pool (R-WS-3): its ring, and how many of its
 /// instances are up in the normal zone.
-fn pool_rings(
-    config: &SiteConfig,
-    instances: &[InstanceView],
-) -> (Vec<(String, Ring)>, Vec<(String, usize)>) {
+fn pool_rings(config: &SiteConfig, instances: &[InstanceView]) -> (Vec<(String, Ring)>, PoolsUp) {
     let ws_pooled = config.ws_pooled();
     let mut pools: Vec<&str> = config
         .instances
