@@ -34,6 +34,7 @@ use ringsync::view::{DrainView, InstanceState};
 
 pub mod access;
 mod handlers;
+pub(crate) use handlers::ep;
 mod handover;
 mod wait;
 pub use ringsync::tls;

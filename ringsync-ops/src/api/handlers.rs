@@ -69,7 +69,9 @@ pub(super) fn table() -> Vec<(Endpoint, MethodRouter<Arc<AdminApi>>)> {
     ]
 }
 
-fn ep<H, T>(
+/// One endpoint of the table: its method, path and the role it needs,
+/// with its handler (the page's endpoints are made the same way).
+pub(crate) fn ep<H, T>(
     method: Method,
     path: &'static str,
     need: Need,

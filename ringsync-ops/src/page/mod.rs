@@ -19,13 +19,13 @@ use axum::extract::{Query, State};
 use axum::handler::Handler;
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{on, MethodFilter, MethodRouter};
+use axum::routing::{on, MethodFilter};
 use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use crate::api::access::Caller;
-use crate::api::{AdminApi, Endpoint, ErrorBody, Extra, Need};
+use crate::api::{ep, AdminApi, Endpoint, ErrorBody, Extra, Need};
 use crate::auth::Role;
 use crate::session;
 use ringsync::store::audit::Actor;
@@ -78,20 +78,6 @@ pub fn routes(history: Arc<History>) -> Extra {
             on(MethodFilter::GET, page_history.layer(history)),
         ),
     ]
-}
-
-fn ep<H, T>(
-    method: Method,
-    path: &'static str,
-    need: Need,
-    handler: H,
-) -> (Endpoint, MethodRouter<Arc<AdminApi>>)
-where
-    H: Handler<T, Arc<AdminApi>>,
-    T: 'static,
-{
-    let filter = MethodFilter::try_from(method.clone()).unwrap_or(MethodFilter::GET);
-    (Endpoint { method, path, need }, on(filter, handler))
 }
 
 fn error(status: StatusCode, message: impl Into<String>) -> Response {
