@@ -173,6 +173,8 @@ enum Step {
         command: u8,
         call: u8,
         to_tag: bool,
+        /// In the JSON form of the protocol.
+        json: bool,
     },
     /// Bytes arriving on the upstream socket from an mg or a stranger.
     MgJunk(u8, Vec<u8>),
@@ -201,17 +203,24 @@ fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
         (any::<u8>(), proptest::collection::vec(any::<u8>(), 0..80))
             .prop_map(|(c, b)| Step::Junk(c, b)),
-        (0..3u8, 0..6u8, 0..10u8, 0..5u8, any::<bool>()).prop_map(
-            |(client, cookie, command, call, to_tag)| {
+        (
+            0..3u8,
+            0..6u8,
+            0..10u8,
+            0..5u8,
+            any::<bool>(),
+            any::<bool>()
+        )
+            .prop_map(|(client, cookie, command, call, to_tag, json)| {
                 Step::Command {
                     client,
                     cookie,
                     command,
                     call,
                     to_tag,
+                    json,
                 }
-            }
-        ),
+            }),
         (0..5u8, proptest::collection::vec(any::<u8>(), 0..80))
             .prop_map(|(m, b)| Step::MgJunk(m, b)),
         Just(Step::Deliver),
@@ -244,7 +253,7 @@ proptest! {
                     check_reply(&b, &d)?;
                     if let Decision::Send(x) = d { in_flight.extend(x) }
                 }
-                Step::Command { client, cookie, command, call, to_tag } => {
+                Step::Command { client, cookie, command, call, to_tag, json } => {
                     let mut pairs: BTreeMap<&str, String> = BTreeMap::new();
                     pairs.insert("command", COMMANDS[command as usize].to_owned());
                     pairs.insert("call-id", format!("call-{call}"));
@@ -253,7 +262,15 @@ proptest! {
                     if to_tag { pairs.insert("to-tag", "t".into()); }
                     seen_calls.insert(call);
                     let v: Vec<(&str, &str)> = pairs.iter().map(|(k, v)| (*k, v.as_str())).collect();
-                    let b = ng(&format!("k{cookie}"), &v);
+                    let b = if json {
+                        let obj: serde_json::Map<String, serde_json::Value> = v
+                            .iter()
+                            .map(|(k, v)| ((*k).to_owned(), serde_json::Value::from(*v)))
+                            .collect();
+                        format!("k{cookie} {}", serde_json::Value::Object(obj)).into_bytes()
+                    } else {
+                        ng(&format!("k{cookie}"), &v)
+                    };
                     let d = h.c.handle(client_addr(client), &b, h.t);
                     check_reply(&b, &d)?;
                     if let Decision::Send(x) = d { in_flight.extend(x) }
@@ -292,13 +309,28 @@ proptest! {
     }
 }
 
-/// A reply always carries the cookie of the datagram it answers.
+/// A reply always carries the cookie of the datagram it answers, and is
+/// in the request's form: a JSON object for a payload that opens with `{`,
+/// a bencoded dictionary otherwise.
 fn check_reply(req: &[u8], d: &Decision) -> Result<(), TestCaseError> {
     if let Decision::Reply(r) = d {
         let (rc, payload) = split_cookie(r).map_err(|e| TestCaseError::fail(e.to_string()))?;
-        let (qc, _) = split_cookie(req).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let (qc, asked) = split_cookie(req).map_err(|e| TestCaseError::fail(e.to_string()))?;
         prop_assert_eq!(rc, qc);
-        prop_assert!(DictView::parse(payload).is_ok());
+        let json = asked
+            .iter()
+            .find(|b| !b.is_ascii_whitespace())
+            .is_some_and(|&b| b == b'{');
+        if json {
+            let v: Result<serde_json::Value, _> = serde_json::from_slice(payload);
+            prop_assert!(
+                v.is_ok_and(|v| v.is_object()),
+                "{:?}",
+                String::from_utf8_lossy(r)
+            );
+        } else {
+            prop_assert!(DictView::parse(payload).is_ok());
+        }
     }
     Ok(())
 }

@@ -261,8 +261,10 @@ fn raw_invite(sock: &std::net::UdpSocket, to: SocketAddr, n: u32) {
 #[test]
 fn r_ov_1_new_dialogs_that_waited_past_the_deadline_get_503_while_queued_in_dialog_requests_pass() {
     let net = (31, 3);
-    let (dir, site, listener, admin) =
-        site(net, "new_dialog_deadline_ms = 200\nretry_after_s = 4\n");
+    let (dir, site, listener, admin) = site(
+        net,
+        "new_dialog_deadline_ms = 200\nretry_after_s = 4\nretry_after_jitter_s = 0\n",
+    );
     let mut gate = Node::gate(&site).admin(admin).start().unwrap();
     gate.wait_ready().unwrap();
     let uas = sg(net);

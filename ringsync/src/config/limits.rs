@@ -66,6 +66,12 @@ pub struct OverloadConfig {
     pub max_transactions: usize,
     /// The `Retry-After` seconds of every overload 503. Default 5.
     pub retry_after_s: u32,
+    /// Up to this many seconds added at random to each overload 503's
+    /// `Retry-After`, so the clients refused in one burst (phones
+    /// re-registering together after a failover) come back spread over
+    /// this many seconds instead of in one wave. Default 5; 0 turns the
+    /// spread off.
+    pub retry_after_jitter_s: u32,
     /// New dialogs per second from one source address (R-OV-2); configured
     /// instances are exempt. Default 50: ten times the 5 a second of a busy
     /// source (an office of a hundred phones behind one NAT address, its
@@ -98,6 +104,7 @@ impl Default for OverloadConfig {
             tcp_queue_messages: 1024,
             max_transactions: 1 << 20,
             retry_after_s: 5,
+            retry_after_jitter_s: 5,
             per_source_rate: 50,
             per_source_burst: 100,
             per_account_rate: 200,

@@ -118,6 +118,7 @@ pub(crate) enum Verdict {
 #[derive(Debug)]
 pub(crate) struct Overload {
     retry_after: u32,
+    retry_after_jitter: u32,
     action: LimitAction,
     capacity: Limit,
     gate: Mutex<Bucket>,
@@ -147,6 +148,7 @@ impl Overload {
         };
         Overload {
             retry_after: c.retry_after_s,
+            retry_after_jitter: c.retry_after_jitter_s,
             action: c.action,
             capacity,
             gate: Mutex::new(Bucket::full(capacity, now)),
@@ -164,9 +166,15 @@ impl Overload {
         }
     }
 
-    /// The Retry-After of every overload 503.
+    /// The Retry-After of an overload 503: `retry_after_s` plus up to
+    /// `retry_after_jitter_s` at random, so what one burst had refused comes
+    /// back spread out (R-OV-1).
     pub(crate) fn retry_after(&self) -> u32 {
-        self.retry_after
+        if self.retry_after_jitter == 0 {
+            return self.retry_after;
+        }
+        let jitter = rand::Rng::random_range(&mut rand::rng(), 0..=self.retry_after_jitter);
+        self.retry_after.saturating_add(jitter)
     }
 
     /// Whether the account limit is on (the account lookup is skipped

@@ -226,3 +226,22 @@ fn r_ov_1_intake_waits_are_counted_in_the_bucket_that_bounds_them() {
     assert_eq!(l(250_001), "+Inf");
     assert_eq!(IntakeWaits::label(Duration::MAX), "+Inf");
 }
+
+#[test]
+fn r_ov_1_overload_retry_after_is_spread_over_the_jitter() {
+    let now = Instant::now();
+    let o = Overload::new(
+        &config(|c| {
+            c.retry_after_s = 5;
+            c.retry_after_jitter_s = 5;
+        }),
+        0,
+        now,
+    );
+    let seen: std::collections::BTreeSet<u32> = (0..400).map(|_| o.retry_after()).collect();
+    // Every value from 5 to 10 turns up in 400 draws (each is missed with
+    // a chance of (5/6)^400), and none outside.
+    assert_eq!(seen, (5..=10).collect());
+    let fixed = Overload::new(&config(|c| c.retry_after_jitter_s = 0), 0, now);
+    assert!((0..50).all(|_| fixed.retry_after() == 5));
+}

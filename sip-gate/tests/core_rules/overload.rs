@@ -15,7 +15,7 @@ fn invite(n: &str, via_host: &str) -> Req {
 #[test]
 fn r_ov_2_over_the_source_limit_503_rate_limited_with_retry_after_in_dialog_still_passes() {
     let o = SiteOpts {
-        overload: "per_source_rate = 1\nper_source_burst = 2\nretry_after_s = 9\n",
+        overload: "per_source_rate = 1\nper_source_burst = 2\nretry_after_s = 9\nretry_after_jitter_s = 0\n",
         ..SiteOpts::default()
     };
     let g = Gate::new(&o);
