@@ -43,9 +43,18 @@ const NET: (u8, u8) = (43, 7);
 const SIPJS: &str = "sip.js@0.21.2";
 const T: Duration = Duration::from_secs(5);
 
+/// One browser test at a time: two headless Chromiums, two Kamailios and
+/// the gate at once on two shared cores made the browser's timers (SIP.js
+/// answers within its transaction timers) the first thing to fail.
+static ONE_BROWSER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// SIP.js's `lib` dir, installed from the npm registry into the test cache
-/// once (`CARGO_TARGET_TMPDIR/sipjs`).
+/// once (`CARGO_TARGET_TMPDIR/sipjs`). The tests of this binary run in
+/// parallel: one installs while the others wait (two `npm install` into one
+/// directory at once fail with ENOTEMPTY).
 fn sipjs() -> PathBuf {
+    static INSTALL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = INSTALL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("sipjs");
     let lib = dir.join("node_modules/sip.js/lib");
     if !lib.join("index.js").exists() {
@@ -271,6 +280,7 @@ async fn wait_event(
 /// hung up by the caller.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r_ws_2_a_browser_registers_over_wss_takes_a_message_and_a_call_through_its_flow() {
+    let _one = ONE_BROWSER.lock().await;
     let lib = tokio::task::spawn_blocking(sipjs).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let ca = peer::Ca::new(dir.path(), "site");

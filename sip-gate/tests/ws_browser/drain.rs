@@ -19,7 +19,7 @@ use testbed::{Kamailio, KamailioHandle, Scenario, Sipp};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, Notify};
 
-use super::{assert_all_ok, http, ip, page, peer, run, sipjs, wait_event, Browser, T};
+use super::{assert_all_ok, http, ip, page, peer, run, sipjs, wait_event, Browser, ONE_BROWSER, T};
 
 const NET: (u8, u8) = (43, 12);
 
@@ -147,6 +147,7 @@ fn peers(site: &Path) -> (Vec<KamailioHandle>, Node) {
 /// gate's Path: a MESSAGE sent to that sg then reaches the browser.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r_ws_2_a_drained_sg_keeps_the_browsers_call_and_its_reregister_moves() {
+    let _one = ONE_BROWSER.lock().await;
     let lib = tokio::task::spawn_blocking(sipjs).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let gate_sip = SocketAddr::new(ip(NET, 1), 5080);
