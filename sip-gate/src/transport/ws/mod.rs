@@ -46,6 +46,9 @@ mod upgrade;
 
 use timed::{Started, Timed};
 
+/// The read buffer of each WebSocket connection, in bytes (see `serve`).
+const WS_READ_BUFFER: usize = 4096;
+
 /// One accepted connection on a WebSocket listener, the TLS handshake (for
 /// `wss`) already done: the upgrade within `[tcp] frame_s`, then messages
 /// both ways until either side closes, the gate stops, or it idles out.
@@ -103,7 +106,16 @@ pub(super) async fn serve<S>(
             }
         }
     };
+    // tungstenite's defaults (128 KiB read buffer per connection, writes
+    // gathered up to 128 KiB) suit bulk transfer; a SIP connection carries
+    // messages of a kilobyte or two, sent one at a time, and sits idle for
+    // hours. 4 KiB reads take a usual message in one go (the buffer grows
+    // for a larger one, up to the bound), and each message is written at
+    // once: 10,000 idle connections then hold tens, not hundreds, of KiB
+    // each (docs/benchmarks.md).
     let config = WebSocketConfig::default()
+        .read_buffer_size(WS_READ_BUFFER)
+        .write_buffer_size(0)
         .max_message_size(Some(MAX_MESSAGE))
         .max_frame_size(Some(MAX_MESSAGE));
     let started = Started::new();
