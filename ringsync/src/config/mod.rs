@@ -19,6 +19,7 @@ mod audit;
 mod engine;
 mod error;
 mod limits;
+mod listeners;
 mod local;
 mod media;
 mod place;
