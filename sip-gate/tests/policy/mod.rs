@@ -1,0 +1,68 @@
+//! Shared pieces of the edge-policy tests (`edge_policy.rs`, `edge_bans.rs`):
+//! a one-sg site on `127.86.N.0/24` (the gate on `.1`, the sg on `.11`),
+//! the gate binary started on it, one-datagram exchanges and SIPp calls.
+#![allow(dead_code)] // each test file uses some of them
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use testbed::bins::Node;
+use testbed::{Scenario, Sipp, SippReport};
+
+pub fn ip(net: u8, host: u8) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(127, 86, net, host))
+}
+
+/// A site with one sg on `.11` and a guard listener on `.1:5060`, plus `site`
+/// lines under `[site]` and `extra` at the end.
+pub fn write_site(dir: &Path, net: u8, site: &str, extra: &str) -> PathBuf {
+    let text = format!(
+        "[site]\nname = \"policy-{net}\"\nsecret = \"policy-test-secret-0123456789\"\n{site}\n\
+         [store]\nkind = \"embedded\"\npath = \"profiles.json\"\n\n[health]\ninterval_ms = 0\n\n\
+         [[server]]\nname = \"srv-0\"\n[[instance]]\nid = \"sg-0\"\nservice = \"sg\"\n\
+         server = \"srv-0\"\nsip = \"{sg}:5060\"\n{extra}\n\
+         [[listener]]\nname = \"g\"\nbind = \"{g}:5060\"\nmode = \"guard\"\ninstance = \"sg-0\"\n\
+         leg = \"subscriber\"\n",
+        sg = ip(net, 11),
+        g = ip(net, 1),
+    );
+    let path = dir.join("site.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+pub fn start_gate(site: &Path, net: u8) -> Node {
+    let mut gate = Node::gate(site)
+        .admin(SocketAddr::new(ip(net, 1), 9091))
+        .args(["--node", "p"])
+        .start()
+        .unwrap();
+    gate.wait_ready().unwrap();
+    gate
+}
+
+/// Sends `bytes` from `from` to `to` in one datagram; the first answer
+/// within a second, `None` for silence.
+pub fn udp(from: SocketAddr, to: SocketAddr, bytes: &[u8]) -> Option<String> {
+    let s = UdpSocket::bind(from).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+    s.send_to(bytes, to).unwrap();
+    let mut buf = vec![0u8; 65_535];
+    let n = s.recv(&mut buf).ok()?;
+    Some(String::from_utf8_lossy(&buf[..n]).into_owned())
+}
+
+/// `calls` SIPp calls of `scenario` from `from` to the gate `g`.
+pub fn sipp_calls(scenario: &str, from: IpAddr, g: SocketAddr, calls: u64) -> SippReport {
+    Sipp::new(Scenario::repo(scenario))
+        .local_ip(from)
+        .remote(g)
+        .calls(calls)
+        .rate(10)
+        .timeout(Duration::from_secs(30))
+        .spawn()
+        .unwrap()
+        .wait(Duration::from_secs(40))
+        .unwrap()
+}
