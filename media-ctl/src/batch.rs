@@ -66,7 +66,7 @@ impl Receiver {
                 continue;
             };
             let data = msg.iovs().next().unwrap_or_default();
-            each(peer, data.get(..msg.bytes).unwrap_or(&data));
+            each(peer, data.get(..msg.bytes).unwrap_or(data));
         }
         Ok(n)
     }
