@@ -4,10 +4,14 @@
 //! and then takes, without waiting, whatever else is already queued (up to
 //! [`BATCH`]): when the queue is empty that is one system call and one
 //! wake-up per datagram, as with `recv_from`; when several commands or
-//! answers arrived while the thread was busy, they cost one call and one
-//! wake-up together. [`Outbox::flush`] sends what a batch produced for one
-//! socket with `sendmmsg` (a lone datagram with `send_to`, which is
-//! cheaper than setting up the vector).
+//! answers arrived while the thread was busy, they cost one call together
+//! (they cost no wake-up with `recv_from` either). [`Outbox::flush`] sends
+//! what a batch produced for one socket with `sendmmsg` (a lone datagram
+//! with `send_to`: no vector to set up).
+//!
+//! Measured against one `recv_from`/`send_to` per datagram (mg-bench
+//! `--before`, docs/benchmarks.md): no gain on the benchmark machine, where
+//! the cost is the sleep and wake-up per datagram, not the system calls.
 //!
 //! Safe wrappers only (`nix`), as `#![forbid(unsafe_code)]` requires.
 
