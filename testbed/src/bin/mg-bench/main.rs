@@ -18,6 +18,11 @@
 //! time), so `floor` shows what any relay costs here; media-ctl's own
 //! work is the difference.
 //!
+//! **Before and after.** `--before PATH` adds a fourth path to every round:
+//! a second media-ctl binary (say, one built from main) on its own address,
+//! so a change to media-ctl is measured against the code it replaces in the
+//! same run.
+//!
 //! **Held calls.** `--held N` sets up N calls through media-ctl and keeps
 //! them (a stand-in mg in this process answers every offer with `ok`; a
 //! real rtpengine would need four media ports per call), then reports
@@ -79,6 +84,10 @@ struct Opts {
     /// The media-ctl binary (default: `media-ctl` next to this one).
     #[arg(long, value_name = "PATH")]
     media_ctl: Option<PathBuf>,
+    /// Another media-ctl binary (e.g. built from main), measured as a
+    /// fourth path in every round, for a before/after in one run.
+    #[arg(long, value_name = "PATH")]
+    before: Option<PathBuf>,
     /// Internal: run as the floor relay between LISTEN and UPSTREAM.
     #[arg(long, num_args = 2, value_names = ["LISTEN", "UPSTREAM"], hide = true)]
     floor: Option<Vec<SocketAddr>>,
@@ -100,6 +109,7 @@ enum Route {
     Direct,
     Floor,
     MediaCtl,
+    Before,
 }
 
 impl Route {
@@ -108,6 +118,7 @@ impl Route {
             Route::Direct => "direct to rtpengine",
             Route::Floor => "via floor relay",
             Route::MediaCtl => "via media-ctl",
+            Route::Before => "via media-ctl (--before)",
         }
     }
 }
@@ -133,6 +144,10 @@ fn run_once(
         Route::Direct => (rtp.ng(), None),
         Route::Floor => (relays.floor_ng, Some(relays.floor.id())),
         Route::MediaCtl => (relays.mc.ng, Some(relays.mc.child.id())),
+        Route::Before => match &relays.before {
+            Some(b) => (b.ng, Some(b.child.id())),
+            None => (rtp.ng(), None),
+        },
     };
     let tag = format!("r{round}{path:?}");
     let sample = || {
@@ -162,6 +177,7 @@ fn run_once(
 /// The relays under test.
 struct Relays {
     mc: MediaCtl,
+    before: Option<MediaCtl>,
     floor: Child,
     floor_ng: SocketAddr,
 }
@@ -181,7 +197,11 @@ fn bench_cycles(o: &Opts) -> Result<(), String> {
         .arg("--delete-delay=0")
         .start()
         .map_err(|e| e.to_string())?;
-    let mc = start_media_ctl(o, rtp.ng(), 3600)?;
+    let mc = start_media_ctl(&o.media_ctl(), 2, rtp.ng(), 3600)?;
+    let before = match &o.before {
+        Some(bin) => Some(start_media_ctl(bin, 4, rtp.ng(), 3600)?),
+        None => None,
+    };
     let floor_ng = SocketAddr::new(ip(3), 2223);
     let floor = Command::new(std::env::current_exe().map_err(|e| e.to_string())?)
         .args(["--floor", &floor_ng.to_string(), &rtp.ng().to_string()])
@@ -191,6 +211,7 @@ fn bench_cycles(o: &Opts) -> Result<(), String> {
         .map_err(|e| format!("starting the floor relay: {e}"))?;
     let relays = Relays {
         mc,
+        before,
         floor,
         floor_ng,
     };
@@ -200,9 +221,12 @@ fn bench_cycles(o: &Opts) -> Result<(), String> {
     };
     cycles(relays.mc.ng, "warm", &warm);
     cycles(relays.floor_ng, "warmf", &warm);
+    if let Some(b) = &relays.before {
+        cycles(b.ng, "warmb", &warm);
+    }
     let mut runs = Vec::new();
     for round in 0..o.rounds {
-        for path in [Route::Direct, Route::Floor, Route::MediaCtl] {
+        for path in paths(o) {
             let r = run_once(o, round, path, &rtp, &relays);
             eprintln!(
                 "round {round} {:<20} ok {:>6} failed {:>3}  rtpengine {:>6.1} µs/cycle  relay {:>6.1} µs/cycle  p50 {:.3} ms  p99 {:.3} ms",
@@ -217,6 +241,15 @@ fn bench_cycles(o: &Opts) -> Result<(), String> {
     Ok(())
 }
 
+/// The paths every round measures, in order.
+fn paths(o: &Opts) -> Vec<Route> {
+    let mut p = vec![Route::Direct, Route::Floor, Route::MediaCtl];
+    if o.before.is_some() {
+        p.push(Route::Before);
+    }
+    p
+}
+
 /// The table of medians, and what it says against the targets.
 fn report(o: &Opts, runs: &[Run]) {
     let of = |path: Route| runs.iter().filter(move |r| r.path == path);
@@ -228,7 +261,7 @@ fn report(o: &Opts, runs: &[Run]) {
     );
     println!("| path | cycles ok | failed | rtpengine CPU µs/cycle | relay CPU µs/cycle | relay / rtpengine (same run) | command p50 ms | command p99 ms |");
     println!("|---|---:|---:|---:|---:|---:|---:|---:|");
-    for path in [Route::Direct, Route::Floor, Route::MediaCtl] {
+    for path in paths(o) {
         let relay = |v: f64| {
             if path == Route::Direct {
                 "—".to_string()
@@ -261,6 +294,16 @@ fn report(o: &Opts, runs: &[Run]) {
         "media-ctl's own work over the floor relay: {:.1} µs/cycle",
         pick(Route::MediaCtl, &|r| r.mc_us) - pick(Route::Floor, &|r| r.mc_us)
     );
+    if o.before.is_some() {
+        // Each round's two media-ctl runs against each other, then the median.
+        let after: Vec<f64> = of(Route::MediaCtl).map(|r| r.mc_us / r.rtp_us).collect();
+        let before: Vec<f64> = of(Route::Before).map(|r| r.mc_us / r.rtp_us).collect();
+        let ratio = median(after.iter().zip(&before).map(|(a, b)| a / b).collect());
+        println!(
+            "--before: {:.1}% of rtpengine's CPU per cycle; media-ctl / --before (same round, median): {ratio:.3}",
+            share(Route::Before) * 100.0
+        );
+    }
     println!(
         "added p99 per command (median p99 via media-ctl − direct): {added:.3} ms  (target < 1 ms)"
     );
@@ -272,7 +315,7 @@ fn bench_held(o: &Opts) -> Result<(), String> {
     let mg = SocketAddr::new(ip(21), 22222);
     let stop = Arc::new(AtomicBool::new(false));
     let fake = fake_mg(mg, stop.clone())?;
-    let mc = start_media_ctl(o, mg, 86_400)?;
+    let mc = start_media_ctl(&o.media_ctl(), 2, mg, 86_400)?;
     thread::sleep(Duration::from_millis(300));
     let before = ProcStats::sample(mc.child.id()).map_err(|e| e.to_string())?;
     let sock = UdpSocket::bind(SocketAddr::new(ip(99), 0)).map_err(|e| e.to_string())?;

@@ -2,6 +2,7 @@
 //! and the stand-in mg of the held-calls run.
 
 use std::net::{SocketAddr, UdpSocket};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -9,7 +10,6 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::load::ip;
-use crate::Opts;
 
 // === media-ctl under test ===
 
@@ -26,20 +26,27 @@ impl Drop for MediaCtl {
     }
 }
 
-pub(crate) fn start_media_ctl(o: &Opts, mg: SocketAddr, idle_s: u32) -> Result<MediaCtl, String> {
+/// Starts the media-ctl binary `bin` on 127.76.0.`host` (ng port 2223,
+/// admin port 9092) in front of `mg`.
+pub(crate) fn start_media_ctl(
+    bin: &Path,
+    host: u8,
+    mg: SocketAddr,
+    idle_s: u32,
+) -> Result<MediaCtl, String> {
     let dir = tempfile::Builder::new()
         .prefix("mg-bench-")
         .tempdir()
         .map_err(|e| e.to_string())?;
-    let ng = SocketAddr::new(ip(2), 2223);
+    let ng = SocketAddr::new(ip(host), 2223);
     let site = format!(
         "[site]\nname = \"mg-bench\"\n[admin]\nmedia_bind = \"{}:9092\"\n[media]\nng_bind = \"{ng}\"\ncall_idle_timeout_s = {idle_s}\n\
          [[server]]\nname = \"srv-a\"\n[[instance]]\nid = \"mg-a\"\nservice = \"mg\"\nserver = \"srv-a\"\nng = \"{mg}\"\n",
-        ip(2)
+        ip(host)
     );
     let path = dir.path().join("site.toml");
     std::fs::write(&path, site).map_err(|e| e.to_string())?;
-    let child = Command::new(o.media_ctl())
+    let child = Command::new(bin)
         .arg("--config")
         .arg(&path)
         .env("RUST_LOG", "warn")
@@ -50,7 +57,7 @@ pub(crate) fn start_media_ctl(o: &Opts, mg: SocketAddr, idle_s: u32) -> Result<M
         .map_err(|e| {
             format!(
                 "starting {}: {e} (cargo build --release -p media-ctl)",
-                o.media_ctl().display()
+                bin.display()
             )
         })?;
     let m = MediaCtl {
