@@ -44,7 +44,7 @@ mod pool;
 mod timed;
 mod upgrade;
 
-use timed::{Started, Timed};
+use timed::{Due, Fired, Started, Timed};
 
 /// The read buffer of each WebSocket connection, in bytes (see `serve`).
 const WS_READ_BUFFER: usize = 4096;
@@ -172,34 +172,33 @@ where
     };
     let (idle, frame) = (net.core.tcp_config().idle(), net.core.tcp_config().frame());
     let mut last = Instant::now();
+    // One timer for both bounds, armed for the idle one and brought
+    // forward only when a message begins (timed.rs): an idle connection
+    // wakes at its idle bound, not every frame_s (issue 25).
+    let timer = tokio::time::sleep(idle);
+    tokio::pin!(timer);
     loop {
-        let deadline = started.since().map_or(last + idle, |t| t + frame);
-        // Never longer than frame_s at once: bytes arriving meanwhile
-        // start the frame clock, which the next turn sees.
-        let wait = deadline
-            .saturating_duration_since(Instant::now())
-            .min(frame);
         let next = tokio::select! {
             _ = stop.cancelled() => return None,
-            n = tokio::time::timeout(wait, source.next()) => n,
+            n = timed::next_or_due(&mut source, started, timer.as_mut(), frame) => n,
         };
         let now = Instant::now();
         let data = match next {
-            Err(_) => match started.since() {
-                Some(t) if now >= t + frame => {
+            Err(Due) => match timed::fired(started, timer.as_mut(), (last, now), (idle, frame)) {
+                Fired::Frame => {
                     tracing::info!(%peer, "closing WebSocket connection: message not complete in time");
                     m::dropped("ws_frame_timeout");
                     return None;
                 }
-                Some(_) => continue,
-                None if now < last + idle => continue,
+                Fired::Early => continue,
                 // Idle, but a registration uses it: the subscriber's
                 // requests reach it only this way (RFC 5626 5.3).
-                None if net.core.tcp_held(id, now) => {
+                Fired::Idle if net.core.tcp_held(id, now) => {
                     last = now;
+                    timer.as_mut().reset((now + idle).into());
                     continue;
                 }
-                None => return None,
+                Fired::Idle => return None,
             },
             Ok(None) | Ok(Some(Ok(Message::Close(_)))) => return None,
             Ok(Some(Err(e))) => {
