@@ -3,22 +3,34 @@
 //! (`127.79.0.0/24`).
 //!
 //! 1. **Calls.** The same call load (INVITE, 180, 200, ACK, BYE, 200; no
-//!    hold) at `--rate` calls/s for `--seconds`, in interleaved rounds:
-//!    over TCP by SIPp's stock `uac` (`-t t1`) to the gate's `tcp`
-//!    listener, and over WebSocket by this program's client (what a browser
-//!    sends: `.invalid` Via and Contact, `transport=ws`, the route set) to
-//!    the gate's `ws` listener, `--rate / 10` connections, each placing its
-//!    share of the calls one after the other at a fixed pace. The sg is
-//!    SIPp's stock `uas`, over TCP for the TCP load (a TCP listener's
-//!    instance side is TCP) and over UDP for the WebSocket load (a
-//!    WebSocket listener's instance side is UDP). The gate's CPU (user +
-//!    sys of its process from `/proc`, before and after each run) per
-//!    call, side by side, and the WS/TCP ratio.
+//!    hold) at `--rate` calls/s for `--seconds`, in interleaved rounds, three
+//!    ways: over WebSocket by this program's client (`ws_load`: what a
+//!    browser sends, `.invalid` Via and Contact, `transport=ws`, the route
+//!    set) to the gate's `ws` listener on `--rate / 10` connections, each
+//!    placing its share of the calls one after the other at a fixed pace;
+//!    over TCP by the same client, the same messages on as many
+//!    connections to the gate's `tcp` listener (like for like: only the
+//!    framing differs); and over TCP by SIPp's stock `uac` (`-t t1`, one
+//!    connection carrying every call). The sg is SIPp's stock `uas`, over
+//!    TCP for the TCP loads (a TCP listener's instance side is TCP) and over
+//!    UDP for the WebSocket load (a WebSocket listener's instance side is
+//!    UDP). The gate's CPU (user + sys of its process from `/proc`, before
+//!    and after each run) per call, side by side, and the ratios to TCP.
 //! 2. **Idle.** `--idle` WSS connections (TLS from a certificate made for
-//!    the run), each registered (REGISTER through the gate to SIPp's
-//!    `uas_register`, Expires 3600): the gate's RSS before and after, per
-//!    connection, and its CPU over `--idle-seconds` while they idle (the
-//!    gate sends no keep-alive of its own; the clients send none).
+//!    the run), and `--idle-plain` plain WS ones and `--idle-tcp` TCP ones
+//!    (the bench's client) each on a gate of their own, each registered (REGISTER through the gate to SIPp's `uas_register`,
+//!    Expires 3600): the gate's RSS before and after, per connection, and
+//!    its CPU over `--idle-seconds` while they idle (the gate sends no
+//!    keep-alive of its own; the clients send none).
+//!
+//! `--perf DIR` records a `perf record -g` profile of the gate during each
+//! load into DIR (`LABEL-LOAD.data`): a profiling run, whose CPU figures
+//! perf inflates.
+//!
+//! With `--gate LABEL=DIR`, repeated (each DIR holding a `sip-gate`
+//! binary, say one built from the commit before a change and one after),
+//! every measurement runs on each of those gates in the same rounds, so a
+//! change is measured before and after under the same load of the machine.
 //!
 //! ```text
 //! cargo bench -p sip-gate --bench ws -- --rate 50 --seconds 10 --rounds 2 --idle 200
@@ -28,19 +40,17 @@
 //! 0..=20000 (the gate and this program each need that many descriptors).
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use futures::{SinkExt, StreamExt};
-use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::pki_types::CertificateDer;
 use rustls_pki_types::pem::PemObject;
-use testbed::bins::Node;
+use testbed::bins::{BinDir, Node};
 use testbed::{ProcStats, Scenario, Sipp, SippHandle, Transport};
-use tokio::net::{TcpSocket, TcpStream};
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-use tokio_tungstenite::tungstenite::http::HeaderValue;
-use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::WebSocketStream;
+
+mod ws_load;
+
+use ws_load::Conn;
 
 fn ip(host: u8) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(127, 79, 0, host))
@@ -53,32 +63,38 @@ struct Opts {
     seconds: u32,
     rounds: u32,
     idle: u32,
+    idle_plain: u32,
+    idle_tcp: u32,
     idle_seconds: u32,
+    /// `--gate LABEL=DIR`, repeated: the gates measured.
+    gates: Vec<(String, PathBuf)>,
+    perf: Option<PathBuf>,
 }
 
 fn opts() -> Opts {
-    let mut o = Opts {
-        rate: 50,
-        seconds: 10,
-        rounds: 2,
-        idle: 200,
-        idle_seconds: 10,
-    };
     let args: Vec<String> = std::env::args().collect();
-    let get = |name: &str| {
+    let arg = |name: &str| {
         args.iter()
             .position(|a| a == name)
             .and_then(|i| args.get(i + 1))
-            .and_then(|v| v.parse::<u32>().ok())
     };
-    o.rate = get("--rate").unwrap_or(o.rate).clamp(1, 1000);
-    o.seconds = get("--seconds").unwrap_or(o.seconds).clamp(1, 60);
-    o.rounds = get("--rounds").unwrap_or(o.rounds).clamp(1, 10);
-    o.idle = get("--idle").unwrap_or(o.idle).min(20_000);
-    o.idle_seconds = get("--idle-seconds")
-        .unwrap_or(o.idle_seconds)
-        .clamp(1, 120);
-    o
+    let get = |name: &str| arg(name).and_then(|v| v.parse::<u32>().ok());
+    Opts {
+        rate: get("--rate").unwrap_or(50).clamp(1, 1000),
+        seconds: get("--seconds").unwrap_or(10).clamp(1, 60),
+        rounds: get("--rounds").unwrap_or(2).clamp(1, 10),
+        idle: get("--idle").unwrap_or(200).min(20_000),
+        idle_plain: get("--idle-plain").unwrap_or(0).min(20_000),
+        idle_tcp: get("--idle-tcp").unwrap_or(0).min(20_000),
+        idle_seconds: get("--idle-seconds").unwrap_or(10).clamp(1, 120),
+        gates: args
+            .windows(2)
+            .filter(|w| w[0] == "--gate")
+            .filter_map(|w| w[1].split_once('='))
+            .map(|(l, d)| (l.to_owned(), PathBuf::from(d)))
+            .collect(),
+        perf: arg("--perf").map(PathBuf::from),
+    }
 }
 
 /// The site: one sg, a `tcp` listener on `.1:5060`, a `ws` one on
@@ -164,8 +180,52 @@ fn cpu(gate: &Node) -> ProcStats {
     ProcStats::sample(gate.pid().expect("the gate runs")).expect("/proc of the gate")
 }
 
-/// One TCP run: SIPp's uac; the calls that completed.
-fn tcp_run(o: &Opts) -> u64 {
+/// The gates measured: those of `--gate LABEL=DIR`, else this build's.
+fn gates(o: &Opts) -> Vec<(&str, Option<BinDir>)> {
+    if o.gates.is_empty() {
+        return vec![("current", None)];
+    }
+    o.gates
+        .iter()
+        .map(|(l, d)| (l.as_str(), Some(BinDir::at(d))))
+        .collect()
+}
+
+fn start_gate(site: &Path, bins: &Option<BinDir>, label: &str) -> Node {
+    let mut b = Node::gate(site)
+        .admin(SocketAddr::new(ip(1), 9091))
+        .label(format!("sip-gate-{label}"));
+    if let Some(dir) = bins {
+        b = b.bins(dir.clone());
+    }
+    let mut gate = b.start().expect("the gate starts");
+    gate.wait_ready().expect("the gate is ready");
+    gate
+}
+
+/// The call loads compared.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Load {
+    /// SIPp's uac over TCP: one connection for every call.
+    Sipp,
+    /// The bench's client over TCP, `rate / 10` connections.
+    Tcp,
+    /// The bench's client over WebSocket, `rate / 10` connections.
+    Ws,
+}
+
+impl Load {
+    fn name(self) -> &'static str {
+        match self {
+            Load::Sipp => "TCP (SIPp uac, 1 connection)",
+            Load::Tcp => "TCP (bench client)",
+            Load::Ws => "WS (bench client)",
+        }
+    }
+}
+
+/// One SIPp TCP run: the calls that completed.
+fn sipp_run(o: &Opts) -> u64 {
     let calls = u64::from(o.rate) * u64::from(o.seconds);
     let r = Sipp::new(Scenario::builtin("uac"))
         .local_ip(ip(100))
@@ -184,142 +244,9 @@ fn tcp_run(o: &Opts) -> u64 {
     r.successful
 }
 
-type Ws = WebSocketStream<Box<dyn Io>>;
-trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
-impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Io for T {}
-
-/// A WebSocket (`sip` subprotocol) from `from` to `to`, over TLS when
-/// `tls` holds the certificate to trust.
-async fn open(from: IpAddr, to: SocketAddr, tls: Option<&CertificateDer<'static>>) -> Ws {
-    let sock = TcpSocket::new_v4().unwrap();
-    sock.bind(SocketAddr::new(from, 0)).unwrap();
-    let tcp: TcpStream = sock.connect(to).await.expect("connect to the gate");
-    let _ = tcp.set_nodelay(true);
-    let io: Box<dyn Io> = match tls {
-        None => Box::new(tcp),
-        Some(cert) => {
-            let mut roots = rustls::RootCertStore::empty();
-            roots.add(cert.clone()).unwrap();
-            let cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
-                rustls::crypto::ring::default_provider(),
-            ))
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-            let name = ServerName::IpAddress(to.ip().into());
-            let s = tokio_rustls::TlsConnector::from(Arc::new(cfg))
-                .connect(name, tcp)
-                .await
-                .expect("TLS to the gate");
-            Box::new(s)
-        }
-    };
-    let scheme = if tls.is_some() { "wss" } else { "ws" };
-    let mut req = format!("{scheme}://{to}/").into_client_request().unwrap();
-    req.headers_mut()
-        .insert("Sec-WebSocket-Protocol", HeaderValue::from_static("sip"));
-    tokio_tungstenite::client_async(req, io)
-        .await
-        .expect("the upgrade")
-        .0
-}
-
-async fn recv(ws: &mut Ws) -> Option<String> {
-    loop {
-        let m = tokio::time::timeout(Duration::from_secs(10), ws.next())
-            .await
-            .ok()??
-            .ok()?;
-        if let Message::Text(t) = m {
-            return Some(t.to_string());
-        }
-    }
-}
-
-fn header<'a>(msg: &'a str, name: &str) -> Vec<&'a str> {
-    msg.split("\r\n")
-        .skip(1)
-        .take_while(|l| !l.is_empty())
-        .filter_map(|l| {
-            let (n, v) = l.split_once(':')?;
-            n.trim().eq_ignore_ascii_case(name).then_some(v.trim())
-        })
-        .collect()
-}
-
-const SDP: &str = "v=0\r\no=ws 1 1 IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\nm=audio 40000 RTP/AVP 0\r\n";
-
-/// One call as a browser places it: INVITE, its 200, ACK and BYE along the
-/// route set, the BYE's 200. Whether it completed.
-async fn call(ws: &mut Ws, c: u32, n: u32) -> bool {
-    let (host, cid) = (format!("c{c}"), format!("ws-bench-{c}-{n}"));
-    let invite = format!(
-        "INVITE sip:bench@example.com SIP/2.0\r\nVia: SIP/2.0/WS {host}.invalid;branch=z9hG4bK-{cid}\r\n\
-         Max-Forwards: 70\r\nTo: <sip:bench@example.com>\r\nFrom: <sip:{host}@example.com>;tag=t-{cid}\r\n\
-         Call-ID: {cid}\r\nCSeq: 1 INVITE\r\nContact: <sip:{host}@{host}.invalid;transport=ws;ob>\r\n\
-         Content-Type: application/sdp\r\nContent-Length: {}\r\n\r\n{SDP}",
-        SDP.len()
-    );
-    if ws.send(Message::text(invite)).await.is_err() {
-        return false;
-    }
-    let ok = loop {
-        let Some(r) = recv(ws).await else {
-            return false;
-        };
-        if r.starts_with("SIP/2.0 1") {
-            continue;
-        }
-        if !r.starts_with("SIP/2.0 200") {
-            return false;
-        }
-        break r;
-    };
-    let to = header(&ok, "To")
-        .first()
-        .copied()
-        .unwrap_or_default()
-        .to_owned();
-    let target = header(&ok, "Contact")
-        .first()
-        .map(|c| {
-            c.trim_start_matches('<')
-                .split('>')
-                .next()
-                .unwrap_or_default()
-                .to_owned()
-        })
-        .unwrap_or_default();
-    let mut rr: Vec<&str> = header(&ok, "Record-Route")
-        .iter()
-        .flat_map(|v| v.split(", "))
-        .collect();
-    rr.reverse();
-    let routes: String = rr.iter().map(|r| format!("Route: {r}\r\n")).collect();
-    let in_dialog = |method: &str, cseq: u32, branch: &str| {
-        format!(
-            "{method} {target} SIP/2.0\r\nVia: SIP/2.0/WS {host}.invalid;branch=z9hG4bK-{branch}-{cid}\r\n\
-             Max-Forwards: 70\r\n{routes}To: {to}\r\nFrom: <sip:{host}@example.com>;tag=t-{cid}\r\n\
-             Call-ID: {cid}\r\nCSeq: {cseq} {method}\r\nContent-Length: 0\r\n\r\n"
-        )
-    };
-    if ws
-        .send(Message::text(in_dialog("ACK", 1, "ack")))
-        .await
-        .is_err()
-        || ws
-            .send(Message::text(in_dialog("BYE", 2, "bye")))
-            .await
-            .is_err()
-    {
-        return false;
-    }
-    recv(ws).await.is_some_and(|r| r.starts_with("SIP/2.0 200"))
-}
-
-/// One WebSocket run: the calls that completed.
-async fn ws_run(o: &Opts) -> u64 {
+/// One run of the bench's client (`load` WS or TCP): the calls that
+/// completed.
+async fn client_run(o: &Opts, load: Load) -> u64 {
     let conns = (o.rate / 10).max(1);
     let per = o.rate * o.seconds / conns;
     let gap = Duration::from_secs_f64(f64::from(conns) / f64::from(o.rate));
@@ -327,15 +254,19 @@ async fn ws_run(o: &Opts) -> u64 {
         .map(|c| {
             tokio::spawn(async move {
                 let from = ip(100 + u8::try_from(c % 100).unwrap_or(0));
-                let mut ws = open(from, SocketAddr::new(ip(1), 5080), None).await;
+                let mut conn = if load == Load::Ws {
+                    Conn::Ws(ws_load::open_ws(from, SocketAddr::new(ip(1), 5080), None).await)
+                } else {
+                    ws_load::open_tcp(from, SocketAddr::new(ip(1), 5060)).await
+                };
                 let start =
                     tokio::time::Instant::now() + gap.mul_f64(f64::from(c) / f64::from(conns));
                 let mut done = 0u64;
                 for n in 0..per {
                     tokio::time::sleep_until(start + gap * n).await;
-                    done += u64::from(call(&mut ws, c, n).await);
+                    done += u64::from(ws_load::call(&mut conn, c, n).await);
                 }
-                let _ = ws.close(None).await;
+                conn.close().await;
                 done
             })
         })
@@ -347,104 +278,178 @@ async fn ws_run(o: &Opts) -> u64 {
     done
 }
 
-/// Idle registered WSS connections: RSS per connection and idle CPU.
-async fn idle(o: &Opts, gate: &Node, cert: &CertificateDer<'static>) {
+/// The idle connections measured: how many, and of which kind.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Idle {
+    Wss,
+    Ws,
+    Tcp,
+}
+
+/// Idle registered connections of `kind`: RSS per connection and idle
+/// CPU, printed as a table row.
+async fn idle(
+    o: &Opts,
+    (kind, n): (Idle, u32),
+    gate: &Node,
+    cert: &CertificateDer<'static>,
+    label: &str,
+) {
     let before = cpu(gate);
-    let mut conns = Vec::with_capacity(o.idle as usize);
-    for i in 0..o.idle {
+    let mut refused = 0u32;
+    let mut conns = Vec::with_capacity(n as usize);
+    for i in 0..n {
         let from = ip(100 + u8::try_from(i % 100).unwrap_or(0));
-        let mut ws = open(from, SocketAddr::new(ip(1), 5443), Some(cert)).await;
-        let reg = format!(
-            "REGISTER sip:example.com SIP/2.0\r\nVia: SIP/2.0/WSS r{i}.invalid;branch=z9hG4bK-reg-{i}\r\n\
-             Max-Forwards: 70\r\nTo: <sip:u{i}@example.com>\r\nFrom: <sip:u{i}@example.com>;tag=r{i}\r\n\
-             Call-ID: reg-{i}@ws-bench\r\nCSeq: 1 REGISTER\r\n\
-             Contact: <sip:u{i}@r{i}.invalid;transport=ws;ob>;reg-id=1;+sip.instance=\"<urn:uuid:00000000-0000-0000-0000-{i:012}>\"\r\n\
-             Expires: 3600\r\nSupported: path,outbound\r\nContent-Length: 0\r\n\r\n"
-        );
-        ws.send(Message::text(reg)).await.unwrap();
-        let ok = recv(&mut ws).await.unwrap_or_default();
-        assert!(ok.starts_with("SIP/2.0 200"), "REGISTER {i}: {ok}");
-        conns.push(ws);
+        let mut conn = match kind {
+            Idle::Wss => {
+                Conn::Ws(ws_load::open_ws(from, SocketAddr::new(ip(1), 5443), Some(cert)).await)
+            }
+            Idle::Ws => Conn::Ws(ws_load::open_ws(from, SocketAddr::new(ip(1), 5080), None).await),
+            Idle::Tcp => ws_load::open_tcp(from, SocketAddr::new(ip(1), 5060)).await,
+        };
+        // A REGISTER refused (the gate's overload 503 on a loaded
+        // machine) is counted; the connection still idles.
+        if !ws_load::register(&mut conn, i).await {
+            refused += 1;
+        }
+        conns.push(conn);
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
     let open = cpu(gate);
     tokio::time::sleep(Duration::from_secs(u64::from(o.idle_seconds))).await;
     let after = cpu(gate);
-    let per_kib = (open.rss_kb.saturating_sub(before.rss_kb)) as f64 / f64::from(o.idle.max(1));
+    let per_kib = (open.rss_kb.saturating_sub(before.rss_kb)) as f64 / f64::from(n.max(1));
     let idle_cpu = after.cpu_since(&open).as_secs_f64() / f64::from(o.idle_seconds) * 100.0;
     println!(
-        "| idle registered WSS connections | {} | gate RSS {} -> {} KiB: {per_kib:.1} KiB per connection | gate CPU while idle {idle_cpu:.2} % of a core over {} s |",
-        o.idle, before.rss_kb, open.rss_kb, o.idle_seconds
+        "| {label} | idle registered {kind:?} connections | {n} ({refused} REGISTERs not answered 200) | gate RSS {} -> {} KiB: {per_kib:.1} KiB per connection | gate CPU while idle {idle_cpu:.2} % of a core over {} s |",
+        before.rss_kb, open.rss_kb, o.idle_seconds
     );
     drop(conns);
+}
+
+/// `perf record -g` on the gate while `load` runs (`--perf DIR`: for a
+/// profile, not for the figures, which it inflates).
+fn perf(dir: &Path, gate: &Node, label: &str, load: Load) -> std::process::Child {
+    let out = dir.join(format!("{label}-{load:?}.data"));
+    let child = std::process::Command::new("perf")
+        .args([
+            "record",
+            "-q",
+            "-F",
+            "299",
+            "--call-graph",
+            "dwarf,8192",
+            "-o",
+        ])
+        .arg(&out)
+        .args(["-p", &gate.pid().expect("the gate runs").to_string()])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("perf starts");
+    // Let perf attach before the load begins.
+    std::thread::sleep(Duration::from_millis(500));
+    child
+}
+
+/// The call rounds: every load on every gate, interleaved; the rows
+/// (gate, load, µs per call, calls).
+fn calls<'o>(o: &'o Opts, site: &Path, rt: &tokio::runtime::Runtime) -> Vec<(&'o str, Load, f64)> {
+    let mut rows = Vec::new();
+    for round in 0..o.rounds {
+        for (label, bins) in gates(o) {
+            for load in [Load::Sipp, Load::Tcp, Load::Ws] {
+                let _sg = if load == Load::Ws {
+                    sg(Scenario::builtin("uas"), Transport::Udp)
+                } else {
+                    sg(Scenario::builtin("uas"), Transport::Tcp)
+                };
+                let mut gate = start_gate(site, &bins, label);
+                let profile = o.perf.as_deref().map(|dir| perf(dir, &gate, label, load));
+                let t0 = cpu(&gate);
+                let started = Instant::now();
+                let done = match load {
+                    Load::Sipp => sipp_run(o),
+                    _ => rt.block_on(client_run(o, load)),
+                };
+                let t1 = cpu(&gate);
+                if let Some(mut p) = profile {
+                    // SIGINT: perf writes its data and exits.
+                    let _ = std::process::Command::new("kill")
+                        .args(["-INT", &p.id().to_string()])
+                        .status();
+                    let _ = p.wait();
+                }
+                let us = t1.cpu_since(&t0).as_micros() as f64 / done.max(1) as f64;
+                println!(
+                    "round {round} {label} {}: {done} calls in {:.1} s, gate CPU {us:.0} µs per call",
+                    load.name(),
+                    started.elapsed().as_secs_f64()
+                );
+                rows.push((label, load, us));
+                gate.stop(Duration::from_secs(10));
+            }
+        }
+    }
+    rows
 }
 
 fn main() {
     let o = opts();
     let dir = tempfile::tempdir().unwrap();
-    let site = site(dir.path(), o.idle);
+    let site = site(dir.path(), o.idle.max(o.idle_plain).max(o.idle_tcp));
     let cert = CertificateDer::from_pem_file(dir.path().join("cert.pem")).unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
 
-    // 1. Calls, TCP and WS interleaved.
-    let mut rows = Vec::new();
-    for round in 0..o.rounds {
-        for ws in [false, true] {
-            let _sg = if ws {
-                sg(Scenario::builtin("uas"), Transport::Udp)
-            } else {
-                sg(Scenario::builtin("uas"), Transport::Tcp)
-            };
-            let mut gate = Node::gate(&site)
-                .admin(SocketAddr::new(ip(1), 9091))
-                .start()
-                .unwrap();
-            gate.wait_ready().unwrap();
-            let t0 = cpu(&gate);
-            let started = Instant::now();
-            let done = if ws {
-                rt.block_on(ws_run(&o))
-            } else {
-                tcp_run(&o)
-            };
-            let t1 = cpu(&gate);
-            let us = t1.cpu_since(&t0).as_micros() as f64 / done.max(1) as f64;
-            let name = if ws { "ws" } else { "tcp" };
+    // 1. Calls: the loads interleaved, on each gate.
+    let rows = calls(&o, &site, &rt);
+    // testbed::stats, as every benchmark of the project (docs/benchmarks.md).
+    let median = |label: &str, load: Load| {
+        testbed::stats::median(
+            rows.iter()
+                .filter(|r| r.0 == label && r.1 == load)
+                .map(|r| r.2)
+                .collect(),
+        )
+    };
+    println!("| gate | load | calls/s | s | rounds | gate CPU per call (median) | / TCP (bench client) |");
+    println!("|---|---|---|---|---|---|---|");
+    for (label, _) in gates(&o) {
+        let tcp = median(label, Load::Tcp);
+        for load in [Load::Sipp, Load::Tcp, Load::Ws] {
+            let us = median(label, load);
             println!(
-                "round {round} {name}: {done} calls in {:.1} s, gate CPU {us:.0} µs per call",
-                started.elapsed().as_secs_f64()
+                "| {label} | {} | {} | {} | {} | {us:.0} µs | {:.2}x |",
+                load.name(),
+                o.rate,
+                o.seconds,
+                o.rounds,
+                us / tcp
             );
-            rows.push((ws, us, done));
-            gate.stop(Duration::from_secs(10));
         }
     }
-    // testbed::stats, as every benchmark of the project (docs/benchmarks.md).
-    let median =
-        |ws: bool| testbed::stats::median(rows.iter().filter(|r| r.0 == ws).map(|r| r.1).collect());
-    let (tcp, ws) = (median(false), median(true));
-    println!("| transport | calls/s | s | rounds | gate CPU per call (median) |");
-    println!("|---|---|---|---|---|");
-    println!(
-        "| TCP (SIPp uac) | {} | {} | {} | {tcp:.0} µs |",
-        o.rate, o.seconds, o.rounds
-    );
-    println!(
-        "| WS (bench client) | {} | {} | {} | {ws:.0} µs ({:.2}x TCP) |",
-        o.rate,
-        o.seconds,
-        o.rounds,
-        ws / tcp
-    );
 
-    // 2. Idle WSS connections, registered through the gate.
-    if o.idle > 0 {
-        let _sg = sg(Scenario::repo("uas_register"), Transport::Udp);
-        let mut gate = Node::gate(&site)
-            .admin(SocketAddr::new(ip(1), 9091))
-            .start()
-            .unwrap();
-        gate.wait_ready().unwrap();
-        rt.block_on(idle(&o, &gate, &cert));
-        gate.stop(Duration::from_secs(10));
+    // 2. Idle connections, registered through the gate: WSS, then plain
+    // WS and TCP (what TLS, and what WebSocket, add).
+    let kinds = [
+        (Idle::Wss, o.idle),
+        (Idle::Ws, o.idle_plain),
+        (Idle::Tcp, o.idle_tcp),
+    ];
+    for (kind, n) in kinds {
+        if n == 0 {
+            continue;
+        }
+        for (label, bins) in gates(&o) {
+            // A TCP listener's instance side is TCP.
+            let t = if kind == Idle::Tcp {
+                Transport::Tcp
+            } else {
+                Transport::Udp
+            };
+            let _sg = sg(Scenario::repo("uas_register"), t);
+            let mut gate = start_gate(&site, &bins, label);
+            rt.block_on(idle(&o, (kind, n), &gate, &cert, label));
+            gate.stop(Duration::from_secs(10));
+        }
     }
 }
