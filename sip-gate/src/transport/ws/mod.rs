@@ -2,8 +2,7 @@
 //! WebRTC clients. A WebSocket connection is a stream connection of the
 //! gate's table like a TCP one (same `ConnId`s, same queue, same bound
 //! `[tcp] max_connections`, same idle rule, and flows for REGISTERs through
-//! a subscriber listener), so the core sees it as
-//! [`Inbound::Tcp`](crate::txn::Inbound::Tcp) and
+//! a subscriber listener), so the core sees it as [`Inbound::Tcp`] and
 //! needs no WebSocket of its own: only the listener's Via and Record-Route
 //! names (`WS`, `WSS`) differ.
 //!
@@ -11,11 +10,10 @@
 //! WebSocket message, text or binary (RFC 7118 5); a message (whole or
 //! fragmented) over [`MAX_MESSAGE`] closes with 1009, a protocol error with
 //! 1002; one not complete within `[tcp] frame_s` of its first bytes closes
-//! the connection (`timed.rs`). Pings get pongs (tungstenite answers them
-//! as it reads); a message of only CRLFs is the RFC 5626 3.5.1 keep-alive,
-//! `\r\n\r\n` answered with `\r\n`. One loop of the connection's task
-//! serves both directions (`session.rs`). The gate never opens a WebSocket
-//! connection: a browser is only reached on the one it opened.
+//! the connection (`timed.rs`). Pings get pongs (tungstenite answers them as it reads); a message
+//! of only CRLFs is the RFC 5626 3.5.1 keep-alive, `\r\n\r\n` answered with
+//! `\r\n`. The gate never opens a WebSocket connection: a browser is only
+//! reached on the one it opened.
 //!
 //! A ws pool listener (`pool.rs`, R-WS-3) shares the accept, the table
 //! slot and the TLS of the listener but no SIP: it passes each connection
@@ -23,25 +21,30 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::Bytes;
+use futures::stream::{SplitSink, SplitStream};
+use futures::{SinkExt, StreamExt};
 use ringsync::config::WsOptions;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::mpsc;
-use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
+use tokio::sync::{mpsc, oneshot};
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig};
+use tokio_tungstenite::tungstenite::{Error as WsError, Message, Utf8Bytes};
 use tokio_tungstenite::WebSocketStream;
+use tokio_util::sync::CancellationToken;
 
 use super::{Net, MAX_MESSAGE};
 use crate::listener::Mode;
 use crate::metrics as m;
-use crate::txn::ConnId;
+use crate::txn::{ConnId, Inbound};
 
 mod pool;
-mod session;
 mod timed;
 mod upgrade;
 
-use timed::{Started, Timed};
+use timed::{Due, Fired, Started, Timed};
 
 /// The read buffer of each WebSocket connection, in bytes (see `serve`).
 const WS_READ_BUFFER: usize = 4096;
@@ -118,6 +121,196 @@ pub(super) async fn serve<S>(
     let started = Started::new();
     let io = Timed::new(io, started.clone());
     let ws = WebSocketStream::from_partially_read(io, tail, Role::Server, Some(config)).await;
-    session::run(&net, (listener, id, peer), (ws, started), rx).await;
-    net.unregister_ws(id);
+    messages(net, (listener, id, peer), (ws, started), rx).await;
+}
+
+/// The message loop of an upgraded connection: a writer fed by the
+/// connection's queue, a reader handing each message to the core.
+async fn messages<S>(
+    net: Arc<Net>,
+    at: (usize, ConnId, SocketAddr),
+    (ws, started): (WebSocketStream<Timed<S>>, Started),
+    rx: mpsc::Receiver<Bytes>,
+) where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let (sink, source) = ws.split();
+    let stop = net.shutdown.child_token();
+    // The reader asks the writer (which owns the sink) to close with a code.
+    let (close_tx, close_rx) = oneshot::channel::<CloseFrame>();
+    let writer = write_loop(sink, rx, close_rx, stop.clone(), net.shutdown.clone());
+    let reader = async {
+        if let Some(frame) = read_loop(&net, at, source, &started, &stop).await {
+            let _ = close_tx.send(frame);
+        } else {
+            stop.cancel();
+        }
+    };
+    tokio::join!(writer, reader);
+    net.unregister_ws(at.1);
+}
+
+/// The reader of a connection: each message to the core, until the peer
+/// closes, the connection's `stop`, or a bound ends it: `[tcp] idle_s`
+/// without a message (unless a registration holds the connection, RFC 5626
+/// 5.3), `[tcp] frame_s` for a message whose bytes began to come. Returns
+/// the close frame to send, if the end calls for one.
+async fn read_loop<S>(
+    net: &Arc<Net>,
+    (listener, id, peer): (usize, ConnId, SocketAddr),
+    mut source: SplitStream<WebSocketStream<Timed<S>>>,
+    started: &Started,
+    stop: &CancellationToken,
+) -> Option<CloseFrame>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let inbound = Inbound::Tcp {
+        listener,
+        conn: id,
+        peer,
+    };
+    let (idle, frame) = (net.core.tcp_config().idle(), net.core.tcp_config().frame());
+    let mut last = Instant::now();
+    // One timer for both bounds, armed for the idle one and brought
+    // forward only when a message begins (timed.rs): an idle connection
+    // wakes at its idle bound, not every frame_s (issue 25).
+    let timer = tokio::time::sleep(idle);
+    tokio::pin!(timer);
+    loop {
+        let next = tokio::select! {
+            _ = stop.cancelled() => return None,
+            n = timed::next_or_due(&mut source, started, timer.as_mut(), frame) => n,
+        };
+        let now = Instant::now();
+        let data = match next {
+            Err(Due) => match timed::fired(started, timer.as_mut(), (last, now), (idle, frame)) {
+                Fired::Frame => {
+                    tracing::info!(%peer, "closing WebSocket connection: message not complete in time");
+                    m::dropped("ws_frame_timeout");
+                    return None;
+                }
+                Fired::Early => continue,
+                // Idle, but a registration uses it: the subscriber's
+                // requests reach it only this way (RFC 5626 5.3).
+                Fired::Idle if net.core.tcp_held(id, now) => {
+                    last = now;
+                    timer.as_mut().reset((now + idle).into());
+                    continue;
+                }
+                Fired::Idle => return None,
+            },
+            Ok(None) | Ok(Some(Ok(Message::Close(_)))) => return None,
+            Ok(Some(Err(e))) => {
+                let frame = refusal(&e);
+                if frame.is_some() {
+                    tracing::info!(%peer, error = %e, "closing WebSocket connection");
+                }
+                return frame;
+            }
+            Ok(Some(Ok(msg))) => {
+                started.clear();
+                last = now;
+                match msg {
+                    Message::Text(t) => Bytes::from(t),
+                    Message::Binary(b) => b,
+                    // Pongs go out as tungstenite reads; nothing for the core.
+                    _ => continue,
+                }
+            }
+        };
+        if data.iter().all(|b| matches!(b, b'\r' | b'\n')) {
+            // RFC 5626 3.5.1: a double CRLF asks for one back.
+            if data.as_ref() == b"\r\n\r\n" {
+                net.tcp_send(listener, Some(id), peer, Bytes::from_static(b"\r\n"));
+            }
+            continue;
+        }
+        // R-OV-1: the stream transports' deadline, as over TCP.
+        let now = Instant::now();
+        let action = net
+            .core
+            .handle_stream(inbound, data, now, net.lag.behind(now));
+        net.execute(action);
+    }
+}
+
+/// The writer of a connection: each queued SIP message as one WebSocket
+/// message, until the connection's `stop`; a close frame when the reader
+/// asks for one, or 1001 when the gate (`gate_stop`) stops.
+async fn write_loop<S>(
+    mut sink: SplitSink<WebSocketStream<S>, Message>,
+    mut rx: mpsc::Receiver<Bytes>,
+    mut close_rx: oneshot::Receiver<CloseFrame>,
+    stop: CancellationToken,
+    gate_stop: CancellationToken,
+) where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    loop {
+        let frame = tokio::select! {
+            _ = stop.cancelled() => {
+                if gate_stop.is_cancelled() {
+                    m::ws_close("1001");
+                    let _ = sink.send(close(CloseCode::Away, "gate stopping")).await;
+                }
+                break;
+            }
+            c = &mut close_rx => match c {
+                Ok(frame) => {
+                    let _ = sink.send(Message::Close(Some(frame))).await;
+                    break;
+                }
+                // The reader ended without a code: the peer went.
+                Err(_) => break,
+            },
+            msg = rx.recv() => match msg {
+                Some(bytes) => sip_message(bytes),
+                None => break,
+            },
+        };
+        if sink.send(frame).await.is_err() {
+            break;
+        }
+    }
+    stop.cancel();
+}
+
+/// The close a read error calls for: 1009 for a message over the bound,
+/// 1002 for a protocol error; `None` when the connection just went.
+fn refusal(e: &WsError) -> Option<CloseFrame> {
+    match e {
+        WsError::Capacity(_) => {
+            m::ws_close("1009");
+            Some(CloseFrame {
+                code: CloseCode::Size,
+                reason: Utf8Bytes::from_static("message too big"),
+            })
+        }
+        WsError::Protocol(_) | WsError::Utf8(_) => {
+            m::ws_close("1002");
+            Some(CloseFrame {
+                code: CloseCode::Protocol,
+                reason: Utf8Bytes::from_static("protocol error"),
+            })
+        }
+        _ => None,
+    }
+}
+
+fn close(code: CloseCode, reason: &'static str) -> Message {
+    Message::Close(Some(CloseFrame {
+        code,
+        reason: Utf8Bytes::from_static(reason),
+    }))
+}
+
+/// A SIP message as one WebSocket message: text when it is UTF-8, as SIP
+/// nearly always is (browsers' SIP stacks read text most simply), binary
+/// otherwise (RFC 7118 5). Neither copies the bytes.
+fn sip_message(bytes: Bytes) -> Message {
+    match Utf8Bytes::try_from(bytes.clone()) {
+        Ok(text) => Message::Text(text),
+        Err(_) => Message::Binary(bytes),
+    }
 }
