@@ -22,6 +22,28 @@ fn by_limit(m: &BTreeMap<String, u64>) -> String {
         .join(" / ")
 }
 
+/// A queue wait p99 for the table: its last bucket has no upper bound
+/// (over 250 ms), which a median of finite values would leave out.
+fn wait_ms(v: f64) -> String {
+    if v.is_nan() {
+        "none".into()
+    } else if v > 250.0 {
+        "> 250".into()
+    } else {
+        format!("{v}")
+    }
+}
+
+/// A wait's infinite bound as the largest finite value, so the median
+/// counts it.
+fn finite(v: f64) -> f64 {
+    if v.is_infinite() {
+        f64::MAX
+    } else {
+        v
+    }
+}
+
 fn p_ms(r: &Run, q: f64) -> f64 {
     percentile(&r.latency_us, q) / 1000.0
 }
@@ -64,7 +86,7 @@ pub(crate) fn table(runs: &[Run], subscribers: u32) -> String {
             med(p, &|r| p_ms(r, 0.50)),
             med(p, &|r| p_ms(r, 0.99)),
             sum(p, &|r| r.latency_us.len() as u64),
-            med(p, &|r| r.queue_p99_ms),
+            wait_ms(med(p, &|r| finite(r.queue_p99_ms))),
             med(p, &|r| r.core_percent()),
             of(p).map(|r| r.peak_rss_kb).max().unwrap_or(0) as f64 / 1024.0,
         );
@@ -99,7 +121,7 @@ pub(crate) fn table(runs: &[Run], subscribers: u32) -> String {
             sum(a, &|r| r.reached),
             by_limit(&limits),
             med(a, &|r| r.regs.rate(subscribers.into())),
-            med(a, &|r| r.register_queue_p99_ms),
+            wait_ms(med(a, &|r| finite(r.register_queue_p99_ms))),
             med(a, &|r| r.cpu_us_per_register()),
             med(a, &|r| net_cpu_us_per_register(r, unloaded_cpu)),
         );
