@@ -93,38 +93,7 @@ pub(crate) fn table(runs: &[Run], subscribers: u32) -> String {
     }
     let aval: Vec<&Run> = of(Phase::Avalanche).collect();
     if !aval.is_empty() {
-        let a = Phase::Avalanche;
-        let mut limits = BTreeMap::new();
-        for r in &aval {
-            for (k, v) in &r.refusals {
-                *limits.entry(k.clone()).or_insert(0) += v;
-            }
-        }
-        let _ = writeln!(t, "\n| REGISTERs (avalanche phase) | runs | transactions sent | 200 | 503 with Retry-After | other answer | no answer (lost) | unaccounted | retransmissions | subscribers refused after their last retry | reached the registrars | gate's 503s by limit | first REGISTERs/s reached | gate queue wait p99, REGISTER (ms, at most) | gate CPU µs / REGISTER (total) | gate CPU µs / REGISTER (net of calls) |");
-        let _ = writeln!(
-            t,
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|"
-        );
-        let _ = writeln!(
-            t,
-            "| {} subscribers each run | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.0} | {} | {:.1} | {:.1} |",
-            subscribers,
-            aval.len(),
-            sum(a, &|r| r.regs.sent),
-            sum(a, &|r| r.regs.ok),
-            sum(a, &|r| r.regs.refused),
-            sum(a, &|r| r.regs.other),
-            sum(a, &|r| r.regs.lost),
-            sum(a, &|r| r.regs.sent.saturating_sub(r.regs.accounted())),
-            sum(a, &|r| r.regs.retransmitted),
-            sum(a, &|r| r.regs.gave_up),
-            sum(a, &|r| r.reached),
-            by_limit(&limits),
-            med(a, &|r| r.regs.rate(subscribers.into())),
-            wait_ms(med(a, &|r| finite(r.register_queue_p99_ms))),
-            med(a, &|r| r.cpu_us_per_register()),
-            med(a, &|r| net_cpu_us_per_register(r, unloaded_cpu)),
-        );
+        registers_table(&mut t, &aval, subscribers, unloaded_cpu);
     }
     let (u, l) = (
         med(Phase::Unloaded, &|r| p_ms(r, 0.99)),
@@ -146,6 +115,43 @@ pub(crate) fn table(runs: &[Run], subscribers: u32) -> String {
         );
     }
     t
+}
+
+/// The REGISTER table of the avalanche runs `aval`.
+fn registers_table(t: &mut String, aval: &[&Run], subscribers: u32, unloaded_cpu: f64) {
+    let sum = |f: &dyn Fn(&Run) -> u64| aval.iter().map(|r| f(r)).sum::<u64>();
+    let med = |f: &dyn Fn(&Run) -> f64| median(aval.iter().map(|r| f(r)).collect());
+    let mut limits = BTreeMap::new();
+    for r in aval {
+        for (k, v) in &r.refusals {
+            *limits.entry(k.clone()).or_insert(0) += v;
+        }
+    }
+    let _ = writeln!(t, "\n| REGISTERs (avalanche phase) | runs | transactions sent | 200 | 503 with Retry-After | other answer | no answer (lost) | unaccounted | retransmissions | subscribers refused after their last retry | reached the registrars | gate's 503s by limit | first REGISTERs/s reached | gate queue wait p99, REGISTER (ms, at most) | gate CPU µs / REGISTER (total) | gate CPU µs / REGISTER (net of calls) |");
+    let _ = writeln!(
+        t,
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|"
+    );
+    let _ = writeln!(
+        t,
+        "| {} subscribers each run | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.0} | {} | {:.1} | {:.1} |",
+        subscribers,
+        aval.len(),
+        sum(&|r| r.regs.sent),
+        sum(&|r| r.regs.ok),
+        sum(&|r| r.regs.refused),
+        sum(&|r| r.regs.other),
+        sum(&|r| r.regs.lost),
+        sum(&|r| r.regs.sent.saturating_sub(r.regs.accounted())),
+        sum(&|r| r.regs.retransmitted),
+        sum(&|r| r.regs.gave_up),
+        sum(&|r| r.reached),
+        by_limit(&limits),
+        med(&|r| r.regs.rate(subscribers.into())),
+        wait_ms(med(&|r| finite(r.register_queue_p99_ms))),
+        med(&|r| r.cpu_us_per_register()),
+        med(&|r| net_cpu_us_per_register(r, unloaded_cpu)),
+    );
 }
 
 /// Every run, one line each.
