@@ -46,6 +46,8 @@ interval_ms = 0
 [overload]
 per_source_rate = 0
 new_dialogs_per_s = 0
+per_source_register_rate = 0
+registers_per_s = 0
 
 [[server]]
 name = "srv-a"

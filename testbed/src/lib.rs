@@ -43,6 +43,7 @@ use std::path::PathBuf;
 
 pub mod bgp;
 pub mod bins;
+pub mod callbench;
 pub mod dnsmasq;
 mod error;
 pub mod etcd;

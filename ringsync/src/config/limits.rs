@@ -26,10 +26,13 @@ pub enum LimitAction {
 
 /// sip-gate's overload protection (R-OV-1) and per-source limits (R-OV-2).
 ///
-/// Rates are new dialogs per second (INVITE, SUBSCRIBE, REGISTER, OPTIONS
-/// and any other request that is neither in a dialog nor an ACK or CANCEL);
-/// in-dialog requests and responses are never limited. A rate of 0 turns
-/// that limit off.
+/// Rates are new dialogs per second (INVITE, SUBSCRIBE, OPTIONS and any
+/// other request that is neither in a dialog nor an ACK or CANCEL), except
+/// REGISTER, which has limits of its own (`registers_per_s`,
+/// `per_source_register_rate`): a registration avalanche (every phone of a
+/// site re-registering after a failover) then neither uses up the capacity
+/// for new calls nor refuses an office NAT. In-dialog requests and
+/// responses are never limited. A rate of 0 turns that limit off.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct OverloadConfig {
@@ -75,10 +78,26 @@ pub struct OverloadConfig {
     /// New dialogs per second from one source address (R-OV-2); configured
     /// instances are exempt. Default 50: ten times the 5 a second of a busy
     /// source (an office of a hundred phones behind one NAT address, its
-    /// calls, registrations and subscriptions together).
+    /// calls and subscriptions together).
     pub per_source_rate: u32,
     /// New dialogs one source may send at once. Default 100.
     pub per_source_burst: u32,
+    /// REGISTERs per second the gate admits, all sources together
+    /// (R-OV-1), counted apart from `new_dialogs_per_s`: beyond it they get
+    /// 503 with Retry-After, and new calls keep their own capacity.
+    /// Default 5000 (a site of 300,000 phones re-registering within a
+    /// minute).
+    pub registers_per_s: u32,
+    /// REGISTERs let through at once above that rate. Default 10000.
+    pub registers_burst: u32,
+    /// REGISTERs per second from one source address (R-OV-2), counted apart
+    /// from its new dialogs: an office NAT re-registering all its phones
+    /// at once is let through while the source's calls keep their own
+    /// limit. Default 200 (4,000 phones behind one address re-registering
+    /// within 20 s).
+    pub per_source_register_rate: u32,
+    /// REGISTERs one source may send at once. Default 400.
+    pub per_source_register_burst: u32,
     /// New dialogs per second of one esg account (R-OV-2). Default 200 (ten
     /// times a trunk's 20 calls/s).
     pub per_account_rate: u32,
@@ -107,6 +126,10 @@ impl Default for OverloadConfig {
             retry_after_jitter_s: 5,
             per_source_rate: 50,
             per_source_burst: 100,
+            registers_per_s: 5_000,
+            registers_burst: 10_000,
+            per_source_register_rate: 200,
+            per_source_register_burst: 400,
             per_account_rate: 200,
             per_account_burst: 400,
             max_sources: 65_536,
@@ -172,6 +195,12 @@ pub(super) fn validate(
             c.new_dialogs_burst,
         ),
         ("per_source_burst", c.per_source_rate, c.per_source_burst),
+        ("registers_burst", c.registers_per_s, c.registers_burst),
+        (
+            "per_source_register_burst",
+            c.per_source_register_rate,
+            c.per_source_register_burst,
+        ),
         ("per_account_burst", c.per_account_rate, c.per_account_burst),
     ];
     for (field, rate, burst) in bursts {

@@ -111,12 +111,18 @@ fn overload_section_defaults_values_and_errors() {
     let d = &c.overload;
     assert_eq!((d.per_source_rate, d.per_source_burst), (50, 100));
     assert_eq!((d.per_account_rate, d.per_account_burst), (200, 400));
+    // R-OV-1 for REGISTER: its own capacity and per-source allowance.
+    assert_eq!((d.registers_per_s, d.registers_burst), (5_000, 10_000));
+    assert_eq!(
+        (d.per_source_register_rate, d.per_source_register_burst),
+        (200, 400)
+    );
     assert_eq!((d.max_sources, d.max_transactions), (65_536, 1 << 20));
     assert_eq!(d.tcp_queue_messages, 1024);
     assert_eq!(d.udp_workers, None, "one per core unless set");
     assert_eq!(d.action, LimitAction::Reject);
     let c = load(&format!(
-        "{GOOD}\n[overload]\nper_source_rate = 5\nper_source_burst = 2\naction = \"drop\"\nnew_dialog_deadline_ms = 50\nnew_dialogs_per_s = 0\nnew_dialogs_burst = 0\ntcp_queue_messages = 64\nudp_workers = 1\n"
+        "{GOOD}\n[overload]\nper_source_rate = 5\nper_source_burst = 2\naction = \"drop\"\nnew_dialog_deadline_ms = 50\nnew_dialogs_per_s = 0\nnew_dialogs_burst = 0\ntcp_queue_messages = 64\nudp_workers = 1\nregisters_per_s = 0\nregisters_burst = 0\nper_source_register_rate = 90\nper_source_register_burst = 9\n"
     ))
     .unwrap();
     let o = &c.overload;
@@ -129,6 +135,11 @@ fn overload_section_defaults_values_and_errors() {
         std::time::Duration::from_millis(50)
     );
     assert_eq!(o.new_dialogs_per_s, 0, "a rate of 0 turns the limit off");
+    assert_eq!(o.registers_per_s, 0, "a rate of 0 turns the limit off");
+    assert_eq!(
+        (o.per_source_register_rate, o.per_source_register_burst),
+        (90, 9)
+    );
     for (bad, field) in [
         ("max_sources = 0", "overload.max_sources"),
         ("max_transactions = 0", "overload.max_transactions"),
@@ -144,6 +155,11 @@ fn overload_section_defaults_values_and_errors() {
         ("per_source_burst = 0", "overload.per_source_burst"),
         ("per_account_burst = 0", "overload.per_account_burst"),
         ("new_dialogs_burst = 0", "overload.new_dialogs_burst"),
+        ("registers_burst = 0", "overload.registers_burst"),
+        (
+            "per_source_register_burst = 0",
+            "overload.per_source_register_burst",
+        ),
     ] {
         let e = load(&format!("{GOOD}\n[overload]\n{bad}\n")).unwrap_err();
         assert_eq!(e.field, field, "{e}");

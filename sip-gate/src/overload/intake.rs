@@ -25,12 +25,28 @@ pub(crate) fn class_of(msg: &SipMessage) -> Class {
 /// came in (a retransmitted INVITE stays ahead of the 200's ACK, and of
 /// the response that ends its transaction). Each pass is in arrival order.
 pub(crate) fn first<'a>(msg: &SipMessage, later: impl IntoIterator<Item = &'a SipMessage>) -> bool {
-    if class_of(msg) == Class::NewDialog {
+    if class_of(msg).is_new() {
         return false;
     }
     // Looked up once, not once per deferred message.
     let call_id = msg.call_id();
     later.into_iter().all(|m| m.call_id() != call_id)
+}
+
+/// Whether `msg`, one of a batch's put-off messages, is handled before the
+/// REGISTERs put off in `registers` (R-OV-1 for REGISTER): new dialogs go
+/// before REGISTERs, a caller waiting in person where a phone has its
+/// binding's lifetime and a Retry-After; anything of a put-off REGISTER's
+/// call stays behind it. Each pass is in arrival order.
+pub(crate) fn before_registers<'a>(
+    msg: &SipMessage,
+    registers: impl IntoIterator<Item = &'a SipMessage>,
+) -> bool {
+    if class_of(msg) == Class::Register {
+        return false;
+    }
+    let call_id = msg.call_id();
+    registers.into_iter().all(|m| m.call_id() != call_id)
 }
 
 /// One UDP worker's view of its intake queue: whether a datagram is
@@ -124,7 +140,7 @@ impl BatchSizes {
 /// moves per datagram, and nothing accumulates between scrapes.
 #[derive(Debug)]
 pub(crate) struct IntakeWaits {
-    counters: [[metrics::Counter; IntakeWaits::UPTO_US.len()]; 3],
+    counters: [[metrics::Counter; IntakeWaits::UPTO_US.len()]; 4],
 }
 
 impl IntakeWaits {
@@ -146,7 +162,7 @@ impl IntakeWaits {
     const LABELS: [&'static str; 12] = [
         "0.1", "0.25", "0.5", "1", "2.5", "5", "10", "25", "50", "100", "250", "+Inf",
     ];
-    const CLASSES: [&'static str; 3] = ["response", "in_dialog", "new_dialog"];
+    const CLASSES: [&'static str; 4] = ["response", "in_dialog", "new_dialog", "register"];
 
     pub(crate) fn new() -> IntakeWaits {
         IntakeWaits {
@@ -165,6 +181,7 @@ impl IntakeWaits {
             Class::Response => 0,
             Class::InDialog => 1,
             Class::NewDialog => 2,
+            Class::Register => 3,
         };
         let bucket = Self::bucket(waited);
         if let Some(c) = self.counters.get(row).and_then(|r| r.get(bucket)) {

@@ -10,7 +10,17 @@
 //! receive timestamp) and in the kernel's count of datagrams it dropped
 //! because the queue was full ([`IntakeMeter`]).
 //!
-//! Only new dialogs are ever refused ([`classify`]): while a worker is
+//! REGISTER is new work of its own class ([`Class::Register`], R-OV-1 for
+//! REGISTER): handled after the new dialogs of its batch, since a phone
+//! re-registering has its binding's remaining lifetime and a Retry-After to
+//! wait on while a caller waits in person; admitted against a capacity of
+//! its own (`registers_per_s`) so a registration avalanche does not take
+//! the new calls' share; and limited per source with an allowance of its
+//! own (`per_source_register_rate`) so an office NAT re-registering all its
+//! phones at once is let through while that address's calls keep their
+//! own limit.
+//!
+//! Only new work is ever refused ([`classify`]): while a worker is
 //! behind, while the gate is above its capacity for new dialogs, or while
 //! their source or account is above its limit, they get a stateless 503
 //! with Retry-After (R-OV-2 may drop them instead). Responses, ACK, CANCEL
@@ -32,7 +42,9 @@ use crate::message::Method;
 use crate::metrics as m;
 
 pub(crate) use bucket::{Bucket, Limit};
-pub(crate) use intake::{class_of, first, BatchSizes, IntakeMeter, IntakeWaits, MAX_BATCH};
+pub(crate) use intake::{
+    before_registers, class_of, first, BatchSizes, IntakeMeter, IntakeWaits, MAX_BATCH,
+};
 pub(crate) use lag::RuntimeLag;
 use sources::SourceTable;
 
@@ -43,9 +55,20 @@ pub(crate) enum Class {
     Response,
     /// ACK, CANCEL or a request inside a dialog (To tag): always handled.
     InDialog,
-    /// Any other request (INVITE, SUBSCRIBE, REGISTER, OPTIONS, MESSAGE
-    /// ... without To tag): new work, the first to be refused.
+    /// Any other request (INVITE, SUBSCRIBE, OPTIONS, MESSAGE ... without
+    /// To tag): new work, the first to be refused.
     NewDialog,
+    /// A REGISTER (never in a dialog): new work, refused like a new dialog,
+    /// handled after the new dialogs of a batch, with its own capacity and
+    /// per-source allowance.
+    Register,
+}
+
+impl Class {
+    /// New work: what the overload limits, access lists and bans judge.
+    pub(crate) fn is_new(self) -> bool {
+        matches!(self, Class::NewDialog | Class::Register)
+    }
 }
 
 /// R-OV-1's classification, from what the core has already scanned:
@@ -55,6 +78,7 @@ pub(crate) fn classify(method: Option<Method>, to_tag: bool) -> Class {
         None => Class::Response,
         Some(Method::Ack | Method::Cancel) => Class::InDialog,
         Some(_) if to_tag => Class::InDialog,
+        Some(Method::Register) => Class::Register,
         Some(_) => Class::NewDialog,
     }
 }
@@ -68,6 +92,8 @@ pub(crate) enum Why {
     Deadline,
     /// R-OV-1: the gate is above its capacity for new dialogs.
     Capacity,
+    /// R-OV-1: the gate is above its capacity for REGISTERs.
+    Registrations,
     /// R-OV-1: the transaction table is full.
     Transactions,
     /// R-OV-2: its source address is above its limit.
@@ -77,9 +103,10 @@ pub(crate) enum Why {
 }
 
 impl Why {
-    const ALL: [Why; 5] = [
+    const ALL: [Why; 6] = [
         Why::Deadline,
         Why::Capacity,
+        Why::Registrations,
         Why::Transactions,
         Why::Source,
         Why::Account,
@@ -87,7 +114,7 @@ impl Why {
 
     pub(crate) fn rule(self) -> &'static str {
         match self {
-            Why::Deadline | Why::Capacity | Why::Transactions => "R-OV-1",
+            Why::Deadline | Why::Capacity | Why::Registrations | Why::Transactions => "R-OV-1",
             Why::Source | Why::Account => "R-OV-2",
         }
     }
@@ -96,6 +123,7 @@ impl Why {
         match self {
             Why::Deadline => "deadline",
             Why::Capacity => "capacity",
+            Why::Registrations => "registrations",
             Why::Transactions => "transactions",
             Why::Source => "source",
             Why::Account => "account",
@@ -122,13 +150,16 @@ pub(crate) struct Overload {
     action: LimitAction,
     capacity: Limit,
     gate: Mutex<Bucket>,
+    register_capacity: Limit,
+    registers: Mutex<Bucket>,
     source_limit: Limit,
+    source_register_limit: Limit,
     sources: SourceTable,
     account_limit: Limit,
     accounts: Vec<Mutex<Bucket>>,
     /// `sipgate_overload_refusals_total{rule, limit, action}`, registered
     /// once: [reject, drop] per [`Why`].
-    refusals: [[metrics::Counter; 2]; 5],
+    refusals: [[metrics::Counter; 2]; 6],
 }
 
 impl Overload {
@@ -146,14 +177,25 @@ impl Overload {
             rate: c.per_source_rate,
             burst: c.per_source_burst,
         };
+        let register_capacity = Limit {
+            rate: c.registers_per_s,
+            burst: c.registers_burst,
+        };
+        let source_register_limit = Limit {
+            rate: c.per_source_register_rate,
+            burst: c.per_source_register_burst,
+        };
         Overload {
             retry_after: c.retry_after_s,
             retry_after_jitter: c.retry_after_jitter_s,
             action: c.action,
             capacity,
             gate: Mutex::new(Bucket::full(capacity, now)),
+            register_capacity,
+            registers: Mutex::new(Bucket::full(register_capacity, now)),
             source_limit,
-            sources: SourceTable::new(source_limit, c.max_sources),
+            source_register_limit,
+            sources: SourceTable::new([source_limit, source_register_limit], c.max_sources),
             account_limit,
             accounts: (0..accounts)
                 .map(|_| Mutex::new(Bucket::full(account_limit, now)))
@@ -183,23 +225,28 @@ impl Overload {
         self.account_limit.is_on() && !self.accounts.is_empty()
     }
 
-    /// Decides on a new dialog. `behind`: its worker read it past the
-    /// deadline; `source`: its address, `None` for a configured instance
-    /// (never limited per source); `account`: the esg account it belongs to.
-    /// The per-source and per-account limits come before the gate's
-    /// capacity, so one flooding source does not use up everyone's share.
+    /// Decides on new work (a new dialog, or a REGISTER when `register`).
+    /// `behind`: its worker read it past the deadline; `source`: its
+    /// address, `None` for a configured instance (never limited per
+    /// source); `account`: the esg account it belongs to. The per-source
+    /// and per-account limits come before the gate's capacity, so one
+    /// flooding source does not use up everyone's share. A REGISTER takes
+    /// from its source's REGISTER allowance and the gate's REGISTER
+    /// capacity, never from what new dialogs have (R-OV-1).
     pub(crate) fn admit(
         &self,
         behind: bool,
         source: Option<IpAddr>,
         account: Option<usize>,
+        register: bool,
         now: Instant,
     ) -> Verdict {
         if behind {
             return self.refuse(Why::Deadline, LimitAction::Reject);
         }
-        if let Some(ip) = source.filter(|_| self.sources_on()) {
-            if !self.sources.take(ip, now) {
+        let kind = usize::from(register);
+        if let Some(ip) = source.filter(|_| self.sources_on(register)) {
+            if !self.sources.take(ip, kind, now) {
                 return self.refuse(Why::Source, self.action);
             }
         }
@@ -208,7 +255,13 @@ impl Overload {
                 return self.refuse(Why::Account, self.action);
             }
         }
-        if self.capacity.is_on() && !lock(&self.gate).take(self.capacity, now) {
+        if register {
+            if self.register_capacity.is_on()
+                && !lock(&self.registers).take(self.register_capacity, now)
+            {
+                return self.refuse(Why::Registrations, LimitAction::Reject);
+            }
+        } else if self.capacity.is_on() && !lock(&self.gate).take(self.capacity, now) {
             return self.refuse(Why::Capacity, LimitAction::Reject);
         }
         Verdict::Pass
@@ -220,8 +273,12 @@ impl Overload {
         self.count(why, LimitAction::Reject);
     }
 
-    fn sources_on(&self) -> bool {
-        self.source_limit.is_on()
+    fn sources_on(&self, register: bool) -> bool {
+        if register {
+            self.source_register_limit.is_on()
+        } else {
+            self.source_limit.is_on()
+        }
     }
 
     fn refuse(&self, why: Why, action: LimitAction) -> Verdict {

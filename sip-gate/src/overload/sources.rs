@@ -1,5 +1,7 @@
 //! The per-source buckets of R-OV-2, in a table with a hard bound: a
-//! scanner that sends from a million addresses cannot grow it.
+//! scanner that sends from a million addresses cannot grow it. Each source
+//! has one bucket per kind of new work (new dialogs, REGISTERs), each with
+//! its own limit: an office NAT's registrations do not use up its calls'.
 //!
 //! Each shard keeps two generations. A source is looked up in the current
 //! one, then in the previous one (and moved up); when the current one is
@@ -21,9 +23,12 @@ use super::bucket::{Bucket, Limit};
 /// Shards, so the UDP workers rarely wait for one another.
 const SHARDS: usize = 16;
 
+/// Kinds of new work with a bucket of their own per source.
+pub(crate) const KINDS: usize = 2;
+
 #[derive(Debug)]
 pub(crate) struct SourceTable {
-    limit: Limit,
+    limits: [Limit; KINDS],
     /// Entries per generation of one shard.
     half: usize,
     shards: [Mutex<Shard>; SHARDS],
@@ -31,8 +36,8 @@ pub(crate) struct SourceTable {
 
 #[derive(Debug)]
 struct Shard {
-    current: HashMap<IpAddr, Bucket, Keyed>,
-    previous: HashMap<IpAddr, Bucket, Keyed>,
+    current: HashMap<IpAddr, [Bucket; KINDS], Keyed>,
+    previous: HashMap<IpAddr, [Bucket; KINDS], Keyed>,
 }
 
 /// The maps' hash: the address bits XORed with a random key, then a full
@@ -80,10 +85,11 @@ fn fmix(mut x: u64) -> u64 {
 }
 
 impl SourceTable {
-    /// A table of at most `bound` sources (rounded up to a multiple of 32).
-    pub(crate) fn new(limit: Limit, bound: usize) -> SourceTable {
+    /// A table of at most `bound` sources (rounded up to a multiple of 32),
+    /// with a limit per kind of new work.
+    pub(crate) fn new(limits: [Limit; KINDS], bound: usize) -> SourceTable {
         SourceTable {
-            limit,
+            limits,
             half: bound.div_ceil(2 * SHARDS).max(1),
             shards: std::array::from_fn(|_| {
                 let key = Keyed(rand::random());
@@ -95,20 +101,23 @@ impl SourceTable {
         }
     }
 
-    /// Takes a token from `source`'s bucket; `false`: over its limit.
-    pub(crate) fn take(&self, source: IpAddr, now: Instant) -> bool {
-        let Some(shard) = self.shards.get(shard_of(source)) else {
+    /// Takes a token from `source`'s bucket of `kind` (an index into the
+    /// limits); `false`: over its limit.
+    pub(crate) fn take(&self, source: IpAddr, kind: usize, now: Instant) -> bool {
+        let (Some(shard), Some(&limit)) =
+            (self.shards.get(shard_of(source)), self.limits.get(kind))
+        else {
             return true;
         };
         let mut s = shard.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(b) = s.current.get_mut(&source) {
-            return b.take(self.limit, now);
+        if let Some(b) = s.current.get_mut(&source).and_then(|b| b.get_mut(kind)) {
+            return b.take(limit, now);
         }
         let mut b = s
             .previous
             .remove(&source)
-            .unwrap_or_else(|| Bucket::full(self.limit, now));
-        let ok = b.take(self.limit, now);
+            .unwrap_or_else(|| self.limits.map(|l| Bucket::full(l, now)));
+        let ok = b.get_mut(kind).is_none_or(|b| b.take(limit, now));
         if s.current.len() >= self.half {
             let Shard { current, previous } = &mut *s;
             std::mem::swap(current, previous);
@@ -154,21 +163,36 @@ mod tests {
 
     #[test]
     fn a_source_over_its_limit_is_refused_others_are_not() {
-        let t = SourceTable::new(Limit { rate: 1, burst: 3 }, 1024);
+        let t = SourceTable::new([Limit { rate: 1, burst: 3 }; KINDS], 1024);
         let now = Instant::now();
-        let a = (0..10).filter(|_| t.take(v4(1), now)).count();
+        let a = (0..10).filter(|_| t.take(v4(1), 0, now)).count();
         assert_eq!(a, 3);
-        assert!(t.take(v4(2), now), "another source has its own bucket");
-        assert!(t.take(v4(1), now + Duration::from_secs(1)));
+        assert!(t.take(v4(2), 0, now), "another source has its own bucket");
+        assert!(t.take(v4(1), 0, now + Duration::from_secs(1)));
+    }
+
+    #[test]
+    fn r_ov_2_each_kind_of_new_work_has_its_own_bucket_per_source() {
+        // An office NAT: its REGISTERs (kind 1) have a larger allowance and
+        // using it up leaves its new dialogs (kind 0) theirs.
+        let t = SourceTable::new(
+            [Limit { rate: 1, burst: 2 }, Limit { rate: 1, burst: 50 }],
+            1024,
+        );
+        let now = Instant::now();
+        assert_eq!((0..80).filter(|_| t.take(v4(1), 1, now)).count(), 50);
+        assert_eq!((0..10).filter(|_| t.take(v4(1), 0, now)).count(), 2);
+        assert!(t.take(v4(1), 1, now + Duration::from_secs(1)));
+        assert!(t.take(v4(1), 9, now), "an unknown kind is not limited");
     }
 
     #[test]
     fn a_million_scanner_addresses_stay_within_the_bound() {
         let bound = 4096;
-        let t = SourceTable::new(Limit { rate: 1, burst: 1 }, bound);
+        let t = SourceTable::new([Limit { rate: 1, burst: 1 }; KINDS], bound);
         let now = Instant::now();
         for n in 0..1_000_000u32 {
-            assert!(t.take(v4(0x0A00_0000 + n), now), "first request of {n}");
+            assert!(t.take(v4(0x0A00_0000 + n), 0, now), "first request of {n}");
         }
         assert!(t.len() <= bound, "{} > {bound}", t.len());
     }
@@ -177,14 +201,14 @@ mod tests {
     fn a_busy_source_is_remembered_through_a_scan() {
         // The busy source sends between the scanner's addresses: it keeps
         // being found, so its bucket stays empty (refused), not reset.
-        let t = SourceTable::new(Limit { rate: 1, burst: 2 }, 256);
+        let t = SourceTable::new([Limit { rate: 1, burst: 2 }; KINDS], 256);
         let now = Instant::now();
         let busy = v4(7);
-        assert!(t.take(busy, now) && t.take(busy, now));
+        assert!(t.take(busy, 0, now) && t.take(busy, 0, now));
         for n in 0..10_000u32 {
-            t.take(v4(0x0B00_0000 + n), now);
+            t.take(v4(0x0B00_0000 + n), 0, now);
             if n % 8 == 0 {
-                assert!(!t.take(busy, now), "busy source reset at {n}");
+                assert!(!t.take(busy, 0, now), "busy source reset at {n}");
             }
         }
     }

@@ -23,22 +23,22 @@ fn request(method: &str, to_tag: Option<&str>) -> String {
 
 #[test]
 fn r_ov_1_classifies_new_dialogs_last_and_everything_else_first() {
-    for m in [
-        "INVITE",
-        "SUBSCRIBE",
-        "REGISTER",
-        "OPTIONS",
-        "MESSAGE",
-        "PUBLISH",
-    ] {
+    for m in ["INVITE", "SUBSCRIBE", "OPTIONS", "MESSAGE", "PUBLISH"] {
         assert_eq!(class_of(&scan(&request(m, None))), Class::NewDialog, "{m}");
+        assert!(Class::NewDialog.is_new());
         assert_eq!(
             class_of(&scan(&request(m, Some("b2")))),
             Class::InDialog,
             "{m}"
         );
     }
-    for m in ["BYE", "NOTIFY", "INFO", "UPDATE", "PRACK", "REFER"] {
+    // R-OV-1 for REGISTER: new work of its own class.
+    assert_eq!(class_of(&scan(&request("REGISTER", None))), Class::Register);
+    assert!(Class::Register.is_new());
+    assert!(!Class::InDialog.is_new() && !Class::Response.is_new());
+    for m in [
+        "BYE", "NOTIFY", "INFO", "UPDATE", "PRACK", "REFER", "REGISTER",
+    ] {
         assert_eq!(
             class_of(&scan(&request(m, Some("b2")))),
             Class::InDialog,
@@ -63,7 +63,8 @@ proptest! {
         let msg = scan(&request(&method, tag.as_deref()));
         let class = class_of(&msg);
         let new = tag.is_none() && method != "ACK" && method != "CANCEL";
-        prop_assert_eq!(class == Class::NewDialog, new, "{} {:?}", method, tag);
+        prop_assert_eq!(class.is_new(), new, "{} {:?}", method, tag);
+        prop_assert_eq!(class == Class::Register, new && method == "REGISTER");
         let response = format!("SIP/2.0 180 Ringing\nVia: SIP/2.0/UDP 192.0.2.1:5060;branch=z9hG4bK-1\nFrom: <sip:a@x>;tag=a1\nTo: <sip:b@x>\nCall-ID: c1\nCSeq: 1 {method}\nContent-Length: 0\n\n");
         prop_assert_eq!(class_of(&scan(&response)), Class::Response);
     }
@@ -83,10 +84,10 @@ fn r_ov_1_a_worker_behind_refuses_new_dialogs_without_spending_tokens() {
     let o = Overload::new(&config(|c| c.per_source_burst = 1), 0, Instant::now());
     let now = Instant::now();
     assert_eq!(
-        o.admit(true, Some(A), None, now),
+        o.admit(true, Some(A), None, false, now),
         Verdict::Reject(Why::Deadline)
     );
-    assert_eq!(o.admit(false, Some(A), None, now), Verdict::Pass);
+    assert_eq!(o.admit(false, Some(A), None, false, now), Verdict::Pass);
 }
 
 #[test]
@@ -98,14 +99,14 @@ fn r_ov_1_the_gate_capacity_is_shared_and_refills() {
     });
     let now = Instant::now();
     let o = Overload::new(&c, 0, now);
-    assert_eq!(o.admit(false, Some(A), None, now), Verdict::Pass);
-    assert_eq!(o.admit(false, Some(B), None, now), Verdict::Pass);
+    assert_eq!(o.admit(false, Some(A), None, false, now), Verdict::Pass);
+    assert_eq!(o.admit(false, Some(B), None, false, now), Verdict::Pass);
     assert_eq!(
-        o.admit(false, None, None, now),
+        o.admit(false, None, None, false, now),
         Verdict::Reject(Why::Capacity)
     );
     let later = now + Duration::from_millis(100);
-    assert_eq!(o.admit(false, None, None, later), Verdict::Pass);
+    assert_eq!(o.admit(false, None, None, false, later), Verdict::Pass);
 }
 
 #[test]
@@ -119,16 +120,16 @@ fn r_ov_2_one_source_over_its_limit_leaves_the_others_their_share() {
     let now = Instant::now();
     let o = Overload::new(&c, 0, now);
     let a: Vec<_> = (0..10)
-        .map(|_| o.admit(false, Some(A), None, now))
+        .map(|_| o.admit(false, Some(A), None, false, now))
         .collect();
     assert_eq!(a.iter().filter(|v| **v == Verdict::Pass).count(), 3);
     assert!(a[3..].iter().all(|v| *v == Verdict::Reject(Why::Source)));
     // B still gets the gate's remaining capacity: A's refusals took none.
-    assert_eq!(o.admit(false, Some(B), None, now), Verdict::Pass);
-    assert_eq!(o.admit(false, Some(B), None, now), Verdict::Pass);
+    assert_eq!(o.admit(false, Some(B), None, false, now), Verdict::Pass);
+    assert_eq!(o.admit(false, Some(B), None, false, now), Verdict::Pass);
     // Instances (no source) are never limited per source.
     assert_eq!(
-        o.admit(false, None, None, now),
+        o.admit(false, None, None, false, now),
         Verdict::Reject(Why::Capacity)
     );
 }
@@ -144,16 +145,24 @@ fn r_ov_2_accounts_have_their_own_limit_and_drop_is_silent() {
     let o = Overload::new(&c, 2, now);
     assert!(o.limits_accounts());
     let v: Vec<_> = (0..3)
-        .map(|i| o.admit(false, Some(IpAddr::V4(Ipv4Addr::from(i))), Some(1), now))
+        .map(|i| {
+            o.admit(
+                false,
+                Some(IpAddr::V4(Ipv4Addr::from(i))),
+                Some(1),
+                false,
+                now,
+            )
+        })
         .collect();
     assert_eq!(
         v,
         [Verdict::Pass, Verdict::Pass, Verdict::Drop(Why::Account)]
     );
-    assert_eq!(o.admit(false, Some(A), Some(0), now), Verdict::Pass);
+    assert_eq!(o.admit(false, Some(A), Some(0), false, now), Verdict::Pass);
     // The deadline is R-OV-1's: always a 503, never a silent drop.
     assert_eq!(
-        o.admit(true, Some(A), Some(0), now),
+        o.admit(true, Some(A), Some(0), false, now),
         Verdict::Reject(Why::Deadline)
     );
 }
@@ -244,4 +253,83 @@ fn r_ov_1_overload_retry_after_is_spread_over_the_jitter() {
     assert_eq!(seen, (5..=10).collect());
     let fixed = Overload::new(&config(|c| c.retry_after_jitter_s = 0), 0, now);
     assert!((0..50).all(|_| fixed.retry_after() == 5));
+}
+
+#[test]
+fn r_ov_1_registers_have_their_own_capacity_and_leave_new_dialogs_theirs() {
+    let c = config(|c| {
+        c.new_dialogs_per_s = 10;
+        c.new_dialogs_burst = 2;
+        c.registers_per_s = 10;
+        c.registers_burst = 3;
+        c.per_source_rate = 0;
+        c.per_source_register_rate = 0;
+    });
+    let now = Instant::now();
+    let o = Overload::new(&c, 0, now);
+    // An avalanche of REGISTERs uses up the REGISTER capacity...
+    let regs: Vec<_> = (0..10)
+        .map(|i| o.admit(false, Some(IpAddr::V4(Ipv4Addr::from(i))), None, true, now))
+        .collect();
+    assert_eq!(regs.iter().filter(|v| **v == Verdict::Pass).count(), 3);
+    assert!(regs[3..]
+        .iter()
+        .all(|v| *v == Verdict::Reject(Why::Registrations)));
+    // ...and new calls still have all of theirs.
+    assert_eq!(o.admit(false, Some(A), None, false, now), Verdict::Pass);
+    assert_eq!(o.admit(false, Some(B), None, false, now), Verdict::Pass);
+    assert_eq!(
+        o.admit(false, Some(A), None, false, now),
+        Verdict::Reject(Why::Capacity)
+    );
+    // The deadline refuses REGISTERs as it does new dialogs.
+    assert_eq!(
+        o.admit(true, Some(A), None, true, now + Duration::from_secs(1)),
+        Verdict::Reject(Why::Deadline)
+    );
+}
+
+#[test]
+fn r_ov_2_an_office_nat_registers_past_the_new_dialog_limit_of_its_address() {
+    // 100 phones behind one address re-register at once: over the
+    // address's new-dialog burst (5), within its REGISTER allowance (120);
+    // its calls keep their own five.
+    let c = config(|c| {
+        c.per_source_rate = 5;
+        c.per_source_burst = 5;
+        c.per_source_register_rate = 60;
+        c.per_source_register_burst = 120;
+    });
+    let now = Instant::now();
+    let o = Overload::new(&c, 0, now);
+    assert!((0..100).all(|_| o.admit(false, Some(A), None, true, now) == Verdict::Pass));
+    let calls: Vec<_> = (0..6)
+        .map(|_| o.admit(false, Some(A), None, false, now))
+        .collect();
+    assert_eq!(&calls[..5], &[Verdict::Pass; 5]);
+    assert_eq!(calls[5], Verdict::Reject(Why::Source));
+    // Past its REGISTER allowance the address is refused per source too.
+    let more: Vec<_> = (0..30)
+        .map(|_| o.admit(false, Some(A), None, true, now))
+        .collect();
+    assert_eq!(more.iter().filter(|v| **v == Verdict::Pass).count(), 20);
+    assert_eq!(more[29], Verdict::Reject(Why::Source));
+}
+
+#[test]
+fn r_ov_1_put_off_new_dialogs_go_before_put_off_registers_each_call_in_order() {
+    let msg = |method: &str, call: &str, to_tag: &str| {
+        scan(&format!(
+            "{method} sip:b@x SIP/2.0\nVia: SIP/2.0/UDP 127.0.0.1;branch=z9hG4bK1\nFrom: <sip:a@x>;tag=1\nTo: <sip:b@x>{to_tag}\nCall-ID: {call}\nCSeq: 1 {method}\nMax-Forwards: 70\nContent-Length: 0\n\n"
+        ))
+    };
+    let none: [&SipMessage; 0] = [];
+    assert!(!first(&msg("REGISTER", "r", ""), none));
+    assert!(!before_registers(&msg("REGISTER", "r", ""), none));
+    assert!(before_registers(&msg("INVITE", "c", ""), none));
+    assert!(before_registers(&msg("SUBSCRIBE", "c", ""), none));
+    let regs = [msg("REGISTER", "r", "")];
+    assert!(before_registers(&msg("INVITE", "c", ""), &regs));
+    // A message of a put-off REGISTER's call stays behind it.
+    assert!(!before_registers(&msg("OPTIONS", "r", ""), &regs));
 }

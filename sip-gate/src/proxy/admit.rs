@@ -20,7 +20,7 @@ impl Core {
         let access = &req.listener.access;
         if access.is_open()
             || req.origin.is_some()
-            || classify(Some(req.method), req.to_tag) != Class::NewDialog
+            || !classify(Some(req.method), req.to_tag).is_new()
             || access.admits(req.inbound.peer().ip())
         {
             return None;
@@ -39,7 +39,7 @@ impl Core {
     /// `sipgate_requests_total{outcome="auth_banned"}`; in-dialog requests
     /// and configured instances are never banned.
     pub(super) fn banned(&self, req: &Request<'_>) -> Option<Decision> {
-        if req.origin.is_some() || classify(Some(req.method), req.to_tag) != Class::NewDialog {
+        if req.origin.is_some() || !classify(Some(req.method), req.to_tag).is_new() {
             return None;
         }
         let peer = req.inbound.peer().ip();
@@ -61,7 +61,8 @@ impl Core {
     /// `None`: `req` is not a new dialog, or it is admitted; else what the
     /// gate does instead (a 503 with Retry-After, or nothing).
     pub(super) fn admit_new(&self, req: &Request<'_>) -> Option<Decision> {
-        if classify(Some(req.method), req.to_tag) != Class::NewDialog {
+        let class = classify(Some(req.method), req.to_tag);
+        if !class.is_new() {
             return None;
         }
         let peer = req.inbound.peer();
@@ -77,11 +78,13 @@ impl Core {
         } else {
             None
         };
-        match req
-            .site
-            .overload
-            .admit(req.behind, source, account, req.now)
-        {
+        match req.site.overload.admit(
+            req.behind,
+            source,
+            account,
+            class == Class::Register,
+            req.now,
+        ) {
             Verdict::Pass => None,
             Verdict::Reject(why) => Some(Decision::Refuse {
                 reply: overload_reply(why, req.site.overload.retry_after()),
@@ -102,7 +105,7 @@ impl Core {
 fn overload_reply(why: Why, retry_after: u32) -> Reply<'static> {
     let reason = match why {
         Why::Source | Why::Account => "Rate Limited",
-        Why::Deadline | Why::Capacity | Why::Transactions => "Overloaded",
+        Why::Deadline | Why::Capacity | Why::Registrations | Why::Transactions => "Overloaded",
     };
     Reply {
         code: 503,

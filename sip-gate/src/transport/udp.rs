@@ -118,8 +118,8 @@ pub(super) fn udp_worker(
 
 /// Handles a batch (R-OV-1): responses and in-dialog requests as they
 /// come, new dialogs (and what follows them in their call) after them
-/// (`later`), each judged against the deadline when its turn comes. A
-/// batch of one is handled as it comes.
+/// (`later`), REGISTERs last, each judged against the deadline when its
+/// turn comes. A batch of one is handled as it comes.
 fn serve_batch(
     net: &Arc<Net>,
     listener: usize,
@@ -142,7 +142,17 @@ fn serve_batch(
             later.push((from, msg));
         }
     }
+    // New dialogs, then REGISTERs (R-OV-1 for REGISTER): both refused
+    // past the deadline, so in an avalanche the REGISTERs are what waits.
+    let mut registers = Vec::new();
     for (from, msg) in later.drain(..) {
+        if overload::before_registers(&msg, registers.iter().map(|(_, m)| m)) {
+            serve(net, listener, intake, from, msg);
+        } else {
+            registers.push((from, msg));
+        }
+    }
+    for (from, msg) in registers {
         serve(net, listener, intake, from, msg);
     }
 }

@@ -49,6 +49,44 @@ fn r_ov_2_over_the_source_limit_503_rate_limited_with_retry_after_in_dialog_stil
     );
 }
 
+/// R-OV-1 for REGISTER: an office NAT (many phones behind one address)
+/// re-registering at once is let through past its address's new-dialog
+/// limit, within the REGISTER allowance of its own; its calls keep theirs;
+/// past the allowance, 503 Rate Limited with Retry-After.
+#[test]
+fn r_ov_1_an_office_nat_re_registers_within_its_own_allowance_and_its_calls_keep_theirs() {
+    let o = SiteOpts {
+        overload: "per_source_rate = 1\nper_source_burst = 1\nper_source_register_rate = 1\nper_source_register_burst = 20\nretry_after_s = 9\nretry_after_jitter_s = 0\n",
+        ..SiteOpts::default()
+    };
+    let g = Gate::new(&o);
+    let register = |n: u32| {
+        Req::new(
+            "REGISTER",
+            "sip:example.com",
+            &format!("reg-{n}@office"),
+            &format!("SIP/2.0/UDP 203.0.113.10:5062;branch=z9hG4bKreg{n};rport"),
+        )
+        .to(&format!("sip:phone{n}@example.com"))
+        .set("Contact", &format!("<sip:phone{n}@10.0.0.{n}:5060>"))
+        .set("Expires", "600")
+        .bytes()
+    };
+    // Twenty phones behind one address: all forwarded.
+    for n in 0..20 {
+        dest(g.udp(L_SG_BAL, UA, &register(n)), L_SG_BAL);
+    }
+    // The address's calls have their own bucket: one call (its burst).
+    dest(
+        g.udp(L_SG_BAL, UA, &invite("nat", "203.0.113.10:5062").bytes()),
+        L_SG_BAL,
+    );
+    // The twenty-first REGISTER is over the allowance.
+    let r = replied(g.udp(L_SG_BAL, UA, &register(20)), L_SG_BAL, UA, 503);
+    assert_eq!(other_header(&r, "Retry-After").as_deref(), Some("9"));
+    assert!(String::from_utf8_lossy(r.raw()).starts_with("SIP/2.0 503 Rate Limited\r\n"));
+}
+
 #[test]
 fn r_ov_2_an_esg_trunk_is_limited_as_its_account_not_per_source_address() {
     let o = SiteOpts {

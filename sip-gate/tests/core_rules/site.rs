@@ -90,7 +90,7 @@ impl Default for SiteOpts {
             // Tests send hundreds of new dialogs from one address at one
             // instant: no per-source or per-account limit unless a test
             // sets one (the `overload` module).
-            overload: "per_source_rate = 0\nper_account_rate = 0\n",
+            overload: "per_source_rate = 0\nper_account_rate = 0\nper_source_register_rate = 0\n",
         }
     }
 }

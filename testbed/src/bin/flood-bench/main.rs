@@ -186,7 +186,7 @@ fn run_all(o: &Opts) -> Vec<Run> {
                         r.normal.refused,
                         r.flood.refused,
                         r.cpu_us_per_established(),
-                        report::percentile(&r.latency_us, 0.99) / 1000.0
+                        testbed::callbench::percentile(&r.latency_us, 0.99) / 1000.0
                     );
                     runs.push(r);
                 }

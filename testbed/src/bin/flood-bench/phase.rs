@@ -6,13 +6,12 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use testbed::callbench::{in_dialog_latencies, queue_wait_p99_ms, refusals, GateProcess, Outcomes};
 use testbed::http::get_ok as http_get;
-use testbed::{wait_listening, ProcStats, Scenario, Sipp, SippHandle, SippReport, Transport};
+use testbed::{ProcStats, Scenario, Sipp, SippHandle, SippReport};
 
-use crate::report::{in_dialog_latencies, queue_wait_p99_ms, refusals, Outcomes};
 use crate::Opts;
 
 /// The benchmark's own loopback network: 127.78.0.0/24.
@@ -112,19 +111,6 @@ impl Run {
     }
 }
 
-/// The gate process; killed on drop.
-struct Gate {
-    child: Child,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Gate {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// The site: three sg (the SIPp servers) behind a balance listener, and
 /// the `[overload]` limits under test. The bursts are a tenth of a second
 /// of their rates, so a limit bites within the run rather than after a
@@ -162,30 +148,14 @@ fn site_toml(o: &Opts, listen: SocketAddr) -> String {
     t
 }
 
-fn start_gate(o: &Opts, phase: Phase) -> Result<Gate, String> {
-    let dir = tempfile::Builder::new()
-        .prefix("flood-bench-")
-        .tempdir()
-        .map_err(|e| e.to_string())?;
-    let site = dir.path().join("site.toml");
-    std::fs::write(&site, site_toml(o, phase.addr()))
-        .map_err(|e| format!("writing {}: {e}", site.display()))?;
-    let child = Command::new(o.gate())
-        .arg("--config")
-        .arg(&site)
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("starting {}: {e}", o.gate().display()))?;
-    let gate = Gate { child, _dir: dir };
-    if !wait_listening(phase.addr(), Transport::Udp, Duration::from_secs(10)) {
-        return Err(format!("sip-gate did not listen on {}", phase.addr()));
-    }
+fn start_gate(o: &Opts, phase: Phase) -> Result<GateProcess, String> {
     // Let the gate probe its instances once: until then they are unknown.
-    std::thread::sleep(Duration::from_millis(1500));
-    Ok(gate)
+    GateProcess::start(
+        &o.gate(),
+        &site_toml(o, phase.addr()),
+        phase.addr(),
+        Duration::from_millis(1500),
+    )
 }
 
 /// The three sg: SIPp `uas_call` (INVITE, re-INVITE, BYE), answering the
@@ -281,7 +251,7 @@ pub(crate) fn measure(o: &Opts, phase: Phase, round: u32) -> Result<Run, String>
         .prefix("flood-bench-logs-")
         .tempdir()
         .map_err(|e| e.to_string())?;
-    let before = ProcStats::sample(gate.child.id()).map_err(|e| e.to_string())?;
+    let before = ProcStats::sample(gate.pid()).map_err(|e| e.to_string())?;
     let started = std::time::Instant::now();
     let callers = start_callers(o, phase, dir.path())?;
     let wait = Duration::from_secs(u64::from(o.seconds) + 60);
@@ -308,7 +278,7 @@ pub(crate) fn measure(o: &Opts, phase: Phase, round: u32) -> Result<Run, String>
             normal_logs.push(log);
         }
     }
-    let after = ProcStats::sample(gate.child.id()).map_err(|e| e.to_string())?;
+    let after = ProcStats::sample(gate.pid()).map_err(|e| e.to_string())?;
     let wall_us = started.elapsed().as_micros() as u64;
     // Empty when the gate does not answer: the run's refusals then read 0.
     let metrics =
