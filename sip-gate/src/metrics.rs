@@ -21,6 +21,12 @@ pub(crate) const REQUESTS: &str = "sipgate_requests_total";
 pub(crate) const RESPONSES: &str = "sipgate_responses_total";
 /// Batches read by the UDP workers, by `size` (datagrams, in powers of two).
 pub(crate) const UDP_BATCHES: &str = "sipgate_udp_batches_total";
+/// UDP worker threads of each `listener` (issue 29: one at start unless
+/// `[overload] udp_workers` fixes the count, more while they are busy).
+pub(crate) const UDP_WORKERS: &str = "sipgate_udp_workers";
+/// The share of the last second a `listener`'s UDP workers were on CPU,
+/// their mean (0 to 1): what the automatic worker count is decided on.
+pub(crate) const UDP_WORKER_BUSY: &str = "sipgate_udp_worker_busy_ratio";
 /// Datagrams by how long they waited in a UDP worker's queue, from the
 /// kernel's receive timestamp to their handling, by `class` (`response`,
 /// `in_dialog`, `new_dialog`) and `upto_ms` (the bucket's upper bound).

@@ -171,10 +171,12 @@ pub fn gate_restart_only(old: &SiteConfig, new: &SiteConfig) -> Vec<String> {
         (old.work != new.work, "[work]: the work book's tables and windows are sized at start"),
         (
             old.overload.udp_workers != new.overload.udp_workers
+                || old.overload.udp_workers_max != new.overload.udp_workers_max
+                || old.overload.udp_worker_busy_percent != new.overload.udp_worker_busy_percent
                 || old.overload.udp_rcvbuf_bytes != new.overload.udp_rcvbuf_bytes
                 || old.overload.max_transactions != new.overload.max_transactions
                 || old.overload.new_dialog_deadline_ms != new.overload.new_dialog_deadline_ms,
-            "[overload] udp_workers, udp_rcvbuf_bytes, max_transactions or new_dialog_deadline_ms: sockets, the transaction table and the intake meters are made at start",
+            "[overload] udp_workers, udp_workers_max, udp_worker_busy_percent, udp_rcvbuf_bytes, max_transactions or new_dialog_deadline_ms: sockets, the transaction table and the intake meters are made at start",
         ),
     ];
     why.extend(

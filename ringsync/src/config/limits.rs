@@ -51,13 +51,25 @@ pub struct OverloadConfig {
     /// Bound of each UDP worker's receive queue in bytes (the socket's
     /// `SO_RCVBUF`; the kernel caps it at `net.core.rmem_max`). Default 4 MiB.
     pub udp_rcvbuf_bytes: usize,
-    /// UDP worker threads per listener, each with its own socket on the
-    /// listener's address (`SO_REUSEPORT`: the kernel keeps each peer on one
-    /// of them, so its messages stay in order). Unset: one per core, at most
-    /// 8. Fewer workers than cores cost less CPU per call while one core
-    /// keeps up (fewer threads wake and switch for the same datagrams,
-    /// docs/benchmarks.md); more spread a burst over cores. 1 to 64.
+    /// A fixed count of UDP worker threads per listener, each with its own
+    /// socket on the listener's address (`SO_REUSEPORT`: the kernel keeps
+    /// each peer on one of them, so its messages stay in order). Unset (the
+    /// default): the count is automatic, see [`OverloadConfig::udp_workers_max`].
+    /// 1 to 64; not with `udp_workers_max`.
     pub udp_workers: Option<usize>,
+    /// The automatic worker count's ceiling (when `udp_workers` is unset):
+    /// each listener starts with one worker, and gets another, up to this
+    /// many, when its workers were on CPU more than
+    /// `udp_worker_busy_percent` of the time for a few seconds in a row.
+    /// One worker costs less CPU per call while it keeps up (fewer threads
+    /// wake and switch for the same datagrams, docs/benchmarks.md); more
+    /// spread a load one core cannot carry. Unset: one per core, at most
+    /// 8. 1 to 64.
+    pub udp_workers_max: Option<usize>,
+    /// The share of the time (percent) a listener's UDP workers must be on
+    /// CPU, on average, for the automatic count to add one. Default 75. 1
+    /// to 99.
+    pub udp_worker_busy_percent: u32,
     /// Bound of each TCP (or TLS) connection's send queue, in messages; a
     /// message beyond it is dropped (`sipgate_dropped_total{reason=
     /// "tcp_queue_full"}`), as a peer that does not read is not waited for.
@@ -120,6 +132,8 @@ impl Default for OverloadConfig {
             new_dialog_deadline_ms: 200,
             udp_rcvbuf_bytes: 4 << 20,
             udp_workers: None,
+            udp_workers_max: None,
+            udp_worker_busy_percent: 75,
             tcp_queue_messages: 1024,
             max_transactions: 1 << 20,
             retry_after_s: 5,
@@ -180,13 +194,24 @@ pub(super) fn validate(
             "must be at least 65536 (one largest datagram)",
         );
     }
-    if c.udp_workers
-        .is_some_and(|n| !(1..=MAX_UDP_WORKERS).contains(&n))
+    let workers = [
+        ("udp_workers", c.udp_workers),
+        ("udp_workers_max", c.udp_workers_max),
+    ];
+    if let Some((field, _)) = workers
+        .iter()
+        .find(|(_, n)| n.is_some_and(|n| !(1..=MAX_UDP_WORKERS).contains(&n)))
     {
+        return bad(field, &format!("must be from 1 to {MAX_UDP_WORKERS}"));
+    }
+    if c.udp_workers.is_some() && c.udp_workers_max.is_some() {
         return bad(
-            "udp_workers",
-            &format!("must be from 1 to {MAX_UDP_WORKERS}"),
+            "udp_workers_max",
+            "is the automatic worker count's ceiling: set it or udp_workers (a fixed count), not both",
         );
+    }
+    if !(1..=99).contains(&c.udp_worker_busy_percent) {
+        return bad("udp_worker_busy_percent", "must be from 1 to 99");
     }
     let bursts = [
         (

@@ -119,7 +119,8 @@ fn overload_section_defaults_values_and_errors() {
     );
     assert_eq!((d.max_sources, d.max_transactions), (65_536, 1 << 20));
     assert_eq!(d.tcp_queue_messages, 1024);
-    assert_eq!(d.udp_workers, None, "one per core unless set");
+    assert_eq!(d.udp_workers, None, "automatic unless set");
+    assert_eq!((d.udp_workers_max, d.udp_worker_busy_percent), (None, 75));
     assert_eq!(d.action, LimitAction::Reject);
     let c = load(&format!(
         "{GOOD}\n[overload]\nper_source_rate = 5\nper_source_burst = 2\naction = \"drop\"\nnew_dialog_deadline_ms = 50\nnew_dialogs_per_s = 0\nnew_dialogs_burst = 0\ntcp_queue_messages = 64\nudp_workers = 1\nregisters_per_s = 0\nregisters_burst = 0\nper_source_register_rate = 90\nper_source_register_burst = 9\n"
@@ -130,6 +131,15 @@ fn overload_section_defaults_values_and_errors() {
     assert_eq!(o.action, LimitAction::Drop);
     assert_eq!(o.tcp_queue_messages, 64);
     assert_eq!(o.udp_workers, Some(1));
+    let c = load(&format!(
+        "{GOOD}\n[overload]\nudp_workers_max = 4\nudp_worker_busy_percent = 20\n"
+    ))
+    .unwrap();
+    assert_eq!(
+        (c.overload.udp_workers, c.overload.udp_workers_max),
+        (None, Some(4))
+    );
+    assert_eq!(c.overload.udp_worker_busy_percent, 20);
     assert_eq!(
         o.new_dialog_deadline(),
         std::time::Duration::from_millis(50)
@@ -152,6 +162,20 @@ fn overload_section_defaults_values_and_errors() {
         ("udp_rcvbuf_bytes = 1000", "overload.udp_rcvbuf_bytes"),
         ("udp_workers = 0", "overload.udp_workers"),
         ("udp_workers = 65", "overload.udp_workers"),
+        ("udp_workers_max = 0", "overload.udp_workers_max"),
+        ("udp_workers_max = 65", "overload.udp_workers_max"),
+        (
+            "udp_workers = 2\nudp_workers_max = 4",
+            "overload.udp_workers_max",
+        ),
+        (
+            "udp_worker_busy_percent = 0",
+            "overload.udp_worker_busy_percent",
+        ),
+        (
+            "udp_worker_busy_percent = 100",
+            "overload.udp_worker_busy_percent",
+        ),
         ("per_source_burst = 0", "overload.per_source_burst"),
         ("per_account_burst = 0", "overload.per_account_burst"),
         ("new_dialogs_burst = 0", "overload.new_dialogs_burst"),

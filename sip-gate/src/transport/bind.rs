@@ -10,7 +10,8 @@ use std::sync::Arc;
 use ringsync::config::{SiteConfig, Transport};
 use tokio::net::{TcpListener, TcpSocket};
 
-use super::udp::{bind_udp, udp_workers};
+use super::udp::bind_udp;
+use super::workers::Plan;
 use super::BoundListener;
 
 /// A listener's socket that could not be bound: which listener, which
@@ -57,7 +58,9 @@ pub(crate) async fn bind(
     let mut bound = Vec::new();
     // Each UDP worker's intake bound (R-OV-1).
     let rcvbuf = config.overload.udp_rcvbuf_bytes;
-    let workers = config.overload.udp_workers.unwrap_or_else(udp_workers);
+    // The sockets bound now: the fixed count, or one (issue 29: the
+    // supervisor adds more while the workers are busy, `workers.rs`).
+    let workers = Plan::of(&config.overload).initial();
     for l in &mut config.listeners {
         let failed = |transport, addr| {
             let listener = l.name.clone();

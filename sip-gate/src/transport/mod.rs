@@ -45,13 +45,13 @@ mod bind;
 mod read_timer;
 mod tls;
 mod udp;
+mod workers;
 mod ws;
 pub(crate) use bind::bind;
 pub use bind::{BindError, SocketKind};
 use read_timer::{Expired, ReadTimer};
 pub use tls::TlsReload;
 pub(crate) use tls::TlsSide;
-use udp::udp_worker;
 
 /// Largest SIP message accepted on a stream (and a UDP receive slot).
 pub(crate) const MAX_MESSAGE: usize = 65_535;
@@ -122,25 +122,19 @@ pub(crate) fn spawn(
     });
     tracker.spawn(net.lag.clone().run(shutdown.clone()));
 
-    let mut threads = Vec::new();
     let mut probe_socket = None;
+    let mut udp_sockets = Vec::new();
     for (idx, l) in listeners.into_iter().enumerate() {
-        for (w, sock) in l.udp.into_iter().enumerate() {
-            if probe_socket.is_none() {
-                probe_socket = Some((idx, sock.clone()));
-            }
-            let (net, stop) = (net.clone(), shutdown.clone());
-            let name = format!("udp-{idx}-{w}");
-            threads.push(
-                std::thread::Builder::new()
-                    .name(name)
-                    .spawn(move || udp_worker(net, idx, sock, stop))?,
-            );
+        if let (None, Some(sock)) = (&probe_socket, l.udp.first()) {
+            probe_socket = Some((idx, sock.clone()));
         }
+        udp_sockets.push((idx, l.udp));
         if let Some(tcp) = l.tcp {
             tracker.spawn(accept_loop(net.clone(), idx, tcp, shutdown.clone()));
         }
     }
+    let plan = workers::Plan::of(&core.config().overload);
+    let threads = workers::start(&net, udp_sockets, plan, &shutdown)?;
     if let Some((idx, sock)) = probe_socket {
         if let Some(prober) = core.prober(idx) {
             tracker.spawn(crate::health::run(prober, sock, shutdown.clone()));

@@ -23,11 +23,12 @@ use crate::metrics as m;
 use crate::overload::{self, BatchSizes, IntakeMeter, IntakeWaits, MAX_BATCH};
 use crate::txn::Inbound;
 
-/// UDP workers per listener unless `[overload] udp_workers` says: as many
-/// as the cores this process may run on (`available_parallelism`: CPU
-/// affinity and cgroup quota count), at most 8, and 2 when that cannot be
-/// read; so a burst from many peers can use every core, while each peer's
-/// messages stay on one worker (in order).
+/// The automatic worker count's ceiling unless `[overload]
+/// udp_workers_max` says (`workers.rs`): as many as the cores this process
+/// may run on (`available_parallelism`: CPU affinity and cgroup quota
+/// count), at most 8, and 2 when that cannot be read; so a load one core
+/// cannot carry can use every core, while each peer's messages stay on one
+/// worker (in order).
 pub(super) fn udp_workers() -> usize {
     std::thread::available_parallelism()
         .map_or(2, |n| n.get())

@@ -14,9 +14,11 @@
 //! Systems: `relay` (the floor: one recv and one send per datagram; it
 //! reads only the Call-ID, to keep each call on one of the same three
 //! servers), `kamailio` (bench/kamailio/kamailio.cfg: tm + rr + dispatcher),
-//! `sip-gate` (with `[overload] udp_workers = 1`), `sip-gate+drain` (the
-//! same with one of the three sg in an active drain profile) and
-//! `sip-gate-per-core` (the default worker count, one per core).
+//! `sip-gate` (the default configuration: one UDP worker, more only while
+//! it is busy), `sip-gate+drain` (the same with one of the three sg in an
+//! active drain profile), `sip-gate-1` (`[overload] udp_workers = 1`, a
+//! fixed worker) and `sip-gate-per-core` (`udp_workers` fixed at the core
+//! count).
 //!
 //! ```text
 //! cargo build --release -p sip-gate -p testbed
@@ -61,13 +63,17 @@ enum System {
     Relay,
     /// Kamailio with tm, rr and dispatcher (bench/kamailio/kamailio.cfg).
     Kamailio,
-    /// sip-gate balancing over the three sg, with one UDP worker.
+    /// sip-gate balancing over the three sg, with the default (automatic)
+    /// UDP worker count.
     #[value(name = "sip-gate")]
     Gate,
     /// The same with one of the three sg in an active drain profile.
     #[value(name = "sip-gate+drain")]
     GateDrain,
-    /// sip-gate as configured by default: a UDP worker per core.
+    /// sip-gate with one fixed UDP worker (`udp_workers = 1`).
+    #[value(name = "sip-gate-1")]
+    GateOne,
+    /// sip-gate with a fixed UDP worker per core (`udp_workers` = cores).
     #[value(name = "sip-gate-per-core")]
     GatePerCore,
 }
@@ -79,6 +85,7 @@ impl System {
             System::Kamailio => "kamailio",
             System::Gate => "sip-gate",
             System::GateDrain => "sip-gate+drain",
+            System::GateOne => "sip-gate-1",
             System::GatePerCore => "sip-gate-per-core",
         }
     }
@@ -91,8 +98,28 @@ impl System {
             System::Gate => 4,
             System::GateDrain => 5,
             System::GatePerCore => 6,
+            System::GateOne => 7,
         };
         SocketAddr::new(ip(host), 5060)
+    }
+
+    /// Whether it is a sip-gate configuration.
+    fn is_gate(self) -> bool {
+        !matches!(self, System::Relay | System::Kamailio)
+    }
+
+    /// The `[overload] udp_workers` line of a gate configuration: none for
+    /// the default (automatic) count.
+    fn udp_workers(self) -> Option<usize> {
+        match self {
+            System::GateOne => Some(1),
+            System::GatePerCore => Some(
+                std::thread::available_parallelism()
+                    .map_or(2, |n| n.get())
+                    .clamp(1, 8),
+            ),
+            _ => None,
+        }
     }
 }
 
@@ -121,7 +148,7 @@ struct Opts {
         long,
         value_name = "SYSTEM,...",
         value_delimiter = ',',
-        default_value = "relay,kamailio,sip-gate,sip-gate+drain,sip-gate-per-core"
+        default_value = "relay,kamailio,sip-gate,sip-gate+drain,sip-gate-1,sip-gate-per-core"
     )]
     systems: Vec<System>,
     /// The sip-gate binary (default: `sip-gate` next to this one).
@@ -162,6 +189,8 @@ impl Opts {
 struct Run {
     system: System,
     rate: u32,
+    /// The round it ran in (from 1): ratios are taken within a round.
+    round: u32,
     ok: u64,
     failed: u64,
     cpu_us_per_call: f64,
@@ -254,11 +283,9 @@ fn gate_site(dir: &Path, listen: SocketAddr, system: System) -> Result<PathBuf, 
         t,
         "[overload]\nper_source_rate = 100000\nper_source_burst = 100000"
     );
-    // One UDP worker: on two cores shared with the four SIPp processes it
-    // costs less CPU a call than one per core (docs/benchmarks.md), and it
-    // kept up at 5000 calls/s, the highest rate this bench runs.
-    if system != System::GatePerCore {
-        let _ = writeln!(t, "udp_workers = 1");
+    // The default worker count unless the system fixes it (issue 29).
+    if let Some(n) = system.udp_workers() {
+        let _ = writeln!(t, "udp_workers = {n}");
     }
     let _ = writeln!(t);
     for i in 0..SERVERS {
@@ -337,7 +364,7 @@ fn start(system: System, o: &Opts) -> Result<Proxy, String> {
                 Some(k.start().map_err(|e| format!("starting kamailio: {e}"))?),
             )
         }
-        System::Gate | System::GateDrain | System::GatePerCore => {
+        System::Gate | System::GateDrain | System::GateOne | System::GatePerCore => {
             let site = gate_site(dir.path(), addr, system)?;
             let mut c = Command::new(o.gate());
             c.arg("--config").arg(&site).env("RUST_LOG", "warn");
@@ -375,7 +402,7 @@ fn servers() -> Result<Vec<SippHandle>, String> {
         .collect()
 }
 
-fn measure(system: System, rate: u32, o: &Opts) -> Result<Run, String> {
+fn measure(system: System, (rate, round): (u32, u32), o: &Opts) -> Result<Run, String> {
     let proxy = start(system, o)?;
     let calls = u64::from(rate) * u64::from(o.seconds);
     let drops_before = UdpDrops::read();
@@ -395,16 +422,16 @@ fn measure(system: System, rate: u32, o: &Opts) -> Result<Run, String> {
     let after = ProcStats::sample(proxy.pid()).map_err(|e| e.to_string())?;
     let drops_after = UdpDrops::read();
     // Where the gate sent new calls: proves the drain steered (sg-1 gets none).
-    let spread = match system {
-        System::Gate | System::GateDrain | System::GatePerCore => {
-            new_work_spread(SocketAddr::new(system.addr().ip(), 19091))
-        }
-        _ => String::new(),
+    let spread = if system.is_gate() {
+        new_work_spread(SocketAddr::new(system.addr().ip(), 19091))
+    } else {
+        String::new()
     };
     let done = report.successful + report.failed;
     Ok(Run {
         system,
         rate,
+        round,
         ok: report.successful,
         failed: report.failed.max(calls.saturating_sub(done)),
         cpu_us_per_call: after.cpu_since(&before).as_micros() as f64 / calls as f64,
@@ -427,7 +454,8 @@ fn measure(system: System, rate: u32, o: &Opts) -> Result<Run, String> {
     })
 }
 
-/// `sg-0 n0 / sg-1 n1 / sg-2 n2` from the gate's `sipgate_new_work_total`.
+/// `sg-0 n0 / sg-1 n1 / sg-2 n2` from the gate's `sipgate_new_work_total`,
+/// then its UDP worker count at the end of the run (`sipgate_udp_workers`).
 fn new_work_spread(admin: SocketAddr) -> String {
     use std::io::{Read, Write};
     let Ok(mut conn) = std::net::TcpStream::connect_timeout(&admin, Duration::from_secs(2)) else {
@@ -437,7 +465,7 @@ fn new_work_spread(admin: SocketAddr) -> String {
     let _ = conn.write_all(b"GET /metrics HTTP/1.0\r\nHost: bench\r\n\r\n");
     let mut body = String::new();
     let _ = conn.read_to_string(&mut body);
-    (0..SERVERS)
+    let spread = (0..SERVERS)
         .map(|i| {
             let key = format!("sipgate_new_work_total{{instance=\"sg-{i}\"}} ");
             let n = body
@@ -447,7 +475,12 @@ fn new_work_spread(admin: SocketAddr) -> String {
             format!("sg-{i} {n}")
         })
         .collect::<Vec<_>>()
-        .join(" / ")
+        .join(" / ");
+    let workers = body
+        .lines()
+        .find_map(|l| l.strip_prefix("sipgate_udp_workers{listener=\"subs\"} "))
+        .unwrap_or("?");
+    format!("{spread}; {workers} udp workers")
 }
 
 /// Every run of every round, systems interleaved, with progress on stderr.
@@ -466,7 +499,7 @@ fn run_all(o: &Opts) -> Result<Vec<Run>, String> {
                 // A run that cannot finish (on a loaded machine SIPp may
                 // outlive its deadline) is reported and left out of the
                 // medians; the other runs still count.
-                let r = match measure(system, rate, o) {
+                let r = match measure(system, (rate, round), o) {
                     Ok(r) => r,
                     Err(e) => {
                         eprintln!("error: {e} (run left out)");

@@ -90,6 +90,39 @@ fn knees(runs: &[Run], o: &Opts) -> String {
     t
 }
 
+/// Each gate configuration's CPU per call over the relay's in the same
+/// round, every round and their median: the machine's drift between
+/// rounds hits both sides of each ratio alike.
+fn same_round(runs: &[Run], o: &Opts) -> String {
+    let mut t = String::from("\nSame-round ratios to the relay (median; each round):\n");
+    for &rate in &o.rates {
+        for &s in o.systems.iter().filter(|s| s.is_gate()) {
+            let ratios: Vec<f64> = (1..=o.rounds)
+                .filter_map(|round| {
+                    let cpu = |sys: System| {
+                        runs.iter()
+                            .find(|r| r.rate == rate && r.round == round && r.system == sys)
+                            .map(|r| r.cpu_us_per_call)
+                    };
+                    Some(cpu(s)? / cpu(System::Relay).filter(|&c| c > 0.0)?)
+                })
+                .collect();
+            if ratios.is_empty() {
+                continue;
+            }
+            let each: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
+            let _ = writeln!(
+                t,
+                "* {rate} calls/s, {}: {:.2}x ({})",
+                s.name(),
+                median(ratios.clone()),
+                each.join(", ")
+            );
+        }
+    }
+    t
+}
+
 /// The table on stdout and in `OUT/results.md`, every run in `OUT/runs.csv`.
 pub(crate) fn write_results(o: &Opts, runs: &[Run], started: Instant) {
     let cmd = std::env::args().collect::<Vec<_>>().join(" ");
@@ -99,16 +132,18 @@ pub(crate) fn write_results(o: &Opts, runs: &[Run], started: Instant) {
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     out.push_str(&table(runs, o));
+    out.push_str(&same_round(runs, o));
     out.push_str(&knees(runs, o));
     println!("{out}");
     if std::fs::create_dir_all(&o.out).is_ok() {
         let _ = std::fs::write(o.out.join("results.md"), &out);
         let mut csv =
-            String::from("round_index,rate,system,ok,failed,cpu_us_per_call,peak_rss_kb,drops_proxy,drops_servers,drops_other\n");
+            String::from("run_index,round,rate,system,ok,failed,cpu_us_per_call,peak_rss_kb,drops_proxy,drops_servers,drops_other\n");
         for (i, r) in runs.iter().enumerate() {
             let _ = writeln!(
                 csv,
-                "{i},{},{},{},{},{:.2},{},{},{},{}",
+                "{i},{},{},{},{},{},{:.2},{},{},{},{}",
+                r.round,
                 r.rate,
                 r.system.name(),
                 r.ok,
