@@ -1,0 +1,217 @@
+//! The run's figures: a Markdown table for docs/benchmarks.md and one
+//! `key=value` summary line for scripts and the smoke test.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use crate::client::{Kind, Tally};
+use crate::Opts;
+
+/// One set of subscribers opened.
+#[derive(Debug)]
+pub(crate) struct SetRow {
+    pub(crate) kind: Kind,
+    pub(crate) count: u32,
+    pub(crate) registered: u64,
+    pub(crate) refused: u64,
+    pub(crate) no_ok: u64,
+    /// From the first connect to the last subscriber registered (or failed).
+    pub(crate) took: Duration,
+    pub(crate) rss_before_kb: u64,
+    pub(crate) rss_after_kb: u64,
+}
+
+impl SetRow {
+    /// Gate RSS per registered connection of this set, KiB.
+    pub(crate) fn kib_per_conn(&self) -> f64 {
+        self.rss_after_kb.saturating_sub(self.rss_before_kb) as f64 / self.registered.max(1) as f64
+    }
+
+    fn per_s(&self) -> f64 {
+        self.registered as f64 / self.took.as_secs_f64().max(1e-6)
+    }
+
+    /// Progress line on stderr.
+    pub(crate) fn line(&self) -> String {
+        format!(
+            "{:?}: {}/{} registered in {:.1} s ({:.0}/s), refused {}, no 200 {}, gate RSS {} -> {} KiB ({:.1} KiB per connection)",
+            self.kind,
+            self.registered,
+            self.count,
+            self.took.as_secs_f64(),
+            self.per_s(),
+            self.refused,
+            self.no_ok,
+            self.rss_before_kb,
+            self.rss_after_kb,
+            self.kib_per_conn()
+        )
+    }
+}
+
+/// The gate's CPU over one phase.
+#[derive(Debug)]
+pub(crate) struct Phase {
+    name: String,
+    secs: u32,
+    /// % of one core.
+    cpu: f64,
+}
+
+impl Phase {
+    pub(crate) fn new(name: &str, secs: u32, cpu: f64) -> Phase {
+        Phase {
+            name: name.to_owned(),
+            secs,
+            cpu,
+        }
+    }
+}
+
+/// Everything a run measured.
+#[derive(Debug)]
+pub(crate) struct Report {
+    command: String,
+    rate: u32,
+    pub(crate) baseline_rss_kb: u64,
+    pub(crate) rss_end_kb: u64,
+    pub(crate) sets: Vec<SetRow>,
+    pub(crate) phases: Vec<Phase>,
+    /// The gate's own counts once every set was open.
+    pub(crate) flows_registered: f64,
+    pub(crate) tcp_connections: f64,
+    pings: u64,
+    pongs: u64,
+    lost: u64,
+    /// Registration time, connect to 200: p50 and p99, ms.
+    register_ms: (f64, f64),
+}
+
+impl Report {
+    pub(crate) fn new(o: &Opts) -> Report {
+        Report {
+            command: std::env::args().collect::<Vec<_>>().join(" "),
+            rate: o.rate,
+            baseline_rss_kb: 0,
+            rss_end_kb: 0,
+            sets: Vec::new(),
+            phases: Vec::new(),
+            flows_registered: 0.0,
+            tcp_connections: 0.0,
+            pings: 0,
+            pongs: 0,
+            lost: 0,
+            register_ms: (f64::NAN, f64::NAN),
+        }
+    }
+
+    /// Takes the subscribers' counts once they are done.
+    pub(crate) fn take_tally(&mut self, t: &Tally) {
+        self.pings = Tally::get(&t.pings);
+        self.pongs = Tally::get(&t.pongs);
+        self.lost = Tally::get(&t.lost);
+        let mut us = t.register_us.lock().map(|v| v.clone()).unwrap_or_default();
+        us.sort_unstable();
+        let ms = |q| testbed::stats::percentile(&us, q).map_or(f64::NAN, |v| v as f64 / 1000.0);
+        self.register_ms = (ms(0.5), ms(0.99));
+    }
+
+    fn requested(&self) -> u64 {
+        self.sets.iter().map(|s| u64::from(s.count)).sum()
+    }
+
+    fn registered(&self) -> u64 {
+        self.sets.iter().map(|s| s.registered).sum()
+    }
+
+    /// Every subscriber registered, the gate held each as a flow, and
+    /// every keep-alive got its pong.
+    pub(crate) fn all_ok(&self) -> bool {
+        self.registered() == self.requested()
+            && self.flows_registered as u64 == self.requested()
+            && self.pings > 0
+            && self.pongs == self.pings
+            && self.lost == 0
+    }
+
+    /// The tables, in Markdown.
+    pub(crate) fn markdown(&self) -> String {
+        let mut t = format!(
+            "Command: `{}`; {} cores; load average at the end: {}.\n\n",
+            self.command,
+            std::thread::available_parallelism().map_or(0, |n| n.get()),
+            loadavg()
+        );
+        t.push_str("| set | connections | registered | refused / no 200 | time to accept + register | rate | gate RSS before → after | RSS per connection |\n");
+        t.push_str("|---|---:|---:|---:|---:|---:|---:|---:|\n");
+        for s in &self.sets {
+            let _ = writeln!(
+                t,
+                "| {:?} | {} | {} | {} / {} | {:.1} s | {:.0}/s (asked {}/s) | {:.1} → {:.1} MiB | **{:.1} KiB** |",
+                s.kind,
+                s.count,
+                s.registered,
+                s.refused,
+                s.no_ok,
+                s.took.as_secs_f64(),
+                s.per_s(),
+                self.rate,
+                s.rss_before_kb as f64 / 1024.0,
+                s.rss_after_kb as f64 / 1024.0,
+                s.kib_per_conn()
+            );
+        }
+        let _ = writeln!(
+            t,
+            "\nRegistration (connect, TLS handshake, REGISTER to its 200): p50 {:.2} ms, p99 {:.2} ms. \
+             The gate held {} connections, {} of them as registered flows. Gate RSS: {:.1} MiB at start, {:.1} MiB at the end.\n",
+            self.register_ms.0,
+            self.register_ms.1,
+            self.tcp_connections,
+            self.flows_registered,
+            self.baseline_rss_kb as f64 / 1024.0,
+            self.rss_end_kb as f64 / 1024.0
+        );
+        t.push_str("| phase | s | gate CPU (user + sys), % of one core |\n|---|---:|---:|\n");
+        for p in &self.phases {
+            let _ = writeln!(t, "| {} | {} | {:.2}% |", p.name, p.secs, p.cpu);
+        }
+        let _ = writeln!(
+            t,
+            "\nKeep-alives sent {}, answered {}; connections lost while held {}.",
+            self.pings, self.pongs, self.lost
+        );
+        t
+    }
+
+    /// One line of `key=value` pairs.
+    pub(crate) fn summary(&self) -> String {
+        let mut s = format!(
+            "result: requested={} registered={} flows={} pings={} pongs={} lost={}",
+            self.requested(),
+            self.registered(),
+            self.flows_registered,
+            self.pings,
+            self.pongs,
+            self.lost
+        );
+        for set in &self.sets {
+            let k = format!("{:?}", set.kind).to_lowercase();
+            let _ = write!(
+                s,
+                " {k}_kib_per_conn={:.1} {k}_seconds={:.2}",
+                set.kib_per_conn(),
+                set.took.as_secs_f64()
+            );
+        }
+        s
+    }
+}
+
+/// The first field of /proc/loadavg (the 1-minute average).
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| "?".into())
+}
