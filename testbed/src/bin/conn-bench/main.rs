@@ -13,8 +13,8 @@
 //!
 //! 1. **baseline**: no connection; the gate's CPU over `--quiet-seconds`
 //!    and its RSS.
-//! 2. **open**: `--tcp` TCP subscribers, then `--tls` TLS ones, at
-//!    `--rate` connections a second, each registered through its
+//! 2. **open**: `--tcp` TCP subscribers at `--rate` connections a second,
+//!    then `--tls` TLS ones at `--tls-rate`, each registered through its
 //!    connection (`;ob`, `reg-id`, `+sip.instance`: the gate holds the
 //!    connection as the subscriber's flow, RFC 5626). The time from the
 //!    first connect to the last 200, and the gate's RSS after each set: RSS
@@ -38,7 +38,7 @@
 //! every subscriber registered and every keep-alive got its pong.
 #![forbid(unsafe_code)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -66,10 +66,17 @@ pub(crate) struct Opts {
     #[arg(long, value_name = "N", default_value_t = 10_000,
           value_parser = clap::value_parser!(u32).range(0..=20_000))]
     tls: u32,
-    /// New connections a second, each registered at once (1..=5000).
+    /// New TCP connections a second, each registered at once (1..=5000).
     #[arg(long, value_name = "N", default_value_t = 1000,
           value_parser = clap::value_parser!(u32).range(1..=5000))]
     rate: u32,
+    /// New TLS connections a second (1..=5000): each handshake costs the
+    /// gate a signature and a key exchange on the runtime that serves
+    /// every connection, and past what the machine can take the gate
+    /// answers the REGISTERs read meanwhile with 503 (R-OV-1).
+    #[arg(long, value_name = "N", default_value_t = 250,
+          value_parser = clap::value_parser!(u32).range(1..=5000))]
+    tls_rate: u32,
     /// Seconds between one connection's keep-alives (1..=300); all
     /// connections together send (tcp + tls) / this many a second, at most
     /// 10,000 a second.
@@ -88,9 +95,16 @@ pub(crate) struct Opts {
     /// 127.83.NET.x clients), so two runs do not meet.
     #[arg(long, value_name = "NET", default_value_t = 0)]
     pub(crate) net: u8,
-    /// The directory of the sip-gate binary (default: this program's).
+    /// The directory of a sip-gate binary (default: this program's);
+    /// given more than once, the gates are measured one after the other in
+    /// every round, and compared.
     #[arg(long, value_name = "DIR")]
-    pub(crate) bins: Option<PathBuf>,
+    pub(crate) bins: Vec<PathBuf>,
+    /// Rounds (1..=5): every gate once a round; the comparison shows
+    /// medians.
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=5))]
+    rounds: u32,
 }
 
 impl Opts {
@@ -114,7 +128,8 @@ impl Opts {
 
     /// An upper bound of the run's length, for the peers' own timeouts.
     fn lifetime(&self) -> Duration {
-        let open = u64::from(self.tcp + self.tls) / u64::from(self.rate);
+        let open = u64::from(self.tcp) / u64::from(self.rate)
+            + u64::from(self.tls) / u64::from(self.tls_rate);
         Duration::from_secs(
             open + 2 * u64::from(self.quiet_seconds) + u64::from(self.idle_seconds) + 300,
         )
@@ -157,10 +172,11 @@ async fn open_measured(
     })
 }
 
-async fn run(o: &Opts) -> Result<Report, String> {
+/// One run on the gate in `bins` (this program's directory if `None`).
+async fn run(o: &Opts, bins: Option<&Path>) -> Result<Report, String> {
     let (_dir, dir) = setup::workdir()?;
     let cert = setup::make_cert(&dir, setup::server_ip(o.net, 1))?;
-    let peers = setup::Peers::start(o, &dir, o.lifetime())?;
+    let peers = setup::Peers::start(o, &dir, bins, o.lifetime())?;
     let (plan_tx, plan_rx) = watch::channel(None);
     let cx = Arc::new(Cx {
         net: o.net,
@@ -169,7 +185,8 @@ async fn run(o: &Opts) -> Result<Report, String> {
         tally: Tally::default(),
         plan: plan_rx,
     });
-    let mut report = Report::new(o);
+    let label = bins.map_or_else(|| "sip-gate".to_owned(), |b| b.display().to_string());
+    let mut report = Report::new(label);
     report.baseline_rss_kb = peers.sample()?.rss_kb;
     let cpu = cpu_over(&peers, o.quiet_seconds).await?;
     report
@@ -177,10 +194,14 @@ async fn run(o: &Opts) -> Result<Report, String> {
         .push(Phase::new("baseline: no connection", o.quiet_seconds, cpu));
 
     let mut tasks = Vec::new();
-    for (kind, first, count) in [(Kind::Tcp, 0, o.tcp), (Kind::Tls, o.tcp, o.tls)] {
+    let sets = [
+        (Kind::Tcp, 0, o.tcp, o.rate),
+        (Kind::Tls, o.tcp, o.tls, o.tls_rate),
+    ];
+    for (kind, first, count, rate) in sets {
         if count > 0 {
-            eprintln!("opening {count} {kind:?} subscribers at {}/s ...", o.rate);
-            let row = open_measured(&cx, &peers, (kind, first, count, o.rate), &mut tasks).await?;
+            eprintln!("opening {count} {kind:?} subscribers at {rate}/s ...");
+            let row = open_measured(&cx, &peers, (kind, first, count, rate), &mut tasks).await?;
             eprintln!("{}", row.line());
             report.sets.push(row);
         }
@@ -232,7 +253,7 @@ fn main() -> ExitCode {
         eprintln!("conn-bench: {e}");
         return ExitCode::from(2);
     }
-    match setup::raise_nofile(2 * (o.tcp + o.tls)) {
+    match setup::raise_nofile(o.tcp + o.tls) {
         Ok(n) => eprintln!("RLIMIT_NOFILE {n} (this program and the gate)"),
         Err(e) => {
             eprintln!("conn-bench: {e}");
@@ -250,22 +271,36 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match rt.block_on(run(&o)) {
-        Ok(report) => {
-            println!("{}", report.markdown());
-            println!("{}", report.summary());
-            if report.all_ok() {
-                ExitCode::SUCCESS
-            } else {
-                eprintln!(
-                    "conn-bench: not every subscriber registered, or a keep-alive went unanswered"
-                );
-                ExitCode::FAILURE
+    let gates: Vec<Option<&Path>> = if o.bins.is_empty() {
+        vec![None]
+    } else {
+        o.bins.iter().map(|b| Some(b.as_path())).collect()
+    };
+    let mut reports = Vec::new();
+    for round in 1..=o.rounds {
+        for gate in &gates {
+            let name = gate.map_or("sip-gate".into(), |g| g.display().to_string());
+            eprintln!("round {round}/{}: {name}", o.rounds);
+            match rt.block_on(run(&o, *gate)) {
+                Ok(report) => {
+                    println!("{}", report.markdown());
+                    println!("{}", report.summary());
+                    reports.push(report);
+                }
+                Err(e) => {
+                    eprintln!("conn-bench: {e}");
+                    return ExitCode::FAILURE;
+                }
             }
         }
-        Err(e) => {
-            eprintln!("conn-bench: {e}");
-            ExitCode::FAILURE
-        }
+    }
+    if gates.len() > 1 || o.rounds > 1 {
+        println!("{}", report::compare(&reports));
+    }
+    if reports.iter().all(Report::all_ok) {
+        ExitCode::SUCCESS
+    } else {
+        eprintln!("conn-bench: not every subscriber registered, or a keep-alive went unanswered");
+        ExitCode::FAILURE
     }
 }

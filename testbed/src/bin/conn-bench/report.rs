@@ -5,7 +5,6 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use crate::client::{Kind, Tally};
-use crate::Opts;
 
 /// One set of subscribers opened.
 #[derive(Debug)]
@@ -71,8 +70,9 @@ impl Phase {
 /// Everything a run measured.
 #[derive(Debug)]
 pub(crate) struct Report {
+    /// Which gate (its binary's directory).
+    label: String,
     command: String,
-    rate: u32,
     pub(crate) baseline_rss_kb: u64,
     pub(crate) rss_end_kb: u64,
     pub(crate) sets: Vec<SetRow>,
@@ -88,10 +88,10 @@ pub(crate) struct Report {
 }
 
 impl Report {
-    pub(crate) fn new(o: &Opts) -> Report {
+    pub(crate) fn new(label: String) -> Report {
         Report {
+            label,
             command: std::env::args().collect::<Vec<_>>().join(" "),
-            rate: o.rate,
             baseline_rss_kb: 0,
             rss_end_kb: 0,
             sets: Vec::new(),
@@ -116,6 +116,12 @@ impl Report {
         self.register_ms = (ms(0.5), ms(0.99));
     }
 
+    /// Gate RSS per registered connection at the end, over the start, KiB.
+    pub(crate) fn end_kib_per_conn(&self) -> f64 {
+        self.rss_end_kb.saturating_sub(self.baseline_rss_kb) as f64
+            / self.registered().max(1) as f64
+    }
+
     fn requested(&self) -> u64 {
         self.sets.iter().map(|s| u64::from(s.count)).sum()
     }
@@ -137,17 +143,18 @@ impl Report {
     /// The tables, in Markdown.
     pub(crate) fn markdown(&self) -> String {
         let mut t = format!(
-            "Command: `{}`; {} cores; load average at the end: {}.\n\n",
+            "Gate `{}`. Command: `{}`; {} cores; load average at the end: {}.\n\n",
+            self.label,
             self.command,
             std::thread::available_parallelism().map_or(0, |n| n.get()),
             loadavg()
         );
-        t.push_str("| set | connections | registered | refused / no 200 | time to accept + register | rate | gate RSS before → after | RSS per connection |\n");
+        t.push_str("| set | connections | registered | refused / no 200 | time to accept + register | rate reached | gate RSS before → after | RSS per connection |\n");
         t.push_str("|---|---:|---:|---:|---:|---:|---:|---:|\n");
         for s in &self.sets {
             let _ = writeln!(
                 t,
-                "| {:?} | {} | {} | {} / {} | {:.1} s | {:.0}/s (asked {}/s) | {:.1} → {:.1} MiB | **{:.1} KiB** |",
+                "| {:?} | {} | {} | {} / {} | {:.1} s | {:.0}/s | {:.1} → {:.1} MiB | **{:.1} KiB** |",
                 s.kind,
                 s.count,
                 s.registered,
@@ -155,7 +162,6 @@ impl Report {
                 s.no_ok,
                 s.took.as_secs_f64(),
                 s.per_s(),
-                self.rate,
                 s.rss_before_kb as f64 / 1024.0,
                 s.rss_after_kb as f64 / 1024.0,
                 s.kib_per_conn()
@@ -164,13 +170,16 @@ impl Report {
         let _ = writeln!(
             t,
             "\nRegistration (connect, TLS handshake, REGISTER to its 200): p50 {:.2} ms, p99 {:.2} ms. \
-             The gate held {} connections, {} of them as registered flows. Gate RSS: {:.1} MiB at start, {:.1} MiB at the end.\n",
+             The gate held {} connections, {} of them as registered flows. Gate RSS: {:.1} MiB at start, \
+             {:.1} MiB at the end (after the keep-alives; the registrations' transactions gone): \
+             **{:.1} KiB per connection**, TCP and TLS together.\n",
             self.register_ms.0,
             self.register_ms.1,
             self.tcp_connections,
             self.flows_registered,
             self.baseline_rss_kb as f64 / 1024.0,
-            self.rss_end_kb as f64 / 1024.0
+            self.rss_end_kb as f64 / 1024.0,
+            self.end_kib_per_conn()
         );
         t.push_str("| phase | s | gate CPU (user + sys), % of one core |\n|---|---:|---:|\n");
         for p in &self.phases {
@@ -195,6 +204,7 @@ impl Report {
             self.pongs,
             self.lost
         );
+        let _ = write!(s, " end_kib_per_conn={:.1}", self.end_kib_per_conn());
         for set in &self.sets {
             let k = format!("{:?}", set.kind).to_lowercase();
             let _ = write!(
@@ -206,6 +216,88 @@ impl Report {
         }
         s
     }
+}
+
+/// The figures a comparison shows, each a median over the gate's runs:
+/// name, value of one run.
+type Figure = (&'static str, fn(&Report) -> f64);
+
+const FIGURES: [Figure; 7] = [
+    ("TCP: RSS per connection, KiB", |r| {
+        set_figure(r, Kind::Tcp, SetRow::kib_per_conn)
+    }),
+    ("TLS: RSS per connection, KiB", |r| {
+        set_figure(r, Kind::Tls, SetRow::kib_per_conn)
+    }),
+    (
+        "all, at the end: RSS per connection, KiB",
+        Report::end_kib_per_conn,
+    ),
+    ("TCP: time to accept + register, s", |r| {
+        set_figure(r, Kind::Tcp, |s| s.took.as_secs_f64())
+    }),
+    ("TLS: time to accept + register, s", |r| {
+        set_figure(r, Kind::Tls, |s| s.took.as_secs_f64())
+    }),
+    ("quiet: gate CPU, % of a core", |r| phase_cpu(r, "quiet")),
+    ("keep-alives: gate CPU, % of a core", |r| {
+        phase_cpu(r, "keep-alives")
+    }),
+];
+
+fn set_figure(r: &Report, kind: Kind, f: fn(&SetRow) -> f64) -> f64 {
+    r.sets.iter().find(|s| s.kind == kind).map_or(f64::NAN, f)
+}
+
+fn phase_cpu(r: &Report, prefix: &str) -> f64 {
+    r.phases
+        .iter()
+        .find(|p| p.name.starts_with(prefix))
+        .map_or(f64::NAN, |p| p.cpu)
+}
+
+/// The gates side by side: each figure's median over the rounds, and each
+/// gate's ratio to the first one.
+pub(crate) fn compare(reports: &[Report]) -> String {
+    let mut labels: Vec<&str> = Vec::new();
+    for r in reports {
+        if !labels.contains(&r.label.as_str()) {
+            labels.push(&r.label);
+        }
+    }
+    if labels.is_empty() {
+        return String::new();
+    }
+    let rounds = reports.len() / labels.len();
+    let mut t = format!(
+        "Medians over {rounds} round(s); ratio to `{}`.\n\n| figure |",
+        labels[0]
+    );
+    for l in &labels {
+        let _ = write!(t, " `{l}` |");
+    }
+    t.push_str("\n|---|");
+    t.push_str(&"---:|".repeat(labels.len()));
+    t.push('\n');
+    for (name, f) in FIGURES {
+        let medians: Vec<f64> = labels
+            .iter()
+            .map(|l| {
+                let v = reports.iter().filter(|r| r.label == *l).map(f).collect();
+                testbed::stats::median(v)
+            })
+            .collect();
+        let _ = write!(t, "| {name} |");
+        for (i, m) in medians.iter().enumerate() {
+            if i == 0 {
+                let _ = write!(t, " {m:.2} |");
+            } else {
+                let _ = write!(t, " {m:.2} ({:.2}x) |", m / medians[0]);
+            }
+        }
+        t.push('\n');
+    }
+    t
 }
 
 /// The first field of /proc/loadavg (the 1-minute average).

@@ -42,9 +42,11 @@ const DNS: u8 = 53;
 /// this program's own sockets, files, the runtime).
 const FD_MARGIN: u64 = 1024;
 
-/// Raises this process's descriptor limit (soft and hard) to hold every
-/// connection with a margin; the gate, SIPp and dnsmasq are its children
-/// and inherit it. Root may raise the hard limit up to `fs.nr_open`.
+/// Raises this process's descriptor limit to hold every connection with a
+/// margin: the soft limit up to the hard one, the hard one too where the
+/// process may (`CAP_SYS_RESOURCE`, up to `fs.nr_open`). The gate, SIPp
+/// and dnsmasq are its children and inherit it; the limit is per process,
+/// and this program and the gate each hold one descriptor a connection.
 /// Returns the limit in force.
 pub(crate) fn raise_nofile(connections: u32) -> Result<u64, String> {
     let need = u64::from(connections) + FD_MARGIN;
@@ -52,11 +54,15 @@ pub(crate) fn raise_nofile(connections: u32) -> Result<u64, String> {
     if soft >= need {
         return Ok(soft);
     }
-    let hard = hard.max(need);
-    setrlimit(Resource::RLIMIT_NOFILE, need, hard).map_err(|e| {
-        format!("raising RLIMIT_NOFILE to {need} (hard {hard}): {e} (run as root, or ulimit -n)")
-    })?;
-    Ok(need)
+    if setrlimit(Resource::RLIMIT_NOFILE, need, hard.max(need)).is_ok() {
+        return Ok(need);
+    }
+    Err(format!(
+        "{connections} connections need a descriptor limit of {need}; the hard limit is \
+         {hard} and this process may not raise it (no CAP_SYS_RESOURCE): run as root \
+         with that capability, or with --tcp and --tls adding up to at most {}",
+        hard.saturating_sub(FD_MARGIN)
+    ))
 }
 
 /// The certificate and key of the run (a self-signed leaf for the gate's
@@ -150,10 +156,15 @@ pub(crate) struct Peers {
 }
 
 impl Peers {
-    /// Starts DNS, the registrar and the gate (`gate`: the directory of the
+    /// Starts DNS, the registrar and the gate (`bins`: the directory of the
     /// sip-gate binary, if not this program's own), and waits for the gate
     /// to be ready.
-    pub(crate) fn start(o: &Opts, dir: &Path, lifetime: Duration) -> Result<Peers, String> {
+    pub(crate) fn start(
+        o: &Opts,
+        dir: &Path,
+        bins: Option<&Path>,
+        lifetime: Duration,
+    ) -> Result<Peers, String> {
         let dns = Dnsmasq::new(SocketAddr::new(server_ip(o.net, DNS), 53))
             .start()
             .map_err(|e| format!("dnsmasq: {e}"))?;
@@ -176,7 +187,7 @@ impl Peers {
         let mut builder = Node::gate(&site)
             .admin(SocketAddr::new(server_ip(o.net, 1), ADMIN_PORT))
             .env("RUST_LOG", "warn");
-        if let Some(bins) = &o.bins {
+        if let Some(bins) = bins {
             builder = builder.bins(testbed::bins::BinDir::at(bins));
         }
         let mut gate = builder.start().map_err(|e| format!("sip-gate: {e}"))?;
