@@ -21,9 +21,13 @@ pub(crate) struct SetRow {
 }
 
 impl SetRow {
-    /// Gate RSS per registered connection of this set, KiB.
+    /// Gate RSS per registered connection of this set, KiB; NaN when none
+    /// registered (nothing to divide by).
     pub(crate) fn kib_per_conn(&self) -> f64 {
-        self.rss_after_kb.saturating_sub(self.rss_before_kb) as f64 / self.registered.max(1) as f64
+        if self.registered == 0 {
+            return f64::NAN;
+        }
+        self.rss_after_kb.saturating_sub(self.rss_before_kb) as f64 / self.registered as f64
     }
 
     fn per_s(&self) -> f64 {
