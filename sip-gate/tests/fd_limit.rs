@@ -122,18 +122,11 @@ fn udp_register(n: u32) -> bool {
     false
 }
 
-#[test]
-fn r_ov_1_out_of_descriptors_the_gate_logs_keeps_serving_and_takes_the_backlog_once_they_free() {
-    let _sg = Sipp::new(Scenario::repo("uas_register"))
-        .local(ip(11), 5060)
-        .transport(Transport::Udp)
-        .timeout(Duration::from_secs(120))
-        .spawn()
-        .expect("the registrar starts");
-    let dir = tempfile::tempdir().unwrap();
-    let site = site(dir.path());
-    let log = dir.path().join("gate.log");
-    // soft = hard: the gate cannot raise it.
+/// The gate under `prlimit` with soft = hard = [`NOFILE`] (it cannot
+/// raise it), its log in `dir`; once it listens.
+fn start_gate(dir: &std::path::Path) -> (Gate, std::path::PathBuf) {
+    let site = site(dir);
+    let log = dir.join("gate.log");
     let gate = Command::new("prlimit")
         .arg(format!("--nofile={NOFILE}:{NOFILE}"))
         .arg("--")
@@ -148,7 +141,7 @@ fn r_ov_1_out_of_descriptors_the_gate_logs_keeps_serving_and_takes_the_backlog_o
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .expect("prlimit runs the gate");
-    let _gate = Gate(gate);
+    let gate = Gate(gate);
     assert!(
         wait_listening(
             SocketAddr::new(ip(1), 5060),
@@ -157,6 +150,19 @@ fn r_ov_1_out_of_descriptors_the_gate_logs_keeps_serving_and_takes_the_backlog_o
         ),
         "the gate listens"
     );
+    (gate, log)
+}
+
+#[test]
+fn r_ov_1_out_of_descriptors_the_gate_logs_keeps_serving_and_takes_the_backlog_once_they_free() {
+    let _sg = Sipp::new(Scenario::repo("uas_register"))
+        .local(ip(11), 5060)
+        .transport(Transport::Udp)
+        .timeout(Duration::from_secs(120))
+        .spawn()
+        .expect("the registrar starts");
+    let dir = tempfile::tempdir().unwrap();
+    let (_gate, log) = start_gate(dir.path());
     let text = || std::fs::read_to_string(&log).unwrap_or_default();
     assert!(
         text().contains("descriptor limit below [tcp] max_connections"),
