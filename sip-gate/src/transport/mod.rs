@@ -19,10 +19,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::Bytes;
 use dashmap::DashMap;
 use std::net::UdpSocket;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -33,7 +32,6 @@ use hickory_resolver::TokioResolver;
 use ringsync::config::WsOptions;
 
 use crate::dns::{DnsFailure, DnsQuery};
-use crate::frame::{self, Frame};
 use crate::metrics as m;
 use crate::overload::RuntimeLag;
 use crate::proxy::{Action, Core, Out};
@@ -42,14 +40,16 @@ use crate::txn::{ConnId, Inbound};
 
 mod batch;
 mod bind;
+mod fd_limit;
 mod read_timer;
+mod stream;
 mod tls;
 mod udp;
 mod workers;
 mod ws;
 pub(crate) use bind::bind;
 pub use bind::{BindError, SocketKind};
-use read_timer::{Expired, ReadTimer};
+use stream::connection;
 pub use tls::TlsReload;
 pub(crate) use tls::TlsSide;
 
@@ -85,6 +85,9 @@ pub(crate) fn spawn(
     shutdown: CancellationToken,
     tracker: &TaskTracker,
 ) -> io::Result<Vec<std::thread::JoinHandle<()>>> {
+    // Every connection is a descriptor: the limit must leave room for
+    // max_connections, or accept fails before the connection limit bites.
+    fd_limit::fit(core.tcp_config().max_connections);
     let udp: Vec<Option<Arc<UdpSocket>>> =
         listeners.iter().map(|l| l.udp.first().cloned()).collect();
     // Without a usable resolver (no /etc/resolv.conf and no [dns]
@@ -456,128 +459,4 @@ async fn accept_loop(
             rx,
         ));
     }
-}
-
-impl Net {
-    /// Hands the complete messages at the start of `buf` to the core, up
-    /// to [`STREAM_TURN`] of them, and answers pings: whether a message was
-    /// taken off and whether the turn ended with more perhaps left, or the
-    /// framing error that ends the connection.
-    fn frame_buffered(
-        self: &Arc<Net>,
-        buf: &mut BytesMut,
-        listener: usize,
-        id: ConnId,
-        peer: SocketAddr,
-    ) -> Result<(bool, bool), frame::FrameError> {
-        let mut consumed = false;
-        for _ in 0..STREAM_TURN {
-            match frame::check(buf, MAX_MESSAGE)? {
-                Some(Frame::KeepAlive { len, ping }) => {
-                    buf.advance(len.min(buf.len()));
-                    if ping {
-                        self.tcp_send(listener, Some(id), peer, Bytes::from_static(b"\r\n"));
-                    }
-                }
-                Some(Frame::Message { len }) => {
-                    consumed = true;
-                    let data = buf.split_to(len.min(buf.len())).freeze();
-                    let inbound = Inbound::Tcp {
-                        listener,
-                        conn: id,
-                        peer,
-                    };
-                    let now = Instant::now();
-                    let behind = self.lag.behind(now);
-                    let action = self.core.handle_stream(inbound, data, now, behind);
-                    self.execute(action);
-                }
-                None => return Ok((consumed, false)),
-            }
-        }
-        Ok((consumed, true))
-    }
-}
-
-/// One TCP connection: a reader that frames messages (RFC 3261 18.3) and
-/// hands them to the core, and a writer fed by the connection's queue.
-/// The halves are a TCP stream's, or a TLS stream's (tls.rs).
-async fn connection<R, W>(
-    net: Arc<Net>,
-    listener: usize,
-    id: ConnId,
-    peer: SocketAddr,
-    (mut rd, mut wr): (R, W),
-    mut rx: mpsc::Receiver<Bytes>,
-) where
-    R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
-{
-    let stop = net.shutdown.child_token();
-    let writer_stop = stop.clone();
-    let writer = async move {
-        loop {
-            let msg = tokio::select! {
-                _ = writer_stop.cancelled() => break,
-                m = rx.recv() => match m { Some(m) => m, None => break },
-            };
-            // TLS holds records until flushed; on TCP a flush is free.
-            if wr.write_all(&msg).await.is_err() || wr.flush().await.is_err() {
-                break;
-            }
-        }
-        writer_stop.cancel();
-    };
-    let reader_net = net.clone();
-    let reader_stop = stop.clone();
-    let tcp = reader_net.core.tcp_config();
-    let mut timer = ReadTimer::new(tcp.idle(), tcp.frame());
-    let reader = async move {
-        let mut buf = BytesMut::with_capacity(16 * 1024);
-        // A message was taken off in an earlier turn of this framing.
-        let mut earlier = false;
-        loop {
-            // Frame everything already buffered before reading more, a
-            // turn at a time.
-            let consumed = match reader_net.frame_buffered(&mut buf, listener, id, peer) {
-                Ok((_, true)) => {
-                    earlier = true;
-                    tokio::task::yield_now().await;
-                    continue;
-                }
-                Ok((consumed, false)) => consumed || std::mem::take(&mut earlier),
-                Err(e) => {
-                    // A stream that lost its framing cannot be resynchronised.
-                    tracing::info!(%peer, error = %e, "closing tcp connection: bad framing");
-                    m::dropped("tcp_framing");
-                    reader_stop.cancel();
-                    return;
-                }
-            };
-            timer.framed(!buf.is_empty(), consumed, Instant::now());
-            let (wait, expiry) = timer.wait(Instant::now());
-            let read = tokio::select! {
-                _ = reader_stop.cancelled() => return,
-                r = tokio::time::timeout(wait, rd.read_buf(&mut buf)) => r,
-            };
-            match read {
-                Err(_) if expiry == Expired::Frame => {
-                    tracing::info!(%peer, "closing tcp connection: message not complete in time");
-                    m::dropped("tcp_frame_timeout");
-                    reader_stop.cancel();
-                    return;
-                }
-                // Idle, but a registration uses it: the subscriber's
-                // requests reach it only this way (RFC 5626 5.3).
-                Err(_) if reader_net.core.tcp_held(id, Instant::now()) => {}
-                Ok(Ok(0)) | Ok(Err(_)) | Err(_) => {
-                    reader_stop.cancel();
-                    return;
-                }
-                Ok(Ok(_)) => {}
-            }
-        }
-    };
-    tokio::join!(writer, reader);
-    net.unregister(id, peer);
 }

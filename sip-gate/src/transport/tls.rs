@@ -229,27 +229,50 @@ pub(super) async fn serve_accepted(
     rx: mpsc::Receiver<Bytes>,
 ) {
     if let Some(opts) = net.ws_for(listener).cloned() {
-        // WebSocket (RFC 7118), over TLS on a `wss` listener.
-        let at = (listener, id, peer);
-        match net.tls_for(listener) {
-            None => super::ws::serve(net.clone(), at, stream, rx, &opts).await,
-            Some(tls) => {
-                if let Some(s) = tls.accept(stream, peer).await {
-                    super::ws::serve(net.clone(), at, s, rx, &opts).await;
-                }
-            }
-        }
-        // Idempotent: the message loop unregistered it if it ran.
-        net.unregister_ws(id);
+        // Boxed, as the handshake below: a task is as large as its largest
+        // state, and every SIP connection's task would otherwise carry room
+        // for a WebSocket's (issue 29).
+        Box::pin(serve_accepted_ws(
+            net,
+            (listener, id, peer),
+            stream,
+            rx,
+            opts,
+        ))
+        .await;
         return;
     }
     match net.tls_for(listener) {
         None => connection(net, listener, id, peer, stream.into_split(), rx).await,
-        Some(tls) => match tls.accept(stream, peer).await {
+        // The handshake's state (the TLS session, inline until `split`
+        // moves it to the heap) lives only as long as the handshake.
+        Some(tls) => match Box::pin(tls.accept(stream, peer)).await {
             Some(s) => connection(net, listener, id, peer, tokio::io::split(s), rx).await,
             None => net.unregister(id, peer),
         },
     }
+}
+
+/// [`serve_accepted`] on a WebSocket listener (RFC 7118), over TLS on a
+/// `wss` one.
+async fn serve_accepted_ws(
+    net: Arc<Net>,
+    at: (usize, ConnId, SocketAddr),
+    stream: TcpStream,
+    rx: mpsc::Receiver<Bytes>,
+    opts: ringsync::config::WsOptions,
+) {
+    let (listener, id, peer) = at;
+    match net.tls_for(listener) {
+        None => super::ws::serve(net.clone(), at, stream, rx, &opts).await,
+        Some(tls) => {
+            if let Some(s) = tls.accept(stream, peer).await {
+                super::ws::serve(net.clone(), at, s, rx, &opts).await;
+            }
+        }
+    }
+    // Idempotent: the message loop unregistered it if it ran.
+    net.unregister_ws(id);
 }
 
 /// Serves a connection the gate opened from `listener` to `to`: TLS when
