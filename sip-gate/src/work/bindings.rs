@@ -15,15 +15,35 @@ use smallvec::SmallVec;
 use super::tally::Tally;
 use crate::keys::TableHasher;
 
-/// One binding.
+/// One binding: 16 bytes, so that an AoR with one binding is 24 bytes
+/// inline (a million subscribers are a million of these, issue 29).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Binding {
     /// Key of the contact URI.
     pub(crate) contact: u64,
+    /// When it expires, Unix seconds rounded up: SIP grants expiries in
+    /// whole seconds and the sweep runs once a second, so a millisecond
+    /// clock here would cost 4 bytes a binding for nothing.
+    expires_s: u32,
     /// The instance holding it.
     pub(crate) instance: u32,
-    /// When it expires (Unix ms).
-    pub(crate) expires_ms: u64,
+}
+
+impl Binding {
+    /// A binding of `contact` held by `instance` until `expires_ms` (Unix
+    /// ms; kept to the second above it, at most `u32::MAX` s).
+    pub(crate) fn new(contact: u64, instance: u32, expires_ms: u64) -> Binding {
+        Binding {
+            contact,
+            expires_s: u32::try_from(expires_ms.div_ceil(1000)).unwrap_or(u32::MAX),
+            instance,
+        }
+    }
+
+    /// When it expires, Unix ms (a whole second).
+    pub(crate) fn expires_ms(&self) -> u64 {
+        u64::from(self.expires_s) * 1000
+    }
 }
 
 /// The bindings of one AoR: most have one contact, kept inline (no heap
@@ -79,17 +99,13 @@ impl Bindings {
                     self.tally.count(inst, true);
                     b.instance = inst;
                 }
-                b.expires_ms = expires_ms;
+                *b = Binding::new(contact, inst, expires_ms);
             } else if self.tally.is_full() {
                 self.tally.note_full(now_ms);
             } else {
                 self.tally.entered();
                 self.tally.count(inst, true);
-                held.push(Binding {
-                    contact,
-                    instance: inst,
-                    expires_ms,
-                });
+                held.push(Binding::new(contact, inst, expires_ms));
             }
         }
         let empty = held.is_empty();
@@ -113,7 +129,7 @@ impl Bindings {
     pub(crate) fn sweep(&self, now_ms: u64, mut kept: impl FnMut(&Binding)) {
         self.map.retain(|_, held| {
             held.retain(|b| {
-                let keep = b.expires_ms > now_ms;
+                let keep = b.expires_ms() > now_ms;
                 if keep {
                     kept(b);
                 } else {
@@ -162,5 +178,32 @@ mod tests {
         // The bound.
         t.confirm(8, 0, &[(1, 10), (2, 10), (3, 10), (4, 10)], 300);
         assert_eq!((t.tally().len(), t.tally().full_at_ms()), (3, Some(300)));
+    }
+
+    #[test]
+    fn an_expiry_is_kept_to_the_second_above_it() {
+        let t = Bindings::new(1, 4);
+        t.confirm(7, 0, &[(1, 5001), (2, 7000)], 0);
+        let mut seen = Vec::new();
+        t.for_each(|_, b| seen.push((b.contact, b.expires_ms())));
+        seen.sort_unstable();
+        assert_eq!(seen, [(1, 6000), (2, 7000)]);
+        t.sweep(5999, |_| {});
+        assert_eq!(t.tally().len(), 2);
+        t.sweep(6000, |_| {});
+        assert_eq!(t.tally().len(), 1);
+        // Past u32 seconds (the year 2106) it saturates rather than wraps.
+        assert_eq!(
+            Binding::new(1, 0, u64::MAX).expires_ms(),
+            u64::from(u32::MAX) * 1000
+        );
+    }
+
+    /// What a million subscribers cost (issue 29): an AoR with one binding
+    /// holds it inline in 24 bytes, a table slot with its key 32.
+    #[test]
+    fn one_binding_is_held_inline_in_24_bytes() {
+        assert_eq!(std::mem::size_of::<Binding>(), 16);
+        assert_eq!(std::mem::size_of::<Held>(), 24);
     }
 }

@@ -353,7 +353,7 @@ impl WorkBook {
         });
         self.regs.sweep(now_ms, |b| {
             if let Some(e) = etas.get_mut(b.instance as usize) {
-                later(&mut e.registrations_until_ms, b.expires_ms);
+                later(&mut e.registrations_until_ms, b.expires_ms());
             }
         });
         *self.etas.lock().unwrap_or_else(|e| e.into_inner()) = etas;

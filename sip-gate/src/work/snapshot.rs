@@ -157,7 +157,7 @@ impl WorkBook {
             .for_each_live(|k, d| subscriptions.push(saved(k, d)));
         let mut registrations = Vec::new();
         self.regs.for_each(|aor, b| {
-            registrations.push(SavedBinding(aor, b.contact, b.instance, b.expires_ms));
+            registrations.push(SavedBinding(aor, b.contact, b.instance, b.expires_ms()));
         });
         WorkSnapshot {
             version: VERSION,
@@ -213,11 +213,7 @@ impl WorkBook {
         }
         for SavedBinding(aor, contact, i, expires) in &s.registrations {
             if let (Some(i), true) = (inst(*i), *expires > now_ms) {
-                let b = Binding {
-                    contact: *contact,
-                    instance: u32::try_from(i).unwrap_or(u32::MAX),
-                    expires_ms: *expires,
-                };
+                let b = Binding::new(*contact, u32::try_from(i).unwrap_or(u32::MAX), *expires);
                 self.regs.restore(*aor, b);
             }
         }
