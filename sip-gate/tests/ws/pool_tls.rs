@@ -23,11 +23,18 @@ const ORIGIN: &str = "https://app.example";
 
 /// The `ws` instance: a gate with a `wss` subscriber listener on `.21:5080`
 /// balancing to the sg on `.11:5060`, its certificate for `.21` issued by
-/// `ca`. Its site file.
-fn instance_site(dir: &Path, net: (u8, u8), ca: &peer::Ca) -> PathBuf {
-    let (cert, key) = ca.issue(&ip(net, 21).to_string());
-    std::fs::write(dir.join("cert.pem"), cert).unwrap();
-    std::fs::write(dir.join("key.pem"), key).unwrap();
+/// `ca`; without `ca`, a plain `ws` listener (no TLS at all). Its site
+/// file.
+fn instance_site(dir: &Path, net: (u8, u8), ca: Option<&peer::Ca>) -> PathBuf {
+    let (tls, ws) = match ca {
+        Some(ca) => {
+            let (cert, key) = ca.issue(&ip(net, 21).to_string());
+            std::fs::write(dir.join("cert.pem"), cert).unwrap();
+            std::fs::write(dir.join("key.pem"), key).unwrap();
+            ("[tls]\ncert = \"cert.pem\"\nkey = \"key.pem\"\n", "wss")
+        }
+        None => ("", "ws"),
+    };
     let text = format!(
         r#"[site]
 name = "ws-instance-{n}"
@@ -36,10 +43,7 @@ secret = "ws-instance-integration-test-secret-{n}"
 [health]
 interval_ms = 0
 
-[tls]
-cert = "cert.pem"
-key = "key.pem"
-
+{tls}
 # No overload test: R-OV-1's 200 ms deadline would shed this test's own
 # REGISTER or INVITE with 503 when the debug gate runs late on a loaded
 # machine (tests/ws.rs says more).
@@ -57,7 +61,7 @@ sip = "{sg}:5060"
 [[listener]]
 name = "web"
 bind = "{w}:5080"
-transports = ["udp", "wss"]
+transports = ["udp", "{ws}"]
 mode = "balance"
 pool = "sg"
 leg = "subscriber"
@@ -196,7 +200,7 @@ async fn r_ws_3_a_sip_dialog_flows_through_a_ws_pool_over_tls() {
         .start()
         .expect("kamailio starts");
     let mut instance = gate(
-        &instance_site(&inst_dir, net, &ca),
+        &instance_site(&inst_dir, net, Some(&ca)),
         SocketAddr::new(ip(net, 21), 9091),
     );
     let mut pool = gate(
@@ -266,7 +270,7 @@ async fn r_ws_3_an_instance_whose_certificate_does_not_verify_gets_no_connection
     std::fs::create_dir_all(&inst_dir).unwrap();
     std::fs::create_dir_all(&pool_dir).unwrap();
     let mut instance = gate(
-        &instance_site(&inst_dir, net, &rogue),
+        &instance_site(&inst_dir, net, Some(&rogue)),
         SocketAddr::new(ip(net, 21), 9091),
     );
     let site = pool_site(&pool_dir, net, &ca);
@@ -308,6 +312,45 @@ async fn r_ws_3_an_instance_whose_certificate_does_not_verify_gets_no_connection
         log.contains("ws instance unreachable") && log.contains(why),
         "the pool logs the instance and the certificate error: {log}"
     );
+    pool.stop(T);
+    instance.stop(T);
+}
+
+/// R-WS-3 over a TLS upstream, the instance speaking no TLS at all (a
+/// plain `ws` listener where the pool expects `wss`): the pool's handshake
+/// ends at `[tls] handshake_timeout_ms` (5 s), it does not hang; the client
+/// gets `502`, the instance no WebSocket connection, and the pool counts
+/// the handshake's `timeout` and `upstream_failed`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_ws_3_an_instance_without_tls_behind_a_wss_upstream_gets_no_connection() {
+    let net = (88, 3);
+    let dir = tempfile::tempdir().unwrap();
+    let ca = peer::Ca::new(dir.path(), "site");
+    let (inst_dir, pool_dir) = (dir.path().join("instance"), dir.path().join("pool"));
+    std::fs::create_dir_all(&inst_dir).unwrap();
+    std::fs::create_dir_all(&pool_dir).unwrap();
+    let mut instance = gate(
+        &instance_site(&inst_dir, net, None),
+        SocketAddr::new(ip(net, 21), 9091),
+    );
+    let mut pool = gate(
+        &pool_site(&pool_dir, net, &ca),
+        SocketAddr::new(ip(net, 1), 9091),
+    );
+
+    let e = open(net, &ca).await.err().expect("no connection through");
+    assert_eq!(ua::refused_status(&e), Some(502), "{e}");
+    let failed = r#"sipgate_ws_handshakes_total{result="upstream_failed"}"#;
+    assert_eq!(metric(&pool, failed), 1.0);
+    // The instance reads the ClientHello as the start of an upgrade
+    // request and waits for the rest: the pool's handshake deadline ends it.
+    let timeout = r#"sipgate_tls_handshakes_total{side="client",result="timeout"}"#;
+    assert_eq!(metric(&pool, timeout), 1.0);
+    assert_eq!(
+        metric(&instance, r#"sipgate_ws_handshakes_total{result="ok"}"#),
+        0.0
+    );
+    assert_eq!(metric(&instance, "sipgate_ws_connections"), 0.0);
     pool.stop(T);
     instance.stop(T);
 }
