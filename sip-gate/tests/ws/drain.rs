@@ -3,11 +3,12 @@
 //! the re-REGISTER moves to the other sg with the same flow.
 //!
 //! Under load: this test once waited 20 s for an INVITE that never came on
-//! a machine at load average ~15. The gate's new-dialog deadline (R-OV-1,
-//! 200 ms by default) sheds an INVITE or REGISTER with 503 when the debug
-//! gate's runtime (or its UDP worker) runs that late, and the test's own
-//! call then ends at the caller instead of reaching the browser: a message
-//! lost for good, which no longer wait brings back. The site raises the
+//! a machine at load average ~15. The likeliest cause: the gate's
+//! new-dialog deadline (R-OV-1, 200 ms by default) sheds an INVITE or
+//! REGISTER with 503 when the debug gate's runtime (or its UDP worker) runs
+//! that late, and the test's own call then ends at the caller instead of
+//! reaching the browser: a message lost for good, which no longer wait
+//! brings back. The site raises the
 //! deadline ([`OVERLOAD`]: this is no overload test), every wait
 //! polls for what it needs within [`LOADED`], and a missing message's
 //! panic shows the gate's refusals.
