@@ -15,8 +15,19 @@
 //! connect): the gate on `.1` (ws pool on 8443, admin 9091), ws-0 on
 //! `.21:8080`, ws-1 on `.22:8080`, clients from `.101` onward (the pool's
 //! key is the client's address).
+//!
+//! `ws_upstream = "wss"` (the pool reaching its instances over TLS) is in
+//! `ws/pool_tls.rs`, on `127.88.N.0/24`.
 
 mod common;
+#[path = "tls/peer.rs"]
+#[allow(dead_code)]
+mod peer;
+#[path = "ws/pool_tls.rs"]
+mod pool_tls;
+#[path = "ws/ua.rs"]
+#[allow(dead_code)]
+mod ua;
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
