@@ -14,8 +14,7 @@
 //! (drain ramps), [`chooser`] (which mg), [`pool`], [`health`],
 //! [`upstream`] (commands in flight), [`cache`] (retransmissions),
 //! [`fanout`], [`census`] → [`controller`] (one datagram in, a decision
-//! out) → [`transport`] (sockets and timers, with [`batch`] for the
-//! hot sockets' batched receives and sends) and [`admin`] (HTTP), with
+//! out) → [`transport`] (sockets and timers) and [`admin`] (HTTP), with
 //! [`status`] for what operators read.
 #![forbid(unsafe_code)]
 #![warn(unreachable_pub)]
@@ -40,7 +39,6 @@ mod weights;
 
 // === I/O and operators ===
 pub mod admin;
-mod batch;
 pub mod cli;
 mod metrics;
 pub mod status;

@@ -31,11 +31,6 @@ pub(crate) const PENDING: &str = "mediactl_pending";
 /// Calls forgotten because their mg no longer knew them or was down when
 /// they went idle.
 pub(crate) const IDLE_FORGOTTEN: &str = "mediactl_idle_calls_forgotten_total";
-/// Receive system calls on the hot sockets, by socket (`clients`,
-/// `mgs_v4`, `mgs_v6`).
-pub(crate) const RECV_CALLS: &str = "mediactl_recv_calls_total";
-/// Datagrams those calls read: over [`RECV_CALLS`], the mean batch.
-pub(crate) const RECV_DATAGRAMS: &str = "mediactl_recv_datagrams_total";
 
 /// Outcomes of client commands, in the order of their counter slots.
 const OUTCOMES: [&str; 12] = [
@@ -126,27 +121,5 @@ impl PerInstance {
             _ => 2,
         };
         self.answers[i].increment(1);
-    }
-}
-
-/// A hot socket's receive counters, registered once per socket so a batch
-/// costs two atomic adds.
-pub(crate) struct Batches {
-    calls: metrics::Counter,
-    datagrams: metrics::Counter,
-}
-
-impl Batches {
-    pub(crate) fn new(socket: &'static str) -> Batches {
-        Batches {
-            calls: metrics::counter!(RECV_CALLS, "socket" => socket),
-            datagrams: metrics::counter!(RECV_DATAGRAMS, "socket" => socket),
-        }
-    }
-
-    /// One receive call that read `n` datagrams.
-    pub(crate) fn add(&self, n: usize) {
-        self.calls.increment(1);
-        self.datagrams.increment(n as u64);
     }
 }

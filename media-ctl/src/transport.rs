@@ -3,13 +3,15 @@
 //! One socket receives the clients' commands (the `ng_bind` address); one
 //! socket per address family talks to the mgs, so every answer from an mg
 //! comes back to a socket that only mgs use. Each of these sockets is read
-//! by its own thread in a blocking `recvmmsg` ([`crate::batch`]): one
-//! system call per datagram when they come one at a time, where an async
-//! loop pays a second `recv` (EAGAIN) and an `epoll_wait` (measured: a third
-//! less CPU per command), and one call for all that queued up meanwhile;
-//! what a batch produces goes out in one `sendmmsg` per socket. Timers (timeouts,
-//! idle sweeps, health rounds) and the watcher that starts drain ramps when
-//! a new view is published are tokio tasks.
+//! by its own thread in a blocking `recv_from`: one system call per
+//! datagram, where an async loop pays a second `recv` (EAGAIN) and an
+//! `epoll_wait` (measured: a third less CPU per command). Batched receive
+//! and send (`recvmmsg`/`sendmmsg`) were tried and taken out: at 2000
+//! cycles/s a receive rarely found more than one datagram queued, and the
+//! batched build cost 1.03x this one (docs/benchmarks.md, mg-bench
+//! `--before`). Timers (timeouts, idle sweeps, health rounds) and the
+//! watcher that starts drain ramps when a new view is published are tokio
+//! tasks.
 
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
@@ -22,10 +24,10 @@ use ringsync::state::DrainState;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::batch::{Outbox, Receiver};
 use crate::controller::{Controller, Decision, Out, Settings};
-use crate::metrics as m;
 
+/// Receive buffer: the largest UDP payload.
+const BUF: usize = 65_536;
 /// How long a stop waits for the I/O threads at least.
 const POLL: Duration = Duration::from_millis(100);
 /// How often pending commands are checked for timeouts.
@@ -89,54 +91,6 @@ impl Sockets {
             if let Err(e) = s.send_to(d, to) {
                 tracing::debug!(%to, error = %e, "send failed");
                 crate::metrics::dropped("send_failed");
-            }
-        }
-    }
-}
-
-/// What one batch produced, per socket.
-struct Outboxes {
-    client: Outbox,
-    v4: Outbox,
-    v6: Outbox,
-}
-
-impl Outboxes {
-    fn new() -> Outboxes {
-        Outboxes {
-            client: Outbox::new(),
-            v4: Outbox::new(),
-            v6: Outbox::new(),
-        }
-    }
-
-    fn mg(&mut self, to: SocketAddr) -> &mut Outbox {
-        if to.is_ipv4() {
-            &mut self.v4
-        } else {
-            &mut self.v6
-        }
-    }
-
-    fn push(&mut self, out: Out) {
-        match out {
-            Out::Client(to, d) => self.client.push(to, d),
-            Out::Mg(to, d) => self.mg(to).push(to, d),
-        }
-    }
-
-    /// Sends it all, a `sendmmsg` per socket.
-    fn flush(&mut self, s: &Sockets) {
-        let failed = |to: SocketAddr, e: io::Error| {
-            tracing::debug!(%to, error = %e, "send failed");
-            m::dropped("send_failed");
-        };
-        self.client.flush(&s.client, failed);
-        for (outbox, sock) in [(&mut self.v4, &s.v4), (&mut self.v6, &s.v6)] {
-            match sock {
-                Some(sock) => outbox.flush(sock, failed),
-                // No mg of that family is configured, so nothing is queued.
-                None => outbox.clear(),
             }
         }
     }
@@ -301,65 +255,46 @@ async fn wake_on_stop(s: Arc<Sockets>, stop: CancellationToken) {
     }
 }
 
-/// One batch from the clients: every command decided, then the answers
-/// and the forwards sent, a `sendmmsg` per socket.
 fn client_loop(c: &Controller, s: &Sockets) {
-    let mut rx = Receiver::new();
-    let mut out = Outboxes::new();
-    let counts = m::Batches::new("clients");
+    let mut buf = vec![0u8; BUF];
     loop {
-        // One clock read per batch, after it arrived.
-        let mut t = None;
-        let r = rx.recv(&s.client, |from, d| {
-            if s.stopped.load(Ordering::Acquire) {
-                return;
-            }
-            match c.handle(from, d, *t.get_or_insert_with(now)) {
-                Decision::Reply(d) => out.client.push(from, d),
-                Decision::Send(sends) => {
-                    for (to, d) in sends {
-                        out.mg(to).push(to, d);
-                    }
-                }
-                Decision::Drop(_) => {}
-            }
-        });
+        let r = s.client.recv_from(&mut buf);
         if s.stopped.load(Ordering::Acquire) {
             return;
         }
-        // An error is an ICMP error some systems report here: keep serving.
-        if let Ok(n) = r {
-            counts.add(n);
+        let (n, from) = match r {
+            Ok(r) => r,
+            // ICMP errors some systems report here: keep serving.
+            Err(_) => continue,
+        };
+        match c.handle(from, &buf[..n], now()) {
+            Decision::Reply(d) => s.send(&Out::Client(from, d)),
+            Decision::Send(sends) => {
+                for (to, d) in sends {
+                    s.send(&Out::Mg(to, d));
+                }
+            }
+            Decision::Drop(_) => {}
         }
-        out.flush(s);
     }
 }
 
-/// One batch of answers from the mgs, relayed to their clients together.
 fn upstream_loop(c: &Controller, s: &Sockets, v4: bool) {
     let Some(sock) = (if v4 { &s.v4 } else { &s.v6 }) else {
         return;
     };
-    let mut rx = Receiver::new();
-    let mut out = Outboxes::new();
-    let counts = m::Batches::new(if v4 { "mgs_v4" } else { "mgs_v6" });
+    let mut buf = vec![0u8; BUF];
     loop {
-        let mut t = None;
-        let r = rx.recv(sock, |from, d| {
-            if s.stopped.load(Ordering::Acquire) {
-                return;
-            }
-            for o in c.on_mg_datagram(from, d, *t.get_or_insert_with(now)) {
-                out.push(o);
-            }
-        });
+        let r = sock.recv_from(&mut buf);
         if s.stopped.load(Ordering::Acquire) {
             return;
         }
-        if let Ok(n) = r {
-            counts.add(n);
+        let Ok((n, from)) = r else {
+            continue;
+        };
+        for out in c.on_mg_datagram(from, &buf[..n], now()) {
+            s.send(&out);
         }
-        out.flush(s);
     }
 }
 

@@ -322,14 +322,6 @@ fn r_mg_5_an_mg_killed_mid_call_errors_its_calls_and_moves_none() {
     assert_eq!(w.instances["mg-b"].health, Health::Down);
 }
 
-/// The value of one Prometheus sample line, 0 if absent.
-fn sample(metrics: &str, name: &str) -> u64 {
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
-        .unwrap_or(0)
-}
-
 #[test]
 fn bad_input_is_answered_or_counted_and_service_goes_on() {
     let mut site = Site::start(Spec::new((80, 6)));
@@ -377,27 +369,6 @@ fn bad_input_is_answered_or_counted_and_service_goes_on() {
         "{metrics}"
     );
     assert!(metrics.contains("mediactl_new_calls_total"), "{metrics}");
-    // The hot sockets count their receive calls and the datagrams those
-    // read (issue 29): every client datagram above was read, none twice.
-    // The 3 refused, the cookieless, the oversized and `setup`'s offer and
-    // answer: at least 7.
-    for socket in ["clients", "mgs_v4"] {
-        let calls = sample(
-            &metrics,
-            &format!("mediactl_recv_calls_total{{socket=\"{socket}\"}}"),
-        );
-        let read = sample(
-            &metrics,
-            &format!("mediactl_recv_datagrams_total{{socket=\"{socket}\"}}"),
-        );
-        assert!(
-            calls >= 1 && read >= calls,
-            "{socket}: {calls} calls, {read} datagrams"
-        );
-        if socket == "clients" {
-            assert!(read >= 7, "{read} client datagrams read");
-        }
-    }
     let reply = site.node.get("/readyz").unwrap();
     assert_eq!(reply.status, 200, "{reply:?}");
     // The admin port is read-only (R-PR-1): no method that could change

@@ -94,6 +94,9 @@ fn mg_bench_help_and_bounds() {
             ("--workers", "one command at a time"),
             ("--held", "resident memory"),
             ("--media-ctl", "media-ctl binary"),
+            // The same-run before/after that measured (and retired)
+            // media-ctl's batched I/O (issue 29).
+            ("--before", "fourth path in every round"),
         ],
     );
     assert!(text.contains("[default: 2000]"), "{text}");
