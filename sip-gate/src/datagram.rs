@@ -25,20 +25,13 @@ pub(crate) fn send(
 ) -> nix::Result<usize> {
     let addr = SockaddrStorage::from(to);
     match sendto(sock.as_raw_fd(), bytes, &addr, flags) {
-        Err(e) if left_by_icmp(e) => sendto(sock.as_raw_fd(), bytes, &addr, flags),
+        // An unconnected socket learns of these only from ICMP, later than
+        // any send: on a send they belong to an earlier datagram.
+        Err(Errno::ECONNREFUSED | Errno::EHOSTUNREACH | Errno::ENETUNREACH | Errno::EHOSTDOWN) => {
+            sendto(sock.as_raw_fd(), bytes, &addr, flags)
+        }
         other => other,
     }
-}
-
-/// Whether a send's error is one an ICMP error left pending: an
-/// unconnected socket learns of these only from ICMP, later than any send,
-/// so on a send they belong to an earlier datagram (and the send that
-/// returned it sent nothing).
-pub(crate) fn left_by_icmp(e: Errno) -> bool {
-    matches!(
-        e,
-        Errno::ECONNREFUSED | Errno::EHOSTUNREACH | Errno::ENETUNREACH | Errno::EHOSTDOWN
-    )
 }
 
 #[cfg(test)]

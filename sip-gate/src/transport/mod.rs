@@ -3,8 +3,8 @@
 //! Everything here moves bytes; what to send where is the core's business
 //! ([`crate::proxy::Core::handle`]).
 //!
-//! UDP is served by plain OS threads doing blocking `recvmmsg`/`sendmmsg`
-//! (`sendto` from other threads), one `SO_REUSEPORT` socket each, like Kamailio's UDP workers: the kernel
+//! UDP is served by plain OS threads doing blocking `recvmmsg`/`sendto`,
+//! one `SO_REUSEPORT` socket each, like Kamailio's UDP workers: the kernel
 //! hashes each peer to one socket, and a message to a UDP next hop is
 //! handled and sent from its worker's thread with no hand-off (one to a
 //! TCP next hop is queued to its connection's task). In an early ad-hoc
@@ -41,7 +41,6 @@ use crate::txn::{ConnId, Inbound};
 mod batch;
 mod bind;
 mod fd_limit;
-mod outbox;
 mod read_timer;
 mod stream;
 mod tls;

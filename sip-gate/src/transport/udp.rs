@@ -4,9 +4,7 @@
 //! worker's intake (R-OV-1): the kernel stamps every datagram as it queues
 //! it and reports the datagrams it dropped, so the worker knows when it is
 //! behind ([`crate::overload::IntakeMeter`]). Workers read their queue a
-//! batch at a time (`batch.rs`), serve in-dialog traffic first, and send
-//! what the batch produced for their listener's socket after it, with one
-//! `sendmmsg` (`outbox.rs`).
+//! batch at a time (`batch.rs`) and serve in-dialog traffic first.
 
 use std::io;
 use std::io::IoSliceMut;
@@ -19,12 +17,10 @@ use nix::sys::socket::{recvmsg, setsockopt, sockopt, MsgFlags, SockaddrStorage};
 use tokio_util::sync::CancellationToken;
 
 use super::batch::{socket_addr, BatchReceiver, Datagram, Sender};
-use super::outbox::Outbox;
 use super::{Net, UDP_POLL};
 use crate::message::SipMessage;
 use crate::metrics as m;
 use crate::overload::{self, BatchSizes, IntakeMeter, IntakeWaits, MAX_BATCH};
-use crate::proxy::{Action, Out};
 use crate::txn::Inbound;
 
 /// The automatic worker count's ceiling unless `[overload]
@@ -89,7 +85,6 @@ pub(super) fn udp_worker(
     let mut rx = BatchReceiver::new();
     let mut batch = Vec::with_capacity(MAX_BATCH);
     let mut later = Vec::with_capacity(MAX_BATCH);
-    let mut outbox = Outbox::new();
     let mut meter = IntakeMeter::new(net.core.overload_deadline());
     let sizes = BatchSizes::new();
     let waits = IntakeWaits::new();
@@ -118,25 +113,17 @@ pub(super) fn udp_worker(
         }
         sizes.record(batch.len());
         let intake = (&meter, &waits);
-        serve_batch(
-            &net,
-            (listener, &mut outbox),
-            intake,
-            &mut batch,
-            &mut later,
-        );
-        flush(&net, listener, &mut outbox);
+        serve_batch(&net, listener, intake, &mut batch, &mut later);
     }
 }
 
 /// Handles a batch (R-OV-1): responses and in-dialog requests as they
 /// come, new dialogs (and what follows them in their call) after them
 /// (`later`), REGISTERs last, each judged against the deadline when its
-/// turn comes. A batch of one is handled as it comes. What goes out of the
-/// listener's socket waits in `outbox` for the caller's flush.
+/// turn comes. A batch of one is handled as it comes.
 fn serve_batch(
     net: &Arc<Net>,
-    (listener, outbox): (usize, &mut Outbox),
+    listener: usize,
     intake: (&IntakeMeter, &IntakeWaits),
     batch: &mut Vec<Datagram>,
     later: &mut Vec<(Sender, SipMessage)>,
@@ -151,7 +138,7 @@ fn serve_batch(
             continue;
         };
         if alone || overload::first(&msg, later.iter().map(|(_, m)| m)) {
-            serve(net, (listener, outbox), intake, from, msg);
+            serve(net, listener, intake, from, msg);
         } else {
             later.push((from, msg));
         }
@@ -161,19 +148,19 @@ fn serve_batch(
     let mut registers = Vec::new();
     for (from, msg) in later.drain(..) {
         if overload::before_registers(&msg, registers.iter().map(|(_, m)| m)) {
-            serve(net, (listener, outbox), intake, from, msg);
+            serve(net, listener, intake, from, msg);
         } else {
             registers.push((from, msg));
         }
     }
     for (from, msg) in registers {
-        serve(net, (listener, outbox), intake, from, msg);
+        serve(net, listener, intake, from, msg);
     }
 }
 
 fn serve(
     net: &Arc<Net>,
-    (listener, outbox): (usize, &mut Outbox),
+    listener: usize,
     (meter, waits): (&IntakeMeter, &IntakeWaits),
     from: Sender,
     msg: SipMessage,
@@ -186,34 +173,8 @@ fn serve(
         listener,
         peer: from.peer,
     };
-    match net.core.handle_scanned(inbound, msg, now, behind) {
-        // Out of the listener's socket, which `flush` sends on: queued.
-        Action::Send(Out::Udp { listener: l, to }, bytes)
-            if l == listener && sending_socket(net, l).is_some() =>
-        {
-            outbox.push(bytes, to)
-        }
-        // TCP, another listener, a lookup: as from any other thread.
-        other => net.execute(other),
-    }
-}
-
-/// The socket a listener's UDP sends go out of ([`Net::execute`] too): its
-/// first worker's.
-fn sending_socket(net: &Net, listener: usize) -> Option<&Arc<UdpSocket>> {
-    net.udp.get(listener).and_then(Option::as_ref)
-}
-
-/// Sends what a batch queued (issue 29), in order; the datagrams the kernel
-/// refused are counted as `Net::execute` counts a failed `sendto`.
-fn flush(net: &Net, listener: usize, outbox: &mut Outbox) {
-    let Some(sock) = sending_socket(net, listener) else {
-        return;
-    };
-    let done = outbox.flush(sock);
-    if done.failed > 0 {
-        m::dropped_n("udp_send_error", done.failed as u64);
-    }
+    let action = net.core.handle_scanned(inbound, msg, now, behind);
+    net.execute(action);
 }
 
 /// Reads the socket's error queue: each entry is an ICMP error for a
