@@ -17,18 +17,24 @@
 //! `sip-gate` (the default configuration: one UDP worker, more only while
 //! it is busy), `sip-gate+drain` (the same with one of the three sg in an
 //! active drain profile), `sip-gate-1` (`[overload] udp_workers = 1`, a
-//! fixed worker) and `sip-gate-per-core` (`udp_workers` fixed at the core
-//! count).
+//! fixed worker), `sip-gate-per-core` (`udp_workers` fixed at the core
+//! count) and `sip-gate-before` (the default configuration run from the
+//! binary `--gate-before` names: a change against the build before it).
+//!
+//! Each run also reads the context switches of the proxy's threads
+//! (`/proc/PID/task/*/status`): of the process, and of its busiest thread.
 //!
 //! ```text
 //! cargo build --release -p sip-gate -p testbed
 //! target/release/sip-bench --rates 1000,2000 --seconds 10 --rounds 3
+//! # a change against main's binary, copied aside before the change:
+//! target/release/sip-bench --systems relay,sip-gate,sip-gate-before \
+//!     --gate-before /path/to/sip-gate-of-main
 //! ```
 #![forbid(unsafe_code)]
 
-use std::fmt::Write as _;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::path::{Path, PathBuf};
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
@@ -37,91 +43,17 @@ use testbed::net::UdpDrops;
 use testbed::{wait_listening, Kamailio, ProcStats, Scenario, Sipp, SippHandle, Transport};
 
 mod report;
+mod switches;
+mod system;
+
+use switches::Switches;
+use system::{gate_site, ip, uas_addr, System, SERVERS};
 
 /// SIPp's socket buffers, bytes (the kernel caps them at
 /// `net.core.rmem_max`). With SIPp's default of 64 KiB the caller's receive
 /// queue overflowed (25 datagrams in one run at 5000 calls/s, none at the
 /// proxy or the servers) and a call failed for the load generator's sake.
 const SIPP_BUFFER: &str = "4194304";
-
-/// The benchmark's own loopback network: 127.77.0.0/24.
-fn ip(host: u8) -> IpAddr {
-    IpAddr::V4(Ipv4Addr::new(127, 77, 0, host))
-}
-
-/// The SIPp servers (one per sg) every system spreads calls over.
-const SERVERS: u8 = 3;
-
-fn uas_addr(i: u8) -> SocketAddr {
-    SocketAddr::new(ip(11 + i), 5060)
-}
-
-/// A proxy under test.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-enum System {
-    /// testbed's blind UDP relay: the floor.
-    Relay,
-    /// Kamailio with tm, rr and dispatcher (bench/kamailio/kamailio.cfg).
-    Kamailio,
-    /// sip-gate balancing over the three sg, with the default (automatic)
-    /// UDP worker count.
-    #[value(name = "sip-gate")]
-    Gate,
-    /// The same with one of the three sg in an active drain profile.
-    #[value(name = "sip-gate+drain")]
-    GateDrain,
-    /// sip-gate with one fixed UDP worker (`udp_workers = 1`).
-    #[value(name = "sip-gate-1")]
-    GateOne,
-    /// sip-gate with a fixed UDP worker per core (`udp_workers` = cores).
-    #[value(name = "sip-gate-per-core")]
-    GatePerCore,
-}
-
-impl System {
-    fn name(self) -> &'static str {
-        match self {
-            System::Relay => "relay",
-            System::Kamailio => "kamailio",
-            System::Gate => "sip-gate",
-            System::GateDrain => "sip-gate+drain",
-            System::GateOne => "sip-gate-1",
-            System::GatePerCore => "sip-gate-per-core",
-        }
-    }
-    /// Each system listens on its own address, so a straggler of one run
-    /// never reaches the next system.
-    fn addr(self) -> SocketAddr {
-        let host = match self {
-            System::Relay => 2,
-            System::Kamailio => 3,
-            System::Gate => 4,
-            System::GateDrain => 5,
-            System::GatePerCore => 6,
-            System::GateOne => 7,
-        };
-        SocketAddr::new(ip(host), 5060)
-    }
-
-    /// Whether it is a sip-gate configuration.
-    fn is_gate(self) -> bool {
-        !matches!(self, System::Relay | System::Kamailio)
-    }
-
-    /// The `[overload] udp_workers` line of a gate configuration: none for
-    /// the default (automatic) count.
-    fn udp_workers(self) -> Option<usize> {
-        match self {
-            System::GateOne => Some(1),
-            System::GatePerCore => Some(
-                std::thread::available_parallelism()
-                    .map_or(2, |n| n.get())
-                    .clamp(1, 8),
-            ),
-            _ => None,
-        }
-    }
-}
 
 /// The load benchmark: the same stock SIPp call load through each proxy in
 /// turn, in interleaved rounds, reporting CPU per call, memory and failed
@@ -154,6 +86,10 @@ struct Opts {
     /// The sip-gate binary (default: `sip-gate` next to this one).
     #[arg(long, value_name = "PATH")]
     gate: Option<PathBuf>,
+    /// The sip-gate binary the `sip-gate-before` system runs (required for
+    /// it).
+    #[arg(long, value_name = "PATH")]
+    gate_before: Option<PathBuf>,
     /// The blind-relay binary (default: `blind-relay` next to this one).
     #[arg(long, value_name = "PATH")]
     relay: Option<PathBuf>,
@@ -202,6 +138,8 @@ struct Run {
     why: String,
     /// Datagrams dropped at full receive queues during the run.
     drops: Drops,
+    /// The proxy's context switches during the run.
+    switches: switches::Delta,
 }
 
 /// Where datagrams were dropped for a full receive queue during a run:
@@ -265,51 +203,6 @@ impl Drop for Proxy {
     }
 }
 
-fn gate_site(dir: &Path, listen: SocketAddr, system: System) -> Result<PathBuf, String> {
-    let drain = system == System::GateDrain;
-    let mut t = String::new();
-    let _ = writeln!(
-        t,
-        "[site]\nname = \"bench\"\nsecret = \"sip-bench-secret-0123456789\"\n"
-    );
-    let _ = writeln!(
-        t,
-        "[store]\nkind = \"embedded\"\npath = \"bench.profiles.json\"\n"
-    );
-    let _ = writeln!(t, "[admin]\ngate_bind = \"{}:19091\"\n", listen.ip());
-    // One SIPp source carries every call: its limit well above the load,
-    // so the per-source check runs on every INVITE without refusing one.
-    let _ = writeln!(
-        t,
-        "[overload]\nper_source_rate = 100000\nper_source_burst = 100000"
-    );
-    // The default worker count unless the system fixes it (issue 29).
-    if let Some(n) = system.udp_workers() {
-        let _ = writeln!(t, "udp_workers = {n}");
-    }
-    let _ = writeln!(t);
-    for i in 0..SERVERS {
-        let _ = writeln!(t, "[[server]]\nname = \"srv-{i}\"");
-    }
-    for i in 0..SERVERS {
-        let _ = writeln!(
-            t,
-            "[[instance]]\nid = \"sg-{i}\"\nservice = \"sg\"\nserver = \"srv-{i}\"\nsip = \"{}\"",
-            uas_addr(i)
-        );
-    }
-    let _ = writeln!(t, "[[listener]]\nname = \"subs\"\nbind = \"{listen}\"\ntransports = [\"udp\"]\nmode = \"balance\"\npool = \"sg\"\nleg = \"subscriber\"");
-    let site = dir.join("site.toml");
-    std::fs::write(&site, t).map_err(|e| format!("writing {}: {e}", site.display()))?;
-    if drain {
-        // The embedded store's file, as `ringsync profile create/activate` writes it.
-        let profiles = r#"{"revision":1,"profiles":[{"id":"p-bench","name":"bench-drain","description":"one of three sg drains","servers":["srv-1"],"state":"active"}]}"#;
-        std::fs::write(dir.join("bench.profiles.json"), profiles)
-            .map_err(|e| format!("writing profiles: {e}"))?;
-    }
-    Ok(site)
-}
-
 /// Starts a proxy binary with its output discarded; the error names the
 /// binary and the package that builds it.
 fn spawn_quiet(mut cmd: Command, package: &str) -> Result<Child, String> {
@@ -364,9 +257,17 @@ fn start(system: System, o: &Opts) -> Result<Proxy, String> {
                 Some(k.start().map_err(|e| format!("starting kamailio: {e}"))?),
             )
         }
-        System::Gate | System::GateDrain | System::GateOne | System::GatePerCore => {
+        System::Gate
+        | System::GateDrain
+        | System::GateOne
+        | System::GatePerCore
+        | System::GateBefore => {
             let site = gate_site(dir.path(), addr, system)?;
-            let mut c = Command::new(o.gate());
+            let bin = match system {
+                System::GateBefore => o.gate_before.clone().unwrap_or_default(),
+                _ => o.gate(),
+            };
+            let mut c = Command::new(bin);
             c.arg("--config").arg(&site).env("RUST_LOG", "warn");
             (Some(spawn_quiet(c, "sip-gate")?), None)
         }
@@ -407,6 +308,7 @@ fn measure(system: System, (rate, round): (u32, u32), o: &Opts) -> Result<Run, S
     let calls = u64::from(rate) * u64::from(o.seconds);
     let drops_before = UdpDrops::read();
     let before = ProcStats::sample(proxy.pid()).map_err(|e| e.to_string())?;
+    let switches_before = Switches::read(proxy.pid());
     let report = Sipp::new(Scenario::builtin("uac"))
         .local_ip(ip(100))
         .arg("-buff_size")
@@ -420,6 +322,7 @@ fn measure(system: System, (rate, round): (u32, u32), o: &Opts) -> Result<Run, S
         .wait(Duration::from_secs(u64::from(o.seconds) + 60))
         .map_err(|e| format!("uac: {e}"))?;
     let after = ProcStats::sample(proxy.pid()).map_err(|e| e.to_string())?;
+    let switches = Switches::read(proxy.pid()).since(&switches_before);
     let drops_after = UdpDrops::read();
     // Where the gate sent new calls: proves the drain steered (sg-1 gets none).
     let spread = if system.is_gate() {
@@ -436,6 +339,7 @@ fn measure(system: System, (rate, round): (u32, u32), o: &Opts) -> Result<Run, S
         failed: report.failed.max(calls.saturating_sub(done)),
         cpu_us_per_call: after.cpu_since(&before).as_micros() as f64 / calls as f64,
         drops: Drops::between(&drops_before, &drops_after, system.addr()),
+        switches,
         peak_rss_kb: after.peak_rss_kb,
         pss_kb: after.pss_kb,
         spread,
@@ -513,6 +417,7 @@ fn run_all(o: &Opts) -> Result<Vec<Run>, String> {
                 if !r.spread.is_empty() {
                     eprintln!("    new calls: {}", r.spread);
                 }
+                eprintln!("    context switches: {}", r.switches);
                 if !r.why.is_empty() {
                     eprintln!("    failures: {}", r.why);
                 }
@@ -532,7 +437,16 @@ fn run_all(o: &Opts) -> Result<Vec<Run>, String> {
 
 fn main() -> ExitCode {
     let o = Opts::parse();
-    for (what, path) in [("sip-gate", &o.gate()), ("blind-relay", &o.relay())] {
+    if o.systems.contains(&System::GateBefore) && o.gate_before.is_none() {
+        eprintln!("sip-bench: sip-gate-before needs --gate-before PATH");
+        return ExitCode::FAILURE;
+    }
+    let before = o.gate_before.clone().unwrap_or_else(|| o.gate());
+    for (what, path) in [
+        ("sip-gate", &o.gate()),
+        ("blind-relay", &o.relay()),
+        ("the --gate-before binary", &before),
+    ] {
         if !path.exists() {
             eprintln!(
                 "sip-bench: {what} not found at {} (cargo build --release -p sip-gate -p testbed)",

@@ -92,31 +92,80 @@ fn knees(runs: &[Run], o: &Opts) -> String {
 
 /// Each gate configuration's CPU per call over the relay's in the same
 /// round, every round and their median: the machine's drift between
-/// rounds hits both sides of each ratio alike.
+/// rounds hits both sides of each ratio alike. With `sip-gate-before`,
+/// also `sip-gate` over it (the change against the build before it).
 fn same_round(runs: &[Run], o: &Opts) -> String {
     let mut t = String::from("\nSame-round ratios to the relay (median; each round):\n");
     for &rate in &o.rates {
         for &s in o.systems.iter().filter(|s| s.is_gate()) {
-            let ratios: Vec<f64> = (1..=o.rounds)
-                .filter_map(|round| {
-                    let cpu = |sys: System| {
-                        runs.iter()
-                            .find(|r| r.rate == rate && r.round == round && r.system == sys)
-                            .map(|r| r.cpu_us_per_call)
-                    };
-                    Some(cpu(s)? / cpu(System::Relay).filter(|&c| c > 0.0)?)
-                })
+            t.push_str(&ratio_line(runs, o, rate, (s, System::Relay)));
+        }
+    }
+    if o.systems.contains(&System::GateBefore) {
+        t.push_str("\nSame-round ratios of sip-gate to sip-gate-before (median; each round):\n");
+        for &rate in &o.rates {
+            t.push_str(&ratio_line(
+                runs,
+                o,
+                rate,
+                (System::Gate, System::GateBefore),
+            ));
+        }
+    }
+    t
+}
+
+/// `* RATE calls/s, A: median (each round)` of A's CPU per call over B's.
+fn ratio_line(runs: &[Run], o: &Opts, rate: u32, (a, b): (System, System)) -> String {
+    let ratios: Vec<f64> = (1..=o.rounds)
+        .filter_map(|round| {
+            let cpu = |sys: System| {
+                runs.iter()
+                    .find(|r| r.rate == rate && r.round == round && r.system == sys)
+                    .map(|r| r.cpu_us_per_call)
+            };
+            Some(cpu(a)? / cpu(b).filter(|&c| c > 0.0)?)
+        })
+        .collect();
+    if ratios.is_empty() {
+        return String::new();
+    }
+    let each: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
+    format!(
+        "* {rate} calls/s, {}: {:.2}x ({})\n",
+        a.name(),
+        median(ratios.clone()),
+        each.join(", ")
+    )
+}
+
+/// Context switches per 1000 calls, medians over rounds: of the whole
+/// process, and of its busiest thread (issue 29).
+fn switches(runs: &[Run], o: &Opts) -> String {
+    let mut t = String::from("\nContext switches per 1000 calls (median over rounds): process voluntary / nonvoluntary; busiest thread voluntary / nonvoluntary\n");
+    for &rate in &o.rates {
+        for &s in &o.systems {
+            let rs: Vec<&Run> = runs
+                .iter()
+                .filter(|r| r.rate == rate && r.system == s)
                 .collect();
-            if ratios.is_empty() {
-                continue;
-            }
-            let each: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
+            let Some(last) = rs.last() else { continue };
+            let per = |f: &dyn Fn(&Run) -> u64| {
+                median(
+                    rs.iter()
+                        .map(|r| f(r) as f64 * 1000.0 / (r.ok + r.failed).max(1) as f64)
+                        .collect(),
+                )
+            };
             let _ = writeln!(
                 t,
-                "* {rate} calls/s, {}: {:.2}x ({})",
+                "* {rate} calls/s, {}: {:.0} / {:.0}; {} {:.0} / {:.0}",
                 s.name(),
-                median(ratios.clone()),
-                each.join(", ")
+                per(&|r| r.switches.voluntary),
+                per(&|r| r.switches.nonvoluntary),
+                last.switches.busiest.0,
+                per(&|r| r.switches.busiest.1),
+                per(&|r| r.switches.busiest.2),
             );
         }
     }
@@ -133,16 +182,17 @@ pub(crate) fn write_results(o: &Opts, runs: &[Run], started: Instant) {
     );
     out.push_str(&table(runs, o));
     out.push_str(&same_round(runs, o));
+    out.push_str(&switches(runs, o));
     out.push_str(&knees(runs, o));
     println!("{out}");
     if std::fs::create_dir_all(&o.out).is_ok() {
         let _ = std::fs::write(o.out.join("results.md"), &out);
         let mut csv =
-            String::from("run_index,round,rate,system,ok,failed,cpu_us_per_call,peak_rss_kb,drops_proxy,drops_servers,drops_other\n");
+            String::from("run_index,round,rate,system,ok,failed,cpu_us_per_call,peak_rss_kb,drops_proxy,drops_servers,drops_other,switches_voluntary,switches_nonvoluntary,busiest_thread,busiest_voluntary,busiest_nonvoluntary\n");
         for (i, r) in runs.iter().enumerate() {
             let _ = writeln!(
                 csv,
-                "{i},{},{},{},{},{},{:.2},{},{},{},{}",
+                "{i},{},{},{},{},{},{:.2},{},{},{},{},{},{},{},{},{}",
                 r.round,
                 r.rate,
                 r.system.name(),
@@ -152,7 +202,12 @@ pub(crate) fn write_results(o: &Opts, runs: &[Run], started: Instant) {
                 r.peak_rss_kb,
                 r.drops.proxy,
                 r.drops.servers,
-                r.drops.other
+                r.drops.other,
+                r.switches.voluntary,
+                r.switches.nonvoluntary,
+                r.switches.busiest.0,
+                r.switches.busiest.1,
+                r.switches.busiest.2
             );
         }
         let _ = std::fs::write(o.out.join("runs.csv"), csv);
