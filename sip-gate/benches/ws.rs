@@ -101,13 +101,7 @@ fn opts() -> Opts {
 /// `.1:5080`, a `wss` one on `.1:5443`; limits that the bench's own load
 /// would meet (one source for all calls) are lifted.
 fn site(dir: &std::path::Path, connections: u32) -> std::path::PathBuf {
-    let key = rcgen::KeyPair::generate().unwrap();
-    let cert = rcgen::CertificateParams::new(vec![ip(1).to_string()])
-        .unwrap()
-        .self_signed(&key)
-        .unwrap();
-    std::fs::write(dir.join("cert.pem"), cert.pem()).unwrap();
-    std::fs::write(dir.join("key.pem"), key.serialize_pem()).unwrap();
+    testbed::tls::self_signed(dir, &ip(1).to_string()).unwrap();
     let text = format!(
         r#"[site]
 name = "ws-bench"

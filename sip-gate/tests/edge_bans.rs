@@ -11,7 +11,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::time::Duration;
 
-use policy::{ip, sipp_calls, start_gate, udp, write_site};
+use policy::{ban_gate, ip, sipp_calls, udp, BanGate};
 use testbed::{Scenario, Sipp};
 
 /// A REGISTER from `me` (Call-ID `id`), its first answer within a second.
@@ -47,17 +47,12 @@ fn status_line(answer: Option<String>) -> String {
 fn r_sec_3_a_source_failing_authentication_is_banned_for_ban_s_while_others_pass() {
     let net = 6;
     let dir = tempfile::tempdir().unwrap();
-    let site = write_site(dir.path(), net, "", "");
-    let text = std::fs::read_to_string(&site).unwrap()
-        + "\n[listener.auth_ban]\nlimit = 3\nwindow_s = 30\nban_s = 3\n";
-    std::fs::write(&site, text).unwrap();
-    let mut gate = start_gate(&site, net);
-    let g = SocketAddr::new(ip(net, 1), 5060);
-    let registrar = Sipp::new(Scenario::repo("uas_register_401"))
-        .local(ip(net, 11), 5060)
-        .timeout(Duration::from_secs(60))
-        .spawn()
-        .unwrap();
+    let BanGate {
+        mut gate,
+        g,
+        sg: registrar,
+        ..
+    } = ban_gate(dir.path(), net, 3, 3, "uas_register_401");
     let brute = SocketAddr::new(ip(net, 66), 5099);
     let other = SocketAddr::new(ip(net, 67), 5099);
 
@@ -131,18 +126,10 @@ fn r_sec_3_a_source_failing_authentication_is_banned_for_ban_s_while_others_pass
 fn r_sec_3_calls_set_up_before_a_ban_keep_working_while_new_ones_get_403() {
     let net = 7;
     let dir = tempfile::tempdir().unwrap();
-    let site = write_site(dir.path(), net, "", "");
-    let text = std::fs::read_to_string(&site).unwrap()
-        + "\n[listener.auth_ban]\nlimit = 3\nwindow_s = 30\nban_s = 60\n";
-    std::fs::write(&site, text).unwrap();
-    let mut gate = start_gate(&site, net);
-    let g = SocketAddr::new(ip(net, 1), 5060);
     // One sg that takes calls and refuses every REGISTER with 401.
-    let sg = Sipp::new(Scenario::repo("uas_call_register_401"))
-        .local(ip(net, 11), 5060)
-        .timeout(Duration::from_secs(60))
-        .spawn()
-        .unwrap();
+    let BanGate {
+        mut gate, g, sg, ..
+    } = ban_gate(dir.path(), net, 3, 60, "uas_call_register_401");
     let source = ip(net, 66);
 
     // Two calls from the source, held 5 s: up before the ban.
@@ -209,18 +196,13 @@ fn r_sec_3_calls_set_up_before_a_ban_keep_working_while_new_ones_get_403() {
 fn r_sec_3_ringsync_bans_lists_and_lifts_a_gates_ban() {
     let net = 8;
     let dir = tempfile::tempdir().unwrap();
-    let site = write_site(dir.path(), net, "", "");
-    let toml = std::fs::read_to_string(&site).unwrap()
-        + "\n[listener.auth_ban]\nlimit = 2\nwindow_s = 30\nban_s = 60\n";
-    std::fs::write(&site, toml).unwrap();
-    let mut gate = start_gate(&site, net);
-    let g = SocketAddr::new(ip(net, 1), 5060);
+    let BanGate {
+        mut gate,
+        site,
+        g,
+        sg: registrar,
+    } = ban_gate(dir.path(), net, 2, 60, "uas_register_401");
     let admin = SocketAddr::new(ip(net, 1), 9091).to_string();
-    let registrar = Sipp::new(Scenario::repo("uas_register_401"))
-        .local(ip(net, 11), 5060)
-        .timeout(Duration::from_secs(60))
-        .spawn()
-        .unwrap();
     let brute = SocketAddr::new(ip(net, 66), 5099);
 
     let out = ringsync(&["bans", "list", "--gate", &admin]);

@@ -16,49 +16,24 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use common::overload::{self, outcomes, udp_worker_threads, wait};
 use common::{ip, server_addr};
 use testbed::bins::Node;
-use testbed::{Scenario, Sipp, SippHandle, SippReport, Transport};
+use testbed::{Scenario, Sipp, SippHandle, Transport};
 
 /// A site with one sg behind a balance listener on `127.31.N.1:5060`, and
 /// the `[overload]` section given.
 fn site(net: (u8, u8), overload: &str) -> (tempfile::TempDir, PathBuf, SocketAddr, SocketAddr) {
-    let dir = tempfile::tempdir().unwrap();
-    let listener = SocketAddr::new(ip(net, 1), 5060);
-    let admin = SocketAddr::new(ip(net, 1), 9091);
-    let extra = format!(
-        "[[listener]]\nname = \"subs\"\nbind = \"{listener}\"\nmode = \"balance\"\npool = \"sg\"\nleg = \"subscriber\"\n\n[store]\nkind = \"embedded\"\npath = \"profiles.json\"\n\n[overload]\n{overload}"
-    );
-    let path = dir.path().join("site.toml");
-    std::fs::write(&path, common::site(net, 1, &extra)).unwrap();
-    (dir, path, listener, admin)
+    overload::site(net, "", overload)
 }
 
 fn sg(net: (u8, u8)) -> SippHandle {
-    Sipp::new(Scenario::repo("uas_call"))
-        .local(server_addr(net, 0).ip(), 5060)
-        .timeout(Duration::from_secs(120))
-        .spawn()
-        .expect("uas starts")
+    overload::sg(net, Transport::Udp)
 }
 
 /// `uac_call_or_503` from `127.31.N.host`, its outcomes logged to `log`.
 fn caller(net: (u8, u8), host: u8, to: SocketAddr, log: &Path) -> Sipp {
-    Sipp::new(Scenario::repo("uac_call_or_503"))
-        .local_ip(ip(net, host))
-        .remote(to)
-        .transport(Transport::Udp)
-        .timeout(Duration::from_secs(90))
-        .arg("-trace_logs")
-        .arg("-log_file")
-        .arg(log)
-}
-
-/// Calls by outcome in a `uac_call_or_503` log: (refused, up, ended).
-fn outcomes(log: &Path) -> (u64, u64, u64) {
-    let text = std::fs::read_to_string(log).unwrap_or_default();
-    let count = |what: &str| text.lines().filter(|l| l.starts_with(what)).count() as u64;
-    (count("ev refused "), count("ev up "), count("ev end "))
+    overload::caller(net, host, to, Transport::Udp, log)
 }
 
 /// The sum of every series of `name` whose labels contain all of `labels`
@@ -76,11 +51,6 @@ fn peak_rss_kib(gate: &Node) -> u64 {
         .find_map(|l| l.strip_prefix("VmHWM:"))
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
         .expect("VmHWM")
-}
-
-fn wait(sipp: SippHandle, what: &str) -> SippReport {
-    sipp.wait(Duration::from_secs(90))
-        .unwrap_or_else(|e| panic!("{what}: {e}"))
 }
 
 #[test]
@@ -466,19 +436,6 @@ fn r_ov_1_after_a_stall_in_dialog_requests_are_forwarded_before_new_dialogs_queu
     eprintln!(
         "R-OV-1 priority: {overtaken} (new INVITE, in-dialog) pairs reordered after the stall"
     );
-}
-
-/// The names of the gate's UDP worker threads (`udp-LISTENER-WORKER`).
-fn udp_worker_threads(gate: &Node) -> Vec<String> {
-    let tasks =
-        std::fs::read_dir(format!("/proc/{}/task", gate.pid().expect("running"))).expect("tasks");
-    let mut names: Vec<String> = tasks
-        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
-        .map(|n| n.trim().to_string())
-        .filter(|n| n.starts_with("udp-"))
-        .collect();
-    names.sort();
-    names
 }
 
 /// `[overload] udp_workers` sets how many UDP workers (and sockets) a

@@ -11,33 +11,12 @@ mod common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::Path;
 use std::time::Duration;
 
-use common::{ip, server_addr};
+use common::ip;
+use common::overload::{self, outcomes, wait};
 use testbed::bins::Node;
-use testbed::{Scenario, Sipp, SippHandle, SippReport, Transport};
-
-fn sg(net: (u8, u8)) -> SippHandle {
-    Sipp::new(Scenario::repo("uas_call"))
-        .local(server_addr(net, 0).ip(), 5060)
-        .transport(Transport::Tcp)
-        .timeout(Duration::from_secs(120))
-        .spawn()
-        .expect("uas starts")
-}
-
-/// Calls by outcome in a `uac_call_or_503` log: (refused, up, ended).
-fn outcomes(log: &Path) -> (u64, u64, u64) {
-    let text = std::fs::read_to_string(log).unwrap_or_default();
-    let count = |what: &str| text.lines().filter(|l| l.starts_with(what)).count() as u64;
-    (count("ev refused "), count("ev up "), count("ev end "))
-}
-
-fn wait(sipp: SippHandle, what: &str) -> SippReport {
-    sipp.wait(Duration::from_secs(90))
-        .unwrap_or_else(|e| panic!("{what}: {e}"))
-}
+use testbed::{Scenario, Sipp, Transport};
 
 /// Waits until every thread of `pid` is stopped (state `T`): `kill`
 /// returns once the signal is sent, a thread may still run a moment.
@@ -105,29 +84,19 @@ fn response(r: &mut BufReader<TcpStream>) -> String {
 #[test]
 fn r_ov_1_over_tcp_new_dialogs_read_behind_get_503_while_in_dialog_requests_go_on() {
     let net = (46, 1);
-    let dir = tempfile::tempdir().unwrap();
-    let listener = SocketAddr::new(ip(net, 1), 5060);
-    let admin = SocketAddr::new(ip(net, 1), 9091);
-    let extra = format!(
-        "[[listener]]\nname = \"subs\"\nbind = \"{listener}\"\nmode = \"balance\"\npool = \"sg\"\nleg = \"subscriber\"\ntransports = [\"udp\", \"tcp\"]\n\n[store]\nkind = \"embedded\"\npath = \"profiles.json\"\n\n[overload]\nnew_dialog_deadline_ms = 200\nretry_after_s = 4\nretry_after_jitter_s = 4\n"
+    let (dir, site, listener, admin) = overload::site(
+        net,
+        "transports = [\"udp\", \"tcp\"]\n",
+        "new_dialog_deadline_ms = 200\nretry_after_s = 4\nretry_after_jitter_s = 4\n",
     );
-    let site = dir.path().join("site.toml");
-    std::fs::write(&site, common::site(net, 1, &extra)).unwrap();
     let mut gate = Node::gate(&site).admin(admin).start().unwrap();
     gate.wait_ready().unwrap();
-    let uas = sg(net);
+    let uas = overload::sg(net, Transport::Tcp);
 
     // 10 calls over one TCP connection, placed in the first second, each up
     // for 1 s, then a re-INVITE and a BYE: many of those fall in the stall.
     let log = dir.path().join("calls.log");
-    let calls = Sipp::new(Scenario::repo("uac_call_or_503"))
-        .local_ip(ip(net, 22))
-        .remote(listener)
-        .transport(Transport::Tcp)
-        .timeout(Duration::from_secs(90))
-        .arg("-trace_logs")
-        .arg("-log_file")
-        .arg(&log)
+    let calls = overload::caller(net, 22, listener, Transport::Tcp, &log)
         .calls(10)
         .rate(10)
         .duration(Duration::from_secs(1))

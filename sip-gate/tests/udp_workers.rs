@@ -11,39 +11,17 @@
 
 mod common;
 
-use std::net::SocketAddr;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{ip, server_addr};
+use common::overload::{self, outcomes, udp_worker_threads};
 use testbed::bins::Node;
-use testbed::{Scenario, Sipp, Transport};
+use testbed::Transport;
 
 const NET: (u8, u8) = (39, 1);
-
-/// The names of the gate's UDP worker threads (`udp-LISTENER-WORKER`).
-fn udp_worker_threads(gate: &Node) -> Vec<String> {
-    let tasks =
-        std::fs::read_dir(format!("/proc/{}/task", gate.pid().expect("running"))).expect("tasks");
-    let mut names: Vec<String> = tasks
-        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
-        .map(|n| n.trim().to_string())
-        .filter(|n| n.starts_with("udp-"))
-        .collect();
-    names.sort();
-    names
-}
 
 fn workers_gauge(gate: &Node) -> f64 {
     let metrics = gate.metrics().expect("/metrics");
     metrics.sum("sipgate_udp_workers", &["listener=\"subs\""])
-}
-
-/// Calls by outcome in a `uac_call_or_503` log: (refused, up, ended).
-fn outcomes(log: &Path) -> (u64, u64, u64) {
-    let text = std::fs::read_to_string(log).unwrap_or_default();
-    let count = |what: &str| text.lines().filter(|l| l.starts_with(what)).count() as u64;
-    (count("ev refused "), count("ev up "), count("ev end "))
 }
 
 /// Issue 29: one worker while idle; a second added under sustained load
@@ -51,14 +29,11 @@ fn outcomes(log: &Path) -> (u64, u64, u64) {
 /// and after the addition completes.
 #[test]
 fn the_supervisor_adds_a_worker_under_sustained_load_and_no_call_fails_across_the_switch() {
-    let dir = tempfile::tempdir().unwrap();
-    let listener = SocketAddr::new(ip(NET, 1), 5060);
-    let admin = SocketAddr::new(ip(NET, 1), 9091);
-    let extra = format!(
-        "[[listener]]\nname = \"subs\"\nbind = \"{listener}\"\nmode = \"balance\"\npool = \"sg\"\nleg = \"subscriber\"\n\n[store]\nkind = \"embedded\"\npath = \"profiles.json\"\n\n[overload]\nudp_workers_max = 2\nudp_worker_busy_percent = 1\nper_source_rate = 1000\nper_source_burst = 1000\n"
+    let (dir, site, listener, admin) = overload::site(
+        NET,
+        "",
+        "udp_workers_max = 2\nudp_worker_busy_percent = 1\nper_source_rate = 1000\nper_source_burst = 1000\n",
     );
-    let site = dir.path().join("site.toml");
-    std::fs::write(&site, common::site(NET, 1, &extra)).unwrap();
     let mut gate = Node::gate(&site).admin(admin).start().unwrap();
     gate.wait_ready().unwrap();
 
@@ -67,25 +42,14 @@ fn the_supervisor_adds_a_worker_under_sustained_load_and_no_call_fails_across_th
     assert_eq!(udp_worker_threads(&gate), ["udp-0-0"]);
     assert_eq!(workers_gauge(&gate), 1.0);
 
-    let uas = Sipp::new(Scenario::repo("uas_call"))
-        .local(server_addr(NET, 0).ip(), 5060)
-        .timeout(Duration::from_secs(120))
-        .spawn()
-        .expect("uas starts");
+    let uas = overload::sg(NET, Transport::Udp);
     // Three callers (three peers the kernel hashes over the sockets), 30
     // calls/s each for 12 s: a load well within one worker, above the
     // threshold of 1% of a core.
     let callers: Vec<_> = (21..24)
         .map(|host| {
             let log = dir.path().join(format!("calls-{host}.log"));
-            let sipp = Sipp::new(Scenario::repo("uac_call_or_503"))
-                .local_ip(ip(NET, host))
-                .remote(listener)
-                .transport(Transport::Udp)
-                .timeout(Duration::from_secs(90))
-                .arg("-trace_logs")
-                .arg("-log_file")
-                .arg(&log)
+            let sipp = overload::caller(NET, host, listener, Transport::Udp, &log)
                 .calls(360)
                 .rate(30)
                 .duration(Duration::from_millis(200))

@@ -1,16 +1,153 @@
-//! What the call benchmarks (`flood-bench`, `reg-avalanche`) share:
-//! the sip-gate they start, the outcomes and in-dialog response times read
-//! from their SIPp callers' logs (`uac_call_or_503` with `-trace_logs` and
-//! `-trace_shortmsg`), and the figures read from the gate's `/metrics`.
+//! What the call benchmarks (`flood-bench`, `reg-avalanche`) share: their
+//! loopback network and two phases a round, run interleaved
+//! ([`BenchPhase`], [`run_rounds`]); the sip-gate they start and what it
+//! spent over a phase ([`GateProcess`], [`GateMeter`]); their SIPp callers
+//! ([`caller`]), the outcomes and in-dialog response times read from the
+//! callers' logs (`uac_call_or_503` with `-trace_logs` and
+//! `-trace_shortmsg`); and the figures read from the gate's `/metrics`.
 
 use std::collections::{BTreeMap, HashMap};
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::net::{wait_listening, Transport};
-use crate::stats;
+use crate::{stats, ProcStats, Scenario, Sipp};
+
+/// A call benchmark's own loopback network, `127.N.0.0/24`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BenchNet(pub u8);
+
+impl BenchNet {
+    /// `127.N.0.host`.
+    pub fn ip(self, host: u8) -> IpAddr {
+        IpAddr::V4(Ipv4Addr::new(127, self.0, 0, host))
+    }
+}
+
+/// One of the two phases of a call benchmark's round: the call load alone,
+/// or the call load beside what the benchmark measures.
+pub trait BenchPhase: Copy + PartialEq {
+    /// The round's phases, in the order of the odd rounds (the even ones
+    /// run them in reverse).
+    const ROUND: [Self; 2];
+
+    /// Its name in the progress lines, the tables, the CSV and the saved
+    /// metrics' file names.
+    fn name(self) -> &'static str;
+
+    /// The SIP address of the phase's gate in `net`: `.4` for the round's
+    /// first phase, `.5` for the second. Each phase's gate listens on its
+    /// own address, so a straggler of one run never reaches the next.
+    fn gate_addr(self, net: BenchNet) -> SocketAddr {
+        let host = if self == Self::ROUND[0] { 4 } else { 5 };
+        SocketAddr::new(net.ip(host), 5060)
+    }
+}
+
+/// Both phases in every one of `rounds` rounds, interleaved (the first
+/// phase alternates, so machine noise hits them alike), each run by
+/// `measure(phase, round)`, with progress on stderr: `round R/N, PHASE S s
+/// ... ` then `line(run)`. A run that cannot finish is reported and left
+/// out (of the medians).
+pub fn run_rounds<P: BenchPhase, R>(
+    rounds: u32,
+    seconds: u32,
+    mut measure: impl FnMut(P, u32) -> Result<R, String>,
+    line: impl Fn(&R) -> String,
+) -> Vec<R> {
+    let width = P::ROUND.iter().map(|p| p.name().len()).max().unwrap_or(0);
+    let mut runs = Vec::new();
+    for round in 1..=rounds {
+        let mut phases = P::ROUND;
+        if round % 2 == 0 {
+            phases.reverse();
+        }
+        for phase in phases {
+            eprint!(
+                "round {round}/{rounds}, {:<width$} {seconds} s ... ",
+                phase.name()
+            );
+            match measure(phase, round) {
+                Ok(r) => {
+                    eprintln!("{}", line(&r));
+                    runs.push(r);
+                }
+                Err(e) => eprintln!("error: {e} (run left out)"),
+            }
+        }
+    }
+    runs
+}
+
+/// The sip-gate binary a benchmark runs: `given` (its `--gate`), else
+/// `sip-gate` next to the benchmark's own binary.
+pub fn gate_binary(given: Option<&Path>) -> PathBuf {
+    given.map(Path::to_path_buf).unwrap_or_else(|| {
+        std::env::current_exe()
+            .ok()
+            .and_then(|p| p.parent().map(|d| d.join("sip-gate")))
+            .unwrap_or_else(|| PathBuf::from("sip-gate"))
+    })
+}
+
+/// The first words of a benchmark's results: `Command: `ARGS` (S s, N
+/// cores).`, the command line it was started with, how long it has run
+/// since `started` and the cores the machine has.
+pub fn command_line(started: Instant) -> String {
+    let cmd = std::env::args().collect::<Vec<_>>().join(" ");
+    format!(
+        "Command: `{cmd}` ({:.0} s, {} cores).",
+        started.elapsed().as_secs_f64(),
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    )
+}
+
+/// A benchmark's results: `table` on stdout and in `out/results.md`, the
+/// CSV of every run in `out/runs.csv`.
+pub fn write_results(out: &Path, table: &str, csv: &str) -> Result<(), String> {
+    println!("{table}");
+    std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
+    std::fs::write(out.join("results.md"), table).map_err(|e| e.to_string())?;
+    std::fs::write(out.join("runs.csv"), csv).map_err(|e| e.to_string())
+}
+
+/// The `i`-th of `n` callers' share of `total` calls a second: the
+/// remainder goes one each to the first callers.
+pub fn share(total: u32, n: u32, i: u32) -> u32 {
+    total / n + u32::from(i < total % n)
+}
+
+/// One caller: SIPp `uac_call_or_503` from `from` to `to`, `calls` calls
+/// at `rate` a second, ended after `seconds` + 40 s at the latest, its
+/// outcomes logged to `log` (`-trace_logs`, for [`Outcomes::read`]).
+pub fn caller(
+    from: IpAddr,
+    to: SocketAddr,
+    calls: u64,
+    rate: u32,
+    seconds: u32,
+    log: &Path,
+) -> Sipp {
+    Sipp::new(Scenario::repo("uac_call_or_503"))
+        .local_ip(from)
+        .remote(to)
+        .calls(calls)
+        .rate(rate)
+        .timeout(Duration::from_secs(u64::from(seconds) + 40))
+        .arg("-trace_logs")
+        .arg("-log_file")
+        .arg(log)
+}
+
+/// `sipp` with its messages' times logged to `msg` (`-trace_shortmsg`, for
+/// [`in_dialog_latencies`]).
+pub fn timed(sipp: Sipp, msg: &Path) -> Sipp {
+    sipp.arg("-trace_shortmsg")
+        .arg("-shortmessage_file")
+        .arg(msg)
+}
 
 /// A sip-gate process on a site file of its own; killed on drop.
 #[derive(Debug)]
@@ -56,6 +193,90 @@ impl GateProcess {
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
+}
+
+/// What a phase's gate spent, measured from its start
+/// ([`GateMeter::start`]) to its end ([`GateMeter::finish`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GateCost {
+    /// The gate's on-CPU time over the phase, µs.
+    pub cpu_us: u64,
+    /// How long the phase ran, µs.
+    pub wall_us: u64,
+    /// The gate's peak RSS at the phase's end, KiB.
+    pub peak_rss_kb: u64,
+}
+
+impl GateCost {
+    /// The gate's CPU over the phase as a share of one core, %.
+    pub fn core_percent(&self) -> f64 {
+        100.0 * self.cpu_us as f64 / self.wall_us.max(1) as f64
+    }
+}
+
+/// A phase being measured: the gate's CPU time and the clock at its start.
+#[derive(Debug)]
+pub struct GateMeter {
+    before: ProcStats,
+    started: Instant,
+}
+
+impl GateMeter {
+    /// Samples `gate` now: the phase starts.
+    pub fn start(gate: &GateProcess) -> Result<GateMeter, String> {
+        let before = ProcStats::sample(gate.pid()).map_err(|e| e.to_string())?;
+        Ok(GateMeter {
+            before,
+            started: Instant::now(),
+        })
+    }
+
+    /// How long the phase has run so far.
+    pub fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// Ends the phase: what `gate` spent since [`GateMeter::start`], and
+    /// its `/metrics` text from its admin endpoint `admin` (empty when the
+    /// gate does not answer: the run's refusals then read 0). The gate is
+    /// stopped after.
+    pub fn finish(
+        self,
+        gate: GateProcess,
+        admin: SocketAddr,
+    ) -> Result<(GateCost, String), String> {
+        let after = ProcStats::sample(gate.pid()).map_err(|e| e.to_string())?;
+        let wall_us = self.started.elapsed().as_micros() as u64;
+        let metrics = crate::http::get_ok(admin, "/metrics").unwrap_or_default();
+        drop(gate);
+        let cost = GateCost {
+            cpu_us: after.cpu_since(&self.before).as_micros() as u64,
+            wall_us,
+            peak_rss_kb: after.peak_rss_kb,
+        };
+        Ok((cost, metrics))
+    }
+}
+
+/// Keeps a run's gate metrics, the gate's own account of the run for
+/// reading beside the table, as `out/metrics-ROUND-PHASE.prom`; a failure
+/// is added to `errors`.
+pub fn save_metrics(out: &Path, round: u32, phase: &str, metrics: &str, errors: &mut Vec<String>) {
+    let saved = out.join(format!("metrics-{round}-{phase}.prom"));
+    if let Err(e) = std::fs::create_dir_all(out).and_then(|()| std::fs::write(&saved, metrics)) {
+        errors.push(format!("saving {}: {e}", saved.display()));
+    }
+}
+
+/// The in-dialog response times of every `-trace_shortmsg` log in `msgs`
+/// ([`in_dialog_latencies`]), µs, sorted.
+pub fn all_latencies(msgs: impl IntoIterator<Item = PathBuf>) -> Vec<u64> {
+    let mut all: Vec<u64> = msgs
+        .into_iter()
+        .flat_map(|m| in_dialog_latencies(&m))
+        .collect();
+    all.sort_unstable();
+    all
 }
 
 impl Drop for GateProcess {
@@ -176,6 +397,19 @@ pub fn refusals(metrics: &str) -> BTreeMap<String, u64> {
         *by.entry(limit.to_string()).or_insert(0) += n;
     }
     by
+}
+
+/// `capacity 28 / source 654`: the limits that refused anything (from
+/// [`refusals`]), `none` when none did.
+pub fn by_limit(m: &BTreeMap<String, u64>) -> String {
+    if m.values().all(|&n| n == 0) {
+        return "none".into();
+    }
+    m.iter()
+        .filter(|(_, &n)| n > 0)
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect::<Vec<_>>()
+        .join(" / ")
 }
 
 /// The 99th percentile of how long `class` datagrams waited in the gate's

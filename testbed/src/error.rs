@@ -129,6 +129,14 @@ pub enum Error {
         /// What went wrong (connect, read, not HTTP).
         reason: String,
     },
+    /// A certificate could not be made ([`crate::tls::self_signed`]).
+    #[error("a certificate for {name}: {reason}")]
+    Certificate {
+        /// The name it was for.
+        name: String,
+        /// What rcgen said.
+        reason: String,
+    },
     /// The run was interrupted (Ctrl-C, SIGTERM); everything was stopped.
     #[error("interrupted: everything the run started has been stopped")]
     Interrupted,

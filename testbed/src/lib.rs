@@ -3,7 +3,8 @@
 //! ([`Rtpengine`]), etcd ([`Etcd`]), a DNS server ([`Dnsmasq`]), BGP (a
 //! BIRD router, [`Bird`], and [`ExaBgp`]), [`Prometheus`], a blind UDP
 //! relay ([`relay::BlindRelay`]), plus the helpers benchmarks need
-//! ([`free_port`], [`ProcStats`], [`stats`]); the project's own binaries, one
+//! ([`free_port`], [`ProcStats`], [`stats`], a TLS certificate: [`tls`]);
+//! the project's own binaries, one
 //! at a time ([`bins::Node`]), with one HTTP client for their admin
 //! endpoints ([`http`]) and one reader of their `/metrics` ([`metrics`]);
 //! and a whole site of the project's own
@@ -62,6 +63,7 @@ pub mod rtpengine;
 pub mod sipp;
 pub mod site;
 pub mod stats;
+pub mod tls;
 mod wait;
 pub mod webdriver;
 

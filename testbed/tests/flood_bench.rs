@@ -8,39 +8,18 @@
 //! Run through `netns-run`, after `cargo build --bins` (the workspace's
 //! `cargo test` builds `sip-gate` next to `flood-bench`).
 
-use std::collections::HashMap;
-use std::process::Command;
+mod common;
+
+use common::{num, rows, run_bench, BenchRun};
 
 const BIN: &str = env!("CARGO_BIN_EXE_flood-bench");
-
-/// The CSV's rows, each as column name -> value.
-fn rows(csv: &str) -> Vec<HashMap<String, String>> {
-    let mut lines = csv.lines();
-    let header: Vec<&str> = lines.next().expect("a header").split(',').collect();
-    lines
-        .map(|l| {
-            let cells: Vec<&str> = l.split(',').collect();
-            assert_eq!(cells.len(), header.len(), "{l}");
-            header
-                .iter()
-                .zip(cells)
-                .map(|(h, c)| (h.to_string(), c.to_string()))
-                .collect()
-        })
-        .collect()
-}
-
-fn num(row: &HashMap<String, String>, col: &str) -> f64 {
-    row[col]
-        .parse()
-        .unwrap_or_else(|_| panic!("{col} = {:?}", row[col]))
-}
 
 #[test]
 fn r_ov_1_a_short_flood_bench_measures_both_phases_with_no_established_call_failed() {
     let out = tempfile::tempdir().unwrap();
-    let run = Command::new(BIN)
-        .args([
+    let BenchRun { stderr, table, csv } = run_bench(
+        BIN,
+        &[
             "--rounds",
             "1",
             "--seconds",
@@ -63,15 +42,9 @@ fn r_ov_1_a_short_flood_bench_measures_both_phases_with_no_established_call_fail
             // niced generator beside other tests could be starved of CPU.
             "--flood-nice",
             "0",
-            "--out",
-        ])
-        .arg(out.path())
-        .output()
-        .expect("flood-bench runs");
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(run.status.success(), "{stderr}");
-    let table = std::fs::read_to_string(out.path().join("results.md")).unwrap();
-    assert_eq!(String::from_utf8_lossy(&run.stdout).trim(), table.trim());
+        ],
+        out.path(),
+    );
     for needle in [
         "| phase | runs | established calls (of them flood) | failed established (of them flood) |",
         "| unloaded | 1 | 60 (0) | 0 (0) |",
@@ -87,7 +60,6 @@ fn r_ov_1_a_short_flood_bench_measures_both_phases_with_no_established_call_fail
         assert!(prom.contains("sipgate_udp_intake_wait_total{"), "{prom}");
     }
 
-    let csv = std::fs::read_to_string(out.path().join("runs.csv")).unwrap();
     let rows = rows(&csv);
     assert_eq!(rows.len(), 2, "{csv}");
     for r in &rows {

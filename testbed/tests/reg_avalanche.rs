@@ -10,38 +10,18 @@
 //! Run after `cargo build --bins` (the workspace's `cargo test` builds
 //! `sip-gate` next to `reg-avalanche`).
 
-use std::collections::HashMap;
-use std::process::Command;
+mod common;
+
+use common::{num, rows, run_bench, BenchRun};
 
 const BIN: &str = env!("CARGO_BIN_EXE_reg-avalanche");
-
-fn rows(csv: &str) -> Vec<HashMap<String, String>> {
-    let mut lines = csv.lines();
-    let header: Vec<&str> = lines.next().expect("a header").split(',').collect();
-    lines
-        .map(|l| {
-            let cells: Vec<&str> = l.split(',').collect();
-            assert_eq!(cells.len(), header.len(), "{l}");
-            header
-                .iter()
-                .zip(cells)
-                .map(|(h, c)| (h.to_string(), c.to_string()))
-                .collect()
-        })
-        .collect()
-}
-
-fn num(row: &HashMap<String, String>, col: &str) -> f64 {
-    row[col]
-        .parse()
-        .unwrap_or_else(|_| panic!("{col} = {:?}", row[col]))
-}
 
 #[test]
 fn r_ov_1_a_smoke_avalanche_loses_no_register_and_fails_no_established_call() {
     let out = tempfile::tempdir().unwrap();
-    let run = Command::new(BIN)
-        .args([
+    let BenchRun { stderr, table, csv } = run_bench(
+        BIN,
+        &[
             "--subscribers",
             "1000",
             "--sources",
@@ -59,15 +39,9 @@ fn r_ov_1_a_smoke_avalanche_loses_no_register_and_fails_no_established_call() {
             "250",
             "--txn-timeout-s",
             "8",
-            "--out",
-        ])
-        .arg(out.path())
-        .output()
-        .expect("reg-avalanche runs");
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(run.status.success(), "{stderr}");
-    let table = std::fs::read_to_string(out.path().join("results.md")).unwrap();
-    assert_eq!(String::from_utf8_lossy(&run.stdout).trim(), table.trim());
+        ],
+        out.path(),
+    );
     for needle in [
         "| unloaded | 1 | ",
         "| avalanche | 1 | ",
@@ -79,7 +53,6 @@ fn r_ov_1_a_smoke_avalanche_loses_no_register_and_fails_no_established_call() {
             "{needle:?} missing in\n{table}\n{stderr}"
         );
     }
-    let csv = std::fs::read_to_string(out.path().join("runs.csv")).unwrap();
     let rows = rows(&csv);
     assert_eq!(rows.len(), 2, "{csv}");
     for r in &rows {

@@ -16,6 +16,8 @@ use sip_gate::Gate;
 use testbed::{Scenario, Sipp, SippHandle, SippReport, Transport};
 use tokio_util::sync::CancellationToken;
 
+pub mod overload;
+
 /// `127.a.b.host`.
 pub fn ip(net: (u8, u8), host: u8) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(127, net.0, net.1, host))

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use testbed::bins::Node;
-use testbed::{Scenario, Sipp, SippReport};
+use testbed::{Scenario, Sipp, SippHandle, SippReport};
 
 pub fn ip(net: u8, host: u8) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(127, 86, net, host))
@@ -40,6 +40,38 @@ pub fn start_gate(site: &Path, net: u8) -> Node {
         .unwrap();
     gate.wait_ready().unwrap();
     gate
+}
+
+/// R-SEC-3's set-up: the gate on a site whose guard listener bans a source
+/// for `ban_s` after `limit` failed authentications within 30 s
+/// (`[listener.auth_ban]`), and the sg on `.11`: SIPp `scenario`, a
+/// registrar answering 401 (taking calls too, or not), for 60 s at the
+/// most.
+pub fn ban_gate(dir: &Path, net: u8, limit: u32, ban_s: u32, scenario: &str) -> BanGate {
+    let site = write_site(dir, net, "", "");
+    let text = std::fs::read_to_string(&site).unwrap()
+        + &format!("\n[listener.auth_ban]\nlimit = {limit}\nwindow_s = 30\nban_s = {ban_s}\n");
+    std::fs::write(&site, text).unwrap();
+    let gate = start_gate(&site, net);
+    let g = SocketAddr::new(ip(net, 1), 5060);
+    let sg = Sipp::new(Scenario::repo(scenario))
+        .local(ip(net, 11), 5060)
+        .timeout(Duration::from_secs(60))
+        .spawn()
+        .unwrap();
+    BanGate { gate, site, g, sg }
+}
+
+/// What [`ban_gate`] started.
+pub struct BanGate {
+    /// The gate, ready.
+    pub gate: Node,
+    /// Its site file.
+    pub site: PathBuf,
+    /// Its SIP address, `.1:5060`.
+    pub g: SocketAddr,
+    /// The sg.
+    pub sg: SippHandle,
 }
 
 /// Sends `bytes` from `from` to `to` in one datagram; the first answer

@@ -137,13 +137,7 @@ fn an_operators_site_keeps_its_names_and_moves_every_address() {
 /// The layout of `text` as a site file, next to a certificate and key.
 fn layout_of(text: &str) -> Result<Layout, String> {
     let dir = tempfile::tempdir().unwrap();
-    let key = rcgen::KeyPair::generate().unwrap();
-    let cert = rcgen::CertificateParams::new(vec!["sip.nyc.example.net".to_owned()])
-        .unwrap()
-        .self_signed(&key)
-        .unwrap();
-    std::fs::write(dir.path().join("cert.pem"), cert.pem()).unwrap();
-    std::fs::write(dir.path().join("key.pem"), key.serialize_pem()).unwrap();
+    crate::tls::self_signed(dir.path(), "sip.nyc.example.net").unwrap();
     let p = dir.path().join("site.toml");
     std::fs::write(&p, text).unwrap();
     Layout::from_file(&p, &run())

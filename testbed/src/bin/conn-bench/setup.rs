@@ -8,7 +8,6 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use nix::sys::resource::{getrlimit, setrlimit, Resource};
-use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::CertificateDer;
 use testbed::bins::Node;
 use testbed::{Dnsmasq, DnsmasqHandle, ProcStats, Scenario, Sipp, SippHandle, Transport};
@@ -68,16 +67,7 @@ pub(crate) fn raise_nofile(connections: u32) -> Result<u64, String> {
 /// The certificate and key of the run (a self-signed leaf for the gate's
 /// address) in `dir`; the certificate, for the clients to trust.
 pub(crate) fn make_cert(dir: &Path, gate: IpAddr) -> Result<CertificateDer<'static>, String> {
-    let key = rcgen::KeyPair::generate().map_err(|e| e.to_string())?;
-    let cert = rcgen::CertificateParams::new(vec![gate.to_string()])
-        .and_then(|p| p.self_signed(&key))
-        .map_err(|e| e.to_string())?;
-    let write = |name: &str, text: String| {
-        std::fs::write(dir.join(name), text).map_err(|e| format!("writing {name}: {e}"))
-    };
-    write("cert.pem", cert.pem())?;
-    write("key.pem", key.serialize_pem())?;
-    CertificateDer::from_pem_file(dir.join("cert.pem")).map_err(|e| e.to_string())
+    testbed::tls::self_signed(dir, &gate.to_string()).map_err(|e| e.to_string())
 }
 
 /// The site: one sg (the registrar), a TCP and a TLS subscriber listener

@@ -50,6 +50,7 @@ mod phase;
 mod report;
 
 use phase::{measure, servers, Phase, Run};
+use testbed::callbench::{self, command_line, gate_binary, percentile, run_rounds};
 
 /// CPU per established call and in-dialog latency of sip-gate, unloaded
 /// and under a flood of new dialogs, in interleaved rounds (medians).
@@ -119,12 +120,7 @@ pub(crate) struct Opts {
 
 impl Opts {
     pub(crate) fn gate(&self) -> PathBuf {
-        self.gate.clone().unwrap_or_else(|| {
-            std::env::current_exe()
-                .ok()
-                .and_then(|p| p.parent().map(|d| d.join("sip-gate")))
-                .unwrap_or_else(|| PathBuf::from("sip-gate"))
-        })
+        gate_binary(self.gate.as_deref())
     }
 
     /// The load must measure what it claims: the normal load within every
@@ -164,47 +160,30 @@ impl Opts {
 /// with progress on stderr. A run that cannot finish is reported and left
 /// out of the medians.
 fn run_all(o: &Opts) -> Vec<Run> {
-    let mut runs = Vec::new();
-    for round in 1..=o.rounds {
-        let mut phases = [Phase::Unloaded, Phase::Flood];
-        if round % 2 == 0 {
-            phases.reverse();
-        }
-        for phase in phases {
-            eprint!(
-                "round {round}/{}, {:<8} {} s ... ",
-                o.rounds,
-                phase.name(),
-                o.seconds
-            );
-            match measure(o, phase, round) {
-                Ok(r) => {
-                    eprintln!(
-                        "established {} (failed {}), refused {}+{}, {:.1} µs/call, p99 {:.2} ms",
-                        r.established(),
-                        r.failed_established(),
-                        r.normal.refused,
-                        r.flood.refused,
-                        r.cpu_us_per_established(),
-                        testbed::callbench::percentile(&r.latency_us, 0.99) / 1000.0
-                    );
-                    runs.push(r);
-                }
-                Err(e) => eprintln!("error: {e} (run left out)"),
-            }
-        }
-    }
-    runs
+    run_rounds(
+        o.rounds,
+        o.seconds,
+        |phase: Phase, round| measure(o, phase, round),
+        |r| {
+            format!(
+                "established {} (failed {}), refused {}+{}, {:.1} µs/call, p99 {:.2} ms",
+                r.established(),
+                r.failed_established(),
+                r.normal.refused,
+                r.flood.refused,
+                r.cpu_us_per_established(),
+                percentile(&r.latency_us, 0.99) / 1000.0
+            )
+        },
+    )
 }
 
 /// The table on stdout and in `OUT/results.md`, every run in `OUT/runs.csv`.
 fn write_results(o: &Opts, runs: &[Run], started: Instant) -> Result<(), String> {
-    let cmd = std::env::args().collect::<Vec<_>>().join(" ");
     let mut out = format!(
-        "Command: `{cmd}` ({:.0} s, {} cores). Normal load {}/s from {} sources, \
+        "{} Normal load {}/s from {} sources, \
          hold {} ms; flood {}/s from {} sources; gate capacity {}/s, per source {}/s.\n\n",
-        started.elapsed().as_secs_f64(),
-        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        command_line(started),
         o.rate,
         o.normal_sources,
         o.hold_ms,
@@ -214,10 +193,7 @@ fn write_results(o: &Opts, runs: &[Run], started: Instant) -> Result<(), String>
         o.per_source
     );
     out.push_str(&report::table(runs));
-    println!("{out}");
-    std::fs::create_dir_all(&o.out).map_err(|e| format!("{}: {e}", o.out.display()))?;
-    std::fs::write(o.out.join("results.md"), &out).map_err(|e| e.to_string())?;
-    std::fs::write(o.out.join("runs.csv"), report::csv(runs)).map_err(|e| e.to_string())
+    callbench::write_results(&o.out, &out, &report::csv(runs))
 }
 
 fn main() -> ExitCode {

@@ -4,19 +4,23 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use testbed::callbench::{in_dialog_latencies, queue_wait_p99_ms, refusals, GateProcess, Outcomes};
-use testbed::http::get_ok as http_get;
-use testbed::{ProcStats, Scenario, Sipp, SippHandle, SippReport};
+use testbed::callbench::{
+    all_latencies, caller, queue_wait_p99_ms, refusals, save_metrics, share, timed, BenchNet,
+    BenchPhase, GateCost, GateMeter, GateProcess, Outcomes,
+};
+use testbed::{Scenario, Sipp, SippHandle, SippReport};
 
 use crate::Opts;
 
 /// The benchmark's own loopback network: 127.78.0.0/24.
+const NET: BenchNet = BenchNet(78);
+
 pub(crate) fn ip(host: u8) -> IpAddr {
-    IpAddr::V4(Ipv4Addr::new(127, 78, 0, host))
+    NET.ip(host)
 }
 
 fn uas_addr(i: u8) -> SocketAddr {
@@ -35,22 +39,14 @@ pub(crate) enum Phase {
     Flood,
 }
 
-impl Phase {
-    pub(crate) fn name(self) -> &'static str {
+impl BenchPhase for Phase {
+    const ROUND: [Phase; 2] = [Phase::Unloaded, Phase::Flood];
+
+    fn name(self) -> &'static str {
         match self {
             Phase::Unloaded => "unloaded",
             Phase::Flood => "flood",
         }
-    }
-
-    /// Each phase's gate listens on its own address, so a straggler of one
-    /// run never reaches the next.
-    fn addr(self) -> SocketAddr {
-        let host = match self {
-            Phase::Unloaded => 4,
-            Phase::Flood => 5,
-        };
-        SocketAddr::new(ip(host), 5060)
     }
 }
 
@@ -74,14 +70,12 @@ pub(crate) struct Run {
     /// upper bound of the bucket it falls in
     /// (`sipgate_udp_intake_wait_total`); NaN when the gate counted none.
     pub(crate) queue_p99_ms: f64,
-    /// The gate's on-CPU time over the phase, µs.
-    pub(crate) cpu_us: u64,
-    /// How long the phase ran (first call placed to last caller done), µs.
-    pub(crate) wall_us: u64,
+    /// What the gate spent over the phase (first call placed to last
+    /// caller done).
+    pub(crate) gate: GateCost,
     /// From the first call placed until the last flood caller was done, µs
     /// (0 without a flood).
     pub(crate) flood_us: u64,
-    pub(crate) peak_rss_kb: u64,
     /// Response times of the normal calls' re-INVITEs and BYEs, µs, sorted.
     pub(crate) latency_us: Vec<u64>,
 }
@@ -95,11 +89,6 @@ impl Run {
         self.normal.failed_established() + self.flood.failed_established()
     }
 
-    /// The gate's CPU over the phase as a share of one core, %.
-    pub(crate) fn core_percent(&self) -> f64 {
-        100.0 * self.cpu_us as f64 / self.wall_us.max(1) as f64
-    }
-
     /// Flood calls the gate answered (admitted or refused) per second the
     /// flood ran.
     pub(crate) fn flood_per_s(&self) -> f64 {
@@ -107,7 +96,7 @@ impl Run {
     }
 
     pub(crate) fn cpu_us_per_established(&self) -> f64 {
-        self.cpu_us as f64 / self.established().max(1) as f64
+        self.gate.cpu_us as f64 / self.established().max(1) as f64
     }
 }
 
@@ -150,10 +139,11 @@ fn site_toml(o: &Opts, listen: SocketAddr) -> String {
 
 fn start_gate(o: &Opts, phase: Phase) -> Result<GateProcess, String> {
     // Let the gate probe its instances once: until then they are unknown.
+    let addr = phase.gate_addr(NET);
     GateProcess::start(
         &o.gate(),
-        &site_toml(o, phase.addr()),
-        phase.addr(),
+        &site_toml(o, addr),
+        addr,
         Duration::from_millis(1500),
     )
 }
@@ -173,20 +163,6 @@ pub(crate) fn servers(lifetime: Duration) -> Result<Vec<SippHandle>, String> {
         .collect()
 }
 
-/// One caller: `uac_call_or_503` from its own address, `calls` at `rate`
-/// a second, each held `hold`; outcomes logged to `log`.
-fn caller(o: &Opts, host: u8, to: SocketAddr, calls: u64, rate: u32, log: &Path) -> Sipp {
-    Sipp::new(Scenario::repo("uac_call_or_503"))
-        .local_ip(ip(host))
-        .remote(to)
-        .calls(calls)
-        .rate(rate)
-        .timeout(Duration::from_secs(u64::from(o.seconds) + 40))
-        .arg("-trace_logs")
-        .arg("-log_file")
-        .arg(log)
-}
-
 /// Starts the phase's callers: the normal load split over
 /// `--normal-sources` (its calls timed with `-trace_shortmsg`), and in the
 /// flood phase the flood split over `--flood-sources`.
@@ -195,43 +171,27 @@ fn start_callers(
     phase: Phase,
     dir: &Path,
 ) -> Result<Vec<(bool, PathBuf, SippHandle)>, String> {
-    let to = phase.addr();
+    let to = phase.gate_addr(NET);
     let mut callers = Vec::new();
-    let n = o.normal_sources;
-    for i in 0..n {
-        let rate = o.rate / n + u32::from(i < o.rate % n);
+    for i in 0..o.normal_sources {
+        let rate = share(o.rate, o.normal_sources, i);
         let log = dir.join(format!("normal-{i}.log"));
-        let sipp = caller(
-            o,
-            100 + i as u8,
-            to,
-            u64::from(rate * o.seconds),
-            rate,
-            &log,
-        )
-        .duration(Duration::from_millis(o.hold_ms.into()))
-        .arg("-trace_shortmsg")
-        .arg("-shortmessage_file")
-        .arg(dir.join(format!("normal-{i}.msg")))
-        .spawn()
-        .map_err(|e| format!("starting normal caller {i}: {e}"))?;
+        let calls = u64::from(rate * o.seconds);
+        let sipp = caller(ip(100 + i as u8), to, calls, rate, o.seconds, &log)
+            .duration(Duration::from_millis(o.hold_ms.into()));
+        let sipp = timed(sipp, &dir.join(format!("normal-{i}.msg")))
+            .spawn()
+            .map_err(|e| format!("starting normal caller {i}: {e}"))?;
         callers.push((false, log, sipp));
     }
     if phase == Phase::Flood {
-        let n = o.flood_sources;
-        for i in 0..n {
-            let rate = o.flood_rate / n + u32::from(i < o.flood_rate % n);
+        for i in 0..o.flood_sources {
+            let rate = share(o.flood_rate, o.flood_sources, i);
             let log = dir.join(format!("flood-{i}.log"));
+            let calls = u64::from(rate * o.seconds);
             // Admitted flood calls are short: a scanner does not talk long.
-            let mut sipp = caller(
-                o,
-                200 + i as u8,
-                to,
-                u64::from(rate * o.seconds),
-                rate,
-                &log,
-            )
-            .duration(Duration::from_millis(100));
+            let mut sipp = caller(ip(200 + i as u8), to, calls, rate, o.seconds, &log)
+                .duration(Duration::from_millis(100));
             if o.flood_nice > 0 {
                 sipp = sipp.nice(o.flood_nice);
             }
@@ -251,8 +211,7 @@ pub(crate) fn measure(o: &Opts, phase: Phase, round: u32) -> Result<Run, String>
         .prefix("flood-bench-logs-")
         .tempdir()
         .map_err(|e| e.to_string())?;
-    let before = ProcStats::sample(gate.pid()).map_err(|e| e.to_string())?;
-    let started = std::time::Instant::now();
+    let meter = GateMeter::start(&gate)?;
     let callers = start_callers(o, phase, dir.path())?;
     let wait = Duration::from_secs(u64::from(o.seconds) + 60);
     let (mut normal_logs, mut flood_logs, mut sipp_failed) = (Vec::new(), Vec::new(), 0);
@@ -263,7 +222,7 @@ pub(crate) fn measure(o: &Opts, phase: Phase, round: u32) -> Result<Run, String>
     let mut flood_us = 0;
     for (i, (flood, log, sipp)) in floods.into_iter().chain(normals).enumerate() {
         if !flood && i > 0 && flood_us == 0 {
-            flood_us = started.elapsed().as_micros() as u64;
+            flood_us = meter.elapsed().as_micros() as u64;
         }
         match sipp.wait(wait) {
             Ok(r) => {
@@ -278,28 +237,14 @@ pub(crate) fn measure(o: &Opts, phase: Phase, round: u32) -> Result<Run, String>
             normal_logs.push(log);
         }
     }
-    let after = ProcStats::sample(gate.pid()).map_err(|e| e.to_string())?;
-    let wall_us = started.elapsed().as_micros() as u64;
-    // Empty when the gate does not answer: the run's refusals then read 0.
-    let metrics =
-        http_get(SocketAddr::new(phase.addr().ip(), ADMIN_PORT), "/metrics").unwrap_or_default();
-    drop(gate);
-    // The gate's own account of the run, for reading beside the table.
-    let saved = o.out.join(format!("metrics-{round}-{}.prom", phase.name()));
-    if let Err(e) = std::fs::create_dir_all(&o.out).and_then(|()| std::fs::write(&saved, &metrics))
-    {
-        errors.push(format!("saving {}: {e}", saved.display()));
-    }
+    let admin = SocketAddr::new(phase.gate_addr(NET).ip(), ADMIN_PORT);
+    let (gate, metrics) = meter.finish(gate, admin)?;
+    save_metrics(&o.out, round, phase.name(), &metrics, &mut errors);
     for e in &errors {
         eprintln!("    {e}");
     }
-    let mut latency_us = Vec::new();
-    for i in 0..o.normal_sources {
-        latency_us.extend(in_dialog_latencies(
-            &dir.path().join(format!("normal-{i}.msg")),
-        ));
-    }
-    latency_us.sort_unstable();
+    let latency_us =
+        all_latencies((0..o.normal_sources).map(|i| dir.path().join(format!("normal-{i}.msg"))));
     Ok(Run {
         round,
         phase,
@@ -308,10 +253,8 @@ pub(crate) fn measure(o: &Opts, phase: Phase, round: u32) -> Result<Run, String>
         sipp_failed,
         refusals: refusals(&metrics),
         queue_p99_ms: queue_wait_p99_ms(&metrics, "in_dialog"),
-        cpu_us: after.cpu_since(&before).as_micros() as u64,
-        wall_us,
+        gate,
         flood_us,
-        peak_rss_kb: after.peak_rss_kb,
         latency_us,
     })
 }

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use testbed::callbench::percentile;
+use testbed::callbench::{by_limit, percentile, BenchPhase};
 use testbed::stats::median;
 
 use crate::phase::{Phase, Run};
@@ -54,26 +54,14 @@ fn summary(runs: &[&Run]) -> Summary {
         flood_refused: sum(&|r| r.flood.refused),
         refusals,
         cpu: med(&|r| r.cpu_us_per_established()),
-        core: med(&|r| r.core_percent()),
+        core: med(&|r| r.gate.core_percent()),
         p50_ms: med(&|r| percentile(&r.latency_us, 0.50) / 1000.0),
         p99_ms: med(&|r| percentile(&r.latency_us, 0.99) / 1000.0),
         flood_per_s: med(&|r| r.flood_per_s()),
         queue_p99_ms: med(&|r| r.queue_p99_ms),
         samples: runs.iter().map(|r| r.latency_us.len()).sum(),
-        rss_mib: runs.iter().map(|r| r.peak_rss_kb).max().unwrap_or(0) as f64 / 1024.0,
+        rss_mib: runs.iter().map(|r| r.gate.peak_rss_kb).max().unwrap_or(0) as f64 / 1024.0,
     }
-}
-
-/// `capacity 28 / source 654`: the limits that refused anything.
-fn by_limit(m: &BTreeMap<String, u64>) -> String {
-    if m.values().all(|&n| n == 0) {
-        return "none".into();
-    }
-    m.iter()
-        .filter(|(_, &n)| n > 0)
-        .map(|(k, v)| format!("{k} {v}"))
-        .collect::<Vec<_>>()
-        .join(" / ")
 }
 
 /// The table: one row per phase (sums over rounds for counts, medians for
@@ -86,7 +74,7 @@ pub(crate) fn table(runs: &[Run]) -> String {
         "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|"
     );
     let mut by_phase = BTreeMap::new();
-    for phase in [Phase::Unloaded, Phase::Flood] {
+    for phase in Phase::ROUND {
         let rs: Vec<&Run> = runs.iter().filter(|r| r.phase == phase).collect();
         if rs.is_empty() {
             continue;
@@ -160,15 +148,15 @@ pub(crate) fn csv(runs: &[Run]) -> String {
             r.flood.refused,
             r.sipp_failed,
             by_limit(&r.refusals).replace(" / ", ";"),
-            r.cpu_us,
-            r.wall_us,
+            r.gate.cpu_us,
+            r.gate.wall_us,
             r.cpu_us_per_established(),
             r.latency_us.len(),
             percentile(&r.latency_us, 0.50),
             percentile(&r.latency_us, 0.99),
             r.flood_per_s(),
             r.queue_p99_ms,
-            r.peak_rss_kb
+            r.gate.peak_rss_kb
         );
     }
     c

@@ -47,6 +47,7 @@ mod report;
 mod standin;
 
 use phase::{instance_addrs, measure, Phase, Run};
+use testbed::callbench::{self, command_line, gate_binary, percentile, run_rounds};
 
 /// sip-gate under a registration avalanche beside a call load, unloaded
 /// and loaded in interleaved rounds.
@@ -132,12 +133,7 @@ enum Cmd {
 
 impl Opts {
     pub(crate) fn gate(&self) -> PathBuf {
-        self.gate.clone().unwrap_or_else(|| {
-            std::env::current_exe()
-                .ok()
-                .and_then(|p| p.parent().map(|d| d.join("sip-gate")))
-                .unwrap_or_else(|| PathBuf::from("sip-gate"))
-        })
+        gate_binary(self.gate.as_deref())
     }
 
     /// The longest the generator may take: the window, then every retry
@@ -169,51 +165,34 @@ impl Opts {
 /// Both phases in every round, interleaved (the first alternates). A run
 /// that cannot finish is reported and left out of the medians.
 fn run_all(o: &Opts, sg: &standin::StandIns) -> Vec<Run> {
-    let mut runs = Vec::new();
-    for round in 1..=o.rounds {
-        let mut phases = [Phase::Unloaded, Phase::Avalanche];
-        if round % 2 == 0 {
-            phases.reverse();
-        }
-        for phase in phases {
-            eprint!(
-                "round {round}/{}, {:<9} {} s ... ",
-                o.rounds,
-                phase.name(),
-                o.seconds
-            );
-            match measure(o, phase, round, sg) {
-                Ok(r) => {
-                    eprintln!(
-                        "calls {} (failed {}), REGISTERs {} sent: {} ok / {} 503 / {} other / {} lost, \
-                         gate {:.0}% of a core, p99 {:.2} ms",
-                        r.calls.up,
-                        r.calls.failed_established(),
-                        r.regs.sent,
-                        r.regs.ok,
-                        r.regs.refused,
-                        r.regs.other,
-                        r.regs.lost,
-                        r.core_percent(),
-                        testbed::callbench::percentile(&r.latency_us, 0.99) / 1000.0
-                    );
-                    runs.push(r);
-                }
-                Err(e) => eprintln!("error: {e} (run left out)"),
-            }
-        }
-    }
-    runs
+    run_rounds(
+        o.rounds,
+        o.seconds,
+        |phase: Phase, round| measure(o, phase, round, sg),
+        |r| {
+            format!(
+                "calls {} (failed {}), REGISTERs {} sent: {} ok / {} 503 / {} other / {} lost, \
+                 gate {:.0}% of a core, p99 {:.2} ms",
+                r.calls.up,
+                r.calls.failed_established(),
+                r.regs.sent,
+                r.regs.ok,
+                r.regs.refused,
+                r.regs.other,
+                r.regs.lost,
+                r.gate.core_percent(),
+                percentile(&r.latency_us, 0.99) / 1000.0
+            )
+        },
+    )
 }
 
 fn write_results(o: &Opts, runs: &[Run], started: Instant) -> Result<(), String> {
-    let cmd = std::env::args().collect::<Vec<_>>().join(" ");
     let mut out = format!(
-        "Command: `{cmd}` ({:.0} s, {} cores). Calls {}/s from {} callers, hold {} ms; \
+        "{} Calls {}/s from {} callers, hold {} ms; \
          avalanche {} subscribers from {} sources within {} s ({:.0}/s asked), {} retries; \
          gate REGISTER capacity {}, per source {}.\n\n",
-        started.elapsed().as_secs_f64(),
-        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        command_line(started),
         o.rate,
         o.normal_sources,
         o.hold_ms,
@@ -228,10 +207,7 @@ fn write_results(o: &Opts, runs: &[Run], started: Instant) -> Result<(), String>
             .map_or("default (200/s)".into(), |n| format!("{n}/s")),
     );
     out.push_str(&report::table(runs, o.subscribers));
-    println!("{out}");
-    std::fs::create_dir_all(&o.out).map_err(|e| format!("{}: {e}", o.out.display()))?;
-    std::fs::write(o.out.join("results.md"), &out).map_err(|e| e.to_string())?;
-    std::fs::write(o.out.join("runs.csv"), report::csv(runs)).map_err(|e| e.to_string())
+    callbench::write_results(&o.out, &out, &report::csv(runs))
 }
 
 fn main() -> ExitCode {

@@ -4,22 +4,26 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use testbed::callbench::{in_dialog_latencies, queue_wait_p99_ms, refusals, GateProcess, Outcomes};
-use testbed::http::get_ok as http_get;
-use testbed::{ProcStats, Scenario, Sipp, SippHandle};
+use testbed::callbench::{
+    all_latencies, caller, queue_wait_p99_ms, refusals, save_metrics, share, timed, BenchNet,
+    BenchPhase, GateCost, GateMeter, GateProcess, Outcomes,
+};
+use testbed::SippHandle;
 
 use crate::gen::GenCounts;
 use crate::standin::StandIns;
 use crate::Opts;
 
 /// The benchmark's own loopback network: 127.82.0.0/24.
+const NET: BenchNet = BenchNet(82);
+
 pub(crate) fn ip(host: u8) -> IpAddr {
-    IpAddr::V4(Ipv4Addr::new(127, 82, 0, host))
+    NET.ip(host)
 }
 
 /// The three sg stand-ins (127.82.0.11-13).
@@ -45,22 +49,14 @@ pub(crate) enum Phase {
     Avalanche,
 }
 
-impl Phase {
-    pub(crate) fn name(self) -> &'static str {
+impl BenchPhase for Phase {
+    const ROUND: [Phase; 2] = [Phase::Unloaded, Phase::Avalanche];
+
+    fn name(self) -> &'static str {
         match self {
             Phase::Unloaded => "unloaded",
             Phase::Avalanche => "avalanche",
         }
-    }
-
-    /// Each phase's gate listens on its own address, so a straggler of one
-    /// run never reaches the next.
-    fn addr(self) -> SocketAddr {
-        let host = match self {
-            Phase::Unloaded => 4,
-            Phase::Avalanche => 5,
-        };
-        SocketAddr::new(ip(host), 5060)
     }
 }
 
@@ -84,22 +80,14 @@ pub(crate) struct Run {
     /// gate's UDP queues, ms (the upper bound of its bucket; NaN: none).
     pub(crate) queue_p99_ms: f64,
     pub(crate) register_queue_p99_ms: f64,
-    /// The gate's on-CPU time over the phase, µs.
-    pub(crate) cpu_us: u64,
-    /// From the first call placed until the callers and the generator were
-    /// done, µs.
-    pub(crate) wall_us: u64,
-    pub(crate) peak_rss_kb: u64,
+    /// What the gate spent from the first call placed until the callers
+    /// and the generator were done.
+    pub(crate) gate: GateCost,
     /// Response times of the calls' re-INVITEs and BYEs, µs, sorted.
     pub(crate) latency_us: Vec<u64>,
 }
 
 impl Run {
-    /// The gate's CPU over the phase as a share of one core, %.
-    pub(crate) fn core_percent(&self) -> f64 {
-        100.0 * self.cpu_us as f64 / self.wall_us.max(1) as f64
-    }
-
     /// REGISTER transactions the gate answered or forwarded (the lost ones
     /// left out).
     pub(crate) fn registers_handled(&self) -> u64 {
@@ -111,7 +99,7 @@ impl Run {
     pub(crate) fn cpu_us_per_register(&self) -> f64 {
         match self.registers_handled() {
             0 => f64::NAN,
-            n => self.cpu_us as f64 / n as f64,
+            n => self.gate.cpu_us as f64 / n as f64,
         }
     }
 }
@@ -161,23 +149,14 @@ fn site_toml(o: &Opts, listen: SocketAddr) -> String {
 /// `--rate` calls/s together for `--seconds`, each held `--hold-ms`,
 /// timed with `-trace_shortmsg`.
 fn start_callers(o: &Opts, to: SocketAddr, dir: &Path) -> Result<Vec<SippHandle>, String> {
-    let n = o.normal_sources;
-    (0..n)
+    (0..o.normal_sources)
         .map(|i| {
-            let rate = o.rate / n + u32::from(i < o.rate % n);
-            Sipp::new(Scenario::repo("uac_call_or_503"))
-                .local_ip(ip(FIRST_CALLER + i as u8))
-                .remote(to)
-                .calls(u64::from(rate * o.seconds))
-                .rate(rate)
-                .duration(Duration::from_millis(o.hold_ms.into()))
-                .timeout(Duration::from_secs(u64::from(o.seconds) + 40))
-                .arg("-trace_logs")
-                .arg("-log_file")
-                .arg(dir.join(format!("calls-{i}.log")))
-                .arg("-trace_shortmsg")
-                .arg("-shortmessage_file")
-                .arg(dir.join(format!("calls-{i}.msg")))
+            let rate = share(o.rate, o.normal_sources, i);
+            let from = ip(FIRST_CALLER + i as u8);
+            let log = dir.join(format!("calls-{i}.log"));
+            let sipp = caller(from, to, u64::from(rate * o.seconds), rate, o.seconds, &log)
+                .duration(Duration::from_millis(o.hold_ms.into()));
+            timed(sipp, &dir.join(format!("calls-{i}.msg")))
                 .spawn()
                 .map_err(|e| format!("starting caller {i}: {e}"))
         })
@@ -243,10 +222,11 @@ fn wait_generator(mut child: std::process::Child, limit: Duration) -> Result<Gen
 
 /// Runs one phase on a fresh gate and measures it.
 pub(crate) fn measure(o: &Opts, phase: Phase, round: u32, sg: &StandIns) -> Result<Run, String> {
+    let addr = phase.gate_addr(NET);
     let gate = GateProcess::start(
         &o.gate(),
-        &site_toml(o, phase.addr()),
-        phase.addr(),
+        &site_toml(o, addr),
+        addr,
         Duration::from_millis(1500),
     )?;
     let dir = tempfile::Builder::new()
@@ -254,11 +234,10 @@ pub(crate) fn measure(o: &Opts, phase: Phase, round: u32, sg: &StandIns) -> Resu
         .tempdir()
         .map_err(|e| e.to_string())?;
     let reached_before = sg.registers();
-    let before = ProcStats::sample(gate.pid()).map_err(|e| e.to_string())?;
-    let started = Instant::now();
-    let callers = start_callers(o, phase.addr(), dir.path())?;
+    let meter = GateMeter::start(&gate)?;
+    let callers = start_callers(o, addr, dir.path())?;
     let generator = match phase {
-        Phase::Avalanche => Some(start_generator(o, phase.addr())?),
+        Phase::Avalanche => Some(start_generator(o, addr)?),
         Phase::Unloaded => None,
     };
     let mut errors = Vec::new();
@@ -278,29 +257,16 @@ pub(crate) fn measure(o: &Opts, phase: Phase, round: u32, sg: &StandIns) -> Resu
         Some(g) => wait_generator(g, o.generator_limit())?,
         None => GenCounts::default(),
     };
-    let after = ProcStats::sample(gate.pid()).map_err(|e| e.to_string())?;
-    let wall_us = started.elapsed().as_micros() as u64;
-    let metrics =
-        http_get(SocketAddr::new(phase.addr().ip(), ADMIN_PORT), "/metrics").unwrap_or_default();
-    drop(gate);
-    let saved = o.out.join(format!("metrics-{round}-{}.prom", phase.name()));
-    if let Err(e) = std::fs::create_dir_all(&o.out).and_then(|()| std::fs::write(&saved, &metrics))
-    {
-        errors.push(format!("saving {}: {e}", saved.display()));
-    }
+    let (gate, metrics) = meter.finish(gate, SocketAddr::new(addr.ip(), ADMIN_PORT))?;
+    save_metrics(&o.out, round, phase.name(), &metrics, &mut errors);
     for e in &errors {
         eprintln!("    {e}");
     }
     let logs: Vec<PathBuf> = (0..o.normal_sources)
         .map(|i| dir.path().join(format!("calls-{i}.log")))
         .collect();
-    let mut latency_us = Vec::new();
-    for i in 0..o.normal_sources {
-        latency_us.extend(in_dialog_latencies(
-            &dir.path().join(format!("calls-{i}.msg")),
-        ));
-    }
-    latency_us.sort_unstable();
+    let latency_us =
+        all_latencies((0..o.normal_sources).map(|i| dir.path().join(format!("calls-{i}.msg"))));
     Ok(Run {
         round,
         phase,
@@ -311,9 +277,7 @@ pub(crate) fn measure(o: &Opts, phase: Phase, round: u32, sg: &StandIns) -> Resu
         refusals: refusals(&metrics),
         queue_p99_ms: queue_wait_p99_ms(&metrics, "in_dialog"),
         register_queue_p99_ms: queue_wait_p99_ms(&metrics, "register"),
-        cpu_us: after.cpu_since(&before).as_micros() as u64,
-        wall_us,
-        peak_rss_kb: after.peak_rss_kb,
+        gate,
         latency_us,
     })
 }

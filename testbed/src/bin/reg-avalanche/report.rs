@@ -6,21 +6,10 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use testbed::callbench::percentile;
+use testbed::callbench::{by_limit, percentile, BenchPhase};
 use testbed::stats::median;
 
 use crate::phase::{Phase, Run};
-
-fn by_limit(m: &BTreeMap<String, u64>) -> String {
-    if m.values().all(|&n| n == 0) {
-        return "none".into();
-    }
-    m.iter()
-        .filter(|(_, &n)| n > 0)
-        .map(|(k, v)| format!("{k} {v}"))
-        .collect::<Vec<_>>()
-        .join(" / ")
-}
 
 /// A queue wait p99 for the table: its last bucket has no upper bound
 /// (over 250 ms), which a median of finite values would leave out.
@@ -54,7 +43,7 @@ fn p_ms(r: &Run, q: f64) -> f64 {
 fn net_cpu_us_per_register(r: &Run, unloaded_cpu_us: f64) -> f64 {
     match r.registers_handled() {
         0 => f64::NAN,
-        n => (r.cpu_us as f64 - unloaded_cpu_us) / n as f64,
+        n => (r.gate.cpu_us as f64 - unloaded_cpu_us) / n as f64,
     }
 }
 
@@ -63,14 +52,14 @@ pub(crate) fn table(runs: &[Run], subscribers: u32) -> String {
     let of = |p: Phase| runs.iter().filter(move |r| r.phase == p);
     let med = |p: Phase, f: &dyn Fn(&Run) -> f64| median(of(p).map(f).collect());
     let sum = |p: Phase, f: &dyn Fn(&Run) -> u64| of(p).map(f).sum::<u64>();
-    let unloaded_cpu = med(Phase::Unloaded, &|r| r.cpu_us as f64);
+    let unloaded_cpu = med(Phase::Unloaded, &|r| r.gate.cpu_us as f64);
     let mut t = String::new();
     let _ = writeln!(t, "| phase | runs | established calls | failed established | other failed calls | calls refused | in-dialog p50 (ms) | in-dialog p99 (ms) | in-dialog samples | gate queue wait p99, in-dialog (ms, at most) | gate CPU (% of a core) | gate peak RSS (MiB) |");
     let _ = writeln!(
         t,
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
-    for p in [Phase::Unloaded, Phase::Avalanche] {
+    for p in Phase::ROUND {
         let n = of(p).count();
         if n == 0 {
             continue;
@@ -87,8 +76,8 @@ pub(crate) fn table(runs: &[Run], subscribers: u32) -> String {
             med(p, &|r| p_ms(r, 0.99)),
             sum(p, &|r| r.latency_us.len() as u64),
             wait_ms(med(p, &|r| finite(r.queue_p99_ms))),
-            med(p, &|r| r.core_percent()),
-            of(p).map(|r| r.peak_rss_kb).max().unwrap_or(0) as f64 / 1024.0,
+            med(p, &|r| r.gate.core_percent()),
+            of(p).map(|r| r.gate.peak_rss_kb).max().unwrap_or(0) as f64 / 1024.0,
         );
     }
     let aval: Vec<&Run> = of(Phase::Avalanche).collect();
@@ -183,14 +172,14 @@ pub(crate) fn csv(runs: &[Run]) -> String {
             r.reached,
             g.window_us,
             by_limit(&r.refusals).replace(" / ", ";"),
-            r.cpu_us,
-            r.wall_us,
+            r.gate.cpu_us,
+            r.gate.wall_us,
             r.latency_us.len(),
             percentile(&r.latency_us, 0.50),
             percentile(&r.latency_us, 0.99),
             r.queue_p99_ms,
             r.register_queue_p99_ms,
-            r.peak_rss_kb
+            r.gate.peak_rss_kb
         );
     }
     c

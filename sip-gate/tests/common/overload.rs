@@ -1,0 +1,86 @@
+//! Shared pieces of the overload tests through the real `sip-gate` binary
+//! (`sipp_overload.rs`, `tcp_overload.rs`, `udp_workers.rs`): their site,
+//! their SIPp sg and callers, the callers' outcomes, and the gate's UDP
+//! worker threads as `/proc` shows them.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use testbed::bins::Node;
+use testbed::{Scenario, Sipp, SippHandle, SippReport, Transport};
+
+use super::{ip, server_addr};
+
+/// A site with one sg behind a balance listener `subs` on
+/// `127.N.M.1:5060` (`listener_lines`: more lines of it, e.g. its
+/// `transports`),
+/// an embedded store, and the `[overload]` section given. Returns the
+/// directory holding it, its path, the listener's and the admin's
+/// (`.1:9091`) addresses.
+pub fn site(
+    net: (u8, u8),
+    listener_lines: &str,
+    overload: &str,
+) -> (tempfile::TempDir, PathBuf, SocketAddr, SocketAddr) {
+    let dir = tempfile::tempdir().unwrap();
+    let listener = SocketAddr::new(ip(net, 1), 5060);
+    let admin = SocketAddr::new(ip(net, 1), 9091);
+    let extra = format!(
+        "[[listener]]\nname = \"subs\"\nbind = \"{listener}\"\nmode = \"balance\"\npool = \"sg\"\nleg = \"subscriber\"\n{listener_lines}\n[store]\nkind = \"embedded\"\npath = \"profiles.json\"\n\n[overload]\n{overload}"
+    );
+    let path = dir.path().join("site.toml");
+    std::fs::write(&path, super::site(net, 1, &extra)).unwrap();
+    (dir, path, listener, admin)
+}
+
+/// The sg: SIPp `uas_call` on `.11:5060` over `transport`, for 120 s at
+/// the most.
+pub fn sg(net: (u8, u8), transport: Transport) -> SippHandle {
+    Sipp::new(Scenario::repo("uas_call"))
+        .local(server_addr(net, 0).ip(), 5060)
+        .transport(transport)
+        .timeout(Duration::from_secs(120))
+        .spawn()
+        .expect("uas starts")
+}
+
+/// `uac_call_or_503` from `127.N.M.host` over `transport`, its outcomes
+/// logged to `log`.
+pub fn caller(net: (u8, u8), host: u8, to: SocketAddr, transport: Transport, log: &Path) -> Sipp {
+    Sipp::new(Scenario::repo("uac_call_or_503"))
+        .local_ip(ip(net, host))
+        .remote(to)
+        .transport(transport)
+        .timeout(Duration::from_secs(90))
+        .arg("-trace_logs")
+        .arg("-log_file")
+        .arg(log)
+}
+
+/// Calls by outcome in a `uac_call_or_503` log: (refused, up, ended).
+pub fn outcomes(log: &Path) -> (u64, u64, u64) {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let count = |what: &str| text.lines().filter(|l| l.starts_with(what)).count() as u64;
+    (count("ev refused "), count("ev up "), count("ev end "))
+}
+
+/// Waits at most 90 s for `sipp` to end; its report (`what` names it in the
+/// panic if it does not end).
+pub fn wait(sipp: SippHandle, what: &str) -> SippReport {
+    sipp.wait(Duration::from_secs(90))
+        .unwrap_or_else(|e| panic!("{what}: {e}"))
+}
+
+/// The names of the gate's UDP worker threads (`udp-LISTENER-WORKER`).
+pub fn udp_worker_threads(gate: &Node) -> Vec<String> {
+    let tasks =
+        std::fs::read_dir(format!("/proc/{}/task", gate.pid().expect("running"))).expect("tasks");
+    let mut names: Vec<String> = tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .map(|n| n.trim().to_string())
+        .filter(|n| n.starts_with("udp-"))
+        .collect();
+    names.sort();
+    names
+}
