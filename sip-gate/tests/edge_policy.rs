@@ -12,7 +12,7 @@ mod policy;
 use std::net::{SocketAddr, UdpSocket};
 use std::time::Duration;
 
-use policy::{ip, sipp_calls, start_gate, udp, write_site};
+use policy::{ip, sipp_calls, start_gate, udp, udp_within, write_site};
 use testbed::{Scenario, Sipp};
 
 /// An OPTIONS from `me` to the gate `g` with `Max-Forwards: 0`, which the
@@ -236,7 +236,7 @@ fn listener_access_list_refuses_new_dialogs_from_denied_sources_with_403_or_sile
     let invite = invite_along(me, "<sip:elsewhere.example.com;lr>", "drop1");
     // Without its Route the INVITE would be a new call to the sg; the
     // Route makes any admitted answer a 403 foreign_route, never silence.
-    assert_eq!(udp(me, g, &invite), None);
+    assert_eq!(udp_within(me, g, &invite, Duration::from_secs(2)), None);
     let dropped = gate
         .metric(r#"sipgate_requests_total{method="INVITE",outcome="access_denied"}"#)
         .unwrap();
