@@ -88,12 +88,38 @@ pub fn udp_within(
     bytes: &[u8],
     wait: Duration,
 ) -> Option<String> {
-    let s = UdpSocket::bind(from).unwrap();
+    let s = bind_client(from);
     s.set_read_timeout(Some(wait)).unwrap();
     s.send_to(bytes, to).unwrap();
     let mut buf = vec![0u8; 65_535];
     let n = s.recv(&mut buf).ok()?;
     Some(String::from_utf8_lossy(&buf[..n]).into_owned())
+}
+
+/// A client's socket on `from`. `SO_REUSEADDR`, and a few tries over 5 s:
+/// once in CI the bind failed with "address in use" with no other user of
+/// the address found (a socket on the wildcard address and the same port,
+/// left by an earlier test's peer, is the likely one; `SO_REUSEADDR` lets a
+/// specific address share a port with it).
+fn bind_client(from: SocketAddr) -> UdpSocket {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let s = socket2::Socket::new(
+            socket2::Domain::for_address(from),
+            socket2::Type::DGRAM,
+            Some(socket2::Protocol::UDP),
+        )
+        .unwrap();
+        s.set_reuse_address(true).unwrap();
+        match s.bind(&from.into()) {
+            Ok(()) => return s.into(),
+            Err(e) if std::time::Instant::now() < deadline => {
+                eprintln!("binding {from}: {e}; trying again");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Err(e) => panic!("binding {from}: {e}"),
+        }
+    }
 }
 
 /// `calls` SIPp calls of `scenario` from `from` to the gate `g`.
