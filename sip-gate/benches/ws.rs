@@ -115,6 +115,7 @@ max_connections = {max}
 
 [overload]
 per_source_rate = 0
+per_source_register_rate = 0
 
 [tls]
 cert = "cert.pem"

@@ -170,8 +170,19 @@ async fn subscriber(cx: Arc<Cx>, kind: Kind, n: u32, to: SocketAddr, permit: Own
         Tally::add(&cx.tally.done);
         return;
     };
-    let ok = timeout(ANSWER_WAIT, register(&mut conn, kind, n, local)).await;
-    if !matches!(ok, Ok(Ok(true))) {
+    let answer = timeout(ANSWER_WAIT, register(&mut conn, kind, n, local)).await;
+    let failure = match answer {
+        Ok(Ok(None)) => None,
+        Ok(Ok(Some(why))) => Some(why),
+        Ok(Err(e)) => Some(format!("connection failed: {e}")),
+        Err(_) => Some(format!("no final answer in {} s", ANSWER_WAIT.as_secs())),
+    };
+    if let Some(why) = failure {
+        // The first few failures say why on stderr: a run that fails once
+        // in a CI log must carry its own evidence.
+        if Tally::get(&cx.tally.no_ok) < 5 {
+            eprintln!("{kind:?} subscriber {n} ({local}): {why}");
+        }
         Tally::add(&cx.tally.no_ok);
         Tally::add(&cx.tally.done);
         return;
@@ -212,9 +223,14 @@ async fn connect(
     Ok((conn, local))
 }
 
-/// Sends subscriber `n`'s REGISTER and reads its final answer: whether it
-/// is a 200.
-async fn register(conn: &mut Conn, kind: Kind, n: u32, local: SocketAddr) -> std::io::Result<bool> {
+/// Sends subscriber `n`'s REGISTER and reads its final answer: `None` for a
+/// 200, otherwise what came instead.
+async fn register(
+    conn: &mut Conn,
+    kind: Kind,
+    n: u32,
+    local: SocketAddr,
+) -> std::io::Result<Option<String>> {
     let (t, p) = (kind.via(), kind.param());
     let msg = format!(
         "REGISTER sip:example.com SIP/2.0\r\n\
@@ -240,19 +256,24 @@ async fn register(conn: &mut Conn, kind: Kind, n: u32, local: SocketAddr) -> std
             if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
                 break i + 4;
             }
-            if conn.read_buf(&mut buf).await? == 0 || buf.len() > 16 * 1024 {
-                return Ok(false);
+            if conn.read_buf(&mut buf).await? == 0 {
+                return Ok(Some(format!(
+                    "connection closed after {} bytes of answer",
+                    buf.len()
+                )));
+            }
+            if buf.len() > 16 * 1024 {
+                return Ok(Some("an answer head past 16 KiB".into()));
             }
         };
         let head = buf.drain(..end).collect::<Vec<u8>>();
         if head.starts_with(b"SIP/2.0 1") {
             continue;
         }
-        let ok = head.starts_with(b"SIP/2.0 200");
-        if !ok && std::env::var_os("CONN_BENCH_DEBUG").is_some() {
-            eprintln!("{n}: {}", String::from_utf8_lossy(&head));
+        if head.starts_with(b"SIP/2.0 200") {
+            return Ok(None);
         }
-        return Ok(ok);
+        return Ok(Some(String::from_utf8_lossy(&head).into_owned()));
     }
 }
 

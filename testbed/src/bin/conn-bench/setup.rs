@@ -104,6 +104,8 @@ max_connections = {max}
 
 [overload]
 per_source_rate = 0
+per_source_register_rate = 0
+registers_per_s = 0
 new_dialogs_per_s = 0
 
 [tls]
