@@ -179,31 +179,6 @@ async fn register(ws: &mut ua::Ws, user: &str, host: &str) -> String {
     ok
 }
 
-/// Answers the INVITE of `uac_call` and the rest of its dialog (ACK,
-/// re-INVITE, ACK, BYE) as a browser would; returns the first INVITE.
-async fn answer_call(ws: &mut ua::Ws, host: &str) -> String {
-    let invite = ua::recv(ws, T)
-        .await
-        .expect("the INVITE over the WebSocket");
-    assert!(invite.starts_with("INVITE "), "{invite}");
-    ua::send(ws, &ua::answer(&invite, "200 OK", host, ua::SDP)).await;
-    loop {
-        let Some(req) = ua::recv(ws, T).await else {
-            panic!("the dialog ended without a BYE");
-        };
-        if req.starts_with("ACK ") {
-            continue;
-        }
-        if req.starts_with("INVITE ") {
-            ua::send(ws, &ua::answer(&req, "200 OK", host, ua::SDP)).await;
-            continue;
-        }
-        assert!(req.starts_with("BYE "), "{req}");
-        ua::send(ws, &ua::answer(&req, "200 OK", host, "")).await;
-        return invite;
-    }
-}
-
 /// R-WS-2: a WebSocket client registers through the gate to Kamailio; a
 /// SIPp call to its AoR comes to it over its own WebSocket along the
 /// gate's Path, with the gate's `Via: SIP/2.0/WS` and a Record-Route per
@@ -239,7 +214,7 @@ async fn call_through(site: &Site) {
 
     let cid = "ws-call-%u@sip-gate-test";
     let caller = site.caller("uac_call", "alice", cid).spawn().unwrap();
-    let invite = answer_call(&mut ws, "a1").await;
+    let invite = ua::answer_call(&mut ws, "a1", T).await;
     let report = tokio::task::spawn_blocking(move || caller.wait(Duration::from_secs(30)))
         .await
         .unwrap()

@@ -157,27 +157,6 @@ async fn open(
         .expect("the pool answers the upgrade in time, one way or the other")
 }
 
-/// Answers the INVITE of `uac_call` and the rest of its dialog (ACK,
-/// re-INVITE, ACK, BYE) as a browser would; returns the first INVITE.
-async fn answer_call(ws: &mut ua::Ws, host: &str) -> String {
-    let invite = ua::recv(ws, T).await.expect("the INVITE over the pool");
-    assert!(invite.starts_with("INVITE "), "{invite}");
-    ua::send(ws, &ua::answer(&invite, "200 OK", host, ua::SDP)).await;
-    loop {
-        let req = ua::recv(ws, T).await.expect("the dialog goes on to a BYE");
-        if req.starts_with("ACK ") {
-            continue;
-        }
-        if req.starts_with("INVITE ") {
-            ua::send(ws, &ua::answer(&req, "200 OK", host, ua::SDP)).await;
-            continue;
-        }
-        assert!(req.starts_with("BYE "), "{req}");
-        ua::send(ws, &ua::answer(&req, "200 OK", host, "")).await;
-        return invite;
-    }
-}
-
 /// R-WS-3 over a TLS upstream: a browser-like client opens WSS to the
 /// pool; the pool opens TLS to the instance gate (verified against the
 /// site CA) and passes the connection whole; the client REGISTERs through
@@ -231,7 +210,7 @@ async fn r_ws_3_a_sip_dialog_flows_through_a_ws_pool_over_tls() {
         .arg("ws-pool-tls-%u@sip-gate-test")
         .spawn()
         .unwrap();
-    let invite = answer_call(&mut ws, "a1").await;
+    let invite = ua::answer_call(&mut ws, "a1", T).await;
     let report = tokio::task::spawn_blocking(move || caller.wait(Duration::from_secs(30)))
         .await
         .unwrap()

@@ -202,3 +202,27 @@ pub fn answer(req: &str, status: &str, host: &str, body: &str) -> String {
 
 /// An SDP answer (no media flows in these tests).
 pub const SDP: &str = "v=0\r\no=ws 1 1 IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\nm=audio 40000 RTP/AVP 0\r\n";
+
+/// Answers the INVITE of SIPp's `uac_call` and the rest of its dialog
+/// (ACK, re-INVITE, ACK, BYE) as a browser would, each message awaited for
+/// at most `t`; returns the first INVITE.
+pub async fn answer_call(ws: &mut Ws, host: &str, t: Duration) -> String {
+    let invite = recv(ws, t).await.expect("the INVITE over the WebSocket");
+    assert!(invite.starts_with("INVITE "), "{invite}");
+    send(ws, &answer(&invite, "200 OK", host, SDP)).await;
+    loop {
+        let Some(req) = recv(ws, t).await else {
+            panic!("the dialog ended without a BYE");
+        };
+        if req.starts_with("ACK ") {
+            continue;
+        }
+        if req.starts_with("INVITE ") {
+            send(ws, &answer(&req, "200 OK", host, SDP)).await;
+            continue;
+        }
+        assert!(req.starts_with("BYE "), "{req}");
+        send(ws, &answer(&req, "200 OK", host, "")).await;
+        return invite;
+    }
+}
