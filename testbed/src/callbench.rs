@@ -113,6 +113,18 @@ pub fn write_results(out: &Path, table: &str, csv: &str) -> Result<(), String> {
     std::fs::write(out.join("runs.csv"), csv).map_err(|e| e.to_string())
 }
 
+/// The head of a benchmark gate's site file: `[site]` named `name` (its
+/// secret derived from the name), the embedded store in the run's
+/// directory, and the admin endpoint on `admin`; the sections a benchmark
+/// adds (overload, instances, listeners) follow it.
+pub fn site_head(name: &str, admin: SocketAddr) -> String {
+    format!(
+        "[site]\nname = \"{name}\"\nsecret = \"{name}-secret-0123456789\"\n\n\
+         [store]\nkind = \"embedded\"\npath = \"bench.profiles.json\"\n\n\
+         [admin]\ngate_bind = \"{admin}\"\n\n"
+    )
+}
+
 /// The `i`-th of `n` callers' share of `total` calls a second: the
 /// remainder goes one each to the first callers.
 pub fn share(total: u32, n: u32, i: u32) -> u32 {
@@ -486,6 +498,19 @@ mod tests {
         assert_eq!(queue_wait_p99_ms(&m, "in_dialog"), 0.25);
         assert_eq!(queue_wait_p99_ms(&m, "new_dialog"), f64::INFINITY);
         assert!(queue_wait_p99_ms(&m, "response").is_nan());
+    }
+
+    #[test]
+    fn a_site_head_with_an_instance_and_a_listener_is_a_valid_site() {
+        let admin: SocketAddr = "127.0.0.1:19091".parse().unwrap();
+        let text = site_head("some-bench", admin)
+            + "[[server]]\nname = \"srv-0\"\n\n\
+               [[instance]]\nid = \"sg-0\"\nservice = \"sg\"\nserver = \"srv-0\"\nsip = \"127.0.0.11:5060\"\n\n\
+               [[listener]]\nname = \"l\"\nbind = \"127.0.0.1:5060\"\nmode = \"balance\"\npool = \"sg\"\nleg = \"subscriber\"\n";
+        let site = ringsync::config::SiteConfig::from_str_at(&text, Path::new("/x/site.toml"))
+            .unwrap_or_else(|e| panic!("{e}\n{text}"));
+        assert_eq!(site.site.name, "some-bench");
+        assert_eq!(site.admin.gate_bind, admin);
     }
 
     #[test]

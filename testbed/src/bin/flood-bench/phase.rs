@@ -105,16 +105,8 @@ impl Run {
 /// of their rates, so a limit bites within the run rather than after a
 /// long burst.
 fn site_toml(o: &Opts, listen: SocketAddr) -> String {
-    let mut t = String::new();
-    let _ = writeln!(
-        t,
-        "[site]\nname = \"flood-bench\"\nsecret = \"flood-bench-secret-0123456789\"\n"
-    );
-    let _ = writeln!(
-        t,
-        "[store]\nkind = \"embedded\"\npath = \"bench.profiles.json\"\n"
-    );
-    let _ = writeln!(t, "[admin]\ngate_bind = \"{}:{ADMIN_PORT}\"\n", listen.ip());
+    let mut t =
+        testbed::callbench::site_head("flood-bench", SocketAddr::new(listen.ip(), ADMIN_PORT));
     let _ = writeln!(
         t,
         "[overload]\nnew_dialogs_per_s = {}\nnew_dialogs_burst = {}\nper_source_rate = {}\nper_source_burst = {}\n",

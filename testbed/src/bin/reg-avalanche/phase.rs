@@ -107,16 +107,8 @@ impl Run {
 /// The site: three sg (the stand-ins) behind a balance listener, and the
 /// `[overload]` limits the flags set (the gate's defaults otherwise).
 fn site_toml(o: &Opts, listen: SocketAddr) -> String {
-    let mut t = String::new();
-    let _ = writeln!(
-        t,
-        "[site]\nname = \"reg-avalanche\"\nsecret = \"reg-avalanche-secret-0123456789\"\n"
-    );
-    let _ = writeln!(
-        t,
-        "[store]\nkind = \"embedded\"\npath = \"bench.profiles.json\"\n"
-    );
-    let _ = writeln!(t, "[admin]\ngate_bind = \"{}:{ADMIN_PORT}\"\n", listen.ip());
+    let mut t =
+        testbed::callbench::site_head("reg-avalanche", SocketAddr::new(listen.ip(), ADMIN_PORT));
     let _ = writeln!(t, "[overload]");
     if let Some(n) = o.register_capacity {
         let _ = writeln!(

@@ -92,16 +92,7 @@ impl System {
 
 pub(crate) fn gate_site(dir: &Path, listen: SocketAddr, system: System) -> Result<PathBuf, String> {
     let drain = system == System::GateDrain;
-    let mut t = String::new();
-    let _ = writeln!(
-        t,
-        "[site]\nname = \"bench\"\nsecret = \"sip-bench-secret-0123456789\"\n"
-    );
-    let _ = writeln!(
-        t,
-        "[store]\nkind = \"embedded\"\npath = \"bench.profiles.json\"\n"
-    );
-    let _ = writeln!(t, "[admin]\ngate_bind = \"{}:19091\"\n", listen.ip());
+    let mut t = testbed::callbench::site_head("sip-bench", SocketAddr::new(listen.ip(), 19091));
     // One SIPp source carries every call: its limit well above the load,
     // so the per-source check runs on every INVITE without refusing one.
     let _ = writeln!(
