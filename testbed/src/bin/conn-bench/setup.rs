@@ -81,19 +81,9 @@ pub(crate) fn site_toml(o: &Opts) -> String {
         server_ip(o.net, REGISTRAR),
         server_ip(o.net, DNS),
     );
+    let head = testbed::callbench::site_head("conn-bench", SocketAddr::new(g, ADMIN_PORT));
     format!(
-        r#"[site]
-name = "conn-bench"
-secret = "conn-bench-secret-0123456789abcdef"
-
-[store]
-kind = "embedded"
-path = "bench.profiles.json"
-
-[admin]
-gate_bind = "{g}:{ADMIN_PORT}"
-
-[health]
+        r#"{head}[health]
 interval_ms = 0
 
 [dns]
