@@ -38,6 +38,7 @@ mod keys;
 mod lifecycle;
 mod listener;
 mod metrics;
+mod newwork;
 mod origin;
 mod overload;
 mod policy;

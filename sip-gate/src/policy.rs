@@ -19,6 +19,7 @@ use ringsync::view::DrainView;
 use crate::lifecycle::Phase;
 use crate::listener::{ListenerCtx, Mode};
 use crate::message::{Method, SipMessage};
+use crate::newwork::Class;
 use crate::reply::Reply;
 use crate::txn::Inbound;
 use crate::uri::SipUri;
@@ -229,10 +230,9 @@ impl Policy {
         inbound: Inbound,
         listener: &ListenerCtx,
         idx: usize,
-        msg: &SipMessage,
-        method: Method,
+        (msg, method, class): (&SipMessage, Method, Class),
     ) -> Admission {
-        let rule = match self.verdict(view, inbound, listener, idx, msg, method) {
+        let rule = match self.verdict(view, inbound, listener, idx, (msg, method, class)) {
             Ok(why) => return Admission::Pass(why),
             Err(rule) => rule,
         };
@@ -257,15 +257,14 @@ impl Policy {
         inbound: Inbound,
         listener: &ListenerCtx,
         idx: usize,
-        msg: &SipMessage,
-        method: Method,
+        (msg, method, class): (&SipMessage, Method, Class),
     ) -> Result<Option<OnPurpose>, &'static str> {
         // Balance listeners steer instead of refusing (R-AA-1, R-AA-4):
         // the routing says why it picked a draining instance.
         if !matches!(listener.mode, Mode::Guard(_)) || !view.is_draining(idx) {
             return Ok(None);
         }
-        if !is_new_work(msg, method, self.options_503) {
+        if !drain_refuses(msg, method, class, self.options_503) {
             return Ok(Some(OnPurpose::NotRefused));
         }
         let source = inbound.peer().ip();
@@ -286,11 +285,17 @@ impl Policy {
     }
 
     /// R-GW-1: while the gate itself is not serving (starting, stopping),
-    /// new work as R-SG-1 defines it gets 503 with Retry-After whatever
+    /// new work as R-SG-1 refuses it gets 503 with Retry-After whatever
     /// instance it is for, the refusal's rule naming the phase (`stopping`,
     /// `starting`); everything else passes.
-    pub(crate) fn not_serving(&self, phase: Phase, msg: &SipMessage, method: Method) -> Admission {
-        if !is_new_work(msg, method, self.options_503) {
+    pub(crate) fn not_serving(
+        &self,
+        phase: Phase,
+        msg: &SipMessage,
+        method: Method,
+        class: Class,
+    ) -> Admission {
+        if !drain_refuses(msg, method, class, self.options_503) {
             return Admission::Pass(None);
         }
         // `why` is the requests' outcome label; the refusal counter's label
@@ -371,15 +376,26 @@ impl Policy {
     }
 }
 
-/// R-SG-1: REGISTER, SUBSCRIBE and INVITE that start something new. Removing
-/// a binding or ending a subscription is cleanup, not new work; OPTIONS is
-/// new work only when the operator says so (providers pick trunks by it).
-pub(crate) fn is_new_work(msg: &SipMessage, method: Method, options_503: bool) -> bool {
+/// R-SG-1: of the new work `class` says a request is (R-SEC-4), what a
+/// drain refuses: REGISTER, SUBSCRIBE and INVITE that start something new.
+/// Removing a binding or ending a subscription is cleanup; OPTIONS is
+/// refused only when the operator says so (providers pick trunks by it);
+/// any other method passes (a BYE the gate cannot place in a dialog still
+/// ends one at the instance).
+pub(crate) fn drain_refuses(
+    msg: &SipMessage,
+    method: Method,
+    class: Class,
+    options_503: bool,
+) -> bool {
+    if !class.is_new() {
+        return false;
+    }
     match method {
         Method::Register => !is_deregister(msg),
-        Method::Subscribe => msg.to_tag().is_none() && msg.expires() != Some(0),
-        Method::Invite => msg.to_tag().is_none(),
-        Method::Options => options_503 && msg.to_tag().is_none(),
+        Method::Subscribe => msg.expires() != Some(0),
+        Method::Invite => true,
+        Method::Options => options_503,
         _ => false,
     }
 }

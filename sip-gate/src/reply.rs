@@ -59,9 +59,11 @@ fn text(b: &[u8]) -> String {
 #[derive(Clone, Debug)]
 pub(crate) struct TagKey(Key);
 
-/// Tags the gate makes start with this, so most tags are told apart
-/// without computing anything.
-const TAG_PREFIX: &[u8] = b"gw";
+/// Tags the gate makes start with this while it names itself in `Server`,
+/// so most tags are told apart without computing anything; a site that
+/// hides the product (`[site] server_header` set) gets tags of the MAC
+/// alone, which look like any UA's random tag.
+const TAG_PREFIX: &str = "gw";
 
 impl TagKey {
     /// Derives the key from the site secret ([`crate::keys`]).
@@ -88,19 +90,26 @@ impl TagKey {
     /// The ACK of a non-2xx keeps the INVITE's Call-ID, From tag, CSeq number
     /// and branch (RFC 3261 17.1.1.3), so it carries this same tag: that is
     /// how the core recognises the ACK of a response it generated.
-    pub(crate) fn tag(&self, msg: &SipMessage) -> String {
+    /// `named`: the gate names itself (the default `Server`), and its tags
+    /// say so too.
+    pub(crate) fn tag(&self, msg: &SipMessage, named: bool) -> String {
         let mut t = String::with_capacity(TAG_PREFIX.len() + 12);
-        t.push_str("gw");
+        if named {
+            t.push_str(TAG_PREFIX);
+        }
         keys::push_hex(&mut t, &self.mac(msg));
         t
     }
 
     /// Whether `msg` (an ACK) carries the To tag of a response the gate
     /// generated for its transaction; the MAC is compared in constant time.
+    /// Tags with and without the prefix are both taken, so a reload that
+    /// changes `server_header` does not strand the ACKs of earlier answers.
     pub(crate) fn is_ours(&self, msg: &SipMessage) -> bool {
-        let Some(hex) = msg.to_tag().and_then(|t| t.strip_prefix(TAG_PREFIX)) else {
+        let Some(tag) = msg.to_tag() else {
             return false;
         };
+        let hex = tag.strip_prefix(TAG_PREFIX.as_bytes()).unwrap_or(tag);
         keys::parse_hex::<6>(hex).is_some_and(|mac| keys::same(&mac, &self.mac(msg)))
     }
 }
@@ -134,7 +143,7 @@ pub(crate) fn build(
         let mut to = text(req.value(f));
         if req.to_tag().is_none() && reply.code > 100 {
             to.push_str(";tag=");
-            to.push_str(&tags.tag(req));
+            to.push_str(&tags.tag(req, server == DEFAULT_SERVER));
         }
         hs.push(headers::To::new(to).into());
     }
@@ -372,5 +381,32 @@ l: 4\r\n\r\nbody";
             .contains("\r\nServer: edge\r\n"));
         let none = build(&req, src, &Reply::new(483), &tags(), "");
         assert!(!std::str::from_utf8(&none).unwrap().contains("Server:"));
+    }
+
+    /// R-SEC-4: a site that hides the product gets To tags that do not
+    /// name it either, and the ACK of such an answer is still recognised.
+    #[test]
+    fn hidden_server_hides_the_tag_prefix_too() {
+        let req = SipMessage::parse(Bytes::from_static(INVITE)).unwrap();
+        let src = "10.0.0.1:5060".parse().unwrap();
+        for (server, prefixed) in [(DEFAULT_SERVER, true), ("edge", false), ("", false)] {
+            let out = build(&req, src, &Reply::new(486), &tags(), server);
+            let resp = SipMessage::parse(out).unwrap();
+            let tag = resp.to_tag().unwrap().to_vec();
+            assert_eq!(tag.starts_with(b"gw"), prefixed, "{server:?}");
+            assert_eq!(tag.len(), if prefixed { 14 } else { 12 }, "{server:?}");
+            let ack = String::from_utf8_lossy(INVITE)
+                .replacen("INVITE sip", "ACK sip", 1)
+                .replace("CSeq: 7 INVITE", "CSeq: 7 ACK")
+                .replace(
+                    "To: <sip:bob@example.com>",
+                    &format!(
+                        "To: <sip:bob@example.com>;tag={}",
+                        String::from_utf8_lossy(&tag)
+                    ),
+                );
+            let ack = SipMessage::parse(Bytes::from(ack)).unwrap();
+            assert!(tags().is_ours(&ack), "{server:?}");
+        }
     }
 }

@@ -3,19 +3,15 @@
 
 use std::time::{Duration, Instant};
 
-use crate::message::{Method, SipMessage};
+use crate::message::SipMessage;
 use crate::metrics as m;
 
-use super::{classify, Class};
+use super::Class;
 
-/// A scanned message's class (R-OV-1); its To tag is looked at only for a
-/// request that is neither ACK nor CANCEL.
+/// A scanned message's class as it claims it (R-OV-1), which orders a batch
+/// and nothing more: the core judges each request (R-SEC-4).
 pub(crate) fn class_of(msg: &SipMessage) -> Class {
-    match msg.method() {
-        None => Class::Response,
-        m @ Some(Method::Ack | Method::Cancel) => classify(m, false),
-        m => classify(m, msg.to_tag().is_some()),
-    }
+    crate::newwork::claimed(msg)
 }
 
 /// Whether `msg`, read in a batch after the new dialogs in `later` were put

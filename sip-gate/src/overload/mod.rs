@@ -20,12 +20,12 @@
 //! phones at once is let through while that address's calls keep their
 //! own limit.
 //!
-//! Only new work is ever refused ([`classify`]): while a worker is
+//! Only new work is ever refused (R-SEC-4, [`crate::newwork`]): while a worker is
 //! behind, while the gate is above its capacity for new dialogs, or while
 //! their source or account is above its limit, they get a stateless 503
 //! with Retry-After (R-OV-2 may drop them instead). Responses, ACK, CANCEL
 //! and in-dialog requests pass untouched, and the check costs nothing for
-//! them: it runs where the core already knows the method and the To tag.
+//! them: it runs where the core has already judged the request.
 
 mod bucket;
 mod intake;
@@ -38,7 +38,6 @@ use std::time::Instant;
 
 use ringsync::config::{LimitAction, OverloadConfig};
 
-use crate::message::Method;
 use crate::metrics as m;
 
 pub(crate) use bucket::{Bucket, Limit};
@@ -48,40 +47,7 @@ pub(crate) use intake::{
 pub(crate) use lag::RuntimeLag;
 use sources::SourceTable;
 
-/// What a message is to the overload rules.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Class {
-    /// A response: always handled.
-    Response,
-    /// ACK, CANCEL or a request inside a dialog (To tag): always handled.
-    InDialog,
-    /// Any other request (INVITE, SUBSCRIBE, OPTIONS, MESSAGE ... without
-    /// To tag): new work, the first to be refused.
-    NewDialog,
-    /// A REGISTER (never in a dialog): new work, refused like a new dialog,
-    /// handled after the new dialogs of a batch, with its own capacity and
-    /// per-source allowance.
-    Register,
-}
-
-impl Class {
-    /// New work: what the overload limits, access lists and bans judge.
-    pub(crate) fn is_new(self) -> bool {
-        matches!(self, Class::NewDialog | Class::Register)
-    }
-}
-
-/// R-OV-1's classification, from what the core has already scanned:
-/// `method` (`None` for a response) and whether the To tag is present.
-pub(crate) fn classify(method: Option<Method>, to_tag: bool) -> Class {
-    match method {
-        None => Class::Response,
-        Some(Method::Ack | Method::Cancel) => Class::InDialog,
-        Some(_) if to_tag => Class::InDialog,
-        Some(Method::Register) => Class::Register,
-        Some(_) => Class::NewDialog,
-    }
-}
+pub(crate) use crate::newwork::Class;
 
 /// Why a new dialog is refused: the `limit` label of
 /// `sipgate_overload_refusals_total`.

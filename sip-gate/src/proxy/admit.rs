@@ -1,9 +1,10 @@
-//! Overload admission of new dialogs (R-OV-1, R-OV-2), before routing
-//! spends anything on them: see [`crate::overload`].
+//! Overload admission of new work (R-OV-1, R-OV-2), before routing
+//! spends anything on it: see [`crate::overload`]. What is new work is
+//! [`crate::newwork`]'s judgement (R-SEC-4), made once in
+//! [`super::request`].
 
-use ringsync::config::AccessAction;
-
-use crate::overload::{classify, Class, Verdict, Why};
+use crate::newwork::Class;
+use crate::overload::{Verdict, Why};
 use crate::reply::Reply;
 
 use super::request::Request;
@@ -11,57 +12,10 @@ use super::route::Decision;
 use super::{Action, Core};
 
 impl Core {
-    /// The listener's access list (`[listener.access]`): `None` when `req`
-    /// is no new dialog, comes from a configured instance, or its source is
-    /// admitted; else 403 or silence, counted as
-    /// `sipgate_requests_total{outcome="access_denied"}`. In-dialog
-    /// requests are never judged here: the dialog's token routes them.
-    pub(super) fn access(&self, req: &Request<'_>) -> Option<Decision> {
-        let access = &req.listener.access;
-        if access.is_open()
-            || req.origin.is_some()
-            || !classify(Some(req.method), req.to_tag).is_new()
-            || access.admits(req.inbound.peer().ip())
-        {
-            return None;
-        }
-        Some(match access.action {
-            AccessAction::Reject => Decision::Refuse {
-                reply: Reply::reason(403, "Source Not Allowed"),
-                why: "access_denied",
-            },
-            AccessAction::Drop => Decision::Drop("access_denied"),
-        })
-    }
-
-    /// R-SEC-3: a new dialog from a source banned on this listener for
-    /// failing authentication gets 403 or silence, counted as
-    /// `sipgate_requests_total{outcome="auth_banned"}`; in-dialog requests
-    /// and configured instances are never banned.
-    pub(super) fn banned(&self, req: &Request<'_>) -> Option<Decision> {
-        if req.origin.is_some() || !classify(Some(req.method), req.to_tag).is_new() {
-            return None;
-        }
-        let peer = req.inbound.peer().ip();
-        Some(
-            match req
-                .site
-                .bans
-                .banned(req.inbound.listener(), peer, req.now)?
-            {
-                AccessAction::Reject => Decision::Refuse {
-                    reply: Reply::reason(403, "Forbidden"),
-                    why: "auth_banned",
-                },
-                AccessAction::Drop => Decision::Drop("auth_banned"),
-            },
-        )
-    }
-
-    /// `None`: `req` is not a new dialog, or it is admitted; else what the
-    /// gate does instead (a 503 with Retry-After, or nothing).
+    /// `None`: `req` is not new work (R-SEC-4), or it is admitted; else
+    /// what the gate does instead (a 503 with Retry-After, or nothing).
     pub(super) fn admit_new(&self, req: &Request<'_>) -> Option<Decision> {
-        let class = classify(Some(req.method), req.to_tag);
+        let class = req.class;
         if !class.is_new() {
             return None;
         }

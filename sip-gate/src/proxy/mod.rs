@@ -29,6 +29,7 @@ mod request;
 mod resolved;
 mod response;
 mod route;
+mod source;
 mod stranger;
 mod transaction;
 mod undelivered;
@@ -50,7 +51,7 @@ use crate::dns::DnsQuery;
 use crate::flow::{FlowKey, FlowTable};
 use crate::health::{HealthBook, Prober};
 use crate::lifecycle::Lifecycle;
-use crate::message::SipMessage;
+use crate::message::{Method, SipMessage};
 use crate::metrics::{self as m, Forwarded};
 use crate::reach::Reach;
 use crate::reply::TagKey;
@@ -514,14 +515,26 @@ impl Core {
             m::dropped("unknown_listener");
             return Action::None;
         };
+        if !msg.is_request() {
+            if let Err(e) = msg.validate() {
+                return self.bad_message(inbound, &msg, e);
+            }
+            return self.response(inbound, &site, &msg, now);
+        }
+        // Who is asking, before anything is parsed further or answered
+        // (R-SEC-4): a refused source gets its refusal, never a parser's
+        // 400 or 505.
+        let source = self.source(&site, listener, inbound, now);
         if let Err(e) = msg.validate() {
-            return self.bad_message(inbound, &msg, e);
+            return match source.refused {
+                Some(r) => {
+                    let mname = m::method_label(msg.method().unwrap_or(Method::Other));
+                    self.refuse_source(inbound, &msg, r, mname)
+                }
+                None => self.bad_message(inbound, &msg, e),
+            };
         }
-        if msg.is_request() {
-            self.request(inbound, (&site, listener, &view), &msg, now, how)
-        } else {
-            self.response(inbound, &site, &msg, now)
-        }
+        self.request(inbound, (&site, listener, &view), &msg, (now, how, source))
     }
 }
 

@@ -11,11 +11,13 @@ use crate::flow::{self, Flow, FlowTokenError};
 use crate::listener::ListenerCtx;
 use crate::message::{HeaderName, Method, NameAddr, SipMessage, Via};
 use crate::metrics as m;
+use crate::newwork::{self, Class, Proof};
 use crate::reply::Reply;
 use crate::site::Site;
 use crate::txn::Inbound;
 use crate::uri::SipUri;
 
+use super::source::Source;
 use super::{Action, Core, Received};
 
 /// Max-Forwards a proxy adds when the request has none (RFC 3261 16.6 step 3).
@@ -64,8 +66,16 @@ pub(super) struct Request<'a> {
     /// The configured instance at its source address, fronted or not (not
     /// limited per source: R-OV-2).
     pub(super) origin: Option<usize>,
-    /// To tag present: inside a dialog.
+    /// To tag present: it claims a dialog (proves nothing by itself).
     pub(super) to_tag: bool,
+    /// What it is to every rule (R-SEC-4): new work unless proven
+    /// inside a dialog.
+    pub(super) class: Class,
+    /// The instance the work book holds its dialog on, when it has a To tag
+    /// and no valid token of the gate's (only looked up then).
+    pub(super) dialog: Option<usize>,
+    /// Who sent it: a configured instance, a refused source (R-SEC-4).
+    pub(super) source: Source,
     /// When it was received.
     pub(super) now: Instant,
     /// Handed back after a DNS lookup (see [`Core::resolved`]).
@@ -105,7 +115,7 @@ impl Core {
         (site, listener): (&'a Site, &'a ListenerCtx),
         msg: &'a SipMessage,
         view: &DrainView,
-        (now, how): (Instant, Received),
+        (now, how, source): (Instant, Received, Source),
     ) -> Result<Request<'a>, Action> {
         let method = msg.method().unwrap_or(Method::Other);
         let mname = m::method_label(method);
@@ -113,15 +123,13 @@ impl Core {
             m::dropped("no_via");
             return Err(Action::None);
         };
-        let bad = |reason| {
-            self.reply_to(
-                inbound,
-                msg,
-                &Reply::reason(400, reason),
-                mname,
-                "bad_request",
-            )
+        // A refused source learns nothing from the checks (R-SEC-4): it
+        // gets its refusal, never what the checks found.
+        let answer = |reply: &Reply<'_>, outcome| match source.refused {
+            Some(r) => self.refuse_source(inbound, msg, r, mname),
+            None => self.reply_to(inbound, msg, reply, mname, outcome),
         };
+        let bad = |reason| answer(&Reply::reason(400, reason), "bad_request");
         if msg.call_id().is_none()
             || msg.cseq().is_none()
             || msg.fields(HeaderName::From).next().is_none()
@@ -145,7 +153,7 @@ impl Core {
                 m::dropped("max_forwards");
                 return Err(Action::None);
             }
-            return Err(self.reply_to(inbound, msg, &Reply::new(483), mname, "too_many_hops"));
+            return Err(answer(&Reply::new(483), "too_many_hops"));
         }
         let mut req = Request {
             site,
@@ -164,8 +172,11 @@ impl Core {
             leg_tcp: None,
             flow: None,
             from_instance: None,
-            origin: site.origins.instance(inbound.peer()),
+            origin: source.origin,
             to_tag: msg.to_tag().is_some(),
+            class: Class::NewDialog,
+            dialog: None,
+            source,
             now,
             resumed: how == Received::Resumed,
             behind: how == Received::Behind,
@@ -173,7 +184,29 @@ impl Core {
         self.strict_route(&mut req, view);
         self.own_routes(&mut req, view);
         req.from_instance = self.sender(&req);
+        req.class = self.judge(&mut req);
         Ok(req)
+    }
+
+    /// R-SEC-4: whether `req` is new work. Without a To tag it always is
+    /// (a token preloaded on a new INVITE decides nothing, R-SEC-2); with
+    /// one, only the gate's valid token, a dialog in the work book or a
+    /// configured instance as its sender proves a dialog. The work book is
+    /// looked up only when nothing cheaper proved it.
+    fn judge(&self, req: &mut Request<'_>) -> Class {
+        if !req.to_tag {
+            return newwork::judge(Some(req.method), false);
+        }
+        let mut proof = Proof {
+            token: matches!(req.token, Some(Ok(_))),
+            instance: req.origin.is_some(),
+            dialog: false,
+        };
+        if !proof.any() && req.method != Method::Register {
+            req.dialog = self.work.dialog_instance(req.msg);
+            proof.dialog = req.dialog.is_some();
+        }
+        newwork::judge(Some(req.method), proof.any())
     }
 
     /// RFC 3261 16.4: a Request-URI that is a Record-Route the gate wrote

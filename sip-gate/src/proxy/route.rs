@@ -10,6 +10,7 @@
 //! lock (`backup.rs`, R-HT-1). Each lock is held for one table operation,
 //! never across another lock or I/O.
 
+use ringsync::config::AccessAction;
 use ringsync::view::{DrainView, Health};
 
 use crate::dns::cache::Cached;
@@ -116,36 +117,45 @@ pub(super) fn creates_dialog(m: Method) -> bool {
 }
 
 impl Core {
-    /// Decides where `req` goes in `view`.
+    /// Decides where `req` goes in `view`. New work (R-SEC-4, judged once in
+    /// [`super::request`]) meets every rule that refuses, in this order:
+    /// the source (access list, ban: a refused source learns nothing else,
+    /// not even that the gate is stopping), the gate's phase (R-GW-1), the
+    /// overload limits (R-OV-1, R-OV-2), then routing and the drain.
     pub(super) fn decide(&self, req: &Request<'_>, view: &DrainView) -> Decision {
-        // R-GW-1: a gate that is starting or stopping takes no new work, in
-        // either direction. In-dialog requests skip even the one load.
-        if !req.to_tag && !self.lifecycle.admits_new_work() {
-            let phase = self.lifecycle.phase();
-            if let Admission::Refuse { reply, rule } =
-                req.site.policy.not_serving(phase, req.msg, req.method)
-            {
-                return Decision::Refuse { reply, why: rule };
+        if req.class.is_new() {
+            if let Some(r) = req.source.refused {
+                return match r.action {
+                    AccessAction::Reject => Decision::Refuse {
+                        reply: r.reply(),
+                        why: r.why,
+                    },
+                    AccessAction::Drop => Decision::Drop(r.why),
+                };
             }
-        }
-        // The listener's access list, before a limit spends a token on them.
-        if let Some(refused) = self.access(req) {
-            return refused;
-        }
-        // R-SEC-3: a source banned for failing authentication.
-        if let Some(refused) = self.banned(req) {
-            return refused;
-        }
-        // R-OV-1, R-OV-2: new dialogs over a limit, before routing them.
-        if let Some(refused) = self.admit_new(req) {
-            return refused;
+            // R-GW-1: a gate that is starting or stopping takes no new work,
+            // in either direction.
+            if !self.lifecycle.admits_new_work() {
+                let phase = self.lifecycle.phase();
+                if let Admission::Refuse { reply, rule } = req
+                    .site
+                    .policy
+                    .not_serving(phase, req.msg, req.method, req.class)
+                {
+                    return Decision::Refuse { reply, why: rule };
+                }
+            }
+            // R-OV-1, R-OV-2: new work over a limit, before routing it.
+            if let Some(refused) = self.admit_new(req) {
+                return refused;
+            }
         }
         if let Some(src) = req.from_instance {
             self.outward(req, src)
-        } else if req.to_tag {
-            self.in_dialog(req, view)
-        } else {
+        } else if req.class.is_new() {
             self.new_work(req, view)
+        } else {
+            self.in_dialog(req, view)
         }
     }
 
@@ -238,7 +248,10 @@ impl Core {
         }
     }
 
-    /// In-dialog from outside: the gate's token names the instance (R-SEC-1).
+    /// In-dialog from outside, proven (R-SEC-4): the gate's token names the
+    /// instance (R-SEC-1), else the work book's entry for the dialog, which
+    /// stays where this gate saw it set up whatever a drain did since
+    /// (R-SG-4).
     fn in_dialog(&self, req: &Request<'_>, view: &DrainView) -> Decision {
         let idx = match req.token {
             Some(Ok(idx)) => idx,
@@ -246,24 +259,21 @@ impl Core {
             None if req.ours > 0 || req.next_route().is_some() => {
                 return Decision::refuse(403, "Route Not Allowed", "foreign_route")
             }
-            // A UA that does not keep route sets (SIPp's stock uac): the
-            // guarded instance, or the ring by Call-ID, as the INVITE went.
-            None => match &req.listener.mode {
-                Mode::Guard(idx) => *idx,
+            // Proven by the work book, or sent by a configured instance
+            // that keeps no route set: where the book says, else the
+            // guarded instance, else the ring by Call-ID as the INVITE went.
+            None => match (req.dialog, &req.listener.mode) {
+                (Some(idx), _) => idx,
+                (None, Mode::Guard(idx)) => *idx,
                 // No SIP reaches the core from a ws pool (it passes bytes).
-                Mode::WsPool { .. } => return no_instance(),
-                // The call this gate saw set up (its work book), so a drain
-                // since then does not move it (R-SG-4); only when the gate
-                // has not seen it (another node, a restart), the ring by
-                // Call-ID as the INVITE went.
-                Mode::Balance(pool) => match self.work.dialog_instance(req.msg) {
+                (None, Mode::WsPool { .. }) => return no_instance(),
+                (None, Mode::Balance(pool)) => match self
+                    .work
+                    .dialog_instance(req.msg)
+                    .or_else(|| view.pick(pool, req.msg.call_id().unwrap_or_default()))
+                {
                     Some(idx) => idx,
-                    None => match view.pick(pool, req.msg.call_id().unwrap_or_default()) {
-                        Some(idx) => idx,
-                        None => {
-                            return Decision::refuse(503, "No Instance Available", "no_instance")
-                        }
-                    },
+                    None => return no_instance(),
                 },
             },
         };
@@ -300,6 +310,11 @@ impl Core {
         if req.flow.is_some() {
             return self.flow_from_stranger(req);
         }
+        // A token that does not open (forged, another site's, another
+        // dialog's) routes nothing (R-SEC-2).
+        if matches!(req.token, Some(Err(()))) {
+            return Decision::refuse(403, "Bad Route Token", "bad_token");
+        }
         if req.next_route().is_some() {
             return Decision::refuse(403, "Route Not Allowed", "foreign_route");
         }
@@ -335,21 +350,24 @@ impl Core {
                 }
             }
         };
-        let admitted =
-            match req
-                .site
-                .policy
-                .admit(view, req.inbound, req.listener, idx, msg, req.method)
-            {
-                Admission::Refuse { reply, rule } => return Decision::Refuse { reply, why: rule },
-                Admission::Pass(why) => why,
-            };
+        let admitted = match req.site.policy.admit(
+            view,
+            req.inbound,
+            req.listener,
+            idx,
+            (msg, req.method, req.class),
+        ) {
+            Admission::Refuse { reply, rule } => return Decision::Refuse { reply, why: rule },
+            Admission::Pass(why) => why,
+        };
         let on_purpose = if view.is_draining(idx) {
             admitted.or(routed)
         } else {
             None
         };
-        let record_route = creates_dialog(req.method).then_some(idx);
+        // A request with a To tag that nothing proved creates no dialog the
+        // gate must stay in: no Record-Route for it.
+        let record_route = (!req.to_tag && creates_dialog(req.method)).then_some(idx);
         self.to_instance(req, idx, instance_stream(req), record_route, on_purpose)
     }
 
@@ -365,7 +383,13 @@ impl Core {
             || req
                 .site
                 .policy
-                .verdict(view, req.inbound, req.listener, idx, req.msg, req.method)
+                .verdict(
+                    view,
+                    req.inbound,
+                    req.listener,
+                    idx,
+                    (req.msg, req.method, req.class),
+                )
                 .is_ok()
         {
             return idx;

@@ -23,6 +23,7 @@ use crate::txn::{Hop, Inbound, Insert, TxnEntry};
 use super::forward::out;
 use super::request::Request;
 use super::route::{creates_dialog, Decision};
+use super::source::Source;
 use super::{txn_span, Action, Core, Received};
 
 impl Core {
@@ -32,10 +33,9 @@ impl Core {
         inbound: Inbound,
         (site, listener, view): (&Site, &ListenerCtx, &DrainView),
         msg: &SipMessage,
-        now: Instant,
-        how: Received,
+        (now, how, source): (Instant, Received, Source),
     ) -> Action {
-        let req = match self.check(inbound, (site, listener), msg, view, (now, how)) {
+        let req = match self.check(inbound, (site, listener), msg, view, (now, how, source)) {
             Ok(req) => req,
             Err(action) => return action,
         };
@@ -102,7 +102,7 @@ impl Core {
                 if let Some(i) = hop.instance {
                     span.record("instance", req.site.instance_id(i));
                     // New work handed to an instance (what a drain stops).
-                    if !req.to_tag && crate::policy::is_new_work(req.msg, req.method, true) {
+                    if crate::policy::drain_refuses(req.msg, req.method, req.class, true) {
                         if let Some(Some(c)) = req.site.new_work.get(i) {
                             c.increment(1);
                         }

@@ -440,6 +440,13 @@ async fn accept_loop(
             drop(stream);
             continue;
         }
+        // A source refused with `drop` gets no TLS handshake, no WebSocket
+        // upgrade, no byte (R-SEC-4).
+        if net.core.drops_connection(listener, peer, Instant::now()) {
+            m::dropped("source_refused");
+            drop(stream);
+            continue;
+        }
         let _ = stream.set_nodelay(true);
         let (id, _tx, rx) = net.register(peer, net.ws_for(listener).is_some());
         // A ws pool's connections carry no SIP: no flow (R-WS-3).

@@ -216,6 +216,9 @@ fn r_sg_3_aor_exception_matches_the_callee_of_an_invite() {
 #[test]
 fn r_sg_4_in_dialog_requests_pass_the_drain() {
     let g = Gate::std();
+    // R-SEC-4: a dialog is proven by the gate's token (the Route) or by the
+    // work book, which saw this call set up before the drain.
+    crate::work_flow::call_in(&g.core, "sg4@ua", std::time::Instant::now());
     g.drain_servers(&["srv-a"]);
     let methods = [
         "BYE",
@@ -232,7 +235,7 @@ fn r_sg_4_in_dialog_requests_pass_the_drain() {
     for (n, method) in methods.iter().enumerate() {
         for with_route in [false, true] {
             let mut req = Req::ua(method, "sg4@ua", &format!("z9hG4bKsg4{n}{with_route}"))
-                .tagged("uas-sg4")
+                .tagged("uas")
                 .set("CSeq", &format!("{} {method}", n + 2));
             if with_route {
                 req = req.add_first("Route", &gate_route("sg-a", L_SG_GUARD, "sg4@ua"));
@@ -244,6 +247,33 @@ fn r_sg_4_in_dialog_requests_pass_the_drain() {
             assert_untouched(&input, &m);
         }
     }
+}
+
+/// R-SEC-4 with R-SG-1: a To tag the gate cannot place in a dialog (no
+/// token of its own, no dialog in its work book) proves nothing: an INVITE,
+/// SUBSCRIBE or REGISTER carrying one is new work and a draining guard
+/// answers it 503, where the other methods, which a drain does not refuse,
+/// still pass.
+#[test]
+fn r_sec_4_an_invented_to_tag_does_not_pass_the_drain() {
+    let o = SiteOpts::default();
+    let g = Gate::new(&o);
+    g.drain_servers(&["srv-a"]);
+    for (n, method) in ["INVITE", "SUBSCRIBE", "REGISTER"].iter().enumerate() {
+        let input = Req::ua(method, "forged@ua", &format!("z9hG4bKforged{n}"))
+            .tagged("x1")
+            .set("CSeq", &format!("1 {method}"))
+            .bytes();
+        let r = replied(g.udp(L_SG_GUARD, UA, &input), L_SG_GUARD, UA, 503);
+        assert!(other_header(&r, "Retry-After").is_some(), "{method}");
+        // The To tag stays the one sent: the gate adds none to a tagged To.
+        assert_eq!(r.to_tag(), Some(&b"x1"[..]), "{method}");
+    }
+    let input = Req::ua("BYE", "forged@ua", "z9hG4bKforgedbye")
+        .tagged("x1")
+        .set("CSeq", "2 BYE")
+        .bytes();
+    forwarded(g.udp(L_SG_GUARD, UA, &input), L_SG_GUARD, inst(SG_A));
 }
 
 #[test]
@@ -303,9 +333,11 @@ fn r_sg_1_options_passes_unless_options_503() {
     g.drain_servers(&["srv-a"]);
     let r = replied(g.udp(L_SG_GUARD, UA, &input), L_SG_GUARD, UA, 503);
     assert_drain_503(&r, &input, &o);
-    // In-dialog OPTIONS still passes.
+    // In-dialog OPTIONS (the gate's token proves the dialog, R-SEC-4)
+    // still passes.
     let input = Req::ua("OPTIONS", "opt2@ua", "z9hG4bKopt2")
         .tagged("t")
+        .add_first("Route", &gate_route("sg-a", L_SG_GUARD, "opt2@ua"))
         .bytes();
     forwarded(g.udp(L_SG_GUARD, UA, &input), L_SG_GUARD, inst(SG_A));
     // Not draining: passes.

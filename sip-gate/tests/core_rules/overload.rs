@@ -33,11 +33,18 @@ fn r_ov_2_over_the_source_limit_503_rate_limited_with_retry_after_in_dialog_stil
     );
     assert_eq!(other_header(&r, "Retry-After").as_deref(), Some("9"));
     assert!(String::from_utf8_lossy(r.raw()).starts_with("SIP/2.0 503 Rate Limited\r\n"));
-    // The same source, inside a dialog: a re-INVITE and a BYE pass.
+    // The same source, inside a dialog (the gate's token proves it,
+    // R-SEC-4): a re-INVITE and a BYE pass.
     for (m, n) in [("INVITE", "d"), ("BYE", "e")] {
-        let req = Req::ua(m, "ov-a@p", &format!("z9hG4bKov{n}")).tagged("callee");
+        let req = Req::ua(m, "ov-a@p", &format!("z9hG4bKov{n}"))
+            .tagged("callee")
+            .add_first("Route", &gate_route("sg-a", L_SG_BAL, "ov-a@p"));
         dest(g.udp(L_SG_BAL, UA, &req.bytes()), L_SG_BAL);
     }
+    // An invented To tag proves nothing: a re-INVITE without the token is
+    // new work over the limit.
+    let forged = Req::ua("INVITE", "ov-b@p", "z9hG4bKovg").tagged("callee");
+    replied(g.udp(L_SG_BAL, UA, &forged.bytes()), L_SG_BAL, UA, 503);
     // Another source has its own bucket.
     dest(
         g.udp(
