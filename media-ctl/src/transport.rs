@@ -8,10 +8,10 @@
 //! `epoll_wait` (measured: a third less CPU per command). Batched receive
 //! and send (`recvmmsg`/`sendmmsg`) were tried and taken out: at 2000
 //! cycles/s a receive rarely found more than one datagram queued, and the
-//! batched build cost 1.03x this one (docs/benchmarks.md, mg-bench
-//! `--before`). Timers (timeouts, idle sweeps, health rounds) and the
-//! watcher that starts drain ramps when a new view is published are tokio
-//! tasks.
+//! batched build cost 1.03x this one (docs/benchmarks.md, "media-ctl: in
+//! front of a real rtpengine", mg-bench `--before`). Timers (timeouts, idle
+//! sweeps, health rounds) and the watcher that starts drain ramps when a new
+//! view is published are tokio tasks.
 
 use std::io;
 use std::net::{SocketAddr, UdpSocket};

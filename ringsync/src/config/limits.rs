@@ -38,7 +38,7 @@ pub enum LimitAction {
 pub struct OverloadConfig {
     /// The gate's capacity for new dialogs, all sources together; beyond it
     /// they get 503 (R-OV-1). Default 10000 (the gate handles a whole call
-    /// in about 100 µs of one core, docs/benchmarks.md).
+    /// in about 100 µs of one core, docs/benchmarks.md, the load benchmark).
     pub new_dialogs_per_s: u32,
     /// New dialogs let through at once above that rate. Default 20000.
     pub new_dialogs_burst: u32,
@@ -62,9 +62,9 @@ pub struct OverloadConfig {
     /// many, when its workers were on CPU more than
     /// `udp_worker_busy_percent` of the time for a few seconds in a row.
     /// One worker costs less CPU per call while it keeps up (fewer threads
-    /// wake and switch for the same datagrams, docs/benchmarks.md); more
-    /// spread a load one core cannot carry. Unset: one per core, at most
-    /// 8. 1 to 64.
+    /// wake and switch for the same datagrams, docs/benchmarks.md, the load
+    /// benchmark's sixth pass); more spread a load one core cannot carry.
+    /// Unset: one per core, at most 8. 1 to 64.
     pub udp_workers_max: Option<usize>,
     /// The share of the time (percent) a listener's UDP workers must be on
     /// CPU, on average, for the automatic count to add one. Default 75. 1

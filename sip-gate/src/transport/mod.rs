@@ -11,7 +11,8 @@
 //! run, blocking threads took the gate from 172 µs of CPU per call (tokio
 //! tasks sharing one socket: every readiness event woke every task) to about
 //! 100 µs, and a socket per worker ended its reordering failures
-//! (docs/benchmarks.md, the history of ad-hoc runs). TCP stays on tokio.
+//! (docs/benchmarks.md, the load benchmark's "How we got here"). TCP stays on
+//! tokio.
 
 use std::io;
 use std::net::SocketAddr;

@@ -11,11 +11,11 @@
 //!
 //! Why start at one: one worker costs less CPU per call than one per core
 //! while it keeps up (fewer threads wake and switch for the same datagrams,
-//! docs/benchmarks.md), and a worker that is on CPU most of the time is one
-//! that a second core would relieve. Why the CPU time and not the queue's
-//! waits: on a machine whose cores are busy with other work a worker's
-//! datagrams wait although it is mostly off CPU, and another thread would
-//! only compete for the same cores.
+//! docs/benchmarks.md, the load benchmark's sixth pass), and a worker that is
+//! on CPU most of the time is one that a second core would relieve. Why the
+//! CPU time and not the queue's waits: on a machine whose cores are busy with
+//! other work a worker's datagrams wait although it is mostly off CPU, and
+//! another thread would only compete for the same cores.
 //!
 //! What adding a socket costs: the kernel hashes peers over the group's
 //! sockets, so some peers move to the new socket. A datagram of such a peer
