@@ -1,4 +1,5 @@
-//! The forwarding core: one received message in, at most one message out.
+//! The forwarding core: one received message in, at most one message out
+//! (two when one message ends two transactions: [`Action::SendTwo`]).
 //!
 //! No sockets here: the transport layer hands in bytes with where they came
 //! from, and executes the [`Action`] it gets back. That keeps every routing
@@ -19,11 +20,13 @@
 //! names while the transport resolves them (RFC 3263) and fails over
 //! between targets; [`undelivered`] answers what the transport could not
 //! deliver (RFC 3261 16.9) and holds unreachable instances' transports;
-//! [`response`] sends responses back. [`admit`] applies
+//! [`flow_gone`] answers a CANCEL whose INVITE went into a flow that has
+//! closed (R-WS-2); [`response`] sends responses back. [`admit`] applies
 //! the overload limits to new dialogs before routing (R-OV-1, R-OV-2).
 
 mod admit;
 mod answer;
+mod flow_gone;
 mod forward;
 mod request;
 mod resolved;
@@ -103,6 +106,11 @@ pub enum Out {
 pub enum Action {
     /// Send these bytes.
     Send(Out, Bytes),
+    /// Send both, in order: the gate answers two transactions for one
+    /// message (a CANCEL whose INVITE went into a flow that has closed: the
+    /// CANCEL's 200, then the INVITE's final response; R-WS-2). Boxed: it
+    /// is rare, and keeps every other action small.
+    SendTwo(Box<[(Out, Bytes); 2]>),
     /// Resolve this name (RFC 3263) and hand the answer to
     /// [`Core::resolved`]: the message that needs it is parked in the core
     /// until then.

@@ -157,7 +157,7 @@ impl Core {
 
     /// Ends transaction `key` on a final answer the gate made itself: its
     /// INVITE no longer counts as the instance's work (R-ST-2).
-    fn settle(&self, key: u64, now: Instant) {
+    pub(super) fn settle(&self, key: u64, now: Instant) {
         let before = self.txns.finish(key, now);
         if let Some(i) = before
             .filter(|e| e.invite && !e.finished)
