@@ -51,7 +51,7 @@ use crate::branch::BranchKey;
 use crate::dns::cache::DnsCache;
 use crate::dns::DnsQuery;
 use crate::flow::{FlowKey, FlowTable};
-use crate::health::{HealthBook, Prober};
+use crate::health::{HealthBook, Prober, Traffic};
 use crate::lifecycle::Lifecycle;
 use crate::message::SipMessage;
 use crate::metrics::{self as m, Forwarded};
@@ -153,6 +153,9 @@ pub struct Core {
     txns: TxnTable,
     work: Arc<WorkBook>,
     health: Arc<HealthBook>,
+    /// What traffic says of each instance: answers and failures, which
+    /// outrank the probes for in-dialog requests (R-FT-1 amended).
+    traffic: Traffic,
     /// Instances a TCP connect or TLS handshake to failed lately, per
     /// transport (RFC 3261 16.9): passed over for new dialogs meanwhile.
     reach: Reach,
@@ -220,6 +223,7 @@ impl Core {
             drain,
             work: Arc::new(WorkBook::new(&config, slots, now)),
             health: Arc::new(HealthBook::new(slots)),
+            traffic: Traffic::new(slots, now),
             reach: Reach::new(
                 slots,
                 std::time::Duration::from_secs(config.dns.failover_hold_s.into()),
@@ -341,6 +345,12 @@ impl Core {
     /// (R-ST-2); the transport calls it about once a second.
     pub fn sweep(&self, now: Instant) {
         for e in self.txns.sweep(now) {
+            // R-FT-1 (amended): a request forwarded to an instance that
+            // expired without a final response timed out there, a traffic
+            // failure as of when it was sent.
+            if let (Some(i), Some(sent)) = (e.hop.instance, e.sent_at()) {
+                self.traffic.failed(i, sent);
+            }
             // Timer C passed without a final response.
             if e.invite {
                 if let Some(i) = e.owner {

@@ -44,6 +44,8 @@ impl Core {
             if inst.sip != Some(to) {
                 continue;
             }
+            // R-FT-1 (amended): a transport error is a traffic failure.
+            self.traffic.failed(idx, now);
             let reason = format!("{} connect to {to}: {why}", stream.as_str());
             if self.reach.failed(idx, stream, reason, now) == Change::Down {
                 tracing::warn!(
