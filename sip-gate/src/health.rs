@@ -8,7 +8,7 @@
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use nix::sys::socket::MsgFlags;
@@ -63,6 +63,78 @@ impl HealthBook {
     }
 }
 
+/// What traffic says of each instance (R-FT-1 amended): when one last
+/// answered a request the gate forwarded to it, and when one last failed
+/// (a transport error toward it, or a forwarded request that timed out).
+/// Traffic outranks the probes: an instance whose latest evidence is an
+/// answer is alive whatever its probe says.
+///
+/// Read on every in-dialog request to a probe-`down` instance and written
+/// on responses from instances: two atomics per instance, no lock. Times
+/// are milliseconds after `base`, plus one (0: never).
+#[derive(Debug)]
+pub(crate) struct Traffic {
+    base: Instant,
+    /// Per instance: the last response received from it.
+    answered: Vec<AtomicU64>,
+    /// Per instance: the last traffic failure toward it.
+    failed: Vec<AtomicU64>,
+}
+
+impl Traffic {
+    /// No evidence yet for `n` instances; times count from `now`.
+    pub(crate) fn new(n: usize, now: Instant) -> Traffic {
+        Traffic {
+            base: now,
+            answered: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            failed: (0..n).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    fn ms(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.base).as_millis())
+            .unwrap_or(u64::MAX - 1)
+            .saturating_add(1)
+    }
+
+    /// Moves `slot` forward to `at`; the store is skipped when it holds
+    /// that millisecond already, so a busy instance's responses do not all
+    /// write the same cache line.
+    fn note(&self, slot: Option<&AtomicU64>, at: Instant) {
+        let Some(slot) = slot else { return };
+        let ms = self.ms(at);
+        if slot.load(Ordering::Relaxed) < ms {
+            slot.fetch_max(ms, Ordering::Relaxed);
+        }
+    }
+
+    /// Instance `idx` answered a request at `now`: it is alive.
+    pub(crate) fn answered(&self, idx: usize, now: Instant) {
+        self.note(self.answered.get(idx), now);
+    }
+
+    /// Traffic toward instance `idx` failed; `at` is when the request that
+    /// failed was sent (an answer received after it outranks it).
+    pub(crate) fn failed(&self, idx: usize, at: Instant) {
+        self.note(self.failed.get(idx), at);
+    }
+
+    /// Whether traffic shows instance `idx` alive: its latest evidence is
+    /// an answer (one later than any failure). No evidence at all is not
+    /// alive: then the probe decides alone.
+    pub(crate) fn alive(&self, idx: usize) -> bool {
+        let answered = self
+            .answered
+            .get(idx)
+            .map_or(0, |a| a.load(Ordering::Relaxed));
+        let failed = self
+            .failed
+            .get(idx)
+            .map_or(0, |f| f.load(Ordering::Relaxed));
+        answered > failed
+    }
+}
+
 /// What the prober needs: the site, where to report health, the book the
 /// core fills with answers, and the address the probes come from.
 #[derive(Clone)]
@@ -110,7 +182,7 @@ fn log_change(config: &SiteConfig, idx: usize, health: Health, fails: u32) {
         Health::Down => tracing::warn!(
             instance = id,
             unanswered = fails,
-            "no answer to health probes: down (no new dialogs; its in-dialog requests get 408)"
+            "no answer to health probes: down (no new dialogs; its in-dialog requests get 408 unless it answers traffic: R-FT-1)"
         ),
         _ => tracing::info!(
             instance = id,
@@ -183,5 +255,33 @@ pub(crate) async fn run(p: Prober, socket: Arc<UdpSocket>, shutdown: Cancellatio
             }
             p.drain.set_health(idx, health);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// R-FT-1 (amended): alive only while the latest traffic evidence is
+    /// an answer; no evidence leaves it to the probe.
+    #[test]
+    fn r_ft_1_traffic_is_alive_while_its_latest_evidence_is_an_answer() {
+        let t0 = Instant::now();
+        let t = Traffic::new(2, t0);
+        assert!(!t.alive(0), "no evidence: the probe decides");
+        t.answered(0, t0);
+        assert!(t.alive(0), "an answer, even at the first millisecond");
+        assert!(!t.alive(1), "only the instance that answered");
+        t.failed(0, t0 + Duration::from_secs(1));
+        assert!(!t.alive(0), "failed since its last answer");
+        t.answered(0, t0 + Duration::from_secs(2));
+        assert!(t.alive(0), "answered since the failure");
+        // A request sent before the last answer and found timed out later
+        // does not outrank that answer.
+        t.failed(0, t0 + Duration::from_millis(1500));
+        assert!(t.alive(0));
+        // Out of range: nothing recorded, nothing alive.
+        t.answered(9, t0);
+        assert!(!t.alive(9));
     }
 }

@@ -126,6 +126,42 @@ pub(crate) fn build(
     tags: &TagKey,
     server: &str,
 ) -> Bytes {
+    build_as(req, source, reply, tags, server, None)
+}
+
+/// The response to the INVITE that `cancel` cancels, built from the CANCEL
+/// alone: RFC 3261 9.1 has a CANCEL carry its INVITE's Request-URI, Call-ID,
+/// From, To, CSeq number and top Via, so only the CSeq method differs. The
+/// To tag is the one [`build`] gives the CANCEL itself (the tag's MAC takes
+/// neither method), so the ACK of this response is recognised as the gate's
+/// ([`TagKey::is_ours`]).
+pub(crate) fn build_for_invite(
+    cancel: &SipMessage,
+    source: SocketAddr,
+    reply: &Reply<'_>,
+    tags: &TagKey,
+    server: &str,
+) -> Bytes {
+    let cseq = cancel.cseq().map_or(0, |c| c.0);
+    build_as(
+        cancel,
+        source,
+        reply,
+        tags,
+        server,
+        Some(format!("{cseq} INVITE")),
+    )
+}
+
+/// [`build`], with `cseq` as the CSeq value instead of the request's.
+fn build_as(
+    req: &SipMessage,
+    source: SocketAddr,
+    reply: &Reply<'_>,
+    tags: &TagKey,
+    server: &str,
+    cseq: Option<String>,
+) -> Bytes {
     let mut hs: Vec<Header> = Vec::with_capacity(10);
     for (i, via) in req.vias().enumerate() {
         let raw = req.raw().get(via.range.clone()).unwrap_or_default();
@@ -150,8 +186,13 @@ pub(crate) fn build(
     if let Some(id) = req.call_id() {
         hs.push(headers::CallId::new(text(id)).into());
     }
-    for f in req.fields(HeaderName::CSeq).take(1) {
-        hs.push(headers::CSeq::new(text(req.value(f))).into());
+    match cseq {
+        Some(value) => hs.push(headers::CSeq::new(value).into()),
+        None => {
+            for f in req.fields(HeaderName::CSeq).take(1) {
+                hs.push(headers::CSeq::new(text(req.value(f))).into());
+            }
+        }
     }
     if let Some(secs) = reply.retry_after {
         hs.push(headers::RetryAfter::new(secs.to_string()).into());
@@ -185,6 +226,7 @@ fn standard_reason(code: u16) -> &'static str {
         403 => "Forbidden",
         404 => "Not Found",
         430 => "Flow Failed",
+        487 => "Request Terminated",
         481 => "Call/Transaction Does Not Exist",
         483 => "Too Many Hops",
         500 => "Server Internal Error",

@@ -121,6 +121,20 @@ pub(crate) struct TxnEntry {
 }
 
 impl TxnEntry {
+    /// When the request was routed: its expiry less the lifetime
+    /// [`TxnTable::insert`] gave it (only while no final response moved
+    /// the expiry).
+    pub(crate) fn sent_at(&self) -> Option<Instant> {
+        if self.finished {
+            return None;
+        }
+        self.expires.checked_sub(if self.invite {
+            INVITE_PENDING_LIFETIME
+        } else {
+            NON_INVITE_LIFETIME
+        })
+    }
+
     /// An INVITE without a final response whose Timer B has run out at
     /// `now`: it started [`INVITE_PENDING_LIFETIME`] before its expiry.
     pub(crate) fn invite_timed_out(&self, now: Instant) -> bool {

@@ -341,7 +341,7 @@ fn base_bytes(core: &Core, base: &Base, n: u32) -> Vec<u8> {
                 Action::Send(_, fwd) => {
                     response_to(&SipMessage::parse(fwd).expect("forwarded"), *code)
                 }
-                Action::None | Action::Resolve(_) => Vec::new(),
+                Action::None | Action::Resolve(_) | Action::SendTwo(_) => Vec::new(),
             }
         }
         Base::Bytes(b) => b.clone(),

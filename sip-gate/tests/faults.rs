@@ -1,8 +1,10 @@
 //! Faults, through the real `sip-gate` binary and real SIPp peers:
 //!
-//! - an sg killed (`kill -9`) while a call is up: the probes mark it down and
-//!   the caller's BYE gets 408 at once, not silence until Timer F; a call on
-//!   a live sg is not affected (R-FT-1);
+//! - traffic outranks probes (R-FT-1 amended): an sg that answers calls
+//!   but not the probes keeps its calls' BYEs; one killed while calls are
+//!   up (down by probe, and its traffic failed: a refused connect) gets its
+//!   in-dialog requests answered 408 at once, not silence until Timer F; a
+//!   call on a live sg is not affected;
 //! - a probe storm: a hundred configured instances that never answer (half
 //!   with nothing listening, half blackholed), probed five times a second:
 //!   calls to the live sg go on completing normally (R-FT-2);
@@ -10,7 +12,7 @@
 //!   its address: the call's later requests reach the second gate, which
 //!   routes them by the Record-Route token to the same sg (R-GW-2).
 //!
-//! Addresses: `127.97.N.0/24`, one `N` per test; gates on `.1`-`.3`, the sg
+//! Addresses: `127.97.N.0/24`, one `N` per test (1 to 4); gates on `.1`-`.3`, the sg
 //! on `.11`/`.12`, callers on `.100`/`.101`.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
@@ -116,13 +118,83 @@ fn assert_alive(gate: &mut Node) {
     assert!(!gate.log().contains("panicked"), "{}", gate.log());
 }
 
-/// R-FT-1: sg-0's SIPp is killed with a call up; the gate's probes mark it
-/// down; the caller's BYE then gets 408 at once (the whole call ends seconds
-/// after its hold, where Timer F alone is 32 s), and the ACK-less 408 is
-/// counted. A call on sg-1 through the same gate completes normally: the
-/// port unreachables from sg-0 cost sg-1 neither a probe nor a forwarded
-/// message (a send used to return them and send nothing, and sg-1 was
-/// taken for down in about one run in three).
+/// An sg answering calls over TCP only: the gate's OPTIONS probes (UDP)
+/// meet nothing there and call it `down` while it answers every call.
+fn tcp_uas(addr: SocketAddr) -> SippHandle {
+    Sipp::new(Scenario::repo("uas_call"))
+        .local(addr.ip(), addr.port())
+        .transport(Transport::Tcp)
+        .timeout(Duration::from_secs(90))
+        .spawn()
+        .expect("uas starts")
+}
+
+fn tcp_caller(scenario: &str, local: IpAddr, gate: SocketAddr, calls: u64, hold: Duration) -> Sipp {
+    caller(scenario, local, gate, calls, hold).transport(Transport::Tcp)
+}
+
+/// R-FT-1 (amended), traffic outranks probes: sg-0 answers calls (over
+/// TCP) and never the gate's probes (over UDP), so the probes call it
+/// `down` the whole time. Calls set up through the gate then end normally:
+/// their BYEs reach sg-0 and its 200s come back, none answered 408.
+/// Before the amendment every BYE got `408 Instance Down` and the calls
+/// stayed up at the sg.
+#[test]
+fn r_ft_1_an_instance_down_by_probe_that_answers_calls_gets_their_byes() {
+    let dir = tempfile::tempdir().unwrap();
+    let sg = [("sg-0".to_string(), at(4, 11, 5060))];
+    let site = site(
+        dir.path(),
+        4,
+        &sg,
+        "interval_ms = 200\ntimeout_ms = 150\nfailures = 2",
+        &guard("g0", at(4, 1, 5060), "sg-0", "[\"udp\", \"tcp\"]"),
+    );
+    let mut gate = Node::gate(&site)
+        .admin(at(4, 1, 9091))
+        .args(["--node", "g1"])
+        .start()
+        .unwrap();
+    gate.wait_ready().unwrap();
+    let sg0 = tcp_uas(sg[0].1);
+    wait_for(
+        "the probes to call sg-0 down",
+        Duration::from_secs(5),
+        || state_is(&gate, "sg-0", "down").then_some(()),
+    )
+    .unwrap();
+
+    let r = tcp_caller(
+        "uac_call",
+        ip(4, 100),
+        at(4, 1, 5060),
+        3,
+        Duration::from_secs(1),
+    )
+    .spawn()
+    .unwrap()
+    .wait(Duration::from_secs(40))
+    .unwrap();
+    assert_all_ok("calls to the probe-down sg, BYEs included", &r, 3);
+    assert!(state_is(&gate, "sg-0", "down"), "down by probe throughout");
+    assert_eq!(
+        gate.metric("sipgate_requests_total{method=\"BYE\",outcome=\"instance_down\"}")
+            .unwrap(),
+        0.0
+    );
+    assert_alive(&mut gate);
+    let _ = sg0.stop();
+}
+
+/// R-FT-1 (amended), the other side: sg-0 (over TCP, down by probe as
+/// above) is killed with two calls up. The first call's BYE meets the
+/// refused connect (RFC 3261 16.9: 503 at once), a traffic failure since
+/// the calls' answers; the second call's BYE then gets `408 Instance Down`
+/// at once (the whole call ends seconds after its hold, where Timer F
+/// alone is 32 s), counted. A call on sg-1 (UDP, answering its probes)
+/// through the same gate completes normally: the port unreachables the
+/// probes to sg-0 draw cost sg-1 neither a probe nor a forwarded message
+/// (R-FT-2; a send used to return them and send nothing).
 #[test]
 fn r_ft_1_an_instance_killed_mid_call_gets_its_bye_answered_408_at_once() {
     let dir = tempfile::tempdir().unwrap();
@@ -130,7 +202,7 @@ fn r_ft_1_an_instance_killed_mid_call_gets_its_bye_answered_408_at_once() {
         ("sg-0".to_string(), at(1, 11, 5060)),
         ("sg-1".to_string(), at(1, 12, 5060)),
     ];
-    let listeners = guard("g0", at(1, 1, 5060), "sg-0", "[\"udp\"]")
+    let listeners = guard("g0", at(1, 1, 5060), "sg-0", "[\"udp\", \"tcp\"]")
         + &guard("g1", at(1, 1, 5070), "sg-1", "[\"udp\"]");
     let site = site(
         dir.path(),
@@ -145,47 +217,45 @@ fn r_ft_1_an_instance_killed_mid_call_gets_its_bye_answered_408_at_once() {
         .start()
         .unwrap();
     gate.wait_ready().unwrap();
-    let (sg0, sg1) = (uas(sg[0].1), uas(sg[1].1));
-    wait_for("both sg up", Duration::from_secs(5), || {
-        (state_is(&gate, "sg-0", "up") && state_is(&gate, "sg-1", "up")).then_some(())
-    })
+    let (sg0, sg1) = (tcp_uas(sg[0].1), uas(sg[1].1));
+    wait_for(
+        "sg-0 down by probe, sg-1 up",
+        Duration::from_secs(5),
+        || (state_is(&gate, "sg-0", "down") && state_is(&gate, "sg-1", "up")).then_some(()),
+    )
     .unwrap();
 
-    let hold = Duration::from_secs(4);
     let started = Instant::now();
-    let dying = caller("uac_call_bye_408", ip(1, 100), at(1, 1, 5060), 1, hold)
+    let (hold, later) = (Duration::from_secs(3), Duration::from_secs(5));
+    let first = tcp_caller("uac_call_bye_503", ip(1, 100), at(1, 1, 5060), 1, hold)
         .spawn()
         .unwrap();
-    let live = caller(
-        "uac_call",
-        ip(1, 101),
-        at(1, 1, 5070),
-        1,
-        Duration::from_secs(5),
-    )
-    .spawn()
-    .unwrap();
-    wait_for("both calls up", Duration::from_secs(3), || {
-        (dialogs(&gate, "sg-0") == 1 && dialogs(&gate, "sg-1") == 1).then_some(())
+    let second = tcp_caller("uac_call_bye_408", ip(1, 102), at(1, 1, 5060), 1, later)
+        .spawn()
+        .unwrap();
+    let live = caller("uac_call", ip(1, 101), at(1, 1, 5070), 1, later)
+        .spawn()
+        .unwrap();
+    wait_for("the three calls up", Duration::from_secs(3), || {
+        (dialogs(&gate, "sg-0") == 2 && dialogs(&gate, "sg-1") == 1).then_some(())
     })
-    .unwrap();
-    kill9(sg0.pid());
-    wait_for(
-        "the probes to mark sg-0 down",
-        Duration::from_secs(3),
-        || state_is(&gate, "sg-0", "down").then_some(()),
-    )
     .unwrap();
     assert!(
         started.elapsed() < hold,
-        "down before the BYE: the test's premise"
+        "up before the first BYE: the test's premise"
     );
+    kill9(sg0.pid());
 
-    let r = dying.wait(Duration::from_secs(40)).unwrap();
+    assert_all_ok(
+        "the first BYE meets the refused connect: 503",
+        &first.wait(Duration::from_secs(40)).unwrap(),
+        1,
+    );
+    let r = second.wait(Duration::from_secs(40)).unwrap();
     let took = started.elapsed();
-    assert_all_ok("the BYE to the dead sg gets 408", &r, 1);
+    assert_all_ok("the second BYE gets 408", &r, 1);
     // Set-up and the hold, then one round trip: far under hold + Timer F.
-    assert!(took < hold + Duration::from_secs(6), "took {took:?}");
+    assert!(took < later + Duration::from_secs(6), "took {took:?}");
     assert_eq!(
         gate.metric("sipgate_requests_total{method=\"BYE\",outcome=\"instance_down\"}")
             .unwrap(),
@@ -198,7 +268,7 @@ fn r_ft_1_an_instance_killed_mid_call_gets_its_bye_answered_408_at_once() {
         1,
     );
     assert_alive(&mut gate);
-    let _ = (sg0.stop(), sg1.stop());
+    let _ = sg1.stop();
 }
 
 /// R-FT-2: 120 instances that never answer a probe (60 addresses with

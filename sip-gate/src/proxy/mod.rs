@@ -1,4 +1,5 @@
-//! The forwarding core: one received message in, at most one message out.
+//! The forwarding core: one received message in, at most one message out
+//! (two when one message ends two transactions: [`Action::SendTwo`]).
 //!
 //! No sockets here: the transport layer hands in bytes with where they came
 //! from, and executes the [`Action`] it gets back. That keeps every routing
@@ -19,11 +20,13 @@
 //! names while the transport resolves them (RFC 3263) and fails over
 //! between targets; [`undelivered`] answers what the transport could not
 //! deliver (RFC 3261 16.9) and holds unreachable instances' transports;
-//! [`response`] sends responses back. [`admit`] applies
+//! [`flow_gone`] answers a CANCEL whose INVITE went into a flow that has
+//! closed (R-WS-2); [`response`] sends responses back. [`admit`] applies
 //! the overload limits to new dialogs before routing (R-OV-1, R-OV-2).
 
 mod admit;
 mod answer;
+mod flow_gone;
 mod forward;
 mod request;
 mod resolved;
@@ -49,7 +52,7 @@ use crate::branch::BranchKey;
 use crate::dns::cache::DnsCache;
 use crate::dns::DnsQuery;
 use crate::flow::{FlowKey, FlowTable};
-use crate::health::{HealthBook, Prober};
+use crate::health::{HealthBook, Prober, Traffic};
 use crate::lifecycle::Lifecycle;
 use crate::message::{Method, SipMessage};
 use crate::metrics::{self as m, Forwarded};
@@ -104,6 +107,11 @@ pub enum Out {
 pub enum Action {
     /// Send these bytes.
     Send(Out, Bytes),
+    /// Send both, in order: the gate answers two transactions for one
+    /// message (a CANCEL whose INVITE went into a flow that has closed: the
+    /// CANCEL's 200, then the INVITE's final response; R-WS-2). Boxed: it
+    /// is rare, and keeps every other action small.
+    SendTwo(Box<[(Out, Bytes); 2]>),
     /// Resolve this name (RFC 3263) and hand the answer to
     /// [`Core::resolved`]: the message that needs it is parked in the core
     /// until then.
@@ -146,6 +154,9 @@ pub struct Core {
     txns: TxnTable,
     work: Arc<WorkBook>,
     health: Arc<HealthBook>,
+    /// What traffic says of each instance: answers and failures, which
+    /// outrank the probes for in-dialog requests (R-FT-1 amended).
+    traffic: Traffic,
     /// Instances a TCP connect or TLS handshake to failed lately, per
     /// transport (RFC 3261 16.9): passed over for new dialogs meanwhile.
     reach: Reach,
@@ -213,6 +224,7 @@ impl Core {
             drain,
             work: Arc::new(WorkBook::new(&config, slots, now)),
             health: Arc::new(HealthBook::new(slots)),
+            traffic: Traffic::new(slots, now),
             reach: Reach::new(
                 slots,
                 std::time::Duration::from_secs(config.dns.failover_hold_s.into()),
@@ -334,6 +346,12 @@ impl Core {
     /// (R-ST-2); the transport calls it about once a second.
     pub fn sweep(&self, now: Instant) {
         for e in self.txns.sweep(now) {
+            // R-FT-1 (amended): a request forwarded to an instance that
+            // expired without a final response timed out there, a traffic
+            // failure as of when it was sent.
+            if let (Some(i), Some(sent)) = (e.hop.instance, e.sent_at()) {
+                self.traffic.failed(i, sent);
+            }
             // Timer C passed without a final response.
             if e.invite {
                 if let Some(i) = e.owner {

@@ -65,6 +65,8 @@ impl Core {
         };
         if let Some(i) = entry.and_then(|e| e.hop.instance) {
             span.record("instance", site.instance_id(i));
+            // R-FT-1 (amended): an instance that answers is alive.
+            self.traffic.answered(i, now);
         }
         if let Some(Inbound::Tcp { conn, .. }) = entry.map(|e| e.inbound) {
             self.hold_flow(site, msg, conn, now);

@@ -60,9 +60,17 @@ impl Decision {
     }
 }
 
-/// An in-dialog request to an instance the probes found `down` (R-FT-1):
-/// the gate answers at once instead of forwarding into silence until Timer
-/// F (32 s) or B. 408, not 503: the probes timed out, and RFC 3261 8.1.3.1
+/// An in-dialog request to an instance the probes found `down` and whose
+/// traffic does not show it alive (R-FT-1 amended: traffic outranks
+/// probes): the gate answers at once instead of forwarding into silence
+/// until Timer F (32 s) or B. Precisely: 408 when the probe says `down`
+/// and the instance's latest traffic evidence is not an answer, i.e. no
+/// response from it was received after its last traffic failure (a
+/// transport error toward it, or a request forwarded to it that timed out,
+/// dated when it was sent), or none was received at all since the gate
+/// started (then the probe decides alone). A dialog the gate set up with
+/// the instance had its answer, so its requests go through unless the
+/// instance failed traffic since ([`crate::health::Traffic`]). 408, not 503: the probes timed out, and RFC 3261 8.1.3.1
 /// has a timeout treated as a 408 (a transport error would be a 503); a 408
 /// to a request inside a dialog also ends that dialog at the UA (RFC 3261
 /// 12.2.1.2), which is right when the instance holding it died, where a
@@ -294,6 +302,7 @@ impl Core {
             .instances()
             .get(idx)
             .is_some_and(|v| v.health == Health::Down)
+            && !self.traffic.alive(idx)
         {
             return instance_down();
         }

@@ -174,6 +174,10 @@ impl Core {
             return Some(Action::None);
         }
         if let Some(e) = self.txns.get(req.key) {
+            // R-WS-2: its INVITE's flow has closed; the gate answers both.
+            if let Some(action) = self.cancel_into_closed_flow(req, e, now) {
+                return Some(action);
+            }
             self.forwarded.request(req.method);
             return Some(self.forward(req, e.hop, None, now));
         }

@@ -44,6 +44,8 @@ impl Core {
             if inst.sip != Some(to) {
                 continue;
             }
+            // R-FT-1 (amended): a transport error is a traffic failure.
+            self.traffic.failed(idx, now);
             let reason = format!("{} connect to {to}: {why}", stream.as_str());
             if self.reach.failed(idx, stream, reason, now) == Change::Down {
                 tracing::warn!(
@@ -157,7 +159,7 @@ impl Core {
 
     /// Ends transaction `key` on a final answer the gate made itself: its
     /// INVITE no longer counts as the instance's work (R-ST-2).
-    fn settle(&self, key: u64, now: Instant) {
+    pub(super) fn settle(&self, key: u64, now: Instant) {
         let before = self.txns.finish(key, now);
         if let Some(i) = before
             .filter(|e| e.invite && !e.finished)

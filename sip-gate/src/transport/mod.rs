@@ -186,11 +186,20 @@ impl Net {
     /// Sends what the core decided. Never blocks for long: a UDP send only
     /// waits when the kernel buffer is full, TCP only queues.
     fn execute(self: &Arc<Net>, action: Action) {
-        let (out, bytes) = match action {
-            Action::Send(out, bytes) => (out, bytes),
-            Action::Resolve(query) => return self.resolve(query),
-            Action::None => return,
-        };
+        match action {
+            Action::Send(out, bytes) => self.send(out, bytes),
+            Action::SendTwo(both) => {
+                let [first, second] = *both;
+                self.send(first.0, first.1);
+                self.send(second.0, second.1);
+            }
+            Action::Resolve(query) => self.resolve(query),
+            Action::None => {}
+        }
+    }
+
+    /// Sends one message where `out` says.
+    fn send(self: &Arc<Net>, out: Out, bytes: Bytes) {
         match out {
             Out::Udp { listener, to } => match self.udp.get(listener).and_then(Option::as_ref) {
                 Some(sock) => {

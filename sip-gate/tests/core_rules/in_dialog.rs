@@ -144,3 +144,42 @@ fn r_ft_1_in_dialog_to_a_down_instance_is_408_at_once_and_its_ack_dropped() {
     let bye = in_dialog(&call, &rr[0], "BYE", "z9hG4bKd-bye-up");
     forwarded(g.udp(L_SG_BAL, UA, &bye), L_SG_BAL, inst(SG_C));
 }
+
+/// R-FT-1 (amended), traffic outranks probes: a dialog the instance
+/// answered keeps its in-dialog requests while the probes call the
+/// instance `down`; once a request forwarded to it times out (the sweep
+/// finds it expired without a final response), the next ones get 408.
+#[test]
+fn r_ft_1_a_down_instance_that_answers_traffic_keeps_its_dialogs_until_traffic_fails() {
+    let g = Gate::std();
+    let call = call_id_for(&g, SG_C, "answers");
+    let invite = Req::ua("INVITE", &call, "z9hG4bKua-ans").bytes();
+    let fwd = forwarded(g.udp(L_SG_BAL, UA, &invite), L_SG_BAL, inst(SG_C));
+    let rr = rr_uris(&fwd);
+    let ok = response_to(&fwd, 200, "OK", "uas-ans");
+    sent(handle(&g.core, L_SG_BAL, INSTANCE_ADDR[SG_C], &ok));
+    g.health(SG_C, Health::Down);
+    let in_dialog = |cseq: u32, branch: &str| {
+        Req::ua("INFO", &call, branch)
+            .tagged("uas-ans")
+            .set("CSeq", &format!("{cseq} INFO"))
+            .add_first("Route", &format!("<{}>", rr[0]))
+            .bytes()
+    };
+    // Answered since: forwarded though the probe says down.
+    forwarded(
+        g.udp(L_SG_BAL, UA, &in_dialog(2, "z9hG4bKa-info2")),
+        L_SG_BAL,
+        inst(SG_C),
+    );
+    // That INFO is never answered: past Timer F it counts as a failure.
+    g.core
+        .sweep(std::time::Instant::now() + std::time::Duration::from_secs(33));
+    let r = replied(
+        g.udp(L_SG_BAL, UA, &in_dialog(3, "z9hG4bKa-info3")),
+        L_SG_BAL,
+        UA,
+        408,
+    );
+    assert!(r.raw().starts_with(b"SIP/2.0 408 Instance Down\r\n"));
+}
