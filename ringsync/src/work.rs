@@ -469,8 +469,13 @@ fn sum_instance(site: &SiteConfig, iv: &InstanceView, outcomes: &[NodeOutcome]) 
     };
     st.work = t.vouched.then(|| st.counts.total());
     // R-ST-4: nobody answered for it and nobody knows its health:
-    // neither `up` (nobody saw it up) nor anything the zone implies.
-    st.state = if st.nodes.is_empty() && st.health == Health::Unknown {
+    // neither `up` (nobody saw it up) nor anything the zone implies. A
+    // pooled `ws` has no probe: its gates know its health only from their
+    // connects to it (R-WS-3), so one none of them has reached lately is
+    // not `up` either; in the drain zone its work (always known) says
+    // `draining` or `drained` (issue 37).
+    let unseen_ws = iv.service == Service::Ws && iv.zone == Zone::Normal;
+    st.state = if (st.nodes.is_empty() || unseen_ws) && st.health == Health::Unknown {
         InstanceState::Unknown
     } else {
         InstanceState::of(iv.zone, st.health, st.work)
