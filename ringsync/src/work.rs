@@ -403,7 +403,8 @@ pub struct InstanceStatus {
 /// records are not among the outcomes) has no known work: it is never
 /// `drained`, and says why. An instance no node answered for, whose health
 /// nobody knows either, is [`InstanceState::Unknown`] (R-ST-4): not `up`,
-/// whatever its zone.
+/// whatever its zone; so is a normal-zone `ws` whose health no gate knows
+/// (nothing probes it: a gate knows it by its connects, R-WS-3).
 pub fn sum(view: &DrainView, outcomes: &[NodeOutcome]) -> Vec<InstanceStatus> {
     view.instances()
         .iter()
