@@ -403,7 +403,8 @@ pub struct InstanceStatus {
 /// records are not among the outcomes) has no known work: it is never
 /// `drained`, and says why. An instance no node answered for, whose health
 /// nobody knows either, is [`InstanceState::Unknown`] (R-ST-4): not `up`,
-/// whatever its zone.
+/// whatever its zone; so is a normal-zone `ws` whose health no gate knows
+/// (nothing probes it: a gate knows it by its connects, R-WS-3).
 pub fn sum(view: &DrainView, outcomes: &[NodeOutcome]) -> Vec<InstanceStatus> {
     view.instances()
         .iter()
@@ -469,8 +470,13 @@ fn sum_instance(site: &SiteConfig, iv: &InstanceView, outcomes: &[NodeOutcome]) 
     };
     st.work = t.vouched.then(|| st.counts.total());
     // R-ST-4: nobody answered for it and nobody knows its health:
-    // neither `up` (nobody saw it up) nor anything the zone implies.
-    st.state = if st.nodes.is_empty() && st.health == Health::Unknown {
+    // neither `up` (nobody saw it up) nor anything the zone implies. A
+    // pooled `ws` has no probe: its gates know its health only from their
+    // connects to it (R-WS-3), so one none of them has reached lately is
+    // not `up` either; in the drain zone its work (always known) says
+    // `draining` or `drained` (issue 37).
+    let unseen_ws = iv.service == Service::Ws && iv.zone == Zone::Normal;
+    st.state = if (st.nodes.is_empty() || unseen_ws) && st.health == Health::Unknown {
         InstanceState::Unknown
     } else {
         InstanceState::of(iv.zone, st.health, st.work)

@@ -267,3 +267,66 @@ fn times_in_words() {
     assert_eq!(in_words(251_000, 1_000), "in 4m 10s");
     assert_eq!(in_words(7_201_000, 1_000), "in 2h 0m");
 }
+
+/// R-ST-4 with R-WS-3 (issue 37): a pooled `ws` has no probe; in the
+/// normal zone one whose health no gate knows is `unknown`, not `up`, and
+/// `up` once a gate says so; in the drain zone its work (always known)
+/// says `drained`.
+#[test]
+fn r_st_4_a_pooled_ws_nobody_reached_is_unknown_not_up() {
+    let site = r#"
+[site]
+name = "t"
+[[server]]
+name = "srv-a"
+[[server]]
+name = "srv-b"
+[[instance]]
+id = "ws-a"
+service = "ws"
+server = "srv-a"
+ws = "127.0.0.1:8081"
+[[instance]]
+id = "ws-b"
+service = "ws"
+server = "srv-b"
+ws = "127.0.0.1:8082"
+[[listener]]
+name = "web"
+bind = "127.0.0.1:8443"
+transports = ["ws"]
+mode = "ws_pool"
+pool = "ws"
+leg = "subscriber"
+ws_path = "/sip"
+"#;
+    let config = SiteConfig::from_str_at(site, Path::new("/t.toml")).unwrap();
+    let profiles = ProfileSet {
+        revision: 1,
+        profiles: vec![Profile {
+            id: "p-1".into(),
+            name: "a".into(),
+            description: String::new(),
+            revision: 0,
+            servers: vec!["srv-a".into()],
+            state: ProfileState::Active,
+        }],
+    };
+    let v = DrainView::build(Arc::new(config), &profiles, &[], &[]);
+    let unseen = InstanceWork::default();
+    let g = report(
+        "g1",
+        NodeKind::Gate,
+        &[("ws-a", unseen.clone()), ("ws-b", unseen)],
+    );
+    let s = sum(&v, std::slice::from_ref(&g));
+    assert_eq!(find(&s, "ws-b").state, InstanceState::Unknown);
+    assert_eq!(find(&s, "ws-a").state, InstanceState::Drained);
+    let up = InstanceWork {
+        health: Health::Up,
+        ..InstanceWork::default()
+    };
+    let g = report("g1", NodeKind::Gate, &[("ws-a", up.clone()), ("ws-b", up)]);
+    let s = sum(&v, &[g]);
+    assert_eq!(find(&s, "ws-b").state, InstanceState::Up);
+}

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -15,6 +15,7 @@ use axum::response::IntoResponse;
 use axum::routing::{delete, get};
 use axum::{Json, Router};
 use metrics_exporter_prometheus::PrometheusHandle;
+use ringsync::config::Service;
 use ringsync::work::{self, InstanceWork, NodeKind, WorkReport, WORK_PATH};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -39,7 +40,9 @@ at its start or as far back as its work snapshot covered, less than the longer o
 max_expires_s and max_call_age_s ago; or its call table was full less than max_call_age_s ago, \
 or its registration or subscription table less than max_expires_s ago), each instance says why \
 in `unknown`. Per ws instance: the WebSocket connections a ws pool of this gate passed to it and \
-that are still open (connections), always known: they end when this gate stops.";
+that are still open (connections), always known: they end when this gate stops; its health is \
+what this gate's connects to it said: `up` while connections are open or one was set up within \
+[dns] failover_hold_s, `down` while a failed connect holds it unreachable, else `unknown`.";
 
 /// Where the gate lists its bans (R-SEC-3).
 pub use ringsync::bans::BANS_PATH;
@@ -178,15 +181,24 @@ pub fn report(core: &Core, node: &NodeInfo) -> WorkReport {
     let view = core.view();
     let book = core.work();
     let now = Instant::now();
+    let hold = Duration::from_secs(view.config().dns.failover_hold_s.into());
     let instances: BTreeMap<String, InstanceWork> = view
         .instances()
         .iter()
         .enumerate()
         .filter(|(_, iv)| NodeKind::Gate.counts_on(view.config(), &iv.service))
         .map(|(i, iv)| {
+            let unreachable = core.unreachable_over(i, now);
+            // R-WS-3, R-ST-4 (issue 37): nothing probes a `ws`; its health
+            // is what this gate's connects to it said, never `up` unseen.
+            let health = if iv.service == Service::Ws {
+                book.ws_health(i, !unreachable.is_empty(), hold, now)
+            } else {
+                iv.health
+            };
             let work = InstanceWork {
-                health: iv.health,
-                unreachable: core.unreachable_over(i, now),
+                health,
+                unreachable,
                 ..book.instance_work(i, now)
             };
             (iv.id.clone(), work)

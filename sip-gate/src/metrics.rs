@@ -104,10 +104,16 @@ pub(crate) const WS_CONNECTIONS: &str = "sipgate_ws_connections";
 /// `no_subprotocol` (400: no `sip` in `Sec-WebSocket-Protocol`), or not
 /// answered: `timeout` (not done within `[tcp] frame_s`), `closed`.
 pub(crate) const WS_HANDSHAKES: &str = "sipgate_ws_handshakes_total";
-/// WebSocket connections the gate closed with a close code, by `code`
-/// (`1009`: a message over the size bound, `1002`: a protocol error,
-/// `1001`: the gate stops).
+/// Close frames the gate sent to end a WebSocket connection, by `code`
+/// (RFC 6455 7.4.1; `1000`: idle past `[tcp] idle_s`, `1001`: the gate
+/// stops, `1002`: a protocol error, `1008`: a message not complete within
+/// `[tcp] frame_s`, `1009`: a message over the size bound). Not the echo
+/// of a client's close, nor an end the gate did not start.
 pub(crate) const WS_CLOSES: &str = "sipgate_ws_closes_total";
+/// WebSocket connections the client ended, by `how`: `close` (its Close
+/// frame), `eof` (the TCP connection ended without one), `reset` (a TCP
+/// reset), `error` (another read error).
+pub(crate) const WS_PEER_CLOSES: &str = "sipgate_ws_peer_closes_total";
 /// TLS handshakes by `side` (`server`: accepted, `client`: opened by the
 /// gate) and `result` (`ok`, `error`, `timeout`: not finished within
 /// `[tls] handshake_timeout_ms`, `no_ca`: no `[tls] ca` to verify with).
@@ -148,6 +154,10 @@ pub(crate) fn ws_handshake(result: &'static str) {
 
 pub(crate) fn ws_close(code: &'static str) {
     metrics::counter!(WS_CLOSES, "code" => code).increment(1);
+}
+
+pub(crate) fn ws_peer_close(how: &'static str) {
+    metrics::counter!(WS_PEER_CLOSES, "how" => how).increment(1);
 }
 
 pub(crate) fn runtime_lag(lag: std::time::Duration) {

@@ -16,6 +16,8 @@
 //! WebSocket on port 5080, admin 9091), Kamailio on `.11:5060` (and
 //! `.12:5060`), SIPp callers from `.50`.
 
+#[path = "ws/close.rs"]
+mod close;
 mod common;
 #[path = "ws/drain.rs"]
 mod drain;

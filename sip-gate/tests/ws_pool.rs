@@ -279,11 +279,33 @@ async fn r_ws_3_a_drained_ws_takes_no_new_connections_and_keeps_its_open_ones() 
     gate.stop(Duration::from_secs(10));
 }
 
+/// A `ws` instance's health in the gate's `/v1/work` and in `ringsync
+/// status` (its health and state): one view (issue 37, R-ST-4). Returns
+/// the health.
+fn same_health(gate: &Node, site: &Path, id: &str) -> Value {
+    let work = gate.work().expect("a work report");
+    let reported = serde_json::to_value(work.instances[id].health).unwrap();
+    let status = status_of(site, id);
+    assert_eq!(status["health"], reported, "{id}: /v1/work and status");
+    let state = match reported.as_str() {
+        Some("up") => "up",
+        Some("down") => "down",
+        _ => "unknown",
+    };
+    assert_eq!(status["state"], state, "{id}: {status}");
+    reported
+}
+
 /// R-WS-3 with the hold of an unreachable instance (R-AA-1): nothing
 /// listens at ws-0's address. The first client the ring gives ws-0 gets
 /// `502` (counted as `upstream_failed`), ws-0 is held unreachable over
 /// tcp, which `ringsync status` shows, and the next connection from the
 /// same address goes to ws-1.
+///
+/// R-ST-4 (issue 37): nothing probes a `ws`; the gate knows it by its
+/// connects. Before any, both are `unknown` in `/v1/work` and in `ringsync
+/// status` (before, status read them `up`); once reached, ws-1 is `up`;
+/// ws-0, held unreachable, `down` in both.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r_ws_3_an_instance_that_refuses_the_connect_is_passed_over() {
     // Built first: the hold ([dns] failover_hold_s, 30 s) must not pass
@@ -298,6 +320,13 @@ async fn r_ws_3_an_instance_that_refuses_the_connect_is_passed_over() {
         .start()
         .unwrap();
     gate.wait_ready().unwrap();
+    for id in ["ws-0", "ws-1"] {
+        assert_eq!(
+            same_health(&gate, &site, id),
+            "unknown",
+            "{id} never reached"
+        );
+    }
 
     let mut refused = None;
     for h in 101..=140u8 {
@@ -317,6 +346,7 @@ async fn r_ws_3_an_instance_that_refuses_the_connect_is_passed_over() {
     assert_eq!(gate.metric(failed).unwrap(), 1.0);
     let ws0 = status_of(&site, "ws-0");
     assert_eq!(ws0["unreachable"][0]["transport"], "tcp", "{ws0}");
-    assert_eq!(ws0["state"], "up", "{ws0}");
+    assert_eq!(same_health(&gate, &site, "ws-0"), "down");
+    assert_eq!(same_health(&gate, &site, "ws-1"), "up");
     gate.stop(Duration::from_secs(10));
 }

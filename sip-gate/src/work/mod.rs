@@ -40,14 +40,16 @@ mod hash;
 mod holds;
 mod snapshot;
 mod tally;
+mod ws;
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use arc_swap::ArcSwap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use ringsync::config::{SiteConfig, WorkConfig};
+use ringsync::view::Health;
 use ringsync::work::{utc_text, Eta, InstanceWork, Unknown, WorkCounts};
 
 use crate::metrics as m;
@@ -58,6 +60,7 @@ use hash::Hashes;
 use holds::Holds;
 
 pub use snapshot::{SnapshotError, WorkSnapshot};
+use ws::WsReached;
 
 /// Converts the core's `Instant`s to Unix ms, anchored when the book starts.
 #[derive(Debug, Clone, Copy)]
@@ -133,6 +136,8 @@ pub struct WorkBook {
     ws_conns: Box<[AtomicU64]>,
     /// Which instances are `ws` (their counts are always known).
     is_ws: Box<[bool]>,
+    /// When a ws pool last connected to each `ws` instance: its health.
+    ws_reached: WsReached,
     calls: Dialogs,
     subs: Dialogs,
     regs: Bindings,
@@ -165,6 +170,7 @@ impl WorkBook {
             ids: ArcSwap::from_pointee(config.instances.iter().map(|i| i.id.clone()).collect()),
             invites: (0..n).map(|_| AtomicI64::new(0)).collect(),
             ws_conns: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            ws_reached: WsReached::new(n, now),
             is_ws: config
                 .instances
                 .iter()
@@ -228,6 +234,23 @@ impl WorkBook {
                 c.fetch_sub(1, Ordering::Relaxed);
             }
         }
+    }
+
+    /// A ws pool connected to `ws` instance `i` at `now` (R-WS-3).
+    pub(crate) fn ws_reached(&self, i: usize, now: Instant) {
+        self.ws_reached.reached(i, now);
+    }
+
+    /// The health of `ws` instance `i` at `now` as the gate's connects to
+    /// it tell ([`ws::WsReached::health`], R-ST-4): `held` when a failed
+    /// connect holds it unreachable, `hold` the `[dns] failover_hold_s`
+    /// a connect is vouched for.
+    pub fn ws_health(&self, i: usize, held: bool, hold: Duration, now: Instant) -> Health {
+        let open = self
+            .ws_conns
+            .get(i)
+            .map_or(0, |c| c.load(Ordering::Relaxed));
+        self.ws_reached.health(i, (held, open), hold, now)
     }
 
     /// Whether the counts of instance `i` can be vouched for at `now`: a

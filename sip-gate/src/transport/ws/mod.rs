@@ -10,10 +10,19 @@
 //! WebSocket message, text or binary (RFC 7118 5); a message (whole or
 //! fragmented) over [`MAX_MESSAGE`] closes with 1009, a protocol error with
 //! 1002; one not complete within `[tcp] frame_s` of its first bytes closes
-//! the connection (`timed.rs`). Pings get pongs (tungstenite answers them as it reads); a message
+//! with 1008 (`timed.rs`). Pings get pongs (tungstenite answers them as it reads); a message
 //! of only CRLFs is the RFC 5626 3.5.1 keep-alive, `\r\n\r\n` answered with
 //! `\r\n`. The gate never opens a WebSocket connection: a browser is only
 //! reached on the one it opened.
+//!
+//! The gate never drops a WebSocket connection without a Close frame
+//! (RFC 6455 7.4.1 codes, issue 37): 1000 at `[tcp] idle_s`, 1001 when it
+//! stops (R-GW-1), 1002/1008/1009 as above; over `wss` the frame goes
+//! through TLS. It writes the frame within [`CLOSE_WRITE`] and then closes
+//! the TCP connection without waiting for the client's Close (the server
+//! closes first, RFC 6455 7.1.1). Those are counted in
+//! `sipgate_ws_closes_total{code}`; ends the client made (its Close, a bare
+//! TCP close, a reset) in `sipgate_ws_peer_closes_total{how}`.
 //!
 //! A ws pool listener (`pool.rs`, R-WS-3) shares the accept, the table
 //! slot and the TLS of the listener but no SIP: it passes each connection
@@ -21,7 +30,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures::stream::{SplitSink, SplitStream};
@@ -29,6 +38,7 @@ use futures::{SinkExt, StreamExt};
 use ringsync::config::WsOptions;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, oneshot};
+use tokio_tungstenite::tungstenite::error::ProtocolError;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{Error as WsError, Message, Utf8Bytes};
@@ -48,6 +58,9 @@ use timed::{Due, Fired, Started, Timed};
 
 /// The read buffer of each WebSocket connection, in bytes (see `serve`).
 const WS_READ_BUFFER: usize = 4096;
+/// How long the gate tries to write a Close frame before it drops the
+/// connection anyway (a client that reads nothing cannot hold it).
+const CLOSE_WRITE: Duration = Duration::from_secs(2);
 
 /// One accepted connection on a WebSocket listener, the TLS handshake (for
 /// `wss`) already done: the upgrade within `[tcp] frame_s`, then messages
@@ -188,7 +201,13 @@ where
                 Fired::Frame => {
                     tracing::info!(%peer, "closing WebSocket connection: message not complete in time");
                     m::dropped("ws_frame_timeout");
-                    return None;
+                    // RFC 6455 7.4.1: 1008, the message broke the
+                    // frame-time policy (R-WS-2).
+                    return Some(sent(
+                        CloseCode::Policy,
+                        "1008",
+                        "message not complete in time",
+                    ));
                 }
                 Fired::Early => continue,
                 // Idle, but a registration uses it: the subscriber's
@@ -198,9 +217,18 @@ where
                     timer.as_mut().reset((now + idle).into());
                     continue;
                 }
-                Fired::Idle => return None,
+                // R-WS-2, issue 37: 1000 (RFC 6455 7.4.1, normal closure):
+                // the idle rule ended it, nothing went wrong; a browser
+                // sees a clean close, not 1006.
+                Fired::Idle => return Some(sent(CloseCode::Normal, "1000", "idle")),
             },
-            Ok(None) | Ok(Some(Ok(Message::Close(_)))) => return None,
+            Ok(Some(Ok(Message::Close(_)))) => {
+                m::ws_peer_close("close");
+                return None;
+            }
+            // tokio-tungstenite ends the stream only after a close
+            // handshake, which the arm above already took.
+            Ok(None) => return None,
             Ok(Some(Err(e))) => {
                 let frame = refusal(&e);
                 if frame.is_some() {
@@ -237,7 +265,8 @@ where
 
 /// The writer of a connection: each queued SIP message as one WebSocket
 /// message, until the connection's `stop`; a close frame when the reader
-/// asks for one, or 1001 when the gate (`gate_stop`) stops.
+/// asks for one, or 1001 when the gate (`gate_stop`) stops (R-GW-1), each
+/// written within [`CLOSE_WRITE`].
 async fn write_loop<S>(
     mut sink: SplitSink<WebSocketStream<S>, Message>,
     mut rx: mpsc::Receiver<Bytes>,
@@ -249,16 +278,20 @@ async fn write_loop<S>(
 {
     loop {
         let frame = tokio::select! {
+            // Biased, the stop first: a reader that saw the gate stop
+            // ends too, and its dropped `close_rx` must not win the race
+            // and end this loop without the 1001 (issue 37).
+            biased;
             _ = stop.cancelled() => {
                 if gate_stop.is_cancelled() {
-                    m::ws_close("1001");
-                    let _ = sink.send(close(CloseCode::Away, "gate stopping")).await;
+                    let frame = sent(CloseCode::Away, "1001", "gate stopping");
+                    let _ = tokio::time::timeout(CLOSE_WRITE, sink.send(Message::Close(Some(frame)))).await;
                 }
                 break;
             }
             c = &mut close_rx => match c {
                 Ok(frame) => {
-                    let _ = sink.send(Message::Close(Some(frame))).await;
+                    let _ = tokio::time::timeout(CLOSE_WRITE, sink.send(Message::Close(Some(frame)))).await;
                     break;
                 }
                 // The reader ended without a code: the peer went.
@@ -277,32 +310,38 @@ async fn write_loop<S>(
 }
 
 /// The close a read error calls for: 1009 for a message over the bound,
-/// 1002 for a protocol error; `None` when the connection just went.
+/// 1002 for a protocol error; `None` when the client ended the connection
+/// (a TCP close without a Close frame, which tungstenite reports as a
+/// protocol error, a reset): counted as the client's, never as a close
+/// frame the gate sent (issue 37).
 fn refusal(e: &WsError) -> Option<CloseFrame> {
     match e {
-        WsError::Capacity(_) => {
-            m::ws_close("1009");
-            Some(CloseFrame {
-                code: CloseCode::Size,
-                reason: Utf8Bytes::from_static("message too big"),
-            })
+        WsError::Capacity(_) => Some(sent(CloseCode::Size, "1009", "message too big")),
+        WsError::Protocol(ProtocolError::ResetWithoutClosingHandshake) => {
+            m::ws_peer_close("eof");
+            None
         }
         WsError::Protocol(_) | WsError::Utf8(_) => {
-            m::ws_close("1002");
-            Some(CloseFrame {
-                code: CloseCode::Protocol,
-                reason: Utf8Bytes::from_static("protocol error"),
-            })
+            Some(sent(CloseCode::Protocol, "1002", "protocol error"))
         }
-        _ => None,
+        WsError::Io(io) if io.kind() == std::io::ErrorKind::ConnectionReset => {
+            m::ws_peer_close("reset");
+            None
+        }
+        _ => {
+            m::ws_peer_close("error");
+            None
+        }
     }
 }
 
-fn close(code: CloseCode, reason: &'static str) -> Message {
-    Message::Close(Some(CloseFrame {
+/// A close frame the gate sends, counted under its `code`.
+fn sent(code: CloseCode, label: &'static str, reason: &'static str) -> CloseFrame {
+    m::ws_close(label);
+    CloseFrame {
         code,
         reason: Utf8Bytes::from_static(reason),
-    }))
+    }
 }
 
 /// A SIP message as one WebSocket message: text when it is UTF-8, as SIP

@@ -92,7 +92,7 @@ pub(super) async fn serve<S>(
     let _work = Work::open(&net, target.idx);
     let sent = (head, tail);
     if !upstream_tls {
-        net.core.ws_connected(target.idx, stream, Instant::now());
+        reached(&net, target.idx, stream);
         m::ws_handshake("passed");
         return splice(&net, io, tcp, sent).await;
     }
@@ -102,7 +102,7 @@ pub(super) async fn serve<S>(
     };
     match tls {
         Ok(up) => {
-            net.core.ws_connected(target.idx, stream, Instant::now());
+            reached(&net, target.idx, stream);
             m::ws_handshake("passed");
             splice(&net, io, up, sent).await;
         }
@@ -112,6 +112,15 @@ pub(super) async fn serve<S>(
             refuse(&mut io, peer, UPSTREAM_FAILED).await;
         }
     }
+}
+
+/// A connection to instance `idx` is up (TLS included when the pool's
+/// upstream is `wss`): a hold ends, and the instance's health in the work
+/// report is `up` (R-WS-3, R-ST-4).
+fn reached(net: &Net, idx: usize, stream: Stream) {
+    let now = Instant::now();
+    net.core.ws_connected(idx, stream, now);
+    net.core.work().ws_reached(idx, now);
 }
 
 /// Connects to `to` from the listener's address (when of its family),
