@@ -13,6 +13,7 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -44,6 +45,24 @@ struct Table {
     name: String,
     cfg: AuthBan,
     entries: Mutex<Sources>,
+    /// When the latest ban given ends, in ms after `epoch`: past it no ban
+    /// is in force and a lookup takes no lock (every request from outside
+    /// asks, R-SEC-4). A lifted ban leaves it as it was: a lookup then
+    /// takes the lock and finds none.
+    until_ms: AtomicU64,
+    epoch: Instant,
+}
+
+impl Table {
+    /// `until` rounded up to the next ms, so the lock-free check never
+    /// ends a ban early.
+    fn until_ms(&self, until: Instant) -> u64 {
+        self.ms(until).saturating_add(1)
+    }
+
+    fn ms(&self, t: Instant) -> u64 {
+        u64::try_from(t.saturating_duration_since(self.epoch).as_millis()).unwrap_or(u64::MAX)
+    }
 }
 
 /// The sources of one table, and when it was last swept for stale entries.
@@ -100,11 +119,19 @@ impl Bans {
                     }
                 }
                 l.auth_ban.enabled().then(|| {
-                    Arc::new(Table {
+                    let entries = entries.unwrap_or_default();
+                    let latest = entries.map.values().filter_map(|e| e.banned_until).max();
+                    let t = Table {
                         name: l.name.clone(),
                         cfg: l.auth_ban.clone(),
-                        entries: Mutex::new(entries.unwrap_or_default()),
-                    })
+                        entries: Mutex::new(entries),
+                        until_ms: AtomicU64::new(0),
+                        epoch: Instant::now(),
+                    };
+                    if let Some(until) = latest {
+                        t.until_ms.store(t.until_ms(until), Ordering::Relaxed);
+                    }
+                    Arc::new(t)
                 })
             })
             .collect();
@@ -160,7 +187,9 @@ impl Bans {
         }
         e.failures = e.failures.saturating_add(1);
         if e.failures >= t.cfg.limit && !e.banned(now) {
-            e.banned_until = Some(now + Duration::from_secs(t.cfg.ban_s.into()));
+            let until = now + Duration::from_secs(t.cfg.ban_s.into());
+            e.banned_until = Some(until);
+            t.until_ms.fetch_max(t.until_ms(until), Ordering::Relaxed);
             metrics::counter!(m::AUTH_BANS, "listener" => t.name.clone()).increment(1);
             tracing::warn!(
                 %source,
@@ -180,6 +209,9 @@ impl Bans {
         now: Instant,
     ) -> Option<AccessAction> {
         let t = self.table(listener)?;
+        if t.ms(now) >= t.until_ms.load(Ordering::Relaxed) {
+            return None;
+        }
         let sources = t.entries.lock().unwrap_or_else(|p| p.into_inner());
         sources
             .map
