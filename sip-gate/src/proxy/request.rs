@@ -147,6 +147,7 @@ impl Core {
             }
             return Err(self.reply_to(inbound, msg, &Reply::new(483), mname, "too_many_hops"));
         }
+        self.validity(inbound, msg, method, mname)?; // RFC 3261 16.3 steps 1 and 5
         let mut req = Request {
             site,
             inbound,
