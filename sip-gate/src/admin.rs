@@ -138,8 +138,13 @@ pub struct Readiness {
     pub phase: Phase,
     /// Why it is not ready, one line per cause; empty when ready.
     pub why: Vec<String>,
-    /// Transactions in the table: a stopping gate exits when this is 0.
+    /// Transactions in the table, completed ones kept for their
+    /// retransmissions included.
     pub transactions: usize,
+    /// Of those, the ones waiting for a final response: a stopping gate
+    /// exits when this is 0 (R-GW-1).
+    #[serde(default)]
+    pub in_flight: usize,
     /// Whether the profile store the drain view follows is current. A
     /// stale store leaves the gate ready: it keeps routing with its last
     /// view and says since when (R-MN-2).
@@ -165,6 +170,7 @@ pub fn readiness(core: &Core) -> Readiness {
         phase,
         why: why.into_iter().map(str::to_owned).collect(),
         transactions: core.transactions(),
+        in_flight: core.in_flight(),
         store: core.store_freshness().describe(work::now_ms()),
     }
 }

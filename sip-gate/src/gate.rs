@@ -58,7 +58,8 @@ pub struct Gate {
 /// How [`Gate::drain`] ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Drained {
-    /// Transactions still in the table (0: every one completed).
+    /// Transactions still waiting for a final response (0: every one
+    /// forwarded was answered).
     pub left: usize,
     /// How long the drain took.
     pub waited: Duration,
@@ -170,10 +171,10 @@ impl Gate {
     /// `/readyz` fails and new work (new dialogs, registrations,
     /// subscriptions) gets 503 with Retry-After, while in-dialog requests,
     /// CANCEL, ACK, responses and retransmissions keep flowing and the
-    /// health probes keep running. Returns once the transaction table is
-    /// empty (each transaction kept for its RFC 3261 lifetime, see
-    /// [`crate::Core::transactions`]) or at `deadline`. Sockets stay open:
-    /// [`Gate::shutdown`] closes them.
+    /// health probes keep running. Returns once nothing the gate forwarded
+    /// waits for a final response ([`crate::Core::in_flight`]: completed
+    /// transactions kept for their retransmissions do not hold it) or at
+    /// `deadline`. Sockets stay open: [`Gate::shutdown`] closes them.
     pub async fn drain(&self, deadline: Duration) -> Drained {
         let start = Instant::now();
         self.lifecycle().stop();
@@ -181,7 +182,7 @@ impl Gate {
         let mut tick = tokio::time::interval(DRAIN_POLL);
         let mut next_log = start + DRAIN_LOG_EVERY;
         loop {
-            let left = self.core.transactions();
+            let left = self.core.in_flight();
             if left == 0 || tokio::time::Instant::now() >= until {
                 return Drained {
                     left,
@@ -189,7 +190,7 @@ impl Gate {
                 };
             }
             if Instant::now() >= next_log {
-                tracing::info!(transactions = left, "stopping: waiting for transactions");
+                tracing::info!(in_flight = left, "stopping: waiting for final responses");
                 next_log += DRAIN_LOG_EVERY;
             }
             tokio::select! {

@@ -150,8 +150,8 @@ async fn main() -> anyhow::Result<()> {
     publish_work(&mut store, &core, node, admin_addr, started_ms);
     let signal = signals.recv().await;
     notify.stopping(format!(
-        "stopping ({signal}): draining {} transaction(s), deadline {}s",
-        core.transactions(),
+        "stopping ({signal}): waiting for {} transaction(s) in flight, deadline {}s",
+        core.in_flight(),
         deadline.as_secs()
     ));
     let clean = stop(gate, &mut signals, signal, deadline).await;
@@ -214,33 +214,35 @@ async fn serve_admin(
 }
 
 /// The gate's own stop (R-GW-1): `/readyz` fails and new work gets 503 at
-/// once, the transactions in flight complete, and the gate exits when none
-/// is left, at `deadline`, or at once on a second signal. True when its
+/// once, the transactions in flight get their final responses, and the gate
+/// exits when none waits for one (completed transactions kept for their
+/// retransmissions do not hold it), at `deadline`, or at once on a second
+/// signal. True when its
 /// threads and tasks then ended in time (nothing can change the work book).
 async fn stop(gate: Gate, signals: &mut Signals, signal: &'static str, deadline: Duration) -> bool {
     tracing::info!(
         signal,
         deadline_s = deadline.as_secs(),
-        transactions = gate.core().transactions(),
+        in_flight = gate.core().in_flight(),
         "stopping (R-GW-1): /readyz fails, new work gets 503, waiting for the transactions in flight"
     );
     tokio::select! {
         drained = gate.drain(deadline) => {
             let waited_ms = drained.waited.as_millis() as u64;
             if drained.left == 0 {
-                tracing::info!(waited_ms, "stopped: no transaction left");
+                tracing::info!(waited_ms, "stopped: no transaction left in flight");
             } else {
                 tracing::warn!(
                     waited_ms,
-                    transactions = drained.left,
-                    "stopped: drain deadline reached with transactions left"
+                    in_flight = drained.left,
+                    "stopped: drain deadline reached with transactions left in flight"
                 );
             }
         }
         second = signals.recv() => {
             tracing::warn!(
                 signal = second,
-                transactions = gate.core().transactions(),
+                in_flight = gate.core().in_flight(),
                 "stopped at once: second signal"
             );
         }

@@ -17,7 +17,10 @@ use crate::message::Method;
 /// `R-SG-1`, `stopping`, `starting`, `bad_request`, `bad_token`,
 /// `foreign_route`, ...).
 pub(crate) const REQUESTS: &str = "sipgate_requests_total";
-/// Responses relayed or refused (`forwarded`, `not_ours`).
+/// Responses relayed or refused (`forwarded`, `not_ours`), or not relayed
+/// on purpose: `trying` (a 100, which a stateful proxy never forwards,
+/// RFC 3261 16.7 step 5), `late_provisional` (a provisional response after
+/// the final one).
 pub(crate) const RESPONSES: &str = "sipgate_responses_total";
 /// Batches read by the UDP workers, by `size` (datagrams, in powers of two).
 pub(crate) const UDP_BATCHES: &str = "sipgate_udp_batches_total";

@@ -20,6 +20,20 @@ pub(crate) struct SipUri<'a> {
     pub(crate) lr: bool,
 }
 
+/// Whether a `sip:`/`sips:` URI carries URI headers (`?name=value`, RFC
+/// 3261 19.1.1), which a Request-URI must not (RFC 4475 3.1.2.11). A `?`
+/// in the user part is no header (`user-unreserved`, RFC 3261 25.1): only
+/// one after the `@` that ends the userinfo, or anywhere when there is
+/// none, starts them. Other schemes: false.
+pub(crate) fn has_headers(uri: &[u8]) -> bool {
+    let Some(rest) = strip_prefix_ci(uri, b"sips:").or_else(|| strip_prefix_ci(uri, b"sip:"))
+    else {
+        return false;
+    };
+    let host = memchr::memchr(b'@', rest).map_or(rest, |at| &rest[at + 1..]);
+    host.contains(&b'?')
+}
+
 impl<'a> SipUri<'a> {
     /// Parses a `sip:` or `sips:` URI; `None` for other schemes (tel:, ...) or
     /// malformed input.
@@ -165,6 +179,19 @@ fn strip_prefix_ci<'a>(b: &'a [u8], prefix: &[u8]) -> Option<&'a [u8]> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn uri_headers_follow_the_host_a_question_mark_in_the_user_is_none_rfc3261_19_1_1() {
+        // RFC 4475 3.1.2.11 escruri.
+        assert!(has_headers(
+            b"sip:user@example.com?Route=%3Csip:example.com%3E"
+        ));
+        assert!(has_headers(b"SIPS:example.com;lr?subject=x"));
+        assert!(!has_headers(b"sip:user@example.com;lr"));
+        // user-unreserved includes `?` (RFC 3261 25.1).
+        assert!(!has_headers(b"sip:a?b@example.com"));
+        assert!(!has_headers(b"tel:+1-201-555-0123?x"));
+    }
 
     #[test]
     fn parses_route_uris() {

@@ -47,6 +47,10 @@ enum Malformed {
     CSeqMismatch,
     NoCallId,
     Garbage,
+    /// RFC 3261 16.3 step 5: 420 for anyone else.
+    ProxyRequire,
+    /// RFC 3261 19.1.1: 400 for anyone else.
+    UriHeaders,
 }
 
 #[derive(Debug, Clone)]
@@ -86,6 +90,8 @@ fn case() -> impl Strategy<Value = Case> {
         1 => Just(Malformed::CSeqMismatch),
         1 => Just(Malformed::NoCallId),
         1 => Just(Malformed::Garbage),
+        1 => Just(Malformed::ProxyRequire),
+        1 => Just(Malformed::UriHeaders),
     ];
     (
         method,
@@ -151,10 +157,15 @@ fn bytes(c: &Case, me: SocketAddr, g: SocketAddr, id: &str, tcp: bool) -> Vec<u8
         _ => (0, ""),
     };
     let transport = if tcp { "TCP" } else { "UDP" };
+    let (uri_headers, proxy_require) = match c.malformed {
+        Malformed::UriHeaders => ("?Route=%3Csip:example.com%3E", ""),
+        Malformed::ProxyRequire => ("", "Proxy-Require: sec-agree\r\n"),
+        _ => ("", ""),
+    };
     format!(
-        "{m} sip:166@{g} {version}\r\n\
+        "{m} sip:166@{g}{uri_headers} {version}\r\n\
          Via: SIP/2.0/{transport} {me};branch=z9hG4bK{id};rport\r\n\
-         {route}\
+         {route}{proxy_require}\
          Max-Forwards: {max_forwards}\r\n\
          From: <sip:166@example.com>;tag=f-{id}\r\n\
          To: <sip:166@example.com>{tag}\r\n\
@@ -336,7 +347,7 @@ fn r_sec_4_a_denied_source_gets_nothing_through_and_nothing_back() {
     let g = SocketAddr::new(ip(net, 1), 5060);
     let me = SocketAddr::new(ip(net, 66), 5099);
 
-    let back = fire(&cases(120), me, g, "acl");
+    let back = fire(&cases(140), me, g, "acl");
     assert!(back.is_empty(), "the denied source heard: {back:?}");
     assert_eq!(sg.count(), 0, "reached the sg:\n{}", sg.seen());
     assert!(
@@ -382,7 +393,7 @@ fn r_sec_4_a_banned_source_gets_nothing_through_and_nothing_back() {
         );
     }
     let before = sg.count();
-    let back = fire(&cases(120), me, g, "ban");
+    let back = fire(&cases(140), me, g, "ban");
     assert!(back.is_empty(), "the banned source heard: {back:?}");
     assert_eq!(sg.count(), before, "reached the sg:\n{}", sg.seen());
     assert!(
@@ -413,7 +424,7 @@ fn r_sec_4_a_rejected_source_learns_only_its_403() {
     let g = SocketAddr::new(ip(net, 1), 5060);
     let me = SocketAddr::new(ip(net, 66), 5099);
 
-    let back = fire(&cases(120), me, g, "rej");
+    let back = fire(&cases(140), me, g, "rej");
     assert!(!back.is_empty(), "reject answers with 403");
     for answer in &back {
         for status in answer.lines().filter(|l| l.starts_with("SIP/2.0 ")) {

@@ -36,6 +36,7 @@ mod source;
 mod stranger;
 mod transaction;
 mod undelivered;
+mod validity;
 mod ws_pool;
 
 use std::net::SocketAddr;
@@ -336,10 +337,19 @@ impl Core {
     /// Number of remembered transactions: an INVITE until its final
     /// response (at most 200 s) and 32 s after it, any other request 32 s
     /// (the RFC 3261 timers in `txn.rs`: the time in which retransmissions,
-    /// the ACK of a non-2xx and 2xx retransmissions may still arrive). A
-    /// stopping gate waits for this to reach zero.
+    /// the ACK of a non-2xx and 2xx retransmissions may still arrive).
     pub fn transactions(&self) -> usize {
         self.txns.len()
+    }
+
+    /// Transactions the gate forwarded that still wait for a final
+    /// response: a stopping gate waits for this to reach zero (R-GW-1).
+    /// A completed transaction kept for its retransmissions (Timer J/K,
+    /// Timer D) does not count: once the gate is gone they meet the next
+    /// run's stateless path (the Record-Route token, the Via), which needs
+    /// no table.
+    pub fn in_flight(&self) -> usize {
+        self.txns.unfinished()
     }
 
     /// Forgets expired transactions and ends the work that timed out

@@ -155,6 +155,7 @@ impl Core {
             }
             return Err(answer(&Reply::new(483), "too_many_hops"));
         }
+        self.validity(inbound, msg, method, (mname, source.refused))?; // RFC 3261 16.3 steps 1 and 5
         let mut req = Request {
             site,
             inbound,

@@ -63,6 +63,13 @@ impl Core {
             Ok(entry) => entry,
             Err(action) => return action,
         };
+        // RFC 3261 16.7 step 5: a stateful proxy never forwards a 100; it
+        // concerns the hop only (the gate's own transaction state is kept
+        // by `track` above).
+        if msg.code() == Some(100) {
+            m::response("trying");
+            return Action::None;
+        }
         if let Some(i) = entry.and_then(|e| e.hop.instance) {
             span.record("instance", site.instance_id(i));
             // R-FT-1 (amended): an instance that answers is alive.

@@ -11,7 +11,13 @@ fn resp_our_via_removed_and_back_to_the_source_by_txn() {
     let Out::Udp { to: instance, .. } = out else {
         panic!()
     };
-    for (code, reason) in [(100, "Trying"), (180, "Ringing"), (200, "OK")] {
+    // RFC 3261 16.7 step 5: a stateful proxy never forwards a 100.
+    let trying = response_to(&fwd, 100, "Trying", "uas1");
+    assert_eq!(
+        handle(&g.core, L_SG_BAL, &instance.to_string(), &trying),
+        Action::None
+    );
+    for (code, reason) in [(180, "Ringing"), (200, "OK")] {
         let resp = response_to(&fwd, code, reason, "uas1");
         let (out, m) = sent(handle(&g.core, L_SG_BAL, &instance.to_string(), &resp));
         assert_eq!(out, udp_out(L_SG_BAL, addr(UA)), "{code}");

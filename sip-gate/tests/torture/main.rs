@@ -1,4 +1,5 @@
-//! Hostile messages in the spirit of RFC 4475 (SIP torture tests).
+//! Hostile messages in the spirit of RFC 4475 (SIP torture tests), and
+//! (`wire.rs`) the RFC's own messages, bit-exact, through the binary.
 //!
 //! The messages follow the RFC's examples (names kept: wsinv, intmeth, ...)
 //! with LF line ends in the source turned into CRLF and Content-Length
@@ -15,6 +16,7 @@ use sip_gate::{ParseError, SipMessage};
 
 mod invalid;
 mod valid;
+mod wire;
 
 /// `head` uses LF line ends and may contain `{CL}`; returns CRLF text plus
 /// `body`.
