@@ -17,6 +17,11 @@
 //! The operator plane (the `ringsync` CLI, the admin API, status, the
 //! handover planner and agent) is the `ringsync-ops` crate, built on this
 //! one; the data plane (sip-gate, media-ctl) links only this crate.
+//!
+//! The etcd store ([`store`]'s `etcd` module) is the `etcd` feature, on by
+//! default. Without it ringsync builds without etcd-client (and tonic,
+//! prost, protoc at build time), and a site file with `[store] kind =
+//! "etcd"` is a config error naming the feature ([`config::NO_ETCD`]).
 #![forbid(unsafe_code)]
 #![warn(unreachable_pub)]
 #![warn(missing_docs)]
