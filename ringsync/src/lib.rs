@@ -6,8 +6,7 @@
 //! ([`state`]). Nodes report the work they hold as one shared shape
 //! ([`work`]), registered and published by [`node`] and [`publish`];
 //! [`daemon`] is the one start-up and shutdown every data-plane node runs
-//! against its store; [`fetch`] asks a node's admin endpoint for its work
-//! report. The Active-Passive handover's records are in
+//! against its store. The Active-Passive handover's records are in
 //! [`handover`]. [`notify`] tells systemd a daemon is ready, stopping
 //! or alive. [`tls`] serves a certificate that is re-read when its
 //! files change. Every other crate
@@ -29,7 +28,6 @@
 pub mod bans;
 pub mod config;
 pub mod daemon;
-pub mod fetch;
 pub mod files;
 pub mod handover;
 pub mod logs;

@@ -4,15 +4,13 @@
 //! `draining`; an idle node writes nothing but keep-alives.
 
 mod common;
-#[path = "common/etcd.rs"]
-mod etcd_common;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_common::{eventually, ip, node};
+use common::etcd::{eventually, ip, node};
 use ringsync::node::{Liveness, NodeIdentity, NodeRole};
 use ringsync::profile::{NewProfile, ProfileState};
 use ringsync::state::DrainState;
@@ -66,7 +64,7 @@ async fn r_st_3_nodes_publish_work_and_are_never_silently_dropped() {
     let eps = etcd.endpoints();
     let dir = tempfile::tempdir().unwrap();
     let prefix = "/t/nodes";
-    let config = etcd_common::etcd_site(dir.path(), &eps, prefix);
+    let config = common::etcd::etcd_site(dir.path(), &eps, prefix);
     let admin = node(&config, &eps, prefix, dir.path().join("admin.cache"))
         .await
         .unwrap();
@@ -110,7 +108,7 @@ async fn r_st_3_nodes_publish_work_and_are_never_silently_dropped() {
     let status = |entries: &[ringsync::node::NodeEntry]| {
         let state = DrainState::new(config.clone());
         state.set_profiles(admin.watch().borrow().clone());
-        work::sum(
+        ringsync_ops::sum::sum(
             &state.view(),
             &ringsync::node::outcomes(entries, work::now_ms()),
         )
