@@ -13,7 +13,6 @@
 //!
 //! The data plane (sip-gate, media-ctl) does not link this crate: an edit
 //! here rebuilds neither.
-#![forbid(unsafe_code)]
 #![warn(unreachable_pub)]
 #![warn(missing_docs)]
 

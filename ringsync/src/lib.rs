@@ -21,7 +21,6 @@
 //! default. Without it ringsync builds without etcd-client (and tonic,
 //! prost, protoc at build time), and a site file with `[store] kind =
 //! "etcd"` is a config error naming the feature ([`config::NO_ETCD`]).
-#![forbid(unsafe_code)]
 #![warn(unreachable_pub)]
 #![warn(missing_docs)]
 
