@@ -10,7 +10,8 @@
 # Usage: scripts/setup.sh          (as root, or as a user with sudo)
 set -euo pipefail
 
-# libprotobuf-dev: the well-known .proto files protoc needs to build etcd-client.
+# libprotobuf-dev: the well-known .proto files protoc needs to build etcd-client
+# (the `etcd` feature; a data-plane build with --no-default-features needs neither).
 # dnsmasq-base: a DNS server for sip-gate's RFC 3263 tests (no service).
 # fonts-dejavu-core: the font testbed run draws its chart's text with.
 # chromium, chromium-driver: the browser WebRTC subscriber of the WebSocket tests.

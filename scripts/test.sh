@@ -16,6 +16,14 @@ cargo fmt --all -- --check
 echo "[test] cargo clippy (all targets, warnings are errors)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
+echo "[test] the data plane without etcd (--no-default-features)"
+# sip-gate and media-ctl for the embedded store only: no etcd-client, tonic,
+# prost or protoc. Checked, not built: the workspace builds link etcd.
+cargo check -p sip-gate -p media-ctl --no-default-features --locked
+# The config's refusal of an etcd store in such a build (compiled only
+# without ringsync's `etcd` feature).
+cargo test -p ringsync --lib --no-default-features --locked -- --test-threads=2
+
 echo "[test] cargo test (workspace)"
 # Integration tests start real peers on 127.0.0.x; two test binaries at a
 # time keep a 2-core machine from starving SIPp's timers.

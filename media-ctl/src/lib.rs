@@ -16,7 +16,6 @@
 //! [`fanout`], [`census`] → [`controller`] (one datagram in, a decision
 //! out) → [`transport`] (sockets and timers) and [`admin`] (HTTP), with
 //! [`status`] for what operators read.
-#![forbid(unsafe_code)]
 #![warn(unreachable_pub)]
 
 // === wire format ===

@@ -4,7 +4,6 @@
 //! Thin on purpose: config, tracing, metrics, the store and the node's
 //! registration (`ringsync::daemon`, shared with sip-gate), controller,
 //! signal, stop; each step told to systemd (`ringsync::notify`).
-#![forbid(unsafe_code)]
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use common::*;
 use media_ctl::Assign;
 use ringsync::view::{Health, InstanceState};
-use ringsync::work::{self, NodeKind, NodeOutcome};
+use ringsync::work::{NodeKind, NodeOutcome};
 
 #[test]
 fn r_mg_2_every_command_of_a_call_goes_to_the_mg_of_its_offer() {
@@ -457,7 +457,7 @@ fn r_st_1_r_st_3_draining_to_drained_only_with_vouched_counts() {
             report: Ok(report),
         };
         let view = h.drain.view();
-        work::sum(&view, &[outcome])
+        ringsync_ops::sum::sum(&view, &[outcome])
             .into_iter()
             .find(|s| s.id == "mg-a")
             .unwrap()

@@ -10,12 +10,12 @@ use std::time::{Duration, Instant};
 use media_ctl::Assign;
 use real::*;
 use ringsync::view::{Health, InstanceState};
-use ringsync::work::{self, NodeKind};
+use ringsync::work::NodeKind;
 use testbed::http::Request;
 
 /// The site-wide state of `id` as `ringsync status` sums media-ctl's work
 /// report (R-ST-3).
-fn summed(site: &Site, id: &str) -> work::InstanceStatus {
+fn summed(site: &Site, id: &str) -> ringsync_ops::sum::InstanceStatus {
     site.ringsync_status()
         .instances
         .into_iter()

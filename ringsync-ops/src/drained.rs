@@ -10,8 +10,8 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::status::SiteStatus;
+use crate::sum::InstanceStatus;
 use ringsync::view::{InstanceState, Zone};
-use ringsync::work::InstanceStatus;
 
 /// The longest `GET /v1/wait` holds a request: a client that wants longer
 /// asks again (the CLI does), so a forgotten request costs a bounded time.

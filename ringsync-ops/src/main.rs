@@ -1,5 +1,4 @@
 //! `ringsync`: the operator's tool (profiles, status) and the admin API server.
-#![forbid(unsafe_code)]
 
 use std::process::ExitCode;
 

@@ -44,6 +44,6 @@ pub struct NodeAnswer {
 pub struct Round {
     /// Per node, in the order asked.
     pub answers: Vec<NodeAnswer>,
-    /// The same nodes, as [`work::sum`] takes them.
+    /// The same nodes, as [`crate::sum::sum`] takes them.
     pub outcomes: Vec<NodeOutcome>,
 }

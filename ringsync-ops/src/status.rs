@@ -1,6 +1,6 @@
 //! The site's status as operators read it (R-ST-1, R-ST-3): ask every node
 //! that should report work, sum their reports over the drain view with
-//! [`work::sum`], and hand out one shape, [`SiteStatus`], for both
+//! [`sum`](crate::sum::sum), and hand out one shape, [`SiteStatus`], for both
 //! `ringsync status --json` and `GET /v1/status` of `ringsync serve`.
 //!
 //! A node that does not answer, answers for another site or as another kind
@@ -16,12 +16,13 @@ use arc_swap::ArcSwap;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
+use crate::fetch::Fetcher;
 use crate::round::{NodeAnswer, Round};
+use crate::sum::{self, InstanceStatus, PoolBackupFrom};
 use ringsync::config::SiteConfig;
-use ringsync::fetch::Fetcher;
 use ringsync::store::{Freshness, Store};
 use ringsync::view::DrainView;
-use ringsync::work::{self, InstanceStatus, NodeKind, NodeOutcome, WorkReport};
+use ringsync::work::{self, NodeKind, NodeOutcome, WorkReport};
 
 /// A node expected to report on this site, and where it is asked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -77,7 +78,7 @@ pub struct SiteStatus {
     /// Pools under their health threshold whose new dialogs a gate sends
     /// to their backup, per gate (R-HT-1); empty while none is.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub backups: Vec<work::PoolBackupFrom>,
+    pub backups: Vec<PoolBackupFrom>,
     /// The site file this status was made with, and whether the nodes run
     /// it (issue 27).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -184,10 +185,10 @@ impl Round {
             drain_zone: view.drain_zone().clone(),
             generated_ms: work::now_ms(),
             nodes: self.answers.clone(),
-            instances: work::sum(view, &self.outcomes),
+            instances: sum::sum(view, &self.outcomes),
             store: None,
             engines: None,
-            backups: work::backups(&self.outcomes),
+            backups: sum::backups(&self.outcomes),
             site_file: SiteFile::of(&view.config().hash, &self.answers),
         }
     }

@@ -6,8 +6,7 @@
 //! ([`state`]). Nodes report the work they hold as one shared shape
 //! ([`work`]), registered and published by [`node`] and [`publish`];
 //! [`daemon`] is the one start-up and shutdown every data-plane node runs
-//! against its store; [`fetch`] asks a node's admin endpoint for its work
-//! report. The Active-Passive handover's records are in
+//! against its store. The Active-Passive handover's records are in
 //! [`handover`]. [`notify`] tells systemd a daemon is ready, stopping
 //! or alive. [`tls`] serves a certificate that is re-read when its
 //! files change. Every other crate
@@ -17,14 +16,17 @@
 //! The operator plane (the `ringsync` CLI, the admin API, status, the
 //! handover planner and agent) is the `ringsync-ops` crate, built on this
 //! one; the data plane (sip-gate, media-ctl) links only this crate.
-#![forbid(unsafe_code)]
+//!
+//! The etcd store ([`store`]'s `etcd` module) is the `etcd` feature, on by
+//! default. Without it ringsync builds without etcd-client (and tonic,
+//! prost, protoc at build time), and a site file with `[store] kind =
+//! "etcd"` is a config error naming the feature ([`config::NO_ETCD`]).
 #![warn(unreachable_pub)]
 #![warn(missing_docs)]
 
 pub mod bans;
 pub mod config;
 pub mod daemon;
-pub mod fetch;
 pub mod files;
 pub mod handover;
 pub mod logs;

@@ -1,5 +1,5 @@
 //! The node registry's model: which nodes serve a site, what each one
-//! reports, and how that becomes the per-node outcomes `work::sum` adds up
+//! reports, and how that becomes the per-node outcomes `ringsync_ops::sum` adds up
 //! (R-ST-1, R-ST-3, R-MN-2).
 //!
 //! Every node (gate, media controller, `ringsync serve`) publishes a
@@ -166,7 +166,7 @@ pub struct NodeEntry {
 }
 
 impl NodeEntry {
-    /// The outcome `work::sum` needs, for roles that report work: the
+    /// The outcome `ringsync_ops::sum` needs, for roles that report work: the
     /// report, or why there is none (R-ST-3: never a silent drop).
     pub fn outcome(&self, now_ms: u64) -> Option<NodeOutcome> {
         let kind = self.id.role.work_kind()?;

@@ -52,7 +52,7 @@ pub enum InstanceState {
     DrainingDown,
     /// No node that should report on it answered for it, and nobody knows
     /// its health: neither `up` nor `drained` can be said (R-ST-4). Only a
-    /// site status ([`crate::work::sum`]) says it; a node's own view, which
+    /// site status (`ringsync_ops::sum`) says it; a node's own view, which
     /// routes on what it has, never does.
     Unknown,
 }

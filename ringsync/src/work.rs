@@ -1,14 +1,11 @@
 //! Work reports: what one node (a gate, a media controller) still serves for
-//! each instance it routes to (R-ST-2), and how the reports of every node of
-//! a site add up to one truthful state per instance (R-ST-3).
+//! each instance it routes to (R-ST-2).
 //!
 //! One JSON shape for both ends: a gate or media-ctl serves a [`WorkReport`]
 //! at [`WORK_PATH`] (or, with several nodes, publishes it in the store), and
-//! `ringsync status` reads the same type back and sums the reports with
-//! [`sum`]. An instance is `drained` only when every node that routes to it
-//! reported, vouches for its count, and the counts add up to zero; anything
-//! else keeps it `draining` with the reasons and the time when the answer
-//! will be known.
+//! `ringsync status` reads the same type back as a [`NodeOutcome`] and sums
+//! the reports into one truthful state per instance (R-ST-3) with
+//! `ringsync_ops::sum`, in the operator plane: no data-plane node sums.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -16,7 +13,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{Service, SiteConfig, Transport};
-use crate::view::{DrainView, Health, InstanceState, InstanceView, Zone};
+use crate::view::Health;
 
 /// The path a node serves its report on.
 pub const WORK_PATH: &str = "/v1/work";
@@ -154,31 +151,6 @@ pub struct PoolBackup {
     pub since_ms: u64,
 }
 
-/// A [`PoolBackup`] as the site status shows it: with the node that said it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PoolBackupFrom {
-    /// The gate node that sends the pool's new dialogs to the backup.
-    pub node: String,
-    /// Which pool, where to, why and since when.
-    #[serde(flatten)]
-    pub what: PoolBackup,
-}
-
-/// Every pool some node sends to its backup, per node, from the reports in
-/// `outcomes` (R-HT-1).
-pub fn backups(outcomes: &[NodeOutcome]) -> Vec<PoolBackupFrom> {
-    outcomes
-        .iter()
-        .filter_map(|o| o.report.as_ref().ok().map(|r| (o, r)))
-        .flat_map(|(o, r)| {
-            r.backups.iter().map(|b| PoolBackupFrom {
-                node: o.node.clone(),
-                what: b.clone(),
-            })
-        })
-        .collect()
-}
-
 /// What one node knows of one instance.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct InstanceWork {
@@ -228,16 +200,6 @@ pub struct Unreachable {
     /// Until when the node passes the instance over for new work on this
     /// transport (Unix ms), unless a connection succeeds before.
     pub until_ms: u64,
-}
-
-/// An [`Unreachable`] as the site status shows it: with the node that saw it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct UnreachableFrom {
-    /// The node whose connection failed.
-    pub node: String,
-    /// What failed, and until when.
-    #[serde(flatten)]
-    pub what: Unreachable,
 }
 
 /// Work held for one instance, by kind (R-ST-2). Kinds a node does not
@@ -346,188 +308,6 @@ pub struct NodeOutcome {
     /// Its report, or why there is none (unreachable, bad answer, lease
     /// expired...).
     pub report: Result<WorkReport, String>,
-}
-
-/// The site-wide work and state of one instance.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct InstanceStatus {
-    /// Instance id.
-    pub id: String,
-    /// Its service.
-    pub service: Service,
-    /// Its server.
-    pub server: String,
-    /// Its zone.
-    pub zone: Zone,
-    /// Health as the nodes see it: `down` if any node's probe fails, `up`
-    /// if one answers and none fails.
-    pub health: Health,
-    /// State from zone, health and the summed work (R-ST-1, R-ST-3).
-    pub state: InstanceState,
-    /// The summed work, when every node that routes to it vouched for its count.
-    pub work: Option<u64>,
-    /// The summed counts of the nodes that reported (a lower bound when
-    /// `work` is absent).
-    pub counts: WorkCounts,
-    /// Why `work` is absent, one line per cause.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub unknown: Vec<String>,
-    /// When every node that could not vouch will know (Unix ms), if they said.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub known_at_ms: Option<u64>,
-    /// The drain ETA, merged over the nodes.
-    #[serde(default, skip_serializing_if = "Eta::is_empty")]
-    pub eta: Eta,
-    /// bgmg: stoppable only if every reporting node says so.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stoppable: Option<bool>,
-    /// mg: its weight for new calls, the lowest any media controller
-    /// reported (see [`InstanceWork::weight`]).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub weight: Option<f64>,
-    /// The nodes whose reports cover it.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub nodes: Vec<String>,
-    /// Transports over which some node could not reach it lately, per node
-    /// (see [`InstanceWork::unreachable`]); its `state` says nothing of them.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub unreachable: Vec<UnreachableFrom>,
-}
-
-/// Sums the reports of every node of the site into one status per instance
-/// (R-ST-3). `outcomes` must list every node expected to report: a node
-/// whose report is missing makes every instance it would count unknown.
-///
-/// An instance that no expected node counts (a `ws`, an mg when no media
-/// controller is configured, an Active-Passive service when the handover
-/// records are not among the outcomes) has no known work: it is never
-/// `drained`, and says why. An instance no node answered for, whose health
-/// nobody knows either, is [`InstanceState::Unknown`] (R-ST-4): not `up`,
-/// whatever its zone; so is a normal-zone `ws` whose health no gate knows
-/// (nothing probes it: a gate knows it by its connects, R-WS-3).
-pub fn sum(view: &DrainView, outcomes: &[NodeOutcome]) -> Vec<InstanceStatus> {
-    view.instances()
-        .iter()
-        .map(|iv| sum_instance(view.config(), iv, outcomes))
-        .collect()
-}
-
-/// What the reports said of one instance so far.
-struct Tally {
-    /// Nodes expected to count it.
-    expected: usize,
-    /// False once one of them could not vouch for its work.
-    vouched: bool,
-    any_up: bool,
-    any_down: bool,
-}
-
-/// One instance's status from every node expected to count it.
-fn sum_instance(site: &SiteConfig, iv: &InstanceView, outcomes: &[NodeOutcome]) -> InstanceStatus {
-    let mut st = InstanceStatus {
-        id: iv.id.clone(),
-        service: iv.service.clone(),
-        server: iv.server.clone(),
-        zone: iv.zone,
-        health: Health::Unknown,
-        state: iv.state,
-        work: None,
-        counts: WorkCounts::default(),
-        unknown: Vec::new(),
-        known_at_ms: None,
-        eta: Eta::default(),
-        stoppable: None,
-        weight: None,
-        nodes: Vec::new(),
-        unreachable: Vec::new(),
-    };
-    let mut t = Tally {
-        expected: 0,
-        vouched: true,
-        any_up: false,
-        any_down: false,
-    };
-    for o in outcomes
-        .iter()
-        .filter(|o| o.kind.counts_on(site, &iv.service))
-    {
-        t.expected += 1;
-        add_report(&mut st, &mut t, &iv.id, o);
-    }
-    if t.expected == 0 {
-        t.vouched = false;
-        st.unknown.push(format!(
-            "no node of this site counts the work of `{}` instances",
-            iv.service
-        ));
-    }
-    st.health = if t.any_down {
-        Health::Down
-    } else if t.any_up {
-        Health::Up
-    } else {
-        iv.health
-    };
-    st.work = t.vouched.then(|| st.counts.total());
-    // R-ST-4: nobody answered for it and nobody knows its health:
-    // neither `up` (nobody saw it up) nor anything the zone implies. A
-    // pooled `ws` has no probe: its gates know its health only from their
-    // connects to it (R-WS-3), so one none of them has reached lately is
-    // not `up` either; in the drain zone its work (always known) says
-    // `draining` or `drained` (issue 37).
-    let unseen_ws = iv.service == Service::Ws && iv.zone == Zone::Normal;
-    st.state = if (st.nodes.is_empty() || unseen_ws) && st.health == Health::Unknown {
-        InstanceState::Unknown
-    } else {
-        InstanceState::of(iv.zone, st.health, st.work)
-    };
-    st
-}
-
-/// Adds what node `o` says of instance `id` (or that it says nothing).
-fn add_report(st: &mut InstanceStatus, t: &mut Tally, id: &str, o: &NodeOutcome) {
-    let report = match &o.report {
-        Ok(r) => r,
-        Err(e) => {
-            t.vouched = false;
-            st.unknown.push(format!("{} {}: {e}", o.kind, o.node));
-            return;
-        }
-    };
-    let Some(w) = report.instances.get(id) else {
-        t.vouched = false;
-        st.unknown
-            .push(format!("{} {}: does not report it", o.kind, o.node));
-        return;
-    };
-    st.nodes.push(o.node.clone());
-    st.unreachable
-        .extend(w.unreachable.iter().map(|u| UnreachableFrom {
-            node: o.node.clone(),
-            what: u.clone(),
-        }));
-    st.counts.add(&w.counts);
-    st.eta.merge(&w.eta);
-    match w.health {
-        Health::Up => t.any_up = true,
-        Health::Down => t.any_down = true,
-        Health::Unknown => {}
-    }
-    if let Some(s) = w.stoppable {
-        st.stoppable = Some(st.stoppable.unwrap_or(true) && s);
-    }
-    if let Some(x) = w.weight {
-        st.weight = Some(st.weight.map_or(x, |y| y.min(x)));
-    }
-    if let Some(u) = &w.unknown {
-        t.vouched = false;
-        st.unknown
-            .push(format!("{} {}: {}", o.kind, o.node, u.reason));
-        st.known_at_ms = match (st.known_at_ms, u.until_ms) {
-            (Some(a), Some(b)) => Some(a.max(b)),
-            (_, b) => b,
-        };
-    }
 }
 
 /// Formats a Unix-ms time as the time left from `now_ms`, e.g. `in 4m 10s`

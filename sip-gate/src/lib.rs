@@ -8,7 +8,6 @@
 //! core ([`Core`]: one message in, one [`Action`] out) → sockets → [`Gate`]
 //! (wiring, with a shutdown token) and [`admin`] (HTTP); beside them
 //! [`announce`], the program ExaBGP runs to announce the gate while ready.
-#![forbid(unsafe_code)]
 #![warn(unreachable_pub)]
 
 // === SIP message layer (pure code, no I/O): framing, message view, splicing ===

@@ -5,7 +5,6 @@
 //! Thin on purpose: config, tracing, metrics, gate, then the store and the
 //! node's registration (`ringsync::daemon`, shared with media-ctl), signal,
 //! stop; each step told to systemd (`ringsync::notify`).
-#![forbid(unsafe_code)]
 
 use std::net::SocketAddr;
 use std::sync::Arc;

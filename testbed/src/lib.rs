@@ -36,7 +36,6 @@
 //! # Ok(())
 //! # }
 //! ```
-#![forbid(unsafe_code)]
 #![warn(unreachable_pub)]
 #![warn(missing_docs)]
 

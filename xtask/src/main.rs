@@ -4,7 +4,6 @@
 //! `media-ctl` and `ringsync`, made from the same clap definitions the
 //! binaries parse with, so they cannot drift. `scripts/package.sh` puts
 //! them into the Debian packages.
-#![forbid(unsafe_code)]
 
 use std::path::PathBuf;
 

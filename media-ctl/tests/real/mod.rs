@@ -247,7 +247,7 @@ impl Site {
             addr: self.admin,
         }];
         let round = self.rt.block_on(async {
-            let fetcher = ringsync::fetch::Fetcher::default();
+            let fetcher = ringsync_ops::fetch::Fetcher::default();
             ringsync_ops::status::ask_all(&fetcher, &config.site.name, &nodes).await
         });
         round.status(&state.view())

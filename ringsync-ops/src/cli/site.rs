@@ -11,10 +11,10 @@ use serde::Serialize;
 
 use super::remote::{segment, Remote};
 use super::{CliError, NodeArgs};
+use crate::fetch::Fetcher;
 use crate::plan::{self, ActivationPlan};
 use crate::status::{self, SiteStatus};
 use ringsync::config::SiteConfig;
-use ringsync::fetch::Fetcher;
 use ringsync::profile::{Profile, ProfileSet, ProfileState};
 use ringsync::store::audit::Actor;
 use ringsync::store::{self, AuditPage, AuditQuery, Op, Store, StoreError, WriteRequest};

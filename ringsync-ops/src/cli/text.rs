@@ -7,8 +7,9 @@ use super::CliError;
 use crate::engine::EngineStatus;
 use crate::round::NodeAnswer;
 use crate::status::SiteStatus;
+use crate::sum::InstanceStatus;
 use ringsync::profile::{Profile, ProfileSet};
-use ringsync::work::{self, InstanceStatus, WorkCounts};
+use ringsync::work::{self, WorkCounts};
 
 /// `profile show`.
 pub(super) fn write_profile(p: &Profile, out: &mut (dyn Write + Send)) -> Result<(), CliError> {

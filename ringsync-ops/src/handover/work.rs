@@ -83,7 +83,7 @@ fn holds(state: &HandoverState, group: &str, home: &str, member: &str) -> bool {
     leads || to_lead || unconfirmed_from
 }
 
-/// The outcome `work::sum` adds: the report, or why the records could not
+/// The outcome `crate::sum::sum` adds: the report, or why the records could not
 /// be read (then every Active-Passive instance stays unknown, R-ST-3).
 pub fn outcome(
     config: &SiteConfig,
@@ -147,7 +147,7 @@ mod tests {
         };
         let view = DrainView::build(Arc::new(config.clone()), &profiles, &[], &[]);
         let state_of = |s: &HandoverState, id: &str| {
-            let sum = ringsync::work::sum(&view, &[outcome(&config, Ok(s), 1, 5)]);
+            let sum = crate::sum::sum(&view, &[outcome(&config, Ok(s), 1, 5)]);
             sum.into_iter().find(|i| i.id == id).unwrap()
         };
         // Nothing published: the home is to lead.
@@ -179,7 +179,7 @@ mod tests {
         assert_eq!((a.state, a.work), (InstanceState::Drained, Some(0)));
         assert_eq!(state_of(&s, "bill-b").counts.groups, 1);
         // Records unreadable: unknown, never drained.
-        let sum = ringsync::work::sum(&view, &[outcome(&config, Err("down".into()), 1, 5)]);
+        let sum = crate::sum::sum(&view, &[outcome(&config, Err("down".into()), 1, 5)]);
         let a = sum.iter().find(|i| i.id == "bill-a").unwrap();
         assert_eq!((a.state, a.work), (InstanceState::Unknown, None));
         assert!(

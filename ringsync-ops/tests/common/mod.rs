@@ -8,6 +8,12 @@ mod model;
 
 pub use model::*;
 
+// The model's etcd helpers (not a module of the model's `common`, whose
+// embedded-store tests build without ringsync's `etcd` feature);
+// ringsync-ops always links the etcd store.
+#[path = "../../../ringsync/tests/common/etcd.rs"]
+pub mod etcd;
+
 pub mod engines;
 pub mod handover;
 pub mod served;

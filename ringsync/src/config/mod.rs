@@ -53,7 +53,7 @@ pub use tls::TlsConfig;
 pub use types::{
     Account, AccountMatch, AdminConfig, ApGroup, DnsConfig, DrainPolicy, Exception, HealthConfig,
     Instance, Leg, Listener, ListenerMode, Server, Service, Site, SiteConfig, StoreConfig,
-    TcpConfig, Timers, Transport, WorkConfig, WsOptions,
+    TcpConfig, Timers, Transport, WorkConfig, WsOptions, NO_ETCD,
 };
 
 use error::Locator;

@@ -268,6 +268,7 @@ fn instance_sources_r_sec_1() {
     }
 }
 
+#[cfg(feature = "etcd")]
 #[test]
 fn etcd_store() {
     let text =
@@ -287,6 +288,23 @@ fn etcd_store() {
     );
     let e = load(&format!("{GOOD}\n[store]\ncache = \"x.json\"\n")).unwrap_err();
     assert_eq!(e.field, "store.cache");
+}
+
+/// Without ringsync's `etcd` feature (a data-plane build such as
+/// `sip-gate --no-default-features`), a site on etcd is refused when it
+/// is loaded, at `store.kind`, naming the feature; the rest of its
+/// `[store]` is still checked first.
+#[cfg(not(feature = "etcd"))]
+#[test]
+fn an_etcd_store_without_the_etcd_feature_is_a_config_error() {
+    let text =
+        format!("{GOOD}\n[store]\nkind = \"etcd\"\nendpoints = [\"http://127.0.0.1:2379\"]\n");
+    let e = load(&text).unwrap_err();
+    assert_eq!(e.field, "store.kind", "{e}");
+    assert!(e.line.is_some(), "{e}");
+    assert!(e.to_string().contains("`etcd` feature"), "{e}");
+    let e = load(&format!("{GOOD}\n[store]\nkind = \"etcd\"\n")).unwrap_err();
+    assert_eq!(e.field, "store.endpoints", "{e}");
 }
 
 #[test]

@@ -84,6 +84,13 @@ impl fmt::Display for Service {
     }
 }
 
+/// Why a site on etcd cannot run on this build: the config error at
+/// `store.kind` (and the store's, for a config built in code) when ringsync
+/// was built without its `etcd` feature.
+pub const NO_ETCD: &str = "this build has no etcd store: it was built without the `etcd` \
+     feature of ringsync (on by default; e.g. `cargo build -p sip-gate --no-default-features` \
+     leaves it out); use `kind = \"embedded\"` or a build with the `etcd` feature";
+
 /// Where profiles are stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub enum StoreConfig {

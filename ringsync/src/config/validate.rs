@@ -351,6 +351,9 @@ impl Validator<'_> {
                         "an etcd store needs at least one endpoint",
                     ));
                 }
+                if cfg!(not(feature = "etcd")) {
+                    return Err(self.err(r.kind.span(), "store.kind", super::types::NO_ETCD));
+                }
                 let cache = r
                     .cache
                     .clone()

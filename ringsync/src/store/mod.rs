@@ -2,7 +2,8 @@
 //!
 //! The trait is object safe (boxed futures) so consumers hold an
 //! `Arc<dyn Store>`: [`EmbeddedStore`] (one file, one machine) or
-//! [`EtcdStore`] (a site with several nodes). Every backend validates changes
+//! `EtcdStore` (a site with several nodes; with the `etcd` feature, on by
+//! default). Every backend validates changes
 //! through [`Change::apply`], so R-PR-1 and name uniqueness hold whatever the
 //! backend. Besides profiles a store says how current they are
 //! ([`Freshness`], R-MN-2) and, where several nodes share it, keeps the
@@ -25,6 +26,7 @@ mod audit_parts;
 pub mod cache;
 mod change;
 pub mod embedded;
+#[cfg(feature = "etcd")]
 pub mod etcd;
 pub mod freshness;
 pub mod handover;
@@ -33,6 +35,7 @@ pub mod handover_file;
 pub use audit::{Actor, AuditPage, AuditQuery, AuditRecord};
 pub use change::{new_id, Change, Committed, Op};
 pub use embedded::EmbeddedStore;
+#[cfg(feature = "etcd")]
 pub use etcd::EtcdStore;
 pub use freshness::{rfc3339, Freshness};
 pub use handover::{Campaign, HandoverStore, Leadership, Published};
@@ -467,10 +470,17 @@ pub async fn open(config: &SiteConfig) -> Result<Arc<dyn Store>, StoreError> {
             let store = EmbeddedStore::open(Arc::new(config.clone())).await?;
             Ok(Arc::new(store))
         }
+        #[cfg(feature = "etcd")]
         StoreConfig::Etcd { .. } => {
             let store = EtcdStore::open(Arc::new(config.clone())).await?;
             Ok(Arc::new(store))
         }
+        // A site file cannot say etcd in this build (the config refuses
+        // it); a config built in code still gets an error, not a panic.
+        #[cfg(not(feature = "etcd"))]
+        StoreConfig::Etcd { .. } => Err(StoreError::Backend(BackendError::Unsupported(
+            crate::config::NO_ETCD.into(),
+        ))),
     }
 }
 

@@ -1,5 +1,8 @@
 //! Helpers for tests on a real etcd: a site file pointing at it, stores
 //! opened as separate nodes, and polling for an expected state.
+//!
+//! Not a module of `common`: each test binary on etcd declares it, so the
+//! others (the embedded store's) build without ringsync's `etcd` feature.
 
 use std::future::Future;
 use std::net::IpAddr;
@@ -22,7 +25,7 @@ pub fn etcd_site_text(endpoints: &[String], prefix: &str) -> String {
         .map(|e| format!("\"{e}\""))
         .collect::<Vec<_>>()
         .join(", ");
-    super::SITE.replace(
+    crate::common::SITE.replace(
         "[store]\nkind = \"embedded\"\npath = \"t1.profiles.json\"\n",
         &format!("[store]\nkind = \"etcd\"\nendpoints = [{eps}]\nprefix = \"{prefix}\"\n"),
     )

@@ -12,8 +12,6 @@ use ringsync::view::Health;
 use ringsync::work::{InstanceWork, NodeKind, WorkCounts, WorkReport, WORK_PATH};
 use ringsync::SiteConfig;
 
-pub mod etcd;
-
 /// A site file with three servers, sg on each, an mg and a bgmg on srv-a,
 /// and its embedded store next to it. Nothing listens at the admin
 /// addresses of the gate and media-ctl (ports 9 and 7 are closed on loopback).

@@ -2,7 +2,6 @@
 //! the testbed's blind UDP relay as its own process, so a benchmark can
 //! measure it like any proxy. Runs until killed, or for N seconds, then
 //! prints its counters.
-#![forbid(unsafe_code)]
 
 use std::{net::SocketAddr, process::ExitCode, thread, time::Duration};
 

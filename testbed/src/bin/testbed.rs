@@ -1,7 +1,6 @@
 //! `testbed run SCENARIO.toml`: rehearse a drain of a whole site on this
 //! machine with real peers, a live progress line, a report and a chart
 //! (docs/rehearsal.md).
-#![forbid(unsafe_code)]
 
 use std::io::Write as _;
 use std::path::PathBuf;

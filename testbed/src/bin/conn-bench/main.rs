@@ -36,7 +36,6 @@
 //! connection; the gate, started by it, inherits the limit, and its
 //! `[tcp] max_connections` is set above the total. Exit status 0 only when
 //! every subscriber registered and every keep-alive got its pong.
-#![forbid(unsafe_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

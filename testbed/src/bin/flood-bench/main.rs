@@ -38,7 +38,6 @@
 //! cargo build --release -p sip-gate -p testbed
 //! netns-run target/release/flood-bench --rounds 3
 //! ```
-#![forbid(unsafe_code)]
 
 use std::path::PathBuf;
 use std::process::ExitCode;

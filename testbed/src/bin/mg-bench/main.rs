@@ -32,7 +32,6 @@
 //! cargo build --release -p media-ctl -p testbed
 //! netns-run target/release/mg-bench --rate 2000 --seconds 10 --rounds 3 --held 100000
 //! ```
-#![forbid(unsafe_code)]
 
 use std::net::{SocketAddr, UdpSocket};
 use std::path::PathBuf;

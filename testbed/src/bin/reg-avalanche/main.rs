@@ -33,7 +33,6 @@
 //! target/release/reg-avalanche --rounds 1
 //! target/release/reg-avalanche --subscribers 2000 --seconds 5   # smoke
 //! ```
-#![forbid(unsafe_code)]
 
 use std::path::PathBuf;
 use std::process::ExitCode;

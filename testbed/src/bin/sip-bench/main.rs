@@ -31,7 +31,6 @@
 //! target/release/sip-bench --systems relay,sip-gate,sip-gate-before \
 //!     --gate-before /path/to/sip-gate-of-main
 //! ```
-#![forbid(unsafe_code)]
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

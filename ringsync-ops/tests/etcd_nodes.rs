@@ -108,7 +108,7 @@ async fn r_st_3_nodes_publish_work_and_are_never_silently_dropped() {
     let status = |entries: &[ringsync::node::NodeEntry]| {
         let state = DrainState::new(config.clone());
         state.set_profiles(admin.watch().borrow().clone());
-        work::sum(
+        ringsync_ops::sum::sum(
             &state.view(),
             &ringsync::node::outcomes(entries, work::now_ms()),
         )

@@ -18,7 +18,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
-use crate::work::{WorkReport, WORK_PATH};
+use ringsync::work::{WorkReport, WORK_PATH};
 
 /// Time allowed for a whole exchange (connect, request, answer, body).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(500);
@@ -208,10 +208,10 @@ fn snippet(body: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::work::NodeKind;
     use axum::http::StatusCode;
     use axum::routing::get;
     use axum::Router;
+    use ringsync::work::NodeKind;
     use std::collections::BTreeMap;
     use std::time::Instant;
 
