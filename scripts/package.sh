@@ -15,8 +15,8 @@
 # the operator edits the site file first (README.md, "Install on a server").
 #
 # Slow (a release build with thin LTO): not part of CI, which checks the
-# units and sd_notify through the debug binaries (testbed tests
-# systemd_units and sd_notify).
+# units and sd_notify through the debug binaries (testbed's tests
+# systemd_units:: and sd_notify::).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)

@@ -10,9 +10,7 @@
 //! Run after `cargo build --bins` (the workspace's `cargo test` builds
 //! `sip-gate` next to `reg-avalanche`).
 
-mod common;
-
-use common::{num, rows, run_bench, BenchRun};
+use crate::common::{num, rows, run_bench, BenchRun};
 
 const BIN: &str = env!("CARGO_BIN_EXE_reg-avalanche");
 

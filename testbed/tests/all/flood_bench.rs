@@ -8,9 +8,7 @@
 //! Run through `netns-run`, after `cargo build --bins` (the workspace's
 //! `cargo test` builds `sip-gate` next to `flood-bench`).
 
-mod common;
-
-use common::{num, rows, run_bench, BenchRun};
+use crate::common::{num, rows, run_bench, BenchRun};
 
 const BIN: &str = env!("CARGO_BIN_EXE_flood-bench");
 

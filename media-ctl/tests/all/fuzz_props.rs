@@ -8,13 +8,11 @@
 //! with another command and a duplicated key-value run, then decoded both
 //! ways. `PROPTEST_CASES` sets the number of cases (CI runs 2000).
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use media_ctl::ng::{split_cookie, DictView, NgMessage};
 use media_ctl::{Decision, Out, Value};
 use proptest::prelude::*;

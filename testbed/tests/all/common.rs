@@ -1,7 +1,6 @@
 //! Shared pieces of the call benchmarks' end-to-end tests
 //! (`flood_bench.rs`, `reg_avalanche.rs`): one run of a benchmark binary
 //! and the rows of the CSV it writes.
-#![allow(dead_code)] // not every test file uses every helper
 
 use std::collections::HashMap;
 use std::path::Path;

@@ -2,7 +2,6 @@
 //! bgmg, and a stand-in pool that answers the core's datagrams the way
 //! rtpengine does (same cookie, `c=` the mg's address), so the core's
 //! rules can be driven without sockets and with synthetic time.
-#![allow(dead_code)] // not every test file uses every helper
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::SocketAddr;

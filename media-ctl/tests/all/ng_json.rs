@@ -3,13 +3,11 @@
 //! (`rtpengine-ng-client --json`, Debian `rtpengine-utils`) gets what an
 //! rtpengine would answer it, and a JSON client's errors read as an mg's.
 
-mod real;
-
 use std::net::{SocketAddr, UdpSocket};
 use std::process::Command;
 use std::time::Duration;
 
-use real::*;
+use crate::real::*;
 use serde_json::{json, Value as Json};
 
 /// Runs `rtpengine-ng-client --json` against `to`; its stdout.

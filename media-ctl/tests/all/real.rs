@@ -2,7 +2,6 @@
 //! mgs and bgmg, the real media-ctl binary in front of them, and an ng
 //! client that plays the sg/esg. Profiles change through the real store,
 //! as `ringsync profile activate` would do it.
-#![allow(dead_code)] // not every test file uses every helper
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
@@ -60,7 +59,8 @@ pub struct Site {
     /// The media-ctl binary.
     pub node: Node,
     pub net: (u8, u8),
-    pub dir: tempfile::TempDir,
+    /// Held so the site file's directory lives as long as the site.
+    _dir: tempfile::TempDir,
     pub path: PathBuf,
     pub ng: SocketAddr,
     pub admin: SocketAddr,
@@ -154,7 +154,7 @@ impl Site {
         let site = Site {
             node,
             net,
-            dir,
+            _dir: dir,
             path,
             ng,
             admin,
@@ -177,11 +177,6 @@ impl Site {
     pub fn restart(&mut self) {
         self.node.restart().unwrap();
         self.wait_until("media-ctl back", |s| s.status().is_some());
-    }
-
-    /// What the running media-ctl logged so far.
-    pub fn log(&self) -> String {
-        self.node.log()
     }
 
     /// An ng client on `127.a.b.host` (host 11+i plays sg i).

@@ -2,13 +2,11 @@
 //! that comes back carries the address of the rtpengine that took the call
 //! (`c=`), which proves where each call went. Run through `netns-run`.
 
-mod real;
-
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use crate::real::*;
 use media_ctl::Assign;
-use real::*;
 use ringsync::view::{Health, InstanceState};
 use ringsync::work::NodeKind;
 use testbed::http::Request;

@@ -2,11 +2,9 @@
 //! pool and synthetic time: no sockets, so every rule is a fast test. The
 //! same rules run against real rtpengine processes in `rtpengine_pool.rs`.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use media_ctl::Assign;
 use ringsync::view::{Health, InstanceState};
 use ringsync::work::{NodeKind, NodeOutcome};

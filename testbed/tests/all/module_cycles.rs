@@ -544,5 +544,4 @@ fn no_workspace_crate_has_an_import_cycle() {
 }
 
 /// The checker itself, on small synthetic crates.
-#[path = "module_cycles/checker_tests.rs"]
 mod checker_tests;
