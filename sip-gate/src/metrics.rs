@@ -196,7 +196,7 @@ pub(crate) fn refused(rule: &'static str) {
 /// counter Prometheus first sees at 1 shows no `increase()`, so the first
 /// refusals would be missing, and a panel on a name that is not exported
 /// yet cannot be told from a wrong name (`deploy/`, checked by
-/// testbed/tests/observability.rs).
+/// testbed/tests/all/observability.rs).
 pub(crate) fn register_at_start() {
     for rule in REFUSAL_RULES {
         metrics::counter!(DRAIN_REFUSALS, "rule" => rule).increment(0);
