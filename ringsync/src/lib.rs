@@ -37,6 +37,7 @@ pub mod publish;
 pub mod ring;
 pub mod state;
 pub mod store;
+pub mod time;
 pub mod tls;
 pub mod view;
 pub mod work;

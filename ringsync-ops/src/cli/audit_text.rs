@@ -7,7 +7,8 @@ use super::text::write_table;
 use super::CliError;
 use crate::plan::ActivationPlan;
 use ringsync::profile::Profile;
-use ringsync::store::{rfc3339, AuditPage, AuditRecord};
+use ringsync::store::{AuditPage, AuditRecord};
+use ringsync::time::rfc3339;
 
 fn zone(z: &std::collections::BTreeSet<String>) -> String {
     if z.is_empty() {

@@ -220,7 +220,7 @@ fn write_status(st: &HandoverStatus, out: &mut (dyn Write + Send)) -> Result<(),
         p.acting.as_deref().unwrap_or("none elected")
     );
     if let Some(t) = p.last_move_ms {
-        head.push_str(&format!(", last move {}", store::rfc3339(t)));
+        head.push_str(&format!(", last move {}", ringsync::time::rfc3339(t)));
     }
     match (p.next.as_str(), p.next_move_ms) {
         ("holding", _) => head.push_str(&format!(

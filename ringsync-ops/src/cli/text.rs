@@ -121,7 +121,7 @@ fn write_unreachable(st: &SiteStatus, out: &mut (dyn Write + Send)) -> Result<()
             let hold = if u.what.until_ms > st.generated_ms {
                 format!(
                     "no new work over it until {} ({})",
-                    work::utc_text(u.what.until_ms),
+                    ringsync::time::rfc3339(u.what.until_ms),
                     work::in_words(u.what.until_ms, st.generated_ms)
                 )
             } else {
@@ -133,7 +133,7 @@ fn write_unreachable(st: &SiteStatus, out: &mut (dyn Write + Send)) -> Result<()
                 i.id,
                 transport_name(u.what.transport),
                 u.node,
-                work::utc_text(u.what.since_ms),
+                ringsync::time::rfc3339(u.what.since_ms),
                 u.what.reason,
             )?;
         }
@@ -150,7 +150,7 @@ fn write_backups(st: &SiteStatus, out: &mut (dyn Write + Send)) -> Result<(), Cl
             b.what.pool,
             b.what.backup,
             b.node,
-            work::utc_text(b.what.since_ms),
+            ringsync::time::rfc3339(b.what.since_ms),
             b.what.reason,
         )?;
     }
@@ -163,8 +163,8 @@ fn write_engines(engines: &[EngineStatus], out: &mut (dyn Write + Send)) -> Resu
     writeln!(out, "engines:")?;
     for e in engines {
         let reach = match (e.reachable, e.since_ms) {
-            (Some(true), Some(t)) => format!("reachable since {}", work::utc_text(t)),
-            (Some(false), Some(t)) => format!("UNREACHABLE since {}", work::utc_text(t)),
+            (Some(true), Some(t)) => format!("reachable since {}", ringsync::time::rfc3339(t)),
+            (Some(false), Some(t)) => format!("UNREACHABLE since {}", ringsync::time::rfc3339(t)),
             _ => "not asked yet".to_owned(),
         };
         let holds = e.revision.map_or("holds no revision".to_owned(), |r| {
@@ -187,7 +187,7 @@ fn write_engines(engines: &[EngineStatus], out: &mut (dyn Write + Send)) -> Resu
             writeln!(
                 out,
                 "    last correction at {}: {} was {}, set {}",
-                work::utc_text(c.at_ms),
+                ringsync::time::rfc3339(c.at_ms),
                 c.instance,
                 c.found,
                 c.want.as_str()
@@ -297,7 +297,7 @@ fn node_line(n: &NodeAnswer, st: &SiteStatus) -> String {
     if let Some(since) = n.stale_since_ms {
         line.push_str(&format!(
             ", its store stale since {} (keeping its last view)",
-            ringsync::store::rfc3339(since)
+            ringsync::time::rfc3339(since)
         ));
     }
     if let Some(h) = &n.site_hash {

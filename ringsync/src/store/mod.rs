@@ -37,7 +37,7 @@ pub use change::{new_id, Change, Committed, Op};
 pub use embedded::EmbeddedStore;
 #[cfg(feature = "etcd")]
 pub use etcd::EtcdStore;
-pub use freshness::{rfc3339, Freshness};
+pub use freshness::Freshness;
 pub use handover::{Campaign, HandoverStore, Leadership, Published};
 
 pub use crate::profile::MAX_NAME_LEN;

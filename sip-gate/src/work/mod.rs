@@ -49,8 +49,9 @@ use arc_swap::ArcSwap;
 use std::time::{Duration, Instant};
 
 use ringsync::config::{SiteConfig, WorkConfig};
+use ringsync::time::rfc3339;
 use ringsync::view::Health;
-use ringsync::work::{utc_text, Eta, InstanceWork, Unknown, WorkCounts};
+use ringsync::work::{Eta, InstanceWork, Unknown, WorkCounts};
 
 use crate::metrics as m;
 
@@ -311,14 +312,14 @@ impl WorkBook {
         if !self.restored.load(Ordering::Relaxed) {
             format!(
                 "gate started at {}; registrations, subscriptions and calls set up before then are not known",
-                utc_text(since)
+                rfc3339(since)
             )
         } else {
             format!(
                 "gate started at {} with a work snapshot that covers work set up since {}; \
                  registrations, subscriptions and calls set up before then are not known",
-                utc_text(self.started_ms),
-                utc_text(since)
+                rfc3339(self.started_ms),
+                rfc3339(since)
             )
         }
     }
@@ -387,6 +388,6 @@ fn full_reason(what: &str, capacity: usize, at_ms: u64, plural: &str) -> String 
     format!(
         "its {what} table was full ({capacity} entries, [work] max_{plural}) at {}; \
          {plural} set up then are not all counted",
-        utc_text(at_ms)
+        rfc3339(at_ms)
     )
 }

@@ -249,8 +249,8 @@ impl WorkBook {
         if s.written_ms > now_ms.saturating_add(SKEW_MS) {
             return bad(format!(
                 "it was written at {}, after now ({})",
-                ringsync::work::utc_text(s.written_ms),
-                ringsync::work::utc_text(now_ms)
+                ringsync::time::rfc3339(s.written_ms),
+                ringsync::time::rfc3339(now_ms)
             ));
         }
         if s.known_since_ms > s.written_ms {

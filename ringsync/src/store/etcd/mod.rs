@@ -483,7 +483,7 @@ impl Inner {
                 self.cache.display()
             )));
         };
-        tracing::warn!(cache = %self.cache.display(), saved = %super::rfc3339(c.saved_ms),
+        tracing::warn!(cache = %self.cache.display(), saved = %crate::time::rfc3339(c.saved_ms),
             "profile store unreachable at start; serving the cached view until it answers");
         // Stale first, so the cache writer never takes this view for a confirmed one.
         self.fresh.send_modify(|f| {
@@ -492,7 +492,7 @@ impl Inner {
             f.from_cache = Some(format!(
                 "{} (saved {})",
                 self.cache.display(),
-                super::rfc3339(c.saved_ms)
+                crate::time::rfc3339(c.saved_ms)
             ));
         });
         self.apply(c.profiles, c.store_revision);
