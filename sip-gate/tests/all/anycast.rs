@@ -11,7 +11,6 @@
 //! `.1`, BIRD on `.2` (port 1790), ExaBGP on `.3`, the sg (a SIPp UAS) on
 //! `.11`, the caller on `.21`.
 
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;

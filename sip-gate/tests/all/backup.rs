@@ -14,7 +14,6 @@
 //! sg's SIPp on `.11`-`.14`, the other site's gate on `.31`, callers from
 //! `.21`.
 
-
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;

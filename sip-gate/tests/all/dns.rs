@@ -4,7 +4,6 @@
 //! over to the next SRV target when the first refuses TCP, and answers a
 //! name that does not exist with 404.
 
-
 use std::io::Read;
 use std::net::{SocketAddr, TcpListener, UdpSocket};
 use std::time::{Duration, Instant};

@@ -11,7 +11,6 @@
 //! Addresses: `127.25.1.0/24`; the gate on `.1`, sg-a's and sg-b's SIPp on
 //! `.11` and `.12`, callers from `.21`.
 
-
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
@@ -239,7 +238,7 @@ fn ringsync_drains_sg_a_the_gate_binary_refuses_new_work_and_status_goes_drainin
     // R-GW-1: the gate stops. The last call's transactions are complete
     // (kept in its table only for retransmissions), so nothing holds it:
     // it exits at once (the stop while something is in flight, the 503s
-    // meanwhile and a second signal are `tests/gate_stop.rs`'s).
+    // meanwhile and a second signal are `tests/all/gate_stop.rs`'s).
     gate.signal("TERM");
     let sigterm = std::time::Instant::now();
     let status = gate

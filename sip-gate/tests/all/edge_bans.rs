@@ -5,7 +5,6 @@
 //!
 //! Addresses: `127.86.N.0/24` (shared with `edge_policy.rs`, other `N`).
 
-
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::time::Duration;

@@ -7,7 +7,6 @@
 //! Addresses: `127.86.N.0/24`, one `N` per test; the gate on `.1`, sg on
 //! `.11`.., callers on `.100`.. and strangers on `.66`.
 
-
 use std::net::{SocketAddr, UdpSocket};
 use std::time::Duration;
 

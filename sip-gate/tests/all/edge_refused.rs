@@ -11,7 +11,6 @@
 //! on `.100` proves the way to it is open. Addresses: `127.86.N.0/24`,
 //! N = 9, 10, 11.
 
-
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -13,7 +13,6 @@
 //! Each test has its own `127.24.N.0/24`: the gate's listener and admin on
 //! `.1`, the sg (a SIPp UAS) on `.11`, the callers on `.21` and `.22`.
 
-
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

@@ -1,7 +1,9 @@
 //! sip-gate's integration tests, one binary so the suite links once (issue
 //! 42). Each module was a test file (or, for `core_rules` and `torture`, a
 //! test binary) of its own and keeps its tests' names under the module's:
-//! `cargo test -p sip-gate --test all edge_policy::` runs one.
+//! `cargo test -p sip-gate --test all edge_policy::` runs one. A filter
+//! matches anywhere in a name: `tls::` also runs `core_rules::tls::` (as
+//! `dns::`, `gate_stop::` and `rfc_edges::` do their `core_rules` topics).
 //!
 //! The modules now share a process and run side by side: each keeps its own
 //! loopback net (the one its docs name; no two modules share one), and none

@@ -18,7 +18,6 @@
 //!    cluster returns every gate is current again without re-applying
 //!    anything, and follows the next change (R-MN-2).
 
-
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;

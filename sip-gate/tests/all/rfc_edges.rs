@@ -1,7 +1,6 @@
 //! RFC 3261 edges through the real gate and raw sockets: datagram framing
 //! onto a stream (18.3), a TCP response whose connection closed (18.2.2).
 
-
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::time::{Duration, Instant};

@@ -5,7 +5,6 @@
 //! Each test names the rules it proves. Loads are small (<= 30 calls/s) and
 //! every SIPp run ends by itself.
 
-
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 

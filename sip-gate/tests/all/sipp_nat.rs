@@ -8,7 +8,6 @@
 //! connection (RFC 5626 5.3). Once that connection is closed, the next call
 //! gets 430 Flow Failed from the gate, relayed by the registrar.
 
-
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;

@@ -10,7 +10,6 @@
 //! `.1`, the sg (a SIPp UAS) on `.11`, the callers on `.21`, `.22`, `.23`.
 //! Every SIPp run is bounded in calls, rate and time.
 
-
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -4,7 +4,6 @@
 //! header through a freshly restarted gate (which then cannot vouch for its
 //! work: R-ST-3).
 
-
 use std::time::{Duration, Instant};
 
 use crate::common::*;

@@ -9,7 +9,6 @@
 //! an sg places on `.50`. Loads are a handful of calls; every SIPp run ends
 //! by itself.
 
-
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 

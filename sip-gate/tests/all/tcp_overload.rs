@@ -7,7 +7,6 @@
 //! `127.46.1.0/24`: the gate's listener and admin on `.1`, the sg (a SIPp
 //! UAS over TCP) on `.11`, the callers on `.22`, `.23` and `.24`. Every SIPp run is bounded.
 
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;

@@ -2,7 +2,6 @@
 //! a stream that loses its framing, and garbage datagrams that must not
 //! disturb service.
 
-
 use std::io::{Read, Write};
 use std::net::{TcpStream, UdpSocket};
 use std::time::Duration;

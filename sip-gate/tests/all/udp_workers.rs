@@ -9,7 +9,6 @@
 //! (a SIPp UAS) on `.11`, the callers on `.21` to `.23`. Every SIPp run is
 //! bounded in calls, rate and time.
 
-
 use std::time::{Duration, Instant};
 
 use crate::common::overload::{self, outcomes, udp_worker_threads};

@@ -13,7 +13,6 @@
 //! Addresses: `127.84.1.0/24` and `127.84.2.0/24`; the gate on `.1`, sg-a
 //! and sg-b's SIPp on `.11` and `.12`, the TCP client on `.21`.
 
-
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;

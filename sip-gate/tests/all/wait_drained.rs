@@ -12,7 +12,6 @@
 //! (through serve); the gate on `.1` (serve on `.1:9093`), sg-a's and
 //! sg-b's SIPp on `.11` and `.12`, callers from `.21`.
 
-
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};

@@ -46,7 +46,7 @@ const T: Duration = Duration::from_secs(5);
 static ONE_BROWSER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// SIP.js's `lib` dir, installed from the npm registry into the test cache
-/// once (`CARGO_TARGET_TMPDIR/sipjs`). The tests of this binary run in
+/// once (`CARGO_TARGET_TMPDIR/sipjs`). The tests of this module run in
 /// parallel: one installs while the others wait (two `npm install` into one
 /// directory at once fail with ENOTEMPTY).
 fn sipjs() -> PathBuf {

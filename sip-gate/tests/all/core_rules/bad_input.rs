@@ -87,7 +87,7 @@ fn bad_garbage_is_dropped() {
     }
 }
 
-/// Hostile messages after RFC 4475 and tests/torture.rs, on every listener,
+/// Hostile messages after RFC 4475 and tests/all/torture/, on every listener,
 /// from a UA and from an instance, over UDP and TCP: nothing panics, and
 /// whatever the gate sends parses.
 #[test]

@@ -3,7 +3,7 @@
 //! and routes it once when the answer comes ([`Core::resolved`]); answers
 //! and failures are cached; a target that cannot be reached gives way to
 //! the next ([`Core::undeliverable`]). The DNS side itself is tested against
-//! a real server in `tests/dns.rs`.
+//! a real server in `tests/all/dns.rs`.
 
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -121,7 +121,7 @@ pub fn response_to(req: &SipMessage, code: u16, reason: &str, to_tag: &str) -> B
     Bytes::from(s)
 }
 
-/// A branch never used before in this test binary (so no request is taken
+/// A branch never used before in this test process (so no request is taken
 /// for a retransmission of another).
 pub fn fresh_branch() -> String {
     use std::sync::atomic::{AtomicUsize, Ordering};

@@ -1,7 +1,7 @@
 //! SIP over TLS in the core (RFC 3261 26, RFC 5630): what a TLS listener
 //! writes into Via and Record-Route, which transport the instance leg takes,
 //! and TLS asked for where the listener has none. The sockets are proved
-//! through the binary in `tests/tls.rs`.
+//! through the binary in `tests/all/tls.rs`.
 
 use std::sync::Arc;
 

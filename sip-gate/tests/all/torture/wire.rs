@@ -410,12 +410,13 @@ fn run(net: u8, tcp: bool) {
                 .into(),
         )
     };
-    let mut files: Vec<String> =
-        std::fs::read_dir(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/all/torture/rfc4475"))
-            .unwrap()
-            .filter_map(|e| e.ok()?.file_name().into_string().ok())
-            .filter(|f| f.ends_with(".dat"))
-            .collect();
+    let mut files: Vec<String> = std::fs::read_dir(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/all/torture/rfc4475"),
+    )
+    .unwrap()
+    .filter_map(|e| e.ok()?.file_name().into_string().ok())
+    .filter(|f| f.ends_with(".dat"))
+    .collect();
     files.sort();
     assert_eq!(files.len(), 50, "the archive's 50 members");
     assert_eq!(files.len(), CASES.len(), "one row per member");

@@ -46,7 +46,7 @@ interval_ms = 0
 {tls}
 # No overload test: R-OV-1's 200 ms deadline would shed this test's own
 # REGISTER or INVITE with 503 when the debug gate runs late on a loaded
-# machine (tests/ws.rs says more).
+# machine (tests/all/ws.rs says more).
 [overload]
 new_dialog_deadline_ms = 10000
 
