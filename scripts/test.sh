@@ -25,6 +25,6 @@ cargo check -p sip-gate -p media-ctl --no-default-features --locked
 cargo test -p ringsync --lib --no-default-features --locked -- --test-threads=2
 
 echo "[test] cargo test (workspace)"
-# Integration tests start real peers on 127.0.0.x; two test binaries at a
+# Integration tests start real peers on 127.0.0.x; two tests at a
 # time keep a 2-core machine from starving SIPp's timers.
 PROPTEST_CASES="${PROPTEST_CASES:-2000}" cargo test --workspace --locked -- --test-threads=2

@@ -1,0 +1,151 @@
+//! Shared pieces of the SIPp integration tests: a site on its own loopback
+//! network, a gate started in-process on it, SIPp peers, and drains.
+//!
+//! Each test module takes its own `127.N.M.0/24`, so tests run side by side.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ringsync::config::SiteConfig;
+use ringsync::profile::{Profile, ProfileSet, ProfileState};
+use ringsync::state::DrainState;
+use sip_gate::Gate;
+use testbed::{Scenario, Sipp, SippHandle, SippReport, Transport};
+use tokio_util::sync::CancellationToken;
+
+pub mod overload;
+
+/// `127.a.b.host`.
+pub fn ip(net: (u8, u8), host: u8) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(127, net.0, net.1, host))
+}
+
+/// SIP address of the i-th simulated server (`.11`, `.12`, ...), port 5060.
+pub fn server_addr(net: (u8, u8), i: u8) -> SocketAddr {
+    SocketAddr::new(ip(net, 11 + i), 5060)
+}
+
+/// A site with `n` sg instances `sg-0..` on servers `srv-0..`, each on its
+/// own address, plus whatever `extra` TOML adds (listeners, esg...). Health
+/// probing is off unless `extra` turns it on.
+pub fn site(net: (u8, u8), n: u8, extra: &str) -> String {
+    let mut t = format!(
+        "[site]\nname = \"t{a}-{b}\"\nsecret = \"integration-test-secret-{a}-{b}\"\n\n[health]\ninterval_ms = 0\n\n[timers]\nretry_after_s = 30\nretry_after_jitter_s = 0\n\n",
+        a = net.0,
+        b = net.1
+    );
+    for i in 0..n {
+        t.push_str(&format!("[[server]]\nname = \"srv-{i}\"\n"));
+    }
+    for i in 0..n {
+        t.push_str(&format!(
+            "[[instance]]\nid = \"sg-{i}\"\nservice = \"sg\"\nserver = \"srv-{i}\"\nsip = \"{}\"\n",
+            server_addr(net, i)
+        ));
+    }
+    t.push_str(extra);
+    t
+}
+
+/// A balance listener over the sg pool on `127.a.b.1:0`.
+pub fn balance_sg(net: (u8, u8)) -> String {
+    format!(
+        "[[listener]]\nname = \"subs\"\nbind = \"{}:0\"\nmode = \"balance\"\npool = \"sg\"\nleg = \"subscriber\"\n",
+        ip(net, 1)
+    )
+}
+
+/// Parses a site text.
+pub fn config(text: &str) -> SiteConfig {
+    SiteConfig::from_str_at(text, Path::new("test-site.toml")).expect("test site is valid")
+}
+
+/// A drain state with no profile, and a gate on it. Every peer of these
+/// tests starts with no work, so the gate's work book is told it has seen
+/// everything since it started (no restart window: R-ST-3).
+pub async fn start_gate(cfg: SiteConfig) -> (Gate, Arc<DrainState>) {
+    let (gate, drain) = start_gate_restarted(cfg).await;
+    gate.core().work().assume_fresh_site();
+    (gate, drain)
+}
+
+/// Like [`start_gate`] for a gate that restarts while the site has work:
+/// it cannot vouch for its counts (R-ST-3).
+pub async fn start_gate_restarted(cfg: SiteConfig) -> (Gate, Arc<DrainState>) {
+    let drain = DrainState::new(Arc::new(cfg.clone()));
+    let gate = Gate::start(cfg, drain.clone(), CancellationToken::new())
+        .await
+        .expect("gate starts");
+    (gate, drain)
+}
+
+/// Applies one active profile draining `servers` (or none when empty).
+pub fn drain(state: &DrainState, revision: u64, servers: &[&str]) {
+    let profiles = if servers.is_empty() {
+        vec![]
+    } else {
+        vec![Profile {
+            id: "p-test".into(),
+            name: "test".into(),
+            description: String::new(),
+            revision: 0,
+            servers: servers.iter().map(|s| s.to_string()).collect(),
+            state: ProfileState::Active,
+        }]
+    };
+    state.set_profiles(Arc::new(ProfileSet { revision, profiles }));
+}
+
+/// The address of listener `name` as bound.
+pub fn listener_addr(gate: &Gate, name: &str) -> SocketAddr {
+    gate.config().listener(name).expect("listener exists").bind
+}
+
+/// A SIPp UAS on `addr`.
+pub fn uas(scenario: &str, addr: SocketAddr, transport: Transport) -> SippHandle {
+    Sipp::new(Scenario::repo(scenario))
+        .local(addr.ip(), addr.port())
+        .transport(transport)
+        .timeout(Duration::from_secs(90))
+        .spawn()
+        .expect("uas starts")
+}
+
+/// A SIPp UAC toward `remote`, `calls` calls at `rate` per second.
+pub fn uac(
+    scenario: Scenario,
+    local: IpAddr,
+    remote: SocketAddr,
+    transport: Transport,
+    calls: u64,
+    rate: u32,
+) -> Sipp {
+    Sipp::new(scenario)
+        .local_ip(local)
+        .remote(remote)
+        .transport(transport)
+        .calls(calls)
+        .rate(rate)
+        .timeout(Duration::from_secs(60))
+}
+
+/// Runs a UAC to the end without blocking the runtime.
+pub async fn run(sipp: Sipp) -> SippReport {
+    tokio::task::spawn_blocking(move || {
+        sipp.spawn()
+            .expect("uac starts")
+            .wait(Duration::from_secs(90))
+            .expect("uac report")
+    })
+    .await
+    .expect("uac task")
+}
+
+/// Asserts a UAC report has every call successful.
+pub fn assert_all_ok(what: &str, r: &SippReport, calls: u64) {
+    assert_eq!(r.successful, calls, "{what}: {r:?}");
+    assert_eq!(r.failed, 0, "{what}: {r:?}");
+    assert!(r.all_ok(), "{what}: {r:?}");
+}
