@@ -14,8 +14,9 @@
 //!
 //! Addresses: 127.0.89.x (Kamailio), 127.0.90.x and 127.0.91.x (HAProxy).
 
-// common/mod.rs allows its own dead code (each user takes a part).
-#[path = "../tests/common/mod.rs"]
+// The bench takes a part of the tests' helpers.
+#[allow(dead_code)]
+#[path = "../tests/all/common/mod.rs"]
 mod common;
 
 use std::net::SocketAddr;

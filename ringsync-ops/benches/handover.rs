@@ -13,7 +13,7 @@
 //! ```
 
 #[allow(dead_code)]
-#[path = "../tests/common/handover.rs"]
+#[path = "../tests/all/common/handover.rs"]
 mod common;
 
 use std::path::{Path, PathBuf};

@@ -1,14 +1,12 @@
 //! Admin API: tower `oneshot` for most, one real socket.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::common::TestSite;
 use axum::body::{to_bytes, Body};
 use axum::http::{Method, Request, StatusCode};
 use axum::Router;
-use common::TestSite;
 use ringsync::profile::{Profile, ProfileSet, ProfileState};
 use ringsync::state::DrainState;
 use ringsync::store;
@@ -84,10 +82,13 @@ impl Drop for Harness {
 
 #[tokio::test]
 async fn profile_crud_and_status() {
-    let (gate, _) = common::stand_in(common::report(
+    let (gate, _) = crate::common::stand_in(crate::common::report(
         NodeKind::Gate,
         "gate-1",
-        &[("sg-b", common::holds(Health::Up, WorkCounts::default()))],
+        &[(
+            "sg-b",
+            crate::common::holds(Health::Up, WorkCounts::default()),
+        )],
     ))
     .await;
     let h = harness_with(Some(gate)).await;

@@ -1,9 +1,8 @@
 //! Test helpers: the model's (a small site, stand-in nodes serving work
 //! reports, etcd) plus the operator plane's own: the `ringsync` binary
 //! serving ([`served`]) and the handover's members ([`handover`]).
-#![allow(dead_code)]
 
-#[path = "../../../ringsync/tests/common/mod.rs"]
+#[path = "../../../../ringsync/tests/all/common/mod.rs"]
 mod model;
 
 pub use model::*;
@@ -11,7 +10,7 @@ pub use model::*;
 // The model's etcd helpers (not a module of the model's `common`, whose
 // embedded-store tests build without ringsync's `etcd` feature);
 // ringsync-ops always links the etcd store.
-#[path = "../../../ringsync/tests/common/etcd.rs"]
+#[path = "../../../../ringsync/tests/all/common/etcd.rs"]
 pub mod etcd;
 
 pub mod engines;

@@ -9,13 +9,11 @@
 //!
 //! Addresses: etcd on `127.0.72.11`.
 
-mod common;
-
 use std::path::Path;
 use std::process::{Command, Output};
 
-use common::etcd::{etcd_site_text, ip};
-use common::{TestSite, SITE};
+use crate::common::etcd::{etcd_site_text, ip};
+use crate::common::{TestSite, SITE};
 use ringsync::store::{AuditPage, AuditRecord};
 use testbed::Etcd;
 

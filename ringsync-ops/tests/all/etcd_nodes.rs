@@ -3,14 +3,12 @@
 //! lease expires, is named with the reason and keeps its instances
 //! `draining`; an idle node writes nothing but keep-alives.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::etcd::{eventually, ip, node};
+use crate::common::etcd::{eventually, ip, node};
 use ringsync::node::{Liveness, NodeIdentity, NodeRole};
 use ringsync::profile::{NewProfile, ProfileState};
 use ringsync::state::DrainState;
@@ -64,7 +62,7 @@ async fn r_st_3_nodes_publish_work_and_are_never_silently_dropped() {
     let eps = etcd.endpoints();
     let dir = tempfile::tempdir().unwrap();
     let prefix = "/t/nodes";
-    let config = common::etcd::etcd_site(dir.path(), &eps, prefix);
+    let config = crate::common::etcd::etcd_site(dir.path(), &eps, prefix);
     let admin = node(&config, &eps, prefix, dir.path().join("admin.cache"))
         .await
         .unwrap();

@@ -3,14 +3,12 @@
 //! agent process per group member: only one plans; killing it hands the
 //! plan to the other, which keeps the pace from the last move.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::etcd::ip;
-use common::handover::{
+use crate::common::etcd::ip;
+use crate::common::handover::{
     agent, all_settled, ap_site, cli, handover_of, members, serve, wait_for, Proc,
 };
 use ringsync::store::{self, Campaign, HandoverStore, Published, Store};

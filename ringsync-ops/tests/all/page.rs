@@ -6,14 +6,12 @@
 //! `read` session changes nothing; every change is audited under the
 //! token's name. The browser test is `page_browser.rs`.
 
-mod common;
-
 use std::sync::Arc;
 
+use crate::common::TestSite;
 use axum::body::{to_bytes, Body};
 use axum::http::{Method, Request, StatusCode};
 use axum::Router;
-use common::TestSite;
 use ringsync::state::DrainState;
 use ringsync::store::{self, Store};
 use ringsync_ops::api::{self, Access, AdminApi};

@@ -5,13 +5,11 @@
 //! and a node that met a corrupt document fresh again after a good one
 //! (R-MN-2).
 
-mod common;
-
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::etcd::{etcd_site_text, ip};
-use common::TestSite;
+use crate::common::etcd::{etcd_site_text, ip};
+use crate::common::TestSite;
 use testbed::bins::Node;
 use testbed::{Etcd, TcpPartition};
 

@@ -4,12 +4,10 @@
 //! change that changes nothing keeps the revision, writes nothing and says
 //! "unchanged", while a stale `--revision` is still refused (R-PR-4).
 
-mod common;
-
 use std::path::Path;
 use std::process::Output;
 
-use common::TestSite;
+use crate::common::TestSite;
 use serde_json::Value;
 use testbed::bins::{command, Node};
 use testbed::http::{Reply, Request};
@@ -26,7 +24,7 @@ fn ringsync(site: &TestSite, args: &[&str]) -> Output {
 }
 
 fn ok(o: &Output) -> String {
-    common::served::ok(o)
+    crate::common::served::ok(o)
 }
 
 /// Fails the run with what the CLI said if it did not fail; its stderr.
@@ -320,13 +318,13 @@ fn r_pr_4_a_no_op_keeps_the_revision_writes_nothing_and_says_unchanged() {
     assert!(ok(&o).starts_with("unchanged profile"), "{o:?}");
 }
 
-/// The same on a site stored in a real etcd (127.0.71.11): `migrate` refuses
+/// The same on a site stored in a real etcd (127.0.73.11): `migrate` refuses
 /// a source holding a name the rules refuse (naming it; nothing copied), a
 /// bad name is refused, and a no-op activation keeps the document's
 /// revision, writes no audit record and says "unchanged" (R-PR-1, R-PR-4).
 #[test]
 fn r_pr_1_r_pr_4_names_and_no_ops_on_etcd() {
-    let etcd = testbed::Etcd::single(common::etcd::ip(71, 11)).expect("etcd");
+    let etcd = testbed::Etcd::single(crate::common::etcd::ip(73, 11)).expect("etcd");
     let ep = etcd.endpoints()[0].clone();
     let embedded = TestSite::new();
     let old = r#"{"revision":1,"profiles":[{"id":"p-0000abcd","name":"old name!","servers":["srv-b"],"state":"inactive","revision":1}]}"#;
@@ -343,7 +341,7 @@ fn r_pr_1_r_pr_4_names_and_no_ops_on_etcd() {
     let err = refused(&ringsync(&embedded, &args));
     assert!(err.contains("invalid profile name `old name!`"), "{err}");
 
-    let site = TestSite::with_text(&common::etcd::etcd_site_text(
+    let site = TestSite::with_text(&crate::common::etcd::etcd_site_text(
         std::slice::from_ref(&ep),
         "/drain/names",
     ));

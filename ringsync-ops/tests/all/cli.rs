@@ -1,13 +1,11 @@
 //! The `ringsync` binary: profile commands, status, exit codes, R-PR-2 via
 //! the CLI, and R-PR-4 under kill -9.
 
-mod common;
-
 use std::net::SocketAddr;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::TestSite;
+use crate::common::TestSite;
 use ringsync::profile::{ProfileSet, ProfileState};
 use ringsync::state::DrainState;
 use ringsync::store;
@@ -125,7 +123,7 @@ fn errors_exit_non_zero_with_a_clear_message() {
     let bad = bad_dir.path().join("site.toml");
     std::fs::write(
         &bad,
-        common::SITE.replace("server = \"srv-c\"\nsip", "server = \"srv-q\"\nsip"),
+        crate::common::SITE.replace("server = \"srv-c\"\nsip", "server = \"srv-q\"\nsip"),
     )
     .unwrap();
     let o = Command::new(BIN)
@@ -217,13 +215,13 @@ async fn status_of(site: &TestSite, gate: SocketAddr, media: SocketAddr) -> (Val
 /// A gate with work on sg-a only (sg-c probed down) and a media-ctl with
 /// calls on the bgmg only.
 async fn nodes_with_work() -> (SocketAddr, SocketAddr) {
-    let (gate, _) = common::stand_in(common::report(
+    let (gate, _) = crate::common::stand_in(crate::common::report(
         NodeKind::Gate,
         "gate-1",
         &[
-            ("sg-a", common::holds(Health::Up, counts(1, 2))),
-            ("sg-b", common::holds(Health::Up, counts(0, 0))),
-            ("sg-c", common::holds(Health::Down, counts(0, 0))),
+            ("sg-a", crate::common::holds(Health::Up, counts(1, 2))),
+            ("sg-b", crate::common::holds(Health::Up, counts(0, 0))),
+            ("sg-c", crate::common::holds(Health::Down, counts(0, 0))),
         ],
     ))
     .await;
@@ -231,12 +229,12 @@ async fn nodes_with_work() -> (SocketAddr, SocketAddr) {
         calls: n,
         ..WorkCounts::default()
     };
-    let (media, _) = common::stand_in(common::report(
+    let (media, _) = crate::common::stand_in(crate::common::report(
         NodeKind::MediaCtl,
         "media-1",
         &[
-            ("mg-a", common::holds(Health::Up, calls(0))),
-            ("bgmg-a", common::holds(Health::Up, calls(4))),
+            ("mg-a", crate::common::holds(Health::Up, calls(0))),
+            ("bgmg-a", crate::common::holds(Health::Up, calls(4))),
         ],
     ))
     .await;
@@ -313,13 +311,13 @@ async fn r_st_3_status_sums_the_reports_of_the_gate_and_media_ctl() {
 async fn r_st_3_r_st_4_unreachable_media_ctl_makes_the_mg_unknown_with_the_reason() {
     let site = TestSite::new();
     drain(&site, &["srv-a"]);
-    let (gate, _) = common::stand_in(common::report(
+    let (gate, _) = crate::common::stand_in(crate::common::report(
         NodeKind::Gate,
         "gate-1",
-        &[("sg-a", common::holds(Health::Up, counts(0, 0)))],
+        &[("sg-a", crate::common::holds(Health::Up, counts(0, 0)))],
     ))
     .await;
-    let media = common::closed_port();
+    let media = crate::common::closed_port();
     let (v, table) = status_of(&site, gate, media).await;
     assert_eq!(instance(&v, "sg-a")["state"], "drained", "{v}");
     let mg = instance(&v, "mg-a");
@@ -376,15 +374,15 @@ async fn r_st_3_an_instance_its_node_cannot_vouch_for_shows_why_and_when() {
             registrations_until_ms: Some(now + 1_800_000),
             calls_until_ms: None,
         },
-        ..common::holds(Health::Up, counts(0, 1))
+        ..crate::common::holds(Health::Up, counts(0, 1))
     };
-    let (gate, _) = common::stand_in(common::report(
+    let (gate, _) = crate::common::stand_in(crate::common::report(
         NodeKind::Gate,
         "gate-1",
         &[("sg-a", unsure)],
     ))
     .await;
-    let (media, _) = common::stand_in(common::report(
+    let (media, _) = crate::common::stand_in(crate::common::report(
         NodeKind::MediaCtl,
         "media-1",
         &[("mg-a", InstanceWork::default())],
@@ -427,11 +425,11 @@ async fn r_st_3_an_instance_its_node_cannot_vouch_for_shows_why_and_when() {
 async fn a_report_from_another_site_or_kind_vouches_for_nothing() {
     let site = TestSite::new();
     drain(&site, &["srv-a"]);
-    let zero = || common::holds(Health::Up, counts(0, 0));
-    let mut other = common::report(NodeKind::Gate, "gate-x", &[("sg-a", zero())]);
+    let zero = || crate::common::holds(Health::Up, counts(0, 0));
+    let mut other = crate::common::report(NodeKind::Gate, "gate-x", &[("sg-a", zero())]);
     other.site = "t2".into();
-    let (gate, _) = common::stand_in(other).await;
-    let (media, _) = common::stand_in(common::report(
+    let (gate, _) = crate::common::stand_in(other).await;
+    let (media, _) = crate::common::stand_in(crate::common::report(
         NodeKind::Gate,
         "gate-y",
         &[("mg-a", zero())],
@@ -461,13 +459,13 @@ async fn a_report_from_another_site_or_kind_vouches_for_nothing() {
 async fn r_st_1_serve_polls_the_nodes_and_serves_the_summed_status() {
     let site = TestSite::new();
     drain(&site, &["srv-a"]);
-    let (gate, handle) = common::stand_in(common::report(
+    let (gate, handle) = crate::common::stand_in(crate::common::report(
         NodeKind::Gate,
         "gate-1",
-        &[("sg-a", common::holds(Health::Up, counts(0, 2)))],
+        &[("sg-a", crate::common::holds(Health::Up, counts(0, 2)))],
     ))
     .await;
-    let media = common::closed_port();
+    let media = crate::common::closed_port();
     let mut child = Command::new(BIN)
         .arg("--config")
         .arg(site.site_path())

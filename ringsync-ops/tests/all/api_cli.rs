@@ -4,14 +4,14 @@
 //! last of a service), over plain HTTP and over TLS with a test CA whose
 //! certificate is renewed while serving.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::Duration;
 
-use common::served::{self, add_token, local, ok, remote, stderr, stdout, wait_until, Served};
-use common::TestSite;
+use crate::common::served::{
+    self, add_token, local, ok, remote, stderr, stdout, wait_until, Served,
+};
+use crate::common::TestSite;
 use ringsync::profile::ProfileSet;
 
 fn revision(site: &TestSite) -> u64 {

@@ -7,15 +7,13 @@
 //! Addresses: 127.0.86.x (Kamailio, its SIPp UAS and UAC), 127.0.87.x
 //! (HAProxy and its servers), 127.0.88.x (the failing engines).
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::time::{Duration, Instant};
 
-use common::engines::*;
-use common::served::{local, ok, remote, wait_until, Served};
-use common::TestSite;
+use crate::common::engines::*;
+use crate::common::served::{local, ok, remote, wait_until, Served};
+use crate::common::TestSite;
 use serde_json::Value;
 use testbed::{free_port, Scenario, Sipp, SippHandle, Transport};
 const KAM_IP: &str = "127.0.86.30";
@@ -424,7 +422,7 @@ fn r_ex_1_failing_engines_do_not_block_the_others() {
         text.contains("engines:") && text.contains("kam-gone") && text.contains("UNREACHABLE"),
         "{text}"
     );
-    let (code, metrics) = common::served::call(served.addr, "GET", "/metrics", None, "");
+    let (code, metrics) = crate::common::served::call(served.addr, "GET", "/metrics", None, "");
     assert_eq!(code, 200);
     assert!(
         metrics.contains("ringsync_engine_reachable{engine=\"hap\"} 1"),

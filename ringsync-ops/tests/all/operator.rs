@@ -3,12 +3,10 @@
 //! serving, the refusal to serve a public address unprotected, and the
 //! audit log across refusals and restarts.
 
-mod common;
-
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::served::{self, add_token, call, local, ok, remote, wait_until, Served};
+use crate::common::served::{self, add_token, call, local, ok, remote, wait_until, Served};
 use ringsync::profile::ProfileSet;
 use ringsync::store::AuditPage;
 use ringsync_ops::api::{Endpoint, Need};
@@ -17,7 +15,7 @@ use ringsync_ops::auth::Role;
 const TOKENS: &str = "tokens = \"tokens.toml\"";
 
 /// The id of a profile made on the store itself.
-fn create(site: &common::TestSite, name: &str, server: &str) -> String {
+fn create(site: &crate::common::TestSite, name: &str, server: &str) -> String {
     let out = ok(&local(
         site,
         &["profile", "create", "--name", name, "--server", server],
@@ -112,7 +110,7 @@ fn r_pr_1_each_role_against_each_endpoint() {
 
 /// Each role on every endpoint it may call: a 2xx, and the changes made.
 fn allowed_calls_succeed(
-    site: &common::TestSite,
+    site: &crate::common::TestSite,
     s: &Served,
     tokens: &[(Role, String)],
     victim: &str,
@@ -217,7 +215,7 @@ fn r_pr_1_tokens_file_changed_while_serving() {
     assert_eq!(st, 403, "carol reads only");
 }
 
-fn serve_exit(site: &common::TestSite, args: &[&str]) -> (Option<i32>, String) {
+fn serve_exit(site: &crate::common::TestSite, args: &[&str]) -> (Option<i32>, String) {
     let mut child = Command::new(served::BIN)
         .arg("--config")
         .arg(site.site_path())
@@ -247,7 +245,7 @@ fn serve_exit(site: &common::TestSite, args: &[&str]) -> (Option<i32>, String) {
 /// reason; `--insecure` serves anyway.
 #[test]
 fn serve_refuses_a_public_address_without_tls_and_tokens() {
-    let open = common::TestSite::new();
+    let open = crate::common::TestSite::new();
     let (code, err) = serve_exit(&open, &["--bind", "0.0.0.0:0"]);
     assert_eq!(code, Some(1), "{err}");
     assert!(
@@ -347,7 +345,7 @@ fn r_pr_4_audit_log_survives_a_kill_and_is_only_appended() {
 
 /// The records of `r_pr_4_audit_log_survives_a_kill_and_is_only_appended`:
 /// exactly its changes, in order, and the text form naming the same.
-fn check_the_sequence(site: &common::TestSite, page: &AuditPage) {
+fn check_the_sequence(site: &crate::common::TestSite, page: &AuditPage) {
     let got: Vec<(&str, &str, u16)> = page
         .records
         .iter()

@@ -1,5 +1,8 @@
 //! Test helpers: a small site in a temporary directory, and stand-in nodes
 //! serving work reports over real HTTP.
+//!
+//! ringsync-ops' tests include this module too (by path), and each crate's
+//! tests use a part of it.
 #![allow(dead_code)]
 
 use ringsync::store::Refusal;

@@ -4,14 +4,12 @@
 //! reads `handover status`, `/v1/handover`, `status` and `/metrics`
 //! (R-AP-1..4, R-MN-3, R-ST-3). A test pace of one second.
 
-mod common;
-
 use std::time::Duration;
 
-use common::handover::{
+use crate::common::handover::{
     agent, all_settled, ap_site, cli, get, handover_of, members, serve, wait_for, Proc,
 };
-use common::TestSite;
+use crate::common::TestSite;
 use ringsync::view::InstanceState;
 use ringsync_ops::handover::record::{HandoverState, MoveKind};
 use ringsync_ops::handover::status::GroupState;
@@ -196,7 +194,7 @@ fn r_ap_2_a_pace_under_a_minute_is_refused_unless_the_site_allows_a_test_pace() 
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("site.toml");
     std::fs::write(&path, ap_site(1, 0, "ap_pace_s = 1")).unwrap();
-    let o = std::process::Command::new(common::handover::BIN)
+    let o = std::process::Command::new(crate::common::handover::BIN)
         .arg("--config")
         .arg(&path)
         .args(["handover", "status"])

@@ -3,15 +3,11 @@
 //! success and one conflict, never a lost update), fail-static with
 //! resync (R-MN-2), re-list after a compaction, start from the view cache.
 
-mod common;
-#[path = "common/etcd.rs"]
-mod etcd_common;
-
 use ringsync::store::{BackendError, Refusal};
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_common::{eventually, ip, node};
+use crate::etcd_common::{eventually, ip, node};
 use ringsync::profile::{NewProfile, ProfilePatch, ProfileState};
 use ringsync::state::DrainState;
 use ringsync::store::{Store, StoreError};
@@ -37,11 +33,11 @@ async fn audited_writes_and_stale_revisions_on_etcd() {
     let etcd = blocking(|| Etcd::single(ip(68, 11))).expect("etcd");
     let eps = etcd.endpoints();
     let dir = tempfile::tempdir().unwrap();
-    let config = etcd_common::etcd_site(dir.path(), &eps, "/t/audit");
+    let config = crate::etcd_common::etcd_site(dir.path(), &eps, "/t/audit");
     let a = node(&config, &eps, "/t/audit", dir.path().join("a.cache"))
         .await
         .unwrap();
-    common::audited_writes(&a).await;
+    crate::common::audited_writes(&a).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -49,7 +45,7 @@ async fn r_pr_1_and_r_pr_2_across_nodes() {
     let etcd = blocking(|| Etcd::single(ip(61, 11))).expect("etcd");
     let eps = etcd.endpoints();
     let dir = tempfile::tempdir().unwrap();
-    let config = etcd_common::etcd_site(dir.path(), &eps, "/t/crud");
+    let config = crate::etcd_common::etcd_site(dir.path(), &eps, "/t/crud");
     let a = node(&config, &eps, "/t/crud", dir.path().join("a.cache"))
         .await
         .unwrap();
@@ -127,7 +123,7 @@ async fn concurrent_writers_one_wins_the_others_conflict() {
     let eps = etcd.endpoints();
     let dir = tempfile::tempdir().unwrap();
     let prefix = "/t/cas";
-    let config = etcd_common::etcd_site(dir.path(), &eps, prefix);
+    let config = crate::etcd_common::etcd_site(dir.path(), &eps, prefix);
     let mut nodes = Vec::new();
     for i in 0..8 {
         let s = node(&config, &eps, prefix, dir.path().join(format!("{i}.cache")))
@@ -213,7 +209,7 @@ async fn r_mn_2_fail_static_then_resync_once() {
     let eps = etcd.endpoints();
     let dir = tempfile::tempdir().unwrap();
     let prefix = "/t/static";
-    let config = etcd_common::etcd_site(dir.path(), &eps, prefix);
+    let config = crate::etcd_common::etcd_site(dir.path(), &eps, prefix);
     let writer = node(&config, &eps, prefix, dir.path().join("w.cache"))
         .await
         .unwrap();
@@ -280,7 +276,7 @@ async fn compaction_during_a_watch_relists() {
     let via = vec![format!("http://{}", relay.addr())];
     let dir = tempfile::tempdir().unwrap();
     let prefix = "/t/compact";
-    let config = etcd_common::etcd_site(dir.path(), &eps, prefix);
+    let config = crate::etcd_common::etcd_site(dir.path(), &eps, prefix);
     let writer = node(&config, &eps, prefix, dir.path().join("w.cache"))
         .await
         .unwrap();
@@ -337,7 +333,7 @@ async fn restart_during_outage_starts_from_the_cache() {
     let eps = etcd.endpoints();
     let dir = tempfile::tempdir().unwrap();
     let prefix = "/t/cache";
-    let config = etcd_common::etcd_site(dir.path(), &eps, prefix);
+    let config = crate::etcd_common::etcd_site(dir.path(), &eps, prefix);
     let cache = dir.path().join("node.cache");
     {
         let n = node(&config, &eps, prefix, cache.clone()).await.unwrap();

@@ -271,6 +271,8 @@ pub fn haproxy_site(host: &str) -> (HaproxySite, SocketAddr, SocketAddr, SocketA
 
 /// The admin state bits of `backend/server`, read from HAProxy's runtime
 /// API directly (`show servers state`).
+// The engines bench reads these; the tests read the engines' own views.
+#[allow(dead_code)]
 pub fn admin_bits(admin: SocketAddr, backend: &str, server: &str) -> Option<u32> {
     let mut s = TcpStream::connect_timeout(&admin, Duration::from_millis(300)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;

@@ -4,11 +4,9 @@
 //! parts stay, and `ringsync audit` still reads every kept record oldest
 //! first across the parts, with seqs that keep growing, page by page.
 
-mod common;
-
 use std::process::{Command, Output};
 
-use common::{TestSite, SITE};
+use crate::common::{TestSite, SITE};
 use ringsync::store::AuditPage;
 
 const BIN: &str = env!("CARGO_BIN_EXE_ringsync");

@@ -5,15 +5,13 @@
 //! agent` processes stand in for the services, the operator acts through
 //! the CLI and reads `/v1/handover`, `handover status` and `/metrics`.
 
-mod common;
-
 use std::path::Path;
 use std::time::Duration;
 
-use common::handover::{
+use crate::common::handover::{
     agent, all_settled, ap_site, cli, get, handover_of, members, serve, wait_for, Proc,
 };
-use common::TestSite;
+use crate::common::TestSite;
 use ringsync_ops::handover::record::{HandoverState, MoveKind};
 use ringsync_ops::handover::status::GroupState;
 use ringsync_ops::handover::HandoverStatus;

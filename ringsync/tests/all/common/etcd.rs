@@ -1,8 +1,9 @@
 //! Helpers for tests on a real etcd: a site file pointing at it, stores
 //! opened as separate nodes, and polling for an expected state.
 //!
-//! Not a module of `common`: each test binary on etcd declares it, so the
-//! others (the embedded store's) build without ringsync's `etcd` feature.
+//! Not a module of `common`: ringsync's test binary declares it only with
+//! the `etcd` feature, so the embedded store's tests build without it, and
+//! ringsync-ops (which includes `common` too) declares it on its own.
 
 use std::future::Future;
 use std::net::IpAddr;

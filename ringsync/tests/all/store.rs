@@ -1,12 +1,10 @@
 //! Embedded store: R-PR-1, R-PR-2, R-PR-4.
 
-mod common;
-
 use ringsync::store::{BackendError, Refusal};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::TestSite;
+use crate::common::TestSite;
 use ringsync::profile::{NewProfile, ProfilePatch, ProfileSet, ProfileState};
 use ringsync::state::DrainState;
 use ringsync::store::{self, Store, StoreError};
@@ -26,7 +24,7 @@ fn new(name: &str, servers: &[&str]) -> NewProfile {
 async fn audited_writes_and_stale_revisions_on_the_embedded_store() {
     let site = TestSite::new();
     let s = store::open(&site.config).await.unwrap();
-    common::audited_writes(s.as_ref()).await;
+    crate::common::audited_writes(s.as_ref()).await;
     let log = std::fs::read_to_string(site.dir.path().join("t1.profiles.json.audit.jsonl"));
     assert_eq!(
         log.unwrap().lines().count(),
@@ -199,7 +197,7 @@ async fn r_pr_4_malformed_file_is_a_clear_error_and_is_not_overwritten() {
 /// view cache, refuses to start rather than serve an empty view.
 #[tokio::test]
 async fn etcd_unreachable_without_a_cache_is_refused_clearly() {
-    let text = common::SITE.replace(
+    let text = crate::common::SITE.replace(
         "kind = \"embedded\"\npath = \"t1.profiles.json\"",
         "kind = \"etcd\"\nendpoints = [\"http://127.0.0.1:9\"]",
     );

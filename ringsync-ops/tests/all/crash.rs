@@ -2,13 +2,11 @@
 //! moments never leave a torn store file, and the audit log then names
 //! exactly the changes the store holds.
 
-mod common;
-
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::served::{local as ringsync, ok, BIN};
-use common::TestSite;
+use crate::common::served::{local as ringsync, ok, BIN};
+use crate::common::TestSite;
 use ringsync::profile::ProfileSet;
 
 #[test]

@@ -3,13 +3,11 @@
 //! tokio's clock jumps from timer to timer, so a plan of minutes runs in
 //! well under a second.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::handover::{ap_site, members, records, spawn_agents, MoveLog};
-use common::TestSite;
+use crate::common::handover::{ap_site, members, records, spawn_agents, MoveLog};
+use crate::common::TestSite;
 use ringsync::profile::{NewProfile, ProfilePatch, ProfileState};
 use ringsync::state::DrainState;
 use ringsync::store::{self, HandoverStore, Store};
@@ -73,7 +71,7 @@ impl Run {
     }
 
     /// All members with agents, except `without`.
-    fn agents(&self, without: &[&str]) -> common::handover::SimLog {
+    fn agents(&self, without: &[&str]) -> crate::common::handover::SimLog {
         let who: Vec<_> = members(&self.site.config)
             .into_iter()
             .filter(|(_, m)| !without.contains(&m.as_str()))

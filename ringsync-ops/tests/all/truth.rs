@@ -4,11 +4,9 @@
 //! one `migrate` makes included (R-PR-4); profile names are what the API
 //! says, and a change that changes nothing says so and keeps the revision.
 
-mod common;
-
 use std::process::{Command, Output};
 
-use common::TestSite;
+use crate::common::TestSite;
 use ringsync::view::Health;
 use ringsync::work::{NodeKind, WorkCounts};
 use serde_json::Value;
@@ -33,7 +31,7 @@ async fn ringsync_async(site: &TestSite, args: &[&str]) -> Output {
 }
 
 fn ok(o: &Output) -> String {
-    common::served::ok(o)
+    crate::common::served::ok(o)
 }
 
 fn instance<'a>(v: &'a Value, id: &str) -> &'a Value {
@@ -69,8 +67,8 @@ fn idle() -> WorkCounts {
 #[tokio::test]
 async fn r_st_4_unknown_health_is_unknown_not_up_and_status_naming_it_exits_3() {
     let site = TestSite::new();
-    let closed = common::closed_port().to_string();
-    let media = common::closed_port().to_string();
+    let closed = crate::common::closed_port().to_string();
+    let media = crate::common::closed_port().to_string();
     let base = [
         "status",
         "--gate",
@@ -103,10 +101,10 @@ async fn r_st_4_unknown_health_is_unknown_not_up_and_status_naming_it_exits_3() 
     );
 
     // The gate answers for the sgs (sg-b probed up): named, sg-b exits 0.
-    let (gate, _) = common::stand_in(common::report(
+    let (gate, _) = crate::common::stand_in(crate::common::report(
         NodeKind::Gate,
         "gate-1",
-        &[("sg-b", common::holds(Health::Up, idle()))],
+        &[("sg-b", crate::common::holds(Health::Up, idle()))],
     ))
     .await;
     let g = gate.to_string();
@@ -120,8 +118,9 @@ async fn r_st_4_unknown_health_is_unknown_not_up_and_status_naming_it_exits_3() 
 
     // serve's metrics: the state gauge has an `unknown` label.
     let served = tokio::task::spawn_blocking(move || {
-        let s = common::served::Served::start(&site, &["--gate", &closed, "--media", &media]);
-        let metrics = common::served::call(s.addr, "GET", "/metrics", None, "").1;
+        let s =
+            crate::common::served::Served::start(&site, &["--gate", &closed, "--media", &media]);
+        let metrics = crate::common::served::call(s.addr, "GET", "/metrics", None, "").1;
         (s, site, metrics)
     })
     .await

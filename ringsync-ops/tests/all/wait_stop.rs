@@ -4,12 +4,10 @@
 //! is answered 503 at once and the process exits, instead of waiting out
 //! the poll's 300 s.
 
-mod common;
-
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::TestSite;
+use crate::common::TestSite;
 use testbed::bins::Node;
 
 const BIN: &str = env!("CARGO_BIN_EXE_ringsync");
