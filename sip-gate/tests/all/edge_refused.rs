@@ -22,6 +22,7 @@ use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::TestRunner;
 use sip_gate::TokenKey;
+use testbed::bins::Node;
 
 /// The secret of `policy::write_site`'s site.
 const SECRET: &str = "policy-test-secret-0123456789";
@@ -329,33 +330,51 @@ fn assert_way_open(sg: &Sg, net: u8, g: SocketAddr) {
     assert!(sg.count() > before, "an allowed INVITE must reach the sg");
 }
 
+/// The gate of `net` on `policy::write_site`'s site, with `site` under
+/// `[site]` and `tail` at the end, the recording sg, the gate's address and
+/// the refused source's.
+fn refused_gate(
+    net: u8,
+    site: &str,
+    tail: &str,
+) -> (tempfile::TempDir, Sg, Node, SocketAddr, SocketAddr) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_site(dir.path(), net, site, "");
+    let text = std::fs::read_to_string(&path).unwrap() + tail;
+    std::fs::write(&path, text).unwrap();
+    let sg = Sg::start(SocketAddr::new(ip(net, 11), 5060));
+    let gate = start_gate(&path, net);
+    let g = SocketAddr::new(ip(net, 1), 5060);
+    let me = SocketAddr::new(ip(net, 66), 5099);
+    (dir, sg, gate, g, me)
+}
+
+/// Nothing of `back` reached the source, the sg saw no more than
+/// `before`, and the gate counted refusals under `outcome`.
+fn assert_silent(back: &[String], sg: &Sg, before: usize, gate: &Node, outcome: &str) {
+    assert!(back.is_empty(), "the refused source heard: {back:?}");
+    assert_eq!(sg.count(), before, "reached the sg:\n{}", sg.seen());
+    let label = format!("outcome=\"{outcome}\"");
+    assert!(
+        gate.metrics()
+            .unwrap()
+            .sum("sipgate_requests_total", &[label.as_str()])
+            > 0.0,
+        "{}",
+        gate.log()
+    );
+}
+
 /// R-SEC-4 with `[listener.access] action = "drop"`: for 120 messages of
 /// any shape from the denied source, over UDP and TCP, nothing reaches the
 /// sg and not one byte comes back.
 #[test]
 fn r_sec_4_a_denied_source_gets_nothing_through_and_nothing_back() {
     let net = 9;
-    let dir = tempfile::tempdir().unwrap();
-    let site = write_site(dir.path(), net, "", "");
-    let text = std::fs::read_to_string(&site).unwrap()
-        + &format!("\n[listener.access]\ndeny = [\"127.86.{net}.66/32\"]\naction = \"drop\"\n");
-    std::fs::write(&site, text).unwrap();
-    let sg = Sg::start(SocketAddr::new(ip(net, 11), 5060));
-    let mut gate = start_gate(&site, net);
-    let g = SocketAddr::new(ip(net, 1), 5060);
-    let me = SocketAddr::new(ip(net, 66), 5099);
-
+    let tail = format!("\n[listener.access]\ndeny = [\"127.86.{net}.66/32\"]\naction = \"drop\"\n");
+    let (_dir, sg, mut gate, g, me) = refused_gate(net, "", &tail);
     let back = fire(&cases(140), me, g, "acl");
-    assert!(back.is_empty(), "the denied source heard: {back:?}");
-    assert_eq!(sg.count(), 0, "reached the sg:\n{}", sg.seen());
-    assert!(
-        gate.metrics()
-            .unwrap()
-            .sum("sipgate_requests_total", &[r#"outcome="access_denied""#])
-            > 0.0,
-        "{}",
-        gate.log()
-    );
+    assert_silent(&back, &sg, 0, &gate, "access_denied");
     assert_way_open(&sg, net, g);
     gate.stop(Duration::from_secs(5));
 }
@@ -366,15 +385,8 @@ fn r_sec_4_a_denied_source_gets_nothing_through_and_nothing_back() {
 #[test]
 fn r_sec_4_a_banned_source_gets_nothing_through_and_nothing_back() {
     let net = 10;
-    let dir = tempfile::tempdir().unwrap();
-    let site = write_site(dir.path(), net, "", "");
-    let text = std::fs::read_to_string(&site).unwrap()
-        + "\n[listener.auth_ban]\nlimit = 2\nwindow_s = 30\nban_s = 120\naction = \"drop\"\n";
-    std::fs::write(&site, text).unwrap();
-    let sg = Sg::start(SocketAddr::new(ip(net, 11), 5060));
-    let mut gate = start_gate(&site, net);
-    let g = SocketAddr::new(ip(net, 1), 5060);
-    let me = SocketAddr::new(ip(net, 66), 5099);
+    let tail = "\n[listener.auth_ban]\nlimit = 2\nwindow_s = 30\nban_s = 120\naction = \"drop\"\n";
+    let (_dir, sg, mut gate, g, me) = refused_gate(net, "", tail);
     let register = Case {
         method: "REGISTER",
         to_tag: None,
@@ -392,16 +404,7 @@ fn r_sec_4_a_banned_source_gets_nothing_through_and_nothing_back() {
     }
     let before = sg.count();
     let back = fire(&cases(140), me, g, "ban");
-    assert!(back.is_empty(), "the banned source heard: {back:?}");
-    assert_eq!(sg.count(), before, "reached the sg:\n{}", sg.seen());
-    assert!(
-        gate.metrics()
-            .unwrap()
-            .sum("sipgate_requests_total", &[r#"outcome="auth_banned""#])
-            > 0.0,
-        "{}",
-        gate.log()
-    );
+    assert_silent(&back, &sg, before, &gate, "auth_banned");
     assert_way_open(&sg, net, g);
     gate.stop(Duration::from_secs(5));
 }
@@ -412,15 +415,8 @@ fn r_sec_4_a_banned_source_gets_nothing_through_and_nothing_back() {
 #[test]
 fn r_sec_4_a_rejected_source_learns_only_its_403() {
     let net = 11;
-    let dir = tempfile::tempdir().unwrap();
-    let site = write_site(dir.path(), net, "server_header = \"\"", "");
-    let text = std::fs::read_to_string(&site).unwrap()
-        + &format!("\n[listener.access]\ndeny = [\"127.86.{net}.66/32\"]\n");
-    std::fs::write(&site, text).unwrap();
-    let sg = Sg::start(SocketAddr::new(ip(net, 11), 5060));
-    let mut gate = start_gate(&site, net);
-    let g = SocketAddr::new(ip(net, 1), 5060);
-    let me = SocketAddr::new(ip(net, 66), 5099);
+    let tail = format!("\n[listener.access]\ndeny = [\"127.86.{net}.66/32\"]\n");
+    let (_dir, sg, mut gate, g, me) = refused_gate(net, "server_header = \"\"", &tail);
 
     let back = fire(&cases(140), me, g, "rej");
     assert!(!back.is_empty(), "reject answers with 403");
