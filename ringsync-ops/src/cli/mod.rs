@@ -38,7 +38,7 @@ pub use backup::{BackupArgs, RestoreArgs};
 pub use bans::{BansCommand, GateArg};
 pub use handover::{AgentArgs, HandoverCommand};
 pub use registry::{MigrateArgs, NodeCommand};
-pub use serve::{TokenAddArgs, TokenCommand};
+pub use serve::{TokenAddArgs, TokenCommand, TokenFileArgs, TokenRemoveArgs};
 use site::Site;
 pub use wait::{WaitArgs, WaitCommand, EXIT_NOT_DRAINING, EXIT_TIMEOUT};
 

@@ -29,5 +29,6 @@ mod names;
 mod operator;
 mod page;
 mod page_browser;
+mod tokens_file;
 mod truth;
 mod wait_stop;
