@@ -25,6 +25,7 @@ mod handover_cli;
 mod handover_etcd;
 mod handover_midplan;
 mod handover_paced;
+mod install;
 mod names;
 mod operator;
 mod page;
