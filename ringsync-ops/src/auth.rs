@@ -13,8 +13,7 @@
 //! log and in `ringsync_tokens_reload_errors_total`.
 
 use std::fmt;
-use std::fs::{self, OpenOptions};
-use std::io::Write;
+use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -26,6 +25,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use tokio_util::sync::CancellationToken;
 
+use crate::tokens_file;
 use ringsync::files::stamp;
 
 /// How often `serve` looks at the tokens file for changes.
@@ -95,6 +95,15 @@ pub enum TokenError {
         /// The file.
         path: PathBuf,
         /// What is wrong.
+        detail: String,
+    },
+    /// The file cannot be given the group `ringsync serve` reads it as
+    /// (nothing was written).
+    #[error("tokens file {}: not written: {detail}", path.display())]
+    Owner {
+        /// The file.
+        path: PathBuf,
+        /// Why.
         detail: String,
     },
 }
@@ -243,27 +252,52 @@ impl TokenSet {
     }
 }
 
+/// Reads the tokens file at `path` for a change; a missing file is empty.
+fn read_file(path: &Path) -> Result<TokensFile, TokenError> {
+    match fs::read_to_string(path) {
+        Ok(text) => toml::from_str(&text).map_err(|e| TokenError::Invalid {
+            path: path.to_owned(),
+            detail: e.to_string(),
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(TokensFile::default()),
+        Err(source) => Err(TokenError::Io {
+            path: path.to_owned(),
+            source,
+        }),
+    }
+}
+
+/// Writes `file` over the tokens file at `path` (see [`tokens_file`]: a new
+/// file `0640` with group `group` or `sip-gate`, an existing one keeps its
+/// mode and owner).
+fn write_file(path: &Path, file: &TokensFile, group: Option<&str>) -> Result<(), TokenError> {
+    let text = toml::to_string(file).map_err(|e| TokenError::Invalid {
+        path: path.to_owned(),
+        detail: e.to_string(),
+    })?;
+    let header = "# ringsync admin API tokens (hashes only), written by `ringsync token add`.\n";
+    tokens_file::replace(path, &format!("{header}{text}"), group)
+}
+
 /// Makes a token for `name` with `role`, adds its hash to the file at
-/// `path` (created, owner-only, if missing; replaced atomically) and returns
-/// the token: the only time it is ever shown.
-pub fn add_token(path: &Path, name: &str, role: Role) -> Result<String, TokenError> {
+/// `path` (created if missing, replaced atomically; owner and mode as
+/// [`tokens_file`] says, `group` for its group) and returns the token: the
+/// only time it is ever shown.
+pub fn add_token(
+    path: &Path,
+    name: &str,
+    role: Role,
+    group: Option<&str>,
+) -> Result<String, TokenError> {
     let invalid = |detail: String| TokenError::Invalid {
         path: path.to_owned(),
         detail,
     };
-    let io = |source| TokenError::Io {
-        path: path.to_owned(),
-        source,
-    };
     check_token_name(name).map_err(invalid)?;
-    let mut file: TokensFile = match fs::read_to_string(path) {
-        Ok(text) => toml::from_str(&text).map_err(|e| invalid(e.to_string()))?,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => TokensFile::default(),
-        Err(e) => return Err(io(e)),
-    };
+    let mut file = read_file(path)?;
     if file.token.iter().any(|e| e.name == name) {
         return Err(invalid(format!(
-            "a token named `{name}` already exists (remove its [[token]] entry to replace it)"
+            "a token named `{name}` already exists (`ringsync token remove {name}` first to replace it)"
         )));
     }
     let token = format!("{TOKEN_PREFIX}{}", hex(&rand::random::<[u8; 32]>()));
@@ -272,21 +306,23 @@ pub fn add_token(path: &Path, name: &str, role: Role) -> Result<String, TokenErr
         role,
         sha256: hex(&digest(name, role, &token)),
     });
-    let text = toml::to_string(&file).map_err(|e| invalid(e.to_string()))?;
-    let mut tmp_path = path.as_os_str().to_owned();
-    tmp_path.push(".tmp");
-    let tmp_path = PathBuf::from(tmp_path);
-    let mut opts = OpenOptions::new();
-    opts.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
-    let mut tmp = opts.open(&tmp_path).map_err(io)?;
-    let header = "# ringsync admin API tokens (hashes only), written by `ringsync token add`.\n";
-    tmp.write_all(header.as_bytes()).map_err(io)?;
-    tmp.write_all(text.as_bytes()).map_err(io)?;
-    tmp.sync_all().map_err(io)?;
-    fs::rename(&tmp_path, path).map_err(io)?;
+    write_file(path, &file, group)?;
     Ok(token)
+}
+
+/// Removes the token named `name` from the file at `path` (written as
+/// [`add_token`] writes it): its holder is refused from the next reload on.
+pub fn remove_token(path: &Path, name: &str, group: Option<&str>) -> Result<Role, TokenError> {
+    let mut file = read_file(path)?;
+    let Some(at) = file.token.iter().position(|e| e.name == name) else {
+        return Err(TokenError::Invalid {
+            path: path.to_owned(),
+            detail: format!("no token named `{name}`"),
+        });
+    };
+    let role = file.token.remove(at).role;
+    write_file(path, &file, group)?;
+    Ok(role)
 }
 
 static RELOAD_ERRORS: AtomicU64 = AtomicU64::new(0);
@@ -365,8 +401,10 @@ mod tests {
     fn add_then_check_roles_and_tampering() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("tokens.toml");
-        let alice = add_token(&path, "alice", Role::Operate).unwrap();
-        let bob = add_token(&path, "bob", Role::Read).unwrap();
+        let gid = nix::unistd::getgid();
+        let group = nix::unistd::Group::from_gid(gid).unwrap().unwrap().name;
+        let alice = add_token(&path, "alice", Role::Operate, Some(&group)).unwrap();
+        let bob = add_token(&path, "bob", Role::Read, None).unwrap();
         assert!(alice.starts_with(TOKEN_PREFIX) && alice.len() == 68);
         let text = fs::read_to_string(&path).unwrap();
         assert!(!text.contains(&alice[4..]), "only hashes at rest");
@@ -374,7 +412,7 @@ mod tests {
         {
             use std::os::unix::fs::PermissionsExt;
             let mode = fs::metadata(&path).unwrap().permissions().mode() & 0o777;
-            assert_eq!(mode, 0o600);
+            assert_eq!(mode, 0o640);
         }
         let set = TokenSet::load(&path).unwrap();
         assert_eq!(set.check(&alice).map(|h| h.role), Some(Role::Operate));
@@ -382,7 +420,7 @@ mod tests {
         assert_eq!(set.check("rs1_nope"), None);
         assert_eq!(set.check(""), None);
         assert!(
-            add_token(&path, "alice", Role::Admin).is_err(),
+            add_token(&path, "alice", Role::Admin, None).is_err(),
             "names unique"
         );
         // Raising bob's role by hand breaks his token instead.

@@ -32,3 +32,4 @@ pub mod session;
 pub mod sitewide;
 pub mod status;
 pub mod sum;
+pub mod tokens_file;

@@ -10,15 +10,41 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 /// What identifies a version of a file without reading it: its length,
-/// modification time and inode. `None` when the file cannot be read, so a
-/// file that goes away and comes back counts as a change.
-pub fn stamp(path: &Path) -> Option<(u64, SystemTime, u64)> {
+/// modification time and inode, and on Unix its change time (ctime), mode
+/// and owner, so a `chmod` or `chown` (which leave the mtime as it was)
+/// counts as a change too: a file that became readable is read again.
+/// `None` when the file cannot be read, so a file that goes away and comes
+/// back counts as a change.
+pub fn stamp(path: &Path) -> Option<Stamp> {
     let m = fs::metadata(path).ok()?;
     #[cfg(unix)]
-    let ino = std::os::unix::fs::MetadataExt::ino(&m);
+    let meta = {
+        use std::os::unix::fs::MetadataExt;
+        (
+            m.ino(),
+            m.ctime(),
+            m.ctime_nsec(),
+            m.mode(),
+            m.uid(),
+            m.gid(),
+        )
+    };
     #[cfg(not(unix))]
-    let ino = 0;
-    Some((m.len(), m.modified().ok()?, ino))
+    let meta = (0, 0, 0, 0, 0, 0);
+    Some(Stamp {
+        len: m.len(),
+        mtime: m.modified().ok()?,
+        meta,
+    })
+}
+
+/// A file version as [`stamp`] sees it: compare two to tell a change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamp {
+    len: u64,
+    mtime: SystemTime,
+    /// Inode, ctime (seconds, nanoseconds), mode, uid, gid.
+    meta: (u64, i64, i64, u32, u32, u32),
 }
 
 /// How often the store's files (profiles, handover records) are is checked for changes by other processes.

@@ -119,7 +119,7 @@ impl CertFiles {
         Ok(())
     }
 
-    /// What tells a changed file (size, mtime, inode of both files):
+    /// What tells a changed file ([`crate::files::stamp`] of both files):
     /// compare two of them to see whether to [`CertFiles::reload`].
     pub fn stamps(&self) -> impl Eq + Send + Sync + 'static {
         (

@@ -12,8 +12,14 @@ use clap::Parser;
 pub struct Args {
     #[command(subcommand)]
     pub command: Option<Sub>,
-    /// Site configuration file.
-    #[arg(long, short, required = true)]
+    /// Site configuration file. Default: `SIP_GATE_CONFIG`, else
+    /// /etc/sip-gate/site.toml, the file the package installs.
+    #[arg(
+        long,
+        short,
+        env = "SIP_GATE_CONFIG",
+        default_value = "/etc/sip-gate/site.toml"
+    )]
     pub config: Option<PathBuf>,
     /// Validate the configuration and exit (non-zero with the error).
     #[arg(long)]

@@ -27,6 +27,7 @@ mod audit_text;
 mod backup;
 mod bans;
 mod handover;
+mod pipe;
 mod registry;
 mod remote;
 mod serve;
@@ -38,7 +39,7 @@ pub use backup::{BackupArgs, RestoreArgs};
 pub use bans::{BansCommand, GateArg};
 pub use handover::{AgentArgs, HandoverCommand};
 pub use registry::{MigrateArgs, NodeCommand};
-pub use serve::{TokenAddArgs, TokenCommand};
+pub use serve::{TokenAddArgs, TokenCommand, TokenFileArgs, TokenRemoveArgs};
 use site::Site;
 pub use wait::{WaitArgs, WaitCommand, EXIT_NOT_DRAINING, EXIT_TIMEOUT};
 
@@ -46,8 +47,9 @@ pub use wait::{WaitArgs, WaitCommand, EXIT_NOT_DRAINING, EXIT_TIMEOUT};
 #[derive(Debug, Parser)]
 #[command(name = "ringsync", version, about)]
 pub struct Cli {
-    /// The site file (not needed with `--api`).
-    #[arg(long, short = 'c', value_name = "SITE.toml")]
+    /// The site file (not needed with `--api`). Default: `SIP_GATE_CONFIG`,
+    /// else /etc/sip-gate/site.toml, the file the package installs.
+    #[arg(long, short = 'c', env = "SIP_GATE_CONFIG", value_name = "SITE.toml")]
     pub config: Option<PathBuf>,
     /// Print JSON instead of tables (for scripts).
     #[arg(long, global = true)]
@@ -66,6 +68,10 @@ pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
 }
+
+/// The site file when neither `--config` nor `SIP_GATE_CONFIG` names one:
+/// where the package installs it.
+pub const DEFAULT_CONFIG: &str = "/etc/sip-gate/site.toml";
 
 /// Top-level commands.
 #[derive(Debug, Subcommand)]
@@ -312,8 +318,23 @@ impl CliError {
 }
 
 /// Runs a parsed command line, writing results to `out`. `serve` runs until
-/// `shutdown`.
+/// `shutdown`. A reader that went away (`ringsync status | head -1`: the
+/// output is a pipe closed early) ends the command quietly and successfully,
+/// as a shell filter does, instead of reporting the broken pipe.
 pub async fn run(
+    cli: Cli,
+    out: &mut (dyn Write + Send),
+    shutdown: CancellationToken,
+) -> Result<(), CliError> {
+    let mut out = pipe::Output::new(out);
+    let result = run_command(cli, &mut out, shutdown).await;
+    match result {
+        Err(_) if out.closed() => Ok(()),
+        r => r,
+    }
+}
+
+async fn run_command(
     cli: Cli,
     out: &mut (dyn Write + Send),
     shutdown: CancellationToken,
@@ -333,16 +354,21 @@ pub async fn run(
             )),
         };
     }
-    let Some(path) = &cli.config else {
+    // The flag, then SIP_GATE_CONFIG (both clap's), then the installed file.
+    let path = cli.config.clone().or_else(|| {
+        let installed = std::path::Path::new(DEFAULT_CONFIG);
+        installed.exists().then(|| installed.to_owned())
+    });
+    let Some(path) = &path else {
         match cli.command {
             Command::Token(cmd) => return serve::token(None, cmd, out),
             Command::Bans(cmd) => return bans::run(None, cmd, cli.json, out).await,
             _ => {}
         }
-        return Err(CliError::Usage(
-            "give the site file (--config SITE.toml), or --api URL to act through `ringsync serve`"
-                .into(),
-        ));
+        return Err(CliError::Usage(format!(
+            "no site file: {DEFAULT_CONFIG} does not exist; give --config SITE.toml (or \
+                 SIP_GATE_CONFIG), or --api URL to act through `ringsync serve`"
+        )));
     };
     let config = Arc::new(SiteConfig::load(path)?);
     match cli.command {

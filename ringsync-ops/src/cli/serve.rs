@@ -1,5 +1,5 @@
 //! `ringsync serve` (the admin API, its tokens and TLS, and the refusal to
-//! expose it unprotected) and `ringsync token add`.
+//! expose it unprotected) and `ringsync token add` / `token remove`.
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -27,6 +27,21 @@ use ringsync::store;
 pub enum TokenCommand {
     /// Make a token for the admin API: prints it once, keeps only its hash.
     Add(TokenAddArgs),
+    /// Remove a token: its holder is refused from serve's next reload on.
+    Remove(TokenRemoveArgs),
+}
+
+/// Where the tokens file is and who may read it (`token add`, `token remove`).
+#[derive(Debug, Args)]
+pub struct TokenFileArgs {
+    /// The tokens file (default: `[admin] tokens` of the site file).
+    #[arg(long, value_name = "FILE")]
+    pub file: Option<PathBuf>,
+    /// The file's group: what `ringsync serve` runs as. A new file gets
+    /// mode 0640 and this group (default `sip-gate`); an existing one keeps
+    /// its mode, owner and group unless this is given.
+    #[arg(long, value_name = "GROUP")]
+    pub group: Option<String>,
 }
 
 /// `token add` options.
@@ -37,9 +52,32 @@ pub struct TokenAddArgs {
     /// What it may do.
     #[arg(long, value_enum)]
     pub role: Role,
-    /// The tokens file (default: `[admin] tokens` of the site file).
-    #[arg(long, value_name = "FILE")]
-    pub file: Option<PathBuf>,
+    /// Where the file is and its group.
+    #[command(flatten)]
+    pub file: TokenFileArgs,
+    /// Print the token alone, without the note after it: the output is
+    /// then a file a client can read whole (Prometheus' `credentials_file`).
+    #[arg(long)]
+    pub print_secret_only: bool,
+}
+
+/// `token remove` options.
+#[derive(Debug, Args)]
+pub struct TokenRemoveArgs {
+    /// The token's name.
+    pub name: String,
+    /// Where the file is and its group.
+    #[command(flatten)]
+    pub file: TokenFileArgs,
+}
+
+fn tokens_path(config: Option<&SiteConfig>, file: Option<PathBuf>) -> Result<PathBuf, CliError> {
+    file.or_else(|| config.and_then(|c| c.admin.tokens.clone()))
+        .ok_or_else(|| {
+            CliError::Usage(
+                "no tokens file: give --file or set [admin] tokens in the site file".into(),
+            )
+        })
 }
 
 pub(super) fn token(
@@ -47,25 +85,34 @@ pub(super) fn token(
     cmd: TokenCommand,
     out: &mut (dyn Write + Send),
 ) -> Result<(), CliError> {
-    let TokenCommand::Add(args) = cmd;
-    let path = args
-        .file
-        .or_else(|| config.and_then(|c| c.admin.tokens.clone()))
-        .ok_or_else(|| {
-            CliError::Usage(
-                "no tokens file: give --file or set [admin] tokens in the site file".into(),
-            )
-        })?;
-    let token = auth::add_token(&path, &args.name, args.role)?;
-    writeln!(out, "{token}")?;
-    writeln!(
-        out,
-        "# token `{}` ({}) added to {}; this is the only time it is shown: \
-         store it in a file only its holder can read",
-        args.name,
-        args.role,
-        path.display()
-    )?;
+    match cmd {
+        TokenCommand::Add(args) => {
+            let path = tokens_path(config, args.file.file)?;
+            let group = args.file.group.as_deref();
+            let token = auth::add_token(&path, &args.name, args.role, group)?;
+            writeln!(out, "{token}")?;
+            if !args.print_secret_only {
+                writeln!(
+                    out,
+                    "# token `{}` ({}) added to {}; this is the only time it is shown: \
+                     store it in a file only its holder can read",
+                    args.name,
+                    args.role,
+                    path.display()
+                )?;
+            }
+        }
+        TokenCommand::Remove(args) => {
+            let path = tokens_path(config, args.file.file)?;
+            let role = auth::remove_token(&path, &args.name, args.file.group.as_deref())?;
+            writeln!(
+                out,
+                "token `{}` ({role}) removed from {}",
+                args.name,
+                path.display()
+            )?;
+        }
+    }
     Ok(())
 }
 

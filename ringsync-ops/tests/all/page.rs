@@ -8,6 +8,7 @@
 
 use std::sync::Arc;
 
+use crate::common::served::own_group;
 use crate::common::TestSite;
 use axum::body::{to_bytes, Body};
 use axum::http::{Method, Request, StatusCode};
@@ -53,7 +54,7 @@ async fn page(tokens: bool) -> Page {
         for role in Role::ALL {
             made.push((
                 role,
-                auth::add_token(&file, &format!("{role}-1"), role).unwrap(),
+                auth::add_token(&file, &format!("{role}-1"), role, Some(&own_group())).unwrap(),
             ));
         }
         Access::Tokens(Tokens::open(&file).unwrap())

@@ -108,6 +108,7 @@ fn token(bins: &BinDir, site: &Path, name: &str, role: &str) -> String {
         .arg("--config")
         .arg(site)
         .args(["token", "add", name, "--role", role])
+        .args(["--group", &crate::common::served::own_group()])
         .output()
         .unwrap();
     assert!(out.status.success(), "{out:?}");

@@ -171,6 +171,8 @@ pub struct Core {
     forwarded: Forwarded,
     /// Sources already logged for a flow Route they may not use (R-SEC-1).
     strangers: stranger::Strangers,
+    /// Refused sources logged lately (`source::log_refusal`).
+    refusals_logged: stranger::LoggedLately,
     /// Pools under their health threshold send new dialogs to their
     /// backup (R-HT-1).
     backups: crate::backup::Backups,
@@ -236,6 +238,7 @@ impl Core {
             slots,
             forwarded: Forwarded::new(),
             strangers: stranger::Strangers::default(),
+            refusals_logged: stranger::LoggedLately::every(source::REFUSAL_LOG_EVERY),
             site: ArcSwap::from_pointee(site),
             backups: crate::backup::Backups::new(&config),
         })

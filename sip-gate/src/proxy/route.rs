@@ -133,6 +133,7 @@ impl Core {
     pub(super) fn decide(&self, req: &Request<'_>, view: &DrainView) -> Decision {
         if req.class.is_new() {
             if let Some(r) = req.source.refused {
+                self.log_refusal(req.listener, req.inbound.peer(), r, req.now);
                 return match r.action {
                     AccessAction::Reject => Decision::Refuse {
                         reply: r.reply(),
@@ -415,7 +416,7 @@ impl Core {
     /// and the source logged once with where instances are accepted from.
     fn flow_from_stranger(&self, req: &Request<'_>) -> Decision {
         let peer = req.inbound.peer();
-        if self.strangers.first(peer.ip()) {
+        if self.strangers.first(peer.ip(), req.now) {
             tracing::warn!(
                 %peer,
                 listener = %req.listener.advertise,

@@ -105,6 +105,9 @@ impl Core {
         r: Refusal,
         mname: &'static str,
     ) -> Action {
+        if let Some(ctx) = self.site().listeners.get(inbound.listener()) {
+            self.log_refusal(ctx, inbound.peer(), r, Instant::now());
+        }
         match r.action {
             AccessAction::Reject if msg.has_mandatory() => {
                 self.reply_to(inbound, msg, &r.reply(), mname, r.why)
@@ -116,6 +119,33 @@ impl Core {
         }
     }
 }
+
+impl Core {
+    /// A refused source's line at `info` (docs/operator-guide.md): one per
+    /// source per [`REFUSAL_LOG_EVERY`], with the listener and the reason,
+    /// so a scanner sending thousands of requests costs one line a minute.
+    pub(super) fn log_refusal(
+        &self,
+        listener: &ListenerCtx,
+        peer: SocketAddr,
+        r: Refusal,
+        now: Instant,
+    ) {
+        if self.refusals_logged.first(peer.ip(), now) {
+            tracing::info!(
+                %peer,
+                listener = %listener.advertise,
+                why = r.why,
+                action = ?r.action,
+                "new work from a refused source (R-SEC-4); further refusals of it are not \
+                 logged for a minute, only counted in sipgate_requests_total"
+            );
+        }
+    }
+}
+
+/// How often one refused source is logged at most.
+pub(super) const REFUSAL_LOG_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The access list's or a ban's refusal of `ip` on `listener`, if any.
 fn refused(

@@ -8,10 +8,11 @@
 //! logged once per source address with the hint of where instances are
 //! expected to come from.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::net::IpAddr;
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use ringsync::config::SiteConfig;
 
@@ -21,20 +22,41 @@ use crate::listener::ListenerCtx;
 /// so the table stays bounded whatever a flood of sources sends.
 const MAX_LOGGED: usize = 4096;
 
-/// The sources already logged.
+/// Sources logged lately: each at most once per window (`every`), or once
+/// for good without one. Bounded: past [`MAX_LOGGED`] sources the set
+/// starts over, so a flood of addresses costs a line each at worst, never
+/// memory. Used for strangers (once) and refused sources (once a minute).
 #[derive(Debug, Default)]
-pub(super) struct Strangers {
-    logged: Mutex<HashSet<IpAddr>>,
+pub(super) struct LoggedLately {
+    logged: Mutex<HashMap<IpAddr, Instant>>,
+    every: Option<Duration>,
 }
 
-impl Strangers {
-    /// Whether `ip` is logged for the first time (and notes it).
-    pub(super) fn first(&self, ip: IpAddr) -> bool {
+/// The sources already logged of [`hint`]'s kind: once each.
+pub(super) type Strangers = LoggedLately;
+
+impl LoggedLately {
+    /// Each source at most once per `every`.
+    pub(super) fn every(every: Duration) -> Self {
+        LoggedLately {
+            logged: Mutex::default(),
+            every: Some(every),
+        }
+    }
+
+    /// Whether `ip` is to be logged at `now` (and notes it).
+    pub(super) fn first(&self, ip: IpAddr, now: Instant) -> bool {
         let mut set = self.logged.lock().unwrap_or_else(|p| p.into_inner());
-        if set.len() >= MAX_LOGGED && !set.contains(&ip) {
+        if let Some(at) = set.get(&ip) {
+            match self.every {
+                Some(every) if now.saturating_duration_since(*at) >= every => {}
+                _ => return false,
+            }
+        } else if set.len() >= MAX_LOGGED {
             set.clear();
         }
-        set.insert(ip)
+        set.insert(ip, now);
+        true
     }
 }
 
@@ -69,11 +91,22 @@ mod tests {
     fn each_source_once_and_the_set_stays_bounded_r_sec_1() {
         let s = Strangers::default();
         let a: IpAddr = "192.0.2.1".parse().unwrap();
-        assert!(s.first(a));
-        assert!(!s.first(a));
+        let t0 = Instant::now();
+        assert!(s.first(a, t0));
+        assert!(!s.first(a, t0 + Duration::from_secs(3600)));
         for i in 0..(MAX_LOGGED as u32 * 3) {
-            s.first(IpAddr::from(i.to_be_bytes()));
+            s.first(IpAddr::from(i.to_be_bytes()), t0);
         }
         assert!(s.logged.lock().unwrap().len() <= MAX_LOGGED);
+    }
+
+    #[test]
+    fn each_refused_source_once_per_window_r_sec_4() {
+        let s = LoggedLately::every(Duration::from_secs(60));
+        let a: IpAddr = "192.0.2.1".parse().unwrap();
+        let t0 = Instant::now();
+        assert!(s.first(a, t0));
+        assert!(!s.first(a, t0 + Duration::from_secs(59)));
+        assert!(s.first(a, t0 + Duration::from_secs(60)));
     }
 }

@@ -40,6 +40,29 @@ fn check_accepts_the_example_site() {
     assert!(stdout.contains(": ok ("), "{stdout}");
 }
 
+/// Without `--config` the gate reads `SIP_GATE_CONFIG`, and `--config`
+/// overrides it (issue 38; the default is /etc/sip-gate/site.toml).
+#[test]
+fn sip_gate_config_names_the_site_without_the_flag_and_the_flag_wins() {
+    let out = gate_cmd()
+        .env("SIP_GATE_CONFIG", example())
+        .arg("--check")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("site.toml: ok ("),
+        "{out:?}"
+    );
+    let out = gate_cmd()
+        .env("SIP_GATE_CONFIG", example())
+        .args(["--config", "/nonexistent/flag.toml", "--check"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/flag.toml"));
+}
+
 #[test]
 fn check_names_file_line_and_field() {
     let dir = tempfile::tempdir().unwrap();

@@ -434,3 +434,41 @@ fn r_sec_4_a_rejected_source_learns_only_its_403() {
     assert_way_open(&sg, net, g);
     gate.stop(Duration::from_secs(5));
 }
+
+/// docs/operator-guide.md: a refusal is logged at `info`, once per refused
+/// source per minute with the listener and the reason: a denied source
+/// sending three INVITEs gets three 403s and one log line (before, an
+/// access-list 403 was logged at `debug` only).
+#[test]
+fn r_sec_4_a_denied_source_is_logged_once_at_info_for_three_requests() {
+    let net = 12;
+    let dir = tempfile::tempdir().unwrap();
+    let site = write_site(dir.path(), net, "", "");
+    let text = std::fs::read_to_string(&site).unwrap()
+        + &format!("\n[listener.access]\ndeny = [\"127.86.{net}.66/32\"]\n");
+    std::fs::write(&site, text).unwrap();
+    let mut gate = start_gate(&site, net);
+    let g = SocketAddr::new(ip(net, 1), 5060);
+    let me = SocketAddr::new(ip(net, 66), 5099);
+    for n in 0..3 {
+        let invite = format!(
+            "INVITE sip:bob@{g} SIP/2.0\r\nVia: SIP/2.0/UDP {me};branch=z9hG4bK-log{n}\r\n\
+             Max-Forwards: 70\r\nFrom: <sip:a@{me}>;tag=a{n}\r\nTo: <sip:bob@{g}>\r\n\
+             Call-ID: log-{n}\r\nCSeq: 1 INVITE\r\nContact: <sip:a@{me}>\r\nContent-Length: 0\r\n\r\n"
+        );
+        let answer = udp(me, g, invite.as_bytes()).expect("an answer");
+        assert!(answer.starts_with("SIP/2.0 403 "), "{answer}");
+    }
+    let log = gate.log();
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("refused source") && l.contains(&me.ip().to_string()))
+        .collect();
+    assert_eq!(lines.len(), 1, "{log}");
+    assert!(
+        lines[0].contains("INFO") && lines[0].contains("access_denied"),
+        "{}",
+        lines[0]
+    );
+    gate.stop(Duration::from_secs(5));
+}

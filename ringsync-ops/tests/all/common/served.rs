@@ -104,11 +104,21 @@ pub fn ok(o: &Output) -> String {
     stdout(o)
 }
 
-/// A token made by `ringsync token add NAME --role ROLE`, saved (the whole
-/// output, as an operator would) to `<dir>/NAME.token`; returns the token
-/// and the file.
+/// The name of this process's group: one that exists on the test machine,
+/// for `token add --group` (`sip-gate`, the default, may not).
+pub fn own_group() -> String {
+    let gid = nix::unistd::getgid();
+    let group = nix::unistd::Group::from_gid(gid).expect("the group database");
+    group.expect("this process's group has a name").name
+}
+
+/// A token made by `ringsync token add NAME --role ROLE --group OWN`, saved
+/// (the whole output, as an operator would) to `<dir>/NAME.token`; returns
+/// the token and the file.
 pub fn add_token(site: &TestSite, name: &str, role: &str) -> (String, PathBuf) {
-    let out = ok(&local(site, &["token", "add", name, "--role", role]));
+    let group = own_group();
+    let args = ["token", "add", name, "--role", role, "--group", &group];
+    let out = ok(&local(site, &args));
     let token = out.lines().next().unwrap().trim().to_owned();
     assert!(token.starts_with("rs1_"), "{out}");
     let file = site.dir.path().join(format!("{name}.token"));
