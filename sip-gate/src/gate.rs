@@ -22,6 +22,13 @@ use crate::reload::Reloader;
 use crate::transport::{self, BoundListener, TlsReload, TlsSide};
 
 /// How often a stopping gate looks at its transaction table.
+/// How long the dialogs a stopping gate carries must have been quiet
+/// before it leaves (R-GW-1): four times T1, in which a 2xx is answered by
+/// its ACK (or retransmitted twice) and a call that ends as the gate stops
+/// sends its BYE. A gate with no call up and no dialog traffic since its
+/// stop began waits none of it.
+pub(crate) const QUIET: Duration = Duration::from_secs(2);
+
 const DRAIN_POLL: Duration = Duration::from_millis(100);
 /// How often a stopping gate logs what it still waits for.
 const DRAIN_LOG_EVERY: Duration = Duration::from_secs(5);
@@ -173,8 +180,11 @@ impl Gate {
     /// CANCEL, ACK, responses and retransmissions keep flowing and the
     /// health probes keep running. Returns once nothing the gate forwarded
     /// waits for a final response ([`crate::Core::in_flight`]: completed
-    /// transactions kept for their retransmissions do not hold it) or at
-    /// `deadline`. Sockets stay open: [`Gate::shutdown`] closes them.
+    /// transactions kept for their retransmissions do not hold it) and the
+    /// dialogs it carries have been quiet for [`QUIET`] ([`crate::Core::is_quiet`]:
+    /// a 2xx waiting for its ACK, a short call's BYE), or at `deadline`. A
+    /// gate with no call up and nothing going on returns at once. Sockets stay open:
+    /// [`Gate::shutdown`] closes them.
     pub async fn drain(&self, deadline: Duration) -> Drained {
         let start = Instant::now();
         self.lifecycle().stop();
@@ -183,7 +193,8 @@ impl Gate {
         let mut next_log = start + DRAIN_LOG_EVERY;
         loop {
             let left = self.core.in_flight();
-            if left == 0 || tokio::time::Instant::now() >= until {
+            let quiet = self.core.is_quiet(start, Instant::now(), QUIET);
+            if (left == 0 && quiet) || tokio::time::Instant::now() >= until {
                 return Drained {
                     left,
                     waited: start.elapsed(),

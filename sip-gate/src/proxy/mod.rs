@@ -176,6 +176,10 @@ pub struct Core {
     /// Pools under their health threshold send new dialogs to their
     /// backup (R-HT-1).
     backups: crate::backup::Backups,
+    /// While stopping: when the gate last carried a message of a dialog or
+    /// transaction it holds, in ms after `born` (R-GW-1, [`Core::is_quiet`]).
+    carried_ms: std::sync::atomic::AtomicU64,
+    born: Instant,
 }
 
 impl std::fmt::Debug for Core {
@@ -241,6 +245,8 @@ impl Core {
             refusals_logged: stranger::LoggedLately::every(source::REFUSAL_LOG_EVERY),
             site: ArcSwap::from_pointee(site),
             backups: crate::backup::Backups::new(&config),
+            carried_ms: std::sync::atomic::AtomicU64::new(0),
+            born: now,
         })
     }
 
@@ -353,6 +359,39 @@ impl Core {
     /// no table.
     pub fn in_flight(&self) -> usize {
         self.txns.unfinished()
+    }
+
+    /// A message of a dialog or transaction the gate holds was carried at
+    /// `now` (an in-dialog request, an ACK or CANCEL that follows its
+    /// INVITE, a relayed response). Noted only while stopping: the one
+    /// relaxed load every such message pays otherwise.
+    pub(crate) fn carried(&self, now: Instant) {
+        if self.lifecycle.phase() == crate::lifecycle::Phase::Stopping {
+            let ms = u64::try_from(now.saturating_duration_since(self.born).as_millis())
+                .unwrap_or(u64::MAX)
+                .max(1);
+            self.carried_ms
+                .fetch_max(ms, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// Whether a stopping gate that began its stop at `since` has been
+    /// quiet for `quiet` at `now`: no message of a dialog or transaction it
+    /// holds carried for that long (counted from the stop's start while a
+    /// call it carries is up, so the call's next message finds it). A gate
+    /// whose calls still talk through it (a 2xx and its ACK, a BYE after a
+    /// short call) stays for them (R-GW-1, R-GW-2: a call that was up must
+    /// not fail because the gate left between two of its messages); one
+    /// with no call up and nothing going on leaves at once.
+    pub fn is_quiet(&self, since: Instant, now: Instant, quiet: std::time::Duration) -> bool {
+        // Only a stopping gate notes traffic, and later than `born`: 0 is
+        // "nothing since the stop began".
+        let last = match self.carried_ms.load(std::sync::atomic::Ordering::Relaxed) {
+            0 if !self.work.calls_up() => return true,
+            0 => since,
+            ms => self.born + std::time::Duration::from_millis(ms),
+        };
+        now.saturating_duration_since(last) >= quiet
     }
 
     /// Forgets expired transactions and ends the work that timed out

@@ -98,6 +98,7 @@ impl Core {
             return Action::None;
         };
         self.forwarded.response();
+        self.carried(now);
         tracing::debug!(code = msg.code(), "response relayed");
         Action::Send(out, bytes)
     }

@@ -115,6 +115,9 @@ impl Core {
                     }
                 }
                 self.account(req, hop.instance.or(req.from_instance), now);
+                if !req.class.is_new() {
+                    self.carried(now);
+                }
                 self.forwarded.request(req.method);
                 tracing::debug!(to = %hop.addr, tcp = hop.tcp, "forwarded");
                 Action::Send(out(req.inbound, hop), bytes)
@@ -153,6 +156,7 @@ impl Core {
     /// this one creates the dialog.
     fn retransmission(&self, req: &Request<'_>, hop: Hop, now: Instant) -> Action {
         m::request(req.mname, "retransmission");
+        self.carried(now);
         tracing::debug!(to = %hop.addr, "retransmission, to the first copy's hop");
         let rr = (!req.to_tag && creates_dialog(req.method))
             .then(|| req.from_instance.or(hop.instance))
@@ -179,6 +183,7 @@ impl Core {
                 return Some(action);
             }
             self.forwarded.request(req.method);
+            self.carried(now);
             return Some(self.forward(req, e.hop, None, now));
         }
         None

@@ -209,6 +209,12 @@ impl WorkBook {
         self.ids.store(std::sync::Arc::new(ids));
     }
 
+    /// Whether a call this gate carries is up (R-GW-1: a stopping gate
+    /// gives its calls' next messages a moment before it leaves).
+    pub(crate) fn calls_up(&self) -> bool {
+        self.calls.tally().live_total() > 0
+    }
+
     /// The counts of instance `i`.
     pub fn get(&self, i: usize) -> WorkCounts {
         let invites = self.invites.get(i).map_or(0, |c| c.load(Ordering::Relaxed));

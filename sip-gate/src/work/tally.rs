@@ -26,6 +26,11 @@ impl Tally {
         }
     }
 
+    /// Live entries, every instance together.
+    pub(crate) fn live_total(&self) -> u64 {
+        self.live.iter().map(|c| c.load(Ordering::Relaxed)).sum()
+    }
+
     /// Entries held.
     pub(crate) fn len(&self) -> usize {
         self.entries.load(Ordering::Relaxed)
