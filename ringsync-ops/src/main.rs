@@ -3,6 +3,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
+use ringsync::signals::Signals;
 use ringsync_ops::cli::{self, Cli};
 use tokio_util::sync::CancellationToken;
 
@@ -36,7 +37,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         .build()?;
     rt.block_on(async {
         let shutdown = CancellationToken::new();
-        tokio::spawn(on_signal(shutdown.clone()));
+        let signals = Signals::stop()?;
+        tokio::spawn(on_signal(signals, shutdown.clone()));
         let mut out = std::io::stdout();
         cli::run(cli, &mut out, shutdown).await?;
         Ok(())
@@ -44,21 +46,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 }
 
 /// SIGINT or SIGTERM: graceful shutdown of `serve`.
-async fn on_signal(shutdown: CancellationToken) {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        if let Ok(mut term) = signal(SignalKind::terminate()) {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
-        } else {
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = tokio::signal::ctrl_c().await;
-    tracing::info!("shutting down");
+async fn on_signal(mut signals: Signals, shutdown: CancellationToken) {
+    let signal = signals.recv().await;
+    tracing::info!(signal = signal.name(), "shutting down");
     shutdown.cancel();
 }

@@ -17,6 +17,7 @@ use ringsync::config::{Daemon, SiteConfig};
 use ringsync::daemon::Attached;
 use ringsync::node::{NodeIdentity, NodeRole};
 use ringsync::notify::Notifier;
+use ringsync::signals::{Signal, Signals};
 use ringsync::state::DrainState;
 use sip_gate::admin::NodeInfo;
 use sip_gate::cli::{AnnounceArgs, Args, Sub};
@@ -51,11 +52,11 @@ async fn announce(args: AnnounceArgs) -> anyhow::Result<()> {
         tracing::info!("stdin closed (ExaBGP gone): stopping");
         eof.cancel();
     });
-    let mut signals = Signals::new().context("watching SIGTERM and SIGINT")?;
+    let mut signals = Signals::stop().context("watching SIGTERM and SIGINT")?;
     let on_signal = stop.clone();
     tokio::spawn(async move {
         let signal = signals.recv().await;
-        tracing::info!(signal, "stopping");
+        tracing::info!(signal = signal.name(), "stopping");
         on_signal.cancel();
     });
     run(&options, tokio::io::stdout(), stop)
@@ -102,7 +103,7 @@ async fn main() -> anyhow::Result<()> {
         .context("installing the metrics recorder")?;
     // Watched from the start: a signal is never missed, and a second one
     // during the stop is seen.
-    let mut signals = Signals::new().context("watching SIGTERM and SIGINT")?;
+    let mut signals = Signals::stop().context("watching SIGTERM and SIGINT")?;
     let shutdown = CancellationToken::new();
     let notify = Notifier::new();
     notify.phase("starting: binding the listeners");
@@ -218,9 +219,9 @@ async fn serve_admin(
 /// retransmissions do not hold it), at `deadline`, or at once on a second
 /// signal. True when its
 /// threads and tasks then ended in time (nothing can change the work book).
-async fn stop(gate: Gate, signals: &mut Signals, signal: &'static str, deadline: Duration) -> bool {
+async fn stop(gate: Gate, signals: &mut Signals, signal: Signal, deadline: Duration) -> bool {
     tracing::info!(
-        signal,
+        signal = signal.name(),
         deadline_s = deadline.as_secs(),
         in_flight = gate.core().in_flight(),
         "stopping (R-GW-1): /readyz fails, new work gets 503, waiting for the transactions in flight"
@@ -240,7 +241,7 @@ async fn stop(gate: Gate, signals: &mut Signals, signal: &'static str, deadline:
         }
         second = signals.recv() => {
             tracing::warn!(
-                signal = second,
+                signal = second.name(),
                 in_flight = gate.core().in_flight(),
                 "stopped at once: second signal"
             );
@@ -323,10 +324,10 @@ fn reload_on_sighup(
     }
     #[cfg(unix)]
     {
-        use tokio::signal::unix::{signal, SignalKind};
-        let mut hup = signal(SignalKind::hangup())?;
+        let mut hup = Signals::reload()?;
         tokio::spawn(async move {
-            while hup.recv().await.is_some() {
+            loop {
+                hup.recv().await;
                 if let Some(t) = &tls {
                     t.reload();
                 }
@@ -375,44 +376,5 @@ fn reload_site(reloader: &Reloader, notify: &Notifier, core: &Core) {
         notify.ready(status);
     } else {
         notify.phase("starting: loading the drain view from the store");
-    }
-}
-
-/// SIGTERM and SIGINT, registered once.
-struct Signals {
-    #[cfg(unix)]
-    term: tokio::signal::unix::Signal,
-    #[cfg(unix)]
-    int: tokio::signal::unix::Signal,
-}
-
-impl Signals {
-    fn new() -> std::io::Result<Signals> {
-        #[cfg(unix)]
-        {
-            use tokio::signal::unix::{signal, SignalKind};
-            Ok(Signals {
-                term: signal(SignalKind::terminate())?,
-                int: signal(SignalKind::interrupt())?,
-            })
-        }
-        #[cfg(not(unix))]
-        Ok(Signals {})
-    }
-
-    /// The next signal's name.
-    async fn recv(&mut self) -> &'static str {
-        #[cfg(unix)]
-        {
-            tokio::select! {
-                _ = self.term.recv() => "SIGTERM",
-                _ = self.int.recv() => "SIGINT",
-            }
-        }
-        #[cfg(not(unix))]
-        {
-            let _ = tokio::signal::ctrl_c().await;
-            "ctrl-c"
-        }
     }
 }
