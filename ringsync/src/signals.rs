@@ -51,6 +51,9 @@ pub struct Signals {
     int: Option<tokio::signal::unix::Signal>,
     #[cfg(unix)]
     hup: Option<tokio::signal::unix::Signal>,
+    /// Elsewhere only ctrl-c, as SIGINT.
+    #[cfg(not(unix))]
+    int: bool,
 }
 
 impl Signals {
@@ -78,10 +81,9 @@ impl Signals {
             })
         }
         #[cfg(not(unix))]
-        {
-            let _ = which;
-            Ok(Signals {})
-        }
+        Ok(Signals {
+            int: which.contains(&Signal::Interrupt),
+        })
     }
 
     /// The next signal among those registered; never returns when none is.
@@ -106,7 +108,9 @@ impl Signals {
         }
         #[cfg(not(unix))]
         {
-            let _ = tokio::signal::ctrl_c().await;
+            if !self.int || tokio::signal::ctrl_c().await.is_err() {
+                std::future::pending::<()>().await;
+            }
             Signal::Interrupt
         }
     }
