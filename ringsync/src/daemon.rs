@@ -1,5 +1,5 @@
 //! One start-up and one shutdown for the site's store, shared by every
-//! node of the data plane (sip-gate, media-ctl): open the store, take the
+//! node (sip-gate, media-ctl, `ringsync serve`): open the store, take the
 //! profiles and their freshness into the drain state, follow the store's
 //! changes, publish the node's work report, and withdraw the node when it
 //! stops. Also what both print for `--check`.
@@ -48,6 +48,11 @@ impl Attached {
             follower,
             publisher: None,
         })
+    }
+
+    /// The store opened, for what else the node reads from it.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
     }
 
     /// Registers the node and publishes the reports `report` makes, on a
