@@ -13,7 +13,6 @@ use anyhow::Context;
 use clap::Parser;
 use media_ctl::cli::{Args, Cmd};
 use media_ctl::{admin, MediaCtl, Status};
-use metrics_exporter_prometheus::PrometheusBuilder;
 use ringsync::config::{Daemon, SiteConfig};
 use ringsync::daemon::Attached;
 use ringsync::node::{NodeIdentity, NodeRole};
@@ -44,9 +43,8 @@ async fn main() -> anyhow::Result<()> {
         check(&config, &args.config);
         return Ok(());
     }
-    let prometheus = PrometheusBuilder::new()
-        .install_recorder()
-        .context("installing the metrics recorder")?;
+    let prometheus =
+        ringsync::daemon::install_metrics().context("installing the metrics recorder")?;
     let shutdown = CancellationToken::new();
     let notify = Notifier::new();
     notify.phase("starting: loading the drain view from the store");

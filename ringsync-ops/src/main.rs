@@ -3,21 +3,15 @@
 use std::process::ExitCode;
 
 use clap::Parser;
+use ringsync::logs::LogFormat;
 use ringsync::signals::Signals;
 use ringsync_ops::cli::{self, Cli};
 use tokio_util::sync::CancellationToken;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,ringsync=info")),
-        )
-        .with_writer(std::io::stderr)
-        // Colours only on a terminal: log files and journald get plain text.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    // Warnings only, but what ringsync does (the API, the handover) is told.
+    ringsync::logs::init_with(LogFormat::Text, "warn,ringsync=info");
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -2,10 +2,12 @@
 //! node (sip-gate, media-ctl, `ringsync serve`): open the store, take the
 //! profiles and their freshness into the drain state, follow the store's
 //! changes, publish the node's work report, and withdraw the node when it
-//! stops. Also what both print for `--check`.
+//! stops. Also the metrics recorder the data plane installs, and what
+//! sip-gate and media-ctl print for `--check`.
 
 use std::sync::Arc;
 
+use metrics_exporter_prometheus::{BuildError, PrometheusBuilder, PrometheusHandle};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -85,6 +87,14 @@ impl Attached {
         }
         let _ = self.follower.await;
     }
+}
+
+/// Installs the process's metrics recorder, whose handle renders the
+/// admin endpoint's `/metrics` (sip-gate, media-ctl). `ringsync serve`
+/// keeps a recorder per admin API instead (`AdminApi`), so that several can
+/// serve in one process, as its tests do.
+pub fn install_metrics() -> Result<PrometheusHandle, BuildError> {
+    PrometheusBuilder::new().install_recorder()
 }
 
 /// `--check` for `daemon`: prints on stderr each warning the site file

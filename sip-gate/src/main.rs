@@ -13,7 +13,6 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
-use metrics_exporter_prometheus::PrometheusBuilder;
 use ringsync::config::{Daemon, SiteConfig};
 use ringsync::daemon::Attached;
 use ringsync::notify::Notifier;
@@ -92,9 +91,8 @@ async fn main() -> anyhow::Result<()> {
     let Some(config) = load_or_check(&config_path, args.check) else {
         return Ok(());
     };
-    let prometheus = PrometheusBuilder::new()
-        .install_recorder()
-        .context("installing the metrics recorder")?;
+    let prometheus =
+        ringsync::daemon::install_metrics().context("installing the metrics recorder")?;
     // Watched from the start: a signal is never missed, and a second one
     // during the stop is seen.
     let mut signals = Signals::stop().context("watching SIGTERM and SIGINT")?;
