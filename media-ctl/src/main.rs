@@ -13,11 +13,11 @@ use anyhow::Context;
 use clap::Parser;
 use media_ctl::cli::{Args, Cmd};
 use media_ctl::{admin, MediaCtl, Status};
-use metrics_exporter_prometheus::PrometheusBuilder;
 use ringsync::config::{Daemon, SiteConfig};
 use ringsync::daemon::Attached;
 use ringsync::node::{NodeIdentity, NodeRole};
 use ringsync::notify::Notifier;
+use ringsync::signals::Signals;
 use ringsync::state::DrainState;
 use tokio_util::sync::CancellationToken;
 
@@ -43,9 +43,8 @@ async fn main() -> anyhow::Result<()> {
         check(&config, &args.config);
         return Ok(());
     }
-    let prometheus = PrometheusBuilder::new()
-        .install_recorder()
-        .context("installing the metrics recorder")?;
+    let prometheus =
+        ringsync::daemon::install_metrics().context("installing the metrics recorder")?;
     let shutdown = CancellationToken::new();
     let notify = Notifier::new();
     notify.phase("starting: loading the drain view from the store");
@@ -84,7 +83,7 @@ async fn main() -> anyhow::Result<()> {
     notify.follow_view(&drain, shutdown.clone());
     notify.ready(format!("serving, admin on {admin_addr}"));
 
-    let clean = stop_at_signal(media, &notify, args.drain_deadline_s).await;
+    let clean = stop_at_signal(media, &notify, args.drain_deadline_s).await?;
     let _ = admin_task.await;
     // Withdrawn after the stop, so what work is left is recorded (R-ST-3).
     store.close().await;
@@ -103,16 +102,21 @@ fn check(config: &SiteConfig, path: &std::path::Path) {
 
 /// Waits for SIGTERM or SIGINT, then stops the controller within
 /// `deadline_s`; whether everything finished in time.
-async fn stop_at_signal(media: MediaCtl, notify: &Notifier, deadline_s: u64) -> bool {
-    let signal = wait_for_signal().await;
+async fn stop_at_signal(
+    media: MediaCtl,
+    notify: &Notifier,
+    deadline_s: u64,
+) -> anyhow::Result<bool> {
+    let mut signals = Signals::stop().context("watching SIGTERM and SIGINT")?;
+    let signal = signals.recv().await;
     notify.stopping(format!(
         "stopping ({signal}): answers in flight are relayed, deadline {deadline_s}s"
     ));
     tracing::info!(
-        signal,
+        signal = signal.name(),
         "stopping: /readyz fails, answers in flight are relayed"
     );
-    media.shutdown(Duration::from_secs(deadline_s)).await
+    Ok(media.shutdown(Duration::from_secs(deadline_s)).await)
 }
 
 async fn status(admin: SocketAddr, json: bool) -> anyhow::Result<()> {
@@ -128,20 +132,4 @@ async fn status(admin: SocketAddr, json: bool) -> anyhow::Result<()> {
         );
     }
     Ok(())
-}
-
-/// SIGTERM or SIGINT; the signal's name.
-async fn wait_for_signal() -> &'static str {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-            return "SIGINT";
-        }
-    };
-    tokio::select! {
-        _ = term.recv() => "SIGTERM",
-        _ = tokio::signal::ctrl_c() => "SIGINT",
-    }
 }

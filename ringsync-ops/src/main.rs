@@ -3,20 +3,15 @@
 use std::process::ExitCode;
 
 use clap::Parser;
+use ringsync::logs::LogFormat;
+use ringsync::signals::Signals;
 use ringsync_ops::cli::{self, Cli};
 use tokio_util::sync::CancellationToken;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,ringsync=info")),
-        )
-        .with_writer(std::io::stderr)
-        // Colours only on a terminal: log files and journald get plain text.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    // Warnings only, but what ringsync does (the API, the handover) is told.
+    ringsync::logs::init_with(LogFormat::Text, "warn,ringsync=info");
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -36,7 +31,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         .build()?;
     rt.block_on(async {
         let shutdown = CancellationToken::new();
-        tokio::spawn(on_signal(shutdown.clone()));
+        let signals = Signals::stop()?;
+        tokio::spawn(on_signal(signals, shutdown.clone()));
         let mut out = std::io::stdout();
         cli::run(cli, &mut out, shutdown).await?;
         Ok(())
@@ -44,21 +40,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 }
 
 /// SIGINT or SIGTERM: graceful shutdown of `serve`.
-async fn on_signal(shutdown: CancellationToken) {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        if let Ok(mut term) = signal(SignalKind::terminate()) {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
-        } else {
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = tokio::signal::ctrl_c().await;
-    tracing::info!("shutting down");
+async fn on_signal(mut signals: Signals, shutdown: CancellationToken) {
+    let signal = signals.recv().await;
+    tracing::info!(signal = signal.name(), "shutting down");
     shutdown.cancel();
 }

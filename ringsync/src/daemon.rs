@@ -1,11 +1,13 @@
 //! One start-up and one shutdown for the site's store, shared by every
-//! node of the data plane (sip-gate, media-ctl): open the store, take the
+//! node (sip-gate, media-ctl, `ringsync serve`): open the store, take the
 //! profiles and their freshness into the drain state, follow the store's
 //! changes, publish the node's work report, and withdraw the node when it
-//! stops. Also what both print for `--check`.
+//! stops. Also the metrics recorder the data plane installs, and what
+//! sip-gate and media-ctl print for `--check`.
 
 use std::sync::Arc;
 
+use metrics_exporter_prometheus::{BuildError, PrometheusBuilder, PrometheusHandle};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -50,6 +52,11 @@ impl Attached {
         })
     }
 
+    /// The store opened, for what else the node reads from it.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
     /// Registers the node and publishes the reports `report` makes, on a
     /// store that keeps a node registry (etcd; on the embedded file
     /// `ringsync status` asks the node's admin address instead), until
@@ -80,6 +87,14 @@ impl Attached {
         }
         let _ = self.follower.await;
     }
+}
+
+/// Installs the process's metrics recorder, whose handle renders the
+/// admin endpoint's `/metrics` (sip-gate, media-ctl). `ringsync serve`
+/// keeps a recorder per admin API instead (`AdminApi`), so that several can
+/// serve in one process, as its tests do.
+pub fn install_metrics() -> Result<PrometheusHandle, BuildError> {
+    PrometheusBuilder::new().install_recorder()
 }
 
 /// `--check` for `daemon`: prints on stderr each warning the site file

@@ -8,8 +8,9 @@
 //! [`daemon`] is the one start-up and shutdown every data-plane node runs
 //! against its store. The Active-Passive handover's records are in
 //! [`handover`]. [`notify`] tells systemd a daemon is ready, stopping
-//! or alive. [`tls`] serves a certificate that is re-read when its
-//! files change. Every other crate
+//! or alive; [`signals`] are what every daemon stops or reloads on.
+//! [`tls`] serves a certificate that is re-read when its files change.
+//! Every other crate
 //! loads its site through [`config::SiteConfig::load`], so there is one
 //! schema and one set of errors.
 //!
@@ -35,6 +36,7 @@ pub mod notify;
 pub mod profile;
 pub mod publish;
 pub mod ring;
+pub mod signals;
 pub mod state;
 pub mod store;
 pub mod time;

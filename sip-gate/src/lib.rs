@@ -61,6 +61,7 @@ pub use ban::BanInfo;
 pub mod admin;
 pub mod announce;
 mod gate;
+pub mod node;
 pub mod reload;
 mod transport;
 mod view_log;

@@ -18,6 +18,7 @@ use crate::auth::{self, Role, Tokens};
 use crate::fetch::Fetcher;
 use crate::status::{self, NodeBoard};
 use ringsync::config::SiteConfig;
+use ringsync::daemon::Attached;
 use ringsync::node::{NodeIdentity, NodeRole};
 use ringsync::state::DrainState;
 use ringsync::store;
@@ -161,13 +162,11 @@ pub(super) async fn serve(
     let (access, certs) = protection(&config, &shutdown)?;
     let notify = Notifier::new();
     notify.phase("starting: loading the drain view from the store");
-    let store = store::open(&config).await?;
     let state = DrainState::new(config.clone());
     // What the store opened with (R-MN-2: possibly the view cache), before
-    // anything is served or published.
-    state.set_profiles(store.watch().borrow().clone());
-    state.set_freshness(store.freshness().borrow().clone());
-    let follower = state.follow(store.clone(), shutdown.clone());
+    // anything is served or published; followed until `shutdown`.
+    let mut attached = Attached::open(&state, shutdown.clone()).await?;
+    let store = attached.store().clone();
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|source| CliError::Bind { addr, source })?;
@@ -180,7 +179,7 @@ pub(super) async fn serve(
 
     let (board, every) = node_board(&config, &args, &store);
     let poller = tokio::spawn(board.clone().run(every, shutdown.clone()));
-    let publisher = publish_node(&store, &state, local, &shutdown);
+    attached.publish(serve_identity(local), || None);
     // The Active-Passive planner: one per site acts (R-MN-3).
     let node = local.to_string();
     let planner = super::handover::start_planner(&config, store.as_ref(), &state, &node, &shutdown);
@@ -210,9 +209,9 @@ pub(super) async fn serve(
     };
     shutdown.cancel();
     let _ = sampler.await;
-    let _ = follower.await;
+    // The record withdrawn, then the follower ended (by `shutdown`).
+    attached.close().await;
     let _ = poller.await;
-    let _ = publisher.await;
     if let Some((_, task)) = planner {
         let _ = task.await;
     }
@@ -222,27 +221,15 @@ pub(super) async fn serve(
     result.map_err(CliError::Io)
 }
 
-/// Registers this serve node in the store's node registry (it reports no
-/// work of its own), until `shutdown`.
-fn publish_node(
-    store: &Arc<dyn ringsync::store::Store>,
-    state: &Arc<DrainState>,
-    local: std::net::SocketAddr,
-    shutdown: &CancellationToken,
-) -> tokio::task::JoinHandle<()> {
-    let identity = NodeIdentity {
+/// This serve node as the store's node registry knows it (it reports no
+/// work of its own).
+fn serve_identity(local: SocketAddr) -> NodeIdentity {
+    NodeIdentity {
         node: local.to_string(),
         role: NodeRole::Ringsync,
         address: local.to_string(),
         started_ms: ringsync::work::now_ms(),
-    };
-    ringsync::publish::spawn(
-        store.clone(),
-        state.clone(),
-        identity,
-        || None,
-        shutdown.clone(),
-    )
+    }
 }
 
 /// The tokens and the certificate of `[admin]`, each re-read on change

@@ -37,6 +37,7 @@ mod fuzz_props;
 mod gate_stop;
 mod hostile;
 mod multi_node;
+mod node;
 mod reload;
 mod restart;
 mod rfc_edges;
