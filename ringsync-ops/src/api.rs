@@ -444,40 +444,44 @@ pub async fn serve(
     api: Arc<AdminApi>,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    serve_with(listener, api, Vec::new(), shutdown).await
+    serve_with(listener, api, Vec::new(), None, shutdown).await
 }
 
-/// [`serve`] with `extra` routes (the status page) beside the API's.
+/// [`serve`] with `extra` routes (the status page) beside the API's, over
+/// HTTPS when given `tls` (handshakes off the accept path:
+/// [`tls::TlsListener`]).
 pub async fn serve_with(
     listener: TcpListener,
     api: Arc<AdminApi>,
     extra: Extra,
+    tls: Option<Arc<rustls::ServerConfig>>,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
+    // The TLS listener first: the only step here that can fail.
+    let listener = match tls {
+        Some(config) => {
+            let listener = tls::TlsListener::new(listener, config)?;
+            api.secure.store(true, Ordering::Relaxed);
+            Bound::Tls(listener)
+        }
+        None => Bound::Plain(listener),
+    };
     let ready = api.clone().spawn_ready(&shutdown);
     let app = router_with(api, extra).into_make_service_with_connect_info::<Peer>();
-    let result = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown.clone().cancelled_owned())
-        .await;
+    let stop = shutdown.clone().cancelled_owned();
+    // Two calls because axum's listener is a type parameter; all else is one.
+    let result = match listener {
+        Bound::Plain(l) => axum::serve(l, app).with_graceful_shutdown(stop).await,
+        Bound::Tls(l) => axum::serve(l, app).with_graceful_shutdown(stop).await,
+    };
     ready.abort();
     result
 }
 
-/// [`serve_with`] over HTTPS.
-pub async fn serve_tls(
-    listener: tls::TlsListener,
-    api: Arc<AdminApi>,
-    extra: Extra,
-    shutdown: CancellationToken,
-) -> std::io::Result<()> {
-    api.secure.store(true, Ordering::Relaxed);
-    let ready = api.clone().spawn_ready(&shutdown);
-    let app = router_with(api, extra).into_make_service_with_connect_info::<Peer>();
-    let result = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown.clone().cancelled_owned())
-        .await;
-    ready.abort();
-    result
+/// What [`serve_with`] accepts on.
+enum Bound {
+    Plain(TcpListener),
+    Tls(tls::TlsListener),
 }
 
 impl AdminApi {

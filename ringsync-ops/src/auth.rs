@@ -26,6 +26,7 @@ use subtle::ConstantTimeEq;
 use tokio_util::sync::CancellationToken;
 
 use crate::tokens_file;
+pub use crate::tokens_file::TokenError;
 use ringsync::files::stamp;
 
 /// How often `serve` looks at the tokens file for changes.
@@ -75,37 +76,6 @@ impl std::str::FromStr for Role {
             .find(|r| r.as_str() == s)
             .ok_or_else(|| format!("unknown role `{s}`, expected read, operate or admin"))
     }
-}
-
-/// Why a tokens file cannot be used.
-#[derive(Debug, thiserror::Error)]
-pub enum TokenError {
-    /// The file cannot be read or written.
-    #[error("tokens file {}: {source}", path.display())]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// The OS error.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The file is not a tokens file.
-    #[error("tokens file {}: {detail}", path.display())]
-    Invalid {
-        /// The file.
-        path: PathBuf,
-        /// What is wrong.
-        detail: String,
-    },
-    /// The file cannot be given the group `ringsync serve` reads it as
-    /// (nothing was written).
-    #[error("tokens file {}: not written: {detail}", path.display())]
-    Owner {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        detail: String,
-    },
 }
 
 /// One token as the file keeps it.

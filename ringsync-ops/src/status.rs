@@ -7,31 +7,20 @@
 //! of node, counts as a node that did not report: the instances it would
 //! count stay unknown (never `drained`), with its reason.
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use crate::fetch::Fetcher;
-use crate::round::{NodeAnswer, Round};
-use crate::sum::{self, InstanceStatus, PoolBackupFrom};
+use crate::round::Round;
+pub use crate::round::{NodeAddr, SiteFile, SiteStatus};
 use ringsync::config::SiteConfig;
-use ringsync::store::{Freshness, Store};
+use ringsync::store::Store;
 use ringsync::view::DrainView;
-use ringsync::work::{self, NodeKind, NodeOutcome, WorkReport};
-
-/// A node expected to report on this site, and where it is asked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NodeAddr {
-    /// What it counts.
-    pub kind: NodeKind,
-    /// Its admin address (it serves [`work::WORK_PATH`] there).
-    pub addr: SocketAddr,
-}
+use ringsync::work::NodeKind;
 
 /// The nodes of a one-machine site: the gate at `admin.gate_bind` and
 /// media-ctl at `admin.media_bind`, unless overridden.
@@ -50,148 +39,6 @@ pub fn local_nodes(
             addr: media.unwrap_or(config.admin.media_bind),
         },
     ]
-}
-
-/// The status of a site: `ringsync status --json` and `GET /v1/status`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SiteStatus {
-    /// Site name.
-    pub site: String,
-    /// Profile revision of the drain view.
-    pub revision: u64,
-    /// Servers in the drain zone (R-PR-3).
-    pub drain_zone: BTreeSet<String>,
-    /// When this status was made (Unix ms).
-    pub generated_ms: u64,
-    /// Every node asked, and what it answered.
-    pub nodes: Vec<NodeAnswer>,
-    /// Every instance, in config order: state and summed work (R-ST-1, R-ST-3).
-    pub instances: Vec<InstanceStatus>,
-    /// Whether the profiles behind this status are current, and since when
-    /// not (R-MN-2).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub store: Option<Freshness>,
-    /// The engines `ringsync serve` drives (R-EX-1); only a serve node
-    /// knows them, so a status computed by the CLI itself has none.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub engines: Option<Vec<crate::engine::EngineStatus>>,
-    /// Pools under their health threshold whose new dialogs a gate sends
-    /// to their backup, per gate (R-HT-1); empty while none is.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub backups: Vec<PoolBackupFrom>,
-    /// The site file this status was made with, and whether the nodes run
-    /// it (issue 27).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub site_file: Option<SiteFile>,
-}
-
-/// Which site files a site's nodes run, by their short hashes
-/// (`ringsync::config::file_hash`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SiteFile {
-    /// The hash of the file this status was made with (the CLI's, or
-    /// `ringsync serve`'s).
-    pub hash: String,
-    /// Every hash a node reported, with the nodes that run it.
-    pub nodes: BTreeMap<String, Vec<String>>,
-    /// Set when the nodes and this status do not all run one file: what an
-    /// operator reads (a node not reloaded, or a file not copied).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub warning: Option<String>,
-}
-
-impl SiteFile {
-    /// The site file of a status made with the file hashed `own`, over
-    /// these node answers.
-    pub fn of(own: &str, answers: &[NodeAnswer]) -> Option<SiteFile> {
-        let mut nodes: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        for a in answers {
-            if let Some(h) = &a.site_hash {
-                let name = a.node.clone().unwrap_or_else(|| a.addr.to_string());
-                nodes.entry(h.clone()).or_default().push(name);
-            }
-        }
-        let differ = nodes.len() > 1 || nodes.keys().any(|h| h != own);
-        let warning = differ.then(|| {
-            let each: Vec<String> = nodes
-                .iter()
-                .map(|(h, n)| format!("{h} on {}", n.join(", ")))
-                .collect();
-            format!(
-                "the nodes do not run the same site file: {}; this status read {own} \
-                 (copy the file to every node and reload them: `systemctl reload`)",
-                each.join("; ")
-            )
-        });
-        Some(SiteFile {
-            hash: own.to_owned(),
-            nodes,
-            warning,
-        })
-    }
-}
-
-impl Round {
-    /// A round in which no node has been asked yet: every node is unknown.
-    pub fn not_asked(nodes: &[NodeAddr]) -> Round {
-        let failed = nodes
-            .iter()
-            .map(|n| (*n, Err("not asked yet".to_owned())))
-            .collect::<Vec<_>>();
-        Round::from_results(failed)
-    }
-
-    fn from_results(results: Vec<(NodeAddr, Result<WorkReport, String>)>) -> Round {
-        let mut round = Round::default();
-        for (at, report) in results {
-            let answer = match &report {
-                Ok(r) => NodeAnswer {
-                    kind: at.kind,
-                    addr: at.addr,
-                    node: Some(r.node.clone()),
-                    revision: Some(r.revision),
-                    started_ms: Some(r.started_ms),
-                    error: None,
-                    stale_since_ms: None,
-                    site_hash: Some(r.site_hash.clone()).filter(|h| !h.is_empty()),
-                },
-                Err(e) => NodeAnswer {
-                    kind: at.kind,
-                    addr: at.addr,
-                    node: None,
-                    revision: None,
-                    started_ms: None,
-                    error: Some(e.clone()),
-                    stale_since_ms: None,
-                    site_hash: None,
-                },
-            };
-            let node = answer.node.clone().unwrap_or_else(|| at.addr.to_string());
-            round.answers.push(answer);
-            round.outcomes.push(NodeOutcome {
-                node,
-                kind: at.kind,
-                report,
-            });
-        }
-        round
-    }
-
-    /// The site's status: these answers summed over `view`.
-    pub fn status(&self, view: &DrainView) -> SiteStatus {
-        SiteStatus {
-            site: view.config().site.name.clone(),
-            revision: view.revision(),
-            drain_zone: view.drain_zone().clone(),
-            generated_ms: work::now_ms(),
-            nodes: self.answers.clone(),
-            instances: sum::sum(view, &self.outcomes),
-            store: None,
-            engines: None,
-            backups: sum::backups(&self.outcomes),
-            site_file: SiteFile::of(&view.config().hash, &self.answers),
-        }
-    }
 }
 
 /// Asks every node once, all at the same time, and checks that each report

@@ -13,13 +13,42 @@ use std::fs::{self, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use crate::auth::TokenError;
-
 /// The group a new tokens file gets unless `--group` names another: the
 /// one `ringsync serve`, the gates and media-ctl run as (the package makes it).
 pub const DEFAULT_GROUP: &str = "sip-gate";
 /// The mode of a new tokens file: its owner writes, its group (serve) reads.
 pub const NEW_MODE: u32 = 0o640;
+
+/// Why a tokens file cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenError {
+    /// The file cannot be read or written.
+    #[error("tokens file {}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not a tokens file.
+    #[error("tokens file {}: {detail}", path.display())]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        detail: String,
+    },
+    /// The file cannot be given the group `ringsync serve` reads it as
+    /// (nothing was written).
+    #[error("tokens file {}: not written: {detail}", path.display())]
+    Owner {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        detail: String,
+    },
+}
 
 /// Who owns the file to write and how it may be read.
 struct Owner {

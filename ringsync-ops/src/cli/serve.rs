@@ -12,7 +12,7 @@ use ringsync::notify::Notifier;
 use tokio_util::sync::CancellationToken;
 
 use super::{CliError, ServeArgs};
-use crate::api::tls::{CertFiles, TlsListener};
+use crate::api::tls::CertFiles;
 use crate::api::{Access, AdminApi};
 use crate::auth::{self, Role, Tokens};
 use crate::fetch::Fetcher;
@@ -200,13 +200,8 @@ pub(super) async fn serve(
     api.notify_ready(notify, format!("serving the admin API on {local}"));
     // The status page at `/`, its chart sampled meanwhile (issue 28).
     let (page, sampler) = crate::page::start(&api, &shutdown);
-    let result = match certs {
-        Some(c) => {
-            let tls = TlsListener::new(listener, c.server_config()?)?;
-            crate::api::serve_tls(tls, api, page, shutdown.clone()).await
-        }
-        None => crate::api::serve_with(listener, api, page, shutdown.clone()).await,
-    };
+    let tls = certs.map(|c| c.server_config()).transpose()?;
+    let result = crate::api::serve_with(listener, api, page, tls, shutdown.clone()).await;
     shutdown.cancel();
     let _ = sampler.await;
     // The record withdrawn, then the follower ended (by `shutdown`).

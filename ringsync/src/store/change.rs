@@ -12,191 +12,9 @@ use crate::profile::{
     self, NameError, NewProfile, Profile, ProfilePatch, ProfileSet, ProfileState,
 };
 
-/// One change to a profile set; backends apply it to the freshest set they
-/// can read, under their own exclusion.
-#[derive(Debug, Clone)]
-pub enum Change {
-    /// Create a profile with this id.
-    Create {
-        /// The id chosen for it.
-        id: String,
-        /// What to create.
-        new: NewProfile,
-    },
-    /// Update a profile.
-    Update {
-        /// Id or name.
-        id: String,
-        /// What to change.
-        patch: ProfilePatch,
-    },
-    /// Delete a profile.
-    Delete {
-        /// Id or name.
-        id: String,
-    },
-    /// Activate or deactivate a profile.
-    SetState {
-        /// Id or name.
-        id: String,
-        /// The new state.
-        state: ProfileState,
-    },
-}
-
-impl Change {
-    /// The id of the existing profile this change touches in `set` (`None`
-    /// for a create, or when no profile matches).
-    pub fn target(&self, set: &ProfileSet) -> Option<String> {
-        let id = match self {
-            Change::Create { .. } => return None,
-            Change::Update { id, .. } | Change::Delete { id } | Change::SetState { id, .. } => id,
-        };
-        set.find(id).map(|p| p.id.clone())
-    }
-
-    /// Applies the change to `set` after checking it against the site
-    /// (R-PR-1) and the other profiles. On error `set` is unchanged. Returns
-    /// the profile as created, updated or deleted. Does not touch the revision.
-    pub fn apply(self, config: &SiteConfig, set: &mut ProfileSet) -> Result<Profile, StoreError> {
-        match self {
-            Change::Create { id, new } => {
-                let name = check_name(set, &new.name)?;
-                check_description(&new.description)?;
-                let servers = check_servers(config, &new.servers)?;
-                if set.profiles.iter().any(|p| p.name == name) {
-                    return Err(StoreError::Refused(Refusal::DuplicateName { name }));
-                }
-                let p = Profile {
-                    id,
-                    name,
-                    description: new.description,
-                    servers,
-                    state: new.state,
-                    revision: 0,
-                };
-                set.profiles.push(p.clone());
-                Ok(p)
-            }
-            Change::Update { id, patch } => {
-                let i = find(set, &id)?;
-                let mut p = set.profiles[i].clone();
-                // A name kept as it is is not checked again: a profile stored
-                // before these name rules with a name they now refuse can still be
-                // updated and (de)activated, and renamed to a good name.
-                if let Some(name) = patch.name.filter(|n| n.trim() != p.name) {
-                    let name = check_name(set, &name)?;
-                    if set
-                        .profiles
-                        .iter()
-                        .enumerate()
-                        .any(|(j, o)| j != i && o.name == name)
-                    {
-                        return Err(StoreError::Refused(Refusal::DuplicateName { name }));
-                    }
-                    p.name = name;
-                }
-                if let Some(d) = patch.description {
-                    check_description(&d)?;
-                    p.description = d;
-                }
-                if let Some(servers) = patch.servers {
-                    p.servers = check_servers(config, &servers)?;
-                }
-                set.profiles[i] = p.clone();
-                Ok(p)
-            }
-            Change::Delete { id } => {
-                let i = find(set, &id)?;
-                Ok(set.profiles.remove(i))
-            }
-            Change::SetState { id, state } => {
-                let i = find(set, &id)?;
-                set.profiles[i].state = state;
-                Ok(set.profiles[i].clone())
-            }
-        }
-    }
-}
-
-/// What a committed change did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Committed {
-    /// The profile as it was (`None` for a create).
-    pub before: Option<Profile>,
-    /// The profile as created, updated or deleted (a deleted one as it was).
-    pub profile: Profile,
-    /// True for a delete.
-    pub deleted: bool,
-    /// False when the change found the profile already as asked (an
-    /// activation of an active profile, an update to the values it has):
-    /// then the set and its revision are as they were, and the store writes
-    /// nothing, neither the set nor an audit record (R-PR-4 below).
-    pub changed: bool,
-}
-
-impl Committed {
-    /// The profile as it is after the change (`None` once deleted).
-    pub fn after(&self) -> Option<&Profile> {
-        (!self.deleted).then_some(&self.profile)
-    }
-}
-
-impl Change {
-    /// Applies the change like [`Change::apply`], refusing it with
-    /// [`Refusal::Stale`] when `expect` names a revision the profile has
-    /// moved past (a change that would change nothing included: the caller
-    /// decided on a profile that is no longer there); then moves the set's
-    /// revision on and stamps the changed profile with it, unless the change
-    /// left the profile exactly as it was: then the revision stays, so no
-    /// other operator's `--revision` is made stale by nothing
-    /// ([`Committed::changed`] is false). On error `set` is unchanged.
-    pub fn commit(
-        self,
-        config: &SiteConfig,
-        set: &mut ProfileSet,
-        expect: Option<u64>,
-    ) -> Result<Committed, StoreError> {
-        let before = self.target(set).and_then(|id| set.find(&id).cloned());
-        if let (Some(want), Some(cur)) = (expect, &before) {
-            if cur.revision != want {
-                return Err(StoreError::Refused(Refusal::Stale {
-                    id: cur.id.clone(),
-                    expected: want,
-                    current: Box::new(cur.clone()),
-                }));
-            }
-        }
-        let deleted = matches!(self, Change::Delete { .. });
-        let mut profile = self.apply(config, set)?;
-        if let Some(b) = before.as_ref().filter(|b| !deleted && **b == profile) {
-            // `apply` wrote back the very values the profile had: `set` is
-            // as it was.
-            return Ok(Committed {
-                before: Some(b.clone()),
-                profile,
-                deleted,
-                changed: false,
-            });
-        }
-        set.revision += 1;
-        if !deleted {
-            profile.revision = set.revision;
-            if let Some(i) = set.position(&profile.id) {
-                set.profiles[i].revision = set.revision;
-            }
-        }
-        Ok(Committed {
-            before,
-            profile,
-            deleted,
-            changed: true,
-        })
-    }
-}
-
-/// A change as an operator asks for it; [`Op::change`] picks a create's id
-/// against the set it is applied to.
+/// A change to a profile set as an operator asks for it; backends apply it
+/// ([`Op::commit`]) to the freshest set they can read, under their own
+/// exclusion, and a create's id is picked against that set.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Op {
     /// Create a profile.
@@ -223,23 +41,164 @@ pub enum Op {
 }
 
 impl Op {
-    /// The change to apply to `set`.
-    pub fn change(&self, set: &ProfileSet) -> Change {
+    /// The id of the existing profile this change touches in `set` (`None`
+    /// for a create, or when no profile matches).
+    pub fn target_in(&self, set: &ProfileSet) -> Option<String> {
+        let id = match self {
+            Op::Create(_) => return None,
+            Op::Update { id, .. } | Op::Delete { id } | Op::SetState { id, .. } => id,
+        };
+        set.find(id).map(|p| p.id.clone())
+    }
+
+    /// Applies the change to `set` after checking it against the site
+    /// (R-PR-1) and the other profiles; a create gets a fresh id
+    /// ([`new_id`]). On error `set` is unchanged. Returns the profile as
+    /// created, updated or deleted. Does not touch the revision.
+    pub fn apply(&self, config: &SiteConfig, set: &mut ProfileSet) -> Result<Profile, StoreError> {
         match self {
-            Op::Create(new) => Change::Create {
-                id: new_id(set),
-                new: new.clone(),
-            },
-            Op::Update { id, patch } => Change::Update {
-                id: id.clone(),
-                patch: patch.clone(),
-            },
-            Op::Delete { id } => Change::Delete { id: id.clone() },
-            Op::SetState { id, state } => Change::SetState {
-                id: id.clone(),
-                state: *state,
-            },
+            Op::Create(new) => create(new_id(set), new.clone(), config, set),
+            Op::Update { id, patch } => {
+                let i = find(set, id)?;
+                let mut p = set.profiles[i].clone();
+                // A name kept as it is is not checked again: a profile stored
+                // before these name rules with a name they now refuse can still be
+                // updated and (de)activated, and renamed to a good name.
+                if let Some(name) = patch.name.as_ref().filter(|n| n.trim() != p.name) {
+                    let name = check_name(set, name)?;
+                    if set
+                        .profiles
+                        .iter()
+                        .enumerate()
+                        .any(|(j, o)| j != i && o.name == name)
+                    {
+                        return Err(StoreError::Refused(Refusal::DuplicateName { name }));
+                    }
+                    p.name = name;
+                }
+                if let Some(d) = &patch.description {
+                    check_description(d)?;
+                    p.description = d.clone();
+                }
+                if let Some(servers) = &patch.servers {
+                    p.servers = check_servers(config, servers)?;
+                }
+                set.profiles[i] = p.clone();
+                Ok(p)
+            }
+            Op::Delete { id } => {
+                let i = find(set, id)?;
+                Ok(set.profiles.remove(i))
+            }
+            Op::SetState { id, state } => {
+                let i = find(set, id)?;
+                set.profiles[i].state = *state;
+                Ok(set.profiles[i].clone())
+            }
         }
+    }
+}
+
+/// Creates a profile with id `id` in `set` after the checks of
+/// [`Op::apply`] (a create whose id is given: a profile set moved from
+/// another store keeps its ids). On error `set` is unchanged.
+pub fn create(
+    id: String,
+    new: NewProfile,
+    config: &SiteConfig,
+    set: &mut ProfileSet,
+) -> Result<Profile, StoreError> {
+    let name = check_name(set, &new.name)?;
+    check_description(&new.description)?;
+    let servers = check_servers(config, &new.servers)?;
+    if set.profiles.iter().any(|p| p.name == name) {
+        return Err(StoreError::Refused(Refusal::DuplicateName { name }));
+    }
+    let p = Profile {
+        id,
+        name,
+        description: new.description,
+        servers,
+        state: new.state,
+        revision: 0,
+    };
+    set.profiles.push(p.clone());
+    Ok(p)
+}
+
+/// What a committed change did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Committed {
+    /// The profile as it was (`None` for a create).
+    pub before: Option<Profile>,
+    /// The profile as created, updated or deleted (a deleted one as it was).
+    pub profile: Profile,
+    /// True for a delete.
+    pub deleted: bool,
+    /// False when the change found the profile already as asked (an
+    /// activation of an active profile, an update to the values it has):
+    /// then the set and its revision are as they were, and the store writes
+    /// nothing, neither the set nor an audit record (R-PR-4 below).
+    pub changed: bool,
+}
+
+impl Committed {
+    /// The profile as it is after the change (`None` once deleted).
+    pub fn after(&self) -> Option<&Profile> {
+        (!self.deleted).then_some(&self.profile)
+    }
+}
+
+impl Op {
+    /// Applies the change like [`Op::apply`], refusing it with
+    /// [`Refusal::Stale`] when `expect` names a revision the profile has
+    /// moved past (a change that would change nothing included: the caller
+    /// decided on a profile that is no longer there); then moves the set's
+    /// revision on and stamps the changed profile with it, unless the change
+    /// left the profile exactly as it was: then the revision stays, so no
+    /// other operator's `--revision` is made stale by nothing
+    /// ([`Committed::changed`] is false). On error `set` is unchanged.
+    pub fn commit(
+        &self,
+        config: &SiteConfig,
+        set: &mut ProfileSet,
+        expect: Option<u64>,
+    ) -> Result<Committed, StoreError> {
+        let before = self.target_in(set).and_then(|id| set.find(&id).cloned());
+        if let (Some(want), Some(cur)) = (expect, &before) {
+            if cur.revision != want {
+                return Err(StoreError::Refused(Refusal::Stale {
+                    id: cur.id.clone(),
+                    expected: want,
+                    current: Box::new(cur.clone()),
+                }));
+            }
+        }
+        let deleted = matches!(self, Op::Delete { .. });
+        let mut profile = self.apply(config, set)?;
+        if let Some(b) = before.as_ref().filter(|b| !deleted && **b == profile) {
+            // `apply` wrote back the very values the profile had: `set` is
+            // as it was.
+            return Ok(Committed {
+                before: Some(b.clone()),
+                profile,
+                deleted,
+                changed: false,
+            });
+        }
+        set.revision += 1;
+        if !deleted {
+            profile.revision = set.revision;
+            if let Some(i) = set.position(&profile.id) {
+                set.profiles[i].revision = set.revision;
+            }
+        }
+        Ok(Committed {
+            before,
+            profile,
+            deleted,
+            changed: true,
+        })
     }
 
     /// What it does, in the audit log's words.
@@ -343,7 +302,7 @@ mod tests {
     fn commit_stamps_revisions_and_refuses_a_stale_one() {
         let c = site();
         let mut set = ProfileSet::default();
-        let a = Op::Create(new("a", &["srv-a"])).change(&set);
+        let a = Op::Create(new("a", &["srv-a"]));
         let done = a.commit(&c, &mut set, None).unwrap();
         assert_eq!((set.revision, done.profile.revision), (1, 1));
         assert_eq!(done.before, None);
@@ -351,17 +310,17 @@ mod tests {
             id: "a".into(),
             state: ProfileState::Active,
         };
-        let done = act.change(&set).commit(&c, &mut set, Some(1)).unwrap();
+        let done = act.commit(&c, &mut set, Some(1)).unwrap();
         assert_eq!(done.before.as_ref().map(|p| p.revision), Some(1));
         assert_eq!((set.revision, set.profiles[0].revision), (2, 2));
-        let stale = act.change(&set).commit(&c, &mut set, Some(1)).unwrap_err();
+        let stale = act.commit(&c, &mut set, Some(1)).unwrap_err();
         assert!(
             matches!(&stale, StoreError::Refused(Refusal::Stale { expected: 1, current, .. }) if current.revision == 2),
             "{stale}"
         );
         assert_eq!(set.revision, 2, "nothing changed");
         let del = Op::Delete { id: "a".into() };
-        let done = del.change(&set).commit(&c, &mut set, Some(2)).unwrap();
+        let done = del.commit(&c, &mut set, Some(2)).unwrap();
         assert!(done.deleted && done.after().is_none() && set.profiles.is_empty());
     }
 
@@ -373,16 +332,15 @@ mod tests {
         let c = site();
         let mut set = ProfileSet::default();
         Op::Create(new("a", &["srv-a"]))
-            .change(&set)
             .commit(&c, &mut set, None)
             .unwrap();
         let act = Op::SetState {
             id: "a".into(),
             state: ProfileState::Active,
         };
-        assert!(act.change(&set).commit(&c, &mut set, None).unwrap().changed);
+        assert!(act.commit(&c, &mut set, None).unwrap().changed);
         let was = set.clone();
-        let again = act.change(&set).commit(&c, &mut set, Some(2)).unwrap();
+        let again = act.commit(&c, &mut set, Some(2)).unwrap();
         assert!(!again.changed && again.profile.revision == 2, "{again:?}");
         let same = Op::Update {
             id: "a".into(),
@@ -392,15 +350,9 @@ mod tests {
                 ..Default::default()
             },
         };
-        assert!(
-            !same
-                .change(&set)
-                .commit(&c, &mut set, None)
-                .unwrap()
-                .changed
-        );
+        assert!(!same.commit(&c, &mut set, None).unwrap().changed);
         assert_eq!(set, was);
-        let stale = act.change(&set).commit(&c, &mut set, Some(1)).unwrap_err();
+        let stale = act.commit(&c, &mut set, Some(1)).unwrap_err();
         assert!(
             matches!(stale, StoreError::Refused(Refusal::Stale { .. })),
             "{stale}"
@@ -425,7 +377,6 @@ mod tests {
             }],
         };
         let e = Op::Create(new("maint", &["srv-b"]))
-            .change(&set)
             .commit(&c, &mut set, None)
             .unwrap_err();
         assert!(
@@ -440,12 +391,7 @@ mod tests {
                 ..Default::default()
             },
         };
-        assert!(
-            keep.change(&set)
-                .commit(&c, &mut set, None)
-                .unwrap()
-                .changed
-        );
+        assert!(keep.commit(&c, &mut set, None).unwrap().changed);
         assert_eq!(set.profiles[0].name, "old name!");
     }
 
@@ -469,23 +415,14 @@ mod tests {
     fn r_pr_1_unknown_server_refused_set_unchanged() {
         let c = site();
         let mut set = ProfileSet::default();
-        let e = Change::Create {
-            id: "p-1".into(),
-            new: new("x", &["srv-a", "srv-z"]),
-        }
-        .apply(&c, &mut set)
-        .unwrap_err();
+        let e = create("p-1".into(), new("x", &["srv-a", "srv-z"]), &c, &mut set).unwrap_err();
         assert!(
             matches!(&e, StoreError::Refused(Refusal::UnknownServer { server, .. }) if server == "srv-z")
         );
         assert!(e.to_string().contains("srv-z") && e.to_string().contains("/etc/site/t.toml"));
         assert!(set.profiles.is_empty());
         assert!(matches!(
-            Change::Create {
-                id: "p-1".into(),
-                new: new("x", &[])
-            }
-            .apply(&c, &mut set),
+            create("p-1".into(), new("x", &[]), &c, &mut set),
             Err(StoreError::Refused(Refusal::NoServers))
         ));
     }
@@ -494,25 +431,11 @@ mod tests {
     fn names_unique_and_valid() {
         let c = site();
         let mut set = ProfileSet::default();
-        Change::Create {
-            id: "p-1".into(),
-            new: new("a", &["srv-a", "srv-a"]),
-        }
-        .apply(&c, &mut set)
-        .unwrap();
+        create("p-1".into(), new("a", &["srv-a", "srv-a"]), &c, &mut set).unwrap();
         assert_eq!(set.profiles[0].servers, ["srv-a"]);
-        Change::Create {
-            id: "p-2".into(),
-            new: new("b", &["srv-b"]),
-        }
-        .apply(&c, &mut set)
-        .unwrap();
+        create("p-2".into(), new("b", &["srv-b"]), &c, &mut set).unwrap();
         assert!(matches!(
-            Change::Create {
-                id: "p-3".into(),
-                new: new(" a ", &["srv-a"])
-            }
-            .apply(&c, &mut set),
+            create("p-3".into(), new(" a ", &["srv-a"]), &c, &mut set),
             Err(StoreError::Refused(Refusal::DuplicateName { .. }))
         ));
         let rename = ProfilePatch {
@@ -520,7 +443,7 @@ mod tests {
             ..Default::default()
         };
         assert!(matches!(
-            Change::Update {
+            Op::Update {
                 id: "b".into(),
                 patch: rename
             }
@@ -528,22 +451,18 @@ mod tests {
             Err(StoreError::Refused(Refusal::DuplicateName { .. }))
         ));
         assert!(matches!(
-            Change::Create {
-                id: "p-3".into(),
-                new: new("", &["srv-a"])
-            }
-            .apply(&c, &mut set),
+            create("p-3".into(), new("", &["srv-a"]), &c, &mut set),
             Err(StoreError::Refused(Refusal::InvalidName { .. }))
         ));
         assert!(matches!(
-            Change::Delete { id: "nope".into() }.apply(&c, &mut set),
+            Op::Delete { id: "nope".into() }.apply(&c, &mut set),
             Err(StoreError::Refused(Refusal::NotFound { .. }))
         ));
         let bad = ProfilePatch {
             servers: Some(vec!["srv-q".into()]),
             ..Default::default()
         };
-        assert!(Change::Update {
+        assert!(Op::Update {
             id: "a".into(),
             patch: bad
         }

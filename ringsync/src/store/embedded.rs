@@ -226,9 +226,8 @@ impl Inner {
     fn write(&self, w: WriteRequest) -> Result<(Arc<ProfileSet>, Written), StoreError> {
         let lock = self.lock()?;
         let (mut set, _) = read_file(&self.path)?;
-        let change = w.op.change(&set);
-        let before = change.target(&set).and_then(|id| set.find(&id).cloned());
-        let committed = match change.commit(&self.config, &mut set, w.expect) {
+        let before = w.op.target_in(&set).and_then(|id| set.find(&id).cloned());
+        let committed = match w.op.commit(&self.config, &mut set, w.expect) {
             Ok(c) => c,
             Err(e) => {
                 if let Some(rec) = w.audit {

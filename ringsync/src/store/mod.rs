@@ -4,7 +4,7 @@
 //! `Arc<dyn Store>`: [`EmbeddedStore`] (one file, one machine) or
 //! `EtcdStore` (a site with several nodes; with the `etcd` feature, on by
 //! default). Every backend validates changes
-//! through [`Change::apply`], so R-PR-1 and name uniqueness hold whatever the
+//! through [`Op::apply`], so R-PR-1 and name uniqueness hold whatever the
 //! backend. Besides profiles a store says how current they are
 //! ([`Freshness`], R-MN-2) and, where several nodes share it, keeps the
 //! node registry their work reports live in (R-ST-3), and the records of
@@ -33,7 +33,7 @@ pub mod handover;
 pub mod handover_file;
 
 pub use audit::{Actor, AuditPage, AuditQuery, AuditRecord};
-pub use change::{new_id, Change, Committed, Op};
+pub use change::{create, new_id, Committed, Op};
 pub use embedded::EmbeddedStore;
 #[cfg(feature = "etcd")]
 pub use etcd::EtcdStore;
@@ -363,7 +363,7 @@ pub fn checked_import(config: &SiteConfig, set: ProfileSet) -> Result<ProfileSet
             state: p.state,
         };
         let id = p.id.clone();
-        Change::Create { id: p.id, new }.apply(config, &mut out)?;
+        create(p.id, new, config, &mut out)?;
         // The copy keeps each profile's revision: a change that names the
         // revision it read before the move still applies after it.
         if let Some(i) = out.position(&id) {

@@ -11,18 +11,23 @@
 //! that create dialogs, `received`/`rport` stamped on the top Via (18.2.1,
 //! RFC 3581). Responses lose the gate's Via and follow the next one.
 //!
-//! One step per module, each using only the ones before it:
+//! One step per module, each adding methods to [`Core`]. They call one
+//! another through it, so the list below is the order a request takes,
+//! not a layering: [`route`] asks [`admit`] and [`undelivered`], and
+//! [`admit`] answers in [`route`]'s terms; [`undelivered`] fails over
+//! through [`resolved`]; [`transaction`] calls most of the others.
 //! [`request`] checks a request and works out where it stands (sender, route
-//! set, token); [`route`] decides where it goes, a plain function of the
-//! request and the drain view; [`forward`] splices the edits; [`answer`]
-//! builds the gate's own replies; [`transaction`] runs a request through
-//! these with the transaction table; [`resolved`] parks requests to host
-//! names while the transport resolves them (RFC 3263) and fails over
+//! set, token; [`source`] and [`validity`] hold its refusals); [`route`]
+//! decides where it goes from the request, the drain view and the site;
+//! [`admit`] applies the overload limits to new dialogs before routing
+//! spends anything on them (R-OV-1, R-OV-2); [`forward`] splices the edits;
+//! [`answer`] builds the gate's own replies; [`transaction`] runs a request
+//! through these with the transaction table; [`resolved`] parks requests to
+//! host names while the transport resolves them (RFC 3263) and fails over
 //! between targets; [`undelivered`] answers what the transport could not
 //! deliver (RFC 3261 16.9) and holds unreachable instances' transports;
 //! [`flow_gone`] answers a CANCEL whose INVITE went into a flow that has
-//! closed (R-WS-2); [`response`] sends responses back. [`admit`] applies
-//! the overload limits to new dialogs before routing (R-OV-1, R-OV-2).
+//! closed (R-WS-2); [`response`] sends responses back.
 
 mod admit;
 mod answer;
@@ -142,7 +147,7 @@ pub enum CoreError {
 /// The forwarding core shared by all transport tasks.
 pub struct Core {
     /// What the site file makes of the core, swapped whole by a reload
-    /// ([`Core::reload`]); a message loads it once ([`crate::site`]).
+    /// ([`Core::swap_site`]); a message loads it once ([`crate::site`]).
     site: ArcSwap<Site>,
     drain: Arc<DrainState>,
     tokens: TokenKey,
@@ -251,7 +256,7 @@ impl Core {
     }
 
     /// The site tables in force: one lock-free load. A message loads them
-    /// once, after the drain view (see [`Core::reload`] for why that order).
+    /// once, after the drain view (see [`Core::swap_site`] for why that order).
     pub(crate) fn site(&self) -> arc_swap::Guard<Arc<Site>> {
         self.site.load()
     }
@@ -443,7 +448,7 @@ impl Core {
     fn publish(&self, now: Instant, states: bool) {
         let known = |i| self.work.unknown_for(i, now).is_none();
         // The view first, then the site: the site then has every instance
-        // the view has (see `Core::reload`).
+        // the view has (see `Core::swap_site`).
         let view = self.drain.view();
         let site = self.site.load();
         let sip = || {
@@ -578,7 +583,7 @@ impl Core {
         now: Instant,
         how: Received,
     ) -> Action {
-        // The view first, then the site, once each (see `Core::reload`).
+        // The view first, then the site, once each (see `Core::swap_site`).
         let view = self.drain.view();
         let site = self.site.load();
         let Some(listener) = site.listeners.get(inbound.listener()) else {

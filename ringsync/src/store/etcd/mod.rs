@@ -19,7 +19,7 @@
 //! and a site holds tens of profiles, far below etcd's value size limit.
 //!
 //! **Writes are compare-and-swap transactions** on the document's mod
-//! revision: read, [`Change::apply`] (the same R-PR-1 checks as the embedded
+//! revision: read, [`Op::apply`](crate::store::Op::apply) (the same R-PR-1 checks as the embedded
 //! store), write if nobody wrote since. When someone did, the change is
 //! retried on the new version only if the profile it touches is unchanged
 //! there (a create, or a change to another profile); if that profile

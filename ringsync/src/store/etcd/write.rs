@@ -57,10 +57,9 @@ impl Inner {
         let key = w.audit.as_ref().map(|r| self.audit_key(r.at_ms));
         let mut base = self.read_retrying().await?;
         for _ in 0..MAX_ATTEMPTS {
-            let change = w.op.change(&base.set);
-            let target = change.target(&base.set);
+            let target = w.op.target_in(&base.set);
             let mut next = base.set.clone();
-            let committed = match change.commit(&self.config, &mut next, w.expect) {
+            let committed = match w.op.commit(&self.config, &mut next, w.expect) {
                 Ok(c) => c,
                 Err(e) => return Err(self.refuse(w, e, &base.set, target).await),
             };
@@ -114,7 +113,7 @@ impl Inner {
             id: "(profile set)".into(),
             detail: format!("the profile set changed under {MAX_ATTEMPTS} attempts in a row"),
         });
-        let target = w.op.change(&base.set).target(&base.set);
+        let target = w.op.target_in(&base.set);
         Err(self.refuse(w, e, &base.set, target).await)
     }
 
