@@ -34,22 +34,32 @@ pub struct NodeAddr {
 }
 
 /// The nodes of a one-machine site: the gate at `admin.gate_bind` and
-/// media-ctl at `admin.media_bind`, unless overridden.
+/// media-ctl at `admin.media_bind`, unless overridden. A kind whose
+/// services the site does not have (no `mg`/`bgmg`: no media-ctl) is not
+/// expected, so status names no such node missing; one given explicitly
+/// (`--gate`, `--media`) is asked all the same.
 pub fn local_nodes(
     config: &SiteConfig,
     gate: Option<SocketAddr>,
     media: Option<SocketAddr>,
 ) -> Vec<NodeAddr> {
-    vec![
-        NodeAddr {
-            kind: NodeKind::Gate,
-            addr: gate.unwrap_or(config.admin.gate_bind),
-        },
-        NodeAddr {
-            kind: NodeKind::MediaCtl,
-            addr: media.unwrap_or(config.admin.media_bind),
-        },
+    let has = |kind: NodeKind| {
+        config
+            .instances
+            .iter()
+            .any(|i| kind.counts_on(config, &i.service))
+    };
+    [
+        (NodeKind::Gate, gate, config.admin.gate_bind),
+        (NodeKind::MediaCtl, media, config.admin.media_bind),
     ]
+    .into_iter()
+    .filter(|(kind, given, _)| given.is_some() || has(*kind))
+    .map(|(kind, given, default)| NodeAddr {
+        kind,
+        addr: given.unwrap_or(default),
+    })
+    .collect()
 }
 
 /// The status of a site: `ringsync status --json` and `GET /v1/status`.
