@@ -23,22 +23,32 @@ use ringsync::view::DrainView;
 use ringsync::work::NodeKind;
 
 /// The nodes of a one-machine site: the gate at `admin.gate_bind` and
-/// media-ctl at `admin.media_bind`, unless overridden.
+/// media-ctl at `admin.media_bind`, unless overridden. A kind whose
+/// services the site does not have (no `mg`/`bgmg`: no media-ctl) is not
+/// expected, so status names no such node missing; one given explicitly
+/// (`--gate`, `--media`) is asked all the same.
 pub fn local_nodes(
     config: &SiteConfig,
     gate: Option<SocketAddr>,
     media: Option<SocketAddr>,
 ) -> Vec<NodeAddr> {
-    vec![
-        NodeAddr {
-            kind: NodeKind::Gate,
-            addr: gate.unwrap_or(config.admin.gate_bind),
-        },
-        NodeAddr {
-            kind: NodeKind::MediaCtl,
-            addr: media.unwrap_or(config.admin.media_bind),
-        },
+    let has = |kind: NodeKind| {
+        config
+            .instances
+            .iter()
+            .any(|i| kind.counts_on(config, &i.service))
+    };
+    [
+        (NodeKind::Gate, gate, config.admin.gate_bind),
+        (NodeKind::MediaCtl, media, config.admin.media_bind),
     ]
+    .into_iter()
+    .filter(|(kind, given, _)| given.is_some() || has(*kind))
+    .map(|(kind, given, default)| NodeAddr {
+        kind,
+        addr: given.unwrap_or(default),
+    })
+    .collect()
 }
 
 /// Asks every node once, all at the same time, and checks that each report

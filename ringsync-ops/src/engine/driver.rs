@@ -246,15 +246,19 @@ impl Driver {
         });
     }
 
+    /// A failed round. An engine that gave no answer in its API's terms
+    /// (nothing listening, silence, garbage) is not reachable from now on,
+    /// whether or not it ever answered well, and holds nothing known; one
+    /// that answered and refused was reached (R-EX-1). Either way status
+    /// has `reachable` and `since_ms`.
     fn failed(&self, e: &EngineError, failures: u32) {
-        let unreachable = matches!(
-            e,
-            EngineError::Unreachable { .. } | EngineError::Timeout { .. }
-        );
+        let reachable = !e.unanswered();
         self.with_status(|s| {
-            if unreachable && s.reachable != Some(false) {
-                s.reachable = Some(false);
+            if s.reachable != Some(reachable) {
+                s.reachable = Some(reachable);
                 s.since_ms = Some(now_ms());
+            }
+            if !reachable {
                 s.revision = None;
                 for r in &mut s.instances {
                     r.says = None;

@@ -39,6 +39,14 @@ pub enum EngineError {
 }
 
 impl EngineError {
+    /// Whether the engine gave no answer in its API's terms: nothing
+    /// reached it, nothing came back in time, or what came back was not
+    /// its API. Such an engine is not `reachable` (R-EX-1); one that
+    /// answered and refused is.
+    pub fn unanswered(&self) -> bool {
+        !matches!(self, EngineError::Refused { .. })
+    }
+
     /// A short word for metrics and the status table.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -48,6 +56,24 @@ impl EngineError {
             EngineError::Refused { .. } => "refused",
         }
     }
+}
+
+/// An error in words down to its cause: its own text, then each
+/// `source()` under it that says something new. A client's error alone
+/// says `client error (Connect)`; the io::Error at the bottom of its chain
+/// says why (`Connection refused`).
+pub(crate) fn with_causes(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        let said = cause.to_string();
+        if !said.is_empty() && !text.contains(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        next = cause.source();
+    }
+    text
 }
 
 /// Runs `f` under `bound`: a slow engine costs at most that.

@@ -27,7 +27,7 @@ use hyper_util::rt::TokioExecutor;
 use serde_json::{json, Value};
 
 use super::backend::{Backend, Seen, Want};
-use super::error::{bounded, EngineError};
+use super::error::{bounded, with_causes, EngineError};
 use ringsync::config::Service;
 
 /// Most bytes of one JSON-RPC answer read (a dispatcher list of a few
@@ -89,7 +89,7 @@ impl Kamailio {
                 .await
                 .map_err(|e| EngineError::Unreachable {
                     at: at.clone(),
-                    reason: e.to_string(),
+                    reason: with_causes(&e),
                 })?;
             let status = resp.status();
             let bytes = Limited::new(resp.into_body(), MAX_ANSWER)
@@ -97,7 +97,7 @@ impl Kamailio {
                 .await
                 .map_err(|e| EngineError::Unreachable {
                     at: at.clone(),
-                    reason: e.to_string(),
+                    reason: with_causes(&*e),
                 })?
                 .to_bytes();
             Ok((status, bytes))

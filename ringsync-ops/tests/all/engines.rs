@@ -8,7 +8,7 @@
 //! (HAProxy and its servers), 127.0.88.x (the failing engines).
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use crate::common::engines::*;
@@ -315,28 +315,8 @@ fn r_ex_1_haproxy_server_drains_and_open_connections_stay() {
 #[test]
 fn r_ex_1_failing_engines_do_not_block_the_others() {
     let (hs, admin, a, b) = haproxy_site("127.0.88.40");
-    // Garbage: an HTTP server where a runtime API should be, and an HTTP
-    // error page where Kamailio's JSON-RPC should be.
-    let garbage = TcpListener::bind("127.0.88.2:0").unwrap();
-    let garbage_at = garbage.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for c in garbage.incoming().flatten() {
-            let mut c = c;
-            let mut buf = [0u8; 1024];
-            let _ = c.read(&mut buf);
-            let _ = c.write_all(b"HTTP/1.0 400 Bad request\r\nContent-Length: 8\r\n\r\nno way\r\n");
-        }
-    });
-    // Slow: accepts and never answers.
-    let slow = TcpListener::bind("127.0.88.3:0").unwrap();
-    let slow_at = slow.local_addr().unwrap();
-    let held = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let keep = held.clone();
-    std::thread::spawn(move || {
-        for c in slow.incoming().flatten() {
-            keep.lock().unwrap().push(c);
-        }
-    });
+    let garbage_at = garbage_server("127.0.88.2:0");
+    let slow_at = silent_server("127.0.88.3:0");
     let gone = SocketAddr::new(ip("127.0.88.1"), free_port(ip("127.0.88.1")).unwrap());
     let engines = [
         kamailio_engine("kam-gone", gone),
@@ -436,4 +416,70 @@ fn r_ex_1_failing_engines_do_not_block_the_others() {
         metrics.contains("ringsync_engine_applied_revision{engine=\"hap\"}"),
         "{metrics}"
     );
+}
+
+/// R-EX-1 (issue 38): an engine that never answered well is not "not
+/// asked yet": nothing listening, garbage and silence each make it
+/// `reachable: false` with a `since_ms`, alike in `/v1/status`, the status
+/// text and `/metrics`; a refused connection says so in the OS's words,
+/// not only `client error (Connect)`.
+#[test]
+fn r_ex_1_engines_that_never_answered_well_are_unreachable_since_and_say_why() {
+    let gone_ip = ip("127.0.88.5");
+    let kam_gone = SocketAddr::new(gone_ip, free_port(gone_ip).unwrap());
+    let hap_gone = SocketAddr::new(gone_ip, free_port(gone_ip).unwrap());
+    let garbage = garbage_server("127.0.88.6:0");
+    let silent = silent_server("127.0.88.7:0");
+    let engines = [
+        kamailio_engine("kam-gone", kam_gone),
+        haproxy_engine("hap-gone", &hap_gone.to_string()),
+        kamailio_engine("kam-garbage", garbage),
+        haproxy_engine("hap-garbage", &garbage.to_string()),
+        kamailio_engine("kam-silent", silent),
+        haproxy_engine("hap-silent", &silent.to_string()),
+    ]
+    .concat();
+    let names = [
+        "kam-gone",
+        "hap-gone",
+        "kam-garbage",
+        "hap-garbage",
+        "kam-silent",
+        "hap-silent",
+    ];
+    let site = TestSite::with_text(&base_site(&engines));
+    let served = Served::start(&site, &[]);
+    // Each fails its first bounded request (500 ms at most).
+    wait_until(Duration::from_secs(3), || {
+        let st = status_json(&served.url);
+        names.iter().all(|n| engine(&st, n)["error"].is_string())
+    });
+    let st = status_json(&served.url);
+    for n in names {
+        let e = engine(&st, n);
+        assert_eq!(e["reachable"], false, "{n}: {e}");
+        assert!(e["since_ms"].is_u64(), "{n}: {e}");
+    }
+    for n in ["kam-gone", "hap-gone"] {
+        let err = engine(&st, n)["error"].as_str().unwrap().to_lowercase();
+        assert!(err.contains("connection refused"), "{n}: {err}");
+    }
+
+    let text = ok(&remote(&served.url, None, &["status"]));
+    assert!(!text.contains("not asked yet"), "{text}");
+    for n in names {
+        let line = text
+            .lines()
+            .find(|l| l.trim_start().starts_with(&format!("{n} (")))
+            .unwrap_or_else(|| panic!("{n} missing in\n{text}"));
+        assert!(line.contains("UNREACHABLE since"), "{line}");
+    }
+    let (code, metrics) = crate::common::served::call(served.addr, "GET", "/metrics", None, "");
+    assert_eq!(code, 200);
+    for n in names {
+        assert!(
+            metrics.contains(&format!("ringsync_engine_reachable{{engine=\"{n}\"}} 0")),
+            "{n}: {metrics}"
+        );
+    }
 }

@@ -27,6 +27,7 @@ mod handover_midplan;
 mod handover_paced;
 mod install;
 mod names;
+mod node_kinds;
 mod operator;
 mod page;
 mod page_browser;

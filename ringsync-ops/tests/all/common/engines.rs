@@ -3,7 +3,7 @@
 //! small TCP servers behind it, and the site text that names them.
 
 use std::io::{Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -284,4 +284,32 @@ pub fn admin_bits(admin: SocketAddr, backend: &str, server: &str) -> Option<u32>
         .map(|l| l.split_whitespace().collect::<Vec<_>>())
         .find(|f| f.get(1) == Some(&backend) && f.get(3) == Some(&server))
         .and_then(|f| f.get(6)?.parse().ok())
+}
+
+/// Garbage at `at`: an HTTP error page for whatever is sent, where a
+/// runtime API or a JSON-RPC answer should be.
+pub fn garbage_server(at: &str) -> SocketAddr {
+    let l = TcpListener::bind(at).unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for mut c in l.incoming().flatten() {
+            let mut buf = [0u8; 1024];
+            let _ = c.read(&mut buf);
+            let _ = c.write_all(b"HTTP/1.0 400 Bad request\r\nContent-Length: 8\r\n\r\nno way\r\n");
+        }
+    });
+    addr
+}
+
+/// Silence at `at`: accepts connections, holds them and never answers.
+pub fn silent_server(at: &str) -> SocketAddr {
+    let l = TcpListener::bind(at).unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for c in l.incoming().flatten() {
+            held.push(c);
+        }
+    });
+    addr
 }
