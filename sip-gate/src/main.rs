@@ -145,6 +145,7 @@ async fn main() -> anyhow::Result<()> {
         core.in_flight(),
         deadline.as_secs()
     ));
+    let _status = node::status_while_stopping(notify.clone(), core.clone(), deadline);
     node::shut_down(
         gate,
         admin,

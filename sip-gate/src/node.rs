@@ -176,6 +176,30 @@ pub async fn stop(gate: Gate, signals: &mut Signals, signal: Signal, deadline: D
     joined
 }
 
+/// Keeps systemd's `STATUS=` to what the stopping gate still waits for,
+/// once a second until the process ends: the transactions in flight, the
+/// calls up and the time left to the deadline (issue 38: a status that
+/// stays on the count the stop began with tells an operator nothing).
+pub fn status_while_stopping(
+    notify: Notifier,
+    core: Arc<Core>,
+    deadline: Duration,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let start = tokio::time::Instant::now();
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tick.tick().await;
+            let left = deadline.saturating_sub(start.elapsed()).as_secs();
+            notify.phase(format!(
+                "stopping: {} transaction(s) in flight, {} call(s) up, deadline in {left}s",
+                core.in_flight(),
+                core.work().calls_live()
+            ));
+        }
+    })
+}
+
 /// The node's stop sequence, in its order: the gate's [`stop`] (its
 /// shutdown also ends the admin endpoint), then the node's record withdrawn
 /// from `store` (after the drain, so the record holds the work left:

@@ -212,7 +212,12 @@ impl WorkBook {
     /// Whether a call this gate carries is up (R-GW-1: a stopping gate
     /// gives its calls' next messages a moment before it leaves).
     pub(crate) fn calls_up(&self) -> bool {
-        self.calls.tally().live_total() > 0
+        self.calls_live() > 0
+    }
+
+    /// The calls this gate carries that are up, every instance together.
+    pub fn calls_live(&self) -> u64 {
+        self.calls.tally().live_total()
     }
 
     /// The counts of instance `i`.

@@ -200,6 +200,60 @@ fn the_gate_says_ready_once_serving_and_stopping_at_sigterm() {
     ready_then_stopping(gate, dir.path());
 }
 
+/// Issue 38: while a gate stops, `STATUS=` follows what it still waits
+/// for (the transactions in flight, the calls up, the time to its
+/// deadline), once a second, instead of keeping the count it began with.
+/// An INVITE to an sg that never answers holds the stop to the deadline.
+#[test]
+fn the_gate_status_follows_its_stop() {
+    let dir = tempfile::tempdir().unwrap();
+    let site = site(dir.path());
+    let mut manager = Manager::bind(dir.path());
+    let sg = std::net::UdpSocket::bind("127.0.127.11:5060").unwrap();
+    sg.set_read_timeout(Some(WITHIN)).unwrap();
+    let mut gate = Node::gate(&site)
+        .admin("127.0.127.1:9091".parse().unwrap())
+        .args(["--node", "g1", "--drain-deadline-s", "4"])
+        .env("NOTIFY_SOCKET", &manager.path)
+        .start()
+        .unwrap();
+    manager.until("READY=1");
+    let ua = std::net::UdpSocket::bind("127.0.127.66:5070").unwrap();
+    let invite = "INVITE sip:100@127.0.127.1 SIP/2.0\r\n\
+        Via: SIP/2.0/UDP 127.0.127.66:5070;branch=z9hG4bK-stop-status;rport\r\n\
+        Max-Forwards: 70\r\nFrom: <sip:ua@127.0.127.66>;tag=u1\r\n\
+        To: <sip:100@127.0.127.1>\r\nCall-ID: stop-status@ua\r\nCSeq: 1 INVITE\r\n\
+        Contact: <sip:ua@127.0.127.66:5070>\r\nContent-Length: 0\r\n\r\n";
+    ua.send_to(invite.as_bytes(), "127.0.127.1:5060").unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = sg.recv(&mut buf).expect("the INVITE reaches the sg");
+    assert!(buf[..n].starts_with(b"INVITE "));
+    gate.signal("TERM");
+    manager.until("STOPPING=1");
+    manager.read_for(Duration::from_millis(2500));
+    let stops: Vec<&str> = manager
+        .seen
+        .iter()
+        .filter_map(|m| m.lines().find_map(|l| l.strip_prefix("STATUS=")))
+        .filter(|s| s.contains("transaction(s) in flight, "))
+        .collect();
+    assert!(
+        stops
+            .iter()
+            .any(|s| s.starts_with("stopping: 1 transaction(s) in flight, 0 call(s) up")),
+        "{stops:?}"
+    );
+    let distinct: std::collections::BTreeSet<&&str> = stops.iter().collect();
+    assert!(
+        distinct.len() >= 2,
+        "STATUS= moves with the stop: {stops:?}"
+    );
+    let exit = gate
+        .wait_exit(Duration::from_secs(15))
+        .unwrap_or_else(|| panic!("no exit after the deadline: {}", gate.log()));
+    assert!(exit.success(), "{exit:?}");
+}
+
 /// Issue 27: SIGHUP (`systemctl reload`, the unit's `ExecReload`) gives
 /// `RELOADING=1` with `MONOTONIC_USEC=` while the site file is read
 /// again, then `READY=1` with the hash of the file now in force; a file
