@@ -27,8 +27,11 @@
 //! between targets; [`undelivered`] answers what the transport could not
 //! deliver (RFC 3261 16.9) and holds unreachable instances' transports;
 //! [`flow_gone`] answers a CANCEL whose INVITE went into a flow that has
-//! closed (R-WS-2); [`response`] sends responses back.
+//! closed (R-WS-2); [`response`] sends responses back. Beside the steps,
+//! [`action`] holds what the core hands back and [`span`] the tracing span
+//! of a transaction.
 
+mod action;
 mod admit;
 mod answer;
 mod flow_gone;
@@ -38,13 +41,13 @@ mod resolved;
 mod response;
 mod route;
 mod source;
+mod span;
 mod stranger;
 mod transaction;
 mod undelivered;
 mod validity;
 mod ws_pool;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -56,7 +59,6 @@ use ringsync::view::DrainView;
 
 use crate::branch::BranchKey;
 use crate::dns::cache::DnsCache;
-use crate::dns::DnsQuery;
 use crate::flow::{FlowKey, FlowTable};
 use crate::health::{HealthBook, Prober, Traffic};
 use crate::lifecycle::Lifecycle;
@@ -69,62 +71,14 @@ use crate::token::TokenKey;
 use crate::txn::{ConnId, Inbound, TxnTable};
 use crate::work::{SnapshotError, WorkBook, WorkSnapshot};
 
+pub use action::{Action, Out};
+use span::txn_span;
+
 /// How many instances a reload may add to those the gate started with:
 /// the per-instance counters (work book, health, reach) are allocated for
 /// them at start, as counters that move under concurrent increments
 /// cannot be copied into a longer array without losing some.
 pub(crate) const SPARE_INSTANCES: usize = 64;
-
-/// Where a message goes out.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Out {
-    /// A datagram from this listener's UDP socket.
-    Udp {
-        /// Listener index.
-        listener: usize,
-        /// Destination.
-        to: SocketAddr,
-    },
-    /// Over TCP: on `conn` if it is still open, else on any connection to
-    /// `to`, else a new connection from this listener.
-    Tcp {
-        /// Listener index.
-        listener: usize,
-        /// Preferred connection.
-        conn: Option<ConnId>,
-        /// Destination.
-        to: SocketAddr,
-    },
-    /// Into a subscriber's TCP flow (RFC 5626 5.3): on `conn` only. If it
-    /// has closed meanwhile the message is dropped: a new connection toward
-    /// an address behind NAT reaches nobody.
-    Flow {
-        /// Listener index.
-        listener: usize,
-        /// The subscriber's connection.
-        conn: ConnId,
-        /// Its remote address.
-        to: SocketAddr,
-    },
-}
-
-/// What to do with a received message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Action {
-    /// Send these bytes.
-    Send(Out, Bytes),
-    /// Send both, in order: the gate answers two transactions for one
-    /// message (a CANCEL whose INVITE went into a flow that has closed: the
-    /// CANCEL's 200, then the INVITE's final response; R-WS-2). Boxed: it
-    /// is rare, and keeps every other action small.
-    SendTwo(Box<[(Out, Bytes); 2]>),
-    /// Resolve this name (RFC 3263) and hand the answer to
-    /// [`Core::resolved`]: the message that needs it is parked in the core
-    /// until then.
-    Resolve(DnsQuery),
-    /// Nothing to send (dropped, absorbed, or a probe answer).
-    None,
-}
 
 /// Why the core refused to build.
 #[derive(Debug, thiserror::Error)]
@@ -624,53 +578,4 @@ pub(crate) enum Received {
     /// even if its TTL has run out meanwhile, is never parked twice, and
     /// was admitted already.
     Resumed,
-}
-
-/// The span of one transaction: every message of it (request,
-/// retransmissions, CANCEL, ACK of a non-2xx, responses) logs under the same
-/// Call-ID and client branch, and the instance once routing knows it.
-///
-/// Debug level on purpose: at the default `info` filter its callsite is
-/// disabled and entering or recording on it is a no-op. A disabled span may
-/// still evaluate its fields (tracing's `log` compatibility does), so they are
-/// [`Lossy`] views of the bytes: converted only if a span is ever formatted.
-fn txn_span(msg: &SipMessage, branch: Option<&[u8]>) -> tracing::Span {
-    tracing::debug_span!(
-        "txn",
-        call_id = %Lossy(msg.call_id().unwrap_or_default()),
-        branch = %Lossy(branch.unwrap_or_default()),
-        instance = tracing::field::Empty,
-    )
-}
-
-/// Bytes shown as text (invalid UTF-8 as U+FFFD), converted when formatted.
-struct Lossy<'a>(&'a [u8]);
-
-impl std::fmt::Display for Lossy<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        for chunk in self.0.utf8_chunks() {
-            f.write_str(chunk.valid())?;
-            if !chunk.invalid().is_empty() {
-                f.write_str("\u{FFFD}")?;
-            }
-        }
-        Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Lossy;
-
-    #[test]
-    fn lossy_shows_bytes_as_from_utf8_lossy_does() {
-        for b in [
-            &b"a84b4c76e66710"[..],
-            b"z9hG4bK\xff\xfe-x",
-            b"\xc3",
-            b"caf\xc3\xa9",
-        ] {
-            assert_eq!(Lossy(b).to_string(), String::from_utf8_lossy(b), "{b:?}");
-        }
-    }
 }
