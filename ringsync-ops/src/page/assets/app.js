@@ -393,7 +393,7 @@ function renderEngines() {
 function renderAudit() {
   $('audit').tBodies[0].replaceChildren(...data.audit.slice().reverse().map((r) => el('tr', {},
     el('td', { text: when(r.at_ms) }), el('td', { text: r.role ? `${r.who} (${r.role})` : r.who }),
-    el('td', { text: r.action }), el('td', { text: r.target || '' }), el('td', { text: String(r.status) }),
+    el('td', { text: r.action }), el('td', { text: r.profile ? `${r.profile.name} (${r.profile.id})` : (r.target || '') }), el('td', { text: String(r.status) }),
     el('td', { text: r.error || '' }))));
 }
 
