@@ -160,6 +160,12 @@ pub fn gate_restart_only(old: &SiteConfig, new: &SiteConfig) -> Vec<String> {
             ));
         }
     }
+    if old.admin.gate_bind != new.admin.gate_bind {
+        why.push(format!(
+            "admin.gate_bind changed ({} -> {}): the gate's admin endpoint is bound at start",
+            old.admin.gate_bind, new.admin.gate_bind
+        ));
+    }
     let sections = [
         (old.tls != new.tls, "[tls]: the TLS listeners' settings are read at start (SIGHUP re-reads the certificate files)"),
         (old.dns != new.dns, "[dns]: the resolver is built at start"),

@@ -101,7 +101,7 @@ pub(super) fn write_audit(page: &AuditPage, out: &mut (dyn Write + Send)) -> Res
                 r.role.clone().unwrap_or_else(|| "-".into()),
                 r.from.clone(),
                 r.action.clone(),
-                r.target.clone().unwrap_or_else(|| "-".into()),
+                profile(r),
                 r.status.to_string(),
                 what(r),
             ]
@@ -121,6 +121,17 @@ pub(super) fn write_audit(page: &AuditPage, out: &mut (dyn Write + Send)) -> Res
         writeln!(out, "more: ringsync audit --after {next}")?;
     }
     Ok(())
+}
+
+/// The profile a record names: `NAME (ID)` when the store knew it (the
+/// same whether the CLI named it by name or the page by id), else the
+/// target as the caller gave it (older records, an unknown profile).
+fn profile(r: &AuditRecord) -> String {
+    match (&r.profile, &r.target) {
+        (Some(p), _) => format!("{} ({})", p.name, p.id),
+        (None, Some(t)) => t.clone(),
+        (None, None) => "-".into(),
+    }
 }
 
 /// What a record did, in a few words: the error of a refusal, else the

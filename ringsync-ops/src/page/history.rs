@@ -25,17 +25,26 @@ use ringsync::work::NodeKind;
 /// Samples kept: ten minutes at one a second.
 pub const CAPACITY: usize = 600;
 
+/// The window of [`Sample::rate`]: at one sample a second, a count of one
+/// or two is all spikes; ten seconds make a readable rate.
+pub const RATE_WINDOW_MS: u64 = 10_000;
+
 /// The gates' counter of new work routed to each instance.
 const NEW_WORK: &str = "sipgate_new_work_total";
 
 /// One second of the site.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Sample {
     /// When it was taken (Unix ms).
     pub t_ms: u64,
     /// New work each instance got since the sample before, summed over
     /// the gates that answered both times.
     pub new_work: BTreeMap<String, u64>,
+    /// New work each instance got per second over the last
+    /// [`RATE_WINDOW_MS`] (or since the first sample, when the history is
+    /// younger): what the chart plots.
+    #[serde(default)]
+    pub rate: BTreeMap<String, f64>,
     /// The instances in the drain zone at that time.
     pub draining: BTreeSet<String>,
 }
@@ -96,9 +105,11 @@ impl History {
         if inner.samples.len() == self.capacity {
             inner.samples.pop_front();
         }
+        let rate = rate(&inner.samples, t_ms, &new_work);
         inner.samples.push_back(Sample {
             t_ms,
             new_work,
+            rate,
             draining,
         });
     }
@@ -129,6 +140,31 @@ impl History {
     pub fn capacity(&self) -> usize {
         self.capacity
     }
+}
+
+/// New work per second per instance over the [`RATE_WINDOW_MS`] ending at
+/// `t_ms`, whose last second is `now`: the counts of the samples after the
+/// base (the newest sample at least a window old, else the oldest held)
+/// over the time since the base. Empty with no earlier sample.
+fn rate(held: &VecDeque<Sample>, t_ms: u64, now: &BTreeMap<String, u64>) -> BTreeMap<String, f64> {
+    let start = t_ms.saturating_sub(RATE_WINDOW_MS);
+    let base = held.iter().rposition(|s| s.t_ms <= start).unwrap_or(0);
+    let Some(b) = held.get(base) else {
+        return BTreeMap::new();
+    };
+    let span_s = t_ms.saturating_sub(b.t_ms) as f64 / 1000.0;
+    if span_s <= 0.0 {
+        return BTreeMap::new();
+    }
+    let mut sum: BTreeMap<String, u64> = now.clone();
+    for s in held.iter().skip(base + 1) {
+        for (id, n) in &s.new_work {
+            *sum.entry(id.clone()).or_default() += n;
+        }
+    }
+    sum.into_iter()
+        .map(|(id, n)| (id, n as f64 / span_s))
+        .collect()
 }
 
 /// Samples the gates every `every` until `shutdown`: the gates are the
@@ -240,6 +276,26 @@ mod tests {
         }
         assert_eq!(h.len(), h.capacity());
         assert_eq!(h.since(None).first().unwrap().t_ms, (86_400 - 60) * 1000);
+    }
+
+    /// Issue 38: the rate is the new work over the last 10 s per second,
+    /// so 1-2 calls a second read as a steady 1.5/s, not spikes.
+    #[test]
+    fn rate_is_new_work_per_second_over_the_window() {
+        let h = History::new(100);
+        let g = gate(1);
+        let mut total = 0;
+        let mut rates = Vec::new();
+        for s in 0..30u64 {
+            total += 1 + s % 2; // 1, 2, 1, 2... calls a second
+            h.observe(s * 1000, &[(g, "sg-a".into(), total)], BTreeSet::new());
+            rates.push(h.since(None).last().unwrap().rate.get("sg-a").copied());
+        }
+        assert_eq!(rates[0], None, "no rate before a second sample");
+        // s=1: 2 calls over 1 s.
+        assert_eq!(rates[1], Some(2.0));
+        // From s=10 on, a full window: 15 calls over 10 s.
+        assert!(rates[10..].iter().all(|r| *r == Some(1.5)), "{rates:?}");
     }
 
     #[test]

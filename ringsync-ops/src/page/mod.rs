@@ -216,7 +216,7 @@ struct HistoryQuery {
 }
 
 /// `GET /v1/page/history`: the chart's samples.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HistoryPage {
     /// Samples held at most (the chart's width).
     pub capacity: usize,

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::served::{self, add_token, call, local, ok, remote, wait_until, Served};
 use ringsync::profile::ProfileSet;
-use ringsync::store::AuditPage;
+use ringsync::store::{AuditPage, ProfileRef};
 use ringsync_ops::api::{Endpoint, Need};
 use ringsync_ops::auth::Role;
 
@@ -398,5 +398,55 @@ fn check_the_sequence(site: &crate::common::TestSite, page: &AuditPage) {
             .unwrap()
             .contains("reader has role read"),
         "{text}"
+    );
+}
+
+/// Issue 38: a profile changed from the CLI (which names it by name) and
+/// from the page's endpoint (`POST /v1/profiles/{id}/activate`, by id) is
+/// named the same in the audit: its name and its id, in `ringsync audit`'s
+/// text and JSON, while `target` keeps what each caller said.
+#[test]
+fn audit_names_a_profile_by_name_and_id_from_the_cli_and_the_page() {
+    let site = served::site_with_admin(TOKENS);
+    let (op, _) = add_token(&site, "op-1", "operate");
+    let id = create(&site, "maint-a", "srv-c");
+    ok(&local(
+        &site,
+        &["profile", "update", "maint-a", "--description", "by hand"],
+    ));
+    let s = Served::start(&site, &[]);
+    let (st, body) = call(
+        s.addr,
+        "POST",
+        &format!("/v1/profiles/{id}/activate"),
+        Some(&op),
+        "",
+    );
+    assert_eq!(st, 200, "{body}");
+
+    let page: AuditPage = serde_json::from_str(&ok(&local(&site, &["--json", "audit"]))).unwrap();
+    let got: Vec<(&str, Option<&str>, Option<ProfileRef>)> = page
+        .records
+        .iter()
+        .map(|r| (r.action.as_str(), r.target.as_deref(), r.profile.clone()))
+        .collect();
+    let named = Some(ProfileRef {
+        name: "maint-a".into(),
+        id: id.clone(),
+    });
+    assert_eq!(
+        got,
+        [
+            ("create", Some("maint-a"), named.clone()),
+            ("update", Some("maint-a"), named.clone()),
+            ("activate", Some(id.as_str()), named),
+        ]
+    );
+    let text = ok(&local(&site, &["audit"]));
+    let both = format!("maint-a ({id})");
+    assert_eq!(
+        text.lines().filter(|l| l.contains(&both)).count(),
+        3,
+        "every record names the profile by name and id: {text}"
     );
 }

@@ -20,8 +20,8 @@ pub struct ReloadRefused {
 
 /// The changes of `new` over `old` that only a restart may make, shared by
 /// every node: the site's name and secret (the secret seals the
-/// Record-Route tokens of dialogs in progress), the store, the admin
-/// endpoints, and an instance removed, renamed, moved or given another
+/// Record-Route tokens of dialogs in progress), the store, and an
+/// instance removed, renamed, moved or given another
 /// service (a node numbers the work it holds by instance, in file order:
 /// instances are added at the end).
 pub fn restart_only(old: &SiteConfig, new: &SiteConfig) -> Vec<String> {
@@ -40,9 +40,11 @@ pub fn restart_only(old: &SiteConfig, new: &SiteConfig) -> Vec<String> {
     if old.store != new.store {
         why.push("[store]: the node follows the store it opened at start".into());
     }
-    if old.admin != new.admin {
-        why.push("[admin]: the admin endpoint is bound at start".into());
-    }
+    // `[admin]` is not checked here: each field belongs to one daemon
+    // (`bind`, `tokens` and `tls_*` to `ringsync serve`, which re-reads the
+    // tokens and TLS files on its own; `gate_bind` to sip-gate;
+    // `media_bind` to media-ctl), so the daemon that reloads checks the
+    // field it binds (sip-gate: `admin.gate_bind`).
     for (i, o) in old.instances.iter().enumerate() {
         match new.instances.get(i) {
             Some(n) if n.id == o.id && n.service == o.service => {}

@@ -49,9 +49,15 @@ pub struct AuditRecord {
     /// `create`, `update`, `delete`, `activate`, `deactivate`, or the
     /// method and path of a refused API call.
     pub action: String,
-    /// The profile named, as the caller named it.
+    /// The profile named, as the caller named it (the CLI by name, the
+    /// API and the page by id).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<String>,
+    /// The profile's name and id as the store holds it, whichever of them
+    /// the caller named: set when the store knew the profile (before or
+    /// after the change). Absent in records written before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<ProfileRef>,
     /// The revision the caller said the profile was at, if it named one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub if_revision: Option<u64>,
@@ -69,6 +75,26 @@ pub struct AuditRecord {
     /// The profile set's revision after a change that was made.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revision: Option<u64>,
+}
+
+/// A profile as an audit record names it: both its name and its id, so
+/// one profile reads the same whether the CLI (by name) or the page (by
+/// id) changed it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProfileRef {
+    /// Its name when the change was made (after a rename, the new name).
+    pub name: String,
+    /// Its id.
+    pub id: String,
+}
+
+impl From<&Profile> for ProfileRef {
+    fn from(p: &Profile) -> ProfileRef {
+        ProfileRef {
+            name: p.name.clone(),
+            id: p.id.clone(),
+        }
+    }
 }
 
 fn is_zero(v: &u64) -> bool {
@@ -109,6 +135,7 @@ impl Actor {
             from: self.from.clone(),
             action: action.to_owned(),
             target: target.map(str::to_owned),
+            profile: None,
             if_revision: None,
             status: 0,
             error: None,
@@ -143,6 +170,11 @@ impl AuditRecord {
         self.status = if c.before.is_none() { 201 } else { 200 };
         self.before = c.before.clone();
         self.after = c.after().cloned();
+        self.profile = self
+            .after
+            .as_ref()
+            .or(self.before.as_ref())
+            .map(ProfileRef::from);
         self.revision = Some(revision);
         self
     }
@@ -152,6 +184,7 @@ impl AuditRecord {
     pub fn refused(mut self, e: &StoreError, before: Option<Profile>) -> AuditRecord {
         self.status = e.status_code();
         self.error = Some(e.to_string());
+        self.profile = before.as_ref().map(ProfileRef::from);
         self.before = before;
         self
     }
@@ -367,6 +400,15 @@ mod tests {
             at_ms: 1000 + n,
             ..Actor::local().record("activate", Some("maint-a"))
         }
+    }
+
+    /// Issue 38: a record written before `profile` existed still reads
+    /// (no profile, its target as it was).
+    #[test]
+    fn a_record_without_profile_still_reads() {
+        let line = r#"{"at_ms":5,"who":"local:op","from":"local","action":"activate","target":"maint-a","status":200}"#;
+        let r: AuditRecord = serde_json::from_str(line).unwrap();
+        assert_eq!((r.target.as_deref(), r.profile), (Some("maint-a"), None));
     }
 
     #[test]

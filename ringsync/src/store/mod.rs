@@ -32,7 +32,7 @@ pub mod freshness;
 pub mod handover;
 pub mod handover_file;
 
-pub use audit::{Actor, AuditPage, AuditQuery, AuditRecord};
+pub use audit::{Actor, AuditPage, AuditQuery, AuditRecord, ProfileRef};
 pub use change::{create, new_id, Committed, Op};
 pub use embedded::EmbeddedStore;
 #[cfg(feature = "etcd")]

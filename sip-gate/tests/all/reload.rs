@@ -499,3 +499,58 @@ fn status_warns_while_two_gates_run_different_site_files() {
     g2.stop(Duration::from_secs(10));
     drop(etcd);
 }
+
+/// A site on net 4 with `[admin]` lines `admin` (the gate's admin address
+/// stays `127.127.4.1:9091`).
+fn admin_site(admin: &str) -> SiteFile {
+    let net = 4;
+    SiteFile::new("reload-4")
+        .section("admin", admin)
+        .servers(&["srv-0"])
+        .instance("sg-0", "sg", "srv-0", sip(net, 11))
+        .listener("calls", sip(net, 1), Mode::Balance("sg"), "subscriber", "")
+}
+
+/// Issue 38: adding `[admin] tokens` (a field of `ringsync serve`) to the
+/// site file is applied by a gate's reload (its admin address did not
+/// change): the gate then reports the new file's hash, so `status` stops
+/// warning that the nodes run different files. Moving the gate's admin
+/// address is refused, naming `admin.gate_bind`.
+#[test]
+fn reload_takes_admin_tokens_and_refuses_a_moved_gate_admin_naming_it() {
+    BinDir::locate().program("sip-gate").unwrap();
+    let net = 4;
+    let dir = tempfile::tempdir().unwrap();
+    let bind = format!("gate_bind = \"{}\"", admin(net));
+    let path = admin_site(&bind).write(dir.path());
+    let mut gate = start_gate(&path, net);
+    let info = |h: &str| {
+        gate.metric(&format!("ringsync_site_file_info{{hash=\"{h}\"}}"))
+            .unwrap()
+    };
+    let old_hash = ringsync::config::file_hash(admin_site(&bind).text().as_bytes());
+    assert_eq!(info(&old_hash), 1.0);
+
+    let with_tokens = admin_site(&format!("{bind}\ntokens = \"tokens\""));
+    assert_eq!(with_tokens.write(dir.path()), path);
+    let new_hash = ringsync::config::file_hash(with_tokens.text().as_bytes());
+    sighup(&gate, "applied");
+    assert_eq!(info(&new_hash), 1.0, "the gate runs the file with tokens");
+    assert_eq!(info(&old_hash), 0.0);
+    assert_eq!(reloads(&gate, "refused"), 0.0, "{}", gate.log());
+
+    let moved = admin_site(&format!(
+        "gate_bind = \"{}\"\ntokens = \"tokens\"",
+        SocketAddr::new(ip(net, 2), 9091)
+    ));
+    moved.write(dir.path());
+    sighup(&gate, "refused");
+    let log = gate.log();
+    assert!(
+        log.contains("admin.gate_bind changed (127.127.4.1:9091 -> 127.127.4.2:9091)"),
+        "the refusal names the field: {log}"
+    );
+    assert!(!log.contains("[admin]: the admin endpoint"), "{log}");
+    assert_eq!(info(&new_hash), 1.0, "the file with tokens stays in force");
+    gate.stop(Duration::from_secs(10));
+}

@@ -212,7 +212,10 @@ function renderChart() {
   const n = samples.length;
   const x = (k) => L + (W - L - 4) * ((span - n + k) / Math.max(span - 1, 1));
   let max = 1;
-  for (const s of samples) for (const v of Object.values(s.new_work)) max = Math.max(max, v);
+  // The smoothed rate (new work per second over 10 s) is plotted: one
+  // point a second of integer counts is unreadable spikes at 1-2 calls/s.
+  const rate = (s, id) => (s.rate ? (s.rate[id] || 0) : (s.new_work[id] || 0));
+  for (const s of samples) for (const id of Object.keys(s.new_work)) max = Math.max(max, rate(s, id));
   const y = (v) => H - B - (H - B - 6) * (v / max);
   // Drain windows: runs of samples with an instance in the drain zone.
   let from = null;
@@ -240,13 +243,15 @@ function renderChart() {
   ids.forEach((id, k) => {
     const colour = COLOURS[k % COLOURS.length];
     const dash = DASHES[Math.floor(k / COLOURS.length) % DASHES.length];
-    const pts = samples.map((s, j) => `${x(j).toFixed(1)},${y(s.new_work[id] || 0).toFixed(1)}`).join(' ');
+    const pts = samples.map((s, j) => `${x(j).toFixed(1)},${y(rate(s, id)).toFixed(1)}`).join(' ');
     box.append(svg('polyline', { points: pts, fill: 'none', stroke: colour, 'stroke-width': 1.5, 'stroke-dasharray': dash, 'data-instance': id }));
-    const last = samples.length ? (samples[samples.length - 1].new_work[id] || 0) : 0;
+    const end = samples.length ? samples[samples.length - 1] : null;
+    const last = end ? (end.new_work[id] || 0) : 0;
+    const avg = end ? rate(end, id) : 0;
     // Set through the CSSOM: the page's CSP forbids style attributes.
     const swatch = el('span', { class: 'swatch' });
     swatch.style.background = colour;
-    legend.push(el('li', {}, swatch, `${id}: ${last}/s now`));
+    legend.push(el('li', {}, swatch, `${id}: ${avg.toFixed(1)}/s over 10 s, ${last}/s now`));
   });
   $('chart').replaceChildren(box);
   $('legend').replaceChildren(...legend);
@@ -393,7 +398,7 @@ function renderEngines() {
 function renderAudit() {
   $('audit').tBodies[0].replaceChildren(...data.audit.slice().reverse().map((r) => el('tr', {},
     el('td', { text: when(r.at_ms) }), el('td', { text: r.role ? `${r.who} (${r.role})` : r.who }),
-    el('td', { text: r.action }), el('td', { text: r.target || '' }), el('td', { text: String(r.status) }),
+    el('td', { text: r.action }), el('td', { text: r.profile ? `${r.profile.name} (${r.profile.id})` : (r.target || '') }), el('td', { text: String(r.status) }),
     el('td', { text: r.error || '' }))));
 }
 
