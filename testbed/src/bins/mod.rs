@@ -104,6 +104,7 @@ pub struct Builder {
     bins: Option<BinDir>,
     own_group: bool,
     env: Vec<(OsString, OsString)>,
+    wrapper: Vec<OsString>,
 }
 
 impl Builder {
@@ -154,6 +155,19 @@ impl Builder {
     /// Where the binaries are (default [`BinDir::locate`]).
     pub fn bins(mut self, bins: BinDir) -> Self {
         self.bins = Some(bins);
+        self
+    }
+
+    /// A program (and its arguments) that runs the binary, given after
+    /// them with its own arguments: `["prlimit", "--nofile=96:96", "--"]`
+    /// starts it under a descriptor limit. The wrapper should exec the
+    /// binary, so that signals and the exit status are the binary's.
+    pub fn wrapper<I, S>(mut self, wrapper: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<OsString>,
+    {
+        self.wrapper = wrapper.into_iter().map(Into::into).collect();
         self
     }
 
@@ -228,6 +242,7 @@ impl Node {
             bins: None,
             own_group: false,
             env: Vec::new(),
+            wrapper: Vec::new(),
         }
     }
 
@@ -254,7 +269,15 @@ impl Node {
     fn spawn(&mut self) -> Result<()> {
         let b = &self.builder;
         let bins = b.bins.clone().unwrap_or_else(BinDir::locate);
-        let mut cmd = Command::new(bins.program(b.kind.program())?);
+        let program = bins.program(b.kind.program())?;
+        let mut cmd = match b.wrapper.split_first() {
+            Some((wrapper, args)) => {
+                let mut cmd = Command::new(wrapper);
+                cmd.args(args).arg(program);
+                cmd
+            }
+            None => Command::new(program),
+        };
         cmd.arg("--config").arg(&b.site);
         cmd.args(b.kind.subcommand());
         let flag = match b.kind {
