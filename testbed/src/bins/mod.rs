@@ -105,6 +105,7 @@ pub struct Builder {
     own_group: bool,
     env: Vec<(OsString, OsString)>,
     wrapper: Vec<OsString>,
+    program: Option<PathBuf>,
 }
 
 impl Builder {
@@ -168,6 +169,13 @@ impl Builder {
         S: Into<OsString>,
     {
         self.wrapper = wrapper.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// The binary to run, instead of the one [`Builder::bins`] holds (a
+    /// benchmark's `--gate PATH`).
+    pub fn program(mut self, path: impl Into<PathBuf>) -> Self {
+        self.program = Some(path.into());
         self
     }
 
@@ -243,6 +251,7 @@ impl Node {
             own_group: false,
             env: Vec::new(),
             wrapper: Vec::new(),
+            program: None,
         }
     }
 
@@ -268,8 +277,10 @@ impl Node {
 
     fn spawn(&mut self) -> Result<()> {
         let b = &self.builder;
-        let bins = b.bins.clone().unwrap_or_else(BinDir::locate);
-        let program = bins.program(b.kind.program())?;
+        let program = match &b.program {
+            Some(p) => p.clone(),
+            None => (b.bins.clone().unwrap_or_else(BinDir::locate)).program(b.kind.program())?,
+        };
         let mut cmd = match b.wrapper.split_first() {
             Some((wrapper, args)) => {
                 let mut cmd = Command::new(wrapper);
