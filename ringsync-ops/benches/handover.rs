@@ -20,11 +20,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{agent, ap_site, handover_of, members, serve, wait_for, Proc};
+use common::{agent, ap_site, handover_of, members, serve, terminate, wait_for};
 use ringsync::profile::{NewProfile, ProfileState};
 use ringsync::store::{self, HandoverStore, Store};
 use ringsync::SiteConfig;
 use ringsync_ops::handover::record::HandoverState;
+use testbed::bins::Node;
 use testbed::Etcd;
 
 /// The pace of the runs (a test pace: the planner's overshoot and the
@@ -150,12 +151,11 @@ async fn set_m(s: &Arc<dyn Store>, state: ProfileState) -> u64 {
     sent
 }
 
-fn agents(site: &Path) -> Vec<Proc> {
+fn agents(site: &Path) -> Vec<Node> {
     let config = SiteConfig::load(site).unwrap();
-    let dir = site.parent().unwrap();
     members(&config)
         .iter()
-        .map(|(g, m)| agent(site, g, m, &dir.join(format!("{m}.out"))))
+        .map(|(g, m)| agent(site, g, m))
         .collect()
 }
 
@@ -190,13 +190,13 @@ async fn drain_and_lift(site: &Path, figures: &mut Figures) {
     let changed = set_m(&s, ProfileState::Inactive).await;
     let home = settled(&h, |l| l.ends_with("-a")).await;
     figures.add(changed, &home, Some(&out));
-    assert!(planner.terminate().success());
+    assert!(terminate(planner).is_some_and(|s| s.success()));
 }
 
 /// Two planners on etcd; the acting one is killed right after the first
 /// move: how long until the other makes the next one.
 async fn crash_handoff(site: &Path) -> u64 {
-    let (first, api) = serve(site);
+    let (mut first, api) = serve(site);
     wait_for("first elected", Duration::from_secs(20), || async {
         handover_of(api)
             .await
@@ -218,7 +218,7 @@ async fn crash_handoff(site: &Path) -> u64 {
         (st.planner.seq == 2).then(|| st.planner.last_move_ms.unwrap())
     })
     .await;
-    assert!(second.terminate().success());
+    assert!(terminate(second).is_some_and(|s| s.success()));
     two - one
 }
 

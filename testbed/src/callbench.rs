@@ -9,9 +9,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::bins::Node;
 use crate::net::{wait_listening, Transport};
 use crate::{stats, ProcStats, Scenario, Sipp};
 
@@ -161,10 +161,11 @@ pub fn timed(sipp: Sipp, msg: &Path) -> Sipp {
         .arg(msg)
 }
 
-/// A sip-gate process on a site file of its own; killed on drop.
+/// A sip-gate process ([`Node`]) on a site file of its own, its log beside
+/// it; killed on drop.
 #[derive(Debug)]
 pub struct GateProcess {
-    child: Child,
+    gate: Node,
     _dir: tempfile::TempDir,
 }
 
@@ -184,26 +185,26 @@ impl GateProcess {
             .map_err(|e| e.to_string())?;
         let path: PathBuf = dir.path().join("site.toml");
         std::fs::write(&path, site).map_err(|e| format!("writing {}: {e}", path.display()))?;
-        let child = Command::new(bin)
-            .arg("--config")
-            .arg(&path)
+        let gate = Node::gate(&path)
+            .program(bin)
             .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
+            .start()
             .map_err(|e| format!("starting {}: {e}", bin.display()))?;
-        let gate = GateProcess { child, _dir: dir };
+        let gate = GateProcess { gate, _dir: dir };
         if !wait_listening(listen, Transport::Udp, Duration::from_secs(10)) {
-            return Err(format!("sip-gate did not listen on {listen}"));
+            return Err(format!(
+                "sip-gate did not listen on {listen}: {}",
+                gate.gate.log()
+            ));
         }
         std::thread::sleep(settle);
         Ok(gate)
     }
 
-    /// The gate's process id (for [`crate::ProcStats`]).
+    /// The gate's process id (for [`crate::ProcStats`]); it runs as long
+    /// as this lives, nothing here stops it.
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.gate.pid().unwrap_or_default()
     }
 }
 
@@ -289,13 +290,6 @@ pub fn all_latencies(msgs: impl IntoIterator<Item = PathBuf>) -> Vec<u64> {
         .collect();
     all.sort_unstable();
     all
-}
-
-impl Drop for GateProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// Calls of a `uac_call_or_503` caller by outcome, from its `-trace_logs`

@@ -5,7 +5,7 @@
 //! and a node that met a corrupt document fresh again after a good one
 //! (R-MN-2).
 
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use crate::common::etcd::{etcd_site_text, ip};
@@ -41,15 +41,6 @@ fn fails(o: &Output) -> String {
         String::from_utf8_lossy(&o.stdout)
     );
     String::from_utf8(o.stderr.clone()).unwrap()
-}
-
-struct Serve(Child);
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 #[test]
@@ -126,16 +117,10 @@ fn migrate_then_run_the_site_on_etcd() {
     assert!(err.contains("unknown server `srv-nope`"), "{err}");
 
     // A `ringsync serve` registers itself; `node list` and `status` show it.
-    let mut serve = Serve(
-        Command::new(BIN)
-            .arg("--config")
-            .arg(&etcd_site)
-            .args(["serve", "--bind", "127.0.67.21:0"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let mut serve = Node::serve(&etcd_site)
+        .admin((ip(67, 21), 0).into())
+        .start()
+        .expect("ringsync serve");
     let t0 = Instant::now();
     let listed = loop {
         let out = ok(&run(&etcd_site, &["node", "list"]));
@@ -161,8 +146,7 @@ fn migrate_then_run_the_site_on_etcd() {
     assert!(sg_a.contains("unknown"), "{sg_a}");
 
     // Killed without a word: its lease expires and it is named, then forgotten.
-    let _ = serve.0.kill();
-    let _ = serve.0.wait();
+    assert!(serve.kill().is_some(), "ringsync serve was not running");
     let node = listed
         .lines()
         .find(|l| l.contains("ringsync"))

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use crate::common::handover::{
-    agent, all_settled, ap_site, cli, get, handover_of, members, serve, wait_for, Proc,
+    agent, all_settled, ap_site, cli, get, handover_of, members, serve, terminate, wait_for,
 };
 use crate::common::TestSite;
 use ringsync::view::InstanceState;
@@ -15,6 +15,7 @@ use ringsync_ops::handover::record::{HandoverState, MoveKind};
 use ringsync_ops::handover::status::GroupState;
 use ringsync_ops::handover::HandoverStatus;
 use ringsync_ops::status::SiteStatus;
+use testbed::bins::Node;
 
 const TEST_PACE: &str = "ap_pace_s = 1\nap_test_pace_allowed = true";
 
@@ -48,9 +49,9 @@ async fn r_ap_1_to_4_drain_and_lift_through_the_cli_with_real_agents() {
     let site = TestSite::with_text(&text);
     let path = site.site_path();
     let (serve, api) = serve(&path);
-    let _agents: Vec<Proc> = members(&site.config)
+    let _agents: Vec<Node> = members(&site.config)
         .iter()
-        .map(|(g, m)| agent(&path, g, m, &site.dir.path().join(format!("{m}.out"))))
+        .map(|(g, m)| agent(&path, g, m))
         .collect();
     let settled = |what: &'static str, done: fn(&HandoverStatus) -> bool| {
         wait_for(what, Duration::from_secs(20), move || async move {
@@ -99,7 +100,7 @@ async fn r_ap_1_to_4_drain_and_lift_through_the_cli_with_real_agents() {
     assert_paced(&m);
 
     operator_views_while_drained(&path, api).await;
-    let said = std::fs::read_to_string(site.dir.path().join("g1-c.out")).unwrap();
+    let said = std::fs::read_to_string(path.with_file_name("g1-c.stdout")).unwrap();
     assert!(said.contains("agent g1/g1-c: leading (seq"), "{said}");
 
     // Lift: three takeovers home, paced; h1 was never moved.
@@ -123,14 +124,14 @@ async fn r_ap_1_to_4_drain_and_lift_through_the_cli_with_real_agents() {
     let st: HandoverStatus = serde_json::from_str(&json).unwrap();
     assert_eq!(st.planner.next, "idle");
     assert!(st.groups.iter().all(|g| g.state == GroupState::Settled));
-    assert!(serve.terminate().success());
+    assert!(terminate(serve).is_some_and(|s| s.success()));
 }
 
 #[tokio::test]
 async fn r_mn_3_a_second_serve_on_the_same_store_stands_by_until_the_first_dies() {
     let site = TestSite::with_text(&ap_site(1, 0, TEST_PACE));
     let path = site.site_path();
-    let (first, api1) = serve(&path);
+    let (mut first, api1) = serve(&path);
     wait_for("first elected", Duration::from_secs(10), || async {
         handover_of(api1)
             .await
@@ -152,7 +153,7 @@ async fn r_mn_3_a_second_serve_on_the_same_store_stands_by_until_the_first_dies(
             .filter(|st| st.planner.this_node_acting == Some(true))
     })
     .await;
-    assert!(second.terminate().success());
+    assert!(terminate(second).is_some_and(|s| s.success()));
 }
 
 /// The operator's views with srv-a and srv-b drained: the table, the status
@@ -251,7 +252,7 @@ async fn r_st_4_an_ap_member_is_draining_until_its_move_is_confirmed() {
     let (_, body) = get(api, "/v1/status").await.unwrap();
     assert_eq!(g1a(&body), (InstanceState::Draining, Some(1)), "{body}");
 
-    let _agent = agent(&path, "g1", &target, &site.dir.path().join("agent.out"));
+    let _agent = agent(&path, "g1", &target);
     let json = wait_for("g1-a drained", Duration::from_secs(20), || {
         let path = path.clone();
         async move {
@@ -261,5 +262,5 @@ async fn r_st_4_an_ap_member_is_draining_until_its_move_is_confirmed() {
     })
     .await;
     assert_eq!(g1a(&json), (InstanceState::Drained, Some(0)), "{json}");
-    assert!(serve.terminate().success());
+    assert!(terminate(serve).is_some_and(|s| s.success()));
 }

@@ -9,11 +9,12 @@ use std::time::Duration;
 
 use crate::common::etcd::ip;
 use crate::common::handover::{
-    agent, all_settled, ap_site, cli, handover_of, members, serve, wait_for, Proc,
+    agent, all_settled, ap_site, cli, handover_of, members, serve, terminate, wait_for,
 };
 use ringsync::store::{self, Campaign, HandoverStore, Published, Store};
 use ringsync::SiteConfig;
 use ringsync_ops::handover::record::{Desired, HandoverState, MoveKind, PlannerRecord};
+use testbed::bins::Node;
 use testbed::Etcd;
 
 const PACE_MS: u64 = 6_000;
@@ -140,7 +141,7 @@ async fn two_serve_planners_one_acts_and_killing_it_hands_over_without_a_double_
     let dir = tempfile::tempdir().unwrap();
     let site = etcd_site(&dir.path().join("ops"), &ep, 3);
     let (_store, records) = open(&site).await;
-    let (a, api_a) = serve(&etcd_site(&dir.path().join("a"), &ep, 3));
+    let (mut a, api_a) = serve(&etcd_site(&dir.path().join("a"), &ep, 3));
     wait_for("a elected", Duration::from_secs(10), || async {
         handover_of(api_a)
             .await
@@ -155,9 +156,9 @@ async fn two_serve_planners_one_acts_and_killing_it_hands_over_without_a_double_
     assert_eq!(st.planner.this_node_acting, Some(false));
     assert_eq!(st.planner.acting, Some(api_a.to_string()));
     let config = SiteConfig::load(&site).unwrap();
-    let _agents: Vec<Proc> = members(&config)
+    let _agents: Vec<Node> = members(&config)
         .iter()
-        .map(|(g, m)| agent(&site, g, m, &dir.path().join(format!("{m}.out"))))
+        .map(|(g, m)| agent(&site, g, m))
         .collect();
     wait_for("homes confirmed", Duration::from_secs(15), || async {
         handover_of(api_b).await.filter(all_settled)
@@ -206,7 +207,7 @@ async fn two_serve_planners_one_acts_and_killing_it_hands_over_without_a_double_
     );
 
     lift_and_go_home(&site, api_b, &records, m).await;
-    assert!(b.terminate().success());
+    assert!(terminate(b).is_some_and(|s| s.success()));
 }
 
 /// Lift: the acting planner takes every group home, at the pace from the

@@ -9,12 +9,13 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::common::handover::{
-    agent, all_settled, ap_site, cli, get, handover_of, members, serve, wait_for, Proc,
+    agent, all_settled, ap_site, cli, get, handover_of, members, serve, terminate, wait_for,
 };
 use crate::common::TestSite;
 use ringsync_ops::handover::record::{HandoverState, MoveKind};
 use ringsync_ops::handover::status::GroupState;
 use ringsync_ops::handover::HandoverStatus;
+use testbed::bins::Node;
 
 /// The records as the embedded store keeps them.
 fn records(site: &TestSite) -> HandoverState {
@@ -23,7 +24,7 @@ fn records(site: &TestSite) -> HandoverState {
 }
 
 /// One `ringsync agent` per group member, except `without`.
-fn agents(site: &TestSite, without: &[&str]) -> Vec<Proc> {
+fn agents(site: &TestSite, without: &[&str]) -> Vec<Node> {
     members(&site.config)
         .iter()
         .filter(|(_, m)| !without.contains(&m.as_str()))
@@ -31,14 +32,14 @@ fn agents(site: &TestSite, without: &[&str]) -> Vec<Proc> {
         .collect()
 }
 
-fn agent_for(site: &TestSite, group: &str, member: &str) -> Proc {
-    let out = site.dir.path().join(format!("{member}.out"));
-    agent(&site.site_path(), group, member, &out)
+fn agent_for(site: &TestSite, group: &str, member: &str) -> Node {
+    agent(&site.site_path(), group, member)
 }
 
 /// What member `m`'s agent printed.
 fn said(site: &TestSite, m: &str) -> String {
-    std::fs::read_to_string(site.dir.path().join(format!("{m}.out"))).unwrap_or_default()
+    std::fs::read_to_string(site.site_path().with_file_name(format!("{m}.stdout")))
+        .unwrap_or_default()
 }
 
 /// Waits (up to 30 s) until the records satisfy `done`.
@@ -119,7 +120,7 @@ async fn r_ap_2_a_service_that_never_confirms_is_retried_at_the_pace_and_blocks_
     let gap = end.desired["g2"].at_ms - end.desired["g1"].at_ms;
     assert!(gap >= 1_000, "R-AP-2: g2 {gap} ms after g1's last attempt");
     assert!(said(&site, "g1-b").contains("leading (seq"));
-    assert!(serve.terminate().success());
+    assert!(terminate(serve).is_some_and(|s| s.success()));
 }
 
 #[tokio::test]
@@ -128,7 +129,7 @@ async fn r_ap_2_a_profile_change_then_a_killed_serve_mid_plan_keep_the_pace_and_
     const PACE_MS: u64 = 3_000;
     let site = TestSite::with_text(&ap_site(4, 0, "ap_pace_s = 3\nap_test_pace_allowed = true"));
     let path = site.site_path();
-    let (first, api) = serve(&path);
+    let (mut first, api) = serve(&path);
     let _agents = agents(&site, &[]);
     wait_for("homes confirmed", Duration::from_secs(20), || async {
         handover_of(api).await.filter(all_settled)
@@ -186,7 +187,7 @@ async fn r_ap_2_a_profile_change_then_a_killed_serve_mid_plan_keep_the_pace_and_
     assert!(said(&site, "g2-c").contains("following (g2-b leads)"));
 
     lift_and_count_the_moves(&site, api).await;
-    assert!(second.terminate().success());
+    assert!(terminate(second).is_some_and(|s| s.success()));
 }
 
 /// Creates and activates a profile draining `servers`.

@@ -11,9 +11,9 @@
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use testbed::bins::Node;
 use testbed::{wait_listening, Scenario, Sipp, Transport};
 
 fn ip(host: u8) -> IpAddr {
@@ -23,16 +23,6 @@ fn ip(host: u8) -> IpAddr {
 /// The descriptors the gate may have: its own (runtime, sockets, store,
 /// logs) take a few dozen, the rest go to connections.
 const NOFILE: u32 = 96;
-
-/// The gate, killed on drop.
-struct Gate(Child);
-
-impl Drop for Gate {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn site(dir: &std::path::Path) -> std::path::PathBuf {
     let text = format!(
@@ -124,24 +114,18 @@ fn udp_register(n: u32) -> bool {
 
 /// The gate under `prlimit` with soft = hard = [`NOFILE`] (it cannot
 /// raise it), its log in `dir`; once it listens.
-fn start_gate(dir: &std::path::Path) -> (Gate, std::path::PathBuf) {
+fn start_gate(dir: &std::path::Path) -> Node {
     let site = site(dir);
-    let log = dir.join("gate.log");
-    let gate = Command::new("prlimit")
-        .arg(format!("--nofile={NOFILE}:{NOFILE}"))
-        .arg("--")
-        .arg(env!("CARGO_BIN_EXE_sip-gate"))
-        .arg("--config")
-        .arg(&site)
-        .arg("--admin")
-        .arg(format!("{}:9093", ip(1)))
+    let gate = Node::gate(&site)
+        .wrapper([
+            "prlimit".into(),
+            format!("--nofile={NOFILE}:{NOFILE}"),
+            "--".into(),
+        ])
+        .admin(SocketAddr::new(ip(1), 9093))
         .env("RUST_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
+        .start()
         .expect("prlimit runs the gate");
-    let gate = Gate(gate);
     assert!(
         wait_listening(
             SocketAddr::new(ip(1), 5060),
@@ -150,7 +134,7 @@ fn start_gate(dir: &std::path::Path) -> (Gate, std::path::PathBuf) {
         ),
         "the gate listens"
     );
-    (gate, log)
+    gate
 }
 
 #[test]
@@ -162,8 +146,8 @@ fn r_ov_1_out_of_descriptors_the_gate_logs_keeps_serving_and_takes_the_backlog_o
         .spawn()
         .expect("the registrar starts");
     let dir = tempfile::tempdir().unwrap();
-    let (_gate, log) = start_gate(dir.path());
-    let text = || std::fs::read_to_string(&log).unwrap_or_default();
+    let gate = start_gate(dir.path());
+    let text = || gate.log();
     assert!(
         text().contains("descriptor limit below [tcp] max_connections"),
         "no warning at start:\n{}",

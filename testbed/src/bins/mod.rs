@@ -1,6 +1,6 @@
 //! The project's own binaries as processes, one launcher for every crate's
 //! tests, the benchmarks and the rehearsal: the `sip-gate` binary, the
-//! `media-ctl` binary and `ringsync serve`. Start one, wait until it is
+//! `media-ctl` binary, `ringsync serve` and `ringsync agent`. Start one, wait until it is
 //! ready, ask its admin endpoint ([`crate::http`]), scrape its `/metrics`
 //! ([`crate::metrics::Metrics`]), stop it with SIGTERM under a deadline;
 //! dropping the handle kills (SIGKILL) what is still running.
@@ -60,6 +60,8 @@ pub enum Kind {
     MediaCtl,
     /// `ringsync --config SITE serve [--bind ADDR]`.
     Serve,
+    /// `ringsync --config SITE agent ARGS`: no admin endpoint.
+    Agent,
 }
 
 impl Kind {
@@ -67,13 +69,30 @@ impl Kind {
         match self {
             Kind::Gate => "sip-gate",
             Kind::MediaCtl => "media-ctl",
-            Kind::Serve => "ringsync",
+            Kind::Serve | Kind::Agent => "ringsync",
+        }
+    }
+
+    /// The subcommand after `--config SITE`, for `ringsync`.
+    fn subcommand(self) -> Option<&'static str> {
+        match self {
+            Kind::Gate | Kind::MediaCtl => None,
+            Kind::Serve => Some("serve"),
+            Kind::Agent => Some("agent"),
+        }
+    }
+
+    /// The name of its log files without [`Builder::label`].
+    fn default_label(self) -> &'static str {
+        match self {
+            Kind::Agent => "ringsync-agent",
+            k => k.program(),
         }
     }
 }
 
-/// What to start; made by [`Node::gate`], [`Node::media_ctl`] or
-/// [`Node::serve`].
+/// What to start; made by [`Node::gate`], [`Node::media_ctl`],
+/// [`Node::serve`] or [`Node::agent`].
 #[derive(Debug, Clone)]
 pub struct Builder {
     kind: Kind,
@@ -85,12 +104,15 @@ pub struct Builder {
     bins: Option<BinDir>,
     own_group: bool,
     env: Vec<(OsString, OsString)>,
+    wrapper: Vec<OsString>,
+    program: Option<PathBuf>,
 }
 
 impl Builder {
     /// The admin address (`--admin` of the gate and media-ctl, `--bind` of
     /// `ringsync serve`); without it, the site file's. A serve bound to
-    /// port 0 is reached where it says it listens.
+    /// port 0 is reached where it says it listens. `ringsync agent` has no
+    /// admin endpoint: it is given no flag for one.
     pub fn admin(mut self, addr: SocketAddr) -> Self {
         self.admin = Some(addr);
         self
@@ -134,6 +156,26 @@ impl Builder {
     /// Where the binaries are (default [`BinDir::locate`]).
     pub fn bins(mut self, bins: BinDir) -> Self {
         self.bins = Some(bins);
+        self
+    }
+
+    /// A program (and its arguments) that runs the binary, given after
+    /// them with its own arguments: `["prlimit", "--nofile=96:96", "--"]`
+    /// starts it under a descriptor limit. The wrapper should exec the
+    /// binary, so that signals and the exit status are the binary's.
+    pub fn wrapper<I, S>(mut self, wrapper: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<OsString>,
+    {
+        self.wrapper = wrapper.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// The binary to run, instead of the one [`Builder::bins`] holds (a
+    /// benchmark's `--gate PATH`).
+    pub fn program(mut self, path: impl Into<PathBuf>) -> Self {
+        self.program = Some(path.into());
         self
     }
 
@@ -190,6 +232,13 @@ impl Node {
         Self::builder(Kind::Serve, site.as_ref())
     }
 
+    /// `ringsync --config SITE agent`, followed by [`Builder::args`]
+    /// (`--group G --member M`). It has no admin endpoint: wait on what it
+    /// does (its log, its handover records, sd_notify).
+    pub fn agent(site: impl AsRef<Path>) -> Builder {
+        Self::builder(Kind::Agent, site.as_ref())
+    }
+
     fn builder(kind: Kind, site: &Path) -> Builder {
         Builder {
             kind,
@@ -201,6 +250,8 @@ impl Node {
             bins: None,
             own_group: false,
             env: Vec::new(),
+            wrapper: Vec::new(),
+            program: None,
         }
     }
 
@@ -216,7 +267,7 @@ impl Node {
     /// This run's file label: `LABEL`, then `LABEL.run1`, ...
     fn run_label(&self) -> String {
         let base = (self.builder.label.as_deref())
-            .unwrap_or(self.builder.kind.program())
+            .unwrap_or(self.builder.kind.default_label())
             .to_owned();
         match self.runs {
             0 => base,
@@ -226,18 +277,26 @@ impl Node {
 
     fn spawn(&mut self) -> Result<()> {
         let b = &self.builder;
-        let bins = b.bins.clone().unwrap_or_else(BinDir::locate);
-        let mut cmd = Command::new(bins.program(b.kind.program())?);
+        let program = match &b.program {
+            Some(p) => p.clone(),
+            None => (b.bins.clone().unwrap_or_else(BinDir::locate)).program(b.kind.program())?,
+        };
+        let mut cmd = match b.wrapper.split_first() {
+            Some((wrapper, args)) => {
+                let mut cmd = Command::new(wrapper);
+                cmd.args(args).arg(program);
+                cmd
+            }
+            None => Command::new(program),
+        };
         cmd.arg("--config").arg(&b.site);
-        if b.kind == Kind::Serve {
-            cmd.arg("serve");
-        }
-        if let Some(a) = b.admin {
-            let flag = if b.kind == Kind::Serve {
-                "--bind"
-            } else {
-                "--admin"
-            };
+        cmd.args(b.kind.subcommand());
+        let flag = match b.kind {
+            Kind::Gate | Kind::MediaCtl => Some("--admin"),
+            Kind::Serve => Some("--bind"),
+            Kind::Agent => None,
+        };
+        if let (Some(flag), Some(a)) = (flag, b.admin) {
             cmd.arg(flag).arg(a.to_string());
         }
         cmd.args(&b.args).envs(b.env.iter().map(|(k, v)| (k, v)));

@@ -5,15 +5,12 @@
 //! with its log in the run directory.
 
 use std::net::SocketAddr;
-use std::os::unix::process::CommandExt as _;
 use std::path::Path;
-use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::bins::Node;
 pub use crate::bins::{ringsync, BinDir};
-use crate::process::Proc;
 use crate::Result;
 
 // === GateNode ===
@@ -197,7 +194,7 @@ impl MediaNode {
 #[derive(Debug)]
 pub(crate) struct ApNodes {
     serve: Node,
-    agents: Vec<Proc>,
+    agents: Vec<Node>,
 }
 
 impl ApNodes {
@@ -214,23 +211,22 @@ impl ApNodes {
 /// `ringsync agent` per group member standing in for the service; returns
 /// once the planner answers.
 pub(crate) fn start_ap(bins: &BinDir, site: &Path, l: &super::Layout) -> Result<ApNodes> {
-    let dir = site.parent().unwrap_or(Path::new("."));
     let mut serve = Node::serve(site)
         .bins(bins.clone())
         .label("ringsync-serve")
         .own_group()
         .start()?;
     serve.wait_up()?;
-    let program = bins.program("ringsync")?;
     let mut agents = Vec::new();
     for (group, members) in l.ap_groups() {
         for (member, _) in members {
-            let mut cmd = Command::new(&program);
-            cmd.arg("--config")
-                .arg(site)
-                .args(["agent", "--group", &group, "--member", &member])
-                .process_group(0);
-            agents.push(Proc::spawn(cmd, &format!("agent-{member}"), dir)?);
+            let agent = Node::agent(site)
+                .bins(bins.clone())
+                .args(["--group", &group, "--member", &member])
+                .label(format!("agent-{member}"))
+                .own_group()
+                .start()?;
+            agents.push(agent);
         }
     }
     Ok(ApNodes { serve, agents })

@@ -9,10 +9,9 @@
 
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use testbed::bins::{BinDir, Node};
+use testbed::bins::Node;
 
 const SITE: &str = r#"[site]
 name = "notify"
@@ -313,33 +312,16 @@ fn serve_says_ready_once_serving_and_stopping_at_sigterm() {
     ready_then_stopping(serve, dir.path());
 }
 
-/// Kills the agent if the test fails before it stops it.
-struct Agent(Child);
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[test]
 fn the_agent_says_ready_once_following_and_stopping_at_sigterm() {
     let dir = tempfile::tempdir().unwrap();
     let site = site(dir.path());
     let mut manager = Manager::bind(dir.path());
-    let program = BinDir::locate().program("ringsync").unwrap();
-    let mut agent = Agent(
-        Command::new(program)
-            .arg("--config")
-            .arg(&site)
-            .args(["agent", "--member", "bill-b"])
-            .env("NOTIFY_SOCKET", &manager.path)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let mut agent = Node::agent(&site)
+        .args(["--member", "bill-b"])
+        .env("NOTIFY_SOCKET", &manager.path)
+        .start()
+        .unwrap();
     let ready = manager.until("READY=1");
     // Issue 27: the agent names the site file it runs.
     let hash = ringsync::config::file_hash(&std::fs::read(&site).unwrap());
@@ -348,18 +330,11 @@ fn the_agent_says_ready_once_following_and_stopping_at_sigterm() {
         format!("following the handover records of bill/bill-b; site file {hash}")
     );
     assert_eq!(manager.count("WATCHDOG=1"), 0, "no watchdog asked for");
-    let pid = agent.0.id().to_string();
-    let killed = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
-    assert!(killed.success());
+    agent.signal("TERM");
     let stopping = manager.until("STOPPING=1");
     assert_eq!(status(&stopping), "stopping");
-    let end = Instant::now() + WITHIN;
-    let exit = loop {
-        if let Some(s) = agent.0.try_wait().unwrap() {
-            break s;
-        }
-        assert!(Instant::now() < end, "the agent did not exit");
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    assert!(exit.success(), "{exit:?}");
+    let exit = agent
+        .wait_exit(WITHIN)
+        .unwrap_or_else(|| panic!("the agent did not exit: {}", agent.log()));
+    assert!(exit.success(), "{exit:?}\n{}", agent.log());
 }

@@ -2,13 +2,19 @@
 //! members behind real agents, and a log of every move published.
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::ExitStatus;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use ringsync::store::{HandoverStore, Store};
 use ringsync::SiteConfig;
 use ringsync_ops::handover::agent::{Agent, Member};
 use ringsync_ops::handover::record::{Desired, HandoverState};
+use testbed::bins::{BinDir, Node};
 use tokio_util::sync::CancellationToken;
 
 /// A site with servers srv-a..srv-c, `groups` groups `g1..gN` with a member
@@ -145,70 +151,46 @@ pub fn records(store: &Arc<dyn Store>) -> Arc<dyn HandoverStore> {
 /// The `ringsync` binary.
 pub const BIN: &str = env!("CARGO_BIN_EXE_ringsync");
 
-/// A child process, killed when dropped.
-pub struct Proc(pub std::process::Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+/// Where [`BIN`] is: the binaries cargo built for this test.
+fn bins() -> BinDir {
+    BinDir::at(Path::new(BIN).parent().expect("the binary's directory"))
 }
 
-impl Proc {
-    /// SIGTERM, then the exit status.
-    pub fn terminate(mut self) -> std::process::ExitStatus {
-        let _ = std::process::Command::new("kill")
-            .args(["-TERM", &self.0.id().to_string()])
-            .status();
-        self.0.wait().unwrap()
-    }
+/// How long a SIGTERM'd process may take to exit before [`terminate`]
+/// kills it.
+const STOP: Duration = Duration::from_secs(30);
 
-    /// SIGKILL (a crash).
-    pub fn kill(mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+/// SIGTERM, then its exit status (SIGKILL after [`STOP`]; `None` if it was
+/// not running).
+pub fn terminate(mut node: Node) -> Option<ExitStatus> {
+    node.stop(STOP)
 }
 
-/// `ringsync serve` on `site` (binding 127.0.0.1:0), and its API address.
-pub fn serve(site: &std::path::Path) -> (Proc, std::net::SocketAddr) {
-    let mut child = std::process::Command::new(BIN)
-        .arg("--config")
-        .arg(site)
-        .args(["serve", "--bind", "127.0.0.1:0"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
-    let mut first = String::new();
-    std::io::BufRead::read_line(&mut stdout, &mut first).unwrap();
-    // Keep reading: serve writes more lines (e.g. about its tokens), and a
-    // closed pipe would fail them.
-    std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
-    let api = first
-        .trim()
-        .rsplit("http://")
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap_or_else(|e| panic!("{first}: {e}"));
-    (Proc(child), api)
+/// `ringsync serve` on `site` (binding 127.0.0.1:0), and its API address,
+/// once it says where it listens. Each one has its own log files (two
+/// serves may share a site directory).
+pub fn serve(site: &Path) -> (Node, SocketAddr) {
+    static STARTED: AtomicU32 = AtomicU32::new(0);
+    let n = STARTED.fetch_add(1, Ordering::Relaxed);
+    let node = Node::serve(site)
+        .bins(bins())
+        .admin(([127, 0, 0, 1], 0).into())
+        .label(format!("ringsync-serve-{n}"))
+        .start()
+        .unwrap_or_else(|e| panic!("ringsync serve: {e}"));
+    let api = node.admin();
+    (node, api)
 }
 
-/// `ringsync agent` for one member; its stdout goes to `log`.
-pub fn agent(site: &std::path::Path, group: &str, member: &str, log: &std::path::Path) -> Proc {
-    let out = std::fs::File::create(log).unwrap();
-    let child = std::process::Command::new(BIN)
-        .arg("--config")
-        .arg(site)
-        .args(["agent", "--group", group, "--member", member])
-        .stdout(out)
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    Proc(child)
+/// `ringsync agent` for one member; what it prints is [`Node::stdout`]
+/// (`MEMBER.stdout` beside the site file).
+pub fn agent(site: &Path, group: &str, member: &str) -> Node {
+    Node::agent(site)
+        .bins(bins())
+        .args(["--group", group, "--member", member])
+        .label(member)
+        .start()
+        .unwrap_or_else(|e| panic!("ringsync agent {member}: {e}"))
 }
 
 /// `ringsync ARGS` off the async runtime; stdout, or a panic with stderr.
