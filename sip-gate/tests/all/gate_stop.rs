@@ -63,17 +63,24 @@ fn logged(log: &str, what: &str, key: &str) -> Option<u64> {
         .ok()
 }
 
+/// The gate on `site`, stopping within `deadline_s` (`--drain-deadline-s`),
+/// ready.
+fn ready_gate(site: &std::path::Path, admin: std::net::SocketAddr, deadline_s: &str) -> Node {
+    let mut gate = Node::gate(site)
+        .admin(admin)
+        .args(["--drain-deadline-s", deadline_s])
+        .start()
+        .unwrap();
+    gate.wait_ready().unwrap();
+    gate
+}
+
 #[test]
 fn r_gw_1_sigterm_mid_load_completes_every_forwarded_call_refuses_new_ones_and_exits_when_idle() {
     let net = (24, 1);
     let (_dir, site, listener, admin) = site(net);
     let deadline_s = 120;
-    let mut gate = Node::gate(&site)
-        .admin(admin)
-        .args(["--drain-deadline-s", "120"])
-        .start()
-        .unwrap();
-    gate.wait_ready().unwrap();
+    let mut gate = ready_gate(&site, admin, "120");
 
     // The sg rings 5 s before answering (the stopping gate runs that long,
     // time for the refused calls below); callers hold 3 s, re-INVITE, BYE.
@@ -189,12 +196,7 @@ fn gate_with_calls_ringing(
     deadline: &str,
 ) -> (tempfile::TempDir, Node, SippHandle, SippHandle) {
     let (dir, site, listener, admin) = site(net);
-    let mut gate = Node::gate(&site)
-        .admin(admin)
-        .args(["--drain-deadline-s", deadline])
-        .start()
-        .unwrap();
-    gate.wait_ready().unwrap();
+    let gate = ready_gate(&site, admin, deadline);
     let uas = Sipp::new(Scenario::repo("uas_call_ringing"))
         .local(server_addr(net, 0).ip(), 5060)
         .duration(Duration::from_secs(60))
@@ -269,12 +271,7 @@ fn r_gw_1_a_second_signal_stops_at_once() {
 fn r_gw_1_completed_transactions_do_not_hold_a_stopping_gate() {
     let net = (24, 5);
     let (_dir, site, listener, admin) = site(net);
-    let mut gate = Node::gate(&site)
-        .admin(admin)
-        .args(["--drain-deadline-s", "60"])
-        .start()
-        .unwrap();
-    gate.wait_ready().unwrap();
+    let mut gate = ready_gate(&site, admin, "60");
     let _uas = Sipp::new(Scenario::repo("uas_call"))
         .local(server_addr(net, 0).ip(), 5060)
         .timeout(Duration::from_secs(60))
@@ -321,12 +318,7 @@ fn r_gw_1_a_ringing_call_holds_the_stop_until_it_is_answered() {
     let net = (24, 6);
     let ring = Duration::from_secs(4);
     let (_dir, site, listener, admin) = site(net);
-    let mut gate = Node::gate(&site)
-        .admin(admin)
-        .args(["--drain-deadline-s", "60"])
-        .start()
-        .unwrap();
-    gate.wait_ready().unwrap();
+    let mut gate = ready_gate(&site, admin, "60");
     let uas = Sipp::new(Scenario::repo("uas_call_ringing"))
         .local(server_addr(net, 0).ip(), 5060)
         .duration(ring)
