@@ -19,8 +19,12 @@ set -euo pipefail
 # anycast announcer drive. prometheus: promtool and a real scrape of the alerts.
 # python3-websockets: a small real WebSocket server for the ws pool tests.
 # rtpengine-utils: rtpengine's own ng client, which media-ctl's JSON tests drive.
+# valgrind: callgrind counts the routing core's instructions per call (the CI guard).
+# sngrep, tshark: real HEP v3 collectors for the capture tests.
+# lintian: checks the Debian packages scripts/package.sh builds.
 PACKAGES=(sip-tester kamailio rtpengine-daemon rtpengine-utils etcd-server protobuf-compiler libprotobuf-dev procps dnsmasq-base fonts-dejavu-core
-          chromium chromium-driver haproxy exabgp bird2 prometheus python3-websockets)
+          chromium chromium-driver haproxy exabgp bird2 prometheus python3-websockets
+          valgrind sngrep tshark lintian)
 # Services shipped by the packages above (names differ between releases;
 # absent ones are skipped).
 SERVICES=(kamailio etcd rtpengine-daemon rtpengine rtpengine-recording-daemon haproxy bird exabgp prometheus)
