@@ -14,9 +14,14 @@
 # and media-ctl depend on it. No unit is enabled or started by the install:
 # the operator edits the site file first (README.md, "Install on a server").
 #
-# Slow (a release build with thin LTO): not part of CI, which checks the
-# units and sd_notify through the debug binaries (testbed's tests
-# systemd_units:: and sd_notify::).
+# Slow (a release build with thin LTO, 5-8 minutes on 2 cores): not part
+# of CI, which checks the units and sd_notify through the debug binaries
+# (testbed's tests systemd_units:: and sd_notify::). When lintian is
+# installed (scripts/setup.sh installs it) the packages are checked at the
+# end and any error or warning fails the build; the tags the packages keep
+# on purpose are overridden in deploy/debian/, each with its reason.
+#
+# DEBFULLNAME and DEBEMAIL (the variables dch reads) name the maintainer.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -27,18 +32,42 @@ version=$(sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Carg
 arch=$(dpkg --print-architecture)
 [ -n "$version" ] || { echo "package.sh: no [workspace.package] version in Cargo.toml" >&2; exit 1; }
 
+maintainer="${DEBFULLNAME:-sip-gate maintainers} <${DEBEMAIL:-maintainers@sip-gate.org}>"
+step() { printf '[package] %s\n' "$*" >&2; }
+
+step "release build of sip-gate, media-ctl and ringsync (thin LTO: minutes on a small machine; cargo's progress follows)"
 cargo build --release --locked -p sip-gate -p media-ctl -p ringsync-ops --bins
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
+step "man pages and completions (xtask assets)"
 cargo run --quiet --locked -p xtask -- assets "$stage/assets"
 mkdir -p "$out"
+
+# A native package's changelog.gz is a Debian changelog: one entry for this
+# version pointing at the project's own CHANGELOG.md (shipped beside it).
+debian_changelog() {
+    printf '%s (%s) unstable; urgency=medium\n\n  * Release %s; the changes are in\n    /usr/share/doc/%s/CHANGELOG.md.gz.\n\n -- %s  %s\n' \
+        "$1" "$version" "$version" "$1" "$maintainer" \
+        "$(date -R -u -d "@$(git log -1 --format=%ct 2>/dev/null || date +%s)")"
+}
+
+# shlibs BINARY: the shared-library dependencies of BINARY (dpkg-shlibdeps
+# wants a debian/control beside it).
+shlibs() {
+    local dir="$stage/shlibs"
+    mkdir -p "$dir/debian"
+    printf 'Source: sip-gate\n\nPackage: sip-gate\nArchitecture: any\n' > "$dir/debian/control"
+    (cd "$dir" && dpkg-shlibdeps -O "$1" 2>/dev/null) | sed -n 's/^shlibs:Depends=//p'
+}
 
 # stage PACKAGE BINARY: the tree of one package with its binary, man pages,
 # completions, units and docs.
 stage() {
     local pkg=$1 bin=$2 tree="$stage/$1"
+    step "staging $pkg"
     install -D -m 0755 "target/release/$bin" "$tree/usr/bin/$bin"
-    strip --strip-debug "$tree/usr/bin/$bin"
+    # As dh_strip does for executables (Debian policy 10.1).
+    strip --strip-unneeded --remove-section=.comment --remove-section=.note "$tree/usr/bin/$bin"
     install -d "$tree/usr/share/man/man1"
     for page in "$stage/assets/man/$bin".1 "$stage/assets/man/$bin"-*.1; do
         [ -e "$page" ] || continue
@@ -57,25 +86,32 @@ stage() {
         echo "Upstream-Name: $pkg"
         echo
         echo "Files: *"
+        echo "Copyright: 2026 the sip-gate authors"
         echo "License: Apache-2.0"
         echo " On Debian systems the full text is in /usr/share/common-licenses/Apache-2.0."
     } > "$doc/copyright"
-    gzip -9n -c CHANGELOG.md > "$doc/changelog.gz"
+    debian_changelog "$pkg" | gzip -9n > "$doc/changelog.gz"
+    gzip -9n -c CHANGELOG.md > "$doc/CHANGELOG.md.gz"
+    if [ -e "deploy/debian/$pkg.lintian-overrides" ]; then
+        install -D -m 0644 "deploy/debian/$pkg.lintian-overrides" "$tree/usr/share/lintian/overrides/$pkg"
+    fi
     install -d "$tree/DEBIAN"
 }
 
-# control PACKAGE DESCRIPTION DEPENDS
+# control PACKAGE DESCRIPTION DEPENDS (the binary's shared libraries added)
 control() {
     local tree="$stage/$1"
-    local size
+    local size libs
     size=$(du -sk --exclude=DEBIAN "$tree" | cut -f1)
+    libs=$(shlibs "$tree/usr/bin/$1")
+    [ -n "$libs" ] || { echo "package.sh: dpkg-shlibdeps found no libraries for $1" >&2; exit 1; }
     cat > "$tree/DEBIAN/control" <<CONTROL
 Package: $1
 Version: $version
 Architecture: $arch
-Maintainer: sip-gate maintainers <root@localhost>
+Maintainer: $maintainer
 Installed-Size: $size
-Depends: $3
+Depends: $libs, $3
 Section: net
 Priority: optional
 Description: $2
@@ -90,19 +126,21 @@ fi
 install -d -o sip-gate -g sip-gate -m 0750 /var/lib/sip-gate
 if [ -d /run/systemd/system ]; then systemctl daemon-reload || true; fi'
 
-# postinst PACKAGE [EXTRA]
+# postinst PACKAGE EXTRA UNITS: the common part and EXTRA on configure; a
+# prerm that stops UNITS before their files go (each drains on SIGTERM).
 postinst() {
     printf '#!/bin/sh\nset -e\nif [ "$1" = configure ]; then\n%s\n%s\nfi\n' \
         "$postinst_common" "${2:-}" > "$stage/$1/DEBIAN/postinst"
     chmod 0755 "$stage/$1/DEBIAN/postinst"
-    # Stops the daemon before its files go (it drains on SIGTERM).
-    printf '#!/bin/sh\nset -e\nif [ -d /run/systemd/system ] && [ "$1" = remove ]; then\n    systemctl stop %s || true\nfi\n' \
+    printf '#!/bin/sh\nset -e\nif [ -z "${DPKG_ROOT:-}" ] && [ -d /run/systemd/system ] && [ "$1" = remove ]; then\n    deb-systemd-invoke stop %s >/dev/null || true\nfi\n' \
         "$3" > "$stage/$1/DEBIAN/prerm"
     chmod 0755 "$stage/$1/DEBIAN/prerm"
 }
 
 # --- ringsync: CLI, admin API, agent; the site file, user and state dir ---
 stage ringsync ringsync
+install -d "$stage/ringsync/usr/share/man/man5"
+gzip -9n -c "$stage/assets/man/sip-gate.toml.5" > "$stage/ringsync/usr/share/man/man5/sip-gate.toml.5.gz"
 units="$stage/ringsync/lib/systemd/system"
 install -D -m 0644 deploy/systemd/ringsync-serve.service "$units/ringsync-serve.service"
 install -D -m 0644 deploy/systemd/ringsync-agent@.service "$units/ringsync-agent@.service"
@@ -126,6 +164,21 @@ control ringsync "drain-aware SIP edge: ringsync CLI, admin API and handover age
 # The site file holds the site secret: readable by root and the daemons only.
 postinst ringsync "chown root:sip-gate /etc/sip-gate/site.toml
 chmod 0640 /etc/sip-gate/site.toml" "ringsync-serve.service 'ringsync-agent@*.service'"
+# Purge (Debian policy 6.8 and 10.7.3): what the site made of its own goes
+# with the configuration: the tokens file, the embedded store, its audit
+# log and backups in /var/lib/sip-gate. The site file is a conffile: dpkg
+# removes it. The `sip-gate` user stays (files elsewhere may still be owned
+# by it, and a reinstall gets the same uid).
+cat > "$stage/ringsync/DEBIAN/postrm" <<'POSTRM'
+#!/bin/sh
+set -e
+if [ "$1" = purge ]; then
+    rm -f /etc/sip-gate/tokens.toml /etc/sip-gate/tokens.toml.tmp
+    rm -rf /var/lib/sip-gate
+    rmdir /etc/sip-gate 2>/dev/null || true
+fi
+POSTRM
+chmod 0755 "$stage/ringsync/DEBIAN/postrm"
 
 # --- sip-gate ---
 stage sip-gate sip-gate
@@ -144,7 +197,16 @@ control media-ctl "drain-aware controller for rtpengine media gateways
  sheds a draining one over a window, its calls left where they are." "ringsync (= $version), adduser"
 postinst media-ctl "" media-ctl.service
 
+debs=()
 for pkg in ringsync sip-gate media-ctl; do
+    step "building $out/${pkg}_${version}_${arch}.deb"
     dpkg-deb --root-owner-group -Zxz --build "$stage/$pkg" "$out/${pkg}_${version}_${arch}.deb" >/dev/null
+    debs+=("$out/${pkg}_${version}_${arch}.deb")
 done
-ls -l "$out"/*_"${version}"_"${arch}".deb
+if command -v lintian >/dev/null 2>&1; then
+    step "lintian"
+    lintian --fail-on error,warning --allow-root "${debs[@]}"
+else
+    step "lintian not installed: packages not checked (scripts/setup.sh installs it)"
+fi
+ls -l "${debs[@]}"

@@ -7,11 +7,24 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 /// Drain-aware mg controller in front of rtpengine media gateways.
+/// The signals section of `--help` and the man page.
+const SIGNALS: &str = "Signals:
+  SIGTERM, SIGINT  stop: take no new calls, then exit (systemctl stop).
+
+Files:
+  /etc/sip-gate/site.toml  the site file (--config, SIP_GATE_CONFIG); see sip-gate.toml(5).";
+
 #[derive(Parser, Debug)]
-#[command(version, about)]
+#[command(version, about, after_long_help = SIGNALS)]
 pub struct Args {
-    /// Site configuration file.
-    #[arg(long, short)]
+    /// Site configuration file. Default: `SIP_GATE_CONFIG`, else
+    /// /etc/sip-gate/site.toml, the file the package installs.
+    #[arg(
+        long,
+        short,
+        env = "SIP_GATE_CONFIG",
+        default_value = "/etc/sip-gate/site.toml"
+    )]
     pub config: PathBuf,
     /// Validate the configuration and exit (non-zero with the error).
     #[arg(long)]

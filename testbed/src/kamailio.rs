@@ -30,6 +30,7 @@ pub struct Kamailio {
     transports: Vec<Transport>,
     workers: u32,
     destinations: Vec<(SocketAddr, Transport)>,
+    probing: bool,
     defines: Vec<String>,
     args: Vec<String>,
     ready_timeout: Duration,
@@ -52,6 +53,7 @@ impl Kamailio {
             transports: vec![Transport::Udp, Transport::Tcp],
             workers: 2,
             destinations: Vec::new(),
+            probing: false,
             defines: Vec::new(),
             args: Vec::new(),
             ready_timeout: Duration::from_secs(10),
@@ -92,6 +94,13 @@ impl Kamailio {
     /// Adds a pool member (dispatcher set 1), reached over `transport`.
     pub fn destination(mut self, addr: SocketAddr, transport: Transport) -> Self {
         self.destinations.push((addr, transport));
+        self
+    }
+
+    /// Gives every pool member the probing flag (8 in the list file, `P` in
+    /// `dispatcher.list`), as an operator who has Kamailio ping them would.
+    pub fn probing(mut self) -> Self {
+        self.probing = true;
         self
     }
 
@@ -177,7 +186,8 @@ impl Kamailio {
     fn dispatcher_list(&self) -> String {
         let mut out = String::from("# written by testbed::Kamailio\n");
         for (addr, t) in &self.destinations {
-            let _ = writeln!(out, "1 sip:{addr};transport={t}");
+            let flags = if self.probing { " 8" } else { "" };
+            let _ = writeln!(out, "1 sip:{addr};transport={t}{flags}");
         }
         out
     }

@@ -9,7 +9,10 @@
 //! that Kamailio's own probing sets on a normal destination are left to
 //! it: they are not a divergence. Kamailio drops the probing flag of a
 //! disabled destination; the driver remembers it and gives it back
-//! (`ap`) on lift.
+//! (`ap`) on lift. What it remembers is the flag as first seen enabled,
+//! and `P` once seen: a destination an operator hand-sets active without
+//! it while it drains (`AX`, which the driver then corrects) still gets
+//! its probing back on lift.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -42,7 +45,8 @@ pub(crate) struct Kamailio {
     timeout: Duration,
     /// instance id → (set, destination URI).
     targets: BTreeMap<String, (u32, String)>,
-    /// The probing flag each destination had when last seen enabled.
+    /// The probing flag of each destination: as first seen enabled, and
+    /// set for good once seen.
     probing: Mutex<HashMap<String, bool>>,
 }
 
@@ -197,7 +201,7 @@ impl Backend for Kamailio {
                 };
                 let disabled = flags.starts_with('D');
                 if !disabled {
-                    probing.insert(id.clone(), flags.contains('P'));
+                    *probing.entry(id.clone()).or_default() |= flags.contains('P');
                 }
                 seen.insert(
                     id.clone(),

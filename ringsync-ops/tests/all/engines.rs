@@ -236,6 +236,64 @@ fn r_ex_1_kamailio_dispatcher_follows_the_drain_through_a_kill_9() {
     proxy.stop();
 }
 
+/// R-EX-1 (issue 38): a destination Kamailio probes (`AP`) is drained; an
+/// operator sets it active by hand (`AX`: without the probing flag); the
+/// driver corrects it, and the lift gives the probing flag back (`AP`),
+/// as it was before the drain, not the hand edit's `AX`.
+#[test]
+fn r_ex_1_kamailio_probing_flag_comes_back_after_a_hand_edit() {
+    let kam_ip = ip(KAM_IP);
+    let sip = SocketAddr::new(kam_ip, free_port(kam_ip).unwrap());
+    let rpc_at = SocketAddr::new(kam_ip, free_port(kam_ip).unwrap());
+    let site = TestSite::with_text(&base_site(&kamailio_engine("kam", rpc_at)));
+    let proxy = start_kamailio(&kamailio(sip, rpc_at).probing(), rpc_at);
+    assert_eq!(flags(rpc_at, UAS_A).as_deref(), Some("AP"));
+    ok(&local(
+        &site,
+        &[
+            "profile", "create", "--name", "maint-a", "--server", "srv-a",
+        ],
+    ));
+    let served = Served::start(&site, &[]);
+    ok(&remote(
+        &served.url,
+        None,
+        &["profile", "activate", "maint-a"],
+    ));
+    let drained = || flags(rpc_at, UAS_A).is_some_and(|f| f.starts_with('D'));
+    wait_until(Duration::from_secs(5), drained);
+
+    let uri = format!("sip:{UAS_A};transport=udp");
+    rpc_with(
+        rpc_at,
+        "dispatcher.set_state",
+        &serde_json::json!(["a", 1, uri]),
+    )
+    .expect("the hand edit");
+    assert_eq!(
+        flags(rpc_at, UAS_A).as_deref(),
+        Some("AX"),
+        "a hand-set active destination has no probing flag"
+    );
+    // The driver corrects the hand edit (wait_until fails the test if not).
+    wait_until(Duration::from_secs(10), drained);
+
+    ok(&remote(
+        &served.url,
+        None,
+        &["profile", "deactivate", "maint-a"],
+    ));
+    wait_until(Duration::from_secs(5), || {
+        flags(rpc_at, UAS_A).is_some_and(|f| f.starts_with('A'))
+    });
+    assert_eq!(
+        flags(rpc_at, UAS_A).as_deref(),
+        Some("AP"),
+        "the lift gives back the probing flag the destination had"
+    );
+    proxy.stop();
+}
+
 /// R-EX-1: a profile drains sg-a: HAProxy's server goes to `drain` within
 /// a second, new connections reach only sg-b while one opened before keeps
 /// working; lifted, both take connections again.

@@ -87,8 +87,9 @@ pub struct WorkConfig {
     /// assumed gone. Also bounds how long a restarted gate cannot vouch for
     /// calls set up before it started. Default 43200 (12 h).
     pub max_call_age_s: u32,
-    /// The hold time assumed for a call's remaining life in the drain ETA
-    /// while too few calls have ended on this gate to estimate it. Default 180.
+    /// The hold time the drain ETA assumes for a call (from its start; the
+    /// next doubling once it outlived it) while too few calls have ended on
+    /// this gate to estimate it. Default 180.
     pub typical_call_s: u32,
     /// At most this many calls are tracked; past it the gate reports its
     /// counts unknown rather than wrong. Default 1000000.

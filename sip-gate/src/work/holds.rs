@@ -7,8 +7,11 @@
 //! buckets from `a`'s on) and takes their 90th percentile `q` (the upper
 //! edge of its bucket): the call is expected to end at `start + q`. When
 //! fewer than [`MIN_HISTORY`] ended calls lasted that long (no history yet,
-//! or a call older than nearly all seen), it is expected to last the
-//! configured typical hold time from now.
+//! or a call older than nearly all seen), it is expected to end at `start +
+//! typical`, the configured typical hold time, or, once it has outlived
+//! that, at the first doubling of it still ahead (`start + typical * 2^k`).
+//! Anchored at the call's start, so an operator's ETA counts down with the
+//! clock instead of standing still at "typical from now".
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -107,7 +110,13 @@ impl Estimator {
         let age = now_ms.saturating_sub(since_ms);
         match self.quantile[bucket(age)] {
             Some(q) => since_ms.saturating_add(q.max(age)),
-            None => now_ms.saturating_add(self.typical_ms),
+            None => {
+                let mut hold = self.typical_ms.max(1);
+                while hold <= age {
+                    hold = hold.saturating_mul(2);
+                }
+                since_ms.saturating_add(hold)
+            }
         }
     }
 }
@@ -136,9 +145,14 @@ mod tests {
     fn estimate_from_history_or_the_typical_hold_time() {
         let h = Holds::default();
         let now = 1_000_000_000;
-        // No history: the typical hold time from now.
+        // No history: the typical hold time from the call's start, so the
+        // estimate stays put while the clock runs (the ETA counts down)...
         let e = h.estimator(180_000);
-        assert_eq!(e.end_ms(now - 5000, now), now + 180_000);
+        assert_eq!(e.end_ms(now - 5000, now), now - 5000 + 180_000);
+        assert_eq!(e.end_ms(now - 5000, now + 15_000), now - 5000 + 180_000);
+        // ...and a call that outlived it is given the next doubling.
+        assert_eq!(e.end_ms(now - 180_000, now), now - 180_000 + 360_000);
+        assert_eq!(e.end_ms(now - 500_000, now), now - 500_000 + 720_000);
         // 100 calls of 60 s and 10 of 600 s ended.
         (0..100).for_each(|_| h.record(60_000));
         (0..10).for_each(|_| h.record(600_000));
@@ -150,8 +164,8 @@ mod tests {
         let old = e.end_ms(now - 120_000, now);
         let at = old - (now - 120_000);
         assert!((600_000..=720_000).contains(&at), "{at}");
-        // Older than every call seen: the typical hold time from now.
-        assert_eq!(e.end_ms(now - 3_600_000, now), now + 180_000);
+        // Older than every call seen: doublings of the typical hold time.
+        assert_eq!(e.end_ms(now - 3_600_000, now), now - 3_600_000 + 5_760_000);
         // Round trip through a snapshot.
         let copy = Holds::default();
         copy.restore(&h.counts());

@@ -84,9 +84,14 @@ pub fn kamailio(sip: SocketAddr, rpc: SocketAddr) -> Kamailio {
 
 /// One JSON-RPC call to Kamailio, as an operator's curl would make it.
 pub fn rpc(at: SocketAddr, method: &str) -> Option<Value> {
+    rpc_with(at, method, &serde_json::json!([]))
+}
+
+/// One JSON-RPC call with parameters (`dispatcher.set_state` by hand).
+pub fn rpc_with(at: SocketAddr, method: &str, params: &Value) -> Option<Value> {
     let mut s = TcpStream::connect_timeout(&at, Duration::from_millis(300)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    let body = format!(r#"{{"jsonrpc":"2.0","method":"{method}","id":1}}"#);
+    let body = format!(r#"{{"jsonrpc":"2.0","method":"{method}","params":{params},"id":1}}"#);
     let req = format!(
         "POST /RPC HTTP/1.1\r\nHost: {at}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()

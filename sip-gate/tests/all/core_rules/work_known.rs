@@ -220,9 +220,14 @@ fn r_st_2_eta_from_expiries_and_hold_times() {
     call_in(&g.core, "eta-0", t0);
     g.core.sweep(at(t0, 5));
     let calls = eta(at(t0, 5)).calls_until_ms.expect("an estimate");
-    // No history: the typical hold time from now.
-    let want = now_ms() + 5_000 + 100_000;
+    // No history: the typical hold time from the call's start...
+    let want = now_ms() + 100_000;
     assert!(calls.abs_diff(want) < 2_000, "{calls} vs {want}");
+    // ...which stays put as the call goes on: the ETA counts down (issue
+    // 38: it stood at "in 29s" for 15 s when it was "typical from now").
+    g.core.sweep(at(t0, 20));
+    let later = eta(at(t0, 20)).calls_until_ms.unwrap();
+    assert!(later.abs_diff(calls) < 100, "{later} vs {calls}");
     // Twenty calls of 60 s end on this gate: a young call is expected to
     // last about as long.
     for n in 0..20 {
