@@ -7,10 +7,9 @@
 //! cycle, each edge with the file and line that makes it.
 //!
 //! The checker is dependency-free string scanning, and these are its limits:
-//! - A node is a top-level module or one of its direct submodules
-//!   (`store::etcd`, `node`); deeper modules count as their ancestor at depth
-//!   two, so cycles inside one such node are not seen. The crate root
-//!   (`lib.rs`) is no node: a path naming a root item is not followed.
+//! - A node is a module at any depth (`node`, `store::etcd`,
+//!   `store::etcd::election`). The crate root (`lib.rs`) is no node: a path
+//!   naming a root item is not followed.
 //! - An edge is a path starting with `crate::` or `super::` (in `use` items,
 //!   brace groups included, and in code), resolved against the file's module
 //!   path. Relative paths (`child::f`, `self::child`) and glob re-exports are
@@ -336,10 +335,10 @@ fn resolve(module: &[String], path: &[String]) -> Option<Vec<String>> {
     Some(base)
 }
 
-/// The node a module path belongs to: its longest prefix (at most two
-/// segments) that is a module of the crate.
+/// The node a module path belongs to: its longest prefix that is a module
+/// of the crate (a path into an item names the item's module).
 fn node_of(path: &[String], modules: &BTreeSet<Vec<String>>) -> Option<String> {
-    (1..=path.len().min(2))
+    (1..=path.len())
         .rev()
         .map(|n| path[..n].to_vec())
         .find(|p| modules.contains(p))

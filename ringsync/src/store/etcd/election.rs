@@ -15,8 +15,9 @@ use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::handover::{json, Elected, EtcdHandover};
-use super::Inner;
+use serde::{Deserialize, Serialize};
+
+use super::{json, Inner};
 use crate::store::handover::{Campaign, Leadership, Release};
 use crate::store::StoreError;
 use crate::work::now_ms;
@@ -27,10 +28,21 @@ pub const PLANNER_LEASE_TTL_S: i64 = 5;
 /// Renewal period (a third of the time to live: two may be lost).
 const RENEW_EVERY: Duration = Duration::from_millis(PLANNER_LEASE_TTL_S as u64 * 1000 / 3);
 
-/// One attempt to be elected.
-pub(super) async fn campaign(h: &EtcdHandover, node: &str) -> Result<Campaign, StoreError> {
-    let inner = &h.inner;
-    let key = h.keys.election.as_str();
+/// The value of the election key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct Elected {
+    pub(super) node: String,
+    pub(super) lease: i64,
+    pub(super) since_ms: u64,
+}
+
+/// One attempt to be elected: the election key `key` taken under a new
+/// lease, or who holds it.
+pub(super) async fn campaign(
+    inner: &Arc<Inner>,
+    key: &str,
+    node: &str,
+) -> Result<Campaign, StoreError> {
     // A standby asks this often: a plain read, no lease, while a planner lives.
     let mut kv = inner.client.kv_client();
     let cur = inner

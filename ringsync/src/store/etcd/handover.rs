@@ -18,22 +18,14 @@ use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, EventType, GetOptions, Txn, TxnOp, WatchOptions};
 use futures::future::BoxFuture;
-use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-use super::{Inner, WRITE_DEADLINE};
+use super::election::Elected;
+use super::{json, Inner, WRITE_DEADLINE};
 use crate::handover::record::{Confirmed, Desired, HandoverState, PlannerRecord};
 use crate::store::handover::{Campaign, HandoverStore, Leadership, Published};
 use crate::store::StoreError;
-
-/// The value of the election key.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(super) struct Elected {
-    pub(super) node: String,
-    pub(super) lease: i64,
-    pub(super) since_ms: u64,
-}
 
 /// The key names under `P/handover/`.
 #[derive(Debug, Clone)]
@@ -172,16 +164,16 @@ impl HandoverStore for EtcdHandover {
     }
 
     fn campaign<'a>(&'a self, node: &'a str) -> BoxFuture<'a, Result<Campaign, StoreError>> {
-        Box::pin(super::election::campaign(self, node))
+        Box::pin(super::election::campaign(
+            &self.inner,
+            &self.keys.election,
+            node,
+        ))
     }
 
     fn location(&self) -> String {
         format!("etcd {} {}", self.inner.endpoints, self.keys.root)
     }
-}
-
-pub(super) fn json<T: Serialize>(v: &T) -> Result<Vec<u8>, StoreError> {
-    serde_json::to_vec(v).map_err(|e| StoreError::Backend(BackendError::Task(e.to_string())))
 }
 
 fn send(tx: &watch::Sender<Arc<HandoverState>>, state: Arc<HandoverState>) {

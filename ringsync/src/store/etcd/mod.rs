@@ -53,6 +53,11 @@ use crate::node::{NodeEntry, NodeRecord};
 use crate::profile::ProfileSet;
 use crate::work::now_ms;
 
+/// A record as the JSON the store keeps.
+fn json<T: serde::Serialize>(v: &T) -> Result<Vec<u8>, StoreError> {
+    serde_json::to_vec(v).map_err(|e| StoreError::Backend(BackendError::Task(e.to_string())))
+}
+
 mod audit;
 mod election;
 mod follow;

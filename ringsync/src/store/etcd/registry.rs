@@ -17,7 +17,7 @@ use etcd_client::{DeleteOptions, GetOptions, PutOptions, Txn, TxnOp};
 use tokio::sync::Mutex;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-use super::Inner;
+use super::{json, Inner};
 use crate::node::{Departure, Liveness, NodeEntry, NodeMember, NodeRecord};
 use crate::store::StoreError;
 use crate::work::now_ms;
@@ -47,10 +47,6 @@ fn escape(node: &str) -> String {
 
 fn unescape(key: &str) -> String {
     key.replace("%2F", "/").replace("%25", "%")
-}
-
-fn json<T: serde::Serialize>(v: &T) -> Result<Vec<u8>, StoreError> {
-    serde_json::to_vec(v).map_err(|e| StoreError::Backend(BackendError::Task(e.to_string())))
 }
 
 /// Publishes `record`: registers (lease, member entry) the first time, then
