@@ -22,6 +22,9 @@
 # on purpose are overridden in deploy/debian/, each with its reason.
 #
 # DEBFULLNAME and DEBEMAIL (the variables dch reads) name the maintainer.
+# PACKAGE_PROFILE=debug packages the debug build instead (seconds, not
+# minutes, when the tests have built it): what scripts/test.sh does so CI
+# runs lintian on every change; such packages are for checking only.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -35,8 +38,19 @@ arch=$(dpkg --print-architecture)
 maintainer="${DEBFULLNAME:-sip-gate maintainers} <${DEBEMAIL:-maintainers@sip-gate.org}>"
 step() { printf '[package] %s\n' "$*" >&2; }
 
-step "release build of sip-gate, media-ctl and ringsync (thin LTO: minutes on a small machine; cargo's progress follows)"
-cargo build --release --locked -p sip-gate -p media-ctl -p ringsync-ops --bins
+profile=${PACKAGE_PROFILE:-release}
+bins="${CARGO_TARGET_DIR:-$root/target}/$profile"
+case "$profile" in
+    release)
+        step "release build of sip-gate, media-ctl and ringsync (thin LTO: minutes on a small machine; cargo's progress follows)"
+        cargo build --release --locked -p sip-gate -p media-ctl -p ringsync-ops --bins
+        compress=(-Zxz) ;;
+    debug)
+        step "debug build of sip-gate, media-ctl and ringsync (packages for checking only)"
+        cargo build --locked -p sip-gate -p media-ctl -p ringsync-ops --bins
+        compress=(-Zgzip -z1) ;;
+    *) echo "package.sh: PACKAGE_PROFILE is release or debug, not $profile" >&2; exit 2 ;;
+esac
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 step "man pages and completions (xtask assets)"
@@ -65,7 +79,7 @@ shlibs() {
 stage() {
     local pkg=$1 bin=$2 tree="$stage/$1"
     step "staging $pkg"
-    install -D -m 0755 "target/release/$bin" "$tree/usr/bin/$bin"
+    install -D -m 0755 "$bins/$bin" "$tree/usr/bin/$bin"
     # As dh_strip does for executables (Debian policy 10.1).
     strip --strip-unneeded --remove-section=.comment --remove-section=.note "$tree/usr/bin/$bin"
     install -d "$tree/usr/share/man/man1"
@@ -200,7 +214,7 @@ postinst media-ctl "" media-ctl.service
 debs=()
 for pkg in ringsync sip-gate media-ctl; do
     step "building $out/${pkg}_${version}_${arch}.deb"
-    dpkg-deb --root-owner-group -Zxz --build "$stage/$pkg" "$out/${pkg}_${version}_${arch}.deb" >/dev/null
+    dpkg-deb --root-owner-group "${compress[@]}" --build "$stage/$pkg" "$out/${pkg}_${version}_${arch}.deb" >/dev/null
     debs+=("$out/${pkg}_${version}_${arch}.deb")
 done
 if command -v lintian >/dev/null 2>&1; then

@@ -28,3 +28,24 @@ echo "[test] cargo test (workspace)"
 # Integration tests start real peers on 127.0.0.x; two tests at a
 # time keep a 2-core machine from starving SIPp's timers.
 PROPTEST_CASES="${PROPTEST_CASES:-2000}" cargo test --workspace --locked -- --test-threads=2
+
+echo "[test] the Debian packages of the debug build: lintian, the man pages, purge"
+# The release packages take minutes to build (scripts/package.sh); the same
+# script on the debug binaries the tests built checks everything but the
+# optimiser: lintian (any error or warning fails), sip-gate.toml(5), and
+# the purge that removes the tokens file and /var/lib/sip-gate.
+pkgdir=$(mktemp -d)
+trap 'rm -rf "$pkgdir"' EXIT
+PACKAGE_PROFILE=debug scripts/package.sh "$pkgdir"
+ringsync_deb=$(ls "$pkgdir"/ringsync_*.deb)
+# Listings read whole first: `grep -q` on a pipe would end dpkg-deb early.
+grep -q ' ./usr/share/man/man5/sip-gate.toml.5.gz$' <<<"$(dpkg-deb -c "$ringsync_deb")" \
+    || { echo "[test] error: no sip-gate.toml(5) in $ringsync_deb" >&2; exit 1; }
+grep -q '^    rm -rf /var/lib/sip-gate$' <<<"$(dpkg-deb -I "$ringsync_deb" postrm)" \
+    || { echo "[test] error: ringsync's postrm does not remove /var/lib/sip-gate on purge" >&2; exit 1; }
+for deb in "$pkgdir"/*.deb; do
+    bin=$(dpkg-deb -f "$deb" Package)
+    grep -q " ./usr/share/man/man1/$bin.1.gz$" <<<"$(dpkg-deb -c "$deb")" \
+        || { echo "[test] error: no $bin(1) in $deb" >&2; exit 1; }
+done
+echo "[test] packages: lintian clean, man pages and purge in place"

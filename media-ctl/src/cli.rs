@@ -9,10 +9,10 @@ use clap::{Parser, Subcommand};
 /// Drain-aware mg controller in front of rtpengine media gateways.
 /// The signals section of `--help` and the man page.
 const SIGNALS: &str = "Signals:
-  SIGTERM, SIGINT  stop: take no new calls, then exit (systemctl stop).
+SIGTERM, SIGINT: stop: take no new calls, then exit (systemctl stop).
 
 Files:
-  /etc/sip-gate/site.toml  the site file (--config, SIP_GATE_CONFIG); see sip-gate.toml(5).";
+/etc/sip-gate/site.toml: the site file (--config, SIP_GATE_CONFIG); see sip-gate.toml(5).";
 
 #[derive(Parser, Debug)]
 #[command(version, about, after_long_help = SIGNALS)]

@@ -8,15 +8,11 @@ use clap::Parser;
 
 /// The signals section of `--help` and the man page.
 const SIGNALS: &str = "Signals:
-  SIGTERM, SIGINT  stop gracefully (R-GW-1): listeners closed, new work refused,
-                   transactions in flight finished (at most --drain-deadline-s),
-                   the work book saved (--work-snapshot), then exit.
-  SIGHUP           reload the site file (systemctl reload sip-gate): applied whole
-                   without dropping a call, or refused whole with the reason when it
-                   changes what only a restart can (a listener's address, the store).
+SIGTERM, SIGINT: stop gracefully (R-GW-1): listeners closed, new work refused, transactions in flight finished (at most --drain-deadline-s), the work book saved (--work-snapshot), then exit.
+SIGHUP: reload the site file (systemctl reload sip-gate): applied whole without dropping a call, or refused whole with the reason when it changes what only a restart can (a listener's address, the store).
 
 Files:
-  /etc/sip-gate/site.toml  the site file (--config, SIP_GATE_CONFIG); see sip-gate.toml(5).";
+/etc/sip-gate/site.toml: the site file (--config, SIP_GATE_CONFIG); see sip-gate.toml(5).";
 
 /// Drain-aware inline SIP proxy.
 #[derive(Parser, Debug)]

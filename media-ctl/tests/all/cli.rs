@@ -25,6 +25,43 @@ fn check_accepts_the_example_site() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("3 mg/bgmg instances"));
 }
 
+/// The site file defaults as the gate's does (issue 38): `SIP_GATE_CONFIG`,
+/// else /etc/sip-gate/site.toml; `--config` wins; `--help` lists the signals.
+#[test]
+fn config_defaults_to_the_packaged_site_and_sip_gate_config() {
+    let out = Command::new(BIN)
+        .env("SIP_GATE_CONFIG", example())
+        .arg("--check")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let out = Command::new(BIN)
+        .env("SIP_GATE_CONFIG", example())
+        .args(["--config", "/nonexistent/flag.toml", "--check"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/flag.toml"));
+    if !std::path::Path::new("/etc/sip-gate/site.toml").exists() {
+        let out = Command::new(BIN)
+            .env_remove("SIP_GATE_CONFIG")
+            .arg("--check")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{out:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("/etc/sip-gate/site.toml"),
+            "{out:?}"
+        );
+    }
+    let help = Command::new(BIN).arg("--help").output().unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(
+        help.contains("Signals:") && help.contains("SIGTERM"),
+        "{help}"
+    );
+}
+
 #[test]
 fn check_names_file_line_and_field() {
     let dir = tempfile::tempdir().unwrap();

@@ -88,7 +88,8 @@ pub enum Command {
     Wait(WaitCommand),
     /// Serve the admin HTTP API.
     #[command(after_long_help = "Signals:
-  SIGTERM, SIGINT  stop: requests in progress finish, then exit.
+SIGTERM, SIGINT: stop: requests in progress finish, then exit.
+
 The tokens file ([admin] tokens) is read again whenever its content, mode or owner changes.")]
     Serve(ServeArgs),
     /// Copy the site's profiles from one store to another (idempotent).

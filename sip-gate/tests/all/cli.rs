@@ -61,6 +61,13 @@ fn sip_gate_config_names_the_site_without_the_flag_and_the_flag_wins() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/flag.toml"));
+    // The man page's signals section is --help's (issue 38).
+    let help = gate_cmd().arg("--help").output().unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(
+        help.contains("SIGHUP") && help.contains("sip-gate.toml(5)"),
+        "{help}"
+    );
 }
 
 #[test]
