@@ -366,6 +366,35 @@ fn r_pr_1_the_page_drains_sg_a_with_preview_and_confirm_and_shows_it_live() {
         "return samples.some(s => (s.new_work['sg-a'] || 0) > 0) && data.status.instances.some(i => i.id === 'sg-a' && i.counts.dialogs > 0) || null;",
     )
     .unwrap();
+    // The chart plots the 10 s rate (issue 38: one point a second of
+    // integer counts was unreadable spikes at 1-2 calls/s): at 5 calls/s
+    // sg-a's smoothed rate settles between 3 and 7, and the axis is in
+    // calls per second with a round top.
+    b.wait_until(
+        "sg-a's 10 s rate near the offered 5/s",
+        T,
+        "const r = samples.length ? (samples[samples.length - 1].rate || {})['sg-a'] : 0; return (r >= 3 && r <= 7) || null;",
+    )
+    .unwrap();
+    let axis = b
+        .wait_until(
+            "the chart's axis labels",
+            T,
+            "const t = [...document.querySelectorAll('#chart .tick-label')].map(e => e.textContent); return t.length === 3 ? t.join(' ') : null;",
+        )
+        .unwrap();
+    assert!(
+        ["0/s 2.5/s 5/s", "0/s 5/s 10/s"].contains(&axis.as_str().unwrap_or_default()),
+        "{axis}"
+    );
+    let legend = b
+        .wait_until(
+            "sg-a in the legend",
+            T,
+            "const li = [...document.querySelectorAll('#legend li')].find(l => l.textContent.startsWith('sg-a')); return li ? li.textContent : null;",
+        )
+        .unwrap();
+    assert!(legend.as_str().unwrap_or_default().contains("/s over 10 s"), "{legend}");
     shot(&b, &shots.join("page-up.png"));
 
     // A forged POST: the session's cookie without its CSRF token.

@@ -202,6 +202,12 @@ function chartInstances() {
   return [...ids].sort();
 }
 
+/** The axis top: the smallest of 1, 2, 5 times a power of ten at or above v. */
+function niceTop(v) {
+  const p = Math.pow(10, Math.floor(Math.log10(v)));
+  return [1, 2, 5, 10].map((m) => m * p).find((t) => t >= v);
+}
+
 function renderChart() {
   const W = 600, H = 180, L = 34, B = 18;
   const ids = chartInstances();
@@ -216,6 +222,7 @@ function renderChart() {
   // point a second of integer counts is unreadable spikes at 1-2 calls/s.
   const rate = (s, id) => (s.rate ? (s.rate[id] || 0) : (s.new_work[id] || 0));
   for (const s of samples) for (const id of Object.keys(s.new_work)) max = Math.max(max, rate(s, id));
+  max = niceTop(max);
   const y = (v) => H - B - (H - B - 6) * (v / max);
   // Drain windows: runs of samples with an instance in the drain zone.
   let from = null;
@@ -231,14 +238,17 @@ function renderChart() {
       from = null;
     }
   });
-  box.append(svg('line', { x1: L, y1: H - B, x2: W - 4, y2: H - B, stroke: '#888' }));
-  const top = svg('text', { x: 2, y: 12, 'font-size': 10, fill: '#555' });
-  top.textContent = `${max}/s`;
-  const zero = svg('text', { x: 2, y: H - B, 'font-size': 10, fill: '#555' });
-  zero.textContent = '0';
+  // The axis in new work per second: ticks at 0, half and the top, a
+  // round number (1, 2 or 5 times a power of ten), with light grid lines.
+  for (const v of [0, max / 2, max]) {
+    box.append(svg('line', { x1: L, y1: y(v), x2: W - 4, y2: y(v), stroke: v ? '#ddd' : '#888', class: 'tick' }));
+    const t = svg('text', { x: 2, y: Math.max(y(v) + 3, 10), 'font-size': 10, fill: '#555', class: 'tick-label' });
+    t.textContent = `${+v.toFixed(2)}/s`;
+    box.append(t);
+  }
   const label = svg('text', { x: L, y: H - 4, 'font-size': 10, fill: '#555' });
-  label.textContent = `last ${Math.round(span * EVERY_MS / 60000)} min, one point a second`;
-  box.append(top, zero, label);
+  label.textContent = `new work per second, averaged over 10 s · last ${Math.round(span * EVERY_MS / 60000)} min`;
+  box.append(label);
   const legend = [];
   ids.forEach((id, k) => {
     const colour = COLOURS[k % COLOURS.length];
