@@ -358,27 +358,20 @@ impl AdminApi {
             metrics::gauge!("ringsync_profile_revision").set(set.revision as f64);
             metrics::gauge!("ringsync_drain_zone_servers").set(view.drain_zone().len() as f64);
             metrics::gauge!("ringsync_view_generation").set(view.generation() as f64);
-            metrics::counter!("ringsync_store_errors_total").absolute(store::error_count());
-            let f = self.drain.freshness();
-            metrics::gauge!("ringsync_store_stale").set(if f.is_stale() { 1.0 } else { 0.0 });
-            metrics::gauge!("ringsync_store_stale_since_seconds")
-                .set(f.stale_since_ms.map_or(0.0, |ms| ms as f64 / 1000.0));
-            metrics::gauge!("ringsync_store_revision").set(f.store_revision as f64);
-            metrics::counter!("ringsync_profile_updates_applied_total")
-                .absolute(self.drain.profile_updates());
-            let (r401, r403) = access::refused_counts();
-            metrics::counter!("ringsync_api_refused_total", "status" => "401").absolute(r401);
-            metrics::counter!("ringsync_api_refused_total", "status" => "403").absolute(r403);
-            metrics::counter!("ringsync_tokens_reload_errors_total")
-                .absolute(crate::auth::reload_errors());
-            metrics::counter!("ringsync_tls_reload_errors_total").absolute(tls::reload_errors());
-            metrics::counter!("ringsync_audit_skipped_total")
-                .absolute(store::audit::skipped_count());
+            // The store's freshness is the drain state's (DrainState::set_freshness),
+            // in the process's recorder.
             for e in self.engines.get().map(|b| b.snapshot()).unwrap_or_default() {
                 engine_metrics(&e);
             }
         });
-        self.recorder.handle().render()
+        // Then what the process counts where it happens (the `metrics`
+        // facade: store and token errors, refusals, the drain state's
+        // gauges), when `serve` installed the process's recorder.
+        let mut text = self.recorder.handle().render();
+        if let Some(process) = ringsync::daemon::process_metrics() {
+            text.push_str(&process.render());
+        }
+        text
     }
 }
 

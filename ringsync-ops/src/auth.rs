@@ -15,7 +15,6 @@
 use std::fmt;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -295,14 +294,6 @@ pub fn remove_token(path: &Path, name: &str, group: Option<&str>) -> Result<Role
     Ok(role)
 }
 
-static RELOAD_ERRORS: AtomicU64 = AtomicU64::new(0);
-
-/// Tokens file versions that did not load while serving
-/// (`ringsync_tokens_reload_errors_total`).
-pub fn reload_errors() -> u64 {
-    RELOAD_ERRORS.load(Ordering::Relaxed)
-}
-
 /// The live tokens of `serve`: swapped whole when the file changes.
 #[derive(Debug)]
 pub struct Tokens {
@@ -356,7 +347,7 @@ impl Tokens {
                 self.current.store(Arc::new(set));
             }
             Err(e) => {
-                RELOAD_ERRORS.fetch_add(1, Ordering::Relaxed);
+                metrics::counter!("ringsync_tokens_reload_errors_total").increment(1);
                 tracing::error!(error = %e, "tokens file changed but does not load; keeping the tokens in force");
             }
         }

@@ -5,7 +5,7 @@
 //! stops. Also the metrics recorder the data plane installs, and what
 //! sip-gate and media-ctl print for `--check`.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use metrics_exporter_prometheus::{BuildError, PrometheusBuilder, PrometheusHandle};
 use tokio::task::JoinHandle;
@@ -89,12 +89,29 @@ impl Attached {
     }
 }
 
+static PROCESS_METRICS: OnceLock<PrometheusHandle> = OnceLock::new();
+
 /// Installs the process's metrics recorder, whose handle renders the
-/// admin endpoint's `/metrics` (sip-gate, media-ctl). `ringsync serve`
-/// keeps a recorder per admin API instead (`AdminApi`), so that several can
-/// serve in one process, as its tests do.
+/// admin endpoint's `/metrics`: every daemon's (sip-gate, media-ctl,
+/// `ringsync serve`), so what the library counts where it happens (store
+/// errors, skipped audit lines, TLS reloads that failed) reaches it. The
+/// library's counters are exported from the start, at 0.
 pub fn install_metrics() -> Result<PrometheusHandle, BuildError> {
-    PrometheusBuilder::new().install_recorder()
+    let handle = PrometheusBuilder::new().install_recorder()?;
+    let _ = PROCESS_METRICS.set(handle.clone());
+    for name in [
+        "ringsync_store_errors_total",
+        "ringsync_audit_skipped_total",
+        "ringsync_tls_reload_errors_total",
+    ] {
+        metrics::counter!(name).increment(0);
+    }
+    Ok(handle)
+}
+
+/// The handle of the recorder [`install_metrics`] installed, if it ran.
+pub fn process_metrics() -> Option<&'static PrometheusHandle> {
+    PROCESS_METRICS.get()
 }
 
 /// `--check` for `daemon`: prints on stderr each warning the site file

@@ -10,7 +10,6 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -41,14 +40,6 @@ pub struct TlsError {
     pub key: PathBuf,
     /// What is wrong.
     pub detail: String,
-}
-
-static RELOAD_ERRORS: AtomicU64 = AtomicU64::new(0);
-
-/// Certificate pairs that did not load while serving
-/// (`ringsync_tls_reload_errors_total`).
-pub fn reload_errors() -> u64 {
-    RELOAD_ERRORS.load(Ordering::Relaxed)
 }
 
 /// The certificate in force, swapped whole when the files change.
@@ -104,7 +95,7 @@ impl CertFiles {
             match self.reload() {
                 Ok(()) => tracing::info!(cert = %self.cert.display(), "TLS certificate reloaded"),
                 Err(e) => {
-                    RELOAD_ERRORS.fetch_add(1, Ordering::Relaxed);
+                    metrics::counter!("ringsync_tls_reload_errors_total").increment(1);
                     tracing::error!(error = %e, "TLS files changed but do not load; keeping the certificate in force");
                 }
             }

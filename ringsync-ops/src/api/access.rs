@@ -11,7 +11,6 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -109,18 +108,6 @@ impl Rules {
     fn has_path(&self, path: &str) -> bool {
         self.0.keys().any(|(_, p)| *p == path)
     }
-}
-
-static REFUSED_401: AtomicU64 = AtomicU64::new(0);
-static REFUSED_403: AtomicU64 = AtomicU64::new(0);
-
-/// Calls refused for want of a valid token, and for want of a role
-/// (`ringsync_api_refused_total{status}`).
-pub fn refused_counts() -> (u64, u64) {
-    (
-        REFUSED_401.load(Ordering::Relaxed),
-        REFUSED_403.load(Ordering::Relaxed),
-    )
 }
 
 /// The layer around the router: authenticate, then check the rule.
@@ -304,12 +291,9 @@ impl Refusal<'_> {
     /// Refuses; a refused change is audited (with the method and path it
     /// asked for, since no handler ran to name it).
     async fn deny(&self, actor: &Actor, status: StatusCode, msg: String) -> Response {
-        let counter = if status == StatusCode::UNAUTHORIZED {
-            &REFUSED_401
-        } else {
-            &REFUSED_403
-        };
-        counter.fetch_add(1, Ordering::Relaxed);
+        // Refused for want of a valid token (401) or of a role (403).
+        metrics::counter!("ringsync_api_refused_total", "status" => status.as_str().to_owned())
+            .increment(1);
         if let (false, Some(path)) = (is_read(self.method), self.routed) {
             let mut rec = actor.record(&format!("{} {path}", self.method), self.target);
             rec.status = status.as_u16();

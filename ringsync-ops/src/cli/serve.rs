@@ -159,6 +159,21 @@ pub(super) async fn serve(
         a.tokens.is_some(),
         args.insecure,
     )?;
+    // The process's recorder first, so what is counted from here on (token
+    // reloads, store errors, the drain state's gauges) is exported. Tests
+    // that serve twice in one process keep the first.
+    if let Err(e) = ringsync::daemon::install_metrics() {
+        tracing::debug!(error = %e, "metrics recorder already installed");
+    }
+    for name in [
+        "ringsync_tokens_reload_errors_total",
+        "ringsync_profile_updates_applied_total",
+    ] {
+        metrics::counter!(name).increment(0);
+    }
+    for status in ["401", "403"] {
+        metrics::counter!("ringsync_api_refused_total", "status" => status).increment(0);
+    }
     let (access, certs) = protection(&config, &shutdown)?;
     let notify = Notifier::new();
     notify.phase("starting: loading the drain view from the store");

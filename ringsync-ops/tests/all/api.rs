@@ -36,6 +36,9 @@ async fn harness() -> Harness {
 
 /// The API with a stand-in gate at `gate`.
 async fn harness_with(gate: Option<std::net::SocketAddr>) -> Harness {
+    // As `ringsync serve` does: the process's recorder takes what the
+    // library counts where it happens (store errors...). Once a process.
+    let _ = ringsync::daemon::install_metrics();
     let site = TestSite::new();
     let store = store::open(&site.config).await.unwrap();
     let state = DrainState::new(site.config.clone());

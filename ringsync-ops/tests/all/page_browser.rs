@@ -394,7 +394,10 @@ fn r_pr_1_the_page_drains_sg_a_with_preview_and_confirm_and_shows_it_live() {
             "const li = [...document.querySelectorAll('#legend li')].find(l => l.textContent.startsWith('sg-a')); return li ? li.textContent : null;",
         )
         .unwrap();
-    assert!(legend.as_str().unwrap_or_default().contains("/s over 10 s"), "{legend}");
+    assert!(
+        legend.as_str().unwrap_or_default().contains("/s over 10 s"),
+        "{legend}"
+    );
     shot(&b, &shots.join("page-up.png"));
 
     // A forged POST: the session's cookie without its CSRF token.

@@ -17,7 +17,6 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
@@ -227,14 +226,6 @@ pub struct AuditPage {
     pub skipped: Vec<String>,
 }
 
-static SKIPPED: AtomicU64 = AtomicU64::new(0);
-
-/// Torn or unreadable audit lines skipped by readers in this process
-/// (`ringsync_audit_skipped_total`).
-pub fn skipped_count() -> u64 {
-    SKIPPED.load(Ordering::Relaxed)
-}
-
 /// Appends `rec` to the log file at `path` and fsyncs it; returns its seq.
 /// The caller holds the store's lock. Blocking.
 pub fn append(path: &Path, rec: &AuditRecord) -> Result<u64, StoreError> {
@@ -373,7 +364,8 @@ pub fn last_record(path: &Path) -> Result<Option<AuditRecord>, StoreError> {
 
 pub(crate) fn skip(page: &mut AuditPage, path: &Path, what: String) {
     tracing::warn!(file = %path.display(), "audit log: {what}");
-    SKIPPED.fetch_add(1, Ordering::Relaxed);
+    // Torn or unreadable audit lines skipped by readers in this process.
+    metrics::counter!("ringsync_audit_skipped_total").increment(1);
     page.skipped.push(what);
 }
 

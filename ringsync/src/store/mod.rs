@@ -11,7 +11,6 @@
 //! the Active-Passive handover ([`HandoverStore`]).
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
@@ -448,18 +447,11 @@ pub fn import_audit(by: &Actor, cur: &ProfileSet, next: &ProfileSet) -> Vec<Audi
     out
 }
 
-static ERRORS: AtomicU64 = AtomicU64::new(0);
-
-/// Store failures (not bad requests) seen by this process: reads of a
-/// corrupt file, I/O errors. Exported as `ringsync_store_errors_total`.
-pub fn error_count() -> u64 {
-    ERRORS.load(Ordering::Relaxed)
-}
-
-/// Counts a store failure (see [`error_count`]); client errors are not counted.
+/// Counts a store failure (not a bad request: a read of a corrupt file, an
+/// I/O error) in `ringsync_store_errors_total` of this process's metrics.
 pub fn count_error(e: &StoreError) {
     if !e.is_client_error() {
-        ERRORS.fetch_add(1, Ordering::Relaxed);
+        metrics::counter!("ringsync_store_errors_total").increment(1);
     }
 }
 
