@@ -1,9 +1,8 @@
 //! The real `ringsync` binary for operator-plane tests: a `serve` process
 //! (stopped when dropped), CLI runs in either mode, tokens made by
-//! `token add`, and a plain HTTP/1.1 client for calls the CLI does not make.
+//! `token add`, and calls the CLI does not make (through `testbed::http`).
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
@@ -126,7 +125,8 @@ pub fn add_token(site: &TestSite, name: &str, role: &str) -> (String, PathBuf) {
     (token, file)
 }
 
-/// One HTTP/1.1 exchange: the status and the body.
+/// One exchange through the tests' HTTP client (`testbed::http`): the
+/// status and the body, or status 0 when nothing answered.
 pub fn call(
     addr: SocketAddr,
     method: &str,
@@ -134,28 +134,10 @@ pub fn call(
     token: Option<&str>,
     body: &str,
 ) -> (u16, String) {
-    let Ok(mut s) = TcpStream::connect(addr) else {
-        return (0, String::new());
-    };
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
-    let req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{auth}\
-         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    if s.write_all(req.as_bytes()).is_err() {
-        return (0, String::new());
+    let mut req = testbed::http::Request::new(method, addr, path).body(body);
+    if let Some(t) = token {
+        req = req.bearer(t);
     }
-    let mut resp = String::new();
-    if s.read_to_string(&mut resp).is_err() {
-        return (0, String::new());
-    }
-    let status = resp
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = resp.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-    (status, body.to_owned())
+    req.send()
+        .map_or((0, String::new()), |r| (r.status, r.body))
 }
