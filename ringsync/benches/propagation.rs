@@ -21,7 +21,7 @@ use ringsync::state::DrainState;
 use ringsync::store::{EtcdStore, Store};
 use ringsync::work::{self, InstanceWork, NodeKind, WorkReport};
 use ringsync::SiteConfig;
-use testbed::etcd::metric_value;
+use testbed::metrics::Metrics;
 use testbed::Etcd;
 use tokio_util::sync::CancellationToken;
 
@@ -205,7 +205,7 @@ fn grpc_messages(etcd: &Etcd) -> BTreeMap<String, f64> {
                 .and_then(|r| r.split('"').next())
                 .unwrap_or("?")
                 .to_owned();
-            if let Some(v) = metric_value(line, "grpc_server_msg_received_total") {
+            if let Some(v) = Metrics::new(line).total("grpc_server_msg_received_total") {
                 *out.entry(method).or_insert(0.0) += v;
             }
         }

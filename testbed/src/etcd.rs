@@ -217,9 +217,9 @@ impl Etcd {
     pub fn leader(&self) -> Option<usize> {
         (0..self.members.len()).find(|&i| {
             self.members[i].proc.is_some()
-                && self
-                    .metrics(i)
-                    .is_some_and(|m| metric_value(&m, "etcd_server_is_leader") == Some(1.0))
+                && self.metrics(i).is_some_and(|m| {
+                    crate::metrics::Metrics::new(m).total("etcd_server_is_leader") == Some(1.0)
+                })
         })
     }
 
@@ -295,36 +295,5 @@ impl Drop for Etcd {
                 let _ = p.wait_timeout(Duration::from_secs(5));
             }
         }
-    }
-}
-
-/// The value of an unlabelled Prometheus sample, or the sum over its labels.
-pub fn metric_value(text: &str, name: &str) -> Option<f64> {
-    let mut found = None;
-    for line in text.lines() {
-        if line.starts_with('#') {
-            continue;
-        }
-        let Some(rest) = line.strip_prefix(name) else {
-            continue;
-        };
-        if !(rest.starts_with(' ') || rest.starts_with('{')) {
-            continue;
-        }
-        let v: f64 = rest.rsplit(' ').next()?.parse().ok()?;
-        found = Some(found.unwrap_or(0.0) + v);
-    }
-    found
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sums_metric_samples() {
-        let t = "# HELP x\nx 1\nx{a=\"b\"} 2.5\nxy 7\n";
-        assert_eq!(metric_value(t, "x"), Some(3.5));
-        assert_eq!(metric_value(t, "z"), None);
     }
 }

@@ -54,6 +54,15 @@ impl Metrics {
             .map(|(_, v)| v)
             .sum()
     }
+
+    /// The sum over every series of metric `name` (any labels), `None`
+    /// when it has none: a metric that is not exported at all.
+    pub fn total(&self, name: &str) -> Option<f64> {
+        self.series()
+            .filter(|(s, _)| s.split_once('{').map_or(*s, |(n, _)| n) == name)
+            .map(|(_, v)| v)
+            .reduce(|a, b| a + b)
+    }
 }
 
 #[cfg(test)]
@@ -82,5 +91,14 @@ mod tests {
         assert_eq!(m.sum("sipgate_requests_total", &[]), 10.0);
         assert_eq!(m.sum("sipgate_requests_total", &["method=\"INVITE\""]), 7.0);
         assert_eq!(m.sum("sipgate_tcp_connections", &[]), 0.0);
+    }
+
+    #[test]
+    fn a_total_is_none_only_for_a_metric_not_exported() {
+        let m = Metrics::new(SAMPLE);
+        assert_eq!(m.total("sipgate_requests_total"), Some(10.0));
+        assert_eq!(m.total("sipgate_tcp_connections"), Some(0.0));
+        assert_eq!(m.total("sipgate_requests"), None);
+        assert_eq!(m.total("absent"), None);
     }
 }

@@ -56,9 +56,8 @@ async fn records_until(
 }
 
 /// The value of a metric line `name value` in a Prometheus text page.
-fn metric(page: &str, name: &str) -> Option<f64> {
-    page.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+fn metric(page: &str, series: &str) -> Option<f64> {
+    testbed::metrics::Metrics::new(page).value(series)
 }
 
 #[tokio::test]

@@ -30,8 +30,8 @@ use ringsync::view::InstanceState;
 use ringsync_ops::api::{self, AdminApi};
 use ringsync_ops::status::NodeBoard;
 use testbed::bins::{BinDir, Node};
-use testbed::etcd::metric_value;
 use testbed::http::get_ok as http_get;
+use testbed::metrics::Metrics;
 use testbed::{Etcd, Scenario, Sipp, SippHandle, SippReport, Transport};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
@@ -113,7 +113,7 @@ impl GateProc {
 
     fn metric(&self, name: &str) -> f64 {
         self.metrics()
-            .and_then(|m| metric_value(&m, name))
+            .and_then(|m| Metrics::new(m).total(name))
             .unwrap_or(-1.0)
     }
 

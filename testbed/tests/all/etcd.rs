@@ -5,8 +5,8 @@
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
-use testbed::etcd::metric_value;
 use testbed::http::get_ok as http_get;
+use testbed::metrics::Metrics;
 use testbed::Etcd;
 
 fn ips(net: u8) -> Vec<IpAddr> {
@@ -43,5 +43,5 @@ fn three_members_survive_a_leader_crash_and_a_full_stop() {
         .expect("whole cluster starts again on its data");
     assert!(etcd.leader().is_some());
     let m = etcd.metrics(0).expect("metrics");
-    assert_eq!(metric_value(&m, "etcd_server_has_leader"), Some(1.0));
+    assert_eq!(Metrics::new(m).total("etcd_server_has_leader"), Some(1.0));
 }
