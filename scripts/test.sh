@@ -28,3 +28,8 @@ echo "[test] cargo test (workspace)"
 # Integration tests start real peers on 127.0.0.x; two tests at a
 # time keep a 2-core machine from starving SIPp's timers.
 PROPTEST_CASES="${PROPTEST_CASES:-2000}" cargo test --workspace --locked -- --test-threads=2
+
+echo "[test] the routing core's instructions per call (callgrind guard)"
+# Exact whatever the load: fails when a change costs more than 3% over the
+# figure in bench/callgrind-per-call.txt, or saves more without lowering it.
+scripts/callgrind-guard.sh
