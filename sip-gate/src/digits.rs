@@ -7,6 +7,34 @@ use std::io::Write as _;
 use std::net::IpAddr;
 
 /// Appends `n` in decimal.
+/// A buffer ASCII text is appended to: a `String`, or the bytes a splice
+/// writes its new header lines into ([`crate::edit::Splice::replace_with`]),
+/// so the same writers serve both.
+pub(crate) trait AsciiOut {
+    /// Appends `s`.
+    fn push_str(&mut self, s: &str);
+    /// Appends one ASCII byte.
+    fn push_ascii(&mut self, b: u8);
+}
+
+impl AsciiOut for String {
+    fn push_str(&mut self, s: &str) {
+        String::push_str(self, s);
+    }
+    fn push_ascii(&mut self, b: u8) {
+        self.push(char::from(b));
+    }
+}
+
+impl AsciiOut for Vec<u8> {
+    fn push_str(&mut self, s: &str) {
+        self.extend_from_slice(s.as_bytes());
+    }
+    fn push_ascii(&mut self, b: u8) {
+        self.push(b);
+    }
+}
+
 pub(crate) fn push_decimal(out: &mut Vec<u8>, n: u64) {
     let mut digits = [0u8; 20];
     let mut i = digits.len();

@@ -3,9 +3,10 @@
 //! Record-Route). Nothing is re-serialised, so headers the proxy does not
 //! understand travel untouched, and the body is never touched.
 
+use std::cell::Cell;
 use std::ops::Range;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use smallvec::{smallvec, SmallVec};
 use thiserror::Error;
 
@@ -47,29 +48,53 @@ struct Edit {
     bytes: Piece,
 }
 
-/// The bytes an edit puts in. Text made for this one splice stays the
-/// vector it was written into: as `Bytes`, a vector with spare capacity
-/// costs a second allocation (and a second free) per edit.
+/// The bytes an edit puts in. Text written for this one splice lies in the
+/// splice's own text buffer ([`Splice::replace_with`]), so it costs no
+/// allocation of its own.
 #[derive(Debug, Clone)]
 enum Piece {
     Shared(Bytes),
-    Owned(Vec<u8>),
+    /// A range of [`Splice::text`].
+    Text(Range<usize>),
 }
 
-impl Piece {
-    fn as_slice(&self) -> &[u8] {
-        match self {
-            Piece::Shared(b) => b,
-            Piece::Owned(v) => v,
+thread_local! {
+    /// The text buffer each splice on this thread borrows and gives back
+    /// when dropped: once it has grown to fit a forward's new header lines,
+    /// writing them allocates nothing.
+    static TEXT: Cell<Vec<u8>> = const { Cell::new(Vec::new()) };
+}
+
+/// Edits a forward makes without spilling to the heap (a request's Via,
+/// Record-Route, `received`, Max-Forwards and Routes).
+const USUAL_EDITS: usize = 8;
+
+/// Collects edits against one message and applies them in one allocation:
+/// the outgoing bytes, each original slice and each new piece copied once.
+#[derive(Debug)]
+pub struct Splice<'m> {
+    msg: &'m SipMessage,
+    edits: SmallVec<[Edit; USUAL_EDITS]>,
+    /// The text of [`Piece::Text`] edits, borrowed from [`TEXT`].
+    text: Vec<u8>,
+}
+
+impl Clone for Splice<'_> {
+    fn clone(&self) -> Self {
+        Splice {
+            msg: self.msg,
+            edits: self.edits.clone(),
+            text: self.text.clone(),
         }
     }
 }
 
-/// Collects edits against one message and applies them in one allocation.
-#[derive(Debug, Clone)]
-pub struct Splice<'m> {
-    msg: &'m SipMessage,
-    edits: Vec<Edit>,
+impl Drop for Splice<'_> {
+    fn drop(&mut self) {
+        let mut text = std::mem::take(&mut self.text);
+        text.clear();
+        TEXT.set(text);
+    }
 }
 
 impl<'m> Splice<'m> {
@@ -77,8 +102,8 @@ impl<'m> Splice<'m> {
     pub fn new(msg: &'m SipMessage) -> Self {
         Splice {
             msg,
-            // A forward makes up to about six edits: one allocation.
-            edits: Vec::with_capacity(8),
+            edits: SmallVec::new(),
+            text: TEXT.take(),
         }
     }
 
@@ -101,12 +126,23 @@ impl<'m> Splice<'m> {
         });
     }
 
-    /// [`Splice::replace`] with text written for this splice, kept as is.
-    pub(crate) fn replace_owned(&mut self, range: Range<usize>, bytes: impl Into<Vec<u8>>) {
+    /// [`Splice::replace`] with the bytes `write` appends to the splice's
+    /// text buffer (no allocation of their own).
+    pub(crate) fn replace_with(&mut self, range: Range<usize>, write: impl FnOnce(&mut Vec<u8>)) {
+        let start = self.text.len();
+        write(&mut self.text);
         self.edits.push(Edit {
             range,
-            bytes: Piece::Owned(bytes.into()),
+            bytes: Piece::Text(start..self.text.len()),
         });
+    }
+
+    /// The bytes an edit puts in.
+    fn piece<'a>(&'a self, piece: &'a Piece) -> &'a [u8] {
+        match piece {
+            Piece::Shared(b) => b,
+            Piece::Text(r) => self.text.get(r.clone()).unwrap_or_default(),
+        }
     }
 
     /// Removes `range`.
@@ -250,7 +286,8 @@ impl<'m> Splice<'m> {
         let mut len = raw.len();
         let mut prev_end = 0usize;
         let mut prev: Option<&Range<usize>> = None;
-        for e in &self.edits {
+        let this = &self;
+        for e in &this.edits {
             if let Some(p) = prev {
                 if e.range.start < prev_end {
                     return Err(EditError::Overlap {
@@ -265,18 +302,20 @@ impl<'m> Splice<'m> {
             // saturating keeps it panic-free regardless.
             len = len
                 .saturating_sub(e.range.len())
-                .saturating_add(e.bytes.as_slice().len());
+                .saturating_add(this.piece(&e.bytes).len());
         }
 
-        let mut out = BytesMut::with_capacity(len);
+        // Exactly `len` bytes: a vector without spare capacity becomes
+        // `Bytes` without a second allocation.
+        let mut out = Vec::with_capacity(len);
         let mut pos = 0usize;
-        for e in &self.edits {
+        for e in &this.edits {
             out.extend_from_slice(raw.get(pos..e.range.start).unwrap_or_default());
-            out.extend_from_slice(e.bytes.as_slice());
+            out.extend_from_slice(this.piece(&e.bytes));
             pos = e.range.end;
         }
         out.extend_from_slice(raw.get(pos..).unwrap_or_default());
-        Ok(out.freeze())
+        Ok(Bytes::from(out))
     }
 }
 

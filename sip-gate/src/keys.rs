@@ -12,6 +12,8 @@
 
 use subtle::ConstantTimeEq;
 
+use crate::digits::AsciiOut;
+
 /// The hasher of the tables keyed by hashes made with keys from here (the
 /// transaction table, the work book's dialogs and bindings). Their keys are
 /// keyed SipHash-1-3 values of what peers send (Call-IDs, tags, branches):
@@ -99,11 +101,11 @@ pub(crate) fn same(a: &[u8], b: &[u8]) -> bool {
 }
 
 /// Lowercase hex of `bytes`, appended to `out`.
-pub(crate) fn push_hex(out: &mut String, bytes: &[u8]) {
+pub(crate) fn push_hex(out: &mut impl AsciiOut, bytes: &[u8]) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     for b in bytes {
-        out.push(HEX[usize::from(b >> 4)] as char);
-        out.push(HEX[usize::from(b & 0xf)] as char);
+        out.push_ascii(HEX[usize::from(b >> 4)]);
+        out.push_ascii(HEX[usize::from(b & 0xf)]);
     }
 }
 

@@ -29,7 +29,7 @@ mod tests;
 mod validate;
 mod via;
 
-use std::cell::OnceCell;
+use std::cell::{Cell, OnceCell};
 use std::ops::Range;
 
 use bytes::Bytes;
@@ -37,9 +37,8 @@ use bytes::Bytes;
 use crate::lex::{self, skip_lws, take_while, ContentLength};
 
 /// Header lines a message is expected to have at most: the vector of lines
-/// is allocated once at this size, and grows only for longer messages. At 16
-/// the vector stays within the allocator's per-thread cache (under 1 KiB);
-/// at 24 every message took the allocator's slow path.
+/// is allocated once at this size (then lent from message to message on a
+/// thread, [`HEADERS`]), and grows only for longer messages.
 const USUAL_HEADERS: usize = 16;
 
 pub use error::ParseError;
@@ -51,6 +50,9 @@ pub use via::Via;
 use name_addr::{parse_contact, parse_delta, parse_name_addr, NameAddrParts};
 use start_line::parse_start_line;
 use via::{parse_via, ViaAt};
+
+/// A route set as routing holds it ([`SipMessage::route_set`]).
+pub(crate) type RouteSet = smallvec::SmallVec<[NameAddr; 4]>;
 
 /// One logical header line (folded continuations included).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,6 +66,13 @@ pub struct HeaderField {
     pub line: Range<usize>,
     /// The value without leading and trailing whitespace. Inner folds stay.
     pub value: Range<usize>,
+}
+
+thread_local! {
+    /// A vector of header lines given back by the last message dropped on
+    /// this thread, for the next one to index into: the line index of a
+    /// message costs no allocation once a worker has handled one.
+    static HEADERS: Cell<Vec<HeaderField>> = const { Cell::new(Vec::new()) };
 }
 
 /// A zero-copy view of one SIP message: the raw bytes plus ranges.
@@ -398,6 +407,12 @@ impl SipMessage {
         self.name_addrs(HeaderName::Route)
     }
 
+    /// [`SipMessage::routes`] held inline: a request's route set is a few
+    /// elements, and routing reads it on every in-dialog request.
+    pub(crate) fn route_set(&self) -> RouteSet {
+        self.name_addrs(HeaderName::Route)
+    }
+
     /// Every Record-Route element in order; stops at the first malformed one.
     pub fn record_routes(&self) -> Vec<NameAddr> {
         self.name_addrs(HeaderName::RecordRoute)
@@ -406,8 +421,8 @@ impl SipMessage {
     /// A plain loop, not [`SipMessage::list`]'s adapters: every in-dialog
     /// request reads its Routes, and the adapter chain cost more than the
     /// parsing.
-    fn name_addrs(&self, name: HeaderName) -> Vec<NameAddr> {
-        let mut out = Vec::new();
+    fn name_addrs<C: Default + Extend<NameAddr>>(&self, name: HeaderName) -> C {
+        let mut out = C::default();
         for (i, f) in self.headers.iter().enumerate() {
             if f.name != name {
                 continue;
@@ -419,11 +434,11 @@ impl SipMessage {
                 let Some(parts) = parse_name_addr(&self.raw, range.clone()) else {
                     return out;
                 };
-                out.push(NameAddr {
+                out.extend(Some(NameAddr {
                     uri: parts.uri,
                     range,
                     field_index: i,
-                });
+                }));
             }
         }
         out
@@ -455,6 +470,17 @@ impl SipMessage {
     pub fn elements(&self, field_index: usize) -> Option<impl Iterator<Item = Range<usize>>> {
         let f = self.headers.get(field_index)?;
         lex::list_elements(&self.raw, f.value.clone())
+    }
+}
+
+impl Drop for SipMessage {
+    fn drop(&mut self) {
+        let mut headers = std::mem::take(&mut self.headers);
+        // A message with many lines leaves no outsized vector behind.
+        if headers.capacity() <= 4 * USUAL_HEADERS {
+            headers.clear();
+            HEADERS.set(headers);
+        }
     }
 }
 
@@ -491,7 +517,8 @@ fn index_headers(
     buf: &[u8],
     from: usize,
 ) -> Result<(Vec<HeaderField>, bool, ContentLength, lex::HeadEnd), ParseError> {
-    let mut headers = Vec::with_capacity(USUAL_HEADERS);
+    let mut headers = HEADERS.take();
+    headers.reserve(USUAL_HEADERS);
     let mut bad_header = false;
     let mut content_length = ContentLength::Absent;
     let mut lines = lex::header_lines_open(buf, from);

@@ -9,7 +9,7 @@ use ringsync::view::DrainView;
 
 use crate::flow::{self, Flow, FlowTokenError};
 use crate::listener::ListenerCtx;
-use crate::message::{HeaderName, Method, NameAddr, SipMessage, Via};
+use crate::message::{HeaderName, Method, NameAddr, RouteSet, SipMessage, Via};
 use crate::metrics as m;
 use crate::newwork::{self, Class, Proof};
 use crate::reply::Reply;
@@ -41,7 +41,7 @@ pub(super) struct Request<'a> {
     pub(super) key: u64,
     /// The route set; under a strict router, without its last value (which
     /// is the Request-URI to forward with, `strict`).
-    pub(super) routes: Vec<NameAddr>,
+    pub(super) routes: RouteSet,
     /// How many Routes at the top name the gate itself.
     pub(super) ours: usize,
     /// A strict router upstream put the gate's Record-Route into the
@@ -166,7 +166,7 @@ impl Core {
             key: self.branches.txn_key(msg, &top_via),
             top_via,
             max_forwards,
-            routes: msg.routes(),
+            routes: msg.route_set(),
             ours: 0,
             strict: None,
             token: None,
