@@ -97,6 +97,11 @@ pub struct SipMessage {
     from_tag: OnceCell<Option<Range<usize>>>,
     to_tag: OnceCell<Option<Range<usize>>>,
     cseq: OnceCell<Option<(u32, Range<usize>)>>,
+    /// Every Route element, as `validate` found them (set only when every
+    /// Route line parsed): routing reads the route set of every request.
+    routes: OnceCell<RouteSet>,
+    /// The first Contact element, as `validate` found it.
+    first_contact: OnceCell<ContactView>,
 }
 
 impl SipMessage {
@@ -167,6 +172,8 @@ impl SipMessage {
             from_tag: OnceCell::new(),
             to_tag: OnceCell::new(),
             cseq: OnceCell::new(),
+            routes: OnceCell::new(),
+            first_contact: OnceCell::new(),
         })
     }
 
@@ -373,6 +380,9 @@ impl SipMessage {
 
     /// The first Contact element, `None` if there is none or it is malformed.
     pub fn first_contact(&self) -> Option<ContactView> {
+        if let Some(c) = self.first_contact.get() {
+            return Some(c.clone());
+        }
         let (i, elem) = self.list(HeaderName::Contact).next()?;
         parse_contact(&self.raw, elem?, i)
     }
@@ -410,7 +420,10 @@ impl SipMessage {
     /// [`SipMessage::routes`] held inline: a request's route set is a few
     /// elements, and routing reads it on every in-dialog request.
     pub(crate) fn route_set(&self) -> RouteSet {
-        self.name_addrs(HeaderName::Route)
+        match self.routes.get() {
+            Some(routes) => routes.clone(),
+            None => self.name_addrs(HeaderName::Route),
+        }
     }
 
     /// Every Record-Route element in order; stops at the first malformed one.

@@ -162,9 +162,12 @@ impl Core {
             at: Cell::new(None),
         };
         let inbound_tcp = matches!(req.inbound, Inbound::Tcp { .. });
+        // Parsed only when it can be `sips:` (a URI that does not parse is
+        // taken as not secure, as before).
         let sips = req
             .msg
             .request_uri()
+            .filter(|u| crate::uri::is_sips(u))
             .and_then(SipUri::parse)
             .is_some_and(|u| u.secure);
         let push_rr = |head: &mut Vec<u8>, token: RrUser<'_>, l: &ListenerCtx, stream: bool| {

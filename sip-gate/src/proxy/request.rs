@@ -221,7 +221,16 @@ impl Core {
         if req.routes.is_empty() {
             return;
         }
-        let Some(uri) = req.msg.request_uri().and_then(SipUri::parse) else {
+        // A token of the gate's is the URI's user part, right after its
+        // scheme: a Request-URI without one (nearly every in-dialog
+        // request's) is no Record-Route of the gate's, unparsed.
+        let Some(raw) = req.msg.request_uri() else {
+            return;
+        };
+        if !crate::uri::after_sip_scheme(raw).is_some_and(crate::token::may_be_token) {
+            return;
+        }
+        let Some(uri) = SipUri::parse(raw) else {
             return;
         };
         if !uri
