@@ -44,12 +44,14 @@ impl<'a> SipUri<'a> {
             (false, strip_prefix_ci(uri, b"sip:")?)
         };
         // Headers (`?...`) never matter for routing.
-        let rest = rest.split(|&b| b == b'?').next().unwrap_or(rest);
+        let rest = memchr::memchr(b'?', rest).map_or(rest, |q| &rest[..q]);
         let (userinfo, hostpart) = match memchr::memrchr(b'@', rest) {
             Some(at) => (Some(&rest[..at]), &rest[at + 1..]),
             None => (None, rest),
         };
-        let user = userinfo.map(|u| u.split(|&b| b == b':').next().unwrap_or(u));
+        // A token user part is long: its `:` (a password) is looked for a
+        // vector at a time.
+        let user = userinfo.map(|u| memchr::memchr(b':', u).map_or(u, |c| &u[..c]));
         let mut parts = hostpart.split(|&b| b == b';');
         let hostport = parts.next()?;
         let (host, port) = split_hostport(hostport)?;

@@ -83,6 +83,12 @@ pub struct SipMessage {
     /// The method token for requests, empty for responses.
     method: Range<usize>,
     headers: Vec<HeaderField>,
+    /// Per header name, the index of its first line ([`NO_LINE`]: none),
+    /// noted by the scan: finding a header costs no walk over the lines.
+    first: [u16; NAMES],
+    /// Lines of Via, From, To, Call-ID and CSeq (saturating), counted by
+    /// the scan for `validate`.
+    counts: [u8; 5],
     header_end: usize,
     body: Range<usize>,
     /// The first problem `scan` tolerated; `validate` reports it.
@@ -131,8 +137,14 @@ impl SipMessage {
         let line_end = memchr::memchr(b'\n', buf.get(begin..).unwrap_or_default())
             .map(|i| begin.saturating_add(i))
             .ok_or(ParseError::Unterminated)?;
-        let (headers, bad_header, content_length, head) =
-            index_headers(buf, line_end.saturating_add(1))?;
+        let Index {
+            headers,
+            first,
+            counts,
+            bad_header,
+            content_length,
+            head,
+        } = index_headers(buf, line_end.saturating_add(1))?;
         let (header_end, body_start) = (head.header_end, head.body_start);
         let mut start_line = begin..line_end;
         if buf.get(line_end.saturating_sub(1)) == Some(&b'\r') && line_end > begin {
@@ -164,6 +176,8 @@ impl SipMessage {
             start,
             method,
             headers,
+            first,
+            counts,
             header_end,
             body,
             defect,
@@ -190,7 +204,7 @@ impl SipMessage {
             HeaderName::CSeq,
         ]
         .into_iter()
-        .all(|name| self.fields(name).next().is_some())
+        .all(|name| self.first_field(name).is_some())
     }
 
     /// The bytes this view indexes.
@@ -242,6 +256,17 @@ impl SipMessage {
         &self.headers
     }
 
+    /// The first header line with the given name.
+    pub fn first_field(&self, name: HeaderName) -> Option<&HeaderField> {
+        match self.first.get(name as usize) {
+            Some(&i) if i != NO_LINE => self.headers.get(usize::from(i)),
+            // Only a message of more lines than the index counts can have
+            // its first one past it.
+            _ if self.headers.len() >= usize::from(NO_LINE) => self.fields(name).next(),
+            _ => None,
+        }
+    }
+
     /// The header lines with the given name, in order.
     pub fn fields(&self, name: HeaderName) -> impl Iterator<Item = &HeaderField> {
         self.headers.iter().filter(move |f| f.name == name)
@@ -282,7 +307,7 @@ impl SipMessage {
 
     /// The Call-ID value, `None` if absent or empty.
     pub fn call_id(&self) -> Option<&[u8]> {
-        let f = self.fields(HeaderName::CallId).next()?;
+        let f = self.first_field(HeaderName::CallId)?;
         Some(self.value(f)).filter(|v| !v.is_empty())
     }
 
@@ -304,7 +329,7 @@ impl SipMessage {
     }
 
     fn find_cseq(&self) -> Option<(u32, Range<usize>)> {
-        let f = self.fields(HeaderName::CSeq).next()?;
+        let f = self.first_field(HeaderName::CSeq)?;
         let raw: &[u8] = &self.raw;
         let end = f.value.end;
         let digits_end = take_while(raw, f.value.start, end, |b| b.is_ascii_digit());
@@ -319,7 +344,7 @@ impl SipMessage {
     }
 
     fn single_name_addr(&self, name: HeaderName) -> Option<NameAddrParts> {
-        let f = self.fields(name).next()?;
+        let f = self.first_field(name)?;
         parse_name_addr(&self.raw, f.value.clone())
     }
 
@@ -355,7 +380,7 @@ impl SipMessage {
 
     /// Max-Forwards: `None` if absent, an error if not a number in 0..=255.
     pub fn max_forwards(&self) -> Option<Result<u32, ParseError>> {
-        let f = self.fields(HeaderName::MaxForwards).next()?;
+        let f = self.first_field(HeaderName::MaxForwards)?;
         Some(
             lex::parse_decimal(self.value(f))
                 .filter(|&n| n <= 255)
@@ -367,7 +392,7 @@ impl SipMessage {
     /// The Expires header as delta-seconds; values above 2^32-1 saturate,
     /// anything not a number is `None`.
     pub fn expires(&self) -> Option<u32> {
-        let f = self.fields(HeaderName::Expires).next()?;
+        let f = self.first_field(HeaderName::Expires)?;
         parse_delta(self.value(f))
     }
 
@@ -523,15 +548,30 @@ fn bare_nul(head: &[u8]) -> bool {
     })
 }
 
+/// What [`index_headers`] found.
+struct Index {
+    headers: Vec<HeaderField>,
+    first: [u16; NAMES],
+    counts: [u8; 5],
+    /// Some line was malformed.
+    bad_header: bool,
+    content_length: ContentLength,
+    head: lex::HeadEnd,
+}
+
+/// Header names [`SipMessage::first_field`] indexes: every one.
+const NAMES: usize = HeaderName::Other as usize + 1;
+/// No such line (or one past what a `u16` counts).
+const NO_LINE: u16 = u16::MAX;
+
 /// The header lines from `from` to the empty line, indexed in the walk that
-/// finds it, with Content-Length read on the way: the fields, whether any was
-/// malformed, the Content-Length, and where the head ends.
-fn index_headers(
-    buf: &[u8],
-    from: usize,
-) -> Result<(Vec<HeaderField>, bool, ContentLength, lex::HeadEnd), ParseError> {
+/// finds it, with Content-Length read on the way, each name's first line
+/// and the counts `validate` checks noted.
+fn index_headers(buf: &[u8], from: usize) -> Result<Index, ParseError> {
     let mut headers = HEADERS.take();
     headers.reserve(USUAL_HEADERS);
+    let mut first = [NO_LINE; NAMES];
+    let mut counts = [0u8; 5];
     let mut bad_header = false;
     let mut content_length = ContentLength::Absent;
     let mut lines = lex::header_lines_open(buf, from);
@@ -542,8 +582,21 @@ fn index_headers(
             bad_header = true;
             HeaderName::Other
         };
-        if name == HeaderName::ContentLength {
-            content_length = content_length.and(buf.get(h.value.clone()).unwrap_or_default());
+        match name {
+            HeaderName::ContentLength => {
+                content_length = content_length.and(buf.get(h.value.clone()).unwrap_or_default());
+            }
+            HeaderName::Via => counts[0] = counts[0].saturating_add(1),
+            HeaderName::From => counts[1] = counts[1].saturating_add(1),
+            HeaderName::To => counts[2] = counts[2].saturating_add(1),
+            HeaderName::CallId => counts[3] = counts[3].saturating_add(1),
+            HeaderName::CSeq => counts[4] = counts[4].saturating_add(1),
+            _ => {}
+        }
+        if let Some(slot) = first.get_mut(name as usize) {
+            if *slot == NO_LINE {
+                *slot = u16::try_from(headers.len()).unwrap_or(NO_LINE);
+            }
         }
         headers.push(HeaderField {
             name,
@@ -553,7 +606,14 @@ fn index_headers(
         });
     }
     let head = lines.head_end().ok_or(ParseError::Unterminated)?;
-    Ok((headers, bad_header, content_length, head))
+    Ok(Index {
+        headers,
+        first,
+        counts,
+        bad_header,
+        content_length,
+        head,
+    })
 }
 
 /// The body's bytes per Content-Length (the rest of the buffer without one),

@@ -38,22 +38,10 @@ impl SipMessage {
         Ok(())
     }
 
-    /// At least one Via; exactly one From, To, Call-ID and CSeq. One pass
-    /// over the header lines counts them all.
+    /// At least one Via; exactly one From, To, Call-ID and CSeq, as the
+    /// scan counted them.
     fn check_counts(&self) -> Result<(), ParseError> {
-        let mut n = [0u8; 5];
-        for f in &self.headers {
-            let i = match f.name {
-                HeaderName::Via => 0,
-                HeaderName::From => 1,
-                HeaderName::To => 2,
-                HeaderName::CallId => 3,
-                HeaderName::CSeq => 4,
-                _ => continue,
-            };
-            // Only 0, 1 and "more" matter: saturating keeps that.
-            n[i] = n[i].saturating_add(1);
-        }
+        let n = self.counts;
         if n[0] == 0 {
             return Err(ParseError::MissingVia);
         }

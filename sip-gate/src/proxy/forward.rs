@@ -112,7 +112,7 @@ impl Core {
         }
 
         if let Some(n) = req.max_forwards {
-            if let Some(f) = msg.fields(HeaderName::MaxForwards).next() {
+            if let Some(f) = msg.first_field(HeaderName::MaxForwards) {
                 s.replace_with(f.value.clone(), |value| {
                     digits::push_decimal(value, u64::from(n.saturating_sub(1)));
                 });
@@ -426,7 +426,7 @@ fn max_datagram(to: std::net::SocketAddr) -> usize {
 /// the datagram), so the gate adds it when relaying such a message to TCP.
 pub(super) fn stream_length(s: &mut Splice<'_>) {
     let msg = s.message();
-    if msg.fields(HeaderName::ContentLength).next().is_none() {
+    if msg.first_field(HeaderName::ContentLength).is_none() {
         let line = format!("Content-Length: {}\r\n", msg.body().len());
         s.append_header(Bytes::from(line));
     }

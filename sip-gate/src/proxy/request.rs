@@ -132,8 +132,8 @@ impl Core {
         let bad = |reason| answer(&Reply::reason(400, reason), "bad_request");
         if msg.call_id().is_none()
             || msg.cseq().is_none()
-            || msg.fields(HeaderName::From).next().is_none()
-            || msg.fields(HeaderName::To).next().is_none()
+            || msg.first_field(HeaderName::From).is_none()
+            || msg.first_field(HeaderName::To).is_none()
         {
             return Err(bad("Missing Mandatory Header"));
         }
