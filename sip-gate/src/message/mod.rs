@@ -442,13 +442,11 @@ impl SipMessage {
         self.name_addrs(HeaderName::Route)
     }
 
-    /// [`SipMessage::routes`] held inline: a request's route set is a few
-    /// elements, and routing reads it on every in-dialog request.
-    pub(crate) fn route_set(&self) -> RouteSet {
-        match self.routes.get() {
-            Some(routes) => routes.clone(),
-            None => self.name_addrs(HeaderName::Route),
-        }
+    /// [`SipMessage::routes`], kept in the view (`validate` fills it as it
+    /// checks them): routing reads it on every in-dialog request.
+    pub(crate) fn route_set(&self) -> &[NameAddr] {
+        self.routes
+            .get_or_init(|| self.name_addrs(HeaderName::Route))
     }
 
     /// Every Record-Route element in order; stops at the first malformed one.

@@ -9,7 +9,7 @@ use ringsync::view::DrainView;
 
 use crate::flow::{self, Flow, FlowTokenError};
 use crate::listener::ListenerCtx;
-use crate::message::{HeaderName, Method, NameAddr, RouteSet, SipMessage, Via};
+use crate::message::{HeaderName, Method, NameAddr, SipMessage, Via};
 use crate::metrics as m;
 use crate::newwork::{self, Class, Proof};
 use crate::reply::Reply;
@@ -41,7 +41,7 @@ pub(super) struct Request<'a> {
     pub(super) key: u64,
     /// The route set; under a strict router, without its last value (which
     /// is the Request-URI to forward with, `strict`).
-    pub(super) routes: RouteSet,
+    pub(super) routes: &'a [NameAddr],
     /// How many Routes at the top name the gate itself.
     pub(super) ours: usize,
     /// A strict router upstream put the gate's Record-Route into the
@@ -240,7 +240,10 @@ impl Core {
             return;
         }
         if let Some(Ok(idx)) = uri.user.map(|user| self.open_token(req.msg, user, view)) {
-            req.strict = req.routes.pop();
+            if let Some((last, rest)) = req.routes.split_last() {
+                req.strict = Some(last.clone());
+                req.routes = rest;
+            }
             req.token = Some(Ok(idx));
             req.leg_tcp = Some(uri.wants_tcp());
         }
@@ -251,7 +254,7 @@ impl Core {
     /// as its outbound proxy), opens the first token and the first flow
     /// token among them and notes the transport of the last one with a token.
     fn own_routes(&self, req: &mut Request<'_>, view: &DrainView) {
-        for r in &req.routes {
+        for r in req.routes {
             let Some(uri) = req.msg.raw().get(r.uri.clone()).and_then(SipUri::parse) else {
                 break;
             };
