@@ -15,6 +15,8 @@ pub(crate) trait AsciiOut {
     fn push_str(&mut self, s: &str);
     /// Appends one ASCII byte.
     fn push_ascii(&mut self, b: u8);
+    /// Appends bytes that are all ASCII (others are left out of a `String`).
+    fn push_ascii_bytes(&mut self, b: &[u8]);
 }
 
 impl AsciiOut for String {
@@ -24,6 +26,11 @@ impl AsciiOut for String {
     fn push_ascii(&mut self, b: u8) {
         self.push(char::from(b));
     }
+    fn push_ascii_bytes(&mut self, b: &[u8]) {
+        if let Ok(s) = std::str::from_utf8(b) {
+            String::push_str(self, s);
+        }
+    }
 }
 
 impl AsciiOut for Vec<u8> {
@@ -32,6 +39,9 @@ impl AsciiOut for Vec<u8> {
     }
     fn push_ascii(&mut self, b: u8) {
         self.push(b);
+    }
+    fn push_ascii_bytes(&mut self, b: &[u8]) {
+        self.extend_from_slice(b);
     }
 }
 
@@ -55,12 +65,32 @@ pub(crate) fn push_decimal(out: &mut Vec<u8>, n: u64) {
 pub(crate) fn push_ip(out: &mut Vec<u8>, ip: IpAddr) {
     match ip {
         IpAddr::V4(v4) => {
+            // Written on the stack, then copied once: every forwarded
+            // request's `received` is one.
+            let mut text = [0u8; 15];
+            let mut len = 0;
             for (i, octet) in v4.octets().into_iter().enumerate() {
                 if i > 0 {
-                    out.push(b'.');
+                    if let Some(dot) = text.get_mut(len) {
+                        *dot = b'.';
+                    }
+                    len += 1;
                 }
-                push_decimal(out, u64::from(octet));
+                let (h, t, u) = (octet / 100, octet / 10 % 10, octet % 10);
+                let digits = [b'0' + h, b'0' + t, b'0' + u];
+                let skip = match octet {
+                    0..=9 => 2,
+                    10..=99 => 1,
+                    _ => 0,
+                };
+                for &d in digits.get(skip..).unwrap_or_default() {
+                    if let Some(slot) = text.get_mut(len) {
+                        *slot = d;
+                    }
+                    len += 1;
+                }
             }
+            out.extend_from_slice(text.get(..len).unwrap_or_default());
         }
         // Rare on the forward path; writing into a Vec cannot fail.
         IpAddr::V6(v6) => {

@@ -41,21 +41,13 @@ pub enum EditError {
     NoSuchElement,
 }
 
-/// One edit: replace `range` with `bytes` (an insertion has an empty range).
+/// One edit: replace `range` with the bytes at `text` in the splice's text
+/// buffer (an insertion has an empty range). Every new piece lies there,
+/// so an edit is two ranges, owns nothing, and costs no allocation.
 #[derive(Debug, Clone)]
 struct Edit {
     range: Range<usize>,
-    bytes: Piece,
-}
-
-/// The bytes an edit puts in. Text written for this one splice lies in the
-/// splice's own text buffer ([`Splice::replace_with`]), so it costs no
-/// allocation of its own.
-#[derive(Debug, Clone)]
-enum Piece {
-    Shared(Bytes),
-    /// A range of [`Splice::text`].
-    Text(Range<usize>),
+    text: Range<usize>,
 }
 
 thread_local! {
@@ -75,7 +67,7 @@ const USUAL_EDITS: usize = 8;
 pub struct Splice<'m> {
     msg: &'m SipMessage,
     edits: SmallVec<[Edit; USUAL_EDITS]>,
-    /// The text of [`Piece::Text`] edits, borrowed from [`TEXT`].
+    /// The bytes the edits put in, borrowed from [`TEXT`].
     text: Vec<u8>,
 }
 
@@ -114,16 +106,13 @@ impl<'m> Splice<'m> {
 
     /// Inserts `bytes` before offset `at`. Several insertions at the same
     /// offset keep the order in which they were added.
-    pub fn insert(&mut self, at: usize, bytes: impl Into<Bytes>) {
+    pub fn insert(&mut self, at: usize, bytes: impl AsRef<[u8]>) {
         self.replace(at..at, bytes);
     }
 
     /// Replaces `range` with `bytes`.
-    pub fn replace(&mut self, range: Range<usize>, bytes: impl Into<Bytes>) {
-        self.edits.push(Edit {
-            range,
-            bytes: Piece::Shared(bytes.into()),
-        });
+    pub fn replace(&mut self, range: Range<usize>, bytes: impl AsRef<[u8]>) {
+        self.replace_with(range, |text| text.extend_from_slice(bytes.as_ref()));
     }
 
     /// [`Splice::replace`] with the bytes `write` appends to the splice's
@@ -133,32 +122,29 @@ impl<'m> Splice<'m> {
         write(&mut self.text);
         self.edits.push(Edit {
             range,
-            bytes: Piece::Text(start..self.text.len()),
+            text: start..self.text.len(),
         });
     }
 
     /// The bytes an edit puts in.
-    fn piece<'a>(&'a self, piece: &'a Piece) -> &'a [u8] {
-        match piece {
-            Piece::Shared(b) => b,
-            Piece::Text(r) => self.text.get(r.clone()).unwrap_or_default(),
-        }
+    fn piece(&self, e: &Edit) -> &[u8] {
+        self.text.get(e.text.clone()).unwrap_or_default()
     }
 
     /// Removes `range`.
     pub fn remove(&mut self, range: Range<usize>) {
-        self.replace(range, Bytes::new());
+        self.replace(range, b"");
     }
 
     /// Inserts a complete header line (with its CRLF) above every existing
     /// header, e.g. the proxy's own Via or Record-Route.
-    pub fn prepend_header(&mut self, line: impl Into<Bytes>) {
+    pub fn prepend_header(&mut self, line: impl AsRef<[u8]>) {
         self.insert(self.msg.headers_start(), line);
     }
 
     /// Inserts a complete header line (with its CRLF) after every existing
     /// header, e.g. a missing Max-Forwards.
-    pub fn append_header(&mut self, line: impl Into<Bytes>) {
+    pub fn append_header(&mut self, line: impl AsRef<[u8]>) {
         self.insert(self.msg.header_end(), line);
     }
 
@@ -177,7 +163,7 @@ impl<'m> Splice<'m> {
     pub fn replace_value(
         &mut self,
         field_index: usize,
-        bytes: impl Into<Bytes>,
+        bytes: impl AsRef<[u8]>,
     ) -> Result<(), EditError> {
         let f = self
             .msg
@@ -212,6 +198,19 @@ impl<'m> Splice<'m> {
         field_index: usize,
         elements: &[Range<usize>],
     ) -> Result<(), EditError> {
+        let line = self
+            .msg
+            .headers()
+            .get(field_index)
+            .ok_or(EditError::NoSuchElement)?;
+        // The line's only element (its whole value; the elements of a list
+        // are disjoint parts of it): the line goes, unsplit. A response's
+        // top Via and the gate's Route nearly always are one.
+        if let [only] = elements {
+            if *only == line.value && !only.is_empty() {
+                return self.remove_header(field_index);
+            }
+        }
         // A response loses its top Via, a request the gate's Routes: a few
         // elements, held without an allocation.
         let elems: SmallVec<[Range<usize>; 4]> = self
@@ -302,7 +301,7 @@ impl<'m> Splice<'m> {
             // saturating keeps it panic-free regardless.
             len = len
                 .saturating_sub(e.range.len())
-                .saturating_add(this.piece(&e.bytes).len());
+                .saturating_add(this.piece(e).len());
         }
 
         // Exactly `len` bytes: a vector without spare capacity becomes
@@ -311,7 +310,7 @@ impl<'m> Splice<'m> {
         let mut pos = 0usize;
         for e in &this.edits {
             out.extend_from_slice(raw.get(pos..e.range.start).unwrap_or_default());
-            out.extend_from_slice(this.piece(&e.bytes));
+            out.extend_from_slice(this.piece(e));
             pos = e.range.end;
         }
         out.extend_from_slice(raw.get(pos..).unwrap_or_default());

@@ -128,9 +128,14 @@ pub(crate) fn same(a: &[u8], b: &[u8]) -> bool {
 /// Lowercase hex of `bytes`, appended to `out`.
 pub(crate) fn push_hex(out: &mut impl AsciiOut, bytes: &[u8]) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    for b in bytes {
-        out.push_ascii(HEX[usize::from(b >> 4)]);
-        out.push_ascii(HEX[usize::from(b & 0xf)]);
+    // A run of digits written on the stack, then appended in one copy.
+    let mut text = [0u8; 64];
+    for chunk in bytes.chunks(text.len() / 2) {
+        for (pair, b) in text.chunks_exact_mut(2).zip(chunk) {
+            pair[0] = HEX[usize::from(b >> 4)];
+            pair[1] = HEX[usize::from(b & 0xf)];
+        }
+        out.push_ascii_bytes(text.get(..2 * chunk.len()).unwrap_or_default());
     }
 }
 
