@@ -84,10 +84,17 @@ impl Clone for Splice<'_> {
 impl Drop for Splice<'_> {
     fn drop(&mut self) {
         let mut text = std::mem::take(&mut self.text);
-        text.clear();
-        TEXT.set(text);
+        // A splice that copied in a large piece leaves no large buffer
+        // behind on its thread.
+        if text.capacity() <= MAX_LENT_TEXT {
+            text.clear();
+            TEXT.set(text);
+        }
     }
 }
+
+/// The largest text buffer a thread keeps for its next splice.
+const MAX_LENT_TEXT: usize = 4096;
 
 impl<'m> Splice<'m> {
     /// Starts a splice with no edits.
