@@ -58,7 +58,8 @@ if (( per_call * 100 > kept * (100 + tolerance_pct) )); then
     echo "[callgrind-guard] Find what the change added (callgrind_annotate --inclusive=yes on a run of" >&2
     echo "[callgrind-guard] target/release/examples/calls with --toggle-collect='calls::play*'), or, if the" >&2
     echo "[callgrind-guard] cost is wanted, raise the figure with --update and say why in the commit." >&2
-    echo "[callgrind-guard] (The figure was taken with $kept_rustc; this is $(rustc --version): another compiler moves it too.)" >&2
+    echo "[callgrind-guard] (The figure was taken with $kept_rustc; this is $(rustc --version): another compiler moves it too," >&2
+    echo "[callgrind-guard] and so does a CPU of another kind: memchr and BLAKE3 choose their code by its features.)" >&2
     exit 1
 fi
 if (( per_call * 100 < kept * (100 - tolerance_pct) )); then
