@@ -366,8 +366,7 @@ fn route_edits(req: &Request<'_>, s: &mut Splice<'_>) -> Result<(), EditError> {
         }
     }
     if let (Some(last), StartLine::Request { uri, .. }) = (&req.strict, req.msg.start_line()) {
-        let new_uri = Bytes::copy_from_slice(req.msg.slice(last.uri.clone()));
-        s.replace(uri.clone(), new_uri);
+        s.replace(uri.clone(), req.msg.slice(last.uri.clone()));
     }
     Ok(())
 }
@@ -427,7 +426,12 @@ fn max_datagram(to: std::net::SocketAddr) -> usize {
 pub(super) fn stream_length(s: &mut Splice<'_>) {
     let msg = s.message();
     if msg.first_field(HeaderName::ContentLength).is_none() {
-        let line = format!("Content-Length: {}\r\n", msg.body().len());
-        s.append_header(Bytes::from(line));
+        let at = msg.header_end();
+        let len = msg.body().len();
+        s.replace_with(at..at, |line| {
+            line.extend_from_slice(b"Content-Length: ");
+            digits::push_decimal(line, u64::try_from(len).unwrap_or(u64::MAX));
+            line.extend_from_slice(b"\r\n");
+        });
     }
 }
