@@ -49,3 +49,8 @@ for deb in "$pkgdir"/*.deb; do
         || { echo "[test] error: no $bin(1) in $deb" >&2; exit 1; }
 done
 echo "[test] packages: lintian clean, man pages and purge in place"
+
+echo "[test] the routing core's instructions per call (callgrind guard)"
+# Exact whatever the load: fails when a change costs more than 3% over the
+# figure in bench/callgrind-per-call.txt, or saves more without lowering it.
+scripts/callgrind-guard.sh

@@ -18,6 +18,7 @@ use std::hash::Hasher;
 
 use siphasher::sip::{SipHasher13, SipHasher24};
 
+use crate::digits::AsciiOut;
 use crate::keys::{self, Key, Purpose};
 use crate::message::{Method, SipMessage, Via};
 
@@ -84,7 +85,7 @@ impl BranchKey {
     }
 
     /// Appends the branch for transaction `key` to `out`.
-    pub(crate) fn write(&self, key: u64, out: &mut String) {
+    pub(crate) fn write(&self, key: u64, out: &mut impl AsciiOut) {
         out.push_str(BRANCH_PREFIX);
         keys::push_hex(out, &key.to_be_bytes());
         keys::push_hex(out, &self.mac(key));

@@ -3,9 +3,10 @@
 //! Record-Route). Nothing is re-serialised, so headers the proxy does not
 //! understand travel untouched, and the body is never touched.
 
+use std::cell::Cell;
 use std::ops::Range;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use smallvec::{smallvec, SmallVec};
 use thiserror::Error;
 
@@ -40,45 +41,68 @@ pub enum EditError {
     NoSuchElement,
 }
 
-/// One edit: replace `range` with `bytes` (an insertion has an empty range).
+/// One edit: replace `range` with the bytes at `text` in the splice's text
+/// buffer (an insertion has an empty range). Every new piece lies there,
+/// so an edit is two ranges, owns nothing, and costs no allocation.
 #[derive(Debug, Clone)]
 struct Edit {
     range: Range<usize>,
-    bytes: Piece,
+    text: Range<usize>,
 }
 
-/// The bytes an edit puts in. Text made for this one splice stays the
-/// vector it was written into: as `Bytes`, a vector with spare capacity
-/// costs a second allocation (and a second free) per edit.
-#[derive(Debug, Clone)]
-enum Piece {
-    Shared(Bytes),
-    Owned(Vec<u8>),
+thread_local! {
+    /// The text buffer each splice on this thread borrows and gives back
+    /// when dropped: once it has grown to fit a forward's new header lines,
+    /// writing them allocates nothing.
+    static TEXT: Cell<Vec<u8>> = const { Cell::new(Vec::new()) };
 }
 
-impl Piece {
-    fn as_slice(&self) -> &[u8] {
-        match self {
-            Piece::Shared(b) => b,
-            Piece::Owned(v) => v,
+/// Edits a forward makes without spilling to the heap (a request's Via,
+/// Record-Route, `received`, Max-Forwards and Routes).
+const USUAL_EDITS: usize = 8;
+
+/// Collects edits against one message and applies them in one allocation:
+/// the outgoing bytes, each original slice and each new piece copied once.
+#[derive(Debug)]
+pub struct Splice<'m> {
+    msg: &'m SipMessage,
+    edits: SmallVec<[Edit; USUAL_EDITS]>,
+    /// The bytes the edits put in, borrowed from [`TEXT`].
+    text: Vec<u8>,
+}
+
+impl Clone for Splice<'_> {
+    fn clone(&self) -> Self {
+        Splice {
+            msg: self.msg,
+            edits: self.edits.clone(),
+            text: self.text.clone(),
         }
     }
 }
 
-/// Collects edits against one message and applies them in one allocation.
-#[derive(Debug, Clone)]
-pub struct Splice<'m> {
-    msg: &'m SipMessage,
-    edits: Vec<Edit>,
+impl Drop for Splice<'_> {
+    fn drop(&mut self) {
+        let mut text = std::mem::take(&mut self.text);
+        // A splice that copied in a large piece leaves no large buffer
+        // behind on its thread.
+        if text.capacity() <= MAX_LENT_TEXT {
+            text.clear();
+            TEXT.set(text);
+        }
+    }
 }
+
+/// The largest text buffer a thread keeps for its next splice.
+const MAX_LENT_TEXT: usize = 4096;
 
 impl<'m> Splice<'m> {
     /// Starts a splice with no edits.
     pub fn new(msg: &'m SipMessage) -> Self {
         Splice {
             msg,
-            // A forward makes up to about six edits: one allocation.
-            edits: Vec::with_capacity(8),
+            edits: SmallVec::new(),
+            text: TEXT.take(),
         }
     }
 
@@ -89,40 +113,45 @@ impl<'m> Splice<'m> {
 
     /// Inserts `bytes` before offset `at`. Several insertions at the same
     /// offset keep the order in which they were added.
-    pub fn insert(&mut self, at: usize, bytes: impl Into<Bytes>) {
+    pub fn insert(&mut self, at: usize, bytes: impl AsRef<[u8]>) {
         self.replace(at..at, bytes);
     }
 
     /// Replaces `range` with `bytes`.
-    pub fn replace(&mut self, range: Range<usize>, bytes: impl Into<Bytes>) {
+    pub fn replace(&mut self, range: Range<usize>, bytes: impl AsRef<[u8]>) {
+        self.replace_with(range, |text| text.extend_from_slice(bytes.as_ref()));
+    }
+
+    /// [`Splice::replace`] with the bytes `write` appends to the splice's
+    /// text buffer (no allocation of their own).
+    pub(crate) fn replace_with(&mut self, range: Range<usize>, write: impl FnOnce(&mut Vec<u8>)) {
+        let start = self.text.len();
+        write(&mut self.text);
         self.edits.push(Edit {
             range,
-            bytes: Piece::Shared(bytes.into()),
+            text: start..self.text.len(),
         });
     }
 
-    /// [`Splice::replace`] with text written for this splice, kept as is.
-    pub(crate) fn replace_owned(&mut self, range: Range<usize>, bytes: impl Into<Vec<u8>>) {
-        self.edits.push(Edit {
-            range,
-            bytes: Piece::Owned(bytes.into()),
-        });
+    /// The bytes an edit puts in.
+    fn piece(&self, e: &Edit) -> &[u8] {
+        self.text.get(e.text.clone()).unwrap_or_default()
     }
 
     /// Removes `range`.
     pub fn remove(&mut self, range: Range<usize>) {
-        self.replace(range, Bytes::new());
+        self.replace(range, b"");
     }
 
     /// Inserts a complete header line (with its CRLF) above every existing
     /// header, e.g. the proxy's own Via or Record-Route.
-    pub fn prepend_header(&mut self, line: impl Into<Bytes>) {
+    pub fn prepend_header(&mut self, line: impl AsRef<[u8]>) {
         self.insert(self.msg.headers_start(), line);
     }
 
     /// Inserts a complete header line (with its CRLF) after every existing
     /// header, e.g. a missing Max-Forwards.
-    pub fn append_header(&mut self, line: impl Into<Bytes>) {
+    pub fn append_header(&mut self, line: impl AsRef<[u8]>) {
         self.insert(self.msg.header_end(), line);
     }
 
@@ -141,7 +170,7 @@ impl<'m> Splice<'m> {
     pub fn replace_value(
         &mut self,
         field_index: usize,
-        bytes: impl Into<Bytes>,
+        bytes: impl AsRef<[u8]>,
     ) -> Result<(), EditError> {
         let f = self
             .msg
@@ -176,6 +205,19 @@ impl<'m> Splice<'m> {
         field_index: usize,
         elements: &[Range<usize>],
     ) -> Result<(), EditError> {
+        let line = self
+            .msg
+            .headers()
+            .get(field_index)
+            .ok_or(EditError::NoSuchElement)?;
+        // The line's only element (its whole value; the elements of a list
+        // are disjoint parts of it): the line goes, unsplit. A response's
+        // top Via and the gate's Route nearly always are one.
+        if let [only] = elements {
+            if *only == line.value && !only.is_empty() {
+                return self.remove_header(field_index);
+            }
+        }
         // A response loses its top Via, a request the gate's Routes: a few
         // elements, held without an allocation.
         let elems: SmallVec<[Range<usize>; 4]> = self
@@ -250,7 +292,8 @@ impl<'m> Splice<'m> {
         let mut len = raw.len();
         let mut prev_end = 0usize;
         let mut prev: Option<&Range<usize>> = None;
-        for e in &self.edits {
+        let this = &self;
+        for e in &this.edits {
             if let Some(p) = prev {
                 if e.range.start < prev_end {
                     return Err(EditError::Overlap {
@@ -265,18 +308,20 @@ impl<'m> Splice<'m> {
             // saturating keeps it panic-free regardless.
             len = len
                 .saturating_sub(e.range.len())
-                .saturating_add(e.bytes.as_slice().len());
+                .saturating_add(this.piece(e).len());
         }
 
-        let mut out = BytesMut::with_capacity(len);
+        // Exactly `len` bytes: a vector without spare capacity becomes
+        // `Bytes` without a second allocation.
+        let mut out = Vec::with_capacity(len);
         let mut pos = 0usize;
-        for e in &self.edits {
+        for e in &this.edits {
             out.extend_from_slice(raw.get(pos..e.range.start).unwrap_or_default());
-            out.extend_from_slice(e.bytes.as_slice());
+            out.extend_from_slice(this.piece(e));
             pos = e.range.end;
         }
         out.extend_from_slice(raw.get(pos..).unwrap_or_default());
-        Ok(out.freeze())
+        Ok(Bytes::from(out))
     }
 }
 

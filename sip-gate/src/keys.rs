@@ -12,6 +12,8 @@
 
 use subtle::ConstantTimeEq;
 
+use crate::digits::AsciiOut;
+
 /// The hasher of the tables keyed by hashes made with keys from here (the
 /// transaction table, the work book's dialogs and bindings). Their keys are
 /// keyed SipHash-1-3 values of what peers send (Call-IDs, tags, branches):
@@ -20,6 +22,10 @@ use subtle::ConstantTimeEq;
 /// safe from HashDoS. foldhash's `RandomState` is still seeded per process
 /// and per table, and costs a few instructions where SipHash cost a hundred.
 pub(crate) type TableHasher = foldhash::fast::RandomState;
+
+/// The longest input [`Key::mac`] hashes from a stack buffer in one call
+/// (a Call-ID and an instance id fit, as do a branch and a flow).
+const ONE_SHOT: usize = 256;
 
 /// A 256-bit key for one purpose.
 #[derive(Clone)]
@@ -73,6 +79,27 @@ impl Key {
     /// `parts`, written one after the other (callers keep them unambiguous).
     pub(crate) fn mac<const N: usize>(&self, parts: &[&[u8]]) -> [u8; N] {
         const { assert!(N <= blake3::OUT_LEN) };
+        // Most MACs cover a few dozen bytes: hashed in one call from a
+        // buffer on the stack, which BLAKE3 defines to be the same as
+        // streaming the parts, without the incremental hasher's setup.
+        let mut buf = [0u8; ONE_SHOT];
+        let mut len = 0usize;
+        for p in parts {
+            match buf.get_mut(len..len.saturating_add(p.len())) {
+                Some(dst) => dst.copy_from_slice(p),
+                None => return self.mac_streamed(parts),
+            }
+            len += p.len();
+        }
+        let hash = blake3::keyed_hash(&self.0, buf.get(..len).unwrap_or_default());
+        let mut out = [0u8; N];
+        out.copy_from_slice(&hash.as_bytes()[..N]);
+        out
+    }
+
+    /// [`Key::mac`] of parts too long for its buffer.
+    #[cold]
+    fn mac_streamed<const N: usize>(&self, parts: &[&[u8]]) -> [u8; N] {
         let mut h = blake3::Hasher::new_keyed(&self.0);
         for p in parts {
             h.update(p);
@@ -99,11 +126,16 @@ pub(crate) fn same(a: &[u8], b: &[u8]) -> bool {
 }
 
 /// Lowercase hex of `bytes`, appended to `out`.
-pub(crate) fn push_hex(out: &mut String, bytes: &[u8]) {
+pub(crate) fn push_hex(out: &mut impl AsciiOut, bytes: &[u8]) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    for b in bytes {
-        out.push(HEX[usize::from(b >> 4)] as char);
-        out.push(HEX[usize::from(b & 0xf)] as char);
+    // A run of digits written on the stack, then appended in one copy.
+    let mut text = [0u8; 64];
+    for chunk in bytes.chunks(text.len() / 2) {
+        for (pair, b) in text.chunks_exact_mut(2).zip(chunk) {
+            pair[0] = HEX[usize::from(b >> 4)];
+            pair[1] = HEX[usize::from(b & 0xf)];
+        }
+        out.push_ascii_bytes(text.get(..2 * chunk.len()).unwrap_or_default());
     }
 }
 
@@ -112,24 +144,86 @@ pub(crate) fn parse_hex<const N: usize>(hex: &[u8]) -> Option<[u8; N]> {
     if hex.len() != 2 * N {
         return None;
     }
-    // On bytes: `char::to_digit` takes any radix and cost twice the
-    // instructions on every response's branch.
-    let digit = |c: u8| match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        b'A'..=b'F' => Some(c - b'A' + 10),
-        _ => None,
-    };
+    // One table lookup a digit: `char::to_digit` takes any radix and cost
+    // twice the instructions on every response's branch, a `match` on
+    // ranges half again as much as this.
     let mut out = [0u8; N];
     for (o, pair) in out.iter_mut().zip(hex.chunks_exact(2)) {
-        *o = digit(pair[0])? << 4 | digit(pair[1])?;
+        let (hi, lo) = (
+            HEX_VALUE[usize::from(pair[0])],
+            HEX_VALUE[usize::from(pair[1])],
+        );
+        if (hi | lo) > 0x0f {
+            return None;
+        }
+        *o = hi << 4 | lo;
     }
     Some(out)
 }
 
+/// The value of a hex digit (either case); 0xff for any other byte.
+const HEX_VALUE: [u8; 256] = {
+    let mut t = [0xffu8; 256];
+    let mut i = 0;
+    while i < 10 {
+        t[b'0' as usize + i] = i as u8;
+        i += 1;
+    }
+    let mut i = 0;
+    while i < 6 {
+        t[b'a' as usize + i] = 10 + i as u8;
+        t[b'A' as usize + i] = 10 + i as u8;
+        i += 1;
+    }
+    t
+};
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The one-call MAC is the streamed one, at every length around the
+    /// buffer's and for any split into parts; hex reads back what it wrote
+    /// and refuses any non-digit.
+    #[test]
+    fn one_shot_mac_is_the_streamed_one_and_hex_round_trips() {
+        let k = Key::derive("a-long-enough-site-secret", Purpose::RouteToken);
+        let data: Vec<u8> = (0..600u32).map(|i| (i * 7 + 3) as u8).collect();
+        for len in [
+            0,
+            1,
+            63,
+            64,
+            65,
+            200,
+            ONE_SHOT - 1,
+            ONE_SHOT,
+            ONE_SHOT + 1,
+            600,
+        ] {
+            let d = &data[..len];
+            let whole: [u8; 16] = k.mac(&[d]);
+            let split: [u8; 16] = k.mac(&[&d[..len / 3], b"", &d[len / 3..]]);
+            let streamed: [u8; 16] = k.mac_streamed(&[d]);
+            assert_eq!(whole, streamed, "{len}");
+            assert_eq!(split, streamed, "{len}");
+        }
+        let mut hex = String::new();
+        push_hex(&mut hex, &data[..32]);
+        assert_eq!(
+            parse_hex::<32>(hex.as_bytes()),
+            Some(<[u8; 32]>::try_from(&data[..32]).unwrap())
+        );
+        assert_eq!(
+            parse_hex::<32>(hex.to_ascii_uppercase().as_bytes()),
+            parse_hex::<32>(hex.as_bytes())
+        );
+        for bad in [b'g', b'G', b'/', b':', b'@', b'`', b' ', 0, 0xff] {
+            let mut h = hex.clone().into_bytes();
+            h[5] = bad;
+            assert_eq!(parse_hex::<32>(&h), None, "{bad}");
+        }
+    }
 
     #[test]
     fn purposes_get_different_keys_and_macs() {

@@ -240,6 +240,12 @@ fn standard_reason(code: u16) -> &'static str {
 /// (when the client asked for it), RFC 3261 18.2.1 and RFC 3581 4.
 pub(crate) fn stamp_via(raw: &[u8], wants_rport: bool, source: SocketAddr) -> Vec<u8> {
     let mut out = Vec::with_capacity(raw.len().saturating_add(48));
+    stamp_via_into(raw, wants_rport, source, &mut out);
+    out
+}
+
+/// [`stamp_via`] appended to `out` (a forward writes it into its splice).
+pub(crate) fn stamp_via_into(raw: &[u8], wants_rport: bool, source: SocketAddr, out: &mut Vec<u8>) {
     // Drop an empty `;rport` (to be filled) and any stale `received`. The
     // `;`s are found with memchr: this runs on every forwarded request.
     let mut params = memchr::memchr_iter(b';', raw).chain(std::iter::once(raw.len()));
@@ -258,12 +264,11 @@ pub(crate) fn stamp_via(raw: &[u8], wants_rport: bool, source: SocketAddr) -> Ve
         out.extend_from_slice(p);
     }
     out.extend_from_slice(b";received=");
-    digits::push_ip(&mut out, source.ip());
+    digits::push_ip(out, source.ip());
     if wants_rport {
         out.extend_from_slice(b";rport=");
-        digits::push_decimal(&mut out, u64::from(source.port()));
+        digits::push_decimal(out, u64::from(source.port()));
     }
-    out
 }
 
 #[cfg(test)]

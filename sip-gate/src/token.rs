@@ -12,9 +12,17 @@
 //! Form (the user part of the gate's Record-Route URI):
 //! `g2.<instance-id>.<mac>` where `<mac>` is 20 lowercase hex digits (80 bits).
 
+use crate::digits::AsciiOut;
 use crate::keys::{self, Key, Purpose};
 
 const PREFIX: &[u8] = b"g2.";
+
+/// Whether `user` may be one of the gate's dialog tokens: anything else
+/// fails [`TokenKey::open`] before its MAC is computed, so a caller can
+/// skip the URI's parse for it.
+pub(crate) fn may_be_token(user: &[u8]) -> bool {
+    user.starts_with(PREFIX)
+}
 const MAC_BYTES: usize = 10;
 const MAC_HEX: usize = 2 * MAC_BYTES;
 
@@ -55,11 +63,17 @@ impl TokenKey {
     /// valid SIP user part as is).
     pub fn seal(&self, instance_id: &str, call_id: &[u8]) -> String {
         let mut t = String::with_capacity(PREFIX.len() + instance_id.len() + 1 + MAC_HEX);
-        t.push_str("g2.");
-        t.push_str(instance_id);
-        t.push('.');
-        keys::push_hex(&mut t, &self.mac(instance_id.as_bytes(), call_id));
+        self.seal_into(instance_id, call_id, &mut t);
         t
+    }
+
+    /// [`TokenKey::seal`] appended to `out` (a forward's Record-Route is
+    /// written straight into its splice).
+    pub(crate) fn seal_into(&self, instance_id: &str, call_id: &[u8], out: &mut impl AsciiOut) {
+        out.push_str("g2.");
+        out.push_str(instance_id);
+        out.push_ascii(b'.');
+        keys::push_hex(out, &self.mac(instance_id.as_bytes(), call_id));
     }
 
     /// Checks a token against the dialog's `call_id` and returns the

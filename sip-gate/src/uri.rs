@@ -1,7 +1,7 @@
 //! Just enough of a SIP URI to route: user, host, port and the `transport`
 //! and `lr` parameters. Works on the bytes of the message, no allocation.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 /// The parts of a `sip:`/`sips:` URI the gate routes on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,12 +44,14 @@ impl<'a> SipUri<'a> {
             (false, strip_prefix_ci(uri, b"sip:")?)
         };
         // Headers (`?...`) never matter for routing.
-        let rest = rest.split(|&b| b == b'?').next().unwrap_or(rest);
+        let rest = memchr::memchr(b'?', rest).map_or(rest, |q| &rest[..q]);
         let (userinfo, hostpart) = match memchr::memrchr(b'@', rest) {
             Some(at) => (Some(&rest[..at]), &rest[at + 1..]),
             None => (None, rest),
         };
-        let user = userinfo.map(|u| u.split(|&b| b == b':').next().unwrap_or(u));
+        // A token user part is long: its `:` (a password) is looked for a
+        // vector at a time.
+        let user = userinfo.map(|u| memchr::memchr(b':', u).map_or(u, |c| &u[..c]));
         let mut parts = hostpart.split(|&b| b == b';');
         let hostport = parts.next()?;
         let (host, port) = split_hostport(hostport)?;
@@ -107,7 +109,7 @@ impl<'a> SipUri<'a> {
 
     /// The socket address, when the host is an IP literal.
     pub(crate) fn socket_addr(&self) -> Option<SocketAddr> {
-        let ip: IpAddr = std::str::from_utf8(self.host).ok()?.parse().ok()?;
+        let ip = parse_ip(self.host)?;
         Some(SocketAddr::new(
             ip,
             self.port.unwrap_or(if self.secure { 5061 } else { 5060 }),
@@ -146,14 +148,70 @@ pub(crate) fn host_ip(host: &[u8]) -> Option<IpAddr> {
         .strip_prefix(b"[")
         .and_then(|h| h.strip_suffix(b"]"))
         .unwrap_or(host);
+    parse_ip(host)
+}
+
+/// An IP address as `IpAddr`'s `FromStr` reads it. Dotted IPv4, nearly
+/// every host the gate routes on, is read here without the UTF-8 check and
+/// the generic parser; anything else goes to `FromStr`.
+pub(crate) fn parse_ip(host: &[u8]) -> Option<IpAddr> {
+    if let Some(v4) = parse_ipv4(host) {
+        return Some(IpAddr::V4(v4));
+    }
     std::str::from_utf8(host).ok()?.parse().ok()
 }
 
-fn parse_port(p: &[u8]) -> Option<u16> {
-    if p.is_empty() || p.len() > 5 || !p.iter().all(u8::is_ascii_digit) {
+/// Four decimal octets of one to three digits, no leading zero, each at
+/// most 255: what `Ipv4Addr`'s `FromStr` accepts, so a `None` here is
+/// never one it would read differently (the caller asks it then).
+fn parse_ipv4(b: &[u8]) -> Option<Ipv4Addr> {
+    let mut octets = [0u8; 4];
+    let mut parts = b.split(|&c| c == b'.');
+    for o in &mut octets {
+        let d = parts.next()?;
+        if d.is_empty() || d.len() > 3 || (d.len() > 1 && d[0] == b'0') {
+            return None;
+        }
+        let mut n: u16 = 0;
+        for &c in d {
+            if !c.is_ascii_digit() {
+                return None;
+            }
+            n = n * 10 + u16::from(c - b'0');
+        }
+        *o = u8::try_from(n).ok()?;
+    }
+    if parts.next().is_some() {
         return None;
     }
-    std::str::from_utf8(p).ok()?.parse().ok()
+    Some(Ipv4Addr::from(octets))
+}
+
+/// One to five digits (leading zeros allowed) up to 65535, as `u16`'s
+/// `FromStr` reads them without a sign.
+fn parse_port(p: &[u8]) -> Option<u16> {
+    if p.is_empty() || p.len() > 5 {
+        return None;
+    }
+    let mut n: u32 = 0;
+    for &c in p {
+        if !c.is_ascii_digit() {
+            return None;
+        }
+        n = n * 10 + u32::from(c - b'0');
+    }
+    u16::try_from(n).ok()
+}
+
+/// The URI after its `sip:` or `sips:` scheme (either case); `None` for
+/// another scheme. A user part starts right there.
+pub(crate) fn after_sip_scheme(uri: &[u8]) -> Option<&[u8]> {
+    strip_prefix_ci(uri, b"sips:").or_else(|| strip_prefix_ci(uri, b"sip:"))
+}
+
+/// Whether the URI's scheme is `sips:` (either case).
+pub(crate) fn is_sips(uri: &[u8]) -> bool {
+    strip_prefix_ci(uri, b"sips:").is_some()
 }
 
 fn trim(b: &[u8]) -> &[u8] {
@@ -173,6 +231,48 @@ fn strip_prefix_ci<'a>(b: &'a [u8], prefix: &[u8]) -> Option<&'a [u8]> {
         Some(&b[prefix.len()..])
     } else {
         None
+    }
+}
+
+#[cfg(test)]
+mod fast_parse_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The fast readers agree with `FromStr` on anything: digits, dots
+        /// and a few other bytes, so near-misses (leading zeros, 256, five
+        /// parts, empty parts) come up often.
+        #[test]
+        fn ip_and_port_read_as_from_str_does(s in "[0-9.:a-f]{0,20}") {
+            prop_assert_eq!(parse_ip(s.as_bytes()), s.parse::<IpAddr>().ok());
+            let port = if s.is_empty() || s.len() > 5 || !s.bytes().all(|c| c.is_ascii_digit()) {
+                None
+            } else {
+                s.parse::<u16>().ok()
+            };
+            prop_assert_eq!(parse_port(s.as_bytes()), port);
+        }
+    }
+
+    #[test]
+    fn ipv4_edges() {
+        for s in [
+            "0.0.0.0",
+            "255.255.255.255",
+            "127.0.0.1",
+            "1.2.3.04",
+            "256.1.1.1",
+            "1.2.3",
+            "1.2.3.4.5",
+            "1..2.3",
+            "01.2.3.4",
+            "::1",
+            "[::1]",
+            "1.2.3.4 ",
+        ] {
+            assert_eq!(parse_ip(s.as_bytes()), s.parse::<IpAddr>().ok(), "{s}");
+        }
     }
 }
 

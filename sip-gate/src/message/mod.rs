@@ -29,7 +29,7 @@ mod tests;
 mod validate;
 mod via;
 
-use std::cell::OnceCell;
+use std::cell::{Cell, OnceCell};
 use std::ops::Range;
 
 use bytes::Bytes;
@@ -37,9 +37,8 @@ use bytes::Bytes;
 use crate::lex::{self, skip_lws, take_while, ContentLength};
 
 /// Header lines a message is expected to have at most: the vector of lines
-/// is allocated once at this size, and grows only for longer messages. At 16
-/// the vector stays within the allocator's per-thread cache (under 1 KiB);
-/// at 24 every message took the allocator's slow path.
+/// is allocated once at this size (then lent from message to message on a
+/// thread, [`HEADERS`]), and grows only for longer messages.
 const USUAL_HEADERS: usize = 16;
 
 pub use error::ParseError;
@@ -51,6 +50,9 @@ pub use via::Via;
 use name_addr::{parse_contact, parse_delta, parse_name_addr, NameAddrParts};
 use start_line::parse_start_line;
 use via::{parse_via, ViaAt};
+
+/// A route set as routing holds it ([`SipMessage::route_set`]).
+pub(crate) type RouteSet = smallvec::SmallVec<[NameAddr; 4]>;
 
 /// One logical header line (folded continuations included).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,6 +68,13 @@ pub struct HeaderField {
     pub value: Range<usize>,
 }
 
+thread_local! {
+    /// A vector of header lines given back by the last message dropped on
+    /// this thread, for the next one to index into: the line index of a
+    /// message costs no allocation once a worker has handled one.
+    static HEADERS: Cell<Vec<HeaderField>> = const { Cell::new(Vec::new()) };
+}
+
 /// A zero-copy view of one SIP message: the raw bytes plus ranges.
 #[derive(Debug, Clone)]
 pub struct SipMessage {
@@ -74,6 +83,12 @@ pub struct SipMessage {
     /// The method token for requests, empty for responses.
     method: Range<usize>,
     headers: Vec<HeaderField>,
+    /// Per header name, the index of its first line ([`NO_LINE`]: none),
+    /// noted by the scan: finding a header costs no walk over the lines.
+    first: [u16; NAMES],
+    /// Lines of Via, From, To, Call-ID and CSeq (saturating), counted by
+    /// the scan for `validate`.
+    counts: [u8; 5],
     header_end: usize,
     body: Range<usize>,
     /// The first problem `scan` tolerated; `validate` reports it.
@@ -88,6 +103,11 @@ pub struct SipMessage {
     from_tag: OnceCell<Option<Range<usize>>>,
     to_tag: OnceCell<Option<Range<usize>>>,
     cseq: OnceCell<Option<(u32, Range<usize>)>>,
+    /// Every Route element, as `validate` found them (set only when every
+    /// Route line parsed): routing reads the route set of every request.
+    routes: OnceCell<RouteSet>,
+    /// The first Contact element, as `validate` found it.
+    first_contact: OnceCell<ContactView>,
 }
 
 impl SipMessage {
@@ -117,8 +137,14 @@ impl SipMessage {
         let line_end = memchr::memchr(b'\n', buf.get(begin..).unwrap_or_default())
             .map(|i| begin.saturating_add(i))
             .ok_or(ParseError::Unterminated)?;
-        let (headers, bad_header, content_length, head) =
-            index_headers(buf, line_end.saturating_add(1))?;
+        let Index {
+            headers,
+            first,
+            counts,
+            bad_header,
+            content_length,
+            head,
+        } = index_headers(buf, line_end.saturating_add(1))?;
         let (header_end, body_start) = (head.header_end, head.body_start);
         let mut start_line = begin..line_end;
         if buf.get(line_end.saturating_sub(1)) == Some(&b'\r') && line_end > begin {
@@ -150,6 +176,8 @@ impl SipMessage {
             start,
             method,
             headers,
+            first,
+            counts,
             header_end,
             body,
             defect,
@@ -158,6 +186,8 @@ impl SipMessage {
             from_tag: OnceCell::new(),
             to_tag: OnceCell::new(),
             cseq: OnceCell::new(),
+            routes: OnceCell::new(),
+            first_contact: OnceCell::new(),
         })
     }
 
@@ -174,7 +204,7 @@ impl SipMessage {
             HeaderName::CSeq,
         ]
         .into_iter()
-        .all(|name| self.fields(name).next().is_some())
+        .all(|name| self.first_field(name).is_some())
     }
 
     /// The bytes this view indexes.
@@ -226,6 +256,17 @@ impl SipMessage {
         &self.headers
     }
 
+    /// The first header line with the given name.
+    pub fn first_field(&self, name: HeaderName) -> Option<&HeaderField> {
+        match self.first.get(name as usize) {
+            Some(&i) if i != NO_LINE => self.headers.get(usize::from(i)),
+            // Only a message of more lines than the index counts can have
+            // its first one past it.
+            _ if self.headers.len() >= usize::from(NO_LINE) => self.fields(name).next(),
+            _ => None,
+        }
+    }
+
     /// The header lines with the given name, in order.
     pub fn fields(&self, name: HeaderName) -> impl Iterator<Item = &HeaderField> {
         self.headers.iter().filter(move |f| f.name == name)
@@ -266,7 +307,7 @@ impl SipMessage {
 
     /// The Call-ID value, `None` if absent or empty.
     pub fn call_id(&self) -> Option<&[u8]> {
-        let f = self.fields(HeaderName::CallId).next()?;
+        let f = self.first_field(HeaderName::CallId)?;
         Some(self.value(f)).filter(|v| !v.is_empty())
     }
 
@@ -288,7 +329,7 @@ impl SipMessage {
     }
 
     fn find_cseq(&self) -> Option<(u32, Range<usize>)> {
-        let f = self.fields(HeaderName::CSeq).next()?;
+        let f = self.first_field(HeaderName::CSeq)?;
         let raw: &[u8] = &self.raw;
         let end = f.value.end;
         let digits_end = take_while(raw, f.value.start, end, |b| b.is_ascii_digit());
@@ -303,7 +344,7 @@ impl SipMessage {
     }
 
     fn single_name_addr(&self, name: HeaderName) -> Option<NameAddrParts> {
-        let f = self.fields(name).next()?;
+        let f = self.first_field(name)?;
         parse_name_addr(&self.raw, f.value.clone())
     }
 
@@ -339,7 +380,7 @@ impl SipMessage {
 
     /// Max-Forwards: `None` if absent, an error if not a number in 0..=255.
     pub fn max_forwards(&self) -> Option<Result<u32, ParseError>> {
-        let f = self.fields(HeaderName::MaxForwards).next()?;
+        let f = self.first_field(HeaderName::MaxForwards)?;
         Some(
             lex::parse_decimal(self.value(f))
                 .filter(|&n| n <= 255)
@@ -351,7 +392,7 @@ impl SipMessage {
     /// The Expires header as delta-seconds; values above 2^32-1 saturate,
     /// anything not a number is `None`.
     pub fn expires(&self) -> Option<u32> {
-        let f = self.fields(HeaderName::Expires).next()?;
+        let f = self.first_field(HeaderName::Expires)?;
         parse_delta(self.value(f))
     }
 
@@ -364,6 +405,9 @@ impl SipMessage {
 
     /// The first Contact element, `None` if there is none or it is malformed.
     pub fn first_contact(&self) -> Option<ContactView> {
+        if let Some(c) = self.first_contact.get() {
+            return Some(c.clone());
+        }
         let (i, elem) = self.list(HeaderName::Contact).next()?;
         parse_contact(&self.raw, elem?, i)
     }
@@ -398,6 +442,13 @@ impl SipMessage {
         self.name_addrs(HeaderName::Route)
     }
 
+    /// [`SipMessage::routes`], kept in the view (`validate` fills it as it
+    /// checks them): routing reads it on every in-dialog request.
+    pub(crate) fn route_set(&self) -> &[NameAddr] {
+        self.routes
+            .get_or_init(|| self.name_addrs(HeaderName::Route))
+    }
+
     /// Every Record-Route element in order; stops at the first malformed one.
     pub fn record_routes(&self) -> Vec<NameAddr> {
         self.name_addrs(HeaderName::RecordRoute)
@@ -406,8 +457,8 @@ impl SipMessage {
     /// A plain loop, not [`SipMessage::list`]'s adapters: every in-dialog
     /// request reads its Routes, and the adapter chain cost more than the
     /// parsing.
-    fn name_addrs(&self, name: HeaderName) -> Vec<NameAddr> {
-        let mut out = Vec::new();
+    fn name_addrs<C: Default + Extend<NameAddr>>(&self, name: HeaderName) -> C {
+        let mut out = C::default();
         for (i, f) in self.headers.iter().enumerate() {
             if f.name != name {
                 continue;
@@ -419,11 +470,11 @@ impl SipMessage {
                 let Some(parts) = parse_name_addr(&self.raw, range.clone()) else {
                     return out;
                 };
-                out.push(NameAddr {
+                out.extend(Some(NameAddr {
                     uri: parts.uri,
                     range,
                     field_index: i,
-                });
+                }));
             }
         }
         out
@@ -458,6 +509,17 @@ impl SipMessage {
     }
 }
 
+impl Drop for SipMessage {
+    fn drop(&mut self) {
+        let mut headers = std::mem::take(&mut self.headers);
+        // A message with many lines leaves no outsized vector behind.
+        if headers.capacity() <= 4 * USUAL_HEADERS {
+            headers.clear();
+            HEADERS.set(headers);
+        }
+    }
+}
+
 /// Keeps the first defect only: it is the one worth reporting.
 pub(super) fn note(defect: &mut Option<ParseError>, e: ParseError) {
     if defect.is_none() {
@@ -484,14 +546,30 @@ fn bare_nul(head: &[u8]) -> bool {
     })
 }
 
+/// What [`index_headers`] found.
+struct Index {
+    headers: Vec<HeaderField>,
+    first: [u16; NAMES],
+    counts: [u8; 5],
+    /// Some line was malformed.
+    bad_header: bool,
+    content_length: ContentLength,
+    head: lex::HeadEnd,
+}
+
+/// Header names [`SipMessage::first_field`] indexes: every one.
+const NAMES: usize = HeaderName::Other as usize + 1;
+/// No such line (or one past what a `u16` counts).
+const NO_LINE: u16 = u16::MAX;
+
 /// The header lines from `from` to the empty line, indexed in the walk that
-/// finds it, with Content-Length read on the way: the fields, whether any was
-/// malformed, the Content-Length, and where the head ends.
-fn index_headers(
-    buf: &[u8],
-    from: usize,
-) -> Result<(Vec<HeaderField>, bool, ContentLength, lex::HeadEnd), ParseError> {
-    let mut headers = Vec::with_capacity(USUAL_HEADERS);
+/// finds it, with Content-Length read on the way, each name's first line
+/// and the counts `validate` checks noted.
+fn index_headers(buf: &[u8], from: usize) -> Result<Index, ParseError> {
+    let mut headers = HEADERS.take();
+    headers.reserve(USUAL_HEADERS);
+    let mut first = [NO_LINE; NAMES];
+    let mut counts = [0u8; 5];
     let mut bad_header = false;
     let mut content_length = ContentLength::Absent;
     let mut lines = lex::header_lines_open(buf, from);
@@ -502,8 +580,21 @@ fn index_headers(
             bad_header = true;
             HeaderName::Other
         };
-        if name == HeaderName::ContentLength {
-            content_length = content_length.and(buf.get(h.value.clone()).unwrap_or_default());
+        match name {
+            HeaderName::ContentLength => {
+                content_length = content_length.and(buf.get(h.value.clone()).unwrap_or_default());
+            }
+            HeaderName::Via => counts[0] = counts[0].saturating_add(1),
+            HeaderName::From => counts[1] = counts[1].saturating_add(1),
+            HeaderName::To => counts[2] = counts[2].saturating_add(1),
+            HeaderName::CallId => counts[3] = counts[3].saturating_add(1),
+            HeaderName::CSeq => counts[4] = counts[4].saturating_add(1),
+            _ => {}
+        }
+        if let Some(slot) = first.get_mut(name as usize) {
+            if *slot == NO_LINE {
+                *slot = u16::try_from(headers.len()).unwrap_or(NO_LINE);
+            }
         }
         headers.push(HeaderField {
             name,
@@ -513,7 +604,14 @@ fn index_headers(
         });
     }
     let head = lines.head_end().ok_or(ParseError::Unterminated)?;
-    Ok((headers, bad_header, content_length, head))
+    Ok(Index {
+        headers,
+        first,
+        counts,
+        bad_header,
+        content_length,
+        head,
+    })
 }
 
 /// The body's bytes per Content-Length (the rest of the buffer without one),

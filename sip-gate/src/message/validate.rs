@@ -3,7 +3,7 @@
 
 use super::name_addr::{parse_contact, parse_name_addr};
 use super::via::{parse_via, ViaAt};
-use super::{HeaderName, ParseError, SipMessage};
+use super::{HeaderName, NameAddr, ParseError, RouteSet, SipMessage};
 use crate::lex;
 
 impl SipMessage {
@@ -38,22 +38,10 @@ impl SipMessage {
         Ok(())
     }
 
-    /// At least one Via; exactly one From, To, Call-ID and CSeq. One pass
-    /// over the header lines counts them all.
+    /// At least one Via; exactly one From, To, Call-ID and CSeq, as the
+    /// scan counted them.
     fn check_counts(&self) -> Result<(), ParseError> {
-        let mut n = [0u8; 5];
-        for f in &self.headers {
-            let i = match f.name {
-                HeaderName::Via => 0,
-                HeaderName::From => 1,
-                HeaderName::To => 2,
-                HeaderName::CallId => 3,
-                HeaderName::CSeq => 4,
-                _ => continue,
-            };
-            // Only 0, 1 and "more" matter: saturating keeps that.
-            n[i] = n[i].saturating_add(1);
-        }
+        let n = self.counts;
         if n[0] == 0 {
             return Err(ParseError::MissingVia);
         }
@@ -81,6 +69,9 @@ impl SipMessage {
     fn check_lists(&self) -> Result<(), ParseError> {
         let mut vias = 0usize;
         let mut first_bad: Option<(u8, ParseError)> = None;
+        // Kept as found, so routing never parses them again.
+        let mut routes = RouteSet::new();
+        let mut contacts = 0usize;
         for (i, f) in self.headers.iter().enumerate() {
             let (rank, err) = match f.name {
                 HeaderName::Via => (0, ParseError::BadVia),
@@ -110,7 +101,27 @@ impl SipMessage {
                         }
                         None => false,
                     },
-                    HeaderName::Contact => parse_contact(&self.raw, e, i).is_some(),
+                    HeaderName::Contact => match parse_contact(&self.raw, e, i) {
+                        Some(c) => {
+                            if contacts == 0 {
+                                let _ = self.first_contact.set(c);
+                            }
+                            contacts = contacts.saturating_add(1);
+                            true
+                        }
+                        None => false,
+                    },
+                    HeaderName::Route => match parse_name_addr(&self.raw, e.clone()) {
+                        Some(parts) => {
+                            routes.push(NameAddr {
+                                uri: parts.uri,
+                                range: e,
+                                field_index: i,
+                            });
+                            true
+                        }
+                        None => false,
+                    },
                     _ => parse_name_addr(&self.raw, e).is_some(),
                 }),
             };
@@ -123,6 +134,11 @@ impl SipMessage {
         }
         if vias == 0 {
             return Err(ParseError::BadVia);
+        }
+        // Every Route line was walked to its end (a broken one, or one
+        // before it, would be in `first_bad`): the set is whole.
+        if first_bad.is_none_or(|(rank, _)| rank > 1) {
+            let _ = self.routes.set(routes);
         }
         if vias == 1 {
             // Every Via parsed: there is no second one to look for later.

@@ -1,21 +1,23 @@
 //! Forwarding a request: the received bytes with the edits a proxy must
 //! make (RFC 3261 16.6), declared on a [`Splice`] and applied once.
 
-use std::collections::BTreeMap;
+use std::cell::Cell;
 use std::ops::Range;
 use std::time::Instant;
 
 use bytes::Bytes;
+use smallvec::SmallVec;
 
 use ringsync::config::Leg;
 
-use crate::digits;
+use crate::digits::{self, AsciiOut as _};
 use crate::edit::{EditError, Splice};
 use crate::flow::Flow;
 use crate::listener::ListenerCtx;
 use crate::message::{HeaderName, Method, SipMessage, StartLine};
 use crate::metrics as m;
 use crate::reply::{self, Reply};
+use crate::token::TokenKey;
 use crate::txn::{FlowOut, Hop, Inbound};
 use crate::uri::{host_ip, SipUri};
 
@@ -74,29 +76,27 @@ impl Core {
         // Record-Route and Max-Forwards first, then our Via right above the
         // client's: the Via stack stays contiguous, so a UAS that copies the
         // INVITE's Via lines as one block (uas_cancel.xml's 487) keeps them all.
-        let mut head = String::with_capacity(256);
-        if let Some(idx) = record_route {
-            self.push_record_routes(&mut head, req, idx, hop);
-        }
-        self.push_path(&mut head, req, hop);
-        if req.max_forwards.is_none() {
-            head.push_str("Max-Forwards: ");
-            head.push_str(DEFAULT_MAX_FORWARDS);
-            head.push_str("\r\n");
-        }
         // Right above the client's top Via line, wherever that line is.
         let via_at = msg
             .headers()
             .get(req.top_via.field_index)
             .map_or(at, |f| f.line.start);
-        if via_at == at {
-            self.push_via_line(&mut head, req, hop);
-            s.replace_owned(at..at, head);
-        } else {
-            s.replace_owned(at..at, head);
-            let mut via_line = String::with_capacity(96);
-            self.push_via_line(&mut via_line, req, hop);
-            s.replace_owned(via_at..via_at, via_line);
+        s.replace_with(at..at, |head| {
+            if let Some(idx) = record_route {
+                self.push_record_routes(head, req, idx, hop);
+            }
+            self.push_path(head, req, hop);
+            if req.max_forwards.is_none() {
+                head.push_str("Max-Forwards: ");
+                head.push_str(DEFAULT_MAX_FORWARDS);
+                head.push_str("\r\n");
+            }
+            if via_at == at {
+                self.push_via_line(head, req, hop);
+            }
+        });
+        if via_at != at {
+            s.replace_with(via_at..via_at, |line| self.push_via_line(line, req, hop));
         }
 
         // received / rport on the client's Via (RFC 3261 18.2.1, RFC 3581);
@@ -105,16 +105,17 @@ impl Core {
         let (via, peer) = (&req.top_via, req.inbound.peer());
         if via.rport.is_some() || via.received.is_some() || host_ip(via.host) != Some(peer.ip()) {
             if let Some(raw) = msg.raw().get(via.range.clone()) {
-                let stamped = reply::stamp_via(raw, via.rport.is_some(), peer);
-                s.replace_owned(via.range.clone(), stamped);
+                s.replace_with(via.range.clone(), |out| {
+                    reply::stamp_via_into(raw, via.rport.is_some(), peer, out);
+                });
             }
         }
 
         if let Some(n) = req.max_forwards {
-            if let Some(f) = msg.fields(HeaderName::MaxForwards).next() {
-                let mut value = Vec::with_capacity(4);
-                digits::push_decimal(&mut value, u64::from(n.saturating_sub(1)));
-                s.replace_owned(f.value.clone(), value);
+            if let Some(f) = msg.first_field(HeaderName::MaxForwards) {
+                s.replace_with(f.value.clone(), |value| {
+                    digits::push_decimal(value, u64::from(n.saturating_sub(1)));
+                });
             }
         }
         if hop.tcp {
@@ -132,11 +133,11 @@ impl Core {
     /// Appends the gate's Via line, with a branch derived from the client's, so a
     /// retransmission or CANCEL carries the same branch downstream; its
     /// address is the listener the request leaves from.
-    fn push_via_line(&self, line: &mut String, req: &Request<'_>, hop: Hop) {
+    fn push_via_line(&self, line: &mut Vec<u8>, req: &Request<'_>, hop: Hop) {
         let out = self.out_listener(req, hop);
         line.push_str("Via: SIP/2.0/");
         line.push_str(if hop.tcp { out.stream_via() } else { "UDP" });
-        line.push(' ');
+        line.push(b' ');
         line.push_str(&out.host);
         line.push_str(";branch=");
         self.branches.write(req.key, line);
@@ -153,18 +154,23 @@ impl Core {
     /// sender's, so each side's route set starts with a URI it can reach, and
     /// an in-dialog request names, in the gate's last Route, the transport of
     /// the leg it goes on.
-    fn push_record_routes(&self, head: &mut String, req: &Request<'_>, idx: usize, hop: Hop) {
-        let token = self.tokens.seal(
-            &req.site.config.instances[idx].id,
-            req.msg.call_id().unwrap_or_default(),
-        );
+    fn push_record_routes(&self, head: &mut Vec<u8>, req: &Request<'_>, idx: usize, hop: Hop) {
+        let token = Token {
+            key: &self.tokens,
+            instance: &req.site.config.instances[idx].id,
+            call_id: req.msg.call_id().unwrap_or_default(),
+            at: Cell::new(None),
+        };
         let inbound_tcp = matches!(req.inbound, Inbound::Tcp { .. });
+        // Parsed only when it can be `sips:` (a URI that does not parse is
+        // taken as not secure, as before).
         let sips = req
             .msg
             .request_uri()
+            .filter(|u| crate::uri::is_sips(u))
             .and_then(SipUri::parse)
             .is_some_and(|u| u.secure);
-        let push_rr = |head: &mut String, token: &str, l: &ListenerCtx, stream: bool| {
+        let push_rr = |head: &mut Vec<u8>, token: RrUser<'_>, l: &ListenerCtx, stream: bool| {
             push_rr(head, token, l, stream, sips)
         };
         if let Some(flow) = hop.flow {
@@ -173,9 +179,9 @@ impl Core {
             // in-dialog requests come back into it (RFC 5626 5.3).
             let out = self.out_listener(req, hop);
             let f = self.flow_of_hop(hop, flow);
-            push_rr(head, &token, out, hop.tcp);
+            push_rr(head, RrUser::Dialog(&token), out, hop.tcp);
             let ft = self.flows.seal(&f, req.listener.advertise);
-            push_rr(head, &ft, req.listener, inbound_tcp);
+            push_rr(head, RrUser::Flow(&ft), req.listener, inbound_tcp);
             return;
         }
         // A WebSocket client is reached through its flow or not at all
@@ -189,8 +195,8 @@ impl Core {
             // the instance's side (top) names the flow, the subscriber's
             // side the instance.
             let ft = self.flows.seal(&f, req.listener.advertise);
-            push_rr(head, &ft, req.listener, hop.tcp);
-            push_rr(head, &token, req.listener, inbound_tcp);
+            push_rr(head, RrUser::Flow(&ft), req.listener, hop.tcp);
+            push_rr(head, RrUser::Dialog(&token), req.listener, inbound_tcp);
             return;
         }
         let legs: &[bool] = if hop.tcp == inbound_tcp {
@@ -199,7 +205,7 @@ impl Core {
             &[hop.tcp, inbound_tcp]
         };
         for &tcp in legs {
-            push_rr(head, &token, req.listener, tcp);
+            push_rr(head, RrUser::Dialog(&token), req.listener, tcp);
         }
     }
 
@@ -207,7 +213,7 @@ impl Core {
     /// (RFC 3327, RFC 5626 5.2): the registrar sends the subscriber's
     /// requests to the gate with that Route, and the gate sends them into
     /// the flow. Above any Path already present, as a proxy adds its own.
-    fn push_path(&self, head: &mut String, req: &Request<'_>, hop: Hop) {
+    fn push_path(&self, head: &mut Vec<u8>, req: &Request<'_>, hop: Hop) {
         if req.method != Method::Register {
             return;
         }
@@ -221,7 +227,7 @@ impl Core {
         });
         head.push_str("Path: <sip:");
         head.push_str(&self.flows.seal(&f, req.listener.advertise));
-        head.push('@');
+        head.push(b'@');
         head.push_str(&req.listener.host);
         if hop.tcp {
             head.push_str(req.listener.stream_param());
@@ -289,7 +295,7 @@ fn wants_outbound(msg: &SipMessage) -> bool {
 
 /// One `Record-Route: <sip:TOKEN@host[;transport=tcp|tls];lr>` line for
 /// listener `l`; on a TLS leg of a `sips:` request, `<sips:TOKEN@host;lr>`.
-fn push_rr(head: &mut String, token: &str, l: &ListenerCtx, stream: bool, sips: bool) {
+fn push_rr(head: &mut Vec<u8>, user: RrUser<'_>, l: &ListenerCtx, stream: bool, sips: bool) {
     // `sips:` belongs to SIP over TLS; a WSS leg says `transport=wss`.
     let sips = sips && stream && l.tls && l.ws.is_none();
     head.push_str(if sips {
@@ -297,8 +303,11 @@ fn push_rr(head: &mut String, token: &str, l: &ListenerCtx, stream: bool, sips: 
     } else {
         "Record-Route: <sip:"
     });
-    head.push_str(token);
-    head.push('@');
+    match user {
+        RrUser::Dialog(t) => t.write(head),
+        RrUser::Flow(f) => head.push_str(f),
+    }
+    head.push(b'@');
     head.push_str(&l.host);
     if stream && !sips {
         head.push_str(l.stream_param());
@@ -306,20 +315,58 @@ fn push_rr(head: &mut String, token: &str, l: &ListenerCtx, stream: bool, sips: 
     head.push_str(";lr>\r\n");
 }
 
+/// The dialog token of a Record-Route, sealed where it is first written (no
+/// `String` of its own); a second Record-Route copies those bytes.
+struct Token<'a> {
+    key: &'a TokenKey,
+    instance: &'a str,
+    call_id: &'a [u8],
+    /// Where in the buffer it was first written.
+    at: Cell<Option<(usize, usize)>>,
+}
+
+impl Token<'_> {
+    fn write(&self, out: &mut Vec<u8>) {
+        if let Some((start, end)) = self.at.get() {
+            out.extend_from_within(start..end);
+            return;
+        }
+        let start = out.len();
+        self.key.seal_into(self.instance, self.call_id, out);
+        self.at.set(Some((start, out.len())));
+    }
+}
+
+/// The user part of a Record-Route the gate writes.
+#[derive(Clone, Copy)]
+enum RrUser<'a> {
+    /// The dialog token naming an instance.
+    Dialog(&'a Token<'a>),
+    /// A sealed flow token.
+    Flow(&'a str),
+}
+
 /// The Route edits: the gate's own Routes go, and under a strict router
 /// upstream (RFC 3261 16.4) the last Route goes too and becomes the
 /// Request-URI. Routes on one line go in one edit, so they never overlap.
 fn route_edits(req: &Request<'_>, s: &mut Splice<'_>) -> Result<(), EditError> {
-    let mut gone: BTreeMap<usize, Vec<Range<usize>>> = BTreeMap::new();
-    for r in req.own_routes().iter().chain(&req.strict) {
-        gone.entry(r.field_index).or_default().push(r.range.clone());
-    }
-    for (field, ranges) in gone {
-        s.remove_elements(field, &ranges)?;
+    // A few Routes (the gate's one or two, a strict router's last): held
+    // inline, grouped by line in order.
+    let mut gone: SmallVec<[(usize, Range<usize>); 4]> = req
+        .own_routes()
+        .iter()
+        .chain(&req.strict)
+        .map(|r| (r.field_index, r.range.clone()))
+        .collect();
+    gone.sort_by_key(|(field, _)| *field);
+    for line in gone.chunk_by(|a, b| a.0 == b.0) {
+        let ranges: SmallVec<[Range<usize>; 4]> = line.iter().map(|(_, r)| r.clone()).collect();
+        if let Some(&(field, _)) = line.first() {
+            s.remove_elements(field, &ranges)?;
+        }
     }
     if let (Some(last), StartLine::Request { uri, .. }) = (&req.strict, req.msg.start_line()) {
-        let new_uri = Bytes::copy_from_slice(req.msg.slice(last.uri.clone()));
-        s.replace(uri.clone(), new_uri);
+        s.replace(uri.clone(), req.msg.slice(last.uri.clone()));
     }
     Ok(())
 }
@@ -378,8 +425,13 @@ fn max_datagram(to: std::net::SocketAddr) -> usize {
 /// the datagram), so the gate adds it when relaying such a message to TCP.
 pub(super) fn stream_length(s: &mut Splice<'_>) {
     let msg = s.message();
-    if msg.fields(HeaderName::ContentLength).next().is_none() {
-        let line = format!("Content-Length: {}\r\n", msg.body().len());
-        s.append_header(Bytes::from(line));
+    if msg.first_field(HeaderName::ContentLength).is_none() {
+        let at = msg.header_end();
+        let len = msg.body().len();
+        s.replace_with(at..at, |line| {
+            line.extend_from_slice(b"Content-Length: ");
+            digits::push_decimal(line, u64::try_from(len).unwrap_or(u64::MAX));
+            line.extend_from_slice(b"\r\n");
+        });
     }
 }

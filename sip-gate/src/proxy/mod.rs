@@ -516,12 +516,15 @@ impl Core {
         } else {
             Received::Fresh
         };
-        self.handle_message(inbound, msg, now, how)
+        self.handle_message(inbound, &msg, now, how)
     }
 
     /// [`Core::handle`], for a message received as `how` says.
     fn handle_as(&self, inbound: Inbound, data: Bytes, now: Instant, how: Received) -> Action {
-        match SipMessage::scan(data) {
+        // Borrowed where it was scanned: the view is some hundred bytes,
+        // which a move out of the `Result` would copy.
+        let scanned = SipMessage::scan(data);
+        match &scanned {
             Ok(msg) => self.handle_message(inbound, msg, now, how),
             Err(_) => {
                 m::dropped("unparseable");
@@ -533,7 +536,7 @@ impl Core {
     fn handle_message(
         &self,
         inbound: Inbound,
-        msg: SipMessage,
+        msg: &SipMessage,
         now: Instant,
         how: Received,
     ) -> Action {
@@ -546,9 +549,9 @@ impl Core {
         };
         if !msg.is_request() {
             if let Err(e) = msg.validate() {
-                return self.bad_message(inbound, &msg, e);
+                return self.bad_message(inbound, msg, e);
             }
-            return self.response(inbound, &site, &msg, now);
+            return self.response(inbound, &site, msg, now);
         }
         // Who is asking, before anything is parsed further or answered
         // (R-SEC-4): a refused source gets its refusal, never a parser's
@@ -558,12 +561,12 @@ impl Core {
             return match source.refused {
                 Some(r) => {
                     let mname = m::method_label(msg.method().unwrap_or(Method::Other));
-                    self.refuse_source(inbound, &msg, r, mname)
+                    self.refuse_source(inbound, msg, r, mname)
                 }
-                None => self.bad_message(inbound, &msg, e),
+                None => self.bad_message(inbound, msg, e),
             };
         }
-        self.request(inbound, (&site, listener, &view), &msg, (now, how, source))
+        self.request(inbound, (&site, listener, &view), msg, (now, how, source))
     }
 }
 

@@ -41,7 +41,7 @@ pub(super) struct Request<'a> {
     pub(super) key: u64,
     /// The route set; under a strict router, without its last value (which
     /// is the Request-URI to forward with, `strict`).
-    pub(super) routes: Vec<NameAddr>,
+    pub(super) routes: &'a [NameAddr],
     /// How many Routes at the top name the gate itself.
     pub(super) ours: usize,
     /// A strict router upstream put the gate's Record-Route into the
@@ -132,8 +132,8 @@ impl Core {
         let bad = |reason| answer(&Reply::reason(400, reason), "bad_request");
         if msg.call_id().is_none()
             || msg.cseq().is_none()
-            || msg.fields(HeaderName::From).next().is_none()
-            || msg.fields(HeaderName::To).next().is_none()
+            || msg.first_field(HeaderName::From).is_none()
+            || msg.first_field(HeaderName::To).is_none()
         {
             return Err(bad("Missing Mandatory Header"));
         }
@@ -166,7 +166,7 @@ impl Core {
             key: self.branches.txn_key(msg, &top_via),
             top_via,
             max_forwards,
-            routes: msg.routes(),
+            routes: msg.route_set(),
             ours: 0,
             strict: None,
             token: None,
@@ -221,7 +221,16 @@ impl Core {
         if req.routes.is_empty() {
             return;
         }
-        let Some(uri) = req.msg.request_uri().and_then(SipUri::parse) else {
+        // A token of the gate's is the URI's user part, right after its
+        // scheme: a Request-URI without one (nearly every in-dialog
+        // request's) is no Record-Route of the gate's, unparsed.
+        let Some(raw) = req.msg.request_uri() else {
+            return;
+        };
+        if !crate::uri::after_sip_scheme(raw).is_some_and(crate::token::may_be_token) {
+            return;
+        }
+        let Some(uri) = SipUri::parse(raw) else {
             return;
         };
         if !uri
@@ -231,7 +240,10 @@ impl Core {
             return;
         }
         if let Some(Ok(idx)) = uri.user.map(|user| self.open_token(req.msg, user, view)) {
-            req.strict = req.routes.pop();
+            if let Some((last, rest)) = req.routes.split_last() {
+                req.strict = Some(last.clone());
+                req.routes = rest;
+            }
             req.token = Some(Ok(idx));
             req.leg_tcp = Some(uri.wants_tcp());
         }
@@ -242,7 +254,7 @@ impl Core {
     /// as its outbound proxy), opens the first token and the first flow
     /// token among them and notes the transport of the last one with a token.
     fn own_routes(&self, req: &mut Request<'_>, view: &DrainView) {
-        for r in &req.routes {
+        for r in req.routes {
             let Some(uri) = req.msg.raw().get(r.uri.clone()).and_then(SipUri::parse) else {
                 break;
             };

@@ -31,7 +31,7 @@ enum SubState {
 }
 
 fn subscription_state(msg: &SipMessage) -> SubState {
-    let Some(f) = msg.fields(HeaderName::SubscriptionState).next() else {
+    let Some(f) = msg.first_field(HeaderName::SubscriptionState) else {
         return SubState::Absent;
     };
     let raw: &[u8] = msg.raw();
