@@ -22,6 +22,7 @@ use crate::message::SipMessage;
 use crate::metrics as m;
 use crate::overload::{self, BatchSizes, IntakeMeter, IntakeWaits, MAX_BATCH};
 use crate::txn::Inbound;
+use ringsync::capture::Transport;
 
 /// The automatic worker count's ceiling unless `[overload]
 /// udp_workers_max` says (`workers.rs`): as many as the cores this process
@@ -129,9 +130,15 @@ fn serve_batch(
     later: &mut Vec<(Sender, SipMessage)>,
 ) {
     let alone = batch.len() == 1;
+    let capture = net.core.capture();
+    let local = net.udp_local.get(listener).copied().flatten();
     for Datagram { data, from } in batch.drain(..) {
         if data.iter().all(|&b| b == b'\r' || b == b'\n' || b == 0) {
             continue; // keep-alive datagram (RFC 5626 4.4.1 style) or empty
+        }
+        // Every message as received, before it is parsed or refused.
+        if let (true, Some(local)) = (capture.is_on(), local) {
+            capture.sip(listener, Transport::Udp, (from.peer, local), &data);
         }
         let Ok(msg) = SipMessage::scan(data) else {
             m::dropped("unparseable");

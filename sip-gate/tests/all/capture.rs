@@ -1,0 +1,418 @@
+//! `[capture]` through the `sip-gate` binary with real receivers: sngrep
+//! as the HEP collector (it decodes each packet and writes the message it
+//! carries with the packet's addresses, ports and time), tshark capturing
+//! the loopback wire beside it, and tshark reading both. SIPp calls over
+//! UDP and a TLS client's call: every message of each call on both legs,
+//! byte for byte and in the order the wire saw, every HEP field the gate
+//! sets readable with no malformed packet, and a collector gone in the
+//! middle of load costs no call (R-CAP-1).
+//!
+//! Debian's tshark (Wireshark 4.0) has no HEP dissector, so its HEP fields
+//! are read with `capture/hep3.lua`, a dissector of the HEP v3 chunks that
+//! flags a chunk of the wrong size or past the packet as malformed.
+//!
+//! Addresses: `127.63.N.0/24`, one N per test; the gate on `.1` (port
+//! 5060, TLS 5061), the instance's SIPp on `.11`, callers on `.100`, the
+//! collector on `.50:9060`.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::common::ip;
+use testbed::bins::Node;
+use testbed::hep::{fields, Sngrep, TsharkCapture};
+use testbed::{wait_for, Scenario, Sipp, Transport};
+
+const COLLECTOR_PORT: u16 = 9060;
+
+fn collector(net: (u8, u8)) -> SocketAddr {
+    SocketAddr::new(ip(net, 50), COLLECTOR_PORT)
+}
+
+fn lua() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/all/capture/hep3.lua")
+}
+
+/// A site with one sg on `.11:5060` behind a UDP balance listener on
+/// `.1:5060`, capturing to the collector, node `gate-a` with agent id 2002.
+fn site(net: (u8, u8)) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        r#"[site]
+name = "cap-{n}"
+secret = "capture-integration-test-secret-{n}"
+
+[health]
+interval_ms = 0
+
+[capture]
+collectors = ["udp:{collector}"]
+agent_id = 2001
+agents = {{ gate-a = 2002 }}
+
+[[server]]
+name = "srv-0"
+[[instance]]
+id = "sg-0"
+service = "sg"
+server = "srv-0"
+sip = "{sg}"
+
+[[listener]]
+name = "subs"
+bind = "{gate}"
+transports = ["udp"]
+mode = "balance"
+pool = "sg"
+leg = "subscriber"
+"#,
+        n = net.1,
+        collector = collector(net),
+        sg = SocketAddr::new(ip(net, 11), 5060),
+        gate = SocketAddr::new(ip(net, 1), 5060),
+    );
+    let path = dir.path().join("site.toml");
+    std::fs::write(&path, text).unwrap();
+    (dir, path)
+}
+
+fn gate(site: &Path, net: (u8, u8)) -> Node {
+    let mut g = Node::gate(site)
+        .admin(SocketAddr::new(ip(net, 1), 9091))
+        .args(["--node", "gate-a"])
+        .start()
+        .unwrap();
+    g.wait_ready().unwrap();
+    g
+}
+
+/// One SIP message as a capture shows it.
+#[derive(Debug, Clone, PartialEq)]
+struct Msg {
+    src: String,
+    dst: String,
+    /// Hex, as tshark prints `udp.payload`.
+    payload: String,
+    time: f64,
+}
+
+/// The SIP messages of `pcap` (frames whose UDP ports are not the
+/// collector's), in capture order.
+fn messages(pcap: &Path) -> Vec<Msg> {
+    let display = format!("sip && !(udp.port == {COLLECTOR_PORT})");
+    let f = [
+        "ip.src",
+        "udp.srcport",
+        "ip.dst",
+        "udp.dstport",
+        "udp.payload",
+        "frame.time_epoch",
+    ];
+    fields(pcap, &[], &display, &f)
+        .unwrap()
+        .into_iter()
+        .map(|r| Msg {
+            src: format!("{}:{}", r[0], r[1]),
+            dst: format!("{}:{}", r[2], r[3]),
+            payload: r[4].clone(),
+            time: r[5].parse().unwrap(),
+        })
+        .collect()
+}
+
+/// Messages grouped by hop (the two ends, in either direction), each hop's
+/// in order, without their times.
+fn by_hop(msgs: &[Msg]) -> BTreeMap<(String, String), Vec<(String, String)>> {
+    let mut hops: BTreeMap<_, Vec<_>> = BTreeMap::new();
+    for m in msgs {
+        let key = if m.src < m.dst {
+            (m.src.clone(), m.dst.clone())
+        } else {
+            (m.dst.clone(), m.src.clone())
+        };
+        hops.entry(key)
+            .or_default()
+            .push((m.src.clone(), m.payload.clone()));
+    }
+    hops
+}
+
+/// No frame of `pcap` is malformed, HEP decoded on the collector's port.
+fn assert_not_malformed(pcap: &Path) {
+    let script = format!("lua_script:{}", lua().display());
+    let decode = format!("udp.port=={COLLECTOR_PORT},hep3");
+    let bad = fields(
+        pcap,
+        &["-X", &script, "-d", &decode],
+        "_ws.malformed || _ws.expert.severity == error",
+        &["frame.number"],
+    )
+    .unwrap();
+    assert!(bad.is_empty(), "malformed frames: {bad:?}");
+}
+
+/// The HEP fields of every HEP packet in `pcap`: agent id, correlation id,
+/// the Call-ID of the SIP payload, protocol type, IP protocol, family.
+fn hep_fields(pcap: &Path) -> Vec<Vec<String>> {
+    let script = format!("lua_script:{}", lua().display());
+    let decode = format!("udp.port=={COLLECTOR_PORT},hep3");
+    fields(
+        pcap,
+        &["-X", &script, "-d", &decode],
+        "hep3",
+        &[
+            "hep3.agent_id",
+            "hep3.correlation_id",
+            "sip.Call-ID",
+            "hep3.proto_type",
+            "hep3.ip_proto",
+            "hep3.ip_family",
+            "hep3.ts_sec",
+        ],
+    )
+    .unwrap()
+}
+
+/// SIPp calls over UDP through the gate: the collector's pcap holds every
+/// message the wire carried on both legs (UAC-gate, gate-sg), byte for
+/// byte, hop by hop in the wire's order, at the wire's time (within
+/// 200 ms); every HEP packet carries the node's agent id, the Call-ID as
+/// correlation id, protocol type SIP over UDP/IPv4, and none is malformed.
+#[test]
+fn r_cap_1_udp_calls_both_legs_byte_for_byte_to_sngrep() {
+    let net = (63, 1);
+    let (_dir, site) = site(net);
+    let sngrep = Sngrep::collect(collector(net)).unwrap();
+    let wire = TsharkCapture::start("lo", &format!("net 127.{}.{}.0/24", net.0, net.1)).unwrap();
+    let gate = gate(&site, net);
+    let uas = Sipp::new(Scenario::repo("uas_call"))
+        .local(ip(net, 11), 5060)
+        .timeout(Duration::from_secs(60))
+        .spawn()
+        .unwrap();
+    let report = Sipp::new(Scenario::repo("uac_call"))
+        .local_ip(ip(net, 100))
+        .remote(SocketAddr::new(ip(net, 1), 5060))
+        .calls(10)
+        .rate(10)
+        .timeout(Duration::from_secs(60))
+        .spawn()
+        .unwrap()
+        .wait(Duration::from_secs(60))
+        .unwrap();
+    assert_eq!((report.successful, report.failed), (10, 0), "{report:?}");
+    drop(uas);
+    let sent = r#"sipgate_capture_sent_total{collector="udp:127.63.1.50:9060"}"#;
+    let hep_total = wait_for("copies sent", Duration::from_secs(5), || {
+        let n = gate.metric(sent).ok()?;
+        let again = {
+            std::thread::sleep(Duration::from_millis(300));
+            gate.metric(sent).ok()?
+        };
+        (n > 0.0 && n == again).then_some(n)
+    })
+    .unwrap();
+    let hep = sngrep.stop().unwrap();
+    let wire = wire.stop().unwrap();
+
+    let on_wire = messages(wire.path());
+    let captured = messages(hep.path());
+    // 10 calls of INVITE/100/180/200/ACK, re-INVITE/200/ACK, BYE/200 on
+    // two legs (the gate's own 100 on the first): at least 150 messages.
+    assert!(on_wire.len() >= 150, "{} on the wire", on_wire.len());
+    assert_eq!(captured.len(), on_wire.len(), "every message captured once");
+    let hops = by_hop(&on_wire);
+    assert_eq!(hops.len(), 2, "two legs: {:?}", hops.keys());
+    assert_eq!(by_hop(&captured), hops, "each leg byte for byte, in order");
+    // At the wire's time: each copy against the same message on the wire.
+    let mut times: BTreeMap<(&str, &str, &str), Vec<f64>> = BTreeMap::new();
+    for w in on_wire.iter().rev() {
+        let key = (w.src.as_str(), w.dst.as_str(), w.payload.as_str());
+        times.entry(key).or_default().push(w.time);
+    }
+    for c in &captured {
+        let key = (c.src.as_str(), c.dst.as_str(), c.payload.as_str());
+        let wire_time = times.get_mut(&key).and_then(Vec::pop).expect("on the wire");
+        assert!(
+            (wire_time - c.time).abs() < 0.2,
+            "{c:?} on the wire at {wire_time}"
+        );
+    }
+    assert_eq!(hep_total as usize, captured.len());
+    let dropped = r#"sipgate_capture_dropped_total{reason="queue_full"}"#;
+    assert_eq!(gate.metric(dropped).unwrap(), 0.0);
+
+    let packets = hep_fields(wire.path());
+    assert_eq!(packets.len(), captured.len());
+    for p in &packets {
+        assert_eq!(p[0], "2002", "the agent id of node gate-a: {p:?}");
+        assert!(
+            !p[1].is_empty() && p[1] == p[2],
+            "correlation id = Call-ID: {p:?}"
+        );
+        assert_eq!(&p[3..6], ["1", "17", "2"], "SIP, UDP, IPv4: {p:?}");
+    }
+    assert_not_malformed(wire.path());
+    assert_not_malformed(hep.path());
+}
+
+/// The collector goes away in the middle of load and comes back: no call
+/// fails, the copies meanwhile are counted as dropped (`collector_down`:
+/// the kernel reports its port closed), and capture resumes: calls made
+/// after it is back are in its new pcap. The gate started while nothing
+/// listened on the collector's address (not an error).
+#[test]
+fn r_cap_1_a_collector_gone_costs_no_call_and_capture_resumes() {
+    let net = (63, 2);
+    let (_dir, site) = site(net);
+    let gate = gate(&site, net);
+    let _uas = Sipp::new(Scenario::repo("uas_call"))
+        .local(ip(net, 11), 5060)
+        .timeout(Duration::from_secs(90))
+        .spawn()
+        .unwrap();
+    let first = Sngrep::collect(collector(net)).unwrap();
+    let uac = Sipp::new(Scenario::repo("uac_call"))
+        .local_ip(ip(net, 100))
+        .remote(SocketAddr::new(ip(net, 1), 5060))
+        .transport(Transport::Udp)
+        .calls(80)
+        .rate(20)
+        .timeout(Duration::from_secs(60))
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1200));
+    let first = first.stop().unwrap();
+    let down = r#"sipgate_capture_dropped_total{reason="collector_down"}"#;
+    wait_for("copies dropped", Duration::from_secs(5), || {
+        (gate.metric(down).ok()? > 0.0).then_some(())
+    })
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let second = Sngrep::collect(collector(net)).unwrap();
+    let report = uac.wait(Duration::from_secs(60)).unwrap();
+    assert_eq!((report.successful, report.failed), (80, 0), "{report:?}");
+    std::thread::sleep(Duration::from_millis(500));
+    let second = second.stop().unwrap();
+    let before = messages(first.path());
+    let after = messages(second.path());
+    assert!(!before.is_empty(), "captured before the collector went");
+    assert!(
+        after.len() > 50,
+        "capture resumed: {} messages",
+        after.len()
+    );
+    let dropped = gate.metric(down).unwrap();
+    assert!(dropped > 0.0, "{dropped}");
+}
+
+fn hex(s: &str) -> String {
+    s.bytes().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A call from a TLS client through the gate to a SIPp UAS over UDP: the
+/// collector holds the TLS leg decrypted, each message byte for byte as
+/// the client sent or received it, in that order, marked TCP (HEP IP
+/// protocol 6), and the UDP leg to the instance beside it.
+#[test]
+fn r_cap_1_tls_leg_is_captured_decrypted_byte_for_byte() {
+    use crate::tls::peer::{self, header, record_routes};
+    use crate::tls::request;
+    const T: Duration = Duration::from_secs(5);
+    let net = (63, 3);
+    let extra = format!("\n[capture]\ncollectors = [\"udp:{}\"]\n", collector(net));
+    let site = crate::tls::Site::with(net, 1000, &extra);
+    let sngrep = Sngrep::collect(collector(net)).unwrap();
+    let hep_wire = TsharkCapture::start(
+        "lo",
+        &format!(
+            "udp and dst host {} and dst port {COLLECTOR_PORT}",
+            ip(net, 50)
+        ),
+    )
+    .unwrap();
+    let _gate = site.gate();
+    let uas = Sipp::new(Scenario::repo("uas_call"))
+        .local(ip(net, 11), 5060)
+        .calls(1)
+        .timeout(Duration::from_secs(30))
+        .spawn()
+        .unwrap();
+    let mut c = peer::connect(site.sip(), &site.ca.pem);
+    // What the client saw, in order: (sent by it, the bytes).
+    let mut seen: Vec<(bool, String)> = Vec::new();
+    let send = |c: &mut peer::Client, m: String, seen: &mut Vec<(bool, String)>| {
+        c.send(&m);
+        seen.push((true, m));
+    };
+    let until_final = |c: &mut peer::Client, seen: &mut Vec<(bool, String)>| loop {
+        let m = c.recv(T).expect("a response");
+        seen.push((false, m.clone()));
+        if !m.starts_with("SIP/2.0 1") {
+            return m;
+        }
+    };
+    let ruri = format!("sips:bob@{}", site.sip());
+    let to = "To: <sips:bob@example.com>\r\n";
+    let m = request(&c, "INVITE", &ruri, "cap", 1, to);
+    send(&mut c, m, &mut seen);
+    let ok = until_final(&mut c, &mut seen);
+    assert!(ok.starts_with("SIP/2.0 200"), "{ok}");
+    let rr = record_routes(&ok);
+    let route = format!("Route: <{}>, <{}>\r\n", rr[1], rr[0]);
+    let target = header(&ok, "Contact")
+        .unwrap()
+        .trim_matches(|c| c == '<' || c == '>')
+        .to_owned();
+    let dialog = format!("{route}To: {}\r\n", header(&ok, "To").unwrap());
+    let m = request(&c, "ACK", &target, "cap", 1, &dialog);
+    send(&mut c, m, &mut seen);
+    let m = request(&c, "INVITE", &target, "cap", 2, &dialog);
+    send(&mut c, m, &mut seen);
+    assert!(until_final(&mut c, &mut seen).starts_with("SIP/2.0 200"));
+    let m = request(&c, "ACK", &target, "cap", 2, &dialog);
+    send(&mut c, m, &mut seen);
+    let m = request(&c, "BYE", &target, "cap", 3, &dialog);
+    send(&mut c, m, &mut seen);
+    assert!(until_final(&mut c, &mut seen).starts_with("SIP/2.0 200"));
+    let report = uas.wait(Duration::from_secs(10)).unwrap();
+    assert_eq!((report.successful, report.failed), (1, 0), "{report:?}");
+    std::thread::sleep(Duration::from_millis(500));
+    let hep = sngrep.stop().unwrap();
+    let hep_wire = hep_wire.stop().unwrap();
+
+    let client = c.local().to_string();
+    let captured = messages(hep.path());
+    let tls_leg: Vec<(bool, String)> = captured
+        .iter()
+        .filter(|m| m.src == client || m.dst == client)
+        .map(|m| (m.src == client, m.payload.clone()))
+        .collect();
+    let expected: Vec<(bool, String)> = seen.iter().map(|(s, m)| (*s, hex(m))).collect();
+    assert_eq!(tls_leg, expected, "the TLS leg as the client saw it");
+    let sg = SocketAddr::new(ip(net, 11), 5060).to_string();
+    let udp_leg = captured
+        .iter()
+        .filter(|m| m.src == sg || m.dst == sg)
+        .count();
+    assert!(udp_leg >= 9, "the leg to the instance: {udp_leg} messages");
+
+    let script = format!("lua_script:{}", lua().display());
+    let decode = format!("udp.port=={COLLECTOR_PORT},hep3");
+    let port = c.local().port().to_string();
+    let protos: Vec<String> = fields(
+        hep_wire.path(),
+        &["-X", &script, "-d", &decode],
+        &format!("hep3.src_port == {port} || hep3.dst_port == {port}"),
+        &["hep3.ip_proto"],
+    )
+    .unwrap()
+    .into_iter()
+    .map(|r| r[0].clone())
+    .collect();
+    assert_eq!(protos.len(), expected.len());
+    assert!(protos.iter().all(|p| p == "6"), "{protos:?}");
+    assert_not_malformed(hep_wire.path());
+}
