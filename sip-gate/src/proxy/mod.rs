@@ -141,7 +141,7 @@ pub struct Core {
     born: Instant,
     /// Copies of every message to the `[capture]` collectors, swapped
     /// with the site.
-    capture: ringsync::capture::Capture,
+    capture: Arc<ringsync::capture::Capture>,
 }
 
 impl std::fmt::Debug for Core {
@@ -183,10 +183,10 @@ impl Core {
         let site =
             Site::build(config.clone(), None, now).map_err(|e| CoreError::UnknownInstance(e.0))?;
         m::register_at_start();
-        let capture = ringsync::capture::Capture::new(ringsync::capture::Names {
+        let capture = Arc::new(ringsync::capture::Capture::new(ringsync::capture::Names {
             sent: m::CAPTURE_SENT,
             dropped: m::CAPTURE_DROPPED,
-        });
+        }));
         capture.apply(&config);
         Ok(Core {
             capture,
@@ -258,7 +258,7 @@ impl Core {
     }
 
     /// The capture of messages to HEP collectors (`[capture]`).
-    pub fn capture(&self) -> &ringsync::capture::Capture {
+    pub fn capture(&self) -> &Arc<ringsync::capture::Capture> {
         &self.capture
     }
 

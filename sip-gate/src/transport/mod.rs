@@ -151,7 +151,13 @@ pub(crate) fn spawn(
     let threads = workers::start(&net, udp_sockets, plan, &shutdown)?;
     if let Some((idx, sock)) = probe_socket {
         if let Some(prober) = core.prober(idx) {
-            tracker.spawn(crate::health::run(prober, sock, shutdown.clone()));
+            // The probes are copied as sent from this listener's socket.
+            let tap = net.udp_local[idx].map(|local| crate::health::Tap {
+                capture: core.capture().clone(),
+                listener: idx,
+                local,
+            });
+            tracker.spawn(crate::health::run(prober, sock, tap, shutdown.clone()));
         }
     }
     tracker.spawn(sweeper(core, shutdown));

@@ -416,3 +416,88 @@ fn r_cap_1_tls_leg_is_captured_decrypted_byte_for_byte() {
     assert!(protos.iter().all(|p| p == "6"), "{protos:?}");
     assert_not_malformed(hep_wire.path());
 }
+
+/// A request the gate answers itself (`483`: Max-Forwards 0), from a raw
+/// UDP socket acting as the UA.
+fn refused_invite(call: &str, ua: &std::net::UdpSocket, gate: SocketAddr) -> (String, String) {
+    let local = ua.local_addr().unwrap();
+    let req = format!(
+        "INVITE sip:bob@{gate} SIP/2.0\r\nVia: SIP/2.0/UDP {local};branch=z9hG4bK-{call}\r\n\
+         Max-Forwards: 0\r\nFrom: <sip:alice@{local}>;tag=a-{call}\r\nTo: <sip:bob@{gate}>\r\n\
+         Call-ID: {call}\r\nCSeq: 1 INVITE\r\nContact: <sip:alice@{local}>\r\nContent-Length: 0\r\n\r\n"
+    );
+    ua.send_to(req.as_bytes(), gate).unwrap();
+    let mut buf = [0u8; 4096];
+    let (n, _) = ua.recv_from(&mut buf).expect("an answer");
+    let answer = String::from_utf8_lossy(&buf[..n]).into_owned();
+    assert!(answer.starts_with("SIP/2.0 483"), "{answer}");
+    (req, answer)
+}
+
+/// `[capture]` follows reloads: a gate started without it captures
+/// nothing; SIGHUP with it added captures what follows, the answers the
+/// gate makes itself (483) and its health probes included, byte for byte;
+/// SIGHUP with it removed stops.
+#[test]
+fn r_cap_1_applies_on_reload_with_the_gates_own_answers_and_probes() {
+    let net = (63, 4);
+    let (dir, site) = site(net);
+    let with = std::fs::read_to_string(&site).unwrap();
+    let without = with.replace("[capture]", "[unused]").replace(
+        "[unused]\ncollectors = [\"udp:127.63.4.50:9060\"]\nagent_id = 2001\nagents = { gate-a = 2002 }\n",
+        "",
+    );
+    assert!(!without.contains("collectors"), "{without}");
+    // Probes every 200 ms to the instance, a raw socket here.
+    let probing = |t: &str| t.replace("interval_ms = 0", "interval_ms = 200");
+    std::fs::write(&site, probing(&without)).unwrap();
+    let sg = std::net::UdpSocket::bind(SocketAddr::new(ip(net, 11), 5060)).unwrap();
+    sg.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let ua = std::net::UdpSocket::bind(SocketAddr::new(ip(net, 100), 0)).unwrap();
+    ua.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let sngrep = Sngrep::collect(collector(net)).unwrap();
+    let gate = gate(&site, net);
+    let to = SocketAddr::new(ip(net, 1), 5060);
+    refused_invite("before-capture", &ua, to);
+
+    std::fs::write(&site, probing(&with)).unwrap();
+    crate::reload::sighup(&gate, "applied");
+    let (req, answer) = refused_invite("with-capture", &ua, to);
+    let mut probes = Vec::new();
+    let mut buf = [0u8; 4096];
+    while probes.len() < 3 {
+        let (n, _) = sg.recv_from(&mut buf).expect("a probe");
+        probes.push(hex(&String::from_utf8_lossy(&buf[..n])));
+    }
+    std::fs::write(&site, probing(&without)).unwrap();
+    crate::reload::sighup(&gate, "applied");
+    refused_invite("after-capture", &ua, to);
+    std::thread::sleep(Duration::from_millis(500));
+    let hep = sngrep.stop().unwrap();
+    drop(dir);
+
+    let captured = messages(hep.path());
+    let ua_addr = ua.local_addr().unwrap().to_string();
+    let ua_leg: Vec<(bool, String)> = captured
+        .iter()
+        .filter(|m| m.src == ua_addr || m.dst == ua_addr)
+        .map(|m| (m.src == ua_addr, m.payload.clone()))
+        .collect();
+    assert_eq!(
+        ua_leg,
+        [(true, hex(&req)), (false, hex(&answer))],
+        "only the exchange while [capture] was in force"
+    );
+    let sg_addr = SocketAddr::new(ip(net, 11), 5060).to_string();
+    let captured_probes: Vec<&Msg> = captured.iter().filter(|m| m.dst == sg_addr).collect();
+    assert!(!captured_probes.is_empty(), "the probes are captured");
+    for p in &captured_probes {
+        assert_eq!(p.src, to.to_string(), "sent from the listener");
+    }
+    assert!(
+        probes
+            .iter()
+            .any(|p| captured_probes.iter().any(|c| &c.payload == p)),
+        "a probe as the instance received it"
+    );
+}
