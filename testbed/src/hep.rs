@@ -176,3 +176,16 @@ pub fn fields(
         .map(|l| l.split('|').map(str::to_owned).collect())
         .collect())
 }
+
+/// The tshark arguments that decode UDP port `port` as HEP v3 with
+/// `hep3.lua` (fields `hep3.agent_id`, `hep3.correlation_id`,
+/// `hep3.proto_type`, `hep3.ip_proto`, `hep3.src_port`, ...).
+pub fn hep_args(port: u16) -> Vec<String> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/hep3.lua");
+    vec![
+        "-X".into(),
+        format!("lua_script:{}", script.display()),
+        "-d".into(),
+        format!("udp.port=={port},hep3"),
+    ]
+}

@@ -34,13 +34,21 @@ pub enum Transport {
 }
 
 /// What a copy is.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     /// A SIP message (HEP protocol type 1, correlated by its Call-ID).
     Sip,
-    /// A log record (HEP protocol type 100) correlated by this id.
-    Log(Option<Bytes>),
+    /// A log record (HEP protocol type 100), correlated by the daemon's
+    /// [`Correlate`].
+    Log,
 }
+
+/// How a log record's correlation id is found, off the message path:
+/// from its bytes, a key that ties an answer to its request (media-ctl:
+/// the ng cookie) and the id itself when the record carries it (the
+/// call-id of an ng command). An answer without an id gets the id its
+/// request had under the same key.
+pub type Correlate = fn(&[u8]) -> (Option<&[u8]>, Option<&[u8]>);
 
 /// One message copied for the collectors.
 #[derive(Debug, Clone)]
@@ -85,6 +93,9 @@ pub struct Capture {
     on: AtomicBool,
     tap: ArcSwapOption<Tap>,
     names: Names,
+    /// Set for a daemon that sends log records (media-ctl): it follows
+    /// `[capture] media`.
+    correlate: Option<Correlate>,
     state: Mutex<State>,
 }
 
@@ -109,12 +120,24 @@ impl std::fmt::Debug for Capture {
 }
 
 impl Capture {
-    /// A capture that sends nothing until a config with `[capture]` is applied.
+    /// A capture of SIP messages that sends nothing until a config with
+    /// `[capture]` is applied.
     pub fn new(names: Names) -> Capture {
+        Capture::with(names, None)
+    }
+
+    /// A capture of log records (media-ctl's ng traffic), correlated by
+    /// `correlate`; on only while `[capture] media` is true.
+    pub fn for_logs(names: Names, correlate: Correlate) -> Capture {
+        Capture::with(names, Some(correlate))
+    }
+
+    fn with(names: Names, correlate: Option<Correlate>) -> Capture {
         Capture {
             on: AtomicBool::new(false),
             tap: ArcSwapOption::empty(),
             names,
+            correlate,
             state: Mutex::new(State::default()),
         }
     }
@@ -143,7 +166,11 @@ impl Capture {
         let Some(config) = state.config.clone() else {
             return;
         };
-        let Some(cfg) = &config.capture else {
+        let wanted = config
+            .capture
+            .as_ref()
+            .filter(|c| self.correlate.is_none() || c.media);
+        let Some(cfg) = wanted else {
             self.on.store(false, Ordering::Relaxed);
             self.tap.store(None);
             if state.running.take().is_some() {
@@ -170,7 +197,7 @@ impl Capture {
             .map(|l| cfg.listeners.is_empty() || cfg.listeners.contains(&l.name))
             .collect();
         let (tx, rx) = mpsc::channel(cfg.queue);
-        let sender = send::Sender::new(cfg, agent, self.names);
+        let sender = send::Sender::new(cfg, agent, self.names, self.correlate);
         runtime.spawn(sender.run(rx));
         let collectors: Vec<String> = cfg.collectors.iter().map(ToString::to_string).collect();
         tracing::info!(
@@ -205,12 +232,13 @@ impl Capture {
         }
     }
 
-    /// A log record (media-ctl's ng command or answer) from `src` to `dst`,
-    /// correlated by `id`.
-    pub fn log(&self, (src, dst): (SocketAddr, SocketAddr), id: Option<Bytes>, payload: &Bytes) {
+    /// A log record (media-ctl's ng command or answer) from `src` to `dst`
+    /// over UDP; its bytes are copied only while capture is on.
+    #[inline]
+    pub fn log(&self, (src, dst): (SocketAddr, SocketAddr), payload: &[u8]) {
         if self.is_on() {
-            let kind = Kind::Log(id);
-            self.push(None, Transport::Udp, (src, dst), kind, payload);
+            let bytes = Bytes::copy_from_slice(payload);
+            self.push(None, Transport::Udp, (src, dst), Kind::Log, &bytes);
         }
     }
 

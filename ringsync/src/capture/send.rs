@@ -7,6 +7,7 @@
 //! connects, writes, and reconnects after a loss, and while it is not
 //! connected its copies are dropped as `collector_down`.
 
+use std::collections::HashMap;
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,7 +21,7 @@ use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
 use super::hep::{self, Record};
-use super::{wanted, Copy, Kind, Names, Transport};
+use super::{wanted, Copy, Correlate, Kind, Names, Transport};
 use crate::config::{CaptureConfig, Collector, CollectorTransport};
 
 /// How long a collector that could not be reached is left before the
@@ -45,10 +46,22 @@ pub(super) struct Sender {
     agent: u32,
     names: Names,
     drops: Drops,
+    correlate: Option<Correlate>,
+    /// The ids of log records' requests by key, for their answers;
+    /// cleared when it reaches [`MAX_KEYS`] (an answer then goes without).
+    ids: HashMap<Vec<u8>, Vec<u8>>,
 }
 
+/// The most request keys remembered for their answers.
+const MAX_KEYS: usize = 16_384;
+
 impl Sender {
-    pub(super) fn new(cfg: &CaptureConfig, agent: u32, names: Names) -> Sender {
+    pub(super) fn new(
+        cfg: &CaptureConfig,
+        agent: u32,
+        names: Names,
+        correlate: Option<Correlate>,
+    ) -> Sender {
         let drop = |reason: &'static str| metrics::counter!(names.dropped, "reason" => reason);
         Sender {
             cfg: cfg.clone(),
@@ -59,12 +72,30 @@ impl Sender {
                 down: drop("collector_down"),
                 too_big: drop("too_big"),
             },
+            correlate,
+            ids: HashMap::new(),
+        }
+    }
+
+    /// The correlation id of a log record (see [`Correlate`]).
+    fn log_id(&mut self, payload: &[u8]) -> Option<Vec<u8>> {
+        let (key, id) = (self.correlate?)(payload);
+        match (key, id) {
+            (Some(k), Some(id)) => {
+                if self.ids.len() >= MAX_KEYS {
+                    self.ids.clear();
+                }
+                self.ids.insert(k.to_vec(), id.to_vec());
+                Some(id.to_vec())
+            }
+            (Some(k), None) => self.ids.get(k).cloned(),
+            (None, id) => id.map(<[u8]>::to_vec),
         }
     }
 
     /// Until every handle on the queue is gone (capture turned off or
     /// replaced by a reload): what is queued is still sent.
-    pub(super) async fn run(self, mut rx: mpsc::Receiver<Copy>) {
+    pub(super) async fn run(mut self, mut rx: mpsc::Receiver<Copy>) {
         let mut outs: Vec<Out> = self
             .cfg
             .collectors
@@ -73,7 +104,8 @@ impl Sender {
             .collect();
         let mut buf = Vec::with_capacity(4096);
         while let Some(copy) = rx.recv().await {
-            let (correlation, proto_type) = match &copy.kind {
+            let log_id;
+            let (correlation, proto_type) = match copy.kind {
                 Kind::Sip => {
                     let (method, call_id) = hep::sip_fields(&copy.payload);
                     if !wanted(&self.cfg, method, call_id) {
@@ -81,7 +113,10 @@ impl Sender {
                     }
                     (call_id, hep::PROTO_SIP)
                 }
-                Kind::Log(id) => (id.as_deref(), hep::PROTO_LOG),
+                Kind::Log => {
+                    log_id = self.log_id(&copy.payload);
+                    (log_id.as_deref(), hep::PROTO_LOG)
+                }
             };
             let record = Record {
                 at: copy.at,

@@ -8,8 +8,9 @@
 //! middle of load costs no call (R-CAP-1).
 //!
 //! Debian's tshark (Wireshark 4.0) has no HEP dissector, so its HEP fields
-//! are read with `capture/hep3.lua`, a dissector of the HEP v3 chunks that
-//! flags a chunk of the wrong size or past the packet as malformed.
+//! are read with testbed's `hep3.lua` ([`testbed::hep::hep_args`]), a
+//! dissector of the HEP v3 chunks that flags a chunk of the wrong size or
+//! past the packet as malformed.
 //!
 //! Addresses: `127.63.N.0/24`, one N per test; the gate on `.1` (port
 //! 5060, TLS 5061), the instance's SIPp on `.11`, callers on `.100`, the
@@ -22,17 +23,13 @@ use std::time::Duration;
 
 use crate::common::ip;
 use testbed::bins::Node;
-use testbed::hep::{fields, Sngrep, TsharkCapture};
+use testbed::hep::{fields, hep_args, Sngrep, TsharkCapture};
 use testbed::{wait_for, Scenario, Sipp, Transport};
 
 const COLLECTOR_PORT: u16 = 9060;
 
 fn collector(net: (u8, u8)) -> SocketAddr {
     SocketAddr::new(ip(net, 50), COLLECTOR_PORT)
-}
-
-fn lua() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/all/capture/hep3.lua")
 }
 
 /// A site with one sg on `.11:5060` behind a UDP balance listener on
@@ -141,11 +138,11 @@ fn by_hop(msgs: &[Msg]) -> BTreeMap<(String, String), Vec<(String, String)>> {
 
 /// No frame of `pcap` is malformed, HEP decoded on the collector's port.
 fn assert_not_malformed(pcap: &Path) {
-    let script = format!("lua_script:{}", lua().display());
-    let decode = format!("udp.port=={COLLECTOR_PORT},hep3");
+    let args = hep_args(COLLECTOR_PORT);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let bad = fields(
         pcap,
-        &["-X", &script, "-d", &decode],
+        &args,
         "_ws.malformed || _ws.expert.severity == error",
         &["frame.number"],
     )
@@ -156,11 +153,11 @@ fn assert_not_malformed(pcap: &Path) {
 /// The HEP fields of every HEP packet in `pcap`: agent id, correlation id,
 /// the Call-ID of the SIP payload, protocol type, IP protocol, family.
 fn hep_fields(pcap: &Path) -> Vec<Vec<String>> {
-    let script = format!("lua_script:{}", lua().display());
-    let decode = format!("udp.port=={COLLECTOR_PORT},hep3");
+    let args = hep_args(COLLECTOR_PORT);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     fields(
         pcap,
-        &["-X", &script, "-d", &decode],
+        &args,
         "hep3",
         &[
             "hep3.agent_id",
@@ -399,12 +396,12 @@ fn r_cap_1_tls_leg_is_captured_decrypted_byte_for_byte() {
         .count();
     assert!(udp_leg >= 9, "the leg to the instance: {udp_leg} messages");
 
-    let script = format!("lua_script:{}", lua().display());
-    let decode = format!("udp.port=={COLLECTOR_PORT},hep3");
+    let args = hep_args(COLLECTOR_PORT);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let port = c.local().port().to_string();
     let protos: Vec<String> = fields(
         hep_wire.path(),
-        &["-X", &script, "-d", &decode],
+        &args,
         &format!("hep3.src_port == {port} || hep3.dst_port == {port}"),
         &["hep3.ip_proto"],
     )

@@ -6,6 +6,7 @@
 -- Wireshark's SIP dissector.
 --
 --   tshark -X lua_script:hep3.lua -d udp.port==9060,hep3 -r file.pcap
+-- (testbed::hep::hep_args gives these arguments).
 local hep = Proto("hep3", "Homer Encapsulation Protocol v3")
 local f = hep.fields
 f.length = ProtoField.uint16("hep3.length", "Length")
