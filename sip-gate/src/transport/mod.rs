@@ -236,9 +236,11 @@ impl Net {
         match out {
             Out::Udp { listener, to } => match self.udp.get(listener).and_then(Option::as_ref) {
                 Some(sock) => {
-                    if let Some(Some(local)) = self.udp_local.get(listener) {
-                        let ends = (*local, to);
-                        self.core.capture().sip(listener, Udp, ends, &bytes);
+                    let capture = self.core.capture();
+                    if let (true, Some(Some(local))) =
+                        (capture.is_on(), self.udp_local.get(listener))
+                    {
+                        capture.sip(listener, Udp, (*local, to), &bytes);
                     }
                     let sent = crate::datagram::send(
                         sock,

@@ -498,3 +498,45 @@ fn r_cap_1_applies_on_reload_with_the_gates_own_answers_and_probes() {
         "a probe as the instance received it"
     );
 }
+
+/// A browser's REGISTER over WSS through the gate to a real registrar
+/// (Kamailio): the collector holds the WebSocket leg decrypted and
+/// without its frames, each message as the client sent or received it,
+/// and the UDP leg to the registrar beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_cap_1_wss_leg_is_captured_decrypted_and_unframed() {
+    use crate::ws::ua;
+    let net = (63, 5);
+    let sections = format!("\n[capture]\ncollectors = [\"udp:{}\"]\n", collector(net));
+    let site = crate::ws::Site::with_sections(net, true, "", &sections);
+    let sngrep = Sngrep::collect(collector(net)).unwrap();
+    let _kamailio = site.kamailio();
+    let _gate = site.gate();
+    let mut ws = site.open().await;
+    let reg = ua::register("alice", "cap5", 1, 600);
+    ua::send(&mut ws, &reg).await;
+    let ok = ua::recv(&mut ws, Duration::from_secs(5))
+        .await
+        .expect("a REGISTER response");
+    assert!(ok.starts_with("SIP/2.0 200"), "{ok}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let hep = tokio::task::spawn_blocking(move || sngrep.stop().unwrap())
+        .await
+        .unwrap();
+
+    let captured = messages(hep.path());
+    let gate = site.sip().to_string();
+    let registrar = SocketAddr::new(ip(net, 11), 5060).to_string();
+    let ws_leg: Vec<(bool, String)> = captured
+        .iter()
+        .filter(|m| m.src != registrar && m.dst != registrar)
+        .filter(|m| m.src == gate || m.dst == gate)
+        .map(|m| (m.dst == gate, m.payload.clone()))
+        .collect();
+    assert_eq!(ws_leg, [(true, hex(&reg)), (false, hex(&ok))]);
+    let udp_leg = captured
+        .iter()
+        .filter(|m| m.src == registrar || m.dst == registrar)
+        .count();
+    assert_eq!(udp_leg, 2, "REGISTER and 200 to and from the registrar");
+}
