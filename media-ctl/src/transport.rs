@@ -55,6 +55,8 @@ pub enum StartError {
 /// A running media-ctl.
 #[derive(Debug)]
 pub struct MediaCtl {
+    /// The ng traffic's copies to the `[capture]` collectors.
+    capture: Arc<Capture>,
     controller: Arc<Controller>,
     ng_addr: SocketAddr,
     stopping: Arc<AtomicBool>,
@@ -71,7 +73,7 @@ struct Sockets {
     v4: Option<UdpSocket>,
     v6: Option<UdpSocket>,
     /// Copies of every ng datagram to the `[capture]` collectors.
-    capture: Capture,
+    capture: Arc<Capture>,
     /// The sockets' addresses as the capture reports them: the ng
     /// socket's, and each upstream one's (its port at the ng address when
     /// it is bound to the wildcard).
@@ -169,20 +171,20 @@ impl MediaCtl {
             v4: at(&v4, SocketAddr::from(([0, 0, 0, 0], 0))),
             v6: at(&v6, SocketAddr::from(([0u16; 8], 0))),
         };
-        let capture = Capture::for_logs(
+        let capture = Arc::new(Capture::for_logs(
             Names {
                 sent: crate::metrics::CAPTURE_SENT,
                 dropped: crate::metrics::CAPTURE_DROPPED,
             },
             ng_ids,
-        );
+        ));
         capture.apply(&config);
         let sockets = Arc::new(Sockets {
             stopped: AtomicBool::new(false),
             client,
             v4,
             v6,
-            capture,
+            capture: capture.clone(),
             local,
         });
         let now = tokio::time::Instant::now().into_std();
@@ -227,6 +229,7 @@ impl MediaCtl {
         tracker.close();
         tracing::info!(%ng_addr, mgs = controller.pool().members().len(), "media-ctl listening for ng commands");
         Ok(MediaCtl {
+            capture,
             controller,
             ng_addr,
             stopping: Arc::new(AtomicBool::new(false)),
@@ -239,6 +242,12 @@ impl MediaCtl {
     /// The core (status, work, call table).
     pub fn controller(&self) -> &Arc<Controller> {
         &self.controller
+    }
+
+    /// The capture of the ng traffic (`[capture]`): the binary names the
+    /// node with [`Capture::set_node`].
+    pub fn capture(&self) -> &Arc<Capture> {
+        &self.capture
     }
 
     /// The address the ng socket is bound to.

@@ -14,7 +14,7 @@ pub mod hep;
 mod send;
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
@@ -108,7 +108,9 @@ struct State {
     config: Option<Arc<SiteConfig>>,
     /// What the running sender was started with: a reload that changes
     /// none of it keeps it (and its connections).
-    running: Option<(CaptureConfig, Vec<String>, u32)>,
+    running: Option<(CaptureConfig, Vec<String>)>,
+    /// The running sender's agent id: a new node name changes it in place.
+    agent: Arc<AtomicU32>,
 }
 
 impl std::fmt::Debug for Capture {
@@ -180,10 +182,12 @@ impl Capture {
         };
         let agent = cfg.agent_for(state.node.as_deref());
         let names: Vec<String> = config.listeners.iter().map(|l| l.name.clone()).collect();
-        let key = (cfg.clone(), names, agent);
+        let key = (cfg.clone(), names);
         if state.running.as_ref() == Some(&key) {
+            state.agent.store(agent, Ordering::Relaxed);
             return;
         }
+        state.agent = Arc::new(AtomicU32::new(agent));
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             tracing::error!("capture not started: no runtime to run its sender on");
             return;
@@ -197,7 +201,7 @@ impl Capture {
             .map(|l| cfg.listeners.is_empty() || cfg.listeners.contains(&l.name))
             .collect();
         let (tx, rx) = mpsc::channel(cfg.queue);
-        let sender = send::Sender::new(cfg, agent, self.names, self.correlate);
+        let sender = send::Sender::new(cfg, state.agent.clone(), self.names, self.correlate);
         runtime.spawn(sender.run(rx));
         let collectors: Vec<String> = cfg.collectors.iter().map(ToString::to_string).collect();
         tracing::info!(
@@ -228,7 +232,32 @@ impl Capture {
         payload: &Bytes,
     ) {
         if self.is_on() {
-            self.push(Some(listener), transport, (src, dst), Kind::Sip, payload);
+            let at = SystemTime::now();
+            self.push(
+                Some(listener),
+                transport,
+                (src, dst),
+                (Kind::Sip, at),
+                payload,
+            );
+        }
+    }
+
+    /// [`Capture::sip`] for a message received at `at` (the kernel's
+    /// receive timestamp of a datagram, when it gave one): HOMER orders a
+    /// call's messages by their times, and a datagram may wait in the
+    /// socket's queue before it is read.
+    #[inline]
+    pub fn sip_received_at(
+        &self,
+        listener: usize,
+        (src, dst): (SocketAddr, SocketAddr),
+        payload: &Bytes,
+        at: SystemTime,
+    ) {
+        if self.is_on() {
+            let kind = (Kind::Sip, at);
+            self.push(Some(listener), Transport::Udp, (src, dst), kind, payload);
         }
     }
 
@@ -238,7 +267,8 @@ impl Capture {
     pub fn log(&self, (src, dst): (SocketAddr, SocketAddr), payload: &[u8]) {
         if self.is_on() {
             let bytes = Bytes::copy_from_slice(payload);
-            self.push(None, Transport::Udp, (src, dst), Kind::Log, &bytes);
+            let kind = (Kind::Log, SystemTime::now());
+            self.push(None, Transport::Udp, (src, dst), kind, &bytes);
         }
     }
 
@@ -247,7 +277,7 @@ impl Capture {
         listener: Option<usize>,
         transport: Transport,
         (src, dst): (SocketAddr, SocketAddr),
-        kind: Kind,
+        (kind, at): (Kind, SystemTime),
         payload: &Bytes,
     ) {
         let tap = self.tap.load();
@@ -258,7 +288,7 @@ impl Capture {
             }
         }
         let copy = Copy {
-            at: SystemTime::now(),
+            at,
             src,
             dst,
             transport,

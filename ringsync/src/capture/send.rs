@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -43,7 +43,8 @@ struct Drops {
 /// One running capture's sender.
 pub(super) struct Sender {
     cfg: CaptureConfig,
-    agent: u32,
+    /// The node's agent id, which [`super::Capture::set_node`] may change.
+    agent: Arc<AtomicU32>,
     names: Names,
     drops: Drops,
     correlate: Option<Correlate>,
@@ -58,7 +59,7 @@ const MAX_KEYS: usize = 16_384;
 impl Sender {
     pub(super) fn new(
         cfg: &CaptureConfig,
-        agent: u32,
+        agent: Arc<AtomicU32>,
         names: Names,
         correlate: Option<Correlate>,
     ) -> Sender {
@@ -127,7 +128,7 @@ impl Sender {
                     Transport::Stream => hep::IPPROTO_TCP,
                 },
                 proto_type,
-                agent: self.agent,
+                agent: self.agent.load(Ordering::Relaxed),
                 auth_key: self.cfg.auth_key.as_deref().map(str::as_bytes),
                 correlation,
                 payload: &copy.payload,

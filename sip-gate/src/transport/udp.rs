@@ -11,7 +11,7 @@ use std::io::IoSliceMut;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use nix::sys::socket::{recvmsg, setsockopt, sockopt, MsgFlags, SockaddrStorage};
 use tokio_util::sync::CancellationToken;
@@ -22,7 +22,6 @@ use crate::message::SipMessage;
 use crate::metrics as m;
 use crate::overload::{self, BatchSizes, IntakeMeter, IntakeWaits, MAX_BATCH};
 use crate::txn::Inbound;
-use ringsync::capture::Transport;
 
 /// The automatic worker count's ceiling unless `[overload]
 /// udp_workers_max` says (`workers.rs`): as many as the cores this process
@@ -136,9 +135,11 @@ fn serve_batch(
         if data.iter().all(|&b| b == b'\r' || b == b'\n' || b == 0) {
             continue; // keep-alive datagram (RFC 5626 4.4.1 style) or empty
         }
-        // Every message as received, before it is parsed or refused.
+        // Every message as received, before it is parsed or refused, at
+        // the time the kernel queued it.
         if let (true, Some(local)) = (capture.is_on(), local) {
-            capture.sip(listener, Transport::Udp, (from.peer, local), &data);
+            let at = from.queued.map_or_else(SystemTime::now, |d| UNIX_EPOCH + d);
+            capture.sip_received_at(listener, (from.peer, local), &data, at);
         }
         let Ok(msg) = SipMessage::scan(data) else {
             m::dropped("unparseable");

@@ -93,6 +93,7 @@ struct Msg {
     /// Hex, as tshark prints `udp.payload`.
     payload: String,
     time: f64,
+    call_id: String,
 }
 
 /// The SIP messages of `pcap` (frames whose UDP ports are not the
@@ -106,6 +107,7 @@ fn messages(pcap: &Path) -> Vec<Msg> {
         "udp.dstport",
         "udp.payload",
         "frame.time_epoch",
+        "sip.Call-ID",
     ];
     fields(pcap, &[], &display, &f)
         .unwrap()
@@ -115,19 +117,24 @@ fn messages(pcap: &Path) -> Vec<Msg> {
             dst: format!("{}:{}", r[2], r[3]),
             payload: r[4].clone(),
             time: r[5].parse().unwrap(),
+            call_id: r[6].clone(),
         })
         .collect()
 }
 
-/// Messages grouped by hop (the two ends, in either direction), each hop's
-/// in order, without their times.
-fn by_hop(msgs: &[Msg]) -> BTreeMap<(String, String), Vec<(String, String)>> {
-    let mut hops: BTreeMap<_, Vec<_>> = BTreeMap::new();
+/// Messages grouped by call and hop (the two ends, in either direction),
+/// each call's messages on each hop in order, without their times. Calls
+/// that overlap on a hop interleave as the gate's threads read and send
+/// them, so only each call's own order is the wire's.
+type Hops = BTreeMap<(String, String, String), Vec<(String, String)>>;
+
+fn by_hop(msgs: &[Msg]) -> Hops {
+    let mut hops: Hops = BTreeMap::new();
     for m in msgs {
         let key = if m.src < m.dst {
-            (m.src.clone(), m.dst.clone())
+            (m.call_id.clone(), m.src.clone(), m.dst.clone())
         } else {
-            (m.dst.clone(), m.src.clone())
+            (m.call_id.clone(), m.dst.clone(), m.src.clone())
         };
         hops.entry(key)
             .or_default()
@@ -174,8 +181,8 @@ fn hep_fields(pcap: &Path) -> Vec<Vec<String>> {
 
 /// SIPp calls over UDP through the gate: the collector's pcap holds every
 /// message the wire carried on both legs (UAC-gate, gate-sg), byte for
-/// byte, hop by hop in the wire's order, at the wire's time (within
-/// 200 ms); every HEP packet carries the node's agent id, the Call-ID as
+/// byte, each call's on each hop in the wire's order, at the wire's time
+/// (within 200 ms); every HEP packet carries the node's agent id, the Call-ID as
 /// correlation id, protocol type SIP over UDP/IPv4, and none is malformed.
 #[test]
 fn r_cap_1_udp_calls_both_legs_byte_for_byte_to_sngrep() {
@@ -221,8 +228,21 @@ fn r_cap_1_udp_calls_both_legs_byte_for_byte_to_sngrep() {
     assert!(on_wire.len() >= 150, "{} on the wire", on_wire.len());
     assert_eq!(captured.len(), on_wire.len(), "every message captured once");
     let hops = by_hop(&on_wire);
-    assert_eq!(hops.len(), 2, "two legs: {:?}", hops.keys());
-    assert_eq!(by_hop(&captured), hops, "each leg byte for byte, in order");
+    assert_eq!(
+        hops.len(),
+        2 * 10,
+        "two legs of ten calls: {:?}",
+        hops.keys()
+    );
+    let captured_hops = by_hop(&captured);
+    for (key, wire) in &hops {
+        let copies = captured_hops.get(key).map(Vec::as_slice);
+        assert_eq!(
+            copies,
+            Some(wire.as_slice()),
+            "{key:?} byte for byte, in order"
+        );
+    }
     // At the wire's time: each copy against the same message on the wire.
     let mut times: BTreeMap<(&str, &str, &str), Vec<f64>> = BTreeMap::new();
     for w in on_wire.iter().rev() {
@@ -539,4 +559,113 @@ async fn r_cap_1_wss_leg_is_captured_decrypted_and_unframed() {
         .filter(|m| m.src == registrar || m.dst == registrar)
         .count();
     assert_eq!(udp_leg, 2, "REGISTER and 200 to and from the registrar");
+}
+
+/// A TCP collector's end of a connection from the gate.
+struct TcpCollector {
+    conn: std::net::TcpStream,
+    buf: Vec<u8>,
+}
+
+impl TcpCollector {
+    fn accept(listener: &std::net::TcpListener) -> TcpCollector {
+        let (conn, _) = listener.accept().unwrap();
+        conn.set_read_timeout(Some(Duration::from_millis(500)))
+            .unwrap();
+        TcpCollector {
+            conn,
+            buf: Vec::new(),
+        }
+    }
+
+    /// Reads HEP packets until one holds `needle` (`None` if none came
+    /// within half a second); each must start with `HEP3` and its length
+    /// must end where the next begins.
+    fn until(&mut self, needle: &[u8]) -> Option<Vec<Vec<u8>>> {
+        use std::io::Read;
+        let mut packets = Vec::new();
+        let mut chunk = [0u8; 65_536];
+        loop {
+            while self.buf.len() >= 6 {
+                assert_eq!(&self.buf[..4], b"HEP3", "packets back to back");
+                let len = usize::from(u16::from_be_bytes([self.buf[4], self.buf[5]]));
+                if self.buf.len() < len {
+                    break;
+                }
+                let p: Vec<u8> = self.buf.drain(..len).collect();
+                let found = p.windows(needle.len()).any(|w| w == needle);
+                packets.push(p);
+                if found {
+                    return Some(packets);
+                }
+            }
+            let n = self.conn.read(&mut chunk).ok()?;
+            assert!(n > 0, "the gate closed the collector connection");
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    /// Sends refused INVITEs until the collector gets one's exchange (the
+    /// gate sends on a connection once its connect returned: the copies of
+    /// the moment before are dropped); the request, the answer and the
+    /// packets read.
+    fn exchange(
+        &mut self,
+        tag: &str,
+        ua: &std::net::UdpSocket,
+        to: SocketAddr,
+    ) -> (String, String, Vec<Vec<u8>>) {
+        for n in 0..10 {
+            let (req, answer) = refused_invite(&format!("{tag}-{n}"), ua, to);
+            if let Some(packets) = self.until(answer.as_bytes()) {
+                return (req, answer, packets);
+            }
+        }
+        panic!("{tag}: nothing reached the collector");
+    }
+}
+
+/// A TCP collector: the gate connects to it, sends HEP packets back to
+/// back; when it goes away the copies are dropped and counted, and the
+/// gate connects again when it is back.
+#[test]
+fn r_cap_1_a_tcp_collector_gets_packets_back_to_back_and_is_reconnected() {
+    let net = (63, 6);
+    let (_dir, site) = site(net);
+    let text = std::fs::read_to_string(&site).unwrap();
+    std::fs::write(&site, text.replace("\"udp:", "\"tcp:")).unwrap();
+    let listener = std::net::TcpListener::bind(collector(net)).unwrap();
+    let ua = std::net::UdpSocket::bind(SocketAddr::new(ip(net, 100), 0)).unwrap();
+    ua.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let to = SocketAddr::new(ip(net, 1), 5060);
+    let gate = gate(&site, net);
+    let mut c = TcpCollector::accept(&listener);
+    let (req, answer, packets) = c.exchange("tcp-1", &ua, to);
+    let with = |m: &str| {
+        packets
+            .iter()
+            .filter(|p| p.windows(m.len()).any(|w| w == m.as_bytes()))
+            .count()
+    };
+    assert_eq!((with(&req), with(&answer)), (1, 1));
+
+    // The collector goes: the copies meanwhile are dropped and counted.
+    drop((c, listener));
+    let down = r#"sipgate_capture_dropped_total{reason="collector_down"}"#;
+    let mut n = 0;
+    wait_for("copies dropped", Duration::from_secs(10), || {
+        n += 1;
+        refused_invite(&format!("tcp-gone-{n}"), &ua, to);
+        (gate.metric(down).ok()? > 0.0).then_some(())
+    })
+    .unwrap();
+    // Back (once the old connection has let go of the address): the gate
+    // connects again within its retry (a second).
+    let listener = wait_for("the collector's address", Duration::from_secs(60), || {
+        std::net::TcpListener::bind(collector(net)).ok()
+    })
+    .unwrap();
+    let mut c = TcpCollector::accept(&listener);
+    let (_, _, packets) = c.exchange("tcp-back", &ua, to);
+    assert!(!packets.is_empty());
 }
