@@ -52,7 +52,7 @@ pub type Correlate = fn(&[u8]) -> (Option<&[u8]>, Option<&[u8]>);
 
 /// One message copied for the collectors.
 #[derive(Debug, Clone)]
-pub struct Copy {
+pub struct Captured {
     /// When it was received or sent.
     pub at: SystemTime,
     /// Where it came from.
@@ -83,7 +83,7 @@ const REASONS: [&str; 4] = ["queue_full", "collector_slow", "collector_down", "t
 /// What is in force: the queue into the running sender and the listeners
 /// captured.
 struct Tap {
-    tx: mpsc::Sender<Copy>,
+    tx: mpsc::Sender<Captured>,
     /// By listener index: whether its messages are captured.
     listeners: Box<[bool]>,
 }
@@ -287,7 +287,7 @@ impl Capture {
                 return;
             }
         }
-        let copy = Copy {
+        let copy = Captured {
             at,
             src,
             dst,

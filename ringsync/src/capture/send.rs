@@ -21,7 +21,7 @@ use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
 use super::hep::{self, Record};
-use super::{wanted, Copy, Correlate, Kind, Names, Transport};
+use super::{wanted, Captured, Correlate, Kind, Names, Transport};
 use crate::config::{CaptureConfig, Collector, CollectorTransport};
 
 /// How long a collector that could not be reached is left before the
@@ -96,7 +96,7 @@ impl Sender {
 
     /// Until every handle on the queue is gone (capture turned off or
     /// replaced by a reload): what is queued is still sent.
-    pub(super) async fn run(mut self, mut rx: mpsc::Receiver<Copy>) {
+    pub(super) async fn run(mut self, mut rx: mpsc::Receiver<Captured>) {
         let mut outs: Vec<Out> = self
             .cfg
             .collectors
