@@ -334,18 +334,74 @@ fn hex(s: &str) -> String {
 /// A request the gate answers itself (`483`: Max-Forwards 0), from a raw
 /// UDP socket acting as the UA.
 fn refused_invite(call: &str, ua: &std::net::UdpSocket, gate: SocketAddr) -> (String, String) {
+    let (req, answer) = answered("INVITE", call, ua, gate);
+    assert!(answer.starts_with("SIP/2.0 483"), "{answer}");
+    (req, answer)
+}
+
+/// A `method` request with Max-Forwards 0 (the gate answers it itself)
+/// from `ua`: the request and the answer.
+fn answered(
+    method: &str,
+    call: &str,
+    ua: &std::net::UdpSocket,
+    gate: SocketAddr,
+) -> (String, String) {
     let local = ua.local_addr().unwrap();
     let req = format!(
-        "INVITE sip:bob@{gate} SIP/2.0\r\nVia: SIP/2.0/UDP {local};branch=z9hG4bK-{call}\r\n\
+        "{method} sip:bob@{gate} SIP/2.0\r\nVia: SIP/2.0/UDP {local};branch=z9hG4bK-{call}\r\n\
          Max-Forwards: 0\r\nFrom: <sip:alice@{local}>;tag=a-{call}\r\nTo: <sip:bob@{gate}>\r\n\
-         Call-ID: {call}\r\nCSeq: 1 INVITE\r\nContact: <sip:alice@{local}>\r\nContent-Length: 0\r\n\r\n"
+         Call-ID: {call}\r\nCSeq: 1 {method}\r\nContact: <sip:alice@{local}>\r\nContent-Length: 0\r\n\r\n"
     );
     ua.send_to(req.as_bytes(), gate).unwrap();
     let mut buf = [0u8; 4096];
     let (n, _) = ua.recv_from(&mut buf).expect("an answer");
     let answer = String::from_utf8_lossy(&buf[..n]).into_owned();
-    assert!(answer.starts_with("SIP/2.0 483"), "{answer}");
+    assert!(answer.starts_with("SIP/2.0 "), "{answer}");
     (req, answer)
+}
+
+/// The filters: only the listeners named (`subs`, not `other`), only the
+/// methods named (INVITE and REGISTER, not OPTIONS; a response as its
+/// CSeq's), and no REGISTER at a sample of 0.
+#[test]
+fn r_cap_1_filters_by_listener_method_and_register_sample() {
+    let net = (63, 7);
+    let (_dir, site) = site(net);
+    let text = std::fs::read_to_string(&site).unwrap();
+    let text = text.replace(
+        "agent_id = 2001\n",
+        "agent_id = 2001\nlisteners = [\"subs\"]\nmethods = [\"INVITE\", \"REGISTER\"]\nregister_sample = 0.0\n",
+    ) + &format!(
+        "\n[[listener]]\nname = \"other\"\nbind = \"{}\"\ntransports = [\"udp\"]\nmode = \"balance\"\npool = \"sg\"\nleg = \"subscriber\"\n",
+        SocketAddr::new(ip(net, 1), 5070)
+    );
+    std::fs::write(&site, text).unwrap();
+    let ua = std::net::UdpSocket::bind(SocketAddr::new(ip(net, 100), 0)).unwrap();
+    ua.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let sngrep = Sngrep::collect(collector(net)).unwrap();
+    let _gate = gate(&site, net);
+    let (subs, other) = (
+        SocketAddr::new(ip(net, 1), 5060),
+        SocketAddr::new(ip(net, 1), 5070),
+    );
+    let (req, answer) = answered("INVITE", "kept", &ua, subs);
+    answered("INVITE", "other-listener", &ua, other);
+    answered("OPTIONS", "other-method", &ua, subs);
+    answered("REGISTER", "unsampled", &ua, subs);
+    std::thread::sleep(Duration::from_millis(500));
+    let hep = sngrep.stop().unwrap();
+    let captured: Vec<(String, String)> = messages(hep.path())
+        .into_iter()
+        .map(|m| (m.call_id, m.payload))
+        .collect();
+    assert_eq!(
+        captured,
+        [
+            ("kept".to_owned(), hex(&req)),
+            ("kept".to_owned(), hex(&answer))
+        ]
+    );
 }
 
 /// `[capture]` follows reloads: a gate started without it captures
