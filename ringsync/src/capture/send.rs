@@ -292,3 +292,47 @@ async fn tcp_writer(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `cookie rest`: the cookie, and the id when `rest` starts with `id=`.
+    fn ids(d: &[u8]) -> (Option<&[u8]>, Option<&[u8]>) {
+        let mut parts = d.splitn(2, |&b| b == b' ');
+        let cookie = parts.next();
+        let id = parts.next().and_then(|r| r.strip_prefix(b"id="));
+        (cookie, id)
+    }
+
+    #[test]
+    fn an_answer_gets_the_id_of_its_request_by_key() {
+        let cfg = CaptureConfig {
+            collectors: vec![],
+            agent_id: 0,
+            agents: Default::default(),
+            auth_key: None,
+            listeners: vec![],
+            methods: vec![],
+            register_per_million: 1_000_000,
+            queue: 1,
+            media: true,
+        };
+        let names = Names {
+            sent: "t_sent",
+            dropped: "t_dropped",
+        };
+        let mut s = Sender::new(&cfg, Arc::new(AtomicU32::new(0)), names, Some(ids));
+        assert_eq!(s.log_id(b"c1 id=call-1"), Some(b"call-1".to_vec()));
+        assert_eq!(s.log_id(b"c2 id=call-2"), Some(b"call-2".to_vec()));
+        // Answers name no call: their command's, also when answered twice
+        // (the mg's answer, then media-ctl's to its client).
+        assert_eq!(s.log_id(b"c1 result=ok"), Some(b"call-1".to_vec()));
+        assert_eq!(s.log_id(b"c1 result=ok"), Some(b"call-1".to_vec()));
+        assert_eq!(s.log_id(b"c9 result=ok"), None);
+        for i in 0..MAX_KEYS + 1 {
+            s.log_id(format!("k{i} id=x").as_bytes());
+        }
+        assert!(s.ids.len() <= MAX_KEYS, "bounded");
+    }
+}
