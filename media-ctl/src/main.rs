@@ -59,6 +59,8 @@ async fn main() -> anyhow::Result<()> {
         .with_context(|| format!("binding admin endpoint {admin_addr}"))?;
     let admin_addr = admin_listener.local_addr()?;
     let node = args.node.unwrap_or_else(|| admin_addr.to_string());
+    // `[capture] agents` gives each node its own agent id, by this name.
+    media.capture().set_node(&node);
     tracing::info!(%admin_addr, %node, "admin endpoint (/v1/status, /v1/work, /metrics, /readyz)");
     // R-ST-3: on a shared store (etcd), register and publish the same report
     // (on the embedded store, `ringsync status` asks the admin address).

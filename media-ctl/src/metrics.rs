@@ -15,6 +15,10 @@ pub(crate) const BGMG_SKIPPED: &str = "mediactl_bgmg_skipped_total";
 pub(crate) const ERRORS: &str = "mediactl_errors_total";
 /// Datagrams dropped without an answer, by reason.
 pub(crate) const DROPPED: &str = "mediactl_dropped_total";
+/// HEP copies of ng traffic handed to each capture `collector` (`[capture]`).
+pub(crate) const CAPTURE_SENT: &str = "mediactl_capture_sent_total";
+/// HEP copies dropped, by `reason` (as `sipgate_capture_dropped_total`).
+pub(crate) const CAPTURE_DROPPED: &str = "mediactl_capture_dropped_total";
 /// Answers from the mgs, by instance and result (`ok`, `error`, `other`).
 pub(crate) const MG_ANSWERS: &str = "mediactl_mg_answers_total";
 /// Commands an mg did not answer in time, by instance.

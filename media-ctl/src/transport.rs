@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use ringsync::capture::{Capture, Names};
 use ringsync::state::DrainState;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -54,6 +55,8 @@ pub enum StartError {
 /// A running media-ctl.
 #[derive(Debug)]
 pub struct MediaCtl {
+    /// The ng traffic's copies to the `[capture]` collectors.
+    capture: Arc<Capture>,
     controller: Arc<Controller>,
     ng_addr: SocketAddr,
     stopping: Arc<AtomicBool>,
@@ -69,6 +72,19 @@ struct Sockets {
     client: UdpSocket,
     v4: Option<UdpSocket>,
     v6: Option<UdpSocket>,
+    /// Copies of every ng datagram to the `[capture]` collectors.
+    capture: Arc<Capture>,
+    /// The sockets' addresses as the capture reports them: the ng
+    /// socket's, and each upstream one's (its port at the ng address when
+    /// it is bound to the wildcard).
+    local: Local,
+}
+
+/// See [`Sockets::local`].
+struct Local {
+    client: SocketAddr,
+    v4: SocketAddr,
+    v6: SocketAddr,
 }
 
 impl Sockets {
@@ -88,6 +104,12 @@ impl Sockets {
             Out::Mg(to, d) => (self.to_mg(*to), *to, d),
         };
         if let Some(s) = sock {
+            let from = match out {
+                Out::Client(..) => self.local.client,
+                Out::Mg(..) if to.is_ipv4() => self.local.v4,
+                Out::Mg(..) => self.local.v6,
+            };
+            self.capture.log((from, to), d);
             if let Err(e) = s.send_to(d, to) {
                 tracing::debug!(%to, error = %e, "send failed");
                 crate::metrics::dropped("send_failed");
@@ -132,11 +154,38 @@ impl MediaCtl {
                 .any(|a| a.is_ipv4() == v4)
         };
         let upstream = |addr: &str| UdpSocket::bind(addr).map_err(io("upstream socket"));
+        let v4 = family(true).then(|| upstream("0.0.0.0:0")).transpose()?;
+        let v6 = family(false).then(|| upstream("[::]:0")).transpose()?;
+        let at = |s: &Option<UdpSocket>, any: SocketAddr| {
+            let bound = s.as_ref().and_then(|s| s.local_addr().ok()).unwrap_or(any);
+            match (
+                ng_addr.ip().is_unspecified(),
+                ng_addr.is_ipv4() == bound.is_ipv4(),
+            ) {
+                (false, true) => SocketAddr::new(ng_addr.ip(), bound.port()),
+                _ => bound,
+            }
+        };
+        let local = Local {
+            client: ng_addr,
+            v4: at(&v4, SocketAddr::from(([0, 0, 0, 0], 0))),
+            v6: at(&v6, SocketAddr::from(([0u16; 8], 0))),
+        };
+        let capture = Arc::new(Capture::for_logs(
+            Names {
+                sent: crate::metrics::CAPTURE_SENT,
+                dropped: crate::metrics::CAPTURE_DROPPED,
+            },
+            ng_ids,
+        ));
+        capture.apply(&config);
         let sockets = Arc::new(Sockets {
             stopped: AtomicBool::new(false),
             client,
-            v4: family(true).then(|| upstream("0.0.0.0:0")).transpose()?,
-            v6: family(false).then(|| upstream("[::]:0")).transpose()?,
+            v4,
+            v6,
+            capture: capture.clone(),
+            local,
         });
         let now = tokio::time::Instant::now().into_std();
         let controller = Arc::new(Controller::new(drain, Settings::of(&config), now));
@@ -180,6 +229,7 @@ impl MediaCtl {
         tracker.close();
         tracing::info!(%ng_addr, mgs = controller.pool().members().len(), "media-ctl listening for ng commands");
         Ok(MediaCtl {
+            capture,
             controller,
             ng_addr,
             stopping: Arc::new(AtomicBool::new(false)),
@@ -192,6 +242,12 @@ impl MediaCtl {
     /// The core (status, work, call table).
     pub fn controller(&self) -> &Arc<Controller> {
         &self.controller
+    }
+
+    /// The capture of the ng traffic (`[capture]`): the binary names the
+    /// node with [`Capture::set_node`].
+    pub fn capture(&self) -> &Arc<Capture> {
+        &self.capture
     }
 
     /// The address the ng socket is bound to.
@@ -226,6 +282,19 @@ impl MediaCtl {
         };
         tokio::time::timeout(left.max(POLL * 3), join).await.is_ok()
     }
+}
+
+/// The key and id of an ng datagram for the capture (off the message
+/// path): its cookie, and the call-id a command carries (an answer has
+/// none: it gets its command's, by cookie).
+fn ng_ids(datagram: &[u8]) -> (Option<&[u8]>, Option<&[u8]>) {
+    let Ok((cookie, payload)) = crate::ng::split_cookie(datagram) else {
+        return (None, None);
+    };
+    let call_id = crate::ng::DictView::parse(payload)
+        .ok()
+        .and_then(|d| d.bytes("call-id"));
+    (Some(cookie), call_id)
 }
 
 fn now() -> std::time::Instant {
@@ -267,6 +336,7 @@ fn client_loop(c: &Controller, s: &Sockets) {
             // ICMP errors some systems report here: keep serving.
             Err(_) => continue,
         };
+        s.capture.log((from, s.local.client), &buf[..n]);
         match c.handle(from, &buf[..n], now()) {
             Decision::Reply(d) => s.send(&Out::Client(from, d)),
             Decision::Send(sends) => {
@@ -292,6 +362,8 @@ fn upstream_loop(c: &Controller, s: &Sockets, v4: bool) {
         let Ok((n, from)) = r else {
             continue;
         };
+        let to = if v4 { s.local.v4 } else { s.local.v6 };
+        s.capture.log((from, to), &buf[..n]);
         for out in c.on_mg_datagram(from, &buf[..n], now()) {
             s.send(&out);
         }

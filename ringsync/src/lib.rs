@@ -10,6 +10,7 @@
 //! [`handover`]. [`notify`] tells systemd a daemon is ready, stopping
 //! or alive; [`signals`] are what every daemon stops or reloads on.
 //! [`tls`] serves a certificate that is re-read when its files change.
+//! [`capture`] sends copies of messages to HEP collectors (`[capture]`).
 //! Every other crate
 //! loads its site through [`config::SiteConfig::load`], so there is one
 //! schema and one set of errors.
@@ -26,6 +27,7 @@
 #![warn(missing_docs)]
 
 pub mod bans;
+pub mod capture;
 pub mod config;
 pub mod daemon;
 pub mod files;

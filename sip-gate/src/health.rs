@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use nix::sys::socket::MsgFlags;
+use ringsync::capture::Transport;
 use ringsync::config::SiteConfig;
 use ringsync::state::DrainState;
 use ringsync::view::Health;
@@ -202,7 +203,20 @@ fn log_change(config: &SiteConfig, idx: usize, health: Health, fails: u32) {
 /// outstanding and an unreachable or blackholed instance costs one datagram
 /// per round. Nothing here runs on the forwarding path: the UDP workers only
 /// record an answer (an atomic max) and read the view the health feeds.
-pub(crate) async fn run(p: Prober, socket: Arc<UdpSocket>, shutdown: CancellationToken) {
+/// Where the probes are copied for `[capture]`: the capture, and the
+/// listener whose socket sends them, at its address.
+pub(crate) struct Tap {
+    pub(crate) capture: Arc<ringsync::capture::Capture>,
+    pub(crate) listener: usize,
+    pub(crate) local: SocketAddr,
+}
+
+pub(crate) async fn run(
+    p: Prober,
+    socket: Arc<UdpSocket>,
+    tap: Option<Tap>,
+    shutdown: CancellationToken,
+) {
     // `[health]` is read at start: a reload may not change it.
     let cfg = p.drain.config().health.clone();
     if cfg.interval_ms == 0 {
@@ -231,6 +245,10 @@ pub(crate) async fn run(p: Prober, socket: Arc<UdpSocket>, shutdown: Cancellatio
         last.resize(config.instances.len(), Health::Unknown);
         for &idx in &targets {
             if let Some((bytes, to)) = probe(&p, &config, idx, seq) {
+                if let Some(t) = &tap {
+                    let ends = (t.local, to);
+                    t.capture.sip(t.listener, Transport::Udp, ends, &bytes);
+                }
                 send_now(&socket, &bytes, to);
             }
         }

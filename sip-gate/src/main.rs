@@ -119,6 +119,8 @@ async fn main() -> anyhow::Result<()> {
     )
     .await
     .with_context(|| format!("binding admin endpoint {admin_addr}"))?;
+    // `[capture] agents` gives each node its own agent id, by this name.
+    core.capture().set_node(&admin.node.name);
     let deadline = Duration::from_secs(args.drain_deadline_s);
     notify.phase("starting: loading the drain view from the store");
     let mut store = tokio::select! {

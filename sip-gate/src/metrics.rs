@@ -36,6 +36,12 @@ pub(crate) const UDP_WORKER_BUSY: &str = "sipgate_udp_worker_busy_ratio";
 pub(crate) const UDP_INTAKE_WAIT: &str = "sipgate_udp_intake_wait_total";
 /// Messages dropped without an answer, by reason.
 pub(crate) const DROPPED: &str = "sipgate_dropped_total";
+/// HEP copies handed to each capture `collector` (`[capture]`).
+pub(crate) const CAPTURE_SENT: &str = "sipgate_capture_sent_total";
+/// HEP copies dropped, by `reason`: `queue_full` (the sender is behind),
+/// `collector_slow` (its socket or queue is full), `collector_down` (not
+/// connected, or its port closed), `too_big` (past 64 KiB with headers).
+pub(crate) const CAPTURE_DROPPED: &str = "sipgate_capture_dropped_total";
 /// Drain refusals (503) by the rule that decided them.
 pub(crate) const DRAIN_REFUSALS: &str = "sipgate_drain_refusals_total";
 /// New dialogs refused or dropped under overload, by `rule` (`R-OV-1`,

@@ -5,7 +5,8 @@
 //! one's addresses), pools, accounts, exceptions, listeners' modes and
 //! pools, `[listener.access]`, `[listener.auth_ban]`, `[overload]` limits,
 //! `[tcp]` (for new connections), `[timers]`, `[drain]`, `[media]`,
-//! `[[engine]]`, `[site] server_header`. Calls, registrations, flows and
+//! `[[engine]]`, `[site] server_header`, `[capture]` (changed, a new sender replaces
+//! the running one, which sends what it holds). Calls, registrations, flows and
 //! connections are untouched: transactions, the work book, flows and ban
 //! entries live in the core, not in what is swapped. What only a restart
 //! changes is refused with the reason ([`gate_restart_only`] and

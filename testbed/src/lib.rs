@@ -48,6 +48,7 @@ pub mod dnsmasq;
 mod error;
 pub mod etcd;
 pub mod fixture;
+pub mod hep;
 pub mod http;
 pub mod kamailio;
 pub mod metrics;

@@ -10,6 +10,7 @@
 mod common;
 mod real;
 
+mod capture;
 mod cli;
 mod core_rules;
 mod fuzz_props;

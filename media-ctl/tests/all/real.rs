@@ -37,6 +37,8 @@ pub struct Spec {
     pub rtpengine_args: Vec<String>,
     /// etcd client URLs: the site's store is etcd (else the embedded file).
     pub etcd: Option<Vec<String>>,
+    /// TOML sections added to the site file (e.g. `[capture]`).
+    pub extra: String,
 }
 
 impl Spec {
@@ -49,6 +51,7 @@ impl Spec {
             window_s: 4,
             rtpengine_args: Vec::new(),
             etcd: None,
+            extra: String::new(),
         }
     }
 }
@@ -142,6 +145,7 @@ impl Site {
                 net.1
             ));
         }
+        t.push_str(&spec.extra);
         let path = dir.path().join("site.toml");
         std::fs::write(&path, &t).unwrap();
         let rt = tokio::runtime::Builder::new_current_thread()

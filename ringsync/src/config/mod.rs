@@ -16,6 +16,7 @@ mod access;
 mod admin;
 mod ap;
 mod audit;
+mod capture;
 mod engine;
 mod error;
 mod limits;
@@ -40,6 +41,7 @@ mod tests;
 pub use access::{AccessAction, AccessList, AuthBan};
 pub use ap::DEFAULT_PRIORITY;
 pub use audit::{AuditConfig, MIN_AUDIT_BYTES};
+pub use capture::{CaptureConfig, Collector, CollectorTransport, MAX_CAPTURE_QUEUE};
 pub use engine::{
     EngineConfig, EngineKind, RuntimeAddress, DEFAULT_ENGINE_TIMEOUT_MS, DEFAULT_RESYNC_MS,
 };

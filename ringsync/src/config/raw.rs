@@ -43,6 +43,8 @@ pub(super) struct RawSite {
     #[serde(default)]
     pub(super) media: Option<Spanned<RawMedia>>,
     #[serde(default)]
+    pub(super) capture: Option<Spanned<super::capture::RawCapture>>,
+    #[serde(default)]
     pub(super) server: Vec<Spanned<RawServer>>,
     #[serde(default)]
     pub(super) instance: Vec<Spanned<RawInstance>>,

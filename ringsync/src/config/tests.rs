@@ -8,7 +8,7 @@ mod sections;
 #[path = "ws_pool_tests.rs"]
 mod ws_pool;
 
-const GOOD: &str = r#"
+pub(super) const GOOD: &str = r#"
 [site]
 name = "t1"
 
@@ -76,7 +76,7 @@ instance = "sg-a"
 leg = "subscriber"
 "#;
 
-fn load(text: &str) -> Result<SiteConfig, ConfigError> {
+pub(super) fn load(text: &str) -> Result<SiteConfig, ConfigError> {
     SiteConfig::from_str_at(text, Path::new("/etc/site/t1.toml"))
 }
 

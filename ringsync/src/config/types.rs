@@ -394,6 +394,8 @@ pub struct SiteConfig {
     pub audit: super::AuditConfig,
     /// The mg controller (media-ctl).
     pub media: super::MediaConfig,
+    /// Copies of the messages to HEP collectors (`[capture]`), when given.
+    pub capture: Option<super::CaptureConfig>,
     /// Servers, in file order.
     pub servers: Vec<Server>,
     /// Instances, in file order.

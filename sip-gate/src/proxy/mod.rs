@@ -139,6 +139,9 @@ pub struct Core {
     /// transaction it holds, in ms after `born` (R-GW-1, [`Core::is_quiet`]).
     carried_ms: std::sync::atomic::AtomicU64,
     born: Instant,
+    /// Copies of every message to the `[capture]` collectors, swapped
+    /// with the site.
+    capture: Arc<ringsync::capture::Capture>,
 }
 
 impl std::fmt::Debug for Core {
@@ -180,7 +183,13 @@ impl Core {
         let site =
             Site::build(config.clone(), None, now).map_err(|e| CoreError::UnknownInstance(e.0))?;
         m::register_at_start();
+        let capture = Arc::new(ringsync::capture::Capture::new(ringsync::capture::Names {
+            sent: m::CAPTURE_SENT,
+            dropped: m::CAPTURE_DROPPED,
+        }));
+        capture.apply(&config);
         Ok(Core {
+            capture,
             tokens: TokenKey::new(&config.site.secret),
             flows: FlowKey::new(&config.site.secret),
             flow_table: FlowTable::new(),
@@ -243,8 +252,14 @@ impl Core {
             .map_err(|e| CoreError::UnknownInstance(e.0))?;
         self.work.set_instances(&config);
         self.site.store(Arc::new(site));
+        self.capture.apply(&config);
         self.drain.set_config(config);
         Ok(())
+    }
+
+    /// The capture of messages to HEP collectors (`[capture]`).
+    pub fn capture(&self) -> &Arc<ringsync::capture::Capture> {
+        &self.capture
     }
 
     /// The pools this gate sends to their backup, and why (R-HT-1).

@@ -30,6 +30,7 @@ use tokio_util::task::TaskTracker;
 
 use hickory_resolver::TokioResolver;
 
+use ringsync::capture::Transport::Udp;
 use ringsync::config::WsOptions;
 
 use crate::dns::{DnsFailure, DnsQuery};
@@ -91,6 +92,14 @@ pub(crate) fn spawn(
     fd_limit::fit(core.tcp_config().max_connections);
     let udp: Vec<Option<Arc<UdpSocket>>> =
         listeners.iter().map(|l| l.udp.first().cloned()).collect();
+    let udp_local = udp
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let bound = s.as_ref()?.local_addr().ok()?;
+            Some(capture_local(&core, i, bound))
+        })
+        .collect();
     // Without a usable resolver (no /etc/resolv.conf and no [dns]
     // nameservers) the gate still serves numeric hosts; names get 503.
     let resolver = match crate::dns::resolve::resolver(&core.dns_config()) {
@@ -105,6 +114,7 @@ pub(crate) fn spawn(
     }
     let net = Arc::new(Net {
         udp,
+        udp_local,
         tls,
         tls_on: core.site().listeners.all().iter().map(|l| l.tls).collect(),
         ws_on: core
@@ -141,11 +151,31 @@ pub(crate) fn spawn(
     let threads = workers::start(&net, udp_sockets, plan, &shutdown)?;
     if let Some((idx, sock)) = probe_socket {
         if let Some(prober) = core.prober(idx) {
-            tracker.spawn(crate::health::run(prober, sock, shutdown.clone()));
+            // The probes are copied as sent from this listener's socket.
+            let tap = net.udp_local[idx].map(|local| crate::health::Tap {
+                capture: core.capture().clone(),
+                listener: idx,
+                local,
+            });
+            tracker.spawn(crate::health::run(prober, sock, tap, shutdown.clone()));
         }
     }
     tracker.spawn(sweeper(core, shutdown));
     Ok(threads)
+}
+
+/// The local address of a socket of `listener` bound at `bound`, as the
+/// capture reports it: a wildcard bind is reported at the listener's
+/// advertised address (the kernel does not say which of its addresses a
+/// datagram used without a control message per datagram).
+fn capture_local(core: &Core, listener: usize, bound: SocketAddr) -> SocketAddr {
+    if !bound.ip().is_unspecified() {
+        return bound;
+    }
+    match core.site().listeners.get(listener) {
+        Some(l) => SocketAddr::new(l.advertise.ip(), bound.port()),
+        None => bound,
+    }
 }
 
 /// Once a second: the core's sweep, then its work published (R-ST-2).
@@ -165,6 +195,9 @@ async fn sweeper(core: Arc<Core>, stop: CancellationToken) {
 /// The sockets and open connections, shared by every task.
 struct Net {
     udp: Vec<Option<Arc<UdpSocket>>>,
+    /// Each UDP listener's address as the capture reports it
+    /// ([`capture_local`]).
+    udp_local: Vec<Option<SocketAddr>>,
     /// The gate's TLS, and which listeners' streams use it.
     tls: Option<Arc<TlsSide>>,
     tls_on: Vec<bool>,
@@ -203,6 +236,12 @@ impl Net {
         match out {
             Out::Udp { listener, to } => match self.udp.get(listener).and_then(Option::as_ref) {
                 Some(sock) => {
+                    let capture = self.core.capture();
+                    if let (true, Some(Some(local))) =
+                        (capture.is_on(), self.udp_local.get(listener))
+                    {
+                        capture.sip(listener, Udp, (*local, to), &bytes);
+                    }
                     let sent = crate::datagram::send(
                         sock,
                         &bytes,

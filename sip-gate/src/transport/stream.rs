@@ -31,6 +31,7 @@ use super::{Net, MAX_MESSAGE, STREAM_TURN};
 use crate::frame::{self, Frame};
 use crate::metrics as m;
 use crate::txn::{ConnId, Inbound};
+use ringsync::capture::Transport::Stream;
 
 /// The most one read takes off the socket: a burst of pipelined messages
 /// is framed a read at a time.
@@ -46,7 +47,7 @@ impl Net {
         buf: &mut BytesMut,
         listener: usize,
         id: ConnId,
-        peer: SocketAddr,
+        (local, peer): (SocketAddr, SocketAddr),
     ) -> Result<(bool, bool), frame::FrameError> {
         let mut consumed = false;
         for _ in 0..STREAM_TURN {
@@ -60,6 +61,8 @@ impl Net {
                 Some(Frame::Message { len }) => {
                     consumed = true;
                     let data = buf.split_to(len.min(buf.len())).freeze();
+                    let ends = (peer, local);
+                    self.core.capture().sip(listener, Stream, ends, &data);
                     let inbound = Inbound::Tcp {
                         listener,
                         conn: id,
@@ -98,7 +101,7 @@ pub(super) async fn connection<R, W>(
     net: Arc<Net>,
     listener: usize,
     id: ConnId,
-    peer: SocketAddr,
+    (local, peer): (SocketAddr, SocketAddr),
     (rd, mut wr): (R, W),
     mut rx: mpsc::Receiver<Bytes>,
 ) where
@@ -107,12 +110,18 @@ pub(super) async fn connection<R, W>(
 {
     let stop = net.shutdown.child_token();
     let writer_stop = stop.clone();
+    let capture_net = net.clone();
     let writer = async move {
+        let capture = capture_net.core.capture();
         loop {
             let msg = tokio::select! {
                 _ = writer_stop.cancelled() => break,
                 m = rx.recv() => match m { Some(m) => m, None => break },
             };
+            // Copied before the write: a reply it draws is copied after it.
+            if capture.is_on() && msg.as_ref() != b"\r\n" {
+                capture.sip(listener, Stream, (local, peer), &msg);
+            }
             // TLS holds records until flushed; on TCP a flush is free.
             if wr.write_all(&msg).await.is_err() || wr.flush().await.is_err() {
                 break;
@@ -120,7 +129,7 @@ pub(super) async fn connection<R, W>(
         }
         writer_stop.cancel();
     };
-    let reader = reader(net.clone(), (listener, id, peer), rd, stop);
+    let reader = reader(net.clone(), (listener, id, local, peer), rd, stop);
     tokio::join!(writer, reader);
     net.unregister(id, peer);
 }
@@ -129,7 +138,7 @@ pub(super) async fn connection<R, W>(
 /// breaks, a clock runs out, or `stop`; it cancels `stop` when it ends.
 async fn reader<R: AsyncRead + Unpin>(
     net: Arc<Net>,
-    (listener, id, peer): (usize, ConnId, SocketAddr),
+    (listener, id, local, peer): (usize, ConnId, SocketAddr, SocketAddr),
     mut rd: R,
     stop: tokio_util::sync::CancellationToken,
 ) {
@@ -141,7 +150,7 @@ async fn reader<R: AsyncRead + Unpin>(
     loop {
         // Frame everything already buffered before reading more, a turn at
         // a time.
-        let consumed = match net.frame_buffered(&mut buf, listener, id, peer) {
+        let consumed = match net.frame_buffered(&mut buf, listener, id, (local, peer)) {
             Ok((_, true)) => {
                 earlier = true;
                 tokio::task::yield_now().await;

@@ -242,12 +242,13 @@ pub(super) async fn serve_accepted(
         .await;
         return;
     }
+    let ends = (local_of(&stream, peer), peer);
     match net.tls_for(listener) {
-        None => connection(net, listener, id, peer, stream.into_split(), rx).await,
+        None => connection(net, listener, id, ends, stream.into_split(), rx).await,
         // The handshake's state (the TLS session, inline until `split`
         // moves it to the heap) lives only as long as the handshake.
         Some(tls) => match Box::pin(tls.accept(stream, peer)).await {
-            Some(s) => connection(net, listener, id, peer, tokio::io::split(s), rx).await,
+            Some(s) => connection(net, listener, id, ends, tokio::io::split(s), rx).await,
             None => net.unregister(id, peer),
         },
     }
@@ -263,11 +264,12 @@ async fn serve_accepted_ws(
     opts: ringsync::config::WsOptions,
 ) {
     let (listener, id, peer) = at;
+    let local = local_of(&stream, peer);
     match net.tls_for(listener) {
-        None => super::ws::serve(net.clone(), at, stream, rx, &opts).await,
+        None => super::ws::serve(net.clone(), at, local, stream, rx, &opts).await,
         Some(tls) => {
             if let Some(s) = tls.accept(stream, peer).await {
-                super::ws::serve(net.clone(), at, s, rx, &opts).await;
+                super::ws::serve(net.clone(), at, local, s, rx, &opts).await;
             }
         }
     }
@@ -286,19 +288,33 @@ pub(super) async fn serve_opened(
     stream: TcpStream,
     rx: mpsc::Receiver<Bytes>,
 ) {
+    let ends = (local_of(&stream, to), to);
     match net.tls_for(listener) {
         None => {
             net.core.connected(to, Stream::Tcp, Instant::now());
-            connection(net, listener, id, to, stream.into_split(), rx).await
+            connection(net, listener, id, ends, stream.into_split(), rx).await
         }
         Some(tls) => match tls.connect(stream, to).await {
             Ok(s) => {
                 net.core.connected(to, Stream::Tls, Instant::now());
-                connection(net, listener, id, to, tokio::io::split(s), rx).await
+                connection(net, listener, id, ends, tokio::io::split(s), rx).await
             }
             Err(e) => net.connect_failed(id, (to, Stream::Tls), rx, &e),
         },
     }
+}
+
+/// A connection's local address, for the capture (the peer's family's
+/// wildcard if the kernel does not say).
+fn local_of(stream: &TcpStream, peer: SocketAddr) -> SocketAddr {
+    stream.local_addr().unwrap_or_else(|_| {
+        let any = if peer.is_ipv4() {
+            std::net::Ipv4Addr::UNSPECIFIED.into()
+        } else {
+            std::net::Ipv6Addr::UNSPECIFIED.into()
+        };
+        SocketAddr::new(any, 0)
+    })
 }
 
 impl Net {

@@ -11,7 +11,7 @@ use std::io::IoSliceMut;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use nix::sys::socket::{recvmsg, setsockopt, sockopt, MsgFlags, SockaddrStorage};
 use tokio_util::sync::CancellationToken;
@@ -129,9 +129,17 @@ fn serve_batch(
     later: &mut Vec<(Sender, SipMessage)>,
 ) {
     let alone = batch.len() == 1;
+    let capture = net.core.capture();
+    let local = net.udp_local.get(listener).copied().flatten();
     for Datagram { data, from } in batch.drain(..) {
         if data.iter().all(|&b| b == b'\r' || b == b'\n' || b == 0) {
             continue; // keep-alive datagram (RFC 5626 4.4.1 style) or empty
+        }
+        // Every message as received, before it is parsed or refused, at
+        // the time the kernel queued it.
+        if let (true, Some(local)) = (capture.is_on(), local) {
+            let at = from.queued.map_or_else(SystemTime::now, |d| UNIX_EPOCH + d);
+            capture.sip_received_at(listener, (from.peer, local), &data, at);
         }
         let Ok(msg) = SipMessage::scan(data) else {
             m::dropped("unparseable");

@@ -21,6 +21,7 @@ mod policy;
 
 mod anycast;
 mod backup;
+mod capture;
 mod cli;
 mod config_errors;
 mod core_props;

@@ -129,7 +129,7 @@ fn reloads(gate: &Node, result: &str) -> f64 {
 }
 
 /// Sends SIGHUP and waits until `gate` counted one more reload as `result`.
-fn sighup(gate: &Node, result: &str) {
+pub(crate) fn sighup(gate: &Node, result: &str) {
     let before = reloads(gate, result);
     gate.signal("HUP");
     wait_for(

@@ -26,10 +26,10 @@ use testbed::{Scenario, Sipp, Transport};
 const T: Duration = Duration::from_secs(5);
 
 /// A site dir with a gate certificate from `ca` and a `[tls]` section.
-struct Site {
+pub(crate) struct Site {
     dir: tempfile::TempDir,
-    ca: Ca,
-    net: (u8, u8),
+    pub(crate) ca: Ca,
+    pub(crate) net: (u8, u8),
 }
 
 impl Site {
@@ -38,7 +38,7 @@ impl Site {
     }
 
     /// [`Site::new`] with `extra` TOML (sections) at the end.
-    fn with(net: (u8, u8), reload_poll_ms: u32, extra: &str) -> Site {
+    pub(crate) fn with(net: (u8, u8), reload_poll_ms: u32, extra: &str) -> Site {
         let dir = tempfile::tempdir().unwrap();
         let ca = Ca::new(dir.path(), "site");
         let (cert, key) = ca.issue(&ip(net, 1).to_string());
@@ -87,7 +87,7 @@ leg = "subscriber"
         self.dir.path().join(name)
     }
 
-    fn gate(&self) -> Node {
+    pub(crate) fn gate(&self) -> Node {
         let mut g = Node::gate(self.path("site.toml"))
             .admin(SocketAddr::new(ip(self.net, 1), 9091))
             .start()
@@ -96,7 +96,7 @@ leg = "subscriber"
         g
     }
 
-    fn sip(&self) -> SocketAddr {
+    pub(crate) fn sip(&self) -> SocketAddr {
         SocketAddr::new(ip(self.net, 1), 5061)
     }
 }
@@ -109,7 +109,7 @@ fn tls_metric(gate: &Node, side: &str, result: &str) -> f64 {
 }
 
 /// One request of the test UA (alice, over TLS) in dialog `call`.
-fn request(
+pub(crate) fn request(
     c: &peer::Client,
     method: &str,
     uri: &str,

@@ -50,7 +50,7 @@ const PATH: &str = "/sip";
 
 /// A site dir: Kamailio as the only sg, a `ws` (or `wss`, with a test CA)
 /// subscriber listener in front of it.
-struct Site {
+pub(crate) struct Site {
     dir: tempfile::TempDir,
     net: (u8, u8),
     ca: Option<peer::Ca>,
@@ -63,6 +63,11 @@ impl Site {
 
     /// [`Site::new`] with `tcp` lines added to `[tcp]`.
     fn with(net: (u8, u8), secure: bool, tcp: &str) -> Site {
+        Site::with_sections(net, secure, tcp, "")
+    }
+
+    /// [`Site::with`] and `sections` (whole TOML tables) at the end.
+    pub(crate) fn with_sections(net: (u8, u8), secure: bool, tcp: &str, sections: &str) -> Site {
         let dir = tempfile::tempdir().unwrap();
         let (tls, ca) = if secure {
             let ca = peer::Ca::new(dir.path(), "site");
@@ -106,7 +111,7 @@ pool = "sg"
 leg = "subscriber"
 ws_path = "{PATH}"
 ws_origins = ["{ORIGIN}"]
-"#,
+{sections}"#,
             n = net.1,
             sg = SocketAddr::new(ip(net, 11), 5060),
             gate = SocketAddr::new(ip(net, 1), 5080),
@@ -116,7 +121,7 @@ ws_origins = ["{ORIGIN}"]
         Site { dir, net, ca }
     }
 
-    fn gate(&self) -> Node {
+    pub(crate) fn gate(&self) -> Node {
         let mut g = Node::gate(self.dir.path().join("site.toml"))
             .admin(SocketAddr::new(ip(self.net, 1), 9091))
             .start()
@@ -125,11 +130,11 @@ ws_origins = ["{ORIGIN}"]
         g
     }
 
-    fn sip(&self) -> SocketAddr {
+    pub(crate) fn sip(&self) -> SocketAddr {
         SocketAddr::new(ip(self.net, 1), 5080)
     }
 
-    fn kamailio(&self) -> KamailioHandle {
+    pub(crate) fn kamailio(&self) -> KamailioHandle {
         Kamailio::new()
             .config(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/kamailio/registrar.cfg"))
             .listen(SocketAddr::new(ip(self.net, 11), 5060))
@@ -138,7 +143,7 @@ ws_origins = ["{ORIGIN}"]
     }
 
     /// A WebSocket to the gate as a browser on the allowed origin opens it.
-    async fn open(&self) -> ua::Ws {
+    pub(crate) async fn open(&self) -> ua::Ws {
         let ca = self.ca.as_ref().map(|c| c.pem.as_path());
         ua::open(self.sip(), PATH, Some("sip"), Some(ORIGIN), ca)
             .await

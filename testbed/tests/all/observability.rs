@@ -121,6 +121,11 @@ media_bind = "127.92.1.1:9092"
 [media]
 ng_bind = "127.92.1.1:2223"
 
+# Nothing listens there: the copies are dropped and counted, and the
+# capture metrics the dashboard reads are exported.
+[capture]
+collectors = ["udp:127.92.1.50:9060"]
+
 [[server]]
 name = "srv-a"
 

@@ -49,6 +49,7 @@ use super::{Net, MAX_MESSAGE};
 use crate::listener::Mode;
 use crate::metrics as m;
 use crate::txn::{ConnId, Inbound};
+use ringsync::capture::Transport::Stream;
 
 mod pool;
 mod timed;
@@ -68,6 +69,7 @@ const CLOSE_WRITE: Duration = Duration::from_secs(2);
 pub(super) async fn serve<S>(
     net: Arc<Net>,
     (listener, id, peer): (usize, ConnId, SocketAddr),
+    local: SocketAddr,
     mut io: S,
     rx: mpsc::Receiver<Bytes>,
     opts: &WsOptions,
@@ -134,7 +136,7 @@ pub(super) async fn serve<S>(
     let started = Started::new();
     let io = Timed::new(io, started.clone());
     let ws = WebSocketStream::from_partially_read(io, tail, Role::Server, Some(config)).await;
-    messages(net, (listener, id, peer), (ws, started), rx).await;
+    messages(net, (listener, id, peer), local, (ws, started), rx).await;
 }
 
 /// The message loop of an upgraded connection: a writer fed by the
@@ -142,6 +144,7 @@ pub(super) async fn serve<S>(
 async fn messages<S>(
     net: Arc<Net>,
     at: (usize, ConnId, SocketAddr),
+    local: SocketAddr,
     (ws, started): (WebSocketStream<Timed<S>>, Started),
     rx: mpsc::Receiver<Bytes>,
 ) where
@@ -151,9 +154,17 @@ async fn messages<S>(
     let stop = net.shutdown.child_token();
     // The reader asks the writer (which owns the sink) to close with a code.
     let (close_tx, close_rx) = oneshot::channel::<CloseFrame>();
-    let writer = write_loop(sink, rx, close_rx, stop.clone(), net.shutdown.clone());
+    let copies = (&net, at.0, (local, at.2));
+    let writer = write_loop(
+        copies,
+        sink,
+        rx,
+        close_rx,
+        stop.clone(),
+        net.shutdown.clone(),
+    );
     let reader = async {
-        if let Some(frame) = read_loop(&net, at, source, &started, &stop).await {
+        if let Some(frame) = read_loop(&net, at, local, source, &started, &stop).await {
             let _ = close_tx.send(frame);
         } else {
             stop.cancel();
@@ -171,6 +182,7 @@ async fn messages<S>(
 async fn read_loop<S>(
     net: &Arc<Net>,
     (listener, id, peer): (usize, ConnId, SocketAddr),
+    local: SocketAddr,
     mut source: SplitStream<WebSocketStream<Timed<S>>>,
     started: &Started,
     stop: &CancellationToken,
@@ -254,6 +266,11 @@ where
             }
             continue;
         }
+        // Each SIP message as it came out of its WebSocket frames (and
+        // out of TLS on a wss listener).
+        net.core
+            .capture()
+            .sip(listener, Stream, (peer, local), &data);
         // R-OV-1: the stream transports' deadline, as over TCP.
         let now = Instant::now();
         let action = net
@@ -268,6 +285,7 @@ where
 /// asks for one, or 1001 when the gate (`gate_stop`) stops (R-GW-1), each
 /// written within [`CLOSE_WRITE`].
 async fn write_loop<S>(
+    (net, listener, ends): (&Arc<Net>, usize, (SocketAddr, SocketAddr)),
     mut sink: SplitSink<WebSocketStream<S>, Message>,
     mut rx: mpsc::Receiver<Bytes>,
     mut close_rx: oneshot::Receiver<CloseFrame>,
@@ -298,7 +316,12 @@ async fn write_loop<S>(
                 Err(_) => break,
             },
             msg = rx.recv() => match msg {
-                Some(bytes) => sip_message(bytes),
+                Some(bytes) => {
+                    if bytes.as_ref() != b"\r\n" {
+                        net.core.capture().sip(listener, Stream, ends, &bytes);
+                    }
+                    sip_message(bytes)
+                }
                 None => break,
             },
         };

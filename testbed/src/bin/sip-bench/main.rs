@@ -178,6 +178,8 @@ struct Proxy {
     child: Option<Child>,
     kamailio: Option<testbed::KamailioHandle>,
     _dir: tempfile::TempDir,
+    /// The HEP collector of `sip-gate+capture`.
+    _sink: Option<system::Sink>,
 }
 
 impl Proxy {
@@ -260,7 +262,8 @@ fn start(system: System, o: &Opts) -> Result<Proxy, String> {
         | System::GateDrain
         | System::GateOne
         | System::GatePerCore
-        | System::GateBefore => {
+        | System::GateBefore
+        | System::GateCapture => {
             let site = gate_site(dir.path(), addr, system)?;
             let bin = match system {
                 System::GateBefore => o.gate_before.clone().unwrap_or_default(),
@@ -271,10 +274,15 @@ fn start(system: System, o: &Opts) -> Result<Proxy, String> {
             (Some(spawn_quiet(c, "sip-gate")?), None)
         }
     };
+    let sink = match system {
+        System::GateCapture => Some(system::Sink::start()?),
+        _ => None,
+    };
     let proxy = Proxy {
         child,
         kamailio,
         _dir: dir,
+        _sink: sink,
     };
     if !wait_listening(addr, Transport::Udp, Duration::from_secs(10)) {
         return Err(format!("{} did not listen on {addr}", system.name()));

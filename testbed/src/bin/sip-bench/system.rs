@@ -41,6 +41,10 @@ pub(crate) enum System {
     /// a change measured against the build before it, in the same rounds.
     #[value(name = "sip-gate-before")]
     GateBefore,
+    /// The default configuration with `[capture]`: a HEP copy of every
+    /// message to one UDP collector ([`Sink`]), issue 43.
+    #[value(name = "sip-gate+capture")]
+    GateCapture,
 }
 
 impl System {
@@ -53,6 +57,7 @@ impl System {
             System::GateOne => "sip-gate-1",
             System::GatePerCore => "sip-gate-per-core",
             System::GateBefore => "sip-gate-before",
+            System::GateCapture => "sip-gate+capture",
         }
     }
     /// Each system listens on its own address, so a straggler of one run
@@ -66,6 +71,7 @@ impl System {
             System::GatePerCore => 6,
             System::GateOne => 7,
             System::GateBefore => 8,
+            System::GateCapture => 9,
         };
         SocketAddr::new(ip(host), 5060)
     }
@@ -115,6 +121,9 @@ pub(crate) fn gate_site(dir: &Path, listen: SocketAddr, system: System) -> Resul
         );
     }
     let _ = writeln!(t, "[[listener]]\nname = \"subs\"\nbind = \"{listen}\"\ntransports = [\"udp\"]\nmode = \"balance\"\npool = \"sg\"\nleg = \"subscriber\"");
+    if system == System::GateCapture {
+        let _ = writeln!(t, "[capture]\ncollectors = [\"udp:{COLLECTOR}\"]");
+    }
     let site = dir.join("site.toml");
     std::fs::write(&site, t).map_err(|e| format!("writing {}: {e}", site.display()))?;
     if drain {
@@ -124,4 +133,51 @@ pub(crate) fn gate_site(dir: &Path, listen: SocketAddr, system: System) -> Resul
             .map_err(|e| format!("writing profiles: {e}"))?;
     }
     Ok(site)
+}
+
+/// Where `sip-gate+capture` sends its HEP copies.
+pub(crate) const COLLECTOR: SocketAddr =
+    SocketAddr::new(IpAddr::V4(Ipv4Addr::new(127, 77, 0, 60)), 9060);
+
+/// The collector of `sip-gate+capture`: a socket on [`COLLECTOR`] whose
+/// thread reads and discards every packet (a closed port would make the
+/// kernel refuse every other copy), in this process, so its CPU is not
+/// the gate's.
+pub(crate) struct Sink {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<u64>>,
+}
+
+impl Sink {
+    pub(crate) fn start() -> Result<Sink, String> {
+        let sock = std::net::UdpSocket::bind(COLLECTOR)
+            .map_err(|e| format!("binding the collector {COLLECTOR}: {e}"))?;
+        sock.set_read_timeout(Some(std::time::Duration::from_millis(200)))
+            .map_err(|e| e.to_string())?;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut buf = vec![0u8; 65_536];
+            let mut n = 0u64;
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                if sock.recv(&mut buf).is_ok() {
+                    n += 1;
+                }
+            }
+            n
+        });
+        Ok(Sink {
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Sink {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }

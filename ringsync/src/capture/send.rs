@@ -1,0 +1,338 @@
+//! The sender task of a capture: takes copies off the queue, filters and
+//! encodes each once, and hands it to every collector without waiting on
+//! any. A UDP collector gets a non-blocking send on a connected socket
+//! (a full socket buffer drops the copy as `collector_slow`, a refusal
+//! the kernel reports from the collector's ICMP as `collector_down`); a
+//! TCP collector has its own writer task behind a bounded queue, which
+//! connects, writes, and reconnects after a loss, and while it is not
+//! connected its copies are dropped as `collector_down`.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use metrics::Counter;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+
+use super::hep::{self, Record};
+use super::{wanted, Captured, Correlate, Kind, Names, Transport};
+use crate::config::{CaptureConfig, Collector, CollectorTransport};
+
+/// How long a collector that could not be reached is left before the
+/// next try.
+const RETRY: Duration = Duration::from_secs(1);
+/// A TCP connect or write that takes longer counts the collector gone.
+const TCP_DEADLINE: Duration = Duration::from_secs(2);
+/// The packets a TCP collector's writer may hold.
+const TCP_QUEUE: usize = 1024;
+
+/// The dropped copies, by reason.
+#[derive(Clone)]
+struct Drops {
+    slow: Counter,
+    down: Counter,
+    too_big: Counter,
+}
+
+/// One running capture's sender.
+pub(super) struct Sender {
+    cfg: CaptureConfig,
+    /// The node's agent id, which [`super::Capture::set_node`] may change.
+    agent: Arc<AtomicU32>,
+    names: Names,
+    drops: Drops,
+    correlate: Option<Correlate>,
+    /// The ids of log records' requests by key, for their answers;
+    /// cleared when it reaches [`MAX_KEYS`] (an answer then goes without).
+    ids: HashMap<Vec<u8>, Vec<u8>>,
+}
+
+/// The most request keys remembered for their answers.
+const MAX_KEYS: usize = 16_384;
+
+impl Sender {
+    pub(super) fn new(
+        cfg: &CaptureConfig,
+        agent: Arc<AtomicU32>,
+        names: Names,
+        correlate: Option<Correlate>,
+    ) -> Sender {
+        let drop = |reason: &'static str| metrics::counter!(names.dropped, "reason" => reason);
+        Sender {
+            cfg: cfg.clone(),
+            agent,
+            names,
+            drops: Drops {
+                slow: drop("collector_slow"),
+                down: drop("collector_down"),
+                too_big: drop("too_big"),
+            },
+            correlate,
+            ids: HashMap::new(),
+        }
+    }
+
+    /// The correlation id of a log record (see [`Correlate`]).
+    fn log_id(&mut self, payload: &[u8]) -> Option<Vec<u8>> {
+        let (key, id) = (self.correlate?)(payload);
+        match (key, id) {
+            (Some(k), Some(id)) => {
+                if self.ids.len() >= MAX_KEYS {
+                    self.ids.clear();
+                }
+                self.ids.insert(k.to_vec(), id.to_vec());
+                Some(id.to_vec())
+            }
+            (Some(k), None) => self.ids.get(k).cloned(),
+            (None, id) => id.map(<[u8]>::to_vec),
+        }
+    }
+
+    /// Until every handle on the queue is gone (capture turned off or
+    /// replaced by a reload): what is queued is still sent.
+    pub(super) async fn run(mut self, mut rx: mpsc::Receiver<Captured>) {
+        let mut outs: Vec<Out> = self
+            .cfg
+            .collectors
+            .iter()
+            .map(|c| Out::open(*c, self.names, &self.drops))
+            .collect();
+        let mut buf = Vec::with_capacity(4096);
+        while let Some(copy) = rx.recv().await {
+            let log_id;
+            let (correlation, proto_type) = match copy.kind {
+                Kind::Sip => {
+                    let (method, call_id) = hep::sip_fields(&copy.payload);
+                    if !wanted(&self.cfg, method, call_id) {
+                        continue;
+                    }
+                    (call_id, hep::PROTO_SIP)
+                }
+                Kind::Log => {
+                    log_id = self.log_id(&copy.payload);
+                    (log_id.as_deref(), hep::PROTO_LOG)
+                }
+            };
+            let record = Record {
+                at: copy.at,
+                src: copy.src,
+                dst: copy.dst,
+                ip_proto: match copy.transport {
+                    Transport::Udp => hep::IPPROTO_UDP,
+                    Transport::Stream => hep::IPPROTO_TCP,
+                },
+                proto_type,
+                agent: self.agent.load(Ordering::Relaxed),
+                auth_key: self.cfg.auth_key.as_deref().map(str::as_bytes),
+                correlation,
+                payload: &copy.payload,
+            };
+            if hep::encode(&record, &mut buf).is_err() {
+                self.drops.too_big.increment(1);
+                continue;
+            }
+            for out in &mut outs {
+                out.send(&buf);
+            }
+        }
+    }
+}
+
+/// One collector as the sender sees it.
+enum Out {
+    Udp {
+        addr: SocketAddr,
+        sock: Option<UdpSocket>,
+        /// No new socket before this, after one could not be made.
+        retry: Instant,
+        sent: Counter,
+        drops: Drops,
+    },
+    Tcp {
+        tx: mpsc::Sender<Bytes>,
+        up: Arc<AtomicBool>,
+        drops: Drops,
+    },
+}
+
+impl Out {
+    fn open(c: Collector, names: Names, drops: &Drops) -> Out {
+        let sent = metrics::counter!(names.sent, "collector" => c.to_string());
+        sent.increment(0);
+        match c.transport {
+            CollectorTransport::Udp => Out::Udp {
+                addr: c.addr,
+                sock: None,
+                retry: Instant::now(),
+                sent,
+                drops: drops.clone(),
+            },
+            CollectorTransport::Tcp => {
+                let (tx, rx) = mpsc::channel(TCP_QUEUE);
+                let up = Arc::new(AtomicBool::new(false));
+                let down = drops.down.clone();
+                tokio::spawn(tcp_writer(c.addr, rx, up.clone(), sent, down));
+                Out::Tcp {
+                    tx,
+                    up,
+                    drops: drops.clone(),
+                }
+            }
+        }
+    }
+
+    fn send(&mut self, packet: &[u8]) {
+        match self {
+            Out::Udp {
+                addr,
+                sock,
+                retry,
+                sent,
+                drops,
+            } => {
+                if sock.is_none() && Instant::now() >= *retry {
+                    *sock = udp_socket(*addr)
+                        .inspect_err(|e| {
+                            tracing::debug!(collector = %addr, error = %e, "capture: no socket to the collector");
+                            *retry = Instant::now() + RETRY;
+                        })
+                        .ok();
+                }
+                let Some(s) = sock else {
+                    drops.down.increment(1);
+                    return;
+                };
+                match s.send(packet) {
+                    Ok(_) => sent.increment(1),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => drops.slow.increment(1),
+                    // The collector's port was closed (an ICMP error on an
+                    // earlier packet), or no route: this one is lost.
+                    Err(_) => drops.down.increment(1),
+                }
+            }
+            Out::Tcp { tx, up, drops } => {
+                if !up.load(Ordering::Relaxed) {
+                    drops.down.increment(1);
+                } else if tx.try_send(Bytes::copy_from_slice(packet)).is_err() {
+                    drops.slow.increment(1);
+                }
+            }
+        }
+    }
+}
+
+/// A non-blocking UDP socket connected to `addr` (so the kernel reports
+/// the collector's port closed).
+fn udp_socket(addr: SocketAddr) -> io::Result<UdpSocket> {
+    let any: SocketAddr = if addr.is_ipv4() {
+        "0.0.0.0:0".parse().expect("an address")
+    } else {
+        "[::]:0".parse().expect("an address")
+    };
+    let s = UdpSocket::bind(any)?;
+    s.connect(addr)?;
+    s.set_nonblocking(true)?;
+    Ok(s)
+}
+
+/// A TCP collector's writer: connects (again, a [`RETRY`] after each
+/// failure), writes each packet within [`TCP_DEADLINE`], and ends when the
+/// sender does.
+async fn tcp_writer(
+    addr: SocketAddr,
+    mut rx: mpsc::Receiver<Bytes>,
+    up: Arc<AtomicBool>,
+    sent: Counter,
+    down: Counter,
+) {
+    loop {
+        let stream = tokio::time::timeout(TCP_DEADLINE, TcpStream::connect(addr)).await;
+        let mut stream = match stream {
+            Ok(Ok(s)) => s,
+            _ => {
+                let wait = tokio::time::sleep(RETRY);
+                tokio::pin!(wait);
+                loop {
+                    tokio::select! {
+                        _ = &mut wait => break,
+                        p = rx.recv() => match p {
+                            Some(_) => down.increment(1),
+                            None => return,
+                        },
+                    }
+                }
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        tracing::info!(collector = %addr, "capture: connected to the TCP collector");
+        up.store(true, Ordering::Relaxed);
+        loop {
+            let Some(packet) = rx.recv().await else {
+                return;
+            };
+            match tokio::time::timeout(TCP_DEADLINE, stream.write_all(&packet)).await {
+                Ok(Ok(())) => sent.increment(1),
+                _ => {
+                    down.increment(1);
+                    break;
+                }
+            }
+        }
+        up.store(false, Ordering::Relaxed);
+        tracing::info!(collector = %addr, "capture: lost the TCP collector; reconnecting");
+        while rx.try_recv().is_ok() {
+            down.increment(1);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `cookie rest`: the cookie, and the id when `rest` starts with `id=`.
+    fn ids(d: &[u8]) -> (Option<&[u8]>, Option<&[u8]>) {
+        let mut parts = d.splitn(2, |&b| b == b' ');
+        let cookie = parts.next();
+        let id = parts.next().and_then(|r| r.strip_prefix(b"id="));
+        (cookie, id)
+    }
+
+    #[test]
+    fn an_answer_gets_the_id_of_its_request_by_key() {
+        let cfg = CaptureConfig {
+            collectors: vec![],
+            agent_id: 0,
+            agents: Default::default(),
+            auth_key: None,
+            listeners: vec![],
+            methods: vec![],
+            register_per_million: 1_000_000,
+            queue: 1,
+            media: true,
+        };
+        let names = Names {
+            sent: "t_sent",
+            dropped: "t_dropped",
+        };
+        let mut s = Sender::new(&cfg, Arc::new(AtomicU32::new(0)), names, Some(ids));
+        assert_eq!(s.log_id(b"c1 id=call-1"), Some(b"call-1".to_vec()));
+        assert_eq!(s.log_id(b"c2 id=call-2"), Some(b"call-2".to_vec()));
+        // Answers name no call: their command's, also when answered twice
+        // (the mg's answer, then media-ctl's to its client).
+        assert_eq!(s.log_id(b"c1 result=ok"), Some(b"call-1".to_vec()));
+        assert_eq!(s.log_id(b"c1 result=ok"), Some(b"call-1".to_vec()));
+        assert_eq!(s.log_id(b"c9 result=ok"), None);
+        for i in 0..MAX_KEYS + 1 {
+            s.log_id(format!("k{i} id=x").as_bytes());
+        }
+        assert!(s.ids.len() <= MAX_KEYS, "bounded");
+    }
+}
