@@ -439,5 +439,4 @@ pub fn publication(
 }
 
 #[cfg(test)]
-#[path = "plan_tests.rs"]
 mod tests;

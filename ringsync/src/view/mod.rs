@@ -399,5 +399,4 @@ fn ring_for(instances: &[InstanceView], in_pool: &dyn Fn(usize) -> bool) -> Ring
 }
 
 #[cfg(test)]
-#[path = "view_tests.rs"]
 mod tests;

@@ -303,5 +303,4 @@ pub fn in_words(at_ms: u64, now_ms: u64) -> String {
 }
 
 #[cfg(test)]
-#[path = "work_tests.rs"]
 mod tests;

@@ -232,5 +232,4 @@ fn add_report(st: &mut InstanceStatus, t: &mut Tally, id: &str, o: &NodeOutcome)
 }
 
 #[cfg(test)]
-#[path = "sum_tests.rs"]
 mod tests;

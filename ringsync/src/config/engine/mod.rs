@@ -398,5 +398,4 @@ fn parse_runtime(s: &str) -> std::result::Result<RuntimeAddress, String> {
 }
 
 #[cfg(test)]
-#[path = "engine_tests.rs"]
 mod tests;

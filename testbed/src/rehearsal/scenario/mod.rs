@@ -514,5 +514,4 @@ fn parse_net(s: &str) -> Option<[u8; 3]> {
 }
 
 #[cfg(test)]
-#[path = "scenario_tests.rs"]
 mod tests;

@@ -3,9 +3,7 @@
 use super::*;
 use std::path::{Path, PathBuf};
 
-#[path = "section_tests.rs"]
 mod sections;
-#[path = "ws_pool_tests.rs"]
 mod ws_pool;
 
 pub(super) const GOOD: &str = r#"
