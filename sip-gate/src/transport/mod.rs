@@ -16,8 +16,8 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -42,6 +42,7 @@ use crate::txn::{ConnId, Inbound};
 mod batch;
 mod bind;
 mod fd_limit;
+mod handover;
 mod read_timer;
 mod stream;
 mod tls;
@@ -50,6 +51,7 @@ mod workers;
 mod ws;
 pub(crate) use bind::bind;
 pub use bind::{BindError, SocketKind};
+pub(crate) use handover::{Moved, NetHandle};
 use stream::connection;
 pub use tls::TlsReload;
 pub(crate) use tls::TlsSide;
@@ -78,14 +80,17 @@ pub(crate) struct BoundListener {
 
 /// Runs the gate on bound listeners until `shutdown` is cancelled. Tokio
 /// tasks are tracked by `tracker`; the UDP worker threads are returned so the
-/// caller can join them. `tls` serves the listeners whose stream is TLS.
+/// caller can join them, with the handle the upgrade works through
+/// (R-GW-3). `tls` serves the listeners whose stream is TLS. Connection
+/// ids start at `first_conn`; above 1, this run takes over from an
+/// earlier one and reads the listeners only once told to.
 pub(crate) fn spawn(
     core: Arc<Core>,
     listeners: Vec<BoundListener>,
     tls: Option<Arc<TlsSide>>,
-    shutdown: CancellationToken,
+    (shutdown, first_conn): (CancellationToken, ConnId),
     tracker: &TaskTracker,
-) -> io::Result<Vec<std::thread::JoinHandle<()>>> {
+) -> io::Result<(Vec<std::thread::JoinHandle<()>>, NetHandle)> {
     // Every connection is a descriptor: the limit must leave room for
     // max_connections, or accept fails before the connection limit bites.
     fd_limit::fit(core.tcp_config().max_connections);
@@ -118,34 +123,76 @@ pub(crate) fn spawn(
         core: core.clone(),
         conns: DashMap::new(),
         by_peer: DashMap::new(),
-        next: AtomicU64::new(1),
+        next: AtomicU64::new(first_conn.max(1)),
+        udp_all: Mutex::new(listeners.iter().map(|l| l.udp.clone()).collect()),
+        tcp_listeners: Mutex::new(Vec::new()),
+        listen: Mutex::new(shutdown.child_token()),
+        moving: Mutex::new(CancellationToken::new()),
+        moved: Mutex::new(Vec::new()),
+        movable: AtomicUsize::new(0),
         shutdown: shutdown.clone(),
         tracker: tracker.clone(),
         runtime: tokio::runtime::Handle::current(),
         lag: Arc::new(RuntimeLag::new(core.overload_deadline(), Instant::now())),
     });
     tracker.spawn(net.lag.clone().run(shutdown.clone()));
-
-    let mut probe_socket = None;
-    let mut udp_sockets = Vec::new();
-    for (idx, l) in listeners.into_iter().enumerate() {
-        if let (None, Some(sock)) = (&probe_socket, l.udp.first()) {
-            probe_socket = Some((idx, sock.clone()));
-        }
-        udp_sockets.push((idx, l.udp));
-        if let Some(tcp) = l.tcp {
-            tracker.spawn(accept_loop(net.clone(), idx, tcp, shutdown.clone()));
-        }
-    }
-    let plan = workers::Plan::of(&core.config().overload);
-    let threads = workers::start(&net, udp_sockets, plan, &shutdown)?;
-    if let Some((idx, sock)) = probe_socket {
-        if let Some(prober) = core.prober(idx) {
-            tracker.spawn(crate::health::run(prober, sock, shutdown.clone()));
-        }
-    }
+    *net.tcp_listeners.lock().unwrap_or_else(|e| e.into_inner()) =
+        listeners.into_iter().map(|l| l.tcp.map(Arc::new)).collect();
+    // A run taking over reads the listeners once it has the connections
+    // (R-GW-3: `NetHandle::start_listening`).
+    let threads = if first_conn > 1 {
+        Vec::new()
+    } else {
+        net.listen()?
+    };
     tracker.spawn(sweeper(core, shutdown));
-    Ok(threads)
+    Ok((threads, NetHandle(net)))
+}
+
+impl Net {
+    /// Reads the listeners: an accept loop on each TCP one, the UDP workers
+    /// (and their supervisor), the health prober; until the listening
+    /// token, which the gate's stop or a hand-over cancels (R-GW-3).
+    fn listen(self: &Arc<Net>) -> io::Result<Vec<std::thread::JoinHandle<()>>> {
+        let listen = self
+            .listen
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let tcp = self
+            .tcp_listeners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        for (idx, l) in tcp.into_iter().enumerate() {
+            if let Some(l) = l {
+                let _guard = self.runtime.enter();
+                self.tracker
+                    .spawn(accept_loop(self.clone(), idx, l, listen.clone()));
+            }
+        }
+        let udp: Vec<(usize, Vec<Arc<UdpSocket>>)> = self
+            .udp_all
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .cloned()
+            .enumerate()
+            .collect();
+        let probe = udp
+            .iter()
+            .find_map(|(idx, s)| s.first().map(|s| (*idx, s.clone())));
+        let plan = workers::Plan::of(&self.core.config().overload);
+        let threads = workers::start(self, udp, plan, &listen)?;
+        if let Some((idx, sock)) = probe {
+            if let Some(prober) = self.core.prober(idx) {
+                let _guard = self.runtime.enter();
+                self.tracker
+                    .spawn(crate::health::run(prober, sock, listen.clone()));
+            }
+        }
+        Ok(threads)
+    }
 }
 
 /// Once a second: the core's sweep, then its work published (R-ST-2).
@@ -175,6 +222,21 @@ struct Net {
     conns: DashMap<ConnId, mpsc::Sender<Bytes>>,
     by_peer: DashMap<SocketAddr, ConnId>,
     next: AtomicU64,
+    /// Every UDP socket of each listener (the supervisor adds some): what
+    /// a hand-over passes on (R-GW-3).
+    udp_all: Mutex<Vec<Vec<Arc<UdpSocket>>>>,
+    /// Each listener's TCP listening socket, shared with its accept loop.
+    tcp_listeners: Mutex<Vec<Option<Arc<TcpListener>>>>,
+    /// Ends the reading of the listeners (accept loops, UDP workers, the
+    /// prober): a child of `shutdown`, cancelled alone by a hand-over.
+    listen: Mutex<CancellationToken>,
+    /// Asks every plain TCP connection served now to stop and hand itself
+    /// over (replaced by a fresh one once used).
+    moving: Mutex<CancellationToken>,
+    /// The connections that did, for the hand-over to pass on.
+    moved: Mutex<Vec<Moved>>,
+    /// Plain TCP connections being served (what `moving` waits for).
+    movable: AtomicUsize,
     shutdown: CancellationToken,
     tracker: TaskTracker,
     runtime: tokio::runtime::Handle,
@@ -308,6 +370,17 @@ impl Net {
         ws: bool,
     ) -> (ConnId, mpsc::Sender<Bytes>, mpsc::Receiver<Bytes>) {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
+        self.register_as(id, peer, ws)
+    }
+
+    /// [`Net::register`] under a given id (a connection an earlier run
+    /// handed over keeps its id, which its flow token names: R-GW-3).
+    fn register_as(
+        &self,
+        id: ConnId,
+        peer: SocketAddr,
+        ws: bool,
+    ) -> (ConnId, mpsc::Sender<Bytes>, mpsc::Receiver<Bytes>) {
         let (tx, rx) = mpsc::channel(self.core.tcp_queue().max(1));
         self.conns.insert(id, tx.clone());
         if ws {
@@ -429,7 +502,7 @@ impl Net {
 async fn accept_loop(
     net: Arc<Net>,
     listener: usize,
-    tcp: TcpListener,
+    tcp: Arc<TcpListener>,
     shutdown: CancellationToken,
 ) {
     loop {

@@ -14,7 +14,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use ringsync::config::TlsConfig;
 use ringsync::tls::{CertFiles, TlsError};
 use rustls::pki_types::{CertificateDer, ServerName};
@@ -25,6 +25,7 @@ use tokio::sync::mpsc;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 use tokio_util::sync::CancellationToken;
 
+use super::stream::plain;
 use super::{connection, Net};
 use crate::metrics as m;
 use crate::reach::Stream;
@@ -243,11 +244,15 @@ pub(super) async fn serve_accepted(
         return;
     }
     match net.tls_for(listener) {
-        None => connection(net, listener, id, peer, stream.into_split(), rx).await,
+        None => plain(net, (listener, id, peer), stream, rx, BytesMut::new()).await,
         // The handshake's state (the TLS session, inline until `split`
         // moves it to the heap) lives only as long as the handshake.
         Some(tls) => match Box::pin(tls.accept(stream, peer)).await {
-            Some(s) => connection(net, listener, id, peer, tokio::io::split(s), rx).await,
+            Some(s) => {
+                let halves = tokio::io::split(s);
+                let unmovable = (BytesMut::new(), false);
+                connection(net, listener, id, peer, halves, rx, unmovable).await;
+            }
             None => net.unregister(id, peer),
         },
     }
@@ -289,12 +294,13 @@ pub(super) async fn serve_opened(
     match net.tls_for(listener) {
         None => {
             net.core.connected(to, Stream::Tcp, Instant::now());
-            connection(net, listener, id, to, stream.into_split(), rx).await
+            plain(net, (listener, id, to), stream, rx, BytesMut::new()).await
         }
         Some(tls) => match tls.connect(stream, to).await {
             Ok(s) => {
                 net.core.connected(to, Stream::Tls, Instant::now());
-                connection(net, listener, id, to, tokio::io::split(s), rx).await
+                let unmovable = (BytesMut::new(), false);
+                connection(net, listener, id, to, tokio::io::split(s), rx, unmovable).await;
             }
             Err(e) => net.connect_failed(id, (to, Stream::Tls), rx, &e),
         },

@@ -296,6 +296,16 @@ impl Listener {
         shutdown: &CancellationToken,
     ) -> io::Result<JoinHandle<()>> {
         let sock = Arc::new(bind_udp(self.addr, rcvbuf)?);
+        // Known to a hand-over from now on (R-GW-3): its queue is read by
+        // the next run too.
+        if let Some(all) = net
+            .udp_all
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_mut(self.idx)
+        {
+            all.push(sock.clone());
+        }
         let w = self.workers.len();
         let (thread, worker) = spawn_worker(net, self.idx, w, sock, shutdown)?;
         self.workers.push(worker);
