@@ -133,25 +133,28 @@ mod tests {
         let (a, b) = UnixStream::pair().unwrap();
         let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         let at = udp.local_addr().unwrap();
-        let big = "x".repeat(1 << 20);
-        send(&a, &Msg { text: big.clone() }, &[udp.as_fd()]).unwrap();
-        send(
-            &a,
-            &Msg {
+        let theirs = udp.try_clone().unwrap();
+        // Larger than the socket's buffer: it goes as the reader reads.
+        let sender = std::thread::spawn(move || {
+            let big = Msg {
+                text: "x".repeat(1 << 20),
+            };
+            send(&a, &big, &[theirs.as_fd()]).unwrap();
+            let none = Msg {
                 text: "none".into(),
-            },
-            &[],
-        )
-        .unwrap();
+            };
+            send(&a, &none, &[]).unwrap();
+        });
         let (m, fds): (Msg, _) = recv(&b).unwrap();
-        assert_eq!(m.text.len(), big.len());
+        assert_eq!(m.text.len(), 1 << 20);
         assert_eq!(fds.len(), 1);
         assert_ne!(fds[0].as_raw_fd(), udp.as_raw_fd());
         let got = std::net::UdpSocket::from(fds.into_iter().next().unwrap());
         assert_eq!(got.local_addr().unwrap(), at);
         let (m, fds): (Msg, _) = recv(&b).unwrap();
         assert_eq!((m.text.as_str(), fds.len()), ("none", 0));
-        drop(a);
+        sender.join().unwrap();
+        // The sender's end closed with its thread.
         let gone = recv::<Msg>(&b).unwrap_err();
         assert!(matches!(gone, WireError::Io(e) if e.kind() == std::io::ErrorKind::UnexpectedEof));
     }

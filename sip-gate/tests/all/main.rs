@@ -52,6 +52,7 @@ mod torture;
 mod transport;
 mod udp_workers;
 mod unreachable;
+mod upgrade;
 mod wait_drained;
 mod ws;
 mod ws_browser;

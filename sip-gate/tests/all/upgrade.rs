@@ -1,0 +1,365 @@
+//! The gate's upgrade (R-GW-3) through the real `sip-gate` binary: under
+//! SIPp load over UDP and over TCP, `sip-gate upgrade` starts the binary
+//! at the gate's path, which takes the listening sockets, the open TCP
+//! connections (SIPp's, both sides) and the work book; no call fails, no
+//! connection is closed, and the old run exits by itself. A subscriber
+//! registered over a raw TCP connection (Kamailio the registrar behind)
+//! keeps that connection and its flow: a MESSAGE the registrar routes into
+//! it after the upgrade arrives on the same socket. A new run of another
+//! hand-over version refuses (SIGUSR2 the trigger here), and one killed as
+//! it starts leaves the old run serving; both old runs upgrade afterwards.
+//!
+//! Each test has its own `127.139.N.0/24`: the gate's listener and admin
+//! on `.1`, the sg (SIPp or Kamailio) on `.11`, callers on `.21`, the
+//! subscriber on `.100`.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::common::{ip, server_addr};
+use testbed::bins::Node;
+use testbed::{wait_for, Kamailio, Scenario, Sipp, Transport};
+
+/// A site with one sg behind a subscriber balance listener on
+/// `127.139.N.1:5060` (UDP and TCP), its profiles in an embedded store;
+/// `sources`: the sg's own address is also a source network (Kamailio's
+/// connections come from ephemeral ports).
+fn site(net: (u8, u8), sources: bool) -> (tempfile::TempDir, PathBuf, SocketAddr, SocketAddr) {
+    let dir = tempfile::tempdir().unwrap();
+    let listener = SocketAddr::new(ip(net, 1), 5060);
+    let admin = SocketAddr::new(ip(net, 1), 9091);
+    let sg = server_addr(net, 0);
+    let sources = if sources {
+        format!("sources = [\"{}/32\"]\n", sg.ip())
+    } else {
+        String::new()
+    };
+    let text = format!(
+        "[site]\nname = \"upgrade-{a}-{b}\"\nsecret = \"integration-test-secret-upgrade-{a}-{b}\"\n\n\
+         [health]\ninterval_ms = 0\n\n[[server]]\nname = \"srv-0\"\n\n\
+         [[instance]]\nid = \"sg-0\"\nservice = \"sg\"\nserver = \"srv-0\"\nsip = \"{sg}\"\n{sources}\n\
+         [[listener]]\nname = \"subs\"\nbind = \"{listener}\"\nmode = \"balance\"\npool = \"sg\"\nleg = \"subscriber\"\n\n\
+         [store]\nkind = \"embedded\"\npath = \"profiles.json\"\n",
+        a = net.0,
+        b = net.1,
+    );
+    let path = dir.path().join("site.toml");
+    std::fs::write(&path, text).unwrap();
+    (dir, path, listener, admin)
+}
+
+/// The run an upgrade started: not a child the launcher knows (its parent
+/// exits), so it is killed here when the test ends.
+struct NewRun(u32);
+
+impl Drop for NewRun {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", &self.0.to_string()])
+            .status();
+    }
+}
+
+/// `sip-gate upgrade` for the gate of `site` at `admin`: its exit status
+/// and output.
+fn upgrade_cli(site: &Path, admin: SocketAddr) -> std::process::Output {
+    testbed::bins::command("sip-gate")
+        .unwrap()
+        .args(["upgrade", "--config"])
+        .arg(site)
+        .args(["--admin", &admin.to_string()])
+        .output()
+        .unwrap()
+}
+
+/// Upgrades through the CLI, which must succeed; the new run.
+fn upgrade(site: &Path, admin: SocketAddr) -> NewRun {
+    let out = upgrade_cli(site, admin);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "sip-gate upgrade: {stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let pid = stdout
+        .split("pid ")
+        .nth(1)
+        .and_then(|s| s.split(')').next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no pid in `{stdout}`"));
+    NewRun(pid)
+}
+
+/// The value of `key=N` on the last log line that contains `what`.
+fn logged(log: &str, what: &str, key: &str) -> Option<u64> {
+    let line = log.lines().rev().find(|l| l.contains(what))?;
+    let at = line.find(&format!("{key}="))? + key.len() + 1;
+    line[at..]
+        .split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
+}
+
+fn gate(site: &Path, admin: SocketAddr, env: Option<(&str, &str)>) -> Node {
+    let mut b = Node::gate(site).admin(admin);
+    if let Some((k, v)) = env {
+        b = b.env(k, v);
+    }
+    let mut gate = b.start().unwrap();
+    gate.wait_ready().unwrap();
+    gate
+}
+
+/// Calls at 10/s, held 2 s (then a re-INVITE and a BYE), through the gate
+/// over `transport`; `sip-gate upgrade` while calls are up.
+fn calls_across_an_upgrade(net: (u8, u8), transport: Transport) {
+    let (_dir, site, listener, admin) = site(net, false);
+    let mut old = gate(&site, admin, None);
+    let uas = Sipp::new(Scenario::repo("uas_call"))
+        .local(server_addr(net, 0).ip(), 5060)
+        .transport(transport)
+        .timeout(Duration::from_secs(90))
+        .spawn()
+        .unwrap();
+    let calls = 60;
+    let uac = Sipp::new(Scenario::repo("uac_call"))
+        .local_ip(ip(net, 21))
+        .remote(listener)
+        .transport(transport)
+        .calls(calls)
+        .rate(10)
+        .duration(Duration::from_secs(2))
+        .timeout(Duration::from_secs(90))
+        .spawn()
+        .unwrap();
+    wait_for("calls up through the old run", Duration::from_secs(10), || {
+        let up = old.work()?.instances.get("sg-0")?.counts.dialogs;
+        (up >= 5).then_some(())
+    })
+    .unwrap();
+
+    let new = upgrade(&site, admin);
+    assert_ne!(Some(new.0), old.pid());
+    // The old run had nothing it could not hand over: it exits by itself.
+    let status = old.wait_exit(Duration::from_secs(10));
+    assert!(status.is_some_and(|s| s.success()), "{status:?}\n{}", old.log());
+    let r = uac.wait(Duration::from_secs(90)).unwrap();
+    assert!(
+        r.all_ok() && r.successful == calls && r.failed == 0,
+        "{r:?}\n{}",
+        old.log()
+    );
+    let u = uas.stop().unwrap();
+    assert_eq!(u.failed, 0, "{u:?}");
+    let log = old.log();
+    let moved = logged(&log, "took over from the running gate", "connections");
+    if transport == Transport::Tcp {
+        // SIPp's two connections (the callers' and the gate's to the sg)
+        // moved: neither side saw a close or a reconnect.
+        assert_eq!(moved, Some(2), "{log}");
+    } else {
+        assert_eq!(moved, Some(0), "{log}");
+    }
+    // The new run serves the admin endpoint and is ready.
+    let (code, _) = testbed::http::get(admin, "/readyz")
+        .map(|r| (r.status, r.body))
+        .unwrap();
+    assert_eq!(code, 200);
+}
+
+#[test]
+fn r_gw_3_calls_over_udp_fail_none_across_an_upgrade() {
+    calls_across_an_upgrade((139, 1), Transport::Udp);
+}
+
+#[test]
+fn r_gw_3_calls_over_tcp_keep_their_connections_across_an_upgrade() {
+    calls_across_an_upgrade((139, 2), Transport::Tcp);
+}
+
+/// Reads one SIP message (headers only: these have no body) from `r`.
+fn read_message(r: &mut BufReader<TcpStream>) -> String {
+    let mut msg = String::new();
+    loop {
+        let mut line = String::new();
+        let n = r.read_line(&mut line).unwrap();
+        assert!(n > 0, "the connection closed; read so far: {msg}");
+        if line == "\r\n" && !msg.trim().is_empty() {
+            return msg;
+        }
+        if line != "\r\n" {
+            msg.push_str(&line);
+        }
+    }
+}
+
+/// The 200 to `req`: its Via, From, To (tagged), Call-ID and CSeq.
+fn ok_to(req: &str) -> String {
+    let mut resp = String::from("SIP/2.0 200 OK\r\n");
+    for line in req.lines().skip(1) {
+        let name = line.split(':').next().unwrap_or("").to_ascii_lowercase();
+        match name.as_str() {
+            "via" | "v" | "from" | "f" | "call-id" | "i" | "cseq" => {
+                resp.push_str(line);
+                resp.push_str("\r\n");
+            }
+            "to" | "t" => resp.push_str(&format!("{line};tag=sub-1\r\n")),
+            _ => {}
+        }
+    }
+    resp.push_str("Content-Length: 0\r\n\r\n");
+    resp
+}
+
+/// R-GW-3: a subscriber's TCP connection and its flow survive an upgrade:
+/// the MESSAGE the registrar sends into the flow afterwards arrives on the
+/// same socket, and its 200 goes back the same way to the caller.
+#[test]
+fn r_gw_3_a_tcp_subscriber_keeps_its_connection_and_its_flow() {
+    let net = (139, 3);
+    let (_dir, site, listener, admin) = site(net, true);
+    let kam = Kamailio::new()
+        .config(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/kamailio/registrar.cfg"))
+        .listen(server_addr(net, 0))
+        .start()
+        .unwrap();
+    let mut old = gate(&site, admin, None);
+
+    // The subscriber: one TCP connection from .100, a Contact nobody
+    // listens on (as behind a NAT).
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    s.bind(&SocketAddr::new(ip(net, 100), 0).into()).unwrap();
+    s.connect_timeout(&listener.into(), Duration::from_secs(3))
+        .unwrap();
+    let sock: TcpStream = s.into();
+    sock.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    let local = sock.local_addr().unwrap();
+    let register = format!(
+        "REGISTER sip:{listener} SIP/2.0\r\nVia: SIP/2.0/TCP {local};branch=z9hG4bK-up-reg1\r\n\
+         From: <sip:alice@{ip}>;tag=reg-1\r\nTo: <sip:alice@{ip}>\r\nCall-ID: up-reg-1@test\r\n\
+         CSeq: 1 REGISTER\r\nContact: <sip:alice@192.168.1.20:5060;transport=tcp>\r\n\
+         Expires: 600\r\nMax-Forwards: 70\r\nContent-Length: 0\r\n\r\n",
+        ip = listener.ip()
+    );
+    (&sock).write_all(register.as_bytes()).unwrap();
+    let mut reader = BufReader::new(sock.try_clone().unwrap());
+    let reply = read_message(&mut reader);
+    assert!(reply.starts_with("SIP/2.0 200"), "{reply}");
+
+    let _new = upgrade(&site, admin);
+    let status = old.wait_exit(Duration::from_secs(10));
+    assert!(status.is_some_and(|s| s.success()), "{status:?}\n{}", old.log());
+    assert_eq!(
+        logged(&old.log(), "took over from the running gate", "connections"),
+        Some(1),
+        "{}",
+        old.log()
+    );
+
+    // A MESSAGE to alice, through the registrar, into her flow.
+    let started = Instant::now();
+    let caller = Sipp::new(Scenario::repo("uac_message"))
+        .local_ip(ip(net, 21))
+        .remote(kam.addr())
+        .service("alice")
+        .calls(1)
+        .timeout(Duration::from_secs(30))
+        .spawn()
+        .unwrap();
+    let msg = read_message(&mut reader);
+    assert!(msg.starts_with("MESSAGE sip:alice@"), "{msg}");
+    (&sock).write_all(ok_to(&msg).as_bytes()).unwrap();
+    let r = caller.wait(Duration::from_secs(30)).unwrap();
+    assert!(
+        r.all_ok() && r.successful == 1,
+        "{r:?} after {:?}\n{}",
+        started.elapsed(),
+        kam.log_tail(3000)
+    );
+    kam.stop();
+}
+
+/// Calls through the gate now, all answered.
+fn calls_pass(net: (u8, u8), listener: SocketAddr, n: u64) {
+    let uas = Sipp::new(Scenario::repo("uas_call"))
+        .local(server_addr(net, 0).ip(), 5060)
+        .timeout(Duration::from_secs(60))
+        .spawn()
+        .unwrap();
+    let uac = Sipp::new(Scenario::repo("uac_call"))
+        .local_ip(ip(net, 21))
+        .remote(listener)
+        .calls(n)
+        .rate(10)
+        .timeout(Duration::from_secs(60))
+        .spawn()
+        .unwrap();
+    let r = uac.wait(Duration::from_secs(60)).unwrap();
+    assert!(r.all_ok() && r.successful == n, "{r:?}");
+    let _ = uas.stop();
+}
+
+/// R-GW-3: a new run that cannot read the old run's hand-over (another
+/// version) refuses it; the old run logs why and serves on. SIGUSR2 is
+/// the trigger.
+#[test]
+fn r_gw_3_a_new_run_of_another_version_is_refused_and_the_old_serves_on() {
+    let net = (139, 4);
+    let (_dir, site, listener, admin) = site(net, false);
+    // The new run inherits the old one's environment: it speaks version 99.
+    let mut old = gate(&site, admin, Some(("SIP_GATE_UPGRADE_VERSION", "99")));
+    old.signal("USR2");
+    let why = wait_for("the refusal in the log", Duration::from_secs(15), || {
+        let log = old.log();
+        let line = log.lines().find(|l| l.contains("refused the hand-over"))?;
+        Some(line.to_owned())
+    })
+    .unwrap();
+    assert!(
+        why.contains("hands over at version 1, this run reads version 99"),
+        "{why}"
+    );
+    assert!(old.running(), "{}", old.log());
+    assert_eq!(old.readyz().map(|r| r.0), Some(200));
+    calls_pass(net, listener, 10);
+    // Through the CLI too: it says why, non-zero.
+    let out = upgrade_cli(&site, admin);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("refused the hand-over"), "{err}");
+    assert!(old.running());
+}
+
+/// R-GW-3: a new run killed as it starts leaves the old run serving, and
+/// the next upgrade goes through.
+#[test]
+fn r_gw_3_a_new_run_killed_mid_hand_over_leaves_the_old_serving() {
+    let net = (139, 5);
+    let (_dir, site, listener, admin) = site(net, false);
+    let mut old = gate(&site, admin, None);
+    old.signal("USR2");
+    let pid = wait_for("the new run's pid", Duration::from_secs(10), || {
+        logged(&old.log(), "upgrade: new run started", "pid")
+    })
+    .unwrap();
+    let killed = NewRun(pid as u32);
+    drop(killed);
+    let why = wait_for("the failure in the log", Duration::from_secs(40), || {
+        let log = old.log();
+        let line = log.lines().find(|l| l.contains("upgrade not done"))?;
+        Some(line.to_owned())
+    })
+    .unwrap();
+    assert!(why.contains("this run serves on"), "{why}");
+    assert!(old.running(), "{}", old.log());
+    assert_eq!(old.readyz().map(|r| r.0), Some(200));
+    calls_pass(net, listener, 10);
+    // The next upgrade goes through, and the new run serves calls.
+    let _new = upgrade(&site, admin);
+    let status = old.wait_exit(Duration::from_secs(10));
+    assert!(status.is_some_and(|s| s.success()), "{status:?}\n{}", old.log());
+    calls_pass(net, listener, 10);
+}
