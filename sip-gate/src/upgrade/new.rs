@@ -208,7 +208,7 @@ async fn receive(link: &Arc<UnixStream>, gate: &mut Gate) -> Result<Taken, Upgra
     super::old::call(link, |l| wire::send(l, &Msg::Ready, &[])).await?;
     let mut connections = 0;
     let work = loop {
-        let (msg, fds) = super::old::call(link, |l| wire::recv::<Msg>(l)).await?;
+        let (msg, fds) = super::old::call(link, wire::recv::<Msg>).await?;
         match msg {
             Msg::Conns { conns } => {
                 if conns.len() != fds.len() {

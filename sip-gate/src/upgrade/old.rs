@@ -186,7 +186,7 @@ impl Upgrader {
             wire::send(l, &Msg::Offer(offer), &borrow(&fds))
         })
         .await?;
-        match call(&link, |l| wire::recv::<Msg>(l)).await?.0 {
+        match call(&link, wire::recv::<Msg>).await?.0 {
             Msg::Ready => {}
             Msg::Refuse { reason } => return Err(UpgradeError::Refused(reason)),
             other => return Err(UpgradeError::Unexpected(other.name().into())),
@@ -229,7 +229,7 @@ impl Upgrader {
         }
         let work = Box::new(self.core.work_now(Instant::now()));
         call(link, move |l| wire::send(l, &Msg::State { work }, &[])).await?;
-        match call(link, |l| wire::recv::<Msg>(l)).await?.0 {
+        match call(link, wire::recv::<Msg>).await?.0 {
             Msg::Done => {}
             other => return Err(UpgradeError::Unexpected(other.name().into())),
         }
@@ -327,7 +327,7 @@ impl Upgrader {
         link.set_nonblocking(false)?;
         link.set_read_timeout(Some(NEW_RUN_WAIT))?;
         let link = Arc::new(link);
-        match call(&link, |l| wire::recv::<Msg>(l)).await?.0 {
+        match call(&link, wire::recv::<Msg>).await?.0 {
             Msg::Upgrade => {
                 tracing::info!(from = pid, "upgrade asked by `sip-gate upgrade`");
                 let reply = match self.upgrade().await {
