@@ -114,12 +114,18 @@ impl UpgradeError {
     }
 }
 
+/// Where the packaged unit's `RuntimeDirectory=` is.
+const RUN_DIR: &str = "/run/sip-gate";
+
 /// The upgrade socket's path for a gate whose admin endpoint is `admin`:
 /// in `$RUNTIME_DIRECTORY` (systemd's `RuntimeDirectory=`) when set, else
-/// the temporary directory; one per gate on the host.
+/// in `/run/sip-gate` when it exists (so `sip-gate upgrade`, run outside
+/// the unit, finds the packaged gate's), else in the temporary directory;
+/// one per gate on the host.
 pub fn socket_path(admin: std::net::SocketAddr) -> PathBuf {
     let dir = std::env::var_os("RUNTIME_DIRECTORY")
         .map(PathBuf::from)
+        .or_else(|| Path::new(RUN_DIR).is_dir().then(|| PathBuf::from(RUN_DIR)))
         .unwrap_or_else(std::env::temp_dir);
     dir.join(format!("sip-gate-{admin}.upgrade"))
 }
