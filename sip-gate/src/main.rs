@@ -281,6 +281,7 @@ async fn take_over(
     let (calls, registrations, subscriptions) = taken.work;
     tracing::info!(
         connections = taken.connections,
+        relayed = taken.relayed,
         calls,
         registrations,
         subscriptions,
@@ -341,7 +342,8 @@ async fn serve(
         pid = handed => {
             store.hand_over();
             let keep = Duration::from_secs(args.upgrade_keep_s);
-            node::keep_after_upgrade(gate, &mut signals, pid, keep).await;
+            let lost = upgrader.as_ref().map(|u| u.link_lost()).unwrap_or_default();
+            node::keep_after_upgrade(gate, &mut signals, (pid, lost), keep).await;
             return Ok(());
         }
     };

@@ -275,11 +275,17 @@ pub fn upgrade_on_sigusr2(upgrader: Option<Arc<Upgrader>>, mut usr2: Signals) {
     });
 }
 
-/// The old run after a hand-over (R-GW-3): it serves the TLS and WebSocket
-/// connections it keeps until the last closes, `keep` has passed, or a
-/// stop signal; then stops its gate (a WebSocket gets its 1001 close, a TLS
+/// The old run after a hand-over (R-GW-3): it keeps the TLS and WebSocket
+/// connections it holds (their messages relayed to the new run `pid`,
+/// which decides) until the last closes, `keep` has passed, a stop signal,
+/// or the new run is gone (`lost`); then stops its gate (a WebSocket gets its 1001 close, a TLS
 /// connection its close_notify) and returns.
-pub async fn keep_after_upgrade(gate: Gate, signals: &mut Signals, pid: u32, keep: Duration) {
+pub async fn keep_after_upgrade(
+    gate: Gate,
+    signals: &mut Signals,
+    (pid, lost): (u32, CancellationToken),
+    keep: Duration,
+) {
     let until = tokio::time::Instant::now() + keep;
     let kept = gate.open_connections();
     tracing::info!(
@@ -294,6 +300,10 @@ pub async fn keep_after_upgrade(gate: Gate, signals: &mut Signals, pid: u32, kee
             _ = tick.tick() => {}
             signal = signals.recv() => {
                 tracing::info!(%signal, left = gate.open_connections(), "keeper stopped by a signal");
+                break;
+            }
+            _ = lost.cancelled() => {
+                tracing::warn!(left = gate.open_connections(), "keeper: the new run is gone: closing the connections kept");
                 break;
             }
         }

@@ -137,7 +137,7 @@ impl NetHandle {
             std.set_nonblocking(true)?;
             let _guard = net.runtime.enter();
             let stream = TcpStream::from_std(std)?;
-            let (id, _tx, rx) = net.register_as(m.id, m.peer, false);
+            let (id, _tx, rx) = net.register_as(m.id, (m.listener, m.peer), false);
             if let Some(held) = m.flow {
                 net.core.adopt_flow((id, m.listener, m.peer), now, held);
             }

@@ -44,6 +44,7 @@ mod bind;
 mod fd_limit;
 mod handover;
 mod read_timer;
+mod relay;
 mod stream;
 mod tls;
 mod udp;
@@ -52,6 +53,7 @@ mod ws;
 pub(crate) use bind::bind;
 pub use bind::{BindError, SocketKind};
 pub(crate) use handover::{Moved, NetHandle};
+pub(crate) use relay::{Kept, Relayed};
 use stream::connection;
 pub use tls::TlsReload;
 pub(crate) use tls::TlsSide;
@@ -130,6 +132,8 @@ pub(crate) fn spawn(
         moving: Mutex::new(CancellationToken::new()),
         moved: Mutex::new(Vec::new()),
         movable: AtomicUsize::new(0),
+        meta: DashMap::new(),
+        relay: std::sync::OnceLock::new(),
         shutdown: shutdown.clone(),
         tracker: tracker.clone(),
         runtime: tokio::runtime::Handle::current(),
@@ -237,6 +241,12 @@ struct Net {
     moved: Mutex<Vec<Moved>>,
     /// Plain TCP connections being served (what `moving` waits for).
     movable: AtomicUsize,
+    /// Each open connection's listener, peer and whether it is WebSocket.
+    meta: DashMap<ConnId, (usize, SocketAddr, bool)>,
+    /// Set in an old run once it handed over (R-GW-3): the messages of the
+    /// connections it keeps go to the new run, which decides.
+    /// Set once; one atomic load per message read while unset.
+    relay: std::sync::OnceLock<std::sync::mpsc::Sender<relay::Relayed>>,
     shutdown: CancellationToken,
     tracker: TaskTracker,
     runtime: tokio::runtime::Handle,
@@ -366,11 +376,12 @@ impl Net {
     /// in its own gauge and never found by peer address.
     fn register(
         &self,
+        listener: usize,
         peer: SocketAddr,
         ws: bool,
     ) -> (ConnId, mpsc::Sender<Bytes>, mpsc::Receiver<Bytes>) {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
-        self.register_as(id, peer, ws)
+        self.register_as(id, (listener, peer), ws)
     }
 
     /// [`Net::register`] under a given id (a connection an earlier run
@@ -378,11 +389,12 @@ impl Net {
     fn register_as(
         &self,
         id: ConnId,
-        peer: SocketAddr,
+        (listener, peer): (usize, SocketAddr),
         ws: bool,
     ) -> (ConnId, mpsc::Sender<Bytes>, mpsc::Receiver<Bytes>) {
         let (tx, rx) = mpsc::channel(self.core.tcp_queue().max(1));
         self.conns.insert(id, tx.clone());
+        self.meta.insert(id, (listener, peer, ws));
         if ws {
             metrics::gauge!(m::WS_CONNECTIONS).increment(1.0);
         } else {
@@ -394,6 +406,7 @@ impl Net {
 
     fn unregister(&self, id: ConnId, peer: SocketAddr) {
         self.core.tcp_closed(id);
+        self.forget(id);
         if self.conns.remove(&id).is_some() {
             metrics::gauge!(m::TCP_CONNECTIONS).decrement(1.0);
         }
@@ -403,6 +416,7 @@ impl Net {
     /// [`Net::unregister`] for a WebSocket connection.
     fn unregister_ws(&self, id: ConnId) {
         self.core.tcp_closed(id);
+        self.forget(id);
         if self.conns.remove(&id).is_some() {
             metrics::gauge!(m::WS_CONNECTIONS).decrement(1.0);
         }
@@ -426,7 +440,7 @@ impl Net {
     /// Registers a connection to `to` at once (so messages queue behind the
     /// connect instead of racing it) and connects in the background.
     fn connect(self: &Arc<Net>, listener: usize, to: SocketAddr) -> mpsc::Sender<Bytes> {
-        let (id, tx, rx) = self.register(to, false);
+        let (id, tx, rx) = self.register(listener, to, false);
         let local_ip = self
             .core
             .site()
@@ -531,7 +545,7 @@ async fn accept_loop(
             continue;
         }
         let _ = stream.set_nodelay(true);
-        let (id, _tx, rx) = net.register(peer, net.ws_for(listener).is_some());
+        let (id, _tx, rx) = net.register(listener, peer, net.ws_for(listener).is_some());
         // A ws pool's connections carry no SIP: no flow (R-WS-3).
         if !net.is_ws_pool(listener) {
             net.core.tcp_opened(Inbound::Tcp {

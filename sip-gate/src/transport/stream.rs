@@ -62,6 +62,10 @@ impl Net {
                 Some(Frame::Message { len }) => {
                     consumed = true;
                     let data = buf.split_to(len.min(buf.len())).freeze();
+                    // A keeper's connection: the run that took over decides.
+                    let Some(data) = self.relay_in((listener, id, peer), data) else {
+                        continue;
+                    };
                     let inbound = Inbound::Tcp {
                         listener,
                         conn: id,

@@ -37,9 +37,11 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::transport::Kept;
 use crate::txn::ConnId;
 use crate::work::WorkSnapshot;
 
+mod keeper;
 mod new;
 mod old;
 mod wire;
@@ -154,8 +156,12 @@ enum Msg {
     Refuse { reason: String },
     Ready,
     Conns { conns: Vec<ConnState> },
+    Kept { conns: Vec<Kept> },
     State { work: Box<WorkSnapshot> },
     Done,
+    In { conn: Kept, data: Vec<u8> },
+    Out { conn: ConnId, data: Vec<u8> },
+    Closed { conn: ConnId },
 }
 
 impl Msg {
@@ -169,6 +175,10 @@ impl Msg {
             Msg::Refuse { .. } => "refuse",
             Msg::Ready => "ready",
             Msg::Conns { .. } => "conns",
+            Msg::Kept { .. } => "kept",
+            Msg::In { .. } => "in",
+            Msg::Out { .. } => "out",
+            Msg::Closed { .. } => "closed",
             Msg::State { .. } => "state",
             Msg::Done => "done",
         }

@@ -44,6 +44,8 @@ impl std::fmt::Debug for Inheritance {
 pub struct Taken {
     /// Plain TCP connections taken in.
     pub connections: usize,
+    /// TLS and WebSocket connections the old run keeps, relayed.
+    pub relayed: usize,
     /// Work book entries taken in: calls, registrations, subscriptions.
     pub work: (usize, usize, usize),
 }
@@ -195,6 +197,7 @@ impl Inheritance {
                 gate.start_listening()?;
                 Ok(Taken {
                     connections: 0,
+                    relayed: 0,
                     work: (0, 0, 0),
                 })
             }
@@ -207,6 +210,7 @@ impl Inheritance {
 async fn receive(link: &Arc<UnixStream>, gate: &mut Gate) -> Result<Taken, UpgradeError> {
     super::old::call(link, |l| wire::send(l, &Msg::Ready, &[])).await?;
     let mut connections = 0;
+    let mut kept = Vec::new();
     let work = loop {
         let (msg, fds) = super::old::call(link, wire::recv::<Msg>).await?;
         match msg {
@@ -232,6 +236,7 @@ async fn receive(link: &Arc<UnixStream>, gate: &mut Gate) -> Result<Taken, Upgra
                     .collect();
                 connections += gate.net().adopt(moved)?;
             }
+            Msg::Kept { conns } => kept = conns,
             Msg::State { work } => break work,
             other => return Err(UpgradeError::Unexpected(other.name().into())),
         }
@@ -242,8 +247,11 @@ async fn receive(link: &Arc<UnixStream>, gate: &mut Gate) -> Result<Taken, Upgra
     }
     gate.start_listening()?;
     super::old::call(link, |l| wire::send(l, &Msg::Done, &[])).await?;
+    let relayed = kept.len();
+    super::keeper::relay(gate.net().clone(), link.clone(), kept);
     Ok(Taken {
         connections,
+        relayed,
         work: sizes,
     })
 }

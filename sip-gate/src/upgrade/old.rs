@@ -43,6 +43,8 @@ pub struct Upgrader {
     admin_stop: CancellationToken,
     control: Arc<UnixListener>,
     control_stop: CancellationToken,
+    /// Cancelled when the link to the run that took over breaks.
+    lost: CancellationToken,
 }
 
 impl std::fmt::Debug for Upgrader {
@@ -90,6 +92,7 @@ impl Upgrader {
             admin_stop: admin.stop.clone(),
             control: Arc::new(control),
             control_stop: shutdown.child_token(),
+            lost: CancellationToken::new(),
         });
         tracing::info!(socket = %path.display(), program = %me.program.display(), "upgrade on SIGUSR2 or `sip-gate upgrade` (R-GW-3)");
         tokio::spawn(me.clone().serve(accept));
@@ -107,6 +110,12 @@ impl Upgrader {
                 std::future::pending::<()>().await;
             }
         }
+    }
+
+    /// Cancelled once the run that took over is gone: the connections this
+    /// run kept have nobody to decide for them.
+    pub fn link_lost(&self) -> CancellationToken {
+        self.lost.clone()
     }
 
     /// Upgrades: starts the binary at this run's path and hands over to
@@ -227,6 +236,14 @@ impl Upgrader {
             })
             .await?;
         }
+        // The TLS and WebSocket connections stay here; the new run decides
+        // for them from now on (keeper.rs).
+        let kept = self.net.kept();
+        let n_kept = kept.len();
+        call(link, move |l| {
+            wire::send(l, &Msg::Kept { conns: kept }, &[])
+        })
+        .await?;
         let work = Box::new(self.core.work_now(Instant::now()));
         call(link, move |l| wire::send(l, &Msg::State { work }, &[])).await?;
         match call(link, wire::recv::<Msg>).await?.0 {
@@ -235,10 +252,11 @@ impl Upgrader {
         }
         self.admin_stop.cancel();
         self.control_stop.cancel();
+        super::keeper::keep(self.net.clone(), link.clone(), self.lost.clone());
         tracing::info!(
             connections = count,
-            kept = self.net.open_connections(),
-            "upgrade: handed over; keeping the TLS and WebSocket connections until they close"
+            kept = n_kept,
+            "upgrade: handed over; keeping the TLS and WebSocket connections until they close, their messages relayed to the new run"
         );
         Ok(())
     }

@@ -254,6 +254,10 @@ where
             }
             continue;
         }
+        // A keeper's connection: the run that took over decides (R-GW-3).
+        let Some(data) = net.relay_in((listener, id, peer), data) else {
+            continue;
+        };
         // R-OV-1: the stream transports' deadline, as over TCP.
         let now = Instant::now();
         let action = net
