@@ -15,18 +15,23 @@
 //!    give, each listener's addresses) with the upgrade socket, the admin
 //!    socket and every listener's UDP and TCP sockets as `SCM_RIGHTS`.
 //! 2. The new run checks the version (a mismatch: `Refuse`, the old run
-//!    logs why and keeps serving), opens the store, starts the gate on the
-//!    sockets it got, and says `Ready`: both runs read the listeners now.
+//!    logs why and keeps serving), opens the store, builds the gate on the
+//!    sockets it got without reading them yet, and says `Ready`.
 //! 3. The old run stops reading the listeners, stops each plain TCP
 //!    connection between two messages and passes it (`Conns`: its id,
 //!    its listener and peer, its flow, the bytes read but not yet framed),
-//!    then the work book (`State`). The new run takes them in and says
-//!    `Done`; only then does the old run stop serving its admin endpoint
-//!    and upgrade socket, and leave the service to the new run, which
-//!    tells systemd `MAINPID=` and `READY=1`.
+//!    lists the connections it keeps (`Kept`), then the work book
+//!    (`State`). The new run takes them in, reads the listeners (what
+//!    came meanwhile waited in the kernel's queues) and says `Done`; only
+//!    then does the old run stop serving its admin endpoint and upgrade
+//!    socket, and leave the service to the new run, which tells systemd
+//!    `MAINPID=` and `READY=1`.
 //! 4. The old run keeps its TLS and WebSocket connections (they cannot
-//!    move: `transport/handover.rs`), served as before, until each closes
-//!    or `--upgrade-keep-s`, then closes the rest properly and exits.
+//!    move: `transport/handover.rs`): their sockets and framing only. Each
+//!    message read on one goes to the new run over the same link (`In`),
+//!    whose core decides; what it sends into one comes back (`Out`) and
+//!    the old run writes it (`keeper.rs`). The old run exits when the last
+//!    closes, or closes the rest properly at `--upgrade-keep-s`.
 //!
 //! A new run that fails before `Ready` changes nothing for the old run; one
 //! that fails between `Ready` and `Done` takes with it the connections it
