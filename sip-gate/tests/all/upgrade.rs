@@ -528,3 +528,70 @@ fn r_gw_3_a_tls_connection_stays_up_and_its_call_goes_on_across_an_upgrade() {
     assert_eq!((r.successful, r.failed), (2, 0), "{r:?}");
     drop(dir);
 }
+
+/// Whether process `pid` has ended (gone, or a zombie nobody reaped yet).
+fn ended(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
+        Err(_) => true,
+    }
+}
+
+/// R-GW-3: twenty upgrades in a row, one every half second, under SIPp
+/// load over TCP: no call fails, each run hands SIPp's two connections to
+/// the next and exits.
+#[test]
+fn r_gw_3_twenty_upgrades_in_a_row_under_load_fail_no_call() {
+    let net = (139, 7);
+    let (_dir, site, listener, admin) = site(net, false);
+    let mut first = gate(&site, admin, None);
+    let uas = Sipp::new(Scenario::repo("uas_call"))
+        .local(server_addr(net, 0).ip(), 5060)
+        .transport(Transport::Tcp)
+        .timeout(Duration::from_secs(120))
+        .spawn()
+        .unwrap();
+    let calls = 150;
+    let uac = Sipp::new(Scenario::repo("uac_call"))
+        .local_ip(ip(net, 21))
+        .remote(listener)
+        .transport(Transport::Tcp)
+        .calls(calls)
+        .rate(10)
+        .duration(Duration::from_secs(1))
+        .timeout(Duration::from_secs(120))
+        .spawn()
+        .unwrap();
+    let mut runs: Vec<NewRun> = Vec::new();
+    for _ in 0..20 {
+        std::thread::sleep(Duration::from_millis(500));
+        runs.push(upgrade(&site, admin));
+    }
+    let status = first.wait_exit(Duration::from_secs(10));
+    assert!(status.is_some_and(|s| s.success()), "{status:?}");
+    for r in &runs[..runs.len() - 1] {
+        wait_for("an upgraded run to exit", Duration::from_secs(10), || {
+            ended(r.0).then_some(())
+        })
+        .unwrap();
+    }
+    assert!(!ended(runs[runs.len() - 1].0), "the last run serves");
+    let r = uac.wait(Duration::from_secs(120)).unwrap();
+    assert!(
+        r.all_ok() && r.successful == calls && r.failed == 0,
+        "{r:?}"
+    );
+    let u = uas.stop().unwrap();
+    assert_eq!(u.failed, 0, "{u:?}");
+    took_over(&first, "connections");
+    let log = first.log();
+    let moved: Vec<u64> = log
+        .lines()
+        .filter(|l| l.contains("took over from the running gate"))
+        .filter_map(|l| logged(l, "took over", "connections"))
+        .collect();
+    assert_eq!(moved, vec![2; 20], "{log}");
+}
