@@ -154,19 +154,42 @@ pub fn request(path: &Path) -> Result<u32, UpgradeError> {
 #[serde(tag = "kind", rename_all = "snake_case")]
 enum Msg {
     Upgrade,
-    Upgraded { pid: u32 },
-    Failed { reason: String },
-    Take { version: u32 },
+    Upgraded {
+        pid: u32,
+    },
+    Failed {
+        reason: String,
+    },
+    Take {
+        version: u32,
+    },
     Offer(Offer),
-    Refuse { reason: String },
+    Refuse {
+        reason: String,
+    },
     Ready,
-    Conns { conns: Vec<ConnState> },
-    Kept { conns: Vec<Kept> },
-    State { work: Box<WorkSnapshot> },
+    Conns {
+        conns: Vec<ConnState>,
+    },
+    Kept {
+        conns: Vec<Kept>,
+    },
+    State {
+        work: Box<WorkSnapshot>,
+        bans: Vec<crate::BanInfo>,
+    },
     Done,
-    In { conn: Kept, data: Vec<u8> },
-    Out { conn: ConnId, data: Vec<u8> },
-    Closed { conn: ConnId },
+    In {
+        conn: Kept,
+        data: Vec<u8>,
+    },
+    Out {
+        conn: ConnId,
+        data: Vec<u8>,
+    },
+    Closed {
+        conn: ConnId,
+    },
 }
 
 impl Msg {

@@ -211,7 +211,7 @@ async fn receive(link: &Arc<UnixStream>, gate: &mut Gate) -> Result<Taken, Upgra
     super::old::call(link, |l| wire::send(l, &Msg::Ready, &[])).await?;
     let mut connections = 0;
     let mut kept = Vec::new();
-    let work = loop {
+    let (work, bans) = loop {
         let (msg, fds) = super::old::call(link, wire::recv::<Msg>).await?;
         match msg {
             Msg::Conns { conns } => {
@@ -237,12 +237,21 @@ async fn receive(link: &Arc<UnixStream>, gate: &mut Gate) -> Result<Taken, Upgra
                 connections += gate.net().adopt(moved)?;
             }
             Msg::Kept { conns } => kept = conns,
-            Msg::State { work } => break work,
+            Msg::State { work, bans } => break (work, bans),
             other => return Err(UpgradeError::Unexpected(other.name().into())),
         }
     };
     let sizes = work.sizes();
-    if let Err(e) = gate.core().restore_work(&work, Instant::now()) {
+    let now = Instant::now();
+    let banned = gate.core().site().bans.restore(&bans, now);
+    if banned < bans.len() {
+        tracing::warn!(
+            bans = bans.len(),
+            taken = banned,
+            "upgrade: some bans not taken (their listener has no [listener.auth_ban] now, or its table is full)"
+        );
+    }
+    if let Err(e) = gate.core().restore_work(&work, now) {
         tracing::warn!("{e}: the work set up before the upgrade is unknown for the [work] window");
     }
     gate.start_listening()?;

@@ -245,7 +245,9 @@ impl Upgrader {
         })
         .await?;
         let work = Box::new(self.core.work_now(Instant::now()));
-        call(link, move |l| wire::send(l, &Msg::State { work }, &[])).await?;
+        let bans = self.core.site().bans.list(Instant::now());
+        let state = Msg::State { work, bans };
+        call(link, move |l| wire::send(l, &state, &[])).await?;
         match call(link, wire::recv::<Msg>).await?.0 {
             Msg::Done => {}
             other => return Err(UpgradeError::Unexpected(other.name().into())),

@@ -595,3 +595,50 @@ fn r_gw_3_twenty_upgrades_in_a_row_under_load_fail_no_call() {
         .collect();
     assert_eq!(moved, vec![2; 20], "{log}");
 }
+
+/// R-GW-3 with R-SEC-3: a source banned by the old run is banned by the
+/// new one, for what was left of its ban. (The policy tests' site, on
+/// `127.86.139.0/24`.)
+#[test]
+fn r_gw_3_a_ban_stays_in_force_across_an_upgrade() {
+    use crate::policy::{ban_gate, udp, BanGate};
+    let net = 139;
+    let dir = tempfile::tempdir().unwrap();
+    let BanGate {
+        mut gate,
+        site,
+        g,
+        sg: registrar,
+    } = ban_gate(dir.path(), net, 2, 60, "uas_register_401");
+    let admin = SocketAddr::new(crate::policy::ip(net, 1), 9091);
+    let brute = SocketAddr::new(crate::policy::ip(net, 66), 5099);
+    let register = |id: &str| {
+        let msg = format!(
+            "REGISTER sip:example.com SIP/2.0\r\nVia: SIP/2.0/UDP {brute};branch=z9hG4bK{id};rport\r\n\
+             Max-Forwards: 70\r\nFrom: <sip:150@example.com>;tag=r-{id}\r\nTo: <sip:150@example.com>\r\n\
+             Call-ID: {id}@brute\r\nCSeq: 1 REGISTER\r\nContact: <sip:150@{brute}>\r\nExpires: 60\r\n\
+             Content-Length: 0\r\n\r\n"
+        );
+        udp(brute, g, msg.as_bytes()).unwrap_or_default()
+    };
+    for n in 0..2 {
+        assert!(register(&format!("b{n}")).starts_with("SIP/2.0 401"));
+    }
+    assert!(register("banned").starts_with("SIP/2.0 403"));
+
+    let _new = upgrade(&site, admin);
+    let status = gate.wait_exit(Duration::from_secs(10));
+    assert!(status.is_some_and(|s| s.success()), "{status:?}");
+    // The new run answers: still banned, and listed with what was left.
+    let got = register("after");
+    assert!(got.starts_with("SIP/2.0 403"), "after the upgrade: {got}");
+    let bans: Vec<ringsync::bans::BanInfo> =
+        testbed::http::get_json(admin, ringsync::bans::BANS_PATH).expect("the new run's bans");
+    assert_eq!(bans.len(), 1, "{bans:?}");
+    assert_eq!(bans[0].source, brute.ip());
+    assert!(
+        bans[0].remaining_s > 40 && bans[0].remaining_s <= 60,
+        "{bans:?}"
+    );
+    let _ = registrar.stop();
+}
