@@ -8,6 +8,8 @@
 //! it after the upgrade arrives on the same socket. A new run of another
 //! hand-over version refuses (SIGUSR2 the trigger here), and one killed as
 //! it starts leaves the old run serving; both old runs upgrade afterwards.
+//! Twenty upgrades in a row under load fail no call; a ban stays in force.
+//! TLS clients: `upgrade_tls.rs`.
 //!
 //! Each test has its own `127.139.N.0/24`: the gate's listener and admin
 //! on `.1`, the sg (SIPp or Kamailio) on `.11`, callers on `.21`, the
@@ -26,7 +28,10 @@ use testbed::{wait_for, Kamailio, Scenario, Sipp, Transport};
 /// `127.139.N.1:5060` (UDP and TCP), its profiles in an embedded store;
 /// `sources`: the sg's own address is also a source network (Kamailio's
 /// connections come from ephemeral ports).
-fn site(net: (u8, u8), sources: bool) -> (tempfile::TempDir, PathBuf, SocketAddr, SocketAddr) {
+pub(crate) fn site(
+    net: (u8, u8),
+    sources: bool,
+) -> (tempfile::TempDir, PathBuf, SocketAddr, SocketAddr) {
     let dir = tempfile::tempdir().unwrap();
     let listener = SocketAddr::new(ip(net, 1), 5060);
     let admin = SocketAddr::new(ip(net, 1), 9091);
@@ -52,7 +57,7 @@ fn site(net: (u8, u8), sources: bool) -> (tempfile::TempDir, PathBuf, SocketAddr
 
 /// The run an upgrade started: not a child the launcher knows (its parent
 /// exits), so it is killed here when the test ends.
-struct NewRun(u32);
+pub(crate) struct NewRun(pub(crate) u32);
 
 impl Drop for NewRun {
     fn drop(&mut self) {
@@ -64,7 +69,7 @@ impl Drop for NewRun {
 
 /// `sip-gate upgrade` for the gate of `site` at `admin`: its exit status
 /// and output.
-fn upgrade_cli(site: &Path, admin: SocketAddr) -> std::process::Output {
+pub(crate) fn upgrade_cli(site: &Path, admin: SocketAddr) -> std::process::Output {
     testbed::bins::command("sip-gate")
         .unwrap()
         .args(["upgrade", "--config"])
@@ -75,7 +80,7 @@ fn upgrade_cli(site: &Path, admin: SocketAddr) -> std::process::Output {
 }
 
 /// Upgrades through the CLI, which must succeed; the new run.
-fn upgrade(site: &Path, admin: SocketAddr) -> NewRun {
+pub(crate) fn upgrade(site: &Path, admin: SocketAddr) -> NewRun {
     let out = upgrade_cli(site, admin);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -93,7 +98,7 @@ fn upgrade(site: &Path, admin: SocketAddr) -> NewRun {
 }
 
 /// The value of `key=N` on the last log line that contains `what`.
-fn logged(log: &str, what: &str, key: &str) -> Option<u64> {
+pub(crate) fn logged(log: &str, what: &str, key: &str) -> Option<u64> {
     let line = log.lines().rev().find(|l| l.contains(what))?;
     let at = line.find(&format!("{key}="))? + key.len() + 1;
     line[at..]
@@ -105,7 +110,7 @@ fn logged(log: &str, what: &str, key: &str) -> Option<u64> {
 
 /// `key=N` on the new run's "took over" line, once it is written (the new
 /// run logs it after it told the old run it is done).
-fn took_over(gate: &Node, key: &str) -> Option<u64> {
+pub(crate) fn took_over(gate: &Node, key: &str) -> Option<u64> {
     let line = "took over from the running gate";
     gate.wait_for(line, Duration::from_secs(5), |g| {
         g.log().contains(line).then_some(())
@@ -114,7 +119,7 @@ fn took_over(gate: &Node, key: &str) -> Option<u64> {
     logged(&gate.log(), line, key)
 }
 
-fn gate(site: &Path, admin: SocketAddr, env: Option<(&str, &str)>) -> Node {
+pub(crate) fn gate(site: &Path, admin: SocketAddr, env: Option<(&str, &str)>) -> Node {
     let mut b = Node::gate(site).admin(admin);
     if let Some((k, v)) = env {
         b = b.env(k, v);
@@ -389,148 +394,8 @@ fn r_gw_3_a_new_run_killed_mid_hand_over_leaves_the_old_serving() {
     calls_pass(net, listener, 10);
 }
 
-/// A TLS site: the subscriber listener on `127.139.N.1:5061` (UDP and
-/// TLS), a gate certificate from the test CA, the sg (SIPp, UDP) on `.11`.
-fn tls_site(net: (u8, u8)) -> (tempfile::TempDir, PathBuf, crate::tls::peer::Ca) {
-    let dir = tempfile::tempdir().unwrap();
-    let ca = crate::tls::peer::Ca::new(dir.path(), "site");
-    let (cert, key) = ca.issue(&ip(net, 1).to_string());
-    std::fs::write(dir.path().join("gate-cert.pem"), cert).unwrap();
-    std::fs::write(dir.path().join("gate-key.pem"), key).unwrap();
-    let text = format!(
-        "[site]\nname = \"upgrade-tls-{b}\"\nsecret = \"integration-test-secret-upgrade-tls-{b}\"\n\n\
-         [health]\ninterval_ms = 0\n\n[tls]\ncert = \"gate-cert.pem\"\nkey = \"gate-key.pem\"\n\n\
-         [[server]]\nname = \"srv-0\"\n[[instance]]\nid = \"sg-0\"\nservice = \"sg\"\nserver = \"srv-0\"\nsip = \"{sg}\"\n\n\
-         [[listener]]\nname = \"subs\"\nbind = \"{gate}\"\ntransports = [\"udp\", \"tls\"]\nmode = \"balance\"\npool = \"sg\"\nleg = \"subscriber\"\n\n\
-         [store]\nkind = \"embedded\"\npath = \"profiles.json\"\n",
-        b = net.1,
-        sg = server_addr(net, 0),
-        gate = SocketAddr::new(ip(net, 1), 5061),
-    );
-    let path = dir.path().join("site.toml");
-    std::fs::write(&path, text).unwrap();
-    (dir, path, ca)
-}
-
-/// One request of the TLS client in dialog `call`.
-fn tls_request(
-    local: SocketAddr,
-    method: &str,
-    uri: &str,
-    (call, cseq): (&str, u32),
-    extra: &str,
-) -> String {
-    let sdp = "v=0\r\no=alice 1 1 IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\nm=audio 40000 RTP/AVP 0\r\n";
-    let body = if method == "INVITE" { sdp } else { "" };
-    format!(
-        "{method} {uri} SIP/2.0\r\nVia: SIP/2.0/TLS {local};branch=z9hG4bK-{call}-{cseq}-{method};rport\r\n\
-         Max-Forwards: 70\r\nFrom: <sips:alice@example.com>;tag=alice-{call}\r\n{extra}\
-         Call-ID: {call}@upgrade-test\r\nCSeq: {cseq} {method}\r\nContact: <sips:alice@{local}>\r\n\
-         Content-Type: application/sdp\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-}
-
-/// R-GW-3: a TLS connection cannot move, and is not cut: the old run keeps
-/// it and relays its messages to the new run, which decides. A call set up
-/// through the old run gets its re-INVITE and BYE answered on the same TLS
-/// connection after the upgrade; once the client closes it, the old run
-/// exits by itself.
-#[test]
-fn r_gw_3_a_tls_connection_stays_up_and_its_call_goes_on_across_an_upgrade() {
-    use crate::tls::peer::{self, header, record_routes};
-    let net = (139, 6);
-    let (dir, site, ca) = tls_site(net);
-    let admin = SocketAddr::new(ip(net, 1), 9091);
-    let gw = SocketAddr::new(ip(net, 1), 5061);
-    let mut old = gate(&site, admin, None);
-    let uas = Sipp::new(Scenario::repo("uas_call"))
-        .local(server_addr(net, 0).ip(), 5060)
-        .calls(2)
-        .timeout(Duration::from_secs(60))
-        .spawn()
-        .unwrap();
-    let t = Duration::from_secs(5);
-    let mut c = peer::connect(gw, &ca.pem);
-    let local = c.local();
-    let ruri = format!("sips:bob@{gw}");
-    let to = "To: <sips:bob@example.com>\r\n";
-    c.send(&tls_request(local, "INVITE", &ruri, ("u1", 1), to));
-    let ok = c.recv_final(t);
-    assert!(ok.starts_with("SIP/2.0 200"), "{ok}");
-    let rr = record_routes(&ok);
-    let route = format!("Route: <{}>, <{}>\r\n", rr[1], rr[0]);
-    let target = header(&ok, "Contact")
-        .unwrap()
-        .trim_matches(|c| c == '<' || c == '>')
-        .to_owned();
-    let dialog = format!("{route}To: {}\r\n", header(&ok, "To").unwrap());
-    c.send(&tls_request(local, "ACK", &target, ("u1", 1), &dialog));
-
-    let _new = upgrade(&site, admin);
-    let log = old.log();
-    assert_eq!(took_over(&old, "relayed"), Some(1), "{log}");
-    // The old run stays: it holds the TLS connection.
-    std::thread::sleep(Duration::from_millis(500));
-    assert!(old.running(), "{}", old.log());
-
-    // In-dialog, after the upgrade, on the same connection: answered.
-    c.send(&tls_request(local, "INVITE", &target, ("u1", 2), &dialog));
-    let ok2 = c.recv_final(t);
-    assert!(ok2.starts_with("SIP/2.0 200"), "{ok2}\n{}", old.log());
-    // The new run decided (the old run relayed it): its own counter (the
-    // admin endpoint is the new run's) has the re-INVITE.
-    let forwarded = r#"sipgate_requests_total{method="INVITE",outcome="forwarded"}"#;
-    assert_eq!(old.metric(forwarded).unwrap(), 1.0);
-    c.send(&tls_request(local, "ACK", &target, ("u1", 2), &dialog));
-    c.send(&tls_request(local, "BYE", &target, ("u1", 3), &dialog));
-    let bye = c.recv_final(t);
-    assert!(
-        bye.starts_with("SIP/2.0 200") && bye.contains("CSeq: 3 BYE"),
-        "{bye}"
-    );
-
-    // The client goes: the old run has nothing left and exits.
-    drop(c);
-    let status = old.wait_exit(Duration::from_secs(10));
-    assert!(
-        status.is_some_and(|s| s.success()),
-        "{status:?}\n{}",
-        old.log()
-    );
-    assert!(
-        old.log().contains("keeper: no connection left"),
-        "{}",
-        old.log()
-    );
-    // The new run serves TLS itself.
-    let mut c2 = peer::connect(gw, &ca.pem);
-    let local2 = c2.local();
-    c2.send(&tls_request(local2, "INVITE", &ruri, ("u2", 1), to));
-    let ok = c2.recv_final(t);
-    assert!(ok.starts_with("SIP/2.0 200"), "{ok}");
-    let rr = record_routes(&ok);
-    let route = format!("Route: <{}>, <{}>\r\n", rr[1], rr[0]);
-    let target = header(&ok, "Contact")
-        .unwrap()
-        .trim_matches(|c| c == '<' || c == '>')
-        .to_owned();
-    let dialog = format!("{route}To: {}\r\n", header(&ok, "To").unwrap());
-    c2.send(&tls_request(local2, "ACK", &target, ("u2", 1), &dialog));
-    // The sg's scenario re-INVITEs before the BYE, as the first call did.
-    c2.send(&tls_request(local2, "INVITE", &target, ("u2", 2), &dialog));
-    assert!(c2.recv_final(t).starts_with("SIP/2.0 200"));
-    c2.send(&tls_request(local2, "ACK", &target, ("u2", 2), &dialog));
-    c2.send(&tls_request(local2, "BYE", &target, ("u2", 3), &dialog));
-    let bye = c2.recv_final(t);
-    assert!(bye.starts_with("SIP/2.0 200"), "{bye}");
-    let r = uas.wait(Duration::from_secs(10)).unwrap();
-    assert_eq!((r.successful, r.failed), (2, 0), "{r:?}");
-    drop(dir);
-}
-
 /// Whether process `pid` has ended (gone, or a zombie nobody reaped yet).
-fn ended(pid: u32) -> bool {
+pub(crate) fn ended(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(stat) => stat
             .rsplit(')')
