@@ -136,19 +136,16 @@ impl Gate {
             Some(t) => Some(Arc::new(TlsSide::new(t)?)),
             None => None,
         };
-        let first_conn = match inherit {
-            Some((epoch, first)) => {
-                core.inherit_flow_epoch(epoch);
-                first
-            }
-            None => 1,
-        };
+        let taking_over = inherit.map(|(epoch, first_conn)| {
+            core.inherit_flow_epoch(epoch);
+            first_conn
+        });
         let tracker = TaskTracker::new();
         let (threads, net) = transport::spawn(
             core.clone(),
             bound,
             tls.clone(),
-            (shutdown.clone(), first_conn),
+            (shutdown.clone(), taking_over),
             &tracker,
         )?;
         tracker.spawn(crate::view_log::run(views, shutdown.clone()));

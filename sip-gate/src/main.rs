@@ -136,13 +136,17 @@ async fn main() -> anyhow::Result<()> {
     let usr2 = Signals::upgrade().context("watching SIGUSR2")?;
     let shutdown = CancellationToken::new();
     let notify = Notifier::new();
-    notify.watchdog(shutdown.clone());
+    // This run's messages to systemd end when it hands over (R-GW-3): the
+    // new run is the main process then, and speaks for the service.
+    let notify_stop = shutdown.child_token();
+    notify.watchdog(notify_stop.clone());
     let drain = DrainState::new(Arc::new(config.clone()));
     let deadline = Duration::from_secs(args.drain_deadline_s);
     let ctx = Ctx {
         started_ms,
         prometheus,
         notify,
+        notify_stop,
         shutdown,
         drain,
         deadline,
@@ -162,6 +166,8 @@ struct Ctx {
     started_ms: u64,
     prometheus: metrics_exporter_prometheus::PrometheusHandle,
     notify: Notifier,
+    /// Ends the watchdog pings and the status updates (a hand-over).
+    notify_stop: CancellationToken,
     shutdown: CancellationToken,
     drain: Arc<DrainState>,
     deadline: Duration,
@@ -221,7 +227,7 @@ async fn start(
         "drain view loaded: serving"
     );
     // What /readyz now says: listeners bound, view loaded.
-    notify.follow_view(&ctx.drain, ctx.shutdown.clone());
+    notify.follow_view(&ctx.drain, ctx.notify_stop.clone());
     notify.ready(format!("serving on {} listener(s)", config.listeners.len()));
     Ok(Some(Running {
         gate,
@@ -288,7 +294,7 @@ async fn take_over(
         revision = ctx.drain.view().revision(),
         "upgrade: took over from the running gate: serving"
     );
-    ctx.notify.follow_view(&ctx.drain, ctx.shutdown.clone());
+    ctx.notify.follow_view(&ctx.drain, ctx.notify_stop.clone());
     ctx.notify.ready_as_main(format!(
         "serving on {} listener(s), upgraded",
         config.listeners.len()
@@ -340,6 +346,7 @@ async fn serve(
     let signal = tokio::select! {
         signal = signals.recv() => signal,
         pid = handed => {
+            ctx.notify_stop.cancel();
             store.hand_over();
             let keep = Duration::from_secs(args.upgrade_keep_s);
             let lost = upgrader.as_ref().map(|u| u.link_lost()).unwrap_or_default();

@@ -11,12 +11,13 @@
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::OwnedFd;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
 
 use super::stream::plain;
 use super::Net;
@@ -37,6 +38,29 @@ pub(crate) struct Moved {
     pub(crate) unread: Vec<u8>,
     /// A subscriber's flow, and how long a registration still holds it.
     pub(crate) flow: Option<Option<Duration>>,
+}
+
+/// The two steps of a hand-over's stop of the plain TCP connections.
+#[derive(Debug, Default)]
+pub(crate) struct Moving {
+    /// Stops their readers.
+    read: CancellationToken,
+    /// Then their writers, which give the connections up.
+    write: CancellationToken,
+}
+
+impl Moving {
+    /// (readers', writers') tokens, for a connection starting now.
+    pub(super) fn tokens(&self) -> (CancellationToken, CancellationToken) {
+        (self.read.clone(), self.write.clone())
+    }
+}
+
+/// Waits until `count` is 0, or `until`.
+async fn settle(count: &AtomicUsize, until: Instant) {
+    while count.load(Ordering::Relaxed) > 0 && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
 }
 
 /// The listening sockets of one listener.
@@ -108,16 +132,20 @@ impl NetHandle {
     /// Stops every plain TCP connection between two messages and takes
     /// it back (what was queued for it is written first); waits at most
     /// `wait` for them. A connection opened from now on is served here.
+    ///
+    /// In two steps, so no message is lost between them: every reader
+    /// stops (between two messages) and the UDP workers end, so nothing in
+    /// this run queues a message any more; then every writer writes what
+    /// was queued and gives its connection up.
     pub(crate) async fn move_connections(&self, wait: Duration) -> Vec<Moved> {
-        let moving = {
-            let mut m = self.0.moving.lock().unwrap_or_else(|e| e.into_inner());
-            std::mem::replace(&mut *m, tokio_util::sync::CancellationToken::new())
-        };
-        moving.cancel();
+        let Moving { read, write } =
+            std::mem::take(&mut *self.0.moving.lock().unwrap_or_else(|e| e.into_inner()));
         let until = Instant::now() + wait;
-        while self.0.movable.load(Ordering::Relaxed) > 0 && Instant::now() < until {
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
+        read.cancel();
+        settle(&self.0.reading, until).await;
+        settle(&self.0.udp_running, until).await;
+        write.cancel();
+        settle(&self.0.movable, until).await;
         std::mem::take(&mut *self.0.moved.lock().unwrap_or_else(|e| e.into_inner()))
     }
 

@@ -84,13 +84,14 @@ pub(crate) struct BoundListener {
 /// tasks are tracked by `tracker`; the UDP worker threads are returned so the
 /// caller can join them, with the handle the upgrade works through
 /// (R-GW-3). `tls` serves the listeners whose stream is TLS. Connection
-/// ids start at `first_conn`; above 1, this run takes over from an
-/// earlier one and reads the listeners only once told to.
+/// ids start at 1, or at `taking_over`'s: this run takes over from an
+/// earlier one and reads the listeners only once told to
+/// (`NetHandle::start_listening`).
 pub(crate) fn spawn(
     core: Arc<Core>,
     listeners: Vec<BoundListener>,
     tls: Option<Arc<TlsSide>>,
-    (shutdown, first_conn): (CancellationToken, ConnId),
+    (shutdown, taking_over): (CancellationToken, Option<ConnId>),
     tracker: &TaskTracker,
 ) -> io::Result<(Vec<std::thread::JoinHandle<()>>, NetHandle)> {
     // Every connection is a descriptor: the limit must leave room for
@@ -125,15 +126,18 @@ pub(crate) fn spawn(
         core: core.clone(),
         conns: DashMap::new(),
         by_peer: DashMap::new(),
-        next: AtomicU64::new(first_conn.max(1)),
+        next: AtomicU64::new(taking_over.unwrap_or(1).max(1)),
         udp_all: Mutex::new(listeners.iter().map(|l| l.udp.clone()).collect()),
         tcp_listeners: Mutex::new(Vec::new()),
         listen: Mutex::new(shutdown.child_token()),
-        moving: Mutex::new(CancellationToken::new()),
+        moving: Mutex::new(handover::Moving::default()),
         moved: Mutex::new(Vec::new()),
         movable: AtomicUsize::new(0),
+        reading: AtomicUsize::new(0),
+        udp_running: AtomicUsize::new(0),
         meta: DashMap::new(),
-        relay: std::sync::OnceLock::new(),
+        relay: arc_swap::ArcSwapOption::empty(),
+        handed: DashMap::new(),
         shutdown: shutdown.clone(),
         tracker: tracker.clone(),
         runtime: tokio::runtime::Handle::current(),
@@ -144,7 +148,7 @@ pub(crate) fn spawn(
         listeners.into_iter().map(|l| l.tcp.map(Arc::new)).collect();
     // A run taking over reads the listeners once it has the connections
     // (R-GW-3: `NetHandle::start_listening`).
-    let threads = if first_conn > 1 {
+    let threads = if taking_over.is_some() {
         Vec::new()
     } else {
         net.listen()?
@@ -234,19 +238,25 @@ struct Net {
     /// Ends the reading of the listeners (accept loops, UDP workers, the
     /// prober): a child of `shutdown`, cancelled alone by a hand-over.
     listen: Mutex<CancellationToken>,
-    /// Asks every plain TCP connection served now to stop and hand itself
-    /// over (replaced by a fresh one once used).
-    moving: Mutex<CancellationToken>,
+    /// Ask every plain TCP connection served now to stop reading, then to
+    /// stop writing and hand itself over (a fresh pair once used).
+    moving: Mutex<handover::Moving>,
     /// The connections that did, for the hand-over to pass on.
     moved: Mutex<Vec<Moved>>,
     /// Plain TCP connections being served (what `moving` waits for).
     movable: AtomicUsize,
+    /// Of those, the ones whose reader still reads.
+    reading: AtomicUsize,
+    /// UDP worker threads running.
+    udp_running: AtomicUsize,
     /// Each open connection's listener, peer and whether it is WebSocket.
     meta: DashMap<ConnId, (usize, SocketAddr, bool)>,
     /// Set in an old run once it handed over (R-GW-3): the messages of the
     /// connections it keeps go to the new run, which decides.
-    /// Set once; one atomic load per message read while unset.
-    relay: std::sync::OnceLock<std::sync::mpsc::Sender<relay::Relayed>>,
+    /// Connections this run handed over (not to be told closed).
+    handed: DashMap<ConnId, ()>,
+    /// One atomic load per message read while unset.
+    relay: arc_swap::ArcSwapOption<std::sync::mpsc::Sender<relay::Relayed>>,
     shutdown: CancellationToken,
     tracker: TaskTracker,
     runtime: tokio::runtime::Handle,

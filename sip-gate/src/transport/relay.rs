@@ -56,7 +56,8 @@ impl Net {
         (listener, id, peer): (usize, ConnId, SocketAddr),
         data: Bytes,
     ) -> Option<Bytes> {
-        let Some(tx) = self.relay.get() else {
+        let relay = self.relay.load();
+        let Some(tx) = relay.as_ref() else {
             return Some(data);
         };
         let conn = Kept {
@@ -74,9 +75,11 @@ impl Net {
     /// Drops a closed connection's details, and tells the run that took
     /// over, when this one relays.
     pub(super) fn forget(&self, id: ConnId) {
-        self.meta.remove(&id);
-        if let Some(tx) = self.relay.get() {
-            let _ = tx.send(Relayed::Closed(id));
+        // A connection handed over is the new run's now: nothing to tell.
+        if self.meta.remove(&id).is_some() && !self.handed.contains_key(&id) {
+            if let Some(tx) = self.relay.load().as_ref() {
+                let _ = tx.send(Relayed::Closed(id));
+            }
         }
     }
 }
@@ -108,9 +111,19 @@ impl NetHandle {
     /// what it returns, not to its core.
     pub(crate) fn start_relay(&self) -> std::sync::mpsc::Receiver<Relayed> {
         let (tx, rx) = std::sync::mpsc::channel();
-        // Once per run: an old run hands over once.
-        let _ = self.0.relay.set(tx);
+        self.0.relay.store(Some(Arc::new(tx)));
         rx
+    }
+
+    /// The old run, when the hand-over failed: its core handles its
+    /// connections' messages again, those queued in `rx` first.
+    pub(crate) fn stop_relay(&self, rx: std::sync::mpsc::Receiver<Relayed>) {
+        self.0.relay.store(None);
+        for r in rx.try_iter() {
+            if let Relayed::In { conn, data } = r {
+                self.relayed_in(conn, data);
+            }
+        }
     }
 
     /// The old run: writes what the new run sent into connection `id`.

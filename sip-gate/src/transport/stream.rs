@@ -43,12 +43,14 @@ impl Net {
     /// to [`STREAM_TURN`] of them, and answers pings: whether a message was
     /// taken off and whether the turn ended with more perhaps left, or the
     /// framing error that ends the connection.
+    ///
+    /// A connection that moves in a hand-over (`movable`) is never relayed:
+    /// only those that stay in this run are (R-GW-3).
     fn frame_buffered(
         self: &Arc<Net>,
         buf: &mut BytesMut,
-        listener: usize,
-        id: ConnId,
-        peer: SocketAddr,
+        (listener, id, peer): (usize, ConnId, SocketAddr),
+        movable: bool,
     ) -> Result<(bool, bool), frame::FrameError> {
         let mut consumed = false;
         for _ in 0..STREAM_TURN {
@@ -63,8 +65,13 @@ impl Net {
                     consumed = true;
                     let data = buf.split_to(len.min(buf.len())).freeze();
                     // A keeper's connection: the run that took over decides.
-                    let Some(data) = self.relay_in((listener, id, peer), data) else {
-                        continue;
+                    let data = if movable {
+                        data
+                    } else {
+                        match self.relay_in((listener, id, peer), data) {
+                            Some(data) => data,
+                            None => continue,
+                        }
                     };
                     let inbound = Inbound::Tcp {
                         listener,
@@ -115,6 +122,7 @@ pub(super) async fn plain(
     if let Some((rd, wr, unread)) = ended {
         match rd.reunite(wr).map(TcpStream::into_std) {
             Ok(Ok(s)) => {
+                net.handed.insert(id, ());
                 let flow = net.core.flow_state(id, Instant::now());
                 net.moved
                     .lock()
@@ -157,15 +165,19 @@ where
 {
     let stop = net.shutdown.child_token();
     let writer_stop = stop.clone();
-    let moving = net.moving.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    let reader_moving = moving.clone();
+    let (reader_moving, moving) = net
+        .moving
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .tokens();
     let writer = async move {
         loop {
             let msg = tokio::select! {
                 _ = writer_stop.cancelled() => break,
                 _ = moving.cancelled(), if movable => {
-                    // What the core queued before the hand-over goes out
-                    // from this run; the next one sends the rest.
+                    // Every reader of this run has stopped: what the core
+                    // queued goes out from this run, the next one sends
+                    // the rest.
                     while let Ok(m) = rx.try_recv() {
                         if wr.write_all(&m).await.is_err() {
                             writer_stop.cancel();
@@ -188,13 +200,17 @@ where
         None
     };
     let reader_moving = movable.then_some(reader_moving);
-    let reader = reader(
-        net.clone(),
-        (listener, id, peer),
-        rd,
-        (buf, reader_moving),
-        stop,
-    );
+    if movable {
+        net.reading.fetch_add(1, Ordering::Relaxed);
+    }
+    let reader = async {
+        let at = (listener, id, peer);
+        let r = reader(net.clone(), at, rd, (buf, reader_moving), stop).await;
+        if movable {
+            net.reading.fetch_sub(1, Ordering::Relaxed);
+        }
+        r
+    };
     match tokio::join!(writer, reader) {
         (Some(wr), Some((rd, unread))) => Some((rd, wr, unread)),
         _ => {
@@ -224,7 +240,7 @@ async fn reader<R: AsyncRead + Unpin>(
     loop {
         // Frame everything already buffered before reading more, a turn at
         // a time.
-        let consumed = match net.frame_buffered(&mut buf, listener, id, peer) {
+        let consumed = match net.frame_buffered(&mut buf, (listener, id, peer), movable) {
             Ok((_, true)) => {
                 earlier = true;
                 tokio::task::yield_now().await;

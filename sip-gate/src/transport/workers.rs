@@ -205,7 +205,10 @@ fn spawn_worker(
         .name(format!("udp-{idx}-{w}"))
         .spawn(move || {
             own.store(thread_id().unwrap_or(0), Ordering::Relaxed);
-            udp_worker(net, idx, sock, stop)
+            // A hand-over waits for the workers to stop (R-GW-3).
+            net.udp_running.fetch_add(1, Ordering::Relaxed);
+            udp_worker(net.clone(), idx, sock, stop);
+            net.udp_running.fetch_sub(1, Ordering::Relaxed);
         })?;
     Ok((thread, Worker { tid, cpu_ns: None }))
 }

@@ -20,12 +20,17 @@ use crate::txn::ConnId;
 /// gone.
 const WRITE_WAIT: Duration = Duration::from_secs(5);
 
-/// The old run: relays its connections' messages to the new run and
-/// writes what comes back, until the link closes (then `lost`).
-pub(super) fn keep(net: NetHandle, link: Arc<UnixStream>, lost: CancellationToken) {
+/// The old run: relays its connections' messages (those queued in `rx`
+/// since the cut-over first) to the new run and writes what comes back,
+/// until the link closes (then `lost`).
+pub(super) fn keep(
+    net: NetHandle,
+    link: Arc<UnixStream>,
+    rx: std::sync::mpsc::Receiver<Relayed>,
+    lost: CancellationToken,
+) {
     let _ = link.set_read_timeout(None);
     let _ = link.set_write_timeout(Some(WRITE_WAIT));
-    let rx = net.start_relay();
     let out = link.clone();
     let writer_lost = lost.clone();
     spawn("upgrade-keep-out", move || {

@@ -64,6 +64,10 @@ pub const ENV_FROM: &str = "SIP_GATE_UPGRADE_FROM";
 /// refusal of a hand-over whose version differs.
 pub const ENV_VERSION: &str = "SIP_GATE_UPGRADE_VERSION";
 
+/// How long the new run waits after it said `Ready`, in ms; only to test
+/// a new run that dies between `Ready` and `Done`.
+pub const ENV_HOLD_MS: &str = "SIP_GATE_UPGRADE_HOLD_MS";
+
 /// Why an upgrade did not happen (the old run keeps serving) or a new run
 /// could not take over.
 #[derive(Debug, thiserror::Error)]

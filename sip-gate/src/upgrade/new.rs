@@ -209,6 +209,12 @@ impl Inheritance {
 /// [`Inheritance::finish`]'s steps.
 async fn receive(link: &Arc<UnixStream>, gate: &mut Gate) -> Result<Taken, UpgradeError> {
     super::old::call(link, |l| wire::send(l, &Msg::Ready, &[])).await?;
+    if let Some(ms) = std::env::var(super::ENV_HOLD_MS)
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
     let mut connections = 0;
     let mut kept = Vec::new();
     let (work, bans) = loop {

@@ -200,15 +200,24 @@ impl Upgrader {
             Msg::Refuse { reason } => return Err(UpgradeError::Refused(reason)),
             other => return Err(UpgradeError::Unexpected(other.name().into())),
         }
-        // Both runs read the listeners: this one stops.
+        tracing::info!("upgrade: the new run is ready: handing over the connections and the state");
+        // The new run is ready: this one stops reading the listeners, and
+        // the messages of the connections it keeps wait for the new run.
         self.net.stop_listening();
+        let relayed = self.net.start_relay();
         let moved = self.net.move_connections(MOVE_WAIT).await;
-        let result = self.pass(&link, moved).await;
-        if let Err(e) = &result {
-            tracing::error!(error = %e, "upgrade: the new run failed after it was ready: reading the listeners again (the connections passed to it are lost)");
-            self.net.resume_listening()?;
+        match self.pass(&link, moved).await {
+            Ok(()) => {
+                super::keeper::keep(self.net.clone(), link.clone(), relayed, self.lost.clone());
+                Ok(())
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "upgrade: the new run failed after it was ready: reading the listeners again (the connections passed to it are lost)");
+                self.net.stop_relay(relayed);
+                self.net.resume_listening()?;
+                Err(e)
+            }
         }
-        result
     }
 
     /// Step 3: the connections, the state; then the new run's `Done`.
@@ -254,7 +263,6 @@ impl Upgrader {
         }
         self.admin_stop.cancel();
         self.control_stop.cancel();
-        super::keeper::keep(self.net.clone(), link.clone(), self.lost.clone());
         tracing::info!(
             connections = count,
             kept = n_kept,

@@ -359,27 +359,38 @@ fn r_gw_3_a_new_run_of_another_version_is_refused_and_the_old_serves_on() {
     assert!(old.running());
 }
 
-/// R-GW-3: a new run killed as it starts leaves the old run serving, and
-/// the next upgrade goes through.
+/// R-GW-3: a new run killed after it said it was ready, while the old run
+/// hands over (the new run holds there: `SIP_GATE_UPGRADE_HOLD_MS`), leaves
+/// the old run serving: it reads the listeners again. The next upgrade
+/// goes through.
 #[test]
 fn r_gw_3_a_new_run_killed_mid_hand_over_leaves_the_old_serving() {
     let net = (139, 5);
     let (_dir, site, listener, admin) = site(net, false);
-    let mut old = gate(&site, admin, None);
+    let mut old = gate(&site, admin, Some(("SIP_GATE_UPGRADE_HOLD_MS", "2000")));
     old.signal("USR2");
-    let pid = wait_for("the new run's pid", Duration::from_secs(10), || {
-        logged(&old.log(), "upgrade: new run started", "pid")
-    })
-    .unwrap();
-    let killed = NewRun(pid as u32);
-    drop(killed);
-    let why = wait_for("the failure in the log", Duration::from_secs(40), || {
-        let log = old.log();
-        let line = log.lines().find(|l| l.contains("upgrade not done"))?;
-        Some(line.to_owned())
-    })
-    .unwrap();
+    let pid = old
+        .wait_for("the new run ready", Duration::from_secs(10), |g| {
+            let log = g.log();
+            log.contains("the new run is ready")
+                .then(|| logged(&log, "upgrade: new run started", "pid"))
+                .flatten()
+        })
+        .unwrap();
+    drop(NewRun(pid as u32));
+    let why = old
+        .wait_for("the failure in the log", Duration::from_secs(10), |g| {
+            let log = g.log();
+            let line = log.lines().find(|l| l.contains("upgrade not done"))?;
+            Some(line.to_owned())
+        })
+        .unwrap();
     assert!(why.contains("this run serves on"), "{why}");
+    assert!(
+        old.log().contains("reading the listeners again"),
+        "{}",
+        old.log()
+    );
     assert!(old.running(), "{}", old.log());
     assert_eq!(old.readyz().map(|r| r.0), Some(200));
     calls_pass(net, listener, 10);
@@ -458,7 +469,10 @@ fn r_gw_3_twenty_upgrades_in_a_row_under_load_fail_no_call() {
         .filter(|l| l.contains("took over from the running gate"))
         .filter_map(|l| logged(l, "took over", "connections"))
         .collect();
-    assert_eq!(moved, vec![2; 20], "{log}");
+    // Each run passed SIPp's two connections on (and, in some runs, a
+    // third, opened during the run; SIPp saw none closed).
+    assert_eq!(moved.len(), 20, "{log}");
+    assert!(moved.iter().all(|&n| n >= 2), "{moved:?}\n{log}");
 }
 
 /// R-GW-3 with R-SEC-3: a source banned by the old run is banned by the
