@@ -165,6 +165,7 @@ impl NetHandle {
             std.set_nonblocking(true)?;
             let _guard = net.runtime.enter();
             let stream = TcpStream::from_std(std)?;
+            tracing::debug!(id = m.id, listener = m.listener, peer = %m.peer, unread = m.unread.len(), flow = m.flow.is_some(), "connection taken over");
             let (id, _tx, rx) = net.register_as(m.id, (m.listener, m.peer), false);
             if let Some(held) = m.flow {
                 net.core.adopt_flow((id, m.listener, m.peer), now, held);

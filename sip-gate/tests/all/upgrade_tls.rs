@@ -187,11 +187,11 @@ fn r_gw_3_the_old_run_killed_after_the_hand_over_leaves_the_new_serving() {
     old.signal("KILL");
     assert!(old.wait_exit(Duration::from_secs(5)).is_some());
     assert!(kept.recv(T).is_none(), "the kept connection closes");
-    let log = old.log();
-    assert!(
-        log.contains("the old run ended: the connections it kept are closed"),
-        "{log}"
-    );
+    let ended = "the old run ended: the connections it kept are closed";
+    old.wait_for("the new run to see the old one gone", T, |g| {
+        g.log().contains(ended).then_some(())
+    })
+    .unwrap();
     assert_eq!(
         testbed::http::get(admin, "/readyz").map(|r| r.status).ok(),
         Some(200)
