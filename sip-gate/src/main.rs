@@ -139,6 +139,11 @@ async fn main() -> anyhow::Result<()> {
     // This run's messages to systemd end when it hands over (R-GW-3): the
     // new run is the main process then, and speaks for the service.
     let notify_stop = shutdown.child_token();
+    // The first word to systemd is the phase, then the watchdog's pings.
+    notify.phase(match &inheritance {
+        Some(_) => "upgrading: taking over from the running gate",
+        None => "starting: binding the listeners",
+    });
     notify.watchdog(notify_stop.clone());
     let drain = DrainState::new(Arc::new(config.clone()));
     let deadline = Duration::from_secs(args.drain_deadline_s);
@@ -192,7 +197,6 @@ async fn start(
     signals: &mut Signals,
 ) -> anyhow::Result<Option<Running>> {
     let notify = &ctx.notify;
-    notify.phase("starting: binding the listeners");
     // In-dialog requests and responses flow while the store is read.
     let snapshot_path = args.work_snapshot.as_deref();
     let snapshot = snapshot_path.and_then(node::take_snapshot);
@@ -250,8 +254,6 @@ async fn take_over(
     ctx: Ctx,
     mut inh: Inheritance,
 ) -> anyhow::Result<Running> {
-    ctx.notify
-        .phase("upgrading: taking over from the running gate");
     let refuse = |inh: &Inheritance, e: &dyn std::fmt::Display| -> ! {
         tracing::error!(error = %e, "upgrade: not taking over; the running gate serves on");
         inh.refuse(&e.to_string());
