@@ -162,5 +162,16 @@ mod tests {
         assert_eq!((got, got.to_string()), (Signal::Interrupt, "SIGINT".into()));
         let stray = tokio::time::timeout(Duration::from_millis(200), reload.recv()).await;
         assert!(stray.is_err(), "a stop signal reached SIGHUP's: {stray:?}");
+
+        let mut upgrade = Signals::upgrade().unwrap();
+        raise(Raw::SIGUSR2).unwrap();
+        let got = tokio::time::timeout(wait, upgrade.recv()).await.unwrap();
+        assert_eq!((got, got.name()), (Signal::User2, "SIGUSR2"));
+        assert!(!got.is_stop());
+        let stray = tokio::time::timeout(Duration::from_millis(200), stop.recv()).await;
+        assert!(
+            stray.is_err(),
+            "SIGUSR2 reached the stop signals: {stray:?}"
+        );
     }
 }
