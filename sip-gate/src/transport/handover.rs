@@ -156,10 +156,13 @@ impl NetHandle {
 
     /// Takes in the connections an earlier run handed over, under their
     /// ids, with their flows; each is read from the bytes it had read.
+    /// All are in the table before any is read: a message read on one
+    /// finds the others (a request to an instance goes on the connection
+    /// to it that moved, not on a new one).
     pub(crate) fn adopt(&self, moved: Vec<Moved>) -> io::Result<usize> {
         let net = &self.0;
         let now = Instant::now();
-        let mut n = 0;
+        let mut taken = Vec::with_capacity(moved.len());
         for m in moved {
             let std = std::net::TcpStream::from(m.fd);
             std.set_nonblocking(true)?;
@@ -170,15 +173,13 @@ impl NetHandle {
             if let Some(held) = m.flow {
                 net.core.adopt_flow((id, m.listener, m.peer), now, held);
             }
-            let buf = BytesMut::from(&m.unread[..]);
-            net.tracker.spawn(plain(
-                net.clone(),
-                (m.listener, id, m.peer),
-                stream,
-                rx,
-                buf,
-            ));
-            n += 1;
+            taken.push(((m.listener, id, m.peer), stream, rx, m.unread));
+        }
+        let n = taken.len();
+        let _guard = net.runtime.enter();
+        for (at, stream, rx, unread) in taken {
+            let buf = BytesMut::from(&unread[..]);
+            net.tracker.spawn(plain(net.clone(), at, stream, rx, buf));
         }
         Ok(n)
     }

@@ -451,6 +451,7 @@ impl Net {
     /// connect instead of racing it) and connects in the background.
     fn connect(self: &Arc<Net>, listener: usize, to: SocketAddr) -> mpsc::Sender<Bytes> {
         let (id, tx, rx) = self.register(listener, to, false);
+        tracing::debug!(%to, listener, conn = id, "connecting");
         let local_ip = self
             .core
             .site()

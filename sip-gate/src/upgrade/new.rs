@@ -215,7 +215,7 @@ async fn receive(link: &Arc<UnixStream>, gate: &mut Gate) -> Result<Taken, Upgra
     {
         tokio::time::sleep(Duration::from_millis(ms)).await;
     }
-    let mut connections = 0;
+    let mut moved_all = Vec::new();
     let mut kept = Vec::new();
     let (work, bans) = loop {
         let (msg, fds) = super::old::call(link, wire::recv::<Msg>).await?;
@@ -226,7 +226,7 @@ async fn receive(link: &Arc<UnixStream>, gate: &mut Gate) -> Result<Taken, Upgra
                         "a connection without its socket".into(),
                     ));
                 }
-                let moved = conns
+                let moved: Vec<Moved> = conns
                     .into_iter()
                     .zip(fds)
                     .map(|(c, fd)| Moved {
@@ -240,13 +240,15 @@ async fn receive(link: &Arc<UnixStream>, gate: &mut Gate) -> Result<Taken, Upgra
                             .then(|| (c.held_ms > 0).then(|| Duration::from_millis(c.held_ms))),
                     })
                     .collect();
-                connections += gate.net().adopt(moved)?;
+                moved_all.extend(moved);
             }
             Msg::Kept { conns } => kept = conns,
             Msg::State { work, bans } => break (work, bans),
             other => return Err(UpgradeError::Unexpected(other.name().into())),
         }
     };
+    // All at once, before any is read (`NetHandle::adopt`).
+    let connections = gate.net().adopt(moved_all)?;
     let sizes = work.sizes();
     let now = Instant::now();
     let banned = gate.core().site().bans.restore(&bans, now);

@@ -469,10 +469,10 @@ fn r_gw_3_twenty_upgrades_in_a_row_under_load_fail_no_call() {
         .filter(|l| l.contains("took over from the running gate"))
         .filter_map(|l| logged(l, "took over", "connections"))
         .collect();
-    // Each run passed SIPp's two connections on (and, in some runs, a
-    // third, opened during the run; SIPp saw none closed).
-    assert_eq!(moved.len(), 20, "{log}");
-    assert!(moved.iter().all(|&n| n >= 2), "{moved:?}\n{log}");
+    // Each run passed SIPp's two connections on, and no run opened
+    // another to the sg (before the moved connections were all in the
+    // table before any was read, one run in about fourteen did).
+    assert_eq!(moved, vec![2; 20], "{log}");
 }
 
 /// R-GW-3 with R-SEC-3: a source banned by the old run is banned by the
