@@ -1,12 +1,13 @@
-//! R-GW-3 with TLS clients, through the real `sip-gate` binary: a TLS
-//! connection cannot move to the new run; the old run keeps it and relays
+//! R-GW-3 with TLS and WebSocket clients, through the real `sip-gate`
+//! binary: such a connection cannot move to the new run; the old run keeps it and relays
 //! its messages to the new run, which decides. A call set up before the
 //! upgrade goes on over the same connection; once the client closes it the
 //! old run exits. The old run killed after the hand-over closes what it
 //! kept (as its crash would) and leaves the new run serving.
 //!
-//! Addresses: `127.139.N.0/24` (N of `upgrade.rs`'s range, 6 and 8): the
-//! gate on `.1:5061` (UDP and TLS), the sg (SIPp, UDP) on `.11`.
+//! Addresses: `127.139.N.0/24` (N of `upgrade.rs`'s range, 6, 8 and 9):
+//! the gate on `.1:5061` (UDP and TLS), the sg (SIPp, UDP) on `.11`; the
+//! WebSocket test's own below.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -199,4 +200,78 @@ fn r_gw_3_the_old_run_killed_after_the_hand_over_leaves_the_new_serving() {
     tls_call(&mut peer::connect(gw, &ca.pem), gw, "k1");
     let r = uas.wait(Duration::from_secs(10)).unwrap();
     assert_eq!((r.successful, r.failed), (1, 0), "{r:?}");
+}
+
+/// R-GW-3 with a browser (RFC 7118): a WebSocket subscriber registered
+/// before the upgrade keeps its connection (the old run holds it, the new
+/// run decides for it), and a call the registrar (Kamailio) routes into its
+/// flow after the upgrade reaches it on the same WebSocket; once it closes,
+/// the old run exits. On `127.139.9.0/24` (the gate's `ws` listener on
+/// `.1:5080`, Kamailio on `.11`, the caller on `.50`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_gw_3_a_websocket_subscriber_keeps_its_connection_and_its_flow() {
+    use crate::ws::ua;
+    let net = (139, 9);
+    let dir = tempfile::tempdir().unwrap();
+    let (gw, sg) = (SocketAddr::new(ip(net, 1), 5080), server_addr(net, 0));
+    let text = format!(
+        "[site]\nname = \"upgrade-ws\"\nsecret = \"integration-test-secret-upgrade-ws\"\n\n\
+         [health]\ninterval_ms = 0\n\n[overload]\nnew_dialog_deadline_ms = 10000\n\n\
+         [[server]]\nname = \"srv-0\"\n[[instance]]\nid = \"sg-0\"\nservice = \"sg\"\nserver = \"srv-0\"\nsip = \"{sg}\"\n\n\
+         [[listener]]\nname = \"web\"\nbind = \"{gw}\"\ntransports = [\"udp\", \"ws\"]\nmode = \"balance\"\npool = \"sg\"\n\
+         leg = \"subscriber\"\nws_path = \"/sip\"\nws_origins = [\"https://app.example\"]\n\n\
+         [store]\nkind = \"embedded\"\npath = \"profiles.json\"\n"
+    );
+    let site = dir.path().join("site.toml");
+    std::fs::write(&site, text).unwrap();
+    let admin = SocketAddr::new(ip(net, 1), 9091);
+    let kam = testbed::Kamailio::new()
+        .config(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/kamailio/registrar.cfg"))
+        .listen(sg)
+        .start()
+        .unwrap();
+    let (s, a) = (site.clone(), admin);
+    let mut old = tokio::task::spawn_blocking(move || gate(&s, a, None))
+        .await
+        .unwrap();
+    let mut ws = ua::open(gw, "/sip", Some("sip"), Some("https://app.example"), None)
+        .await
+        .unwrap();
+    ua::send(&mut ws, &ua::register("alice", "w1", 1, 600)).await;
+    let ok = ua::recv(&mut ws, T).await.expect("a REGISTER response");
+    assert!(ok.starts_with("SIP/2.0 200"), "{ok}");
+
+    let (s, a) = (site.clone(), admin);
+    let new = tokio::task::spawn_blocking(move || upgrade(&s, a))
+        .await
+        .unwrap();
+    assert_eq!(took_over(&old, "relayed"), Some(1));
+    let caller = Sipp::new(Scenario::repo("uac_call"))
+        .local_ip(ip(net, 50))
+        .remote(sg)
+        .service("alice")
+        .calls(1)
+        .duration(Duration::from_millis(100))
+        .timeout(Duration::from_secs(20))
+        .arg("-cid_str")
+        .arg("upgrade-ws-%u@sip-gate-test")
+        .spawn()
+        .unwrap();
+    ua::answer_call(&mut ws, "w1", T).await;
+    let r = tokio::task::spawn_blocking(move || caller.wait(Duration::from_secs(30)))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(r.all_ok() && r.successful == 1, "{r:?}");
+    // The browser goes: the old run has nothing left and exits.
+    drop(ws);
+    let exit = tokio::task::spawn_blocking(move || {
+        let status = old.wait_exit(Duration::from_secs(10));
+        (status, old.log())
+    })
+    .await
+    .unwrap();
+    assert!(exit.0.is_some_and(|s| s.success()), "{exit:?}");
+    drop(new);
+    kam.stop();
 }
