@@ -290,6 +290,7 @@ async fn take_over(
     tracing::info!(
         connections = taken.connections,
         relayed = taken.relayed,
+        transactions = taken.transactions,
         calls,
         registrations,
         subscriptions,

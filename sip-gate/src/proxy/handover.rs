@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use crate::txn::ConnId;
+use crate::txn::{ConnId, SavedTxn};
 use crate::work::WorkSnapshot;
 
 use super::Core;
@@ -42,5 +42,24 @@ impl Core {
     /// (R-GW-3). A stop's snapshot waits for them instead.
     pub(crate) fn work_now(&self, now: Instant) -> WorkSnapshot {
         self.work.snapshot(now)
+    }
+
+    /// The transactions in flight and completed, for the next run (R-GW-3).
+    pub(crate) fn txns_now(&self, now: Instant) -> Vec<SavedTxn> {
+        self.txns.export(now)
+    }
+
+    /// Takes in the transactions of the run this one took over from
+    /// (R-GW-3): their answers find them here, and an INVITE waiting for
+    /// its final response counts as its instance's work, as it did there.
+    /// Returns how many were taken.
+    pub(crate) fn take_txns(&self, saved: &[SavedTxn], now: Instant) -> usize {
+        let taken = self.txns.import(saved, now);
+        for e in taken.iter().filter(|e| e.invite && !e.finished) {
+            if let Some(i) = e.owner {
+                self.work.invite_started(i);
+            }
+        }
+        taken.len()
     }
 }

@@ -20,8 +20,8 @@
 //! 3. The old run stops reading the listeners, stops each plain TCP
 //!    connection between two messages and passes it (`Conns`: its id,
 //!    its listener and peer, its flow, the bytes read but not yet framed),
-//!    lists the connections it keeps (`Kept`), then the work book
-//!    (`State`). The new run takes them in, reads the listeners (what
+//!    lists the connections it keeps (`Kept`), then the work book, the
+//!    bans and the transactions (`State`). The new run takes them in, reads the listeners (what
 //!    came meanwhile waited in the kernel's queues) and says `Done`; only
 //!    then does the old run stop serving its admin endpoint and upgrade
 //!    socket, and leave the service to the new run, which tells systemd
@@ -43,7 +43,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::transport::Kept;
-use crate::txn::ConnId;
+use crate::txn::{ConnId, SavedTxn};
 use crate::work::WorkSnapshot;
 
 mod keeper;
@@ -181,6 +181,8 @@ enum Msg {
     State {
         work: Box<WorkSnapshot>,
         bans: Vec<crate::BanInfo>,
+        /// The transactions, and the instance ids their indexes mean.
+        txns: (Vec<String>, Vec<SavedTxn>),
     },
     Done,
     In {

@@ -46,6 +46,9 @@ pub struct Taken {
     pub connections: usize,
     /// TLS and WebSocket connections the old run keeps, relayed.
     pub relayed: usize,
+    /// Transactions taken in (in flight, and completed ones kept for
+    /// their retransmissions).
+    pub transactions: usize,
     /// Work book entries taken in: calls, registrations, subscriptions.
     pub work: (usize, usize, usize),
 }
@@ -198,6 +201,7 @@ impl Inheritance {
                 Ok(Taken {
                     connections: 0,
                     relayed: 0,
+                    transactions: 0,
                     work: (0, 0, 0),
                 })
             }
@@ -217,7 +221,7 @@ async fn receive(link: &Arc<UnixStream>, gate: &mut Gate) -> Result<Taken, Upgra
     }
     let mut moved_all = Vec::new();
     let mut kept = Vec::new();
-    let (work, bans) = loop {
+    let (work, bans, (ids, txns)) = loop {
         let (msg, fds) = super::old::call(link, wire::recv::<Msg>).await?;
         match msg {
             Msg::Conns { conns } => {
@@ -243,7 +247,7 @@ async fn receive(link: &Arc<UnixStream>, gate: &mut Gate) -> Result<Taken, Upgra
                 moved_all.extend(moved);
             }
             Msg::Kept { conns } => kept = conns,
-            Msg::State { work, bans } => break (work, bans),
+            Msg::State { work, bans, txns } => break (work, bans, txns),
             other => return Err(UpgradeError::Unexpected(other.name().into())),
         }
     };
@@ -259,6 +263,15 @@ async fn receive(link: &Arc<UnixStream>, gate: &mut Gate) -> Result<Taken, Upgra
             "upgrade: some bans not taken (their listener has no [listener.auth_ban] now, or its table is full)"
         );
     }
+    // Instance indexes mean the same here only with the same instances.
+    let config = gate.core().config();
+    let same = config.instances.iter().map(|i| &i.id).eq(ids.iter());
+    let txns_taken = if same {
+        gate.core().take_txns(&txns, now)
+    } else {
+        tracing::warn!("upgrade: the site's instances changed: the transactions in flight are not taken (their answers are relayed by their Via)");
+        0
+    };
     if let Err(e) = gate.core().restore_work(&work, now) {
         tracing::warn!("{e}: the work set up before the upgrade is unknown for the [work] window");
     }
@@ -269,6 +282,7 @@ async fn receive(link: &Arc<UnixStream>, gate: &mut Gate) -> Result<Taken, Upgra
     Ok(Taken {
         connections,
         relayed,
+        transactions: txns_taken,
         work: sizes,
     })
 }

@@ -254,8 +254,17 @@ impl Upgrader {
         })
         .await?;
         let work = Box::new(self.core.work_now(Instant::now()));
-        let bans = self.core.site().bans.list(Instant::now());
-        let state = Msg::State { work, bans };
+        let now = Instant::now();
+        let bans = self.core.site().bans.list(now);
+        let ids = self
+            .core
+            .config()
+            .instances
+            .iter()
+            .map(|i| i.id.clone())
+            .collect();
+        let txns = (ids, self.core.txns_now(now));
+        let state = Msg::State { work, bans, txns };
         call(link, move |l| wire::send(l, &state, &[])).await?;
         match call(link, wire::recv::<Msg>).await?.0 {
             Msg::Done => {}

@@ -521,3 +521,48 @@ fn r_gw_3_a_ban_stays_in_force_across_an_upgrade() {
     );
     let _ = registrar.stop();
 }
+
+/// R-GW-3: a transaction in flight moves: an INVITE ringing at the sg when
+/// the gate upgrades is the new run's work at once (its `transactions`
+/// count), and its 200, relayed by the new run, sets the call up in the
+/// new run's book (before the transactions moved: 0, then no call).
+#[test]
+fn r_gw_3_a_ringing_invite_is_the_new_runs_transaction() {
+    let net = (139, 10);
+    let (_dir, site, listener, admin) = site(net, false);
+    let old = gate(&site, admin, None);
+    let sg_work = |g: &Node| {
+        let c = g.work()?.instances.get("sg-0")?.counts;
+        Some((c.transactions, c.dialogs))
+    };
+    let uas = Sipp::new(Scenario::repo("uas_call_ringing"))
+        .local(server_addr(net, 0).ip(), 5060)
+        .duration(Duration::from_secs(3))
+        .timeout(Duration::from_secs(60))
+        .spawn()
+        .unwrap();
+    let uac = Sipp::new(Scenario::repo("uac_call"))
+        .local_ip(ip(net, 21))
+        .remote(listener)
+        .calls(1)
+        .rate(1)
+        .duration(Duration::from_secs(2))
+        .timeout(Duration::from_secs(60))
+        .spawn()
+        .unwrap();
+    old.wait_for("the INVITE ringing", Duration::from_secs(5), |g| {
+        sg_work(g).filter(|&(ringing, _)| ringing == 1)
+    })
+    .unwrap();
+    let _new = upgrade(&site, admin);
+    // The admin endpoint is the new run's now.
+    assert_eq!(sg_work(&old), Some((1, 0)), "the ringing INVITE, carried");
+    assert!(took_over(&old, "transactions").is_some_and(|n| n >= 1));
+    old.wait_for("the call up in the new run", Duration::from_secs(10), |g| {
+        sg_work(g).filter(|&w| w == (0, 1))
+    })
+    .unwrap();
+    let r = uac.wait(Duration::from_secs(30)).unwrap();
+    assert!(r.all_ok() && r.successful == 1, "{r:?}");
+    let _ = uas.stop();
+}
