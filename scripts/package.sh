@@ -201,7 +201,12 @@ control sip-gate "drain-aware inline SIP proxy
  Balances new SIP work over a site's instances and drains them without
  dropping a call: 503 with Retry-After for new work, in-dialog requests to
  the instance that holds the dialog." "ringsync (= $version), adduser"
-postinst sip-gate "" sip-gate.service
+# An upgrade of the package upgrades the running gate in place (R-GW-3):
+# nobody's connection is cut. When the gate refuses (the log says why), it
+# serves on with the old binary until the operator restarts it.
+postinst sip-gate 'if [ -n "$2" ] && [ -d /run/systemd/system ] && systemctl is-active --quiet sip-gate.service; then
+    /usr/bin/sip-gate upgrade || echo "sip-gate: the running gate did not upgrade (above) and serves on: systemctl restart sip-gate restarts it" >&2
+fi' sip-gate.service
 
 # --- media-ctl ---
 stage media-ctl media-ctl

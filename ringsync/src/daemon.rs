@@ -77,6 +77,17 @@ impl Attached {
         self.publisher = Some((stop, task));
     }
 
+    /// Stops publishing without withdrawing the node: the next run of the
+    /// same node took over its record (the gate's upgrade, R-GW-3), and a
+    /// withdrawal now would delete the record that run writes. The
+    /// follower keeps the drain view current until the `shutdown` given to
+    /// [`Attached::open`], for what this run still serves.
+    pub fn hand_over(self) {
+        if let Some((_, task)) = self.publisher {
+            task.abort();
+        }
+    }
+
     /// Withdraws the node, then waits for the follower, which ends with
     /// the `shutdown` given to [`Attached::open`]. Call it after the node's
     /// own stop, so the record withdrawn holds the work left (R-ST-3).

@@ -85,6 +85,16 @@ impl Notifier {
         self.send(&[NotifyState::Ready]);
     }
 
+    /// `MAINPID=` (this process), `READY=1` and `STATUS=` with `phase`:
+    /// a process that took over the service from its main process (the
+    /// gate's upgrade, R-GW-3) says it is the main process now. systemd
+    /// takes it from a process other than the main one only with
+    /// `NotifyAccess=all`.
+    pub fn ready_as_main(&self, phase: impl Into<String>) {
+        self.set_phase(phase.into());
+        self.send(&[NotifyState::MainPid(std::process::id()), NotifyState::Ready]);
+    }
+
     /// `RELOADING=1` (with `MONOTONIC_USEC=`, which systemd wants with it)
     /// and `STATUS=` with `phase`: call when a reload of the site file
     /// begins, and [`Notifier::ready`] when it ended, applied or not.

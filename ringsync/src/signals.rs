@@ -1,5 +1,6 @@
 //! The signals every daemon (sip-gate, media-ctl, `ringsync serve`) acts
-//! on, one way: SIGTERM and SIGINT stop, SIGHUP reloads.
+//! on, one way: SIGTERM and SIGINT stop, SIGHUP reloads; and SIGUSR2, on
+//! which sip-gate hands over to the binary now installed (R-GW-3).
 //!
 //! A daemon registers only what it handles: registering SIGHUP replaces its
 //! default action (the process exits) for the rest of the process's life,
@@ -17,6 +18,9 @@ pub enum Signal {
     Interrupt,
     /// SIGHUP (`systemctl reload`): reload.
     Hangup,
+    /// SIGUSR2: upgrade (sip-gate starts the binary now installed and
+    /// hands over to it, R-GW-3), as nginx does.
+    User2,
 }
 
 impl Signal {
@@ -26,6 +30,7 @@ impl Signal {
             Signal::Terminate => "SIGTERM",
             Signal::Interrupt => "SIGINT",
             Signal::Hangup => "SIGHUP",
+            Signal::User2 => "SIGUSR2",
         }
     }
 
@@ -51,6 +56,8 @@ pub struct Signals {
     int: Option<tokio::signal::unix::Signal>,
     #[cfg(unix)]
     hup: Option<tokio::signal::unix::Signal>,
+    #[cfg(unix)]
+    usr2: Option<tokio::signal::unix::Signal>,
     /// Elsewhere only ctrl-c, as SIGINT.
     #[cfg(not(unix))]
     int: bool,
@@ -67,6 +74,11 @@ impl Signals {
         Signals::new(&[Signal::Hangup])
     }
 
+    /// SIGUSR2: the upgrade signal.
+    pub fn upgrade() -> std::io::Result<Signals> {
+        Signals::new(&[Signal::User2])
+    }
+
     /// The signals in `which`; must be called within a tokio runtime.
     pub fn new(which: &[Signal]) -> std::io::Result<Signals> {
         #[cfg(unix)]
@@ -78,6 +90,7 @@ impl Signals {
                 term: register(Signal::Terminate, SignalKind::terminate())?,
                 int: register(Signal::Interrupt, SignalKind::interrupt())?,
                 hup: register(Signal::Hangup, SignalKind::hangup())?,
+                usr2: register(Signal::User2, SignalKind::user_defined2())?,
             })
         }
         #[cfg(not(unix))]
@@ -104,6 +117,7 @@ impl Signals {
                 () = next(&mut self.term) => Signal::Terminate,
                 () = next(&mut self.int) => Signal::Interrupt,
                 () = next(&mut self.hup) => Signal::Hangup,
+                () = next(&mut self.usr2) => Signal::User2,
             }
         }
         #[cfg(not(unix))]
@@ -148,5 +162,16 @@ mod tests {
         assert_eq!((got, got.to_string()), (Signal::Interrupt, "SIGINT".into()));
         let stray = tokio::time::timeout(Duration::from_millis(200), reload.recv()).await;
         assert!(stray.is_err(), "a stop signal reached SIGHUP's: {stray:?}");
+
+        let mut upgrade = Signals::upgrade().unwrap();
+        raise(Raw::SIGUSR2).unwrap();
+        let got = tokio::time::timeout(wait, upgrade.recv()).await.unwrap();
+        assert_eq!((got, got.name()), (Signal::User2, "SIGUSR2"));
+        assert!(!got.is_stop());
+        let stray = tokio::time::timeout(Duration::from_millis(200), stop.recv()).await;
+        assert!(
+            stray.is_err(),
+            "SIGUSR2 reached the stop signals: {stray:?}"
+        );
     }
 }

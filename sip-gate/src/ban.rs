@@ -241,6 +241,34 @@ impl Bans {
         out
     }
 
+    /// Puts in force bans an earlier run of this gate listed (an upgrade,
+    /// R-GW-3), each for what was left of it, on the listener of the same
+    /// name (one without bans on takes none); how many were taken.
+    pub(crate) fn restore(&self, bans: &[BanInfo], now: Instant) -> usize {
+        let mut taken = 0;
+        for b in bans {
+            let Some(t) = self.tables.iter().flatten().find(|t| t.name == b.listener) else {
+                continue;
+            };
+            let until = now + Duration::from_secs(b.remaining_s);
+            let mut sources = t.entries.lock().unwrap_or_else(|p| p.into_inner());
+            if sources.map.len() >= t.cfg.max_sources && !sources.map.contains_key(&b.source) {
+                continue;
+            }
+            sources.map.insert(
+                b.source,
+                Entry {
+                    failures: b.failures,
+                    window_start: now,
+                    banned_until: Some(until),
+                },
+            );
+            t.until_ms.fetch_max(t.until_ms(until), Ordering::Relaxed);
+            taken += 1;
+        }
+        taken
+    }
+
     /// Lifts the bans (and forgets the failures) of `source` on every
     /// listener; how many bans were in force.
     pub(crate) fn lift(&self, source: IpAddr, now: Instant) -> usize {
@@ -283,6 +311,38 @@ mod tests {
              leg = \"subscriber\"\n[listener.auth_ban]\n{extra}"
         );
         SiteConfig::from_str_at(&text, Path::new("t.toml")).unwrap()
+    }
+
+    /// R-GW-3: the bans listed by one run are in force in the next, for
+    /// what was left of them, with their failure counts.
+    #[test]
+    fn r_gw_3_bans_listed_by_one_run_are_in_force_in_the_next() {
+        let old = bans("limit = 2\nban_s = 60\n");
+        let t0 = Instant::now();
+        let src: IpAddr = "192.0.2.9".parse().unwrap();
+        old.failure(0, src, t0);
+        old.failure(0, src, t0);
+        let listed = old.list(t0 + Duration::from_secs(20));
+        assert_eq!(listed.len(), 1);
+        let new = bans("limit = 2\nban_s = 60\n");
+        let t1 = Instant::now();
+        assert!(new.banned(0, src, t1).is_none());
+        assert_eq!(new.restore(&listed, t1), 1);
+        assert!(new.banned(0, src, t1 + Duration::from_secs(39)).is_some());
+        assert!(new.banned(0, src, t1 + Duration::from_secs(41)).is_none());
+        assert_eq!(new.list(t1), listed_at(&listed, 40));
+        // A listener without bans takes none.
+        let off = Bans::reloaded(&site("limit = 0\n"), None);
+        assert_eq!(off.restore(&listed, t1), 0);
+    }
+
+    fn listed_at(l: &[BanInfo], remaining_s: u64) -> Vec<BanInfo> {
+        l.iter()
+            .map(|b| BanInfo {
+                remaining_s,
+                ..b.clone()
+            })
+            .collect()
     }
 
     /// R-SEC-3 across a reload (issue 27): unchanged settings keep the

@@ -59,6 +59,16 @@ pub struct Args {
     /// fields of the span they are in: call_id, branch, instance).
     #[arg(long, value_enum, default_value_t = ringsync::logs::LogFormat::Text)]
     pub log_format: ringsync::logs::LogFormat,
+    /// The upgrade socket (R-GW-3), on which `sip-gate upgrade` asks and
+    /// the new run takes over. Default: `sip-gate-ADMIN.upgrade` in
+    /// `$RUNTIME_DIRECTORY`, else in the temporary directory.
+    #[arg(long, value_name = "PATH")]
+    pub upgrade_socket: Option<PathBuf>,
+    /// After an upgrade, how long the old run keeps serving the TLS and
+    /// WebSocket connections it holds (they cannot move) before it closes
+    /// the rest properly and exits (R-GW-3).
+    #[arg(long, default_value_t = 3600)]
+    pub upgrade_keep_s: u64,
 }
 
 /// What the binary does besides running a gate.
@@ -71,6 +81,33 @@ pub enum Sub {
     /// (R-EX-2). Logs go to stderr. Ends when stdin closes (ExaBGP gone)
     /// or on SIGTERM/SIGINT, withdrawing the route if it is out.
     Announce(AnnounceArgs),
+    /// Upgrade the running gate to the binary now installed (R-GW-3).
+    ///
+    /// Asks the gate on its upgrade socket, as SIGUSR2 does, and waits:
+    /// the new run takes the sockets, the plain TCP connections and the
+    /// state, and serves. Exits 0 with the new run's pid once it does,
+    /// non-zero with the reason when it does not (the running gate then
+    /// serves on).
+    Upgrade(UpgradeArgs),
+}
+
+/// `sip-gate upgrade`.
+#[derive(clap::Args, Debug)]
+pub struct UpgradeArgs {
+    /// The gate's site file (its admin address names the socket).
+    #[arg(
+        long,
+        short,
+        env = "SIP_GATE_CONFIG",
+        default_value = "/etc/sip-gate/site.toml"
+    )]
+    pub config: PathBuf,
+    /// The gate's admin address, when it runs with `--admin`.
+    #[arg(long, value_name = "ADDR")]
+    pub admin: Option<SocketAddr>,
+    /// The gate's upgrade socket, when it runs with `--upgrade-socket`.
+    #[arg(long, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
 }
 
 /// `sip-gate announce`.

@@ -8,6 +8,7 @@
 //! [`Gate::shutdown`] then cancels the token, which is when the UDP workers
 //! and TCP tasks stop reading, and joins them.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -19,7 +20,8 @@ use tokio_util::task::TaskTracker;
 use crate::lifecycle::Lifecycle;
 use crate::proxy::{Core, CoreError};
 use crate::reload::Reloader;
-use crate::transport::{self, BoundListener, TlsReload, TlsSide};
+use crate::transport::{self, BoundListener, NetHandle, TlsReload, TlsSide};
+use crate::txn::ConnId;
 
 /// How often a stopping gate looks at its transaction table.
 /// How long the dialogs a stopping gate carries must have been quiet
@@ -60,6 +62,11 @@ pub struct Gate {
     threads: Vec<std::thread::JoinHandle<()>>,
     tls: Option<Arc<TlsSide>>,
     reloader: Arc<Reloader>,
+    /// The transport, as the upgrade drives it (R-GW-3).
+    net: NetHandle,
+    /// Each listener's `bind` and `advertise` as the site file says (port
+    /// 0 and all), which the next run's file must match to take them.
+    file_addrs: Vec<(SocketAddr, SocketAddr)>,
 }
 
 /// How [`Gate::drain`] ended.
@@ -103,17 +110,19 @@ impl Gate {
     ) -> Result<Gate, GateError> {
         let file = config.clone();
         let (config, bound) = transport::bind(config).await?;
-        Gate::start_bound(Arc::new(config), file, bound, drain, shutdown)
+        Gate::start_bound(Arc::new(config), file, bound, drain, (shutdown, None))
     }
 
     /// Starts serving on listeners that are already bound; `config` must hold
-    /// their actual addresses (as [`transport::bind`] returns it).
-    fn start_bound(
+    /// their actual addresses (as [`transport::bind`] returns it). With
+    /// `inherit`, the flow epoch and the first connection id of a run this
+    /// one takes over from (R-GW-3): its flow tokens stay valid here.
+    pub(crate) fn start_bound(
         config: Arc<SiteConfig>,
         file: SiteConfig,
         bound: Vec<BoundListener>,
         drain: Arc<DrainState>,
-        shutdown: CancellationToken,
+        (shutdown, inherit): (CancellationToken, Option<(u32, ConnId)>),
     ) -> Result<Gate, GateError> {
         let lifecycle = Lifecycle::new();
         let views = drain.subscribe();
@@ -127,17 +136,33 @@ impl Gate {
             Some(t) => Some(Arc::new(TlsSide::new(t)?)),
             None => None,
         };
+        let taking_over = inherit.map(|(epoch, first_conn)| {
+            core.inherit_flow_epoch(epoch);
+            first_conn
+        });
         let tracker = TaskTracker::new();
-        let threads =
-            transport::spawn(core.clone(), bound, tls.clone(), shutdown.clone(), &tracker)?;
+        let (threads, net) = transport::spawn(
+            core.clone(),
+            bound,
+            tls.clone(),
+            (shutdown.clone(), taking_over),
+            &tracker,
+        )?;
         tracker.spawn(crate::view_log::run(views, shutdown.clone()));
         tracker.close();
         lifecycle.listeners_bound();
         for l in &config.listeners {
             tracing::info!(listener = %l.name, bind = %l.bind, advertise = %l.advertise, transports = ?l.transports, mode = ?l.mode, leg = ?l.leg, "listening");
         }
+        let file_addrs = file
+            .listeners
+            .iter()
+            .map(|l| (l.bind, l.advertise))
+            .collect();
         Ok(Gate {
             reloader: Arc::new(Reloader::new(core.clone(), file)),
+            net,
+            file_addrs,
             core,
             config,
             shutdown,
@@ -167,6 +192,29 @@ impl Gate {
     /// The routing core (work counts, view).
     pub fn core(&self) -> &Arc<Core> {
         &self.core
+    }
+
+    /// The transport (R-GW-3).
+    pub(crate) fn net(&self) -> &NetHandle {
+        &self.net
+    }
+
+    /// Its open stream connections (TCP, TLS, WebSocket) of every kind:
+    /// what the old run keeps after an upgrade (R-GW-3).
+    pub fn open_connections(&self) -> usize {
+        self.net.open_connections()
+    }
+
+    /// Starts reading the listeners of a gate that took over (R-GW-3).
+    pub(crate) fn start_listening(&mut self) -> std::io::Result<()> {
+        let threads = self.net.start_listening()?;
+        self.threads.extend(threads);
+        Ok(())
+    }
+
+    /// Each listener's `bind` and `advertise` as its site file says.
+    pub(crate) fn file_addrs(&self) -> &[(SocketAddr, SocketAddr)] {
+        &self.file_addrs
     }
 
     /// The gate's phase (R-GW-1).

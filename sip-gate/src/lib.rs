@@ -64,6 +64,7 @@ mod gate;
 pub mod node;
 pub mod reload;
 mod transport;
+pub mod upgrade;
 mod view_log;
 
 pub use gate::{Drained, Gate, GateError};

@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::admin::NodeInfo;
 use crate::reload::Reloader;
+use crate::upgrade::Upgrader;
 use crate::{Core, Gate, WorkSnapshot};
 
 /// How long the last step of a stop may take (threads and tasks joined).
@@ -28,12 +29,16 @@ pub const JOIN_DEADLINE: Duration = Duration::from_secs(3);
 
 /// The admin endpoint (/metrics, /v1/work, /readyz) as served.
 pub struct Admin {
-    /// The server, until the gate's shutdown token.
+    /// The server, until the gate's shutdown token or [`Admin::stop`].
     pub task: JoinHandle<std::io::Result<()>>,
     /// The node it speaks for.
     pub node: NodeInfo,
     /// The address bound.
     pub addr: SocketAddr,
+    /// Its listening socket, which an upgrade passes on (R-GW-3).
+    pub socket: Arc<std::net::TcpListener>,
+    /// Ends this run's serving of it (the next run serves it: R-GW-3).
+    pub stop: CancellationToken,
 }
 
 /// Binds the admin endpoint at `addr` and serves it until `shutdown`; the
@@ -46,21 +51,44 @@ pub async fn serve_admin(
     prometheus: Option<PrometheusHandle>,
     shutdown: &CancellationToken,
 ) -> std::io::Result<Admin> {
-    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let listener = tokio::net::TcpListener::bind(addr).await?.into_std()?;
+    serve_admin_on(gate, listener, name, started_ms, prometheus, shutdown)
+}
+
+/// [`serve_admin`] on a socket already bound (one an earlier run handed
+/// over, R-GW-3).
+pub fn serve_admin_on(
+    gate: &Gate,
+    listener: std::net::TcpListener,
+    name: Option<String>,
+    started_ms: u64,
+    prometheus: Option<PrometheusHandle>,
+    shutdown: &CancellationToken,
+) -> std::io::Result<Admin> {
+    listener.set_nonblocking(true)?;
+    let socket = Arc::new(listener.try_clone()?);
+    let listener = tokio::net::TcpListener::from_std(listener)?;
     let addr = listener.local_addr()?;
     let node = NodeInfo {
         name: name.unwrap_or_else(|| addr.to_string()),
         started_ms,
     };
     tracing::info!(admin_addr = %addr, node = %node.name, "admin endpoint (/metrics, /v1/work, /readyz)");
+    let stop = shutdown.child_token();
     let task = tokio::spawn(crate::admin::serve(
         listener,
         gate.core().clone(),
         node.clone(),
         prometheus,
-        shutdown.clone(),
+        stop.clone(),
     ));
-    Ok(Admin { task, node, addr })
+    Ok(Admin {
+        task,
+        node,
+        addr,
+        socket,
+        stop,
+    })
 }
 
 /// Publishes the gate's work report in the store's node registry (on an
@@ -222,6 +250,76 @@ pub async fn shut_down(
     }
     save_snapshot(&core, snapshot, clean);
     clean
+}
+
+/// Upgrades on each SIGUSR2 (R-GW-3), logging the outcome; a SIGUSR2
+/// during an upgrade is refused (logged), one after the hand-over too.
+/// Without `upgrader` (no upgrade socket) each is logged and ignored.
+pub fn upgrade_on_sigusr2(upgrader: Option<Arc<Upgrader>>, mut usr2: Signals) {
+    tokio::spawn(async move {
+        loop {
+            let signal = usr2.recv().await;
+            let Some(u) = upgrader.clone() else {
+                tracing::warn!(%signal, "no upgrade socket: not upgrading");
+                continue;
+            };
+            // Its own task: a second signal during it is answered at once.
+            tokio::spawn(async move {
+                tracing::info!(%signal, "upgrading (R-GW-3)");
+                match u.upgrade().await {
+                    Ok(pid) => tracing::info!(pid, "upgraded: the new run serves"),
+                    Err(e) => tracing::error!(error = %e, "upgrade not done: this run serves on"),
+                }
+            });
+        }
+    });
+}
+
+/// The old run after a hand-over (R-GW-3): it keeps the TLS and WebSocket
+/// connections it holds (their messages relayed to the new run `pid`,
+/// which decides) until the last closes, `keep` has passed, a stop signal,
+/// or the new run is gone (`lost`); then stops its gate (a WebSocket gets its 1001 close, a TLS
+/// connection its close_notify) and returns.
+pub async fn keep_after_upgrade(
+    gate: Gate,
+    signals: &mut Signals,
+    (pid, lost): (u32, CancellationToken),
+    keep: Duration,
+) {
+    let until = tokio::time::Instant::now() + keep;
+    let kept = gate.open_connections();
+    tracing::info!(
+        new_run = pid,
+        kept,
+        keep_s = keep.as_secs(),
+        "handed over: keeping this run's TLS and WebSocket connections until they close"
+    );
+    let mut tick = tokio::time::interval(Duration::from_millis(200));
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            signal = signals.recv() => {
+                tracing::info!(%signal, left = gate.open_connections(), "keeper stopped by a signal");
+                break;
+            }
+            _ = lost.cancelled() => {
+                tracing::warn!(left = gate.open_connections(), "keeper: the new run is gone: closing the connections kept");
+                break;
+            }
+        }
+        let left = gate.open_connections();
+        if left == 0 {
+            tracing::info!("keeper: no connection left");
+            break;
+        }
+        if tokio::time::Instant::now() >= until {
+            tracing::info!(left, "keeper: bound reached, closing the connections left");
+            break;
+        }
+    }
+    if !gate.shutdown(JOIN_DEADLINE).await {
+        tracing::warn!("some tasks did not finish before the join deadline");
+    }
 }
 
 /// `sipgate_config_reloads_total{result}`: `applied`, `unchanged` (the

@@ -38,7 +38,7 @@ pub(crate) const INVITE_DONE_LIFETIME: Duration = Duration::from_secs(32);
 pub type ConnId = u64;
 
 /// Where a request came from, so its responses can go back the same way.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Inbound {
     /// A datagram on a listener's UDP socket.
     Udp {
@@ -74,7 +74,7 @@ impl Inbound {
 }
 
 /// Where a request was sent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Hop {
     /// The instance, when the request went to a configured instance.
     pub(crate) instance: Option<usize>,
@@ -91,7 +91,7 @@ pub(crate) struct Hop {
 
 /// A request sent into a subscriber's flow: from the listener the flow came
 /// in on, over TCP on the subscriber's own connection and never a new one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct FlowOut {
     /// Listener index.
     pub(crate) listener: usize,
@@ -145,6 +145,20 @@ impl TxnEntry {
                 .checked_sub(INVITE_PENDING_LIFETIME)
                 .is_some_and(|started| now.saturating_duration_since(started) >= TIMER_B)
     }
+}
+
+/// A transaction as a hand-over passes it to the next run (R-GW-3): its
+/// entry, with the time it has left instead of an instant of this process.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub(crate) struct SavedTxn {
+    key: u64,
+    inbound: Inbound,
+    hop: Hop,
+    invite: bool,
+    initial: bool,
+    owner: Option<usize>,
+    left_ms: u64,
+    finished: bool,
 }
 
 /// What [`TxnTable::insert`] did.
@@ -246,6 +260,51 @@ impl TxnTable {
         if let Some(mut e) = self.map.get_mut(&key) {
             e.hop = hop;
         }
+    }
+
+    /// Every live transaction, for the next run (R-GW-3).
+    pub(crate) fn export(&self, now: Instant) -> Vec<SavedTxn> {
+        self.map
+            .iter()
+            .filter(|e| e.expires > now)
+            .map(|e| SavedTxn {
+                key: *e.key(),
+                inbound: e.inbound,
+                hop: e.hop,
+                invite: e.invite,
+                initial: e.initial,
+                owner: e.owner,
+                left_ms: u64::try_from(e.expires.duration_since(now).as_millis())
+                    .unwrap_or(u64::MAX),
+                finished: e.finished,
+            })
+            .collect()
+    }
+
+    /// Takes in the transactions an earlier run passed (R-GW-3), each with
+    /// the time it had left; one already here, or past the bound, is left
+    /// out. The DNS answer a hop came from is not carried (the cache is
+    /// this run's). Returns those taken.
+    pub(crate) fn import(&self, saved: &[SavedTxn], now: Instant) -> Vec<TxnEntry> {
+        let mut taken = Vec::new();
+        for t in saved {
+            let entry = TxnEntry {
+                inbound: t.inbound,
+                hop: Hop { dns: None, ..t.hop },
+                invite: t.invite,
+                initial: t.initial,
+                owner: t.owner,
+                expires: now + Duration::from_millis(t.left_ms),
+                finished: t.finished,
+            };
+            if let Entry::Vacant(v) = self.map.entry(t.key) {
+                if self.reserve() {
+                    v.insert(entry);
+                    taken.push(entry);
+                }
+            }
+        }
+        taken
     }
 
     /// Removes expired entries; returns those that expired without a final

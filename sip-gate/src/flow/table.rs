@@ -12,6 +12,7 @@
 //! binding on the subscriber's side is kept by its own keep-alives.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
@@ -32,8 +33,10 @@ struct Conn {
 pub(crate) struct FlowTable {
     conns: DashMap<ConnId, Conn>,
     /// Names this process in TCP flow tokens: connection ids restart with
-    /// the process, so a token of an earlier run must not open.
-    epoch: u32,
+    /// the process, so a token of an earlier run must not open. A run that
+    /// took over from an earlier one by a hand-over (R-GW-3) takes its
+    /// epoch, with its connections and their ids: the tokens stay valid.
+    epoch: AtomicU32,
 }
 
 impl FlowTable {
@@ -41,13 +44,47 @@ impl FlowTable {
     pub(crate) fn new() -> FlowTable {
         FlowTable {
             conns: DashMap::new(),
-            epoch: rand::random(),
+            epoch: AtomicU32::new(rand::random()),
         }
     }
 
     /// This process's epoch.
     pub(crate) fn epoch(&self) -> u32 {
-        self.epoch
+        self.epoch.load(Ordering::Relaxed)
+    }
+
+    /// Takes the epoch of the run this one took over from (R-GW-3), before
+    /// any flow token is made.
+    pub(crate) fn inherit_epoch(&self, epoch: u32) {
+        self.epoch.store(epoch, Ordering::Relaxed);
+    }
+
+    /// Whether `conn` is a flow, and for how long a registration still
+    /// holds it from `now` (what a hand-over passes on, R-GW-3).
+    pub(crate) fn state(&self, conn: ConnId, now: Instant) -> Option<Option<Duration>> {
+        self.conns.get(&conn).map(|c| {
+            c.held_until
+                .and_then(|u| u.checked_duration_since(now))
+                .filter(|d| !d.is_zero())
+        })
+    }
+
+    /// A flow handed over by an earlier run (R-GW-3), held `held` more.
+    pub(crate) fn adopt(
+        &self,
+        conn: ConnId,
+        listener: usize,
+        peer: SocketAddr,
+        (now, held): (Instant, Option<Duration>),
+    ) {
+        self.conns.insert(
+            conn,
+            Conn {
+                listener,
+                peer,
+                held_until: held.map(|d| now + d),
+            },
+        );
     }
 
     /// A connection was accepted on subscriber listener `listener`.

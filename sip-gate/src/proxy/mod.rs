@@ -36,6 +36,7 @@ mod admit;
 mod answer;
 mod flow_gone;
 mod forward;
+mod handover;
 mod request;
 mod resolved;
 mod response;

@@ -16,8 +16,8 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -43,7 +43,9 @@ use crate::txn::{ConnId, Inbound};
 mod batch;
 mod bind;
 mod fd_limit;
+mod handover;
 mod read_timer;
+mod relay;
 mod stream;
 mod tls;
 mod udp;
@@ -51,6 +53,8 @@ mod workers;
 mod ws;
 pub(crate) use bind::bind;
 pub use bind::{BindError, SocketKind};
+pub(crate) use handover::{Moved, NetHandle};
+pub(crate) use relay::{Kept, Relayed};
 use stream::connection;
 pub use tls::TlsReload;
 pub(crate) use tls::TlsSide;
@@ -79,14 +83,18 @@ pub(crate) struct BoundListener {
 
 /// Runs the gate on bound listeners until `shutdown` is cancelled. Tokio
 /// tasks are tracked by `tracker`; the UDP worker threads are returned so the
-/// caller can join them. `tls` serves the listeners whose stream is TLS.
+/// caller can join them, with the handle the upgrade works through
+/// (R-GW-3). `tls` serves the listeners whose stream is TLS. Connection
+/// ids start at 1, or at `taking_over`'s: this run takes over from an
+/// earlier one and reads the listeners only once told to
+/// (`NetHandle::start_listening`).
 pub(crate) fn spawn(
     core: Arc<Core>,
     listeners: Vec<BoundListener>,
     tls: Option<Arc<TlsSide>>,
-    shutdown: CancellationToken,
+    (shutdown, taking_over): (CancellationToken, Option<ConnId>),
     tracker: &TaskTracker,
-) -> io::Result<Vec<std::thread::JoinHandle<()>>> {
+) -> io::Result<(Vec<std::thread::JoinHandle<()>>, NetHandle)> {
     // Every connection is a descriptor: the limit must leave room for
     // max_connections, or accept fails before the connection limit bites.
     fd_limit::fit(core.tcp_config().max_connections);
@@ -128,40 +136,87 @@ pub(crate) fn spawn(
         core: core.clone(),
         conns: DashMap::new(),
         by_peer: DashMap::new(),
-        next: AtomicU64::new(1),
+        next: AtomicU64::new(taking_over.unwrap_or(1).max(1)),
+        udp_all: Mutex::new(listeners.iter().map(|l| l.udp.clone()).collect()),
+        tcp_listeners: Mutex::new(Vec::new()),
+        listen: Mutex::new(shutdown.child_token()),
+        moving: Mutex::new(handover::Moving::default()),
+        moved: Mutex::new(Vec::new()),
+        movable: AtomicUsize::new(0),
+        reading: AtomicUsize::new(0),
+        udp_running: AtomicUsize::new(0),
+        meta: DashMap::new(),
+        relay: arc_swap::ArcSwapOption::empty(),
+        handed: DashMap::new(),
         shutdown: shutdown.clone(),
         tracker: tracker.clone(),
         runtime: tokio::runtime::Handle::current(),
         lag: Arc::new(RuntimeLag::new(core.overload_deadline(), Instant::now())),
     });
     tracker.spawn(net.lag.clone().run(shutdown.clone()));
-
-    let mut probe_socket = None;
-    let mut udp_sockets = Vec::new();
-    for (idx, l) in listeners.into_iter().enumerate() {
-        if let (None, Some(sock)) = (&probe_socket, l.udp.first()) {
-            probe_socket = Some((idx, sock.clone()));
-        }
-        udp_sockets.push((idx, l.udp));
-        if let Some(tcp) = l.tcp {
-            tracker.spawn(accept_loop(net.clone(), idx, tcp, shutdown.clone()));
-        }
-    }
-    let plan = workers::Plan::of(&core.config().overload);
-    let threads = workers::start(&net, udp_sockets, plan, &shutdown)?;
-    if let Some((idx, sock)) = probe_socket {
-        if let Some(prober) = core.prober(idx) {
-            // The probes are copied as sent from this listener's socket.
-            let tap = net.udp_local[idx].map(|local| crate::health::Tap {
-                capture: core.capture().clone(),
-                listener: idx,
-                local,
-            });
-            tracker.spawn(crate::health::run(prober, sock, tap, shutdown.clone()));
-        }
-    }
+    *net.tcp_listeners.lock().unwrap_or_else(|e| e.into_inner()) =
+        listeners.into_iter().map(|l| l.tcp.map(Arc::new)).collect();
+    // A run taking over reads the listeners once it has the connections
+    // (R-GW-3: `NetHandle::start_listening`).
+    let threads = if taking_over.is_some() {
+        Vec::new()
+    } else {
+        net.listen()?
+    };
     tracker.spawn(sweeper(core, shutdown));
-    Ok(threads)
+    Ok((threads, NetHandle(net)))
+}
+
+impl Net {
+    /// Reads the listeners: an accept loop on each TCP one, the UDP workers
+    /// (and their supervisor), the health prober; until the listening
+    /// token, which the gate's stop or a hand-over cancels (R-GW-3).
+    fn listen(self: &Arc<Net>) -> io::Result<Vec<std::thread::JoinHandle<()>>> {
+        let listen = self
+            .listen
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let tcp = self
+            .tcp_listeners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        for (idx, l) in tcp.into_iter().enumerate() {
+            if let Some(l) = l {
+                let _guard = self.runtime.enter();
+                self.tracker
+                    .spawn(accept_loop(self.clone(), idx, l, listen.clone()));
+            }
+        }
+        let udp: Vec<(usize, Vec<Arc<UdpSocket>>)> = self
+            .udp_all
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .cloned()
+            .enumerate()
+            .collect();
+        let probe = udp
+            .iter()
+            .find_map(|(idx, s)| s.first().map(|s| (*idx, s.clone())));
+        let plan = workers::Plan::of(&self.core.config().overload);
+        let threads = workers::start(self, udp, plan, &listen)?;
+        if let Some((idx, sock)) = probe {
+            if let Some(prober) = self.core.prober(idx) {
+                // The probes are copied as sent from this listener's socket.
+                let tap = self.udp_local[idx].map(|local| crate::health::Tap {
+                    capture: self.core.capture().clone(),
+                    listener: idx,
+                    local,
+                });
+                let _guard = self.runtime.enter();
+                self.tracker
+                    .spawn(crate::health::run(prober, sock, tap, listen.clone()));
+            }
+        }
+        Ok(threads)
+    }
 }
 
 /// The local address of a socket of `listener` bound at `bound`, as the
@@ -208,6 +263,33 @@ struct Net {
     conns: DashMap<ConnId, mpsc::Sender<Bytes>>,
     by_peer: DashMap<SocketAddr, ConnId>,
     next: AtomicU64,
+    /// Every UDP socket of each listener (the supervisor adds some): what
+    /// a hand-over passes on (R-GW-3).
+    udp_all: Mutex<Vec<Vec<Arc<UdpSocket>>>>,
+    /// Each listener's TCP listening socket, shared with its accept loop.
+    tcp_listeners: Mutex<Vec<Option<Arc<TcpListener>>>>,
+    /// Ends the reading of the listeners (accept loops, UDP workers, the
+    /// prober): a child of `shutdown`, cancelled alone by a hand-over.
+    listen: Mutex<CancellationToken>,
+    /// Ask every plain TCP connection served now to stop reading, then to
+    /// stop writing and hand itself over (a fresh pair once used).
+    moving: Mutex<handover::Moving>,
+    /// The connections that did, for the hand-over to pass on.
+    moved: Mutex<Vec<Moved>>,
+    /// Plain TCP connections being served (what `moving` waits for).
+    movable: AtomicUsize,
+    /// Of those, the ones whose reader still reads.
+    reading: AtomicUsize,
+    /// UDP worker threads running.
+    udp_running: AtomicUsize,
+    /// Each open connection's listener, peer and whether it is WebSocket.
+    meta: DashMap<ConnId, (usize, SocketAddr, bool)>,
+    /// Set in an old run once it handed over (R-GW-3): the messages of the
+    /// connections it keeps go to the new run, which decides.
+    /// Connections this run handed over (not to be told closed).
+    handed: DashMap<ConnId, ()>,
+    /// One atomic load per message read while unset.
+    relay: arc_swap::ArcSwapOption<std::sync::mpsc::Sender<relay::Relayed>>,
     shutdown: CancellationToken,
     tracker: TaskTracker,
     runtime: tokio::runtime::Handle,
@@ -343,12 +425,25 @@ impl Net {
     /// in its own gauge and never found by peer address.
     fn register(
         &self,
+        listener: usize,
         peer: SocketAddr,
         ws: bool,
     ) -> (ConnId, mpsc::Sender<Bytes>, mpsc::Receiver<Bytes>) {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
+        self.register_as(id, (listener, peer), ws)
+    }
+
+    /// [`Net::register`] under a given id (a connection an earlier run
+    /// handed over keeps its id, which its flow token names: R-GW-3).
+    fn register_as(
+        &self,
+        id: ConnId,
+        (listener, peer): (usize, SocketAddr),
+        ws: bool,
+    ) -> (ConnId, mpsc::Sender<Bytes>, mpsc::Receiver<Bytes>) {
         let (tx, rx) = mpsc::channel(self.core.tcp_queue().max(1));
         self.conns.insert(id, tx.clone());
+        self.meta.insert(id, (listener, peer, ws));
         if ws {
             metrics::gauge!(m::WS_CONNECTIONS).increment(1.0);
         } else {
@@ -360,6 +455,7 @@ impl Net {
 
     fn unregister(&self, id: ConnId, peer: SocketAddr) {
         self.core.tcp_closed(id);
+        self.forget(id);
         if self.conns.remove(&id).is_some() {
             metrics::gauge!(m::TCP_CONNECTIONS).decrement(1.0);
         }
@@ -369,6 +465,7 @@ impl Net {
     /// [`Net::unregister`] for a WebSocket connection.
     fn unregister_ws(&self, id: ConnId) {
         self.core.tcp_closed(id);
+        self.forget(id);
         if self.conns.remove(&id).is_some() {
             metrics::gauge!(m::WS_CONNECTIONS).decrement(1.0);
         }
@@ -392,7 +489,8 @@ impl Net {
     /// Registers a connection to `to` at once (so messages queue behind the
     /// connect instead of racing it) and connects in the background.
     fn connect(self: &Arc<Net>, listener: usize, to: SocketAddr) -> mpsc::Sender<Bytes> {
-        let (id, tx, rx) = self.register(to, false);
+        let (id, tx, rx) = self.register(listener, to, false);
+        tracing::debug!(%to, listener, conn = id, "connecting");
         let local_ip = self
             .core
             .site()
@@ -468,7 +566,7 @@ impl Net {
 async fn accept_loop(
     net: Arc<Net>,
     listener: usize,
-    tcp: TcpListener,
+    tcp: Arc<TcpListener>,
     shutdown: CancellationToken,
 ) {
     loop {
@@ -497,7 +595,7 @@ async fn accept_loop(
             continue;
         }
         let _ = stream.set_nodelay(true);
-        let (id, _tx, rx) = net.register(peer, net.ws_for(listener).is_some());
+        let (id, _tx, rx) = net.register(listener, peer, net.ws_for(listener).is_some());
         // A ws pool's connections carry no SIP: no flow (R-WS-3).
         if !net.is_ws_pool(listener) {
             net.core.tcp_opened(Inbound::Tcp {

@@ -18,16 +18,18 @@ use std::io;
 use std::mem::MaybeUninit;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{ready, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
 use super::read_timer::{Expired, ReadTimer};
-use super::{Net, MAX_MESSAGE, STREAM_TURN};
+use super::{Moved, Net, MAX_MESSAGE, STREAM_TURN};
 use crate::frame::{self, Frame};
 use crate::metrics as m;
 use crate::txn::{ConnId, Inbound};
@@ -42,12 +44,14 @@ impl Net {
     /// to [`STREAM_TURN`] of them, and answers pings: whether a message was
     /// taken off and whether the turn ended with more perhaps left, or the
     /// framing error that ends the connection.
+    ///
+    /// A connection that moves in a hand-over (`movable`) is never relayed:
+    /// only those that stay in this run are (R-GW-3).
     fn frame_buffered(
         self: &Arc<Net>,
         buf: &mut BytesMut,
-        listener: usize,
-        id: ConnId,
-        (local, peer): (SocketAddr, SocketAddr),
+        (listener, id, local, peer): (usize, ConnId, SocketAddr, SocketAddr),
+        movable: bool,
     ) -> Result<(bool, bool), frame::FrameError> {
         let mut consumed = false;
         for _ in 0..STREAM_TURN {
@@ -61,8 +65,20 @@ impl Net {
                 Some(Frame::Message { len }) => {
                     consumed = true;
                     let data = buf.split_to(len.min(buf.len())).freeze();
-                    let ends = (peer, local);
-                    self.core.capture().sip(listener, Stream, ends, &data);
+                    // Copied as read, by the run that reads it (a keeper's
+                    // connection is copied here, not again where it is relayed).
+                    self.core
+                        .capture()
+                        .sip(listener, Stream, (peer, local), &data);
+                    // A keeper's connection: the run that took over decides.
+                    let data = if movable {
+                        data
+                    } else {
+                        match self.relay_in((listener, id, peer), data) {
+                            Some(data) => data,
+                            None => continue,
+                        }
+                    };
                     let inbound = Inbound::Tcp {
                         listener,
                         conn: id,
@@ -95,8 +111,53 @@ async fn read_some<R: AsyncRead + Unpin>(rd: &mut R, buf: &mut BytesMut) -> io::
     .await
 }
 
+/// A plain TCP connection (accepted or opened): [`connection`], and when a
+/// hand-over asks (R-GW-3), its socket and the bytes read but not yet
+/// framed go to the next run ([`Moved`]) instead of closing. `buf` holds
+/// what an earlier run had read of it.
+pub(super) async fn plain(
+    net: Arc<Net>,
+    (listener, id, peer): (usize, ConnId, SocketAddr),
+    stream: TcpStream,
+    rx: mpsc::Receiver<Bytes>,
+    buf: BytesMut,
+) {
+    net.movable.fetch_add(1, Ordering::Relaxed);
+    let local = super::tls::local_of(&stream, peer);
+    let halves = stream.into_split();
+    let ends = (local, peer);
+    let ended = connection(net.clone(), listener, id, ends, halves, rx, (buf, true)).await;
+    if let Some((rd, wr, unread)) = ended {
+        match rd.reunite(wr).map(TcpStream::into_std) {
+            Ok(Ok(s)) => {
+                net.handed.insert(id, ());
+                let flow = net.core.flow_state(id, Instant::now());
+                net.moved
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(Moved {
+                        id,
+                        listener,
+                        peer,
+                        fd: s.into(),
+                        unread: unread.to_vec(),
+                        flow,
+                    });
+            }
+            _ => {
+                tracing::warn!(%peer, "connection not handed over: its socket could not be taken back")
+            }
+        }
+    }
+    net.unregister(id, peer);
+    net.movable.fetch_sub(1, Ordering::Relaxed);
+}
+
 /// One connection (see the module doc). The halves are a TCP stream's, or
-/// a TLS stream's (tls.rs).
+/// a TLS stream's (tls.rs). With `movable` (plain TCP), a hand-over stops
+/// it: what was queued for it is written, and the halves come back with
+/// the bytes read but not yet framed (R-GW-3). Otherwise it ends closed
+/// and unregisters.
 pub(super) async fn connection<R, W>(
     net: Arc<Net>,
     listener: usize,
@@ -104,18 +165,37 @@ pub(super) async fn connection<R, W>(
     (local, peer): (SocketAddr, SocketAddr),
     (rd, mut wr): (R, W),
     mut rx: mpsc::Receiver<Bytes>,
-) where
+    (buf, movable): (BytesMut, bool),
+) -> Option<(R, W, BytesMut)>
+where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
     let stop = net.shutdown.child_token();
     let writer_stop = stop.clone();
     let capture_net = net.clone();
+    let (reader_moving, moving) = net
+        .moving
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .tokens();
     let writer = async move {
         let capture = capture_net.core.capture();
         loop {
             let msg = tokio::select! {
                 _ = writer_stop.cancelled() => break,
+                _ = moving.cancelled(), if movable => {
+                    // Every reader of this run has stopped: what the core
+                    // queued goes out from this run, the next one sends
+                    // the rest.
+                    while let Ok(m) = rx.try_recv() {
+                        if wr.write_all(&m).await.is_err() {
+                            writer_stop.cancel();
+                            return None;
+                        }
+                    }
+                    return wr.flush().await.is_ok().then_some(wr);
+                }
                 m = rx.recv() => match m { Some(m) => m, None => break },
             };
             // Copied before the write: a reply it draws is copied after it.
@@ -128,10 +208,32 @@ pub(super) async fn connection<R, W>(
             }
         }
         writer_stop.cancel();
+        // TLS: the close_notify before the TCP close (a keeper ending at
+        // its bound closes properly, R-GW-3); TCP: the FIN.
+        let _ = tokio::time::timeout(Duration::from_secs(1), wr.shutdown()).await;
+        None
     };
-    let reader = reader(net.clone(), (listener, id, local, peer), rd, stop);
-    tokio::join!(writer, reader);
-    net.unregister(id, peer);
+    let reader_moving = movable.then_some(reader_moving);
+    if movable {
+        net.reading.fetch_add(1, Ordering::Relaxed);
+    }
+    let reader = async {
+        let at = (listener, id, local, peer);
+        let r = reader(net.clone(), at, rd, (buf, reader_moving), stop).await;
+        if movable {
+            net.reading.fetch_sub(1, Ordering::Relaxed);
+        }
+        r
+    };
+    match tokio::join!(writer, reader) {
+        (Some(wr), Some((rd, unread))) => Some((rd, wr, unread)),
+        _ => {
+            if !movable {
+                net.unregister(id, peer);
+            }
+            None
+        }
+    }
 }
 
 /// The reading half of [`connection`]: until the peer closes, the framing
@@ -140,17 +242,19 @@ async fn reader<R: AsyncRead + Unpin>(
     net: Arc<Net>,
     (listener, id, local, peer): (usize, ConnId, SocketAddr, SocketAddr),
     mut rd: R,
+    (mut buf, moving): (BytesMut, Option<tokio_util::sync::CancellationToken>),
     stop: tokio_util::sync::CancellationToken,
-) {
+) -> Option<(R, BytesMut)> {
+    let movable = moving.is_some();
+    let moving = moving.unwrap_or_default();
     let tcp = net.core.tcp_config();
     let mut timer = ReadTimer::new(tcp.idle(), tcp.frame());
-    let mut buf = BytesMut::new();
     // A message was taken off in an earlier turn of this framing.
     let mut earlier = false;
     loop {
         // Frame everything already buffered before reading more, a turn at
         // a time.
-        let consumed = match net.frame_buffered(&mut buf, listener, id, (local, peer)) {
+        let consumed = match net.frame_buffered(&mut buf, (listener, id, local, peer), movable) {
             Ok((_, true)) => {
                 earlier = true;
                 tokio::task::yield_now().await;
@@ -162,7 +266,7 @@ async fn reader<R: AsyncRead + Unpin>(
                 tracing::info!(%peer, error = %e, "closing tcp connection: bad framing");
                 m::dropped("tcp_framing");
                 stop.cancel();
-                return;
+                return None;
             }
         };
         if buf.is_empty() {
@@ -173,7 +277,9 @@ async fn reader<R: AsyncRead + Unpin>(
         timer.framed(!buf.is_empty(), consumed, Instant::now());
         let (wait, expiry) = timer.wait(Instant::now());
         let read = tokio::select! {
-            _ = stop.cancelled() => return,
+            _ = stop.cancelled() => return None,
+            // Only between messages: what is buffered is a partial one.
+            _ = moving.cancelled(), if movable => return Some((rd, buf)),
             r = tokio::time::timeout(wait, read_some(&mut rd, &mut buf)) => r,
         };
         match read {
@@ -181,14 +287,14 @@ async fn reader<R: AsyncRead + Unpin>(
                 tracing::info!(%peer, "closing tcp connection: message not complete in time");
                 m::dropped("tcp_frame_timeout");
                 stop.cancel();
-                return;
+                return None;
             }
             // Idle, but a registration uses it: the subscriber's requests
             // reach it only this way (RFC 5626 5.3).
             Err(_) if net.core.tcp_held(id, Instant::now()) => {}
             Ok(Ok(0)) | Ok(Err(_)) | Err(_) => {
                 stop.cancel();
-                return;
+                return None;
             }
             Ok(Ok(_)) => {}
         }

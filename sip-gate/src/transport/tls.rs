@@ -14,7 +14,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use ringsync::config::TlsConfig;
 use ringsync::tls::{CertFiles, TlsError};
 use rustls::pki_types::{CertificateDer, ServerName};
@@ -25,6 +25,7 @@ use tokio::sync::mpsc;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 use tokio_util::sync::CancellationToken;
 
+use super::stream::plain;
 use super::{connection, Net};
 use crate::metrics as m;
 use crate::reach::Stream;
@@ -244,11 +245,15 @@ pub(super) async fn serve_accepted(
     }
     let ends = (local_of(&stream, peer), peer);
     match net.tls_for(listener) {
-        None => connection(net, listener, id, ends, stream.into_split(), rx).await,
+        None => plain(net, (listener, id, peer), stream, rx, BytesMut::new()).await,
         // The handshake's state (the TLS session, inline until `split`
         // moves it to the heap) lives only as long as the handshake.
         Some(tls) => match Box::pin(tls.accept(stream, peer)).await {
-            Some(s) => connection(net, listener, id, ends, tokio::io::split(s), rx).await,
+            Some(s) => {
+                let halves = tokio::io::split(s);
+                let unmovable = (BytesMut::new(), false);
+                connection(net, listener, id, ends, halves, rx, unmovable).await;
+            }
             None => net.unregister(id, peer),
         },
     }
@@ -292,12 +297,13 @@ pub(super) async fn serve_opened(
     match net.tls_for(listener) {
         None => {
             net.core.connected(to, Stream::Tcp, Instant::now());
-            connection(net, listener, id, ends, stream.into_split(), rx).await
+            plain(net, (listener, id, to), stream, rx, BytesMut::new()).await
         }
         Some(tls) => match tls.connect(stream, to).await {
             Ok(s) => {
                 net.core.connected(to, Stream::Tls, Instant::now());
-                connection(net, listener, id, ends, tokio::io::split(s), rx).await
+                let unmovable = (BytesMut::new(), false);
+                connection(net, listener, id, ends, tokio::io::split(s), rx, unmovable).await;
             }
             Err(e) => net.connect_failed(id, (to, Stream::Tls), rx, &e),
         },
@@ -306,7 +312,7 @@ pub(super) async fn serve_opened(
 
 /// A connection's local address, for the capture (the peer's family's
 /// wildcard if the kernel does not say).
-fn local_of(stream: &TcpStream, peer: SocketAddr) -> SocketAddr {
+pub(super) fn local_of(stream: &TcpStream, peer: SocketAddr) -> SocketAddr {
     stream.local_addr().unwrap_or_else(|_| {
         let any = if peer.is_ipv4() {
             std::net::Ipv4Addr::UNSPECIFIED.into()

@@ -205,7 +205,10 @@ fn spawn_worker(
         .name(format!("udp-{idx}-{w}"))
         .spawn(move || {
             own.store(thread_id().unwrap_or(0), Ordering::Relaxed);
-            udp_worker(net, idx, sock, stop)
+            // A hand-over waits for the workers to stop (R-GW-3).
+            net.udp_running.fetch_add(1, Ordering::Relaxed);
+            udp_worker(net.clone(), idx, sock, stop);
+            net.udp_running.fetch_sub(1, Ordering::Relaxed);
         })?;
     Ok((thread, Worker { tid, cpu_ns: None }))
 }
@@ -296,6 +299,16 @@ impl Listener {
         shutdown: &CancellationToken,
     ) -> io::Result<JoinHandle<()>> {
         let sock = Arc::new(bind_udp(self.addr, rcvbuf)?);
+        // Known to a hand-over from now on (R-GW-3): its queue is read by
+        // the next run too.
+        if let Some(all) = net
+            .udp_all
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_mut(self.idx)
+        {
+            all.push(sock.clone());
+        }
         let w = self.workers.len();
         let (thread, worker) = spawn_worker(net, self.idx, w, sock, shutdown)?;
         self.workers.push(worker);

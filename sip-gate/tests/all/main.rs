@@ -53,6 +53,8 @@ mod torture;
 mod transport;
 mod udp_workers;
 mod unreachable;
+mod upgrade;
+mod upgrade_tls;
 mod wait_drained;
 mod ws;
 mod ws_browser;

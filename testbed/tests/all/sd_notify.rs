@@ -338,3 +338,45 @@ fn the_agent_says_ready_once_following_and_stopping_at_sigterm() {
         .unwrap_or_else(|| panic!("the agent did not exit: {}", agent.log()));
     assert!(exit.success(), "{exit:?}\n{}", agent.log());
 }
+
+/// R-GW-3: an upgraded gate's new run tells the manager it is the main
+/// process now (`MAINPID=` its pid, with `READY=1`), which systemd takes
+/// with `NotifyAccess=all`; the old run then exits. On 127.0.139.x.
+#[test]
+fn the_new_run_of_an_upgraded_gate_says_it_is_the_main_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let site = dir.path().join("site.toml");
+    std::fs::write(&site, SITE.replace("127.0.127.", "127.0.139.")).unwrap();
+    let admin = "127.0.139.1:9091";
+    let mut manager = Manager::bind(dir.path());
+    let mut gate = Node::gate(&site)
+        .admin(admin.parse().unwrap())
+        .args(["--node", "g1"])
+        .env("NOTIFY_SOCKET", &manager.path)
+        .start()
+        .unwrap();
+    manager.until("READY=1");
+    let out = testbed::bins::command("sip-gate")
+        .unwrap()
+        .args(["upgrade", "--config"])
+        .arg(&site)
+        .args(["--admin", admin])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{stdout}{}", gate.log());
+    let pid: u32 = stdout
+        .split("pid ")
+        .nth(1)
+        .and_then(|s| s.split(')').next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no pid in {stdout}"));
+    let main = manager.until(&format!("MAINPID={pid}"));
+    assert!(main.lines().any(|l| l == "READY=1"), "{main:?}");
+    assert!(status(&main).contains("upgraded"), "{main:?}");
+    let exit = gate.wait_exit(Duration::from_secs(10));
+    assert!(exit.is_some_and(|s| s.success()), "{exit:?}");
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status();
+}

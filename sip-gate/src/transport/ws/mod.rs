@@ -271,6 +271,10 @@ where
         net.core
             .capture()
             .sip(listener, Stream, (peer, local), &data);
+        // A keeper's connection: the run that took over decides (R-GW-3).
+        let Some(data) = net.relay_in((listener, id, peer), data) else {
+            continue;
+        };
         // R-OV-1: the stream transports' deadline, as over TCP.
         let now = Instant::now();
         let action = net

@@ -1,0 +1,262 @@
+//! The gate's upgrade (R-GW-3): the run serving now (the old run) starts
+//! the binary installed at its path (the new run) and hands over to it,
+//! over a unix socket, every listening socket, the plain TCP connections
+//! and the state, so that nobody notices.
+//!
+//! The trigger is SIGUSR2 or `sip-gate upgrade` (which asks over the same
+//! socket and waits for the outcome). The old run listens on its upgrade
+//! socket for as long as it serves ([`Upgrader`], `old.rs`); it spawns the
+//! new run with [`ENV_FROM`] naming that socket and only talks to the
+//! process it spawned (the peer's pid and uid are checked). Then, on one
+//! connection, in this order:
+//!
+//! 1. new → old `Take {version}`; old → new `Offer` (the hand-over's
+//!    version, the flow epoch, the first connection id the new run may
+//!    give, each listener's addresses) with the upgrade socket, the admin
+//!    socket and every listener's UDP and TCP sockets as `SCM_RIGHTS`.
+//! 2. The new run checks the version (a mismatch: `Refuse`, the old run
+//!    logs why and keeps serving), opens the store, builds the gate on the
+//!    sockets it got without reading them yet, and says `Ready`.
+//! 3. The old run stops reading the listeners, stops each plain TCP
+//!    connection between two messages and passes it (`Conns`: its id,
+//!    its listener and peer, its flow, the bytes read but not yet framed),
+//!    lists the connections it keeps (`Kept`), then the work book, the
+//!    bans and the transactions (`State`). The new run takes them in, reads the listeners (what
+//!    came meanwhile waited in the kernel's queues) and says `Done`; only
+//!    then does the old run stop serving its admin endpoint and upgrade
+//!    socket, and leave the service to the new run, which tells systemd
+//!    `MAINPID=` and `READY=1`.
+//! 4. The old run keeps its TLS and WebSocket connections (they cannot
+//!    move: `transport/handover.rs`): their sockets and framing only. Each
+//!    message read on one goes to the new run over the same link (`In`),
+//!    whose core decides; what it sends into one comes back (`Out`) and
+//!    the old run writes it (`keeper.rs`). The old run exits when the last
+//!    closes, or closes the rest properly at `--upgrade-keep-s`.
+//!
+//! A new run that fails before `Ready` changes nothing for the old run; one
+//! that fails between `Ready` and `Done` takes with it the connections it
+//! was given (what its crash would lose), and the old run reads the
+//! listeners again. A second trigger while a hand-over runs is refused.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::transport::Kept;
+use crate::txn::{ConnId, SavedTxn};
+use crate::work::WorkSnapshot;
+
+mod keeper;
+mod new;
+mod old;
+mod wire;
+
+pub use new::{Inheritance, Taken};
+pub use old::Upgrader;
+pub use wire::WireError;
+
+/// The hand-over's version: a new run takes over only from an old run of
+/// the same version (what it sends must mean what it reads).
+pub const VERSION: u32 = 1;
+/// Set in the new run's environment: the upgrade socket of the old run.
+pub const ENV_FROM: &str = "SIP_GATE_UPGRADE_FROM";
+/// The version the new run speaks instead of [`VERSION`]; only to test the
+/// refusal of a hand-over whose version differs.
+pub const ENV_VERSION: &str = "SIP_GATE_UPGRADE_VERSION";
+
+/// How long the new run waits after it said `Ready`, in ms; only to test
+/// a new run that dies between `Ready` and `Done`.
+pub const ENV_HOLD_MS: &str = "SIP_GATE_UPGRADE_HOLD_MS";
+
+/// Why an upgrade did not happen (the old run keeps serving) or a new run
+/// could not take over.
+#[derive(Debug, thiserror::Error)]
+pub enum UpgradeError {
+    /// Another upgrade runs.
+    #[error("an upgrade is already running")]
+    Busy,
+    /// This run already handed over.
+    #[error("this run has handed over already")]
+    HandedOver,
+    /// The new binary could not be started.
+    #[error("cannot start {program}: {source}")]
+    Spawn {
+        /// The binary.
+        program: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The new run ended before it took over.
+    #[error("the new run exited before it took over ({0})")]
+    Exited(std::process::ExitStatus),
+    /// The new run did not come in time.
+    #[error("the new run did not take over within {0} s")]
+    Timeout(u64),
+    /// The new run refused the hand-over.
+    #[error("the new run refused the hand-over: {0}")]
+    Refused(String),
+    /// The link between the runs failed.
+    #[error(transparent)]
+    Wire(#[from] WireError),
+    /// A socket could not be used.
+    #[error("hand-over: {0}")]
+    Io(#[from] std::io::Error),
+    /// The other side sent what the protocol does not expect there.
+    #[error("hand-over: unexpected message ({0})")]
+    Unexpected(String),
+    /// The running gate did not upgrade (`sip-gate upgrade`), and why.
+    #[error("{0}")]
+    Declined(String),
+    /// The new run's gate did not start.
+    #[error("the new run's gate did not start: {0}")]
+    Gate(String),
+}
+
+impl UpgradeError {
+    /// Whether the other run is gone (its end of the link closed).
+    pub fn peer_gone(&self) -> bool {
+        use std::io::ErrorKind::{BrokenPipe, ConnectionReset, UnexpectedEof};
+        match self {
+            UpgradeError::Wire(WireError::Io(e)) | UpgradeError::Io(e) => {
+                matches!(e.kind(), UnexpectedEof | ConnectionReset | BrokenPipe)
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Where the packaged unit's `RuntimeDirectory=` is.
+const RUN_DIR: &str = "/run/sip-gate";
+
+/// The upgrade socket's path for a gate whose admin endpoint is `admin`:
+/// in `$RUNTIME_DIRECTORY` (systemd's `RuntimeDirectory=`) when set, else
+/// in `/run/sip-gate` when it exists (so `sip-gate upgrade`, run outside
+/// the unit, finds the packaged gate's), else in the temporary directory;
+/// one per gate on the host.
+pub fn socket_path(admin: std::net::SocketAddr) -> PathBuf {
+    let dir = std::env::var_os("RUNTIME_DIRECTORY")
+        .map(PathBuf::from)
+        .or_else(|| Path::new(RUN_DIR).is_dir().then(|| PathBuf::from(RUN_DIR)))
+        .unwrap_or_else(std::env::temp_dir);
+    dir.join(format!("sip-gate-{admin}.upgrade"))
+}
+
+/// `sip-gate upgrade`: asks the gate listening on `path` to upgrade and
+/// waits for the outcome: the new run's pid, or why not.
+pub fn request(path: &Path) -> Result<u32, UpgradeError> {
+    let link = std::os::unix::net::UnixStream::connect(path)?;
+    wire::send(&link, &Msg::Upgrade, &[])?;
+    match wire::recv::<Msg>(&link)?.0 {
+        Msg::Upgraded { pid } => Ok(pid),
+        Msg::Failed { reason } => Err(UpgradeError::Declined(reason)),
+        other => Err(UpgradeError::Unexpected(other.name().into())),
+    }
+}
+
+/// The messages on the upgrade socket (see the module doc).
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+enum Msg {
+    Upgrade,
+    Upgraded {
+        pid: u32,
+    },
+    Failed {
+        reason: String,
+    },
+    Take {
+        version: u32,
+    },
+    Offer(Offer),
+    Refuse {
+        reason: String,
+    },
+    Ready,
+    Conns {
+        conns: Vec<ConnState>,
+    },
+    Kept {
+        conns: Vec<Kept>,
+    },
+    State {
+        work: Box<WorkSnapshot>,
+        bans: Vec<crate::BanInfo>,
+        /// The transactions, and the instance ids their indexes mean.
+        txns: (Vec<String>, Vec<SavedTxn>),
+    },
+    Done,
+    In {
+        conn: Kept,
+        data: Vec<u8>,
+    },
+    Out {
+        conn: ConnId,
+        data: Vec<u8>,
+    },
+    Closed {
+        conn: ConnId,
+    },
+}
+
+impl Msg {
+    fn name(&self) -> &'static str {
+        match self {
+            Msg::Upgrade => "upgrade",
+            Msg::Upgraded { .. } => "upgraded",
+            Msg::Failed { .. } => "failed",
+            Msg::Take { .. } => "take",
+            Msg::Offer(_) => "offer",
+            Msg::Refuse { .. } => "refuse",
+            Msg::Ready => "ready",
+            Msg::Conns { .. } => "conns",
+            Msg::Kept { .. } => "kept",
+            Msg::In { .. } => "in",
+            Msg::Out { .. } => "out",
+            Msg::Closed { .. } => "closed",
+            Msg::State { .. } => "state",
+            Msg::Done => "done",
+        }
+    }
+}
+
+/// What the old run offers, with its sockets: the upgrade socket, the
+/// admin socket, then each listener's UDP sockets and TCP socket.
+#[derive(Debug, Serialize, Deserialize)]
+struct Offer {
+    version: u32,
+    /// The flow tokens' epoch, kept by the new run.
+    epoch: u32,
+    /// The first connection id the new run gives: far above the old run's,
+    /// which may still open connections for what it keeps.
+    first_conn: ConnId,
+    listeners: Vec<OfferedListener>,
+}
+
+/// One listener as offered.
+#[derive(Debug, Serialize, Deserialize)]
+struct OfferedListener {
+    name: String,
+    /// `bind` and `advertise` as the old run's site file says.
+    file: (std::net::SocketAddr, std::net::SocketAddr),
+    /// As bound.
+    bound: (std::net::SocketAddr, std::net::SocketAddr),
+    udp: usize,
+    tcp: bool,
+}
+
+/// A plain TCP connection passed on, with its socket.
+#[derive(Debug, Serialize, Deserialize)]
+struct ConnState {
+    id: ConnId,
+    listener: usize,
+    peer: std::net::SocketAddr,
+    unread: Vec<u8>,
+    /// A subscriber's flow.
+    flow: bool,
+    /// How long a registration still holds it, in ms (0: none).
+    held_ms: u64,
+}
+
+/// Connection ids the new run starts above the old run's next one: the
+/// old run may still open connections for what it keeps.
+const CONN_GAP: ConnId = 1 << 32;

@@ -1,0 +1,445 @@
+//! The old run's side of the upgrade (R-GW-3): its upgrade socket, the
+//! new run it starts, and what it gives that run (see `mod.rs`).
+
+use std::ffi::OsString;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+
+use super::{wire, ConnState, Msg, Offer, OfferedListener, UpgradeError, CONN_GAP, VERSION};
+use crate::node::Admin;
+use crate::transport::{Moved, NetHandle};
+use crate::{Core, Gate};
+
+/// How long the new run may take from its start to `Ready` (it opens the
+/// store), and each later step.
+const NEW_RUN_WAIT: Duration = Duration::from_secs(30);
+/// How long plain TCP connections get to stop between two messages.
+const MOVE_WAIT: Duration = Duration::from_secs(2);
+
+/// The old run's upgrade: its socket, and the hand-over it runs on a
+/// trigger ([`Upgrader::upgrade`]).
+pub struct Upgrader {
+    path: PathBuf,
+    program: PathBuf,
+    args: Vec<OsString>,
+    busy: AtomicBool,
+    /// The pid of the run that took over, once one did.
+    handed: watch::Sender<Option<u32>>,
+    /// Where the control loop passes a `Take` while an upgrade waits.
+    takes: Mutex<Option<mpsc::Sender<(UnixStream, u32)>>>,
+    net: NetHandle,
+    core: Arc<Core>,
+    file_addrs: Vec<(std::net::SocketAddr, std::net::SocketAddr)>,
+    admin: Arc<std::net::TcpListener>,
+    admin_stop: CancellationToken,
+    control: Arc<UnixListener>,
+    control_stop: CancellationToken,
+    /// Cancelled when the link to the run that took over breaks.
+    lost: CancellationToken,
+}
+
+impl std::fmt::Debug for Upgrader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Upgrader")
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+impl Upgrader {
+    /// Listens on the upgrade socket at `path` (or on `inherited`, the one
+    /// an earlier run handed over) until `shutdown` or a hand-over; the
+    /// new runs it starts are this binary, with this process's arguments.
+    pub fn start(
+        gate: &Gate,
+        admin: &Admin,
+        (path, inherited): (&Path, Option<UnixListener>),
+        shutdown: &CancellationToken,
+    ) -> std::io::Result<Arc<Upgrader>> {
+        let control = match inherited {
+            Some(l) => l,
+            None => bind(path)?,
+        };
+        control.set_nonblocking(true)?;
+        let accept = tokio::net::UnixListener::from_std(control.try_clone()?)?;
+        let exe = std::env::current_exe()?;
+        // A binary replaced since this one started shows as "(deleted)":
+        // the path is where the new one is.
+        let program = match exe.to_str().and_then(|s| s.strip_suffix(" (deleted)")) {
+            Some(p) => PathBuf::from(p),
+            None => exe,
+        };
+        let me = Arc::new(Upgrader {
+            path: path.to_path_buf(),
+            program,
+            args: std::env::args_os().skip(1).collect(),
+            busy: AtomicBool::new(false),
+            handed: watch::Sender::new(None),
+            takes: Mutex::new(None),
+            net: gate.net().clone(),
+            core: gate.core().clone(),
+            file_addrs: gate.file_addrs().to_vec(),
+            admin: admin.socket.clone(),
+            admin_stop: admin.stop.clone(),
+            control: Arc::new(control),
+            control_stop: shutdown.child_token(),
+            lost: CancellationToken::new(),
+        });
+        tracing::info!(socket = %path.display(), program = %me.program.display(), "upgrade on SIGUSR2 or `sip-gate upgrade` (R-GW-3)");
+        tokio::spawn(me.clone().serve(accept));
+        Ok(me)
+    }
+
+    /// Resolves with the new run's pid once this run has handed over.
+    pub async fn handed_over(&self) -> u32 {
+        let mut rx = self.handed.subscribe();
+        loop {
+            if let Some(pid) = *rx.borrow_and_update() {
+                return pid;
+            }
+            if rx.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
+    /// Cancelled once the run that took over is gone: the connections this
+    /// run kept have nobody to decide for them.
+    pub fn link_lost(&self) -> CancellationToken {
+        self.lost.clone()
+    }
+
+    /// Upgrades: starts the binary at this run's path and hands over to
+    /// it; the new run's pid, or why not (this run then serves on, as if
+    /// nothing happened, but for what a new run that failed mid-way took).
+    pub async fn upgrade(self: &Arc<Self>) -> Result<u32, UpgradeError> {
+        if self.handed.borrow().is_some() {
+            return Err(UpgradeError::HandedOver);
+        }
+        if self.busy.swap(true, Ordering::AcqRel) {
+            return Err(UpgradeError::Busy);
+        }
+        let result = self.run().await;
+        match &result {
+            Ok(pid) => {
+                self.handed.send_replace(Some(*pid));
+            }
+            Err(_) => self.busy.store(false, Ordering::Release),
+        }
+        result
+    }
+
+    async fn run(self: &Arc<Self>) -> Result<u32, UpgradeError> {
+        let (tx, mut rx) = mpsc::channel(4);
+        *self.takes.lock().unwrap_or_else(|e| e.into_inner()) = Some(tx);
+        let mut child = Command::new(&self.program)
+            .args(&self.args)
+            .env(super::ENV_FROM, &self.path)
+            // The new run pings the watchdog once it is the main process.
+            .env_remove("WATCHDOG_PID")
+            .stdin(Stdio::null())
+            .spawn()
+            .map_err(|source| UpgradeError::Spawn {
+                program: self.program.clone(),
+                source,
+            })?;
+        let pid = child.id();
+        tracing::info!(pid, program = %self.program.display(), "upgrade: new run started");
+        let until = Instant::now() + NEW_RUN_WAIT;
+        let link = loop {
+            tokio::select! {
+                take = rx.recv() => match take {
+                    Some((link, from)) if from == pid => break link,
+                    Some((_, from)) => tracing::warn!(from, "upgrade: a take from a process this run did not start: ignored"),
+                    None => return Err(UpgradeError::Unexpected("control socket closed".into())),
+                },
+                _ = tokio::time::sleep(Duration::from_millis(50)) => {
+                    if let Some(status) = child.try_wait()? {
+                        return Err(UpgradeError::Exited(status));
+                    }
+                    if Instant::now() >= until {
+                        reap(child, true);
+                        return Err(UpgradeError::Timeout(NEW_RUN_WAIT.as_secs()));
+                    }
+                }
+            }
+        };
+        *self.takes.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        match self.give(Arc::new(link)).await {
+            Ok(()) => {
+                reap(child, false);
+                Ok(pid)
+            }
+            Err(e) => {
+                reap(child, true);
+                Err(e)
+            }
+        }
+    }
+
+    /// The hand-over on `link` (see the module doc, steps 1 to 3).
+    async fn give(&self, link: Arc<UnixStream>) -> Result<(), UpgradeError> {
+        link.set_read_timeout(Some(NEW_RUN_WAIT))?;
+        link.set_write_timeout(Some(NEW_RUN_WAIT))?;
+        let (offer, fds) = self.offer()?;
+        call(&link, move |l| {
+            wire::send(l, &Msg::Offer(offer), &borrow(&fds))
+        })
+        .await?;
+        match call(&link, wire::recv::<Msg>).await?.0 {
+            Msg::Ready => {}
+            Msg::Refuse { reason } => return Err(UpgradeError::Refused(reason)),
+            other => return Err(UpgradeError::Unexpected(other.name().into())),
+        }
+        tracing::info!("upgrade: the new run is ready: handing over the connections and the state");
+        // The new run is ready: this one stops reading the listeners, and
+        // the messages of the connections it keeps wait for the new run.
+        self.net.stop_listening();
+        let relayed = self.net.start_relay();
+        let moved = self.net.move_connections(MOVE_WAIT).await;
+        match self.pass(&link, moved).await {
+            Ok(()) => {
+                super::keeper::keep(self.net.clone(), link.clone(), relayed, self.lost.clone());
+                Ok(())
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "upgrade: the new run failed after it was ready: reading the listeners again (the connections passed to it are lost)");
+                self.net.stop_relay(relayed);
+                self.net.resume_listening()?;
+                Err(e)
+            }
+        }
+    }
+
+    /// Step 3: the connections, the state; then the new run's `Done`.
+    async fn pass(&self, link: &Arc<UnixStream>, moved: Vec<Moved>) -> Result<(), UpgradeError> {
+        let count = moved.len();
+        let mut moved = moved.into_iter().peekable();
+        while moved.peek().is_some() {
+            let chunk: Vec<Moved> = moved.by_ref().take(wire::MAX_FDS).collect();
+            let (conns, fds): (Vec<ConnState>, Vec<OwnedFd>) = chunk
+                .into_iter()
+                .map(|m| {
+                    let state = ConnState {
+                        id: m.id,
+                        listener: m.listener,
+                        peer: m.peer,
+                        unread: m.unread,
+                        flow: m.flow.is_some(),
+                        held_ms: m.flow.flatten().map_or(0, |d| d.as_millis() as u64),
+                    };
+                    (state, m.fd)
+                })
+                .unzip();
+            call(link, move |l| {
+                wire::send(l, &Msg::Conns { conns }, &borrow(&fds))
+            })
+            .await?;
+        }
+        // The TLS and WebSocket connections stay here; the new run decides
+        // for them from now on (keeper.rs).
+        let kept = self.net.kept();
+        let n_kept = kept.len();
+        call(link, move |l| {
+            wire::send(l, &Msg::Kept { conns: kept }, &[])
+        })
+        .await?;
+        let work = Box::new(self.core.work_now(Instant::now()));
+        let now = Instant::now();
+        let bans = self.core.site().bans.list(now);
+        let ids = self
+            .core
+            .config()
+            .instances
+            .iter()
+            .map(|i| i.id.clone())
+            .collect();
+        let txns = (ids, self.core.txns_now(now));
+        let state = Msg::State { work, bans, txns };
+        call(link, move |l| wire::send(l, &state, &[])).await?;
+        match call(link, wire::recv::<Msg>).await?.0 {
+            Msg::Done => {}
+            other => return Err(UpgradeError::Unexpected(other.name().into())),
+        }
+        self.admin_stop.cancel();
+        self.control_stop.cancel();
+        tracing::info!(
+            connections = count,
+            kept = n_kept,
+            "upgrade: handed over; keeping the TLS and WebSocket connections until they close, their messages relayed to the new run"
+        );
+        Ok(())
+    }
+
+    /// The offer and its descriptors (duplicates: this run keeps its own
+    /// until the hand-over is done).
+    fn offer(&self) -> Result<(Offer, Vec<OwnedFd>), UpgradeError> {
+        let mut fds = vec![
+            self.control.as_fd().try_clone_to_owned()?,
+            self.admin.as_fd().try_clone_to_owned()?,
+        ];
+        let config = self.core.config();
+        let mut listeners = Vec::new();
+        for (i, s) in self.net.sockets().into_iter().enumerate() {
+            let l = config.listeners.get(i);
+            let file = self.file_addrs.get(i).copied();
+            let (Some(l), Some(file)) = (l, file) else {
+                return Err(UpgradeError::Unexpected("listener list changed".into()));
+            };
+            for u in &s.udp {
+                fds.push(u.as_fd().try_clone_to_owned()?);
+            }
+            if let Some(t) = &s.tcp {
+                fds.push(t.as_fd().try_clone_to_owned()?);
+            }
+            listeners.push(OfferedListener {
+                name: l.name.clone(),
+                file,
+                bound: (l.bind, l.advertise),
+                udp: s.udp.len(),
+                tcp: s.tcp.is_some(),
+            });
+        }
+        if fds.len() > wire::MAX_FDS {
+            return Err(UpgradeError::Unexpected(format!(
+                "{} listening sockets: more than one frame carries",
+                fds.len()
+            )));
+        }
+        let offer = Offer {
+            version: VERSION,
+            epoch: self.core.flow_epoch(),
+            first_conn: self.net.next_conn().saturating_add(CONN_GAP),
+            listeners,
+        };
+        Ok((offer, fds))
+    }
+
+    /// The upgrade socket's loop: `sip-gate upgrade` asks, a new run takes.
+    async fn serve(self: Arc<Self>, accept: tokio::net::UnixListener) {
+        loop {
+            let stream = tokio::select! {
+                _ = self.control_stop.cancelled() => return,
+                r = accept.accept() => match r {
+                    Ok((s, _)) => s,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "upgrade socket: accept failed");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                },
+            };
+            let me = self.clone();
+            tokio::spawn(async move {
+                if let Err(e) = me.on_connection(stream).await {
+                    tracing::warn!(error = %e, "upgrade socket: connection failed");
+                }
+            });
+        }
+    }
+
+    async fn on_connection(
+        self: &Arc<Self>,
+        stream: tokio::net::UnixStream,
+    ) -> Result<(), UpgradeError> {
+        let cred = rustix::net::sockopt::socket_peercred(&stream).map_err(std::io::Error::from)?;
+        // The gate's own user, or root (a package's maintainer script).
+        if cred.uid != rustix::process::geteuid() && !cred.uid.is_root() {
+            tracing::warn!(
+                uid = cred.uid.as_raw(),
+                "upgrade socket: a process of another user: refused"
+            );
+            return Ok(());
+        }
+        let pid = cred.pid.as_raw_pid() as u32;
+        let link = stream.into_std()?;
+        link.set_nonblocking(false)?;
+        link.set_read_timeout(Some(NEW_RUN_WAIT))?;
+        let link = Arc::new(link);
+        match call(&link, wire::recv::<Msg>).await?.0 {
+            Msg::Upgrade => {
+                tracing::info!(from = pid, "upgrade asked by `sip-gate upgrade`");
+                let reply = match self.upgrade().await {
+                    Ok(pid) => Msg::Upgraded { pid },
+                    Err(e) => {
+                        tracing::error!(error = %e, "upgrade failed: this run serves on");
+                        Msg::Failed {
+                            reason: e.to_string(),
+                        }
+                    }
+                };
+                call(&link, move |l| wire::send(l, &reply, &[])).await?;
+            }
+            Msg::Take { version } => {
+                tracing::info!(
+                    from = pid,
+                    version,
+                    "upgrade: the new run asks to take over"
+                );
+                let tx = self.takes.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                let link = Arc::try_unwrap(link)
+                    .map_err(|_| UpgradeError::Unexpected("link still shared".into()))?;
+                match tx {
+                    Some(tx) => {
+                        let _ = tx.send((link, pid)).await;
+                    }
+                    None => tracing::warn!(
+                        from = pid,
+                        "upgrade: a take with no upgrade running: ignored"
+                    ),
+                }
+            }
+            other => return Err(UpgradeError::Unexpected(other.name().into())),
+        }
+        Ok(())
+    }
+}
+
+/// Binds the upgrade socket at `path` (a stale one left by a crash is
+/// removed), readable and writable by this user only.
+fn bind(path: &Path) -> std::io::Result<UnixListener> {
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    let l = UnixListener::bind(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(l)
+}
+
+fn borrow(fds: &[OwnedFd]) -> Vec<std::os::fd::BorrowedFd<'_>> {
+    fds.iter().map(AsFd::as_fd).collect()
+}
+
+/// Runs a blocking step on the link off the runtime's workers.
+pub(super) async fn call<T: Send + 'static>(
+    link: &Arc<UnixStream>,
+    f: impl FnOnce(&UnixStream) -> Result<T, wire::WireError> + Send + 'static,
+) -> Result<T, UpgradeError> {
+    let l = link.clone();
+    tokio::task::spawn_blocking(move || f(&l))
+        .await
+        .map_err(|e| UpgradeError::Unexpected(e.to_string()))?
+        .map_err(UpgradeError::from)
+}
+
+/// Waits for the child in the background (killed first when `kill`), so
+/// it leaves no zombie behind.
+fn reap(mut child: Child, kill: bool) {
+    std::thread::spawn(move || {
+        if kill {
+            let _ = child.kill();
+        }
+        let _ = child.wait();
+    });
+}
