@@ -100,20 +100,20 @@ fn table_row(header: &[String], row: &[String]) -> String {
 /// The cells of a table row: split on `|` not escaped as `\|`.
 fn cells(row: &str) -> Vec<String> {
     let inner = row.trim().trim_start_matches('|').trim_end_matches('|');
-    let mut cells = vec![String::new()];
+    let mut cells = Vec::new();
+    let mut cell = String::new();
     let mut chars = inner.chars().peekable();
     while let Some(c) = chars.next() {
         match c {
             '\\' if chars.peek() == Some(&'|') => {
                 chars.next();
-                cells.last_mut().map(|s| s.push('|'));
+                cell.push('|');
             }
-            '|' => cells.push(String::new()),
-            c => {
-                cells.last_mut().map(|s| s.push(c));
-            }
+            '|' => cells.push(std::mem::take(&mut cell)),
+            c => cell.push(c),
         }
     }
+    cells.push(cell);
     cells.into_iter().map(|c| c.trim().to_owned()).collect()
 }
 
