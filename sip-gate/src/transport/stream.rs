@@ -123,7 +123,7 @@ pub(super) async fn plain(
     buf: BytesMut,
 ) {
     net.movable.fetch_add(1, Ordering::Relaxed);
-    let local = super::tls::local_of(&stream, peer);
+    let local = local_of(&stream, peer);
     let halves = stream.into_split();
     let ends = (local, peer);
     let ended = connection(net.clone(), listener, id, ends, halves, rx, (buf, true)).await;
@@ -299,4 +299,17 @@ async fn reader<R: AsyncRead + Unpin>(
             Ok(Ok(_)) => {}
         }
     }
+}
+
+/// A connection's local address, for the capture (the peer's family's
+/// wildcard if the kernel does not say).
+pub(super) fn local_of(stream: &TcpStream, peer: SocketAddr) -> SocketAddr {
+    stream.local_addr().unwrap_or_else(|_| {
+        let any = if peer.is_ipv4() {
+            std::net::Ipv4Addr::UNSPECIFIED.into()
+        } else {
+            std::net::Ipv6Addr::UNSPECIFIED.into()
+        };
+        SocketAddr::new(any, 0)
+    })
 }

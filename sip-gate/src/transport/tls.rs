@@ -25,7 +25,7 @@ use tokio::sync::mpsc;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 use tokio_util::sync::CancellationToken;
 
-use super::stream::plain;
+use super::stream::{local_of, plain};
 use super::{connection, Net};
 use crate::metrics as m;
 use crate::reach::Stream;
@@ -308,19 +308,6 @@ pub(super) async fn serve_opened(
             Err(e) => net.connect_failed(id, (to, Stream::Tls), rx, &e),
         },
     }
-}
-
-/// A connection's local address, for the capture (the peer's family's
-/// wildcard if the kernel does not say).
-pub(super) fn local_of(stream: &TcpStream, peer: SocketAddr) -> SocketAddr {
-    stream.local_addr().unwrap_or_else(|_| {
-        let any = if peer.is_ipv4() {
-            std::net::Ipv4Addr::UNSPECIFIED.into()
-        } else {
-            std::net::Ipv6Addr::UNSPECIFIED.into()
-        };
-        SocketAddr::new(any, 0)
-    })
 }
 
 impl Net {
