@@ -122,6 +122,17 @@ impl Upgrader {
     /// it; the new run's pid, or why not (this run then serves on, as if
     /// nothing happened, but for what a new run that failed mid-way took).
     pub async fn upgrade(self: &Arc<Self>) -> Result<u32, UpgradeError> {
+        let result = self.hand_over().await;
+        if let Ok(pid) = &result {
+            self.handed.send_replace(Some(*pid));
+        }
+        result
+    }
+
+    /// [`Self::upgrade`] without saying it is done: the caller says so
+    /// ([`Self::handed`]) once it has told whoever asked, since the word
+    /// lets this run end (with nothing kept, at once).
+    async fn hand_over(self: &Arc<Self>) -> Result<u32, UpgradeError> {
         if self.handed.borrow().is_some() {
             return Err(UpgradeError::HandedOver);
         }
@@ -129,11 +140,8 @@ impl Upgrader {
             return Err(UpgradeError::Busy);
         }
         let result = self.run().await;
-        match &result {
-            Ok(pid) => {
-                self.handed.send_replace(Some(*pid));
-            }
-            Err(_) => self.busy.store(false, Ordering::Release),
+        if result.is_err() {
+            self.busy.store(false, Ordering::Release);
         }
         result
     }
@@ -368,8 +376,9 @@ impl Upgrader {
         match call(&link, wire::recv::<Msg>).await?.0 {
             Msg::Upgrade => {
                 tracing::info!(from = pid, "upgrade asked by `sip-gate upgrade`");
-                let reply = match self.upgrade().await {
-                    Ok(pid) => Msg::Upgraded { pid },
+                let result = self.hand_over().await;
+                let reply = match &result {
+                    Ok(pid) => Msg::Upgraded { pid: *pid },
                     Err(e) => {
                         tracing::error!(error = %e, "upgrade failed: this run serves on");
                         Msg::Failed {
@@ -377,7 +386,14 @@ impl Upgrader {
                         }
                     }
                 };
-                call(&link, move |l| wire::send(l, &reply, &[])).await?;
+                // The answer before the word that lets this run end: with
+                // nothing kept it exits at once, and `sip-gate upgrade`
+                // read an end of file instead of its answer.
+                let sent = call(&link, move |l| wire::send(l, &reply, &[])).await;
+                if let Ok(pid) = result {
+                    self.handed.send_replace(Some(pid));
+                }
+                sent?;
             }
             Msg::Take { version } => {
                 tracing::info!(
