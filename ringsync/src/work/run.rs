@@ -69,3 +69,38 @@ impl RunInfo {
         s
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_in_words_names_the_run_it_was_upgraded_from() {
+        let old = RunInfo::this_process("0.1.0", 1_000, None);
+        assert!(old.id.ends_with("-1000"), "{}", old.id);
+        assert_eq!(
+            old.describe(),
+            format!(
+                "run {} (version 0.1.0, since 1970-01-01T00:00:01Z)",
+                old.id
+            )
+        );
+        let new = RunInfo::this_process("0.2.0", 2_000, Some(old.to_ref()));
+        assert!(
+            new.describe()
+                .ends_with(&format!(", upgraded from run {} version 0.1.0)", old.id)),
+            "{}",
+            new.describe()
+        );
+    }
+
+    #[test]
+    fn a_report_without_a_run_still_reads() {
+        let json = r#"{"site":"s","node":"g1","kind":"gate","scope":"x","started_ms":1,
+            "generated_ms":2,"revision":3,"generation":4,"instances":{}}"#;
+        let r: crate::work::WorkReport = serde_json::from_str(json).unwrap();
+        assert_eq!(r.run, None);
+        let back = serde_json::to_value(&r).unwrap();
+        assert!(back.get("run").is_none(), "{back}");
+    }
+}
