@@ -80,10 +80,7 @@ mod tests {
         assert!(old.id.ends_with("-1000"), "{}", old.id);
         assert_eq!(
             old.describe(),
-            format!(
-                "run {} (version 0.1.0, since 1970-01-01T00:00:01Z)",
-                old.id
-            )
+            format!("run {} (version 0.1.0, since 1970-01-01T00:00:01Z)", old.id)
         );
         let new = RunInfo::this_process("0.2.0", 2_000, Some(old.to_ref()));
         assert!(

@@ -6,7 +6,7 @@
 //! `ringsync status` (reading the node registry) shows each gate on its new
 //! run, upgraded from the one it started on.
 //!
-//! Addresses: `127.139.12.0/24`: gate k's listener and admin on `.1+k`, the
+//! Addresses: `127.139.12.0/24` (UDP) and `127.139.14.0/24` (TCP): gate k's listener and admin on `.1+k`, the
 //! sg on `.11`, gate k's caller on `.21+k`, etcd on `.41`.
 
 use std::collections::BTreeMap;
@@ -19,33 +19,32 @@ use testbed::bins::{BinDir, Node};
 use testbed::{wait_for, Etcd, Scenario, Sipp, Transport};
 
 use crate::common::{ip, server_addr, site};
-use crate::upgrade::{upgrade, NewRun};
+use crate::upgrade::{took_over, upgrade, NewRun};
 
-const NET: (u8, u8) = (139, 12);
 const GATES: u8 = 3;
 
-fn gate_sip(k: u8) -> SocketAddr {
-    SocketAddr::new(ip(NET, 1 + k), 5060)
+fn gate_sip(net: (u8, u8), k: u8) -> SocketAddr {
+    SocketAddr::new(ip(net, 1 + k), 5060)
 }
 
-fn gate_admin(k: u8) -> SocketAddr {
-    SocketAddr::new(ip(NET, 1 + k), 9091)
+fn gate_admin(net: (u8, u8), k: u8) -> SocketAddr {
+    SocketAddr::new(ip(net, 1 + k), 9091)
 }
 
 /// Gate k's site file (its own listener; the one etcd for all).
-fn site_file(dir: &Path, k: u8, endpoints: &[String]) -> PathBuf {
+fn site_file(dir: &Path, net: (u8, u8), k: u8, endpoints: &[String]) -> PathBuf {
     let eps = endpoints
         .iter()
         .map(|e| format!("\"{e}\""))
         .collect::<Vec<_>>()
         .join(", ");
     let text = site(
-        NET,
+        net,
         1,
         &format!(
             "[[listener]]\nname = \"subs\"\nbind = \"{}\"\nmode = \"balance\"\npool = \"sg\"\nleg = \"subscriber\"\n\n\
              [store]\nkind = \"etcd\"\nendpoints = [{eps}]\nprefix = \"/drain/rolling\"\n",
-            gate_sip(k)
+            gate_sip(net, k)
         ),
     );
     let home = dir.join(format!("g{k}"));
@@ -67,19 +66,22 @@ fn runs(site: &Path) -> BTreeMap<String, Value> {
         .collect()
 }
 
-/// R-GW-3, R-GW-2: each of three gates upgraded in turn while a SIPp UAC
-/// calls through every gate (10 calls/s each, held 2 s, then a re-INVITE
-/// and a BYE): no call fails, and status shows each gate's new run.
-#[test]
-fn r_gw_3_rolling_upgrade_of_three_gates_on_etcd_fails_no_call() {
-    let etcd = Etcd::single(ip(NET, 41)).expect("etcd");
+/// Each of three gates upgraded in turn while a SIPp UAC calls through
+/// every gate over `transport` (10 calls/s each, held 2 s, then a
+/// re-INVITE and a BYE): no call fails, over TCP the callers' and the
+/// gates' connections to the sg move (none closed), and status shows each
+/// gate's new run.
+fn rolling_upgrade(net: (u8, u8), transport: Transport) {
+    let etcd = Etcd::single(ip(net, 41)).expect("etcd");
     let eps = etcd.endpoints();
     let dir = tempfile::tempdir().unwrap();
-    let sites: Vec<PathBuf> = (0..GATES).map(|k| site_file(dir.path(), k, &eps)).collect();
+    let sites: Vec<PathBuf> = (0..GATES)
+        .map(|k| site_file(dir.path(), net, k, &eps))
+        .collect();
     let mut olds: Vec<Node> = (0..GATES)
         .map(|k| {
             let mut g = Node::gate(&sites[k as usize])
-                .admin(gate_admin(k))
+                .admin(gate_admin(net, k))
                 .args(["--node".to_owned(), format!("g{k}")])
                 .start()
                 .unwrap_or_else(|e| panic!("gate g{k}: {e}"));
@@ -97,8 +99,8 @@ fn r_gw_3_rolling_upgrade_of_three_gates_on_etcd_fails_no_call() {
     )
     .unwrap();
     let uas = Sipp::new(Scenario::repo("uas_call"))
-        .local(server_addr(NET, 0).ip(), 5060)
-        .transport(Transport::Udp)
+        .local(server_addr(net, 0).ip(), 5060)
+        .transport(transport)
         .timeout(Duration::from_secs(120))
         .spawn()
         .unwrap();
@@ -107,9 +109,9 @@ fn r_gw_3_rolling_upgrade_of_three_gates_on_etcd_fails_no_call() {
     let uacs: Vec<_> = (0..GATES)
         .map(|k| {
             Sipp::new(Scenario::repo("uac_call"))
-                .local_ip(ip(NET, 21 + k))
-                .remote(gate_sip(k))
-                .transport(Transport::Udp)
+                .local_ip(ip(net, 21 + k))
+                .remote(gate_sip(net, k))
+                .transport(transport)
                 .calls(calls)
                 .rate(10)
                 .duration(Duration::from_secs(2))
@@ -126,13 +128,17 @@ fn r_gw_3_rolling_upgrade_of_three_gates_on_etcd_fails_no_call() {
             (up >= 5).then_some(())
         })
         .unwrap();
-        let new = upgrade(&sites[k], gate_admin(k as u8));
+        let new = upgrade(&sites[k], gate_admin(net, k as u8));
         let status = old.wait_exit(Duration::from_secs(10));
         assert!(
             status.is_some_and(|s| s.success()),
             "g{k}'s old run: {status:?}\n{}",
             old.log()
         );
+        // Over TCP the caller's connection and the gate's to the sg moved.
+        let moved = took_over(old, "connections");
+        let want = if transport == Transport::Tcp { 2 } else { 0 };
+        assert_eq!(moved, Some(want), "g{k}: {}", old.log());
         news.push(new);
         std::thread::sleep(Duration::from_secs(2));
     }
@@ -161,4 +167,17 @@ fn r_gw_3_rolling_upgrade_of_three_gates_on_etcd_fails_no_call() {
         assert_eq!(is["upgraded_from"]["id"], was["id"], "{name}: {is}");
         assert_eq!(is["version"], env!("CARGO_PKG_VERSION"), "{name}: {is}");
     }
+}
+
+/// R-GW-3, R-GW-2: the rolling upgrade with calls over UDP.
+#[test]
+fn r_gw_3_rolling_upgrade_of_three_gates_on_etcd_fails_no_call() {
+    rolling_upgrade((139, 12), Transport::Udp);
+}
+
+/// R-GW-3, R-GW-2: the rolling upgrade with calls over TCP: no connection
+/// of the callers or of the gates to the sg is closed.
+#[test]
+fn r_gw_3_rolling_upgrade_over_tcp_keeps_every_connection() {
+    rolling_upgrade((139, 14), Transport::Tcp);
 }
