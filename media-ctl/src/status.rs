@@ -291,6 +291,7 @@ impl Controller {
             .collect();
         WorkReport {
             backups: Vec::new(),
+            run: None,
             site: st.site,
             node: st.node,
             kind: NodeKind::MediaCtl,

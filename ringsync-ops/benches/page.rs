@@ -91,6 +91,7 @@ fn stand_in_gate(ids: Vec<String>) {
                     generation: 0,
                     instances: ids.iter().map(|i| (i.clone(), work.clone())).collect(),
                     backups: Vec::new(),
+                    run: None,
                 };
                 serde_json::to_string(&report).unwrap()
             } else {

@@ -219,6 +219,7 @@ mod tests {
         WorkReport {
             site_hash: String::new(),
             backups: Vec::new(),
+            run: None,
             site: "t".into(),
             node: "g1".into(),
             kind: NodeKind::Gate,

@@ -51,6 +51,10 @@ pub struct NodeAnswer {
     /// record); absent when it gave none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub site_hash: Option<String>,
+    /// Which run of its binary answered (issue 39: a gate upgraded in
+    /// place changes runs); absent when it gave no report or predates it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<work::RunInfo>,
 }
 
 /// One asking of every node: what each answered, and the reports to sum.
@@ -164,6 +168,7 @@ impl Round {
                     error: None,
                     stale_since_ms: None,
                     site_hash: Some(r.site_hash.clone()).filter(|h| !h.is_empty()),
+                    run: r.run.clone(),
                 },
                 Err(e) => NodeAnswer {
                     kind: at.kind,
@@ -174,6 +179,7 @@ impl Round {
                     error: Some(e.clone()),
                     stale_since_ms: None,
                     site_hash: None,
+                    run: None,
                 },
             };
             let node = answer.node.clone().unwrap_or_else(|| at.addr.to_string());

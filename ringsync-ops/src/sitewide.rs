@@ -44,6 +44,7 @@ pub fn from_entries(entries: &[NodeEntry], now_ms: u64) -> Round {
                 error: None,
                 stale_since_ms: record.freshness.stale_since_ms,
                 site_hash: hash_of(&record.site_hash, &r.site_hash),
+                run: r.run.clone(),
             },
             (_, report) => NodeAnswer {
                 kind: outcome.kind,
@@ -57,6 +58,7 @@ pub fn from_entries(entries: &[NodeEntry], now_ms: u64) -> Round {
                     Liveness::Live { record } => hash_of(&record.site_hash, ""),
                     _ => None,
                 },
+                run: None,
             },
         };
         round.answers.push(answer);

@@ -221,6 +221,7 @@ fn idle_report(node: &str) -> WorkReport {
     WorkReport {
         site_hash: String::new(),
         backups: Vec::new(),
+        run: None,
         site: "bench".into(),
         node: node.into(),
         kind: NodeKind::Gate,

@@ -265,6 +265,7 @@ mod tests {
             report: Some(WorkReport {
                 site_hash: String::new(),
                 backups: Vec::new(),
+                run: None,
                 site: "t".into(),
                 node: "n1".into(),
                 kind: NodeKind::Gate,

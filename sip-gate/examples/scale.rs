@@ -133,6 +133,7 @@ fn costs(stage: &str, core: &Core, now: Instant, dir: &Path) {
     let node = NodeInfo {
         name: "scale".into(),
         started_ms: 0,
+        run: None,
     };
     let (r, report_t) = timed(|| report(core, &node));
     let json = serde_json::to_vec(&r).map(|v| v.len()).unwrap_or(0);

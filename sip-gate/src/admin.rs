@@ -74,6 +74,9 @@ pub struct NodeInfo {
     pub name: String,
     /// When it started (Unix ms).
     pub started_ms: u64,
+    /// Which run of the binary this is (issue 39); `None` where no
+    /// process runs the gate (tests of the library).
+    pub run: Option<work::RunInfo>,
 }
 
 #[derive(Clone)]
@@ -222,5 +225,6 @@ pub fn report(core: &Core, node: &NodeInfo) -> WorkReport {
         instances,
         site_hash: view.config().hash.clone(),
         backups: core.backups_report(),
+        run: node.run.clone(),
     }
 }

@@ -18,6 +18,7 @@ use ringsync::daemon::Attached;
 use ringsync::notify::Notifier;
 use ringsync::signals::Signals;
 use ringsync::state::DrainState;
+use ringsync::work::RunInfo;
 use sip_gate::cli::{AnnounceArgs, Args, Sub, UpgradeArgs};
 use sip_gate::upgrade::{Inheritance, Upgrader};
 use sip_gate::{node, Gate};
@@ -209,7 +210,7 @@ async fn start(
         &gate,
         admin_addr,
         args.node.clone(),
-        ctx.started_ms,
+        RunInfo::this_process(env!("CARGO_PKG_VERSION"), ctx.started_ms, None),
         Some(ctx.prometheus.clone()),
         &ctx.shutdown,
     )
@@ -281,7 +282,8 @@ async fn take_over(
         &gate,
         listener,
         args.node.clone(),
-        ctx.started_ms,
+        // The run it took over from: `ringsync status` shows the upgrade.
+        RunInfo::this_process(env!("CARGO_PKG_VERSION"), ctx.started_ms, inh.from_run()),
         Some(ctx.prometheus.clone()),
         &ctx.shutdown,
     )

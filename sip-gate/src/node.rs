@@ -16,6 +16,7 @@ use ringsync::daemon::Attached;
 use ringsync::node::{NodeIdentity, NodeRole};
 use ringsync::notify::Notifier;
 use ringsync::signals::{Signal, Signals};
+use ringsync::work::RunInfo;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -42,17 +43,17 @@ pub struct Admin {
 }
 
 /// Binds the admin endpoint at `addr` and serves it until `shutdown`; the
-/// node is named `name`, or by the address bound.
+/// node is named `name`, or by the address bound, and reports `run`.
 pub async fn serve_admin(
     gate: &Gate,
     addr: SocketAddr,
     name: Option<String>,
-    started_ms: u64,
+    run: RunInfo,
     prometheus: Option<PrometheusHandle>,
     shutdown: &CancellationToken,
 ) -> std::io::Result<Admin> {
     let listener = tokio::net::TcpListener::bind(addr).await?.into_std()?;
-    serve_admin_on(gate, listener, name, started_ms, prometheus, shutdown)
+    serve_admin_on(gate, listener, name, run, prometheus, shutdown)
 }
 
 /// [`serve_admin`] on a socket already bound (one an earlier run handed
@@ -61,7 +62,7 @@ pub fn serve_admin_on(
     gate: &Gate,
     listener: std::net::TcpListener,
     name: Option<String>,
-    started_ms: u64,
+    run: RunInfo,
     prometheus: Option<PrometheusHandle>,
     shutdown: &CancellationToken,
 ) -> std::io::Result<Admin> {
@@ -71,7 +72,8 @@ pub fn serve_admin_on(
     let addr = listener.local_addr()?;
     let node = NodeInfo {
         name: name.unwrap_or_else(|| addr.to_string()),
-        started_ms,
+        started_ms: run.since_ms,
+        run: Some(run),
     };
     tracing::info!(admin_addr = %addr, node = %node.name, "admin endpoint (/metrics, /v1/work, /readyz)");
     let stop = shutdown.child_token();

@@ -303,6 +303,9 @@ fn node_line(n: &NodeAnswer, st: &SiteStatus) -> String {
     if let Some(h) = &n.site_hash {
         line.push_str(&format!(", site file {h}"));
     }
+    if let Some(run) = &n.run {
+        line.push_str(&format!(", {}", run.describe()));
+    }
     line
 }
 

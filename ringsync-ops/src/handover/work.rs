@@ -50,6 +50,7 @@ pub fn report(
         .collect();
     WorkReport {
         backups: Vec::new(),
+        run: None,
         site: config.site.name.clone(),
         node: NODE.into(),
         kind: NodeKind::Handover,

@@ -59,6 +59,7 @@ fn report(node: &str, kind: NodeKind, work: &[(&str, InstanceWork)]) -> NodeOutc
         report: Ok(WorkReport {
             site_hash: String::new(),
             backups: Vec::new(),
+            run: None,
             site: "t".into(),
             node: node.into(),
             kind,

@@ -35,6 +35,7 @@ fn report(node: &str, dialogs: u64) -> WorkReport {
     WorkReport {
         site_hash: String::new(),
         backups: Vec::new(),
+        run: None,
         site: "t1".into(),
         node: node.into(),
         kind: NodeKind::Gate,

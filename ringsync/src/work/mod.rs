@@ -15,6 +15,9 @@ use serde::{Deserialize, Serialize};
 use crate::config::{Service, SiteConfig, Transport};
 use crate::view::Health;
 
+mod run;
+pub use run::{RunInfo, RunRef};
+
 /// The path a node serves its report on.
 pub const WORK_PATH: &str = "/v1/work";
 
@@ -110,6 +113,11 @@ pub struct WorkReport {
     /// new dialogs or know no backups: none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub backups: Vec<PoolBackup>,
+    /// Which run of the node's binary made the report (issue 39: a gate
+    /// upgraded in place changes runs, not name); absent from a node that
+    /// predates it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<RunInfo>,
 }
 
 /// A pool under its health threshold, whose new dialogs a gate sends to

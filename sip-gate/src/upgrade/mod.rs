@@ -230,6 +230,10 @@ struct Offer {
     /// which may still open connections for what it keeps.
     first_conn: ConnId,
     listeners: Vec<OfferedListener>,
+    /// The old run, named in the new run's reports (issue 39); absent
+    /// from a run that predates it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    run: Option<ringsync::work::RunRef>,
 }
 
 /// One listener as offered.

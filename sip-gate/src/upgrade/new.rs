@@ -115,6 +115,11 @@ impl Inheritance {
         })
     }
 
+    /// The run this one takes over from, if it said.
+    pub fn from_run(&self) -> Option<ringsync::work::RunRef> {
+        self.offer.run.clone()
+    }
+
     /// Tells the old run this one cannot take over (it serves on), and why.
     pub fn refuse(&self, reason: &str) {
         let msg = Msg::Refuse {

@@ -45,6 +45,8 @@ pub struct Upgrader {
     control_stop: CancellationToken,
     /// Cancelled when the link to the run that took over breaks.
     lost: CancellationToken,
+    /// This run, as the run that takes over names it.
+    run: Option<ringsync::work::RunRef>,
 }
 
 impl std::fmt::Debug for Upgrader {
@@ -93,6 +95,7 @@ impl Upgrader {
             control: Arc::new(control),
             control_stop: shutdown.child_token(),
             lost: CancellationToken::new(),
+            run: admin.node.run.as_ref().map(ringsync::work::RunInfo::to_ref),
         });
         tracing::info!(socket = %path.display(), program = %me.program.display(), "upgrade on SIGUSR2 or `sip-gate upgrade` (R-GW-3)");
         tokio::spawn(me.clone().serve(accept));
@@ -328,6 +331,7 @@ impl Upgrader {
             epoch: self.core.flow_epoch(),
             first_conn: self.net.next_conn().saturating_add(CONN_GAP),
             listeners,
+            run: self.run.clone(),
         };
         Ok((offer, fds))
     }

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use ringsync::signals::{Signal, Signals};
 use ringsync::state::DrainState;
+use ringsync::work::RunInfo;
 use sip_gate::{node, Gate, Phase};
 use tokio_util::sync::CancellationToken;
 
@@ -65,9 +66,16 @@ async fn r_gw_1_the_stop_sequence_stops_the_gate_closes_its_admin_and_saves_its_
     let gate = Gate::start(cfg, drain, shutdown.clone()).await.unwrap();
     gate.core().work().assume_fresh_site();
     let admin_at = std::net::SocketAddr::new(ip(net, 1), 0);
-    let admin = node::serve_admin(&gate, admin_at, Some("gate-a".into()), 7, None, &shutdown)
-        .await
-        .unwrap();
+    let admin = node::serve_admin(
+        &gate,
+        admin_at,
+        Some("gate-a".into()),
+        RunInfo::this_process("test", 7, None),
+        None,
+        &shutdown,
+    )
+    .await
+    .unwrap();
     let addr = admin.addr;
     assert_eq!(
         (admin.node.name.as_str(), admin.node.started_ms),

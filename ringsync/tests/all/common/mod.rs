@@ -98,6 +98,7 @@ pub fn report(kind: NodeKind, node: &str, work: &[(&str, InstanceWork)]) -> Work
     WorkReport {
         site_hash: String::new(),
         backups: Vec::new(),
+        run: None,
         site: "t1".into(),
         node: node.into(),
         kind,

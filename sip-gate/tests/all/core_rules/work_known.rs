@@ -42,6 +42,7 @@ fn r_st_3_a_gate_that_just_started_cannot_vouch_until_its_window_has_passed() {
     let node = NodeInfo {
         name: "g1".into(),
         started_ms: started,
+        run: None,
     };
     let r = report(&g.core, &node);
     assert_eq!(r.scope, SCOPE);

@@ -1,0 +1,214 @@
+//! The upgrade's hand-over measured through the real binary (issue 39,
+//! R-GW-3; figures in docs/benchmarks.md, "sip-gate: upgrade hand-over"):
+//! with 2,000 idle plain TCP connections open to the gate and a steady
+//! OPTIONS flow over UDP and over TCP through it (one every 2 ms each,
+//! answered by SIPp behind), `sip-gate upgrade` runs. Printed, not
+//! asserted (timing on a shared machine): the time from the trigger to the
+//! CLI saying the new run serves, and the longest gap between two answers
+//! each flow saw. Asserted: every connection moved and stays open, and
+//! every OPTIONS of both flows was answered.
+//!
+//! Addresses: `127.139.13.0/24`: the gate's listener and admin on `.1`,
+//! the sg (SIPp over UDP and over TCP) on `.11`, the flows from `.21`, the
+//! idle connections from `.100`-`.119`.
+
+use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use testbed::{Scenario, Sipp, Transport};
+
+use crate::common::{ip, server_addr};
+use crate::upgrade::{gate, took_over, upgrade};
+
+const NET: (u8, u8) = (139, 13);
+/// Idle plain TCP connections open across the upgrade.
+const CONNS: usize = 2_000;
+/// One OPTIONS per flow this often.
+const EVERY: Duration = Duration::from_millis(2);
+
+/// An OPTIONS from `from` over `transport`, the `n`th of its flow.
+fn options(to: SocketAddr, from: SocketAddr, transport: &str, n: u64) -> String {
+    format!(
+        "OPTIONS sip:uas@{to} SIP/2.0\r\nVia: SIP/2.0/{transport} {from};branch=z9hG4bK-m{transport}-{n};rport\r\n\
+         Max-Forwards: 70\r\nFrom: <sip:m@{from}>;tag=m{n}\r\nTo: <sip:uas@{to}>\r\n\
+         Call-ID: m-{transport}-{n}@{from}\r\nCSeq: 1 OPTIONS\r\nContent-Length: 0\r\n\r\n"
+    )
+}
+
+/// What a flow saw: OPTIONS sent, answered, the longest gap between two
+/// answers.
+#[derive(Debug)]
+struct Flow {
+    sent: u64,
+    answered: u64,
+    longest_gap: Duration,
+}
+
+/// A flow over UDP until `stop`.
+fn udp_flow(to: SocketAddr, stop: Arc<AtomicBool>) -> JoinHandle<Flow> {
+    std::thread::spawn(move || {
+        let sock = UdpSocket::bind((ip(NET, 21), 0)).unwrap();
+        let from = sock.local_addr().unwrap();
+        sock.set_read_timeout(Some(EVERY)).unwrap();
+        let mut f = Flow {
+            sent: 0,
+            answered: 0,
+            longest_gap: Duration::ZERO,
+        };
+        let mut last = Instant::now();
+        let mut buf = [0u8; 4096];
+        let mut next = Instant::now();
+        let until_idle =
+            |f: &Flow, stop: &AtomicBool| stop.load(Ordering::Relaxed) && f.answered >= f.sent;
+        let mut tail = None;
+        loop {
+            if !stop.load(Ordering::Relaxed) && Instant::now() >= next {
+                sock.send_to(options(to, from, "UDP", f.sent).as_bytes(), to)
+                    .unwrap();
+                f.sent += 1;
+                next += EVERY;
+            }
+            match sock.recv(&mut buf) {
+                Ok(n) if buf[..n].starts_with(b"SIP/2.0 200") => {
+                    f.answered += 1;
+                    f.longest_gap = f.longest_gap.max(last.elapsed());
+                    last = Instant::now();
+                }
+                _ => {}
+            }
+            if until_idle(&f, &stop) {
+                return f;
+            }
+            if stop.load(Ordering::Relaxed) {
+                // The answers still on their way: 2 s at most.
+                let t = *tail.get_or_insert_with(Instant::now);
+                if t.elapsed() > Duration::from_secs(2) {
+                    return f;
+                }
+            }
+        }
+    })
+}
+
+/// A flow over one TCP connection until `stop`.
+fn tcp_flow(to: SocketAddr, stop: Arc<AtomicBool>) -> JoinHandle<Flow> {
+    std::thread::spawn(move || {
+        let sock = TcpStream::connect(to).unwrap();
+        let from = sock.local_addr().unwrap();
+        let mut w = sock.try_clone().unwrap();
+        let sending = stop.clone();
+        let sender = std::thread::spawn(move || {
+            let mut sent = 0u64;
+            let mut next = Instant::now();
+            while !sending.load(Ordering::Relaxed) {
+                w.write_all(options(to, from, "TCP", sent).as_bytes())
+                    .unwrap();
+                sent += 1;
+                next += EVERY;
+                std::thread::sleep(next.saturating_duration_since(Instant::now()));
+            }
+            sent
+        });
+        sock.set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        let mut r = BufReader::new(sock);
+        let (mut answered, mut longest_gap, mut last) = (0u64, Duration::ZERO, Instant::now());
+        // Once stopped: the sender's count, then the answers still on
+        // their way (2 s at most).
+        let mut sent: Option<(u64, Instant)> = None;
+        let mut sender = Some(sender);
+        loop {
+            let mut line = String::new();
+            match r.read_line(&mut line) {
+                Ok(0) => panic!("the flow's connection closed"),
+                Ok(_) if line.starts_with("SIP/2.0 200") => {
+                    answered += 1;
+                    longest_gap = longest_gap.max(last.elapsed());
+                    last = Instant::now();
+                }
+                Ok(_) => {}
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+                Err(e) => panic!("the flow's connection: {e}"),
+            }
+            if stop.load(Ordering::Relaxed) && sender.as_ref().is_some_and(|s| s.is_finished()) {
+                let n = sender.take().unwrap().join().unwrap();
+                sent = Some((n, Instant::now()));
+            }
+            if let Some((n, at)) = sent {
+                if answered >= n || at.elapsed() > Duration::from_secs(2) {
+                    return Flow {
+                        sent: n,
+                        answered,
+                        longest_gap,
+                    };
+                }
+            }
+        }
+    })
+}
+
+fn uas(transport: Transport) -> testbed::SippHandle {
+    Sipp::new(Scenario::repo("uas_options"))
+        .local(server_addr(NET, 0).ip(), 5060)
+        .transport(transport)
+        .timeout(Duration::from_secs(60))
+        .spawn()
+        .unwrap()
+}
+
+/// Issue 39's speed: prints the hand-over time with 2,000 open TCP
+/// connections and the longest gap a UDP and a TCP flow saw.
+#[test]
+fn upgrade_hand_over_time_with_2000_connections_and_the_longest_gap() {
+    let (_dir, site, listener, admin) = crate::upgrade::site(NET, false);
+    let mut text = std::fs::read_to_string(&site).unwrap();
+    text.push_str("\n[overload]\nper_source_rate = 0\n");
+    std::fs::write(&site, text).unwrap();
+    let old = gate(&site, admin, None);
+    let (_uas_udp, _uas_tcp) = (uas(Transport::Udp), uas(Transport::Tcp));
+    let idle: Vec<TcpStream> = (0..CONNS)
+        .map(|i| {
+            let from = SocketAddr::new(ip(NET, 100 + (i % 20) as u8), 0);
+            let s =
+                socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+            s.bind(&from.into()).unwrap();
+            s.connect(&listener.into()).unwrap();
+            TcpStream::from(s)
+        })
+        .collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let flows = [
+        udp_flow(listener, stop.clone()),
+        tcp_flow(listener, stop.clone()),
+    ];
+    std::thread::sleep(Duration::from_secs(1));
+    let t0 = Instant::now();
+    let _new = upgrade(&site, admin);
+    let serving = t0.elapsed();
+    std::thread::sleep(Duration::from_secs(1));
+    stop.store(true, Ordering::Relaxed);
+    let [udp, tcp] = flows.map(|f| f.join().unwrap());
+    let moved = took_over(&old, "connections");
+    // Every idle connection is still open: a read finds nothing, not EOF.
+    let mut buf = [0u8; 1];
+    for s in &idle {
+        s.set_nonblocking(true).unwrap();
+        let r = (&*s).read(&mut buf);
+        assert!(
+            matches!(&r, Err(e) if e.kind() == ErrorKind::WouldBlock),
+            "an idle connection: {r:?}"
+        );
+    }
+    println!(
+        "upgrade with {CONNS} idle TCP connections (+1 flow, +1 to the sg): trigger to serving {serving:?} \
+         (sip-gate upgrade returned); moved {moved:?}; \
+         UDP flow: {udp:?}; TCP flow: {tcp:?} (one OPTIONS each every {EVERY:?})"
+    );
+    assert!(moved.is_some_and(|m| m >= CONNS as u64), "moved {moved:?}");
+    assert_eq!(udp.answered, udp.sent, "{udp:?}");
+    assert_eq!(tcp.answered, tcp.sent, "{tcp:?}");
+}
