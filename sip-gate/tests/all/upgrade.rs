@@ -83,6 +83,15 @@ pub(crate) fn upgrade_cli(site: &Path, admin: SocketAddr) -> std::process::Outpu
 pub(crate) fn upgrade(site: &Path, admin: SocketAddr) -> NewRun {
     let out = upgrade_cli(site, admin);
     let stdout = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        // A new run may serve though its answer was lost, its pid unknown:
+        // no later test may find it on these addresses.
+        let _ = std::process::Command::new("pkill")
+            .arg("-KILL")
+            .arg("-f")
+            .arg(site)
+            .status();
+    }
     assert!(
         out.status.success(),
         "sip-gate upgrade: {stdout} {}",
