@@ -411,6 +411,85 @@ mod tests {
         (cookie, id)
     }
 
+    fn config(collectors: Vec<Collector>, queue: usize) -> CaptureConfig {
+        CaptureConfig {
+            collectors,
+            agent_id: 0,
+            agents: Default::default(),
+            auth_key: None,
+            listeners: vec![],
+            methods: vec![],
+            register_per_million: 1_000_000,
+            queue,
+            media: true,
+        }
+    }
+
+    fn copy(i: usize) -> Captured {
+        Captured {
+            at: std::time::SystemTime::now(),
+            src: "10.0.0.1:5060".parse().unwrap(),
+            dst: "10.0.0.2:5060".parse().unwrap(),
+            transport: Transport::Udp,
+            kind: Kind::Sip,
+            payload: Bytes::from(format!("OPTIONS sip:x SIP/2.0\r\nCall-ID: c{i}\r\n\r\n")),
+        }
+    }
+
+    /// A batch goes to a UDP collector whole and in order (one
+    /// `sendmmsg`), past the queue's bound copies are refused, and when
+    /// the tap goes what is queued is still sent before the sender ends.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_batch_reaches_a_udp_collector_in_order_and_the_queue_is_sent_at_the_end() {
+        let collector = UdpSocket::bind("127.0.0.1:0").unwrap();
+        collector
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let c = Collector {
+            transport: CollectorTransport::Udp,
+            addr: collector.local_addr().unwrap(),
+        };
+        let names = Names {
+            sent: "t_batch_sent",
+            dropped: "t_batch_dropped",
+        };
+        let cfg = config(vec![c], 8);
+        let queue = Arc::new(Queue::new(cfg.queue));
+        let sender = Sender::new(&cfg, Arc::new(AtomicU32::new(7)), names, None);
+        let run = tokio::spawn(sender.run(queue.clone()));
+        // A first batch, taken within FLUSH of its first copy.
+        for i in 0..3 {
+            assert!(queue.push(copy(i)));
+        }
+        let mut buf = [0u8; 2048];
+        for i in 0..3 {
+            let n = tokio::task::block_in_place(|| collector.recv(&mut buf)).unwrap();
+            assert!(
+                buf[..n].ends_with(format!("c{i}").as_bytes()),
+                "copy {i} in order"
+            );
+        }
+        // A second batch fills the queue; the next copy is refused; the
+        // tap goes (as `Tap::drop` does) and the eight queued are sent.
+        for i in 3..11 {
+            assert!(queue.push(copy(i)));
+        }
+        assert!(!queue.push(copy(99)), "bounded");
+        queue.closed.store(true, Ordering::Release);
+        queue.wake.notify_one();
+        tokio::time::timeout(Duration::from_secs(5), run)
+            .await
+            .expect("the sender ends once the tap is gone")
+            .unwrap();
+        for i in 3..11 {
+            let n = collector.recv(&mut buf).unwrap();
+            assert!(
+                buf[..n].ends_with(format!("c{i}").as_bytes()),
+                "copy {i} in order"
+            );
+        }
+    }
+
     #[test]
     fn an_answer_gets_the_id_of_its_request_by_key() {
         let cfg = CaptureConfig {
