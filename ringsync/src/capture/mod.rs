@@ -90,13 +90,16 @@ pub const FLUSH: Duration = Duration::from_millis(5);
 
 /// The bounded queue between the message path and the sender: a vector
 /// swapped out whole by the sender, so the path pays one uncontended lock
-/// and a push, and wakes the sender only at a batch's first copy and when
-/// the queue reaches half its bound.
+/// and a push, and wakes the sender only when it is idle (the first copy
+/// after a quiet [`FLUSH`]) and when the queue reaches half its bound.
 pub(crate) struct Queue {
     items: Mutex<Vec<Captured>>,
     bound: usize,
-    /// Wakes the sender (a permit is kept when it is busy).
-    wake: Notify,
+    /// Wakes an idle sender: a first copy (a permit is kept when it is
+    /// busy, which costs it at most one empty turn).
+    first: Notify,
+    /// Wakes the sender before its [`FLUSH`]: half full, or closed.
+    full: Notify,
     /// Set when the [`Tap`] is gone: nothing more is pushed.
     closed: AtomicBool,
 }
@@ -106,7 +109,8 @@ impl Queue {
         Queue {
             items: Mutex::new(Vec::new()),
             bound: bound.max(1),
-            wake: Notify::new(),
+            first: Notify::new(),
+            full: Notify::new(),
             closed: AtomicBool::new(false),
         }
     }
@@ -121,8 +125,10 @@ impl Queue {
             items.push(copy);
             items.len()
         };
-        if len == 1 || len == self.bound.div_ceil(2) {
-            self.wake.notify_one();
+        if len == self.bound.div_ceil(2) {
+            self.full.notify_one();
+        } else if len == 1 {
+            self.first.notify_one();
         }
         true
     }
@@ -139,9 +145,17 @@ impl Queue {
         items.len() >= self.bound.div_ceil(2)
     }
 
-    /// Waits for a copy (or the end).
-    pub(crate) async fn woken(&self) {
-        self.wake.notified().await;
+    /// Waits for a copy (or the end), when the queue was found empty.
+    pub(crate) async fn first_copy(&self) {
+        tokio::select! {
+            _ = self.first.notified() => {}
+            _ = self.full.notified() => {}
+        }
+    }
+
+    /// Waits for the queue to be half full (or closed).
+    pub(crate) async fn filled(&self) {
+        self.full.notified().await;
     }
 
     /// Whether the tap is gone: after one more [`Queue::take`], nothing
@@ -164,7 +178,7 @@ impl Drop for Tap {
     /// queued and ends.
     fn drop(&mut self) {
         self.queue.closed.store(true, Ordering::Release);
-        self.queue.wake.notify_one();
+        self.queue.full.notify_one();
     }
 }
 

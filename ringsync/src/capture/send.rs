@@ -99,9 +99,11 @@ impl Sender {
     }
 
     /// Until every handle on the queue is gone (capture turned off or
-    /// replaced by a reload): what is queued is still sent. Wakes at a
-    /// batch's first copy, waits [`super::FLUSH`] for the rest (less when
-    /// the queue is half full or closed), and sends the batch.
+    /// replaced by a reload): what is queued is still sent. While copies
+    /// come it takes a batch every [`super::FLUSH`] (sooner when the queue
+    /// is half full): one timer wake a batch and none from the message
+    /// path; a turn that finds the queue empty leaves it idle until the
+    /// next copy wakes it.
     pub(super) async fn run(mut self, queue: Arc<Queue>) {
         let mut outs: Vec<Out> = self
             .cfg
@@ -111,19 +113,23 @@ impl Sender {
             .collect();
         let mut batch = Vec::new();
         let mut packets = Packets::default();
+        let mut idle = true;
         loop {
-            queue.woken().await;
+            if idle {
+                queue.first_copy().await;
+            }
             if !queue.is_closed() && !queue.half_full() {
                 let flush = tokio::time::sleep(super::FLUSH);
                 tokio::pin!(flush);
                 tokio::select! {
                     _ = &mut flush => {}
-                    _ = queue.woken() => {}
+                    _ = queue.filled() => {}
                 }
             }
             // Read before the take: once closed, nothing more is pushed.
             let closed = queue.is_closed();
             queue.take(&mut batch);
+            idle = batch.is_empty();
             packets.clear();
             for copy in batch.drain(..) {
                 self.encode(&copy, &mut packets);
@@ -476,7 +482,7 @@ mod tests {
         }
         assert!(!queue.push(copy(99)), "bounded");
         queue.closed.store(true, Ordering::Release);
-        queue.wake.notify_one();
+        queue.full.notify_one();
         tokio::time::timeout(Duration::from_secs(5), run)
             .await
             .expect("the sender ends once the tap is gone")
