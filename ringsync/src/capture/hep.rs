@@ -148,6 +148,12 @@ pub fn sip_fields(msg: &[u8]) -> (Option<&[u8]>, Option<&[u8]>) {
         if method.is_some() && call_id.is_some() {
             break;
         }
+        // Only `Call-ID`, `i` and `CSeq` are read: other lines are passed
+        // on their first letter.
+        let first = line.iter().find(|b| !b.is_ascii_whitespace());
+        if !matches!(first, Some(b'c' | b'C' | b'i' | b'I')) {
+            continue;
+        }
         let Some(colon) = memchr::memchr(b':', line) else {
             continue;
         };
