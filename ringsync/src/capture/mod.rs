@@ -4,9 +4,9 @@
 //!
 //! Off the message path: the path hands a copy (a reference to the bytes
 //! it has anyway, the addresses and a timestamp) to a bounded queue and
-//! goes on, waking nobody except for the first copy of a batch and when
-//! the queue is half full; a sender task takes the queue's copies as a
-//! batch [`FLUSH`] after the first (or at once when half full), filters,
+//! goes on, waking nobody unless the sender is idle or the queue half
+//! full; a sender task takes the queue's copies as a batch every
+//! [`FLUSH`] while they come (at once when half full), filters,
 //! encodes ([`hep`]) and sends them, a UDP collector's in one system
 //! call (`send.rs`). A full queue, a slow collector or one that is gone drops
 //! copies and counts them (`<prefix>_capture_dropped_total{reason}`),
