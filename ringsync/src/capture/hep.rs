@@ -123,7 +123,16 @@ fn chunk_checked(out: &mut Vec<u8>, kind: u16, data: &[u8]) -> Result<(), TooBig
 /// (a response's from its CSeq) and its Call-ID, read from the header
 /// lines without parsing the message.
 pub fn sip_fields(msg: &[u8]) -> (Option<&[u8]>, Option<&[u8]>) {
-    let mut lines = msg.split(|&b| b == b'\n').map(trim_cr);
+    // memchr finds the line ends a word at a time; the scan stops once
+    // both fields are known (a request's Call-ID, wherever it is).
+    let mut start = 0;
+    let mut lines = memchr::memchr_iter(b'\n', msg)
+        .chain(std::iter::once(msg.len()))
+        .map(move |end| {
+            let line = &msg[start.min(end)..end];
+            start = end + 1;
+            trim_cr(line)
+        });
     let Some(start) = lines.next() else {
         return (None, None);
     };
@@ -136,7 +145,16 @@ pub fn sip_fields(msg: &[u8]) -> (Option<&[u8]>, Option<&[u8]>) {
         if line.is_empty() {
             break;
         }
-        let Some(colon) = line.iter().position(|&b| b == b':') else {
+        if method.is_some() && call_id.is_some() {
+            break;
+        }
+        // Only `Call-ID`, `i` and `CSeq` are read: other lines are passed
+        // on their first letter.
+        let first = line.iter().find(|b| !b.is_ascii_whitespace());
+        if !matches!(first, Some(b'c' | b'C' | b'i' | b'I')) {
+            continue;
+        }
+        let Some(colon) = memchr::memchr(b':', line) else {
             continue;
         };
         let name = trim(&line[..colon]);

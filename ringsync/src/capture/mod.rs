@@ -4,8 +4,11 @@
 //!
 //! Off the message path: the path hands a copy (a reference to the bytes
 //! it has anyway, the addresses and a timestamp) to a bounded queue and
-//! goes on; a sender task filters, encodes ([`hep`]) and sends it
-//! (`send.rs`). A full queue, a slow collector or one that is gone drops
+//! goes on, waking nobody unless the sender is idle or the queue half
+//! full; a sender task takes the queue's copies as a batch every
+//! [`FLUSH`] while they come (at once when half full), filters,
+//! encodes ([`hep`]) and sends them, a UDP collector's in one system
+//! call (`send.rs`). A full queue, a slow collector or one that is gone drops
 //! copies and counts them (`<prefix>_capture_dropped_total{reason}`),
 //! never delays a message and never holds more than the queue. Without
 //! `[capture]` the path pays one relaxed load and a branch.
@@ -16,11 +19,11 @@ mod send;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use arc_swap::ArcSwapOption;
 use bytes::Bytes;
-use tokio::sync::mpsc;
+use tokio::sync::Notify;
 
 use crate::config::{CaptureConfig, SiteConfig};
 
@@ -80,12 +83,103 @@ pub struct Names {
 /// The reasons a copy is dropped, registered at zero when capture starts.
 const REASONS: [&str; 4] = ["queue_full", "collector_slow", "collector_down", "too_big"];
 
+/// How long a copy may wait in the queue for the rest of its batch: the
+/// delay capture adds to a copy (documented in R-CAP-1), which lets the
+/// sender wake and make its system calls once a batch, not once a copy.
+pub const FLUSH: Duration = Duration::from_millis(5);
+
+/// The bounded queue between the message path and the sender: a vector
+/// swapped out whole by the sender, so the path pays one uncontended lock
+/// and a push, and wakes the sender only when it is idle (the first copy
+/// after a quiet [`FLUSH`]) and when the queue reaches half its bound.
+pub(crate) struct Queue {
+    items: Mutex<Vec<Captured>>,
+    bound: usize,
+    /// Wakes an idle sender: a first copy (a permit is kept when it is
+    /// busy, which costs it at most one empty turn).
+    first: Notify,
+    /// Wakes the sender before its [`FLUSH`]: half full, or closed.
+    full: Notify,
+    /// Set when the [`Tap`] is gone: nothing more is pushed.
+    closed: AtomicBool,
+}
+
+impl Queue {
+    fn new(bound: usize) -> Queue {
+        Queue {
+            items: Mutex::new(Vec::new()),
+            bound: bound.max(1),
+            first: Notify::new(),
+            full: Notify::new(),
+            closed: AtomicBool::new(false),
+        }
+    }
+
+    /// Queues `copy`; false when the queue is full (the copy is dropped).
+    fn push(&self, copy: Captured) -> bool {
+        let len = {
+            let mut items = self.items.lock().unwrap_or_else(|p| p.into_inner());
+            if items.len() >= self.bound {
+                return false;
+            }
+            items.push(copy);
+            items.len()
+        };
+        if len == self.bound.div_ceil(2) {
+            self.full.notify_one();
+        } else if len == 1 {
+            self.first.notify_one();
+        }
+        true
+    }
+
+    /// Every queued copy, into `out` (emptied by the caller), in order.
+    pub(crate) fn take(&self, out: &mut Vec<Captured>) {
+        let mut items = self.items.lock().unwrap_or_else(|p| p.into_inner());
+        std::mem::swap(&mut *items, out);
+    }
+
+    /// Whether the queue is at half its bound or more (flush now).
+    pub(crate) fn half_full(&self) -> bool {
+        let items = self.items.lock().unwrap_or_else(|p| p.into_inner());
+        items.len() >= self.bound.div_ceil(2)
+    }
+
+    /// Waits for a copy (or the end), when the queue was found empty.
+    pub(crate) async fn first_copy(&self) {
+        tokio::select! {
+            _ = self.first.notified() => {}
+            _ = self.full.notified() => {}
+        }
+    }
+
+    /// Waits for the queue to be half full (or closed).
+    pub(crate) async fn filled(&self) {
+        self.full.notified().await;
+    }
+
+    /// Whether the tap is gone: after one more [`Queue::take`], nothing
+    /// is left.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+}
+
 /// What is in force: the queue into the running sender and the listeners
 /// captured.
 struct Tap {
-    tx: mpsc::Sender<Captured>,
+    queue: Arc<Queue>,
     /// By listener index: whether its messages are captured.
     listeners: Box<[bool]>,
+}
+
+impl Drop for Tap {
+    /// The last message path's handle is gone: the sender sends what is
+    /// queued and ends.
+    fn drop(&mut self) {
+        self.queue.closed.store(true, Ordering::Release);
+        self.queue.full.notify_one();
+    }
 }
 
 /// A daemon's capture: off until [`Capture::apply`] finds a `[capture]`.
@@ -200,16 +294,16 @@ impl Capture {
             .iter()
             .map(|l| cfg.listeners.is_empty() || cfg.listeners.contains(&l.name))
             .collect();
-        let (tx, rx) = mpsc::channel(cfg.queue);
+        let queue = Arc::new(Queue::new(cfg.queue));
         let sender = send::Sender::new(cfg, state.agent.clone(), self.names, self.correlate);
-        runtime.spawn(sender.run(rx));
+        runtime.spawn(sender.run(queue.clone()));
         let collectors: Vec<String> = cfg.collectors.iter().map(ToString::to_string).collect();
         tracing::info!(
             ?collectors,
             agent_id = agent,
             "capture on: HEP v3 copies to the collectors"
         );
-        self.tap.store(Some(Arc::new(Tap { tx, listeners })));
+        self.tap.store(Some(Arc::new(Tap { queue, listeners })));
         self.on.store(true, Ordering::Relaxed);
         state.running = Some(key);
     }
@@ -295,7 +389,7 @@ impl Capture {
             kind,
             payload: payload.clone(),
         };
-        if tap.tx.try_send(copy).is_err() {
+        if !tap.queue.push(copy) {
             metrics::counter!(self.names.dropped, "reason" => "queue_full").increment(1);
         }
     }

@@ -9,19 +9,23 @@
 
 use std::collections::HashMap;
 use std::io;
+use std::io::IoSlice;
 use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use metrics::Counter;
+use nix::errno::Errno;
+use nix::sys::socket::{sendmmsg, ControlMessage, MsgFlags, MultiHeaders};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
 use super::hep::{self, Record};
-use super::{wanted, Captured, Correlate, Kind, Names, Transport};
+use super::{wanted, Captured, Correlate, Kind, Names, Queue, Transport};
 use crate::config::{CaptureConfig, Collector, CollectorTransport};
 
 /// How long a collector that could not be reached is left before the
@@ -95,52 +99,113 @@ impl Sender {
     }
 
     /// Until every handle on the queue is gone (capture turned off or
-    /// replaced by a reload): what is queued is still sent.
-    pub(super) async fn run(mut self, mut rx: mpsc::Receiver<Captured>) {
+    /// replaced by a reload): what is queued is still sent. While copies
+    /// come it takes a batch every [`super::FLUSH`] (sooner when the queue
+    /// is half full): one timer wake a batch and none from the message
+    /// path; a turn that finds the queue empty leaves it idle until the
+    /// next copy wakes it.
+    pub(super) async fn run(mut self, queue: Arc<Queue>) {
         let mut outs: Vec<Out> = self
             .cfg
             .collectors
             .iter()
             .map(|c| Out::open(*c, self.names, &self.drops))
             .collect();
-        let mut buf = Vec::with_capacity(4096);
-        while let Some(copy) = rx.recv().await {
-            let log_id;
-            let (correlation, proto_type) = match copy.kind {
-                Kind::Sip => {
-                    let (method, call_id) = hep::sip_fields(&copy.payload);
-                    if !wanted(&self.cfg, method, call_id) {
-                        continue;
-                    }
-                    (call_id, hep::PROTO_SIP)
+        let mut batch = Vec::new();
+        let mut packets = Packets::default();
+        let mut idle = true;
+        loop {
+            if idle {
+                queue.first_copy().await;
+            }
+            if !queue.is_closed() && !queue.half_full() {
+                let flush = tokio::time::sleep(super::FLUSH);
+                tokio::pin!(flush);
+                tokio::select! {
+                    _ = &mut flush => {}
+                    _ = queue.filled() => {}
                 }
-                Kind::Log => {
-                    log_id = self.log_id(&copy.payload);
-                    (log_id.as_deref(), hep::PROTO_LOG)
-                }
-            };
-            let record = Record {
-                at: copy.at,
-                src: copy.src,
-                dst: copy.dst,
-                ip_proto: match copy.transport {
-                    Transport::Udp => hep::IPPROTO_UDP,
-                    Transport::Stream => hep::IPPROTO_TCP,
-                },
-                proto_type,
-                agent: self.agent.load(Ordering::Relaxed),
-                auth_key: self.cfg.auth_key.as_deref().map(str::as_bytes),
-                correlation,
-                payload: &copy.payload,
-            };
-            if hep::encode(&record, &mut buf).is_err() {
-                self.drops.too_big.increment(1);
-                continue;
+            }
+            // Read before the take: once closed, nothing more is pushed.
+            let closed = queue.is_closed();
+            queue.take(&mut batch);
+            idle = batch.is_empty();
+            packets.clear();
+            for copy in batch.drain(..) {
+                self.encode(&copy, &mut packets);
             }
             for out in &mut outs {
-                out.send(&buf);
+                out.send(&packets);
+            }
+            if closed {
+                return;
             }
         }
+    }
+
+    /// Appends the HEP packet of `copy` to `packets`, unless the filters
+    /// leave it out or it is too big (counted).
+    fn encode(&mut self, copy: &Captured, packets: &mut Packets) {
+        let log_id;
+        let (correlation, proto_type) = match copy.kind {
+            Kind::Sip => {
+                let (method, call_id) = hep::sip_fields(&copy.payload);
+                if !wanted(&self.cfg, method, call_id) {
+                    return;
+                }
+                (call_id, hep::PROTO_SIP)
+            }
+            Kind::Log => {
+                log_id = self.log_id(&copy.payload);
+                (log_id.as_deref(), hep::PROTO_LOG)
+            }
+        };
+        let record = Record {
+            at: copy.at,
+            src: copy.src,
+            dst: copy.dst,
+            ip_proto: match copy.transport {
+                Transport::Udp => hep::IPPROTO_UDP,
+                Transport::Stream => hep::IPPROTO_TCP,
+            },
+            proto_type,
+            agent: self.agent.load(Ordering::Relaxed),
+            auth_key: self.cfg.auth_key.as_deref().map(str::as_bytes),
+            correlation,
+            payload: &copy.payload,
+        };
+        if hep::encode(&record, &mut packets.one).is_err() {
+            self.drops.too_big.increment(1);
+            return;
+        }
+        packets.all.extend_from_slice(&packets.one);
+        packets.ends.push(packets.all.len());
+    }
+}
+
+/// A batch's HEP packets, end to end in one buffer.
+#[derive(Default)]
+struct Packets {
+    all: Vec<u8>,
+    /// Where each packet ends in `all`.
+    ends: Vec<usize>,
+    /// The packet being encoded.
+    one: Vec<u8>,
+}
+
+impl Packets {
+    fn clear(&mut self) {
+        self.all.clear();
+        self.ends.clear();
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &[u8]> {
+        let starts = std::iter::once(0).chain(self.ends.iter().copied());
+        starts.zip(&self.ends).map(|(s, &e)| &self.all[s..e])
+    }
+
+    fn len(&self) -> usize {
+        self.ends.len()
     }
 }
 
@@ -187,7 +252,12 @@ impl Out {
         }
     }
 
-    fn send(&mut self, packet: &[u8]) {
+    /// Hands a batch to the collector: a UDP collector's in one system
+    /// call (or a few), a TCP collector's to its writer.
+    fn send(&mut self, packets: &Packets) {
+        if packets.len() == 0 {
+            return;
+        }
         match self {
             Out::Udp {
                 addr,
@@ -205,23 +275,65 @@ impl Out {
                         .ok();
                 }
                 let Some(s) = sock else {
-                    drops.down.increment(1);
+                    drops.down.increment(packets.len() as u64);
                     return;
                 };
-                match s.send(packet) {
-                    Ok(_) => sent.increment(1),
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => drops.slow.increment(1),
-                    // The collector's port was closed (an ICMP error on an
-                    // earlier packet), or no route: this one is lost.
-                    Err(_) => drops.down.increment(1),
-                }
+                send_batch(s, packets, sent, drops);
             }
             Out::Tcp { tx, up, drops } => {
                 if !up.load(Ordering::Relaxed) {
-                    drops.down.increment(1);
-                } else if tx.try_send(Bytes::copy_from_slice(packet)).is_err() {
-                    drops.slow.increment(1);
+                    drops.down.increment(packets.len() as u64);
+                    return;
                 }
+                // One copy of the batch, each packet a slice of it.
+                let all = Bytes::copy_from_slice(&packets.all);
+                let starts = std::iter::once(0).chain(packets.ends.iter().copied());
+                for (s, &e) in starts.zip(&packets.ends) {
+                    if tx.try_send(all.slice(s..e)).is_err() {
+                        drops.slow.increment(1);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The most packets one `sendmmsg` takes (Linux's `UIO_MAXIOV`).
+const MMSG_MAX: usize = 1024;
+
+/// Sends `packets` on the connected non-blocking `s` with `sendmmsg`: the
+/// kernel sends them in order until one fails. A full socket buffer drops
+/// the rest of the batch as `collector_slow`; another error (the
+/// collector's port closed, reported from an earlier packet's ICMP, or no
+/// route) loses the packet it stopped at as `collector_down`, and the
+/// rest go on.
+fn send_batch(s: &UdpSocket, packets: &Packets, sent: &Counter, drops: &Drops) {
+    let all: Vec<&[u8]> = packets.iter().collect();
+    let mut at = 0;
+    while at < all.len() {
+        let n = (all.len() - at).min(MMSG_MAX);
+        let iovs: Vec<[IoSlice<'_>; 1]> =
+            all[at..at + n].iter().map(|p| [IoSlice::new(p)]).collect();
+        let addrs = vec![None::<()>; n];
+        let mut headers = MultiHeaders::<()>::preallocate(n, None);
+        let no_cmsgs: [ControlMessage<'_>; 0] = [];
+        let flags = MsgFlags::MSG_DONTWAIT;
+        match sendmmsg(s.as_raw_fd(), &mut headers, &iovs, &addrs, no_cmsgs, flags) {
+            Ok(done) => {
+                let k = done.count();
+                sent.increment(k as u64);
+                at += k.max(1);
+                if k == 0 {
+                    drops.down.increment(1);
+                }
+            }
+            Err(Errno::EAGAIN) => {
+                drops.slow.increment((all.len() - at) as u64);
+                return;
+            }
+            Err(_) => {
+                drops.down.increment(1);
+                at += 1;
             }
         }
     }
@@ -303,6 +415,85 @@ mod tests {
         let cookie = parts.next();
         let id = parts.next().and_then(|r| r.strip_prefix(b"id="));
         (cookie, id)
+    }
+
+    fn config(collectors: Vec<Collector>, queue: usize) -> CaptureConfig {
+        CaptureConfig {
+            collectors,
+            agent_id: 0,
+            agents: Default::default(),
+            auth_key: None,
+            listeners: vec![],
+            methods: vec![],
+            register_per_million: 1_000_000,
+            queue,
+            media: true,
+        }
+    }
+
+    fn copy(i: usize) -> Captured {
+        Captured {
+            at: std::time::SystemTime::now(),
+            src: "10.0.0.1:5060".parse().unwrap(),
+            dst: "10.0.0.2:5060".parse().unwrap(),
+            transport: Transport::Udp,
+            kind: Kind::Sip,
+            payload: Bytes::from(format!("OPTIONS sip:x SIP/2.0\r\nCall-ID: c{i}\r\n\r\n")),
+        }
+    }
+
+    /// A batch goes to a UDP collector whole and in order (one
+    /// `sendmmsg`), past the queue's bound copies are refused, and when
+    /// the tap goes what is queued is still sent before the sender ends.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_batch_reaches_a_udp_collector_in_order_and_the_queue_is_sent_at_the_end() {
+        let collector = UdpSocket::bind("127.0.0.1:0").unwrap();
+        collector
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let c = Collector {
+            transport: CollectorTransport::Udp,
+            addr: collector.local_addr().unwrap(),
+        };
+        let names = Names {
+            sent: "t_batch_sent",
+            dropped: "t_batch_dropped",
+        };
+        let cfg = config(vec![c], 8);
+        let queue = Arc::new(Queue::new(cfg.queue));
+        let sender = Sender::new(&cfg, Arc::new(AtomicU32::new(7)), names, None);
+        let run = tokio::spawn(sender.run(queue.clone()));
+        // A first batch, taken within FLUSH of its first copy.
+        for i in 0..3 {
+            assert!(queue.push(copy(i)));
+        }
+        let mut buf = [0u8; 2048];
+        for i in 0..3 {
+            let n = tokio::task::block_in_place(|| collector.recv(&mut buf)).unwrap();
+            assert!(
+                buf[..n].ends_with(format!("c{i}").as_bytes()),
+                "copy {i} in order"
+            );
+        }
+        // A second batch fills the queue; the next copy is refused; the
+        // tap goes (as `Tap::drop` does) and the eight queued are sent.
+        for i in 3..11 {
+            assert!(queue.push(copy(i)));
+        }
+        assert!(!queue.push(copy(99)), "bounded");
+        queue.closed.store(true, Ordering::Release);
+        queue.full.notify_one();
+        tokio::time::timeout(Duration::from_secs(5), run)
+            .await
+            .expect("the sender ends once the tap is gone")
+            .unwrap();
+        for i in 3..11 {
+            let n = collector.recv(&mut buf).unwrap();
+            assert!(
+                buf[..n].ends_with(format!("c{i}").as_bytes()),
+                "copy {i} in order"
+            );
+        }
     }
 
     #[test]
