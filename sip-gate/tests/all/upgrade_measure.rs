@@ -180,7 +180,7 @@ fn uas(transport: Transport) -> testbed::SippHandle {
 /// Issue 39's speed: prints the hand-over time with 2,000 open TCP
 /// connections and the longest gap a UDP and a TCP flow saw.
 #[test]
-fn upgrade_hand_over_time_with_2000_connections_and_the_longest_gap() {
+fn upgrade_hand_over_time_with_open_connections_and_the_longest_gap() {
     let (_dir, site, listener, admin) = crate::upgrade::site(NET, false);
     let mut text = std::fs::read_to_string(&site).unwrap();
     text.push_str("\n[overload]\nper_source_rate = 0\n");
