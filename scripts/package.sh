@@ -205,7 +205,7 @@ control sip-gate "drain-aware inline SIP proxy
 # nobody's connection is cut. When the gate refuses (the log says why), it
 # serves on with the old binary until the operator restarts it.
 postinst sip-gate 'if [ -n "$2" ] && [ -d /run/systemd/system ] && systemctl is-active --quiet sip-gate.service; then
-    /usr/bin/sip-gate upgrade || echo "sip-gate: the running gate did not upgrade (above) and serves on: systemctl restart sip-gate restarts it" >&2
+    sip-gate upgrade || echo "sip-gate: the running gate did not upgrade (above) and serves on: systemctl restart sip-gate restarts it" >&2
 fi' sip-gate.service
 
 # --- media-ctl ---
