@@ -24,6 +24,19 @@ cargo check -p sip-gate -p media-ctl --no-default-features --locked
 # without ringsync's `etcd` feature).
 cargo test -p ringsync --lib --no-default-features --locked -- --test-threads=2
 
+echo "[test] the callgrind guard's release build, in the background at the lowest priority"
+# It takes minutes of CPU on a fresh clone; the integration tests below
+# spend most of theirs waiting on timers, so the build fills those gaps
+# (nice 19: a test that wants the CPU gets it) instead of adding its time
+# at the end.
+guard_log=$(mktemp)
+pkgdir=$(mktemp -d)
+setsid nice -n 19 scripts/callgrind-guard.sh --build >"$guard_log" 2>&1 &
+guard_build=$!
+# A failed step ends the script: the build (its own process group, cargo
+# and rustc in it) must not outlive it.
+trap 'kill -- "-$guard_build" 2>/dev/null; rm -rf "$pkgdir" "$guard_log"' EXIT
+
 echo "[test] cargo test (workspace)"
 # Integration tests start real peers on 127.0.0.x; two tests at a
 # time keep a 2-core machine from starving SIPp's timers.
@@ -34,8 +47,6 @@ echo "[test] the Debian packages of the debug build: lintian, the man pages, pur
 # script on the debug binaries the tests built checks everything but the
 # optimiser: lintian (any error or warning fails), sip-gate.toml(5), and
 # the purge that removes the tokens file and /var/lib/sip-gate.
-pkgdir=$(mktemp -d)
-trap 'rm -rf "$pkgdir"' EXIT
 PACKAGE_PROFILE=debug scripts/package.sh "$pkgdir"
 ringsync_deb=$(ls "$pkgdir"/ringsync_*.deb)
 # Listings read whole first: `grep -q` on a pipe would end dpkg-deb early.
@@ -53,4 +64,5 @@ echo "[test] packages: lintian clean, man pages and purge in place"
 echo "[test] the routing core's instructions per call (callgrind guard)"
 # Exact whatever the load: fails when a change costs more than 3% over the
 # figure in bench/callgrind-per-call.txt, or saves more without lowering it.
+wait "$guard_build" || { cat "$guard_log" >&2; echo "[test] error: the guard's release build failed" >&2; exit 1; }
 scripts/callgrind-guard.sh
