@@ -63,6 +63,7 @@ pub mod announce;
 mod gate;
 pub mod node;
 pub mod reload;
+pub mod run;
 mod transport;
 pub mod upgrade;
 mod view_log;
