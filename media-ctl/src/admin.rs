@@ -12,8 +12,6 @@ use axum::routing::get;
 use axum::{Json, Router};
 use metrics_exporter_prometheus::PrometheusHandle;
 use ringsync::work::WORK_PATH;
-use tokio::net::TcpListener;
-use tokio_util::sync::CancellationToken;
 
 use crate::controller::Controller;
 use crate::status::Assign;
@@ -25,7 +23,6 @@ pub const STATUS_PATH: &str = "/v1/status";
 struct AdminState {
     controller: Arc<Controller>,
     node: String,
-    prometheus: Option<PrometheusHandle>,
     stopping: Arc<AtomicBool>,
 }
 
@@ -36,29 +33,19 @@ pub fn router(
     prometheus: Option<PrometheusHandle>,
     stopping: Arc<AtomicBool>,
 ) -> Router {
+    // The per-mg gauges are read from the controller's state when scraped.
+    let gauges = controller.clone();
+    let refresh: ringsync::admin::Refresh = Arc::new(move || gauges.publish_gauges(now()));
     Router::new()
         .route(STATUS_PATH, get(status))
         .route(WORK_PATH, get(work))
-        .route("/metrics", get(metrics))
         .route("/readyz", get(readyz))
-        .route("/healthz", get(|| async { "ok\n" }))
         .with_state(AdminState {
             controller,
             node,
-            prometheus,
             stopping,
         })
-}
-
-/// Serves the admin endpoint on a bound listener until `shutdown`.
-pub async fn serve(
-    listener: TcpListener,
-    router: Router,
-    shutdown: CancellationToken,
-) -> std::io::Result<()> {
-    axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown.cancelled_owned())
-        .await
+        .merge(ringsync::admin::basics(prometheus, Some(refresh)))
 }
 
 fn now() -> std::time::Instant {
@@ -71,21 +58,6 @@ async fn status(State(s): State<AdminState>) -> impl IntoResponse {
 
 async fn work(State(s): State<AdminState>) -> impl IntoResponse {
     Json(s.controller.work_report(&s.node, now()))
-}
-
-async fn metrics(State(s): State<AdminState>) -> impl IntoResponse {
-    match &s.prometheus {
-        Some(h) => {
-            s.controller.publish_gauges(now());
-            (
-                StatusCode::OK,
-                [("content-type", "text/plain; version=0.0.4")],
-                h.render(),
-            )
-                .into_response()
-        }
-        None => (StatusCode::NOT_FOUND, "metrics recorder not installed\n").into_response(),
-    }
 }
 
 /// Ready while not stopping and some instance can take a new call.

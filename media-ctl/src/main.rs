@@ -80,7 +80,11 @@ async fn main() -> anyhow::Result<()> {
         Some(prometheus),
         media.stopping(),
     );
-    let admin_task = tokio::spawn(admin::serve(admin_listener, router, shutdown.clone()));
+    let admin_task = tokio::spawn(ringsync::admin::serve(
+        admin_listener,
+        router,
+        shutdown.clone(),
+    ));
     // The ng socket and the admin endpoint are bound, the view is loaded.
     notify.follow_view(&drain, shutdown.clone());
     notify.ready(format!("serving, admin on {admin_addr}"));

@@ -26,6 +26,7 @@
 #![warn(unreachable_pub)]
 #![warn(missing_docs)]
 
+pub mod admin;
 pub mod bans;
 pub mod capture;
 pub mod config;

@@ -83,15 +83,12 @@ pub struct NodeInfo {
 struct AdminState {
     core: Arc<Core>,
     node: Arc<NodeInfo>,
-    prometheus: Option<PrometheusHandle>,
 }
 
 /// The admin router (exposed for tests).
 pub fn router(core: Arc<Core>, node: NodeInfo, prometheus: Option<PrometheusHandle>) -> Router {
     let mut r = Router::new()
-        .route("/metrics", get(metrics))
         .route(WORK_PATH, get(work))
-        .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route(BANS_PATH, get(bans));
     // The admin port is otherwise read-only (R-PR-1). Lifting a ban is its
@@ -103,8 +100,8 @@ pub fn router(core: Arc<Core>, node: NodeInfo, prometheus: Option<PrometheusHand
     r.with_state(AdminState {
         core,
         node: Arc::new(node),
-        prometheus,
     })
+    .merge(ringsync::admin::basics(prometheus, None))
 }
 
 /// Serves the admin endpoint on a bound listener until `shutdown`.
@@ -115,21 +112,7 @@ pub async fn serve(
     prometheus: Option<PrometheusHandle>,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(core, node, prometheus))
-        .with_graceful_shutdown(shutdown.cancelled_owned())
-        .await
-}
-
-async fn metrics(State(s): State<AdminState>) -> impl IntoResponse {
-    match &s.prometheus {
-        Some(h) => (
-            StatusCode::OK,
-            [("content-type", "text/plain; version=0.0.4")],
-            h.render(),
-        )
-            .into_response(),
-        None => (StatusCode::NOT_FOUND, "metrics recorder not installed\n").into_response(),
-    }
+    ringsync::admin::serve(listener, router(core, node, prometheus), shutdown).await
 }
 
 /// `/readyz`: whether the gate takes new work, and why not.
