@@ -9,8 +9,8 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 use futures::future::BoxFuture;
 use ringsync::notify::Notifier;
-use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use super::{text::write_table, write_json, CliError};
 use crate::handover::agent::{Agent, Member};
@@ -88,19 +88,20 @@ pub(super) async fn work_outcome(
     Some(handover::work::outcome(config, state, revision, now_ms()))
 }
 
-/// Starts the site's planner on this `serve` node (it acts only when
-/// elected, R-MN-3).
+/// Starts the site's planner on this `serve` node, on `tasks` until
+/// `shutdown` (it acts only when elected, R-MN-3).
 pub(super) fn start_planner(
     config: &Arc<SiteConfig>,
     store: &dyn Store,
     drain: &Arc<DrainState>,
     node: &str,
-    shutdown: &CancellationToken,
-) -> Option<(Arc<PlannerStats>, JoinHandle<()>)> {
+    (tasks, shutdown): (&TaskTracker, &CancellationToken),
+) -> Option<Arc<PlannerStats>> {
     let records = store.handover()?;
     let planner = Planner::new(config.clone(), drain.clone(), records, node, Clock::wall());
     let stats = planner.stats();
-    Some((stats, tokio::spawn(planner.run(shutdown.clone()))))
+    tasks.spawn(planner.run(shutdown.clone()));
+    Some(stats)
 }
 
 /// `ringsync agent`: follows the group, prints each role change.

@@ -10,6 +10,7 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 use ringsync::notify::Notifier;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use super::{CliError, ServeArgs};
 use crate::api::tls::CertFiles;
@@ -174,7 +175,9 @@ pub(super) async fn serve(
     for status in ["401", "403"] {
         metrics::counter!("ringsync_api_refused_total", "status" => status).increment(0);
     }
-    let (access, certs) = protection(&config, &shutdown)?;
+    // Every task this serve starts; the stop waits for them all.
+    let tasks = TaskTracker::new();
+    let (access, certs) = protection(&config, (&tasks, &shutdown))?;
     let notify = Notifier::new();
     notify.phase("starting: loading the drain view from the store");
     let state = DrainState::new(config.clone());
@@ -193,41 +196,36 @@ pub(super) async fn serve(
     notify.stopping_on(shutdown.clone(), "stopping: the admin API closes".into());
 
     let (board, every) = node_board(&config, &args, &store);
-    let poller = tokio::spawn(board.clone().run(every, shutdown.clone()));
+    tasks.spawn(board.clone().run(every, shutdown.clone()));
     attached.publish(serve_identity(local), || None);
     // The Active-Passive planner: one per site acts (R-MN-3).
     let node = local.to_string();
-    let planner = super::handover::start_planner(&config, store.as_ref(), &state, &node, &shutdown);
+    let on = (&tasks, &shutdown);
+    let planner = super::handover::start_planner(&config, store.as_ref(), &state, &node, on);
     // The engine drivers act under the planner's election (R-EX-1, R-MN-3).
-    let engines = planner.as_ref().and_then(|(stats, _)| {
-        crate::engine::start(&config, &state, &store, stats.watch_acting(), &shutdown)
-    });
+    let engines = planner
+        .as_ref()
+        .and_then(|stats| crate::engine::start(&config, &state, &store, stats.watch_acting(), on));
     if planner.is_none() && !config.engines.is_empty() {
         tracing::warn!("this store keeps no election: the engines are not driven");
     }
     let api = AdminApi::with_access(store, state, board, access);
-    if let Some((stats, _)) = &planner {
+    if let Some(stats) = &planner {
         api.set_planner(node, stats.clone());
     }
-    if let Some((board, _)) = &engines {
+    if let Some(board) = &engines {
         api.set_engines(board.clone());
     }
     api.notify_ready(notify, format!("serving the admin API on {local}"));
     // The status page at `/`, its chart sampled meanwhile (issue 28).
-    let (page, sampler) = crate::page::start(&api, &shutdown);
+    let page = crate::page::start(&api, &tasks, &shutdown);
     let tls = certs.map(|c| c.server_config()).transpose()?;
     let result = crate::api::serve_with(listener, api, page, tls, shutdown.clone()).await;
     shutdown.cancel();
-    let _ = sampler.await;
     // The record withdrawn, then the follower ended (by `shutdown`).
     attached.close().await;
-    let _ = poller.await;
-    if let Some((_, task)) = planner {
-        let _ = task.await;
-    }
-    for task in engines.into_iter().flat_map(|(_, t)| t) {
-        let _ = task.await;
-    }
+    tasks.close();
+    tasks.wait().await;
     result.map_err(CliError::Io)
 }
 
@@ -246,13 +244,13 @@ fn serve_identity(local: SocketAddr) -> NodeIdentity {
 /// until `shutdown`.
 fn protection(
     config: &SiteConfig,
-    shutdown: &CancellationToken,
+    (tasks, shutdown): (&TaskTracker, &CancellationToken),
 ) -> Result<(Access, Option<Arc<CertFiles>>), CliError> {
     let a = &config.admin;
     let access = match &a.tokens {
         Some(path) => {
             let tokens = Tokens::open(path)?;
-            tokio::spawn(tokens.clone().watch(shutdown.clone()));
+            tasks.spawn(tokens.clone().watch(shutdown.clone()));
             Access::Tokens(tokens)
         }
         None => Access::Open,
@@ -260,7 +258,7 @@ fn protection(
     let certs = match (&a.tls_cert, &a.tls_key) {
         (Some(cert), Some(key)) => {
             let c = CertFiles::open(cert, key)?;
-            tokio::spawn(c.clone().watch(shutdown.clone()));
+            tasks.spawn(c.clone().watch(shutdown.clone()));
             Some(c)
         }
         _ => None,

@@ -12,8 +12,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use ringsync::config::{EngineConfig, EngineKind, Service, SiteConfig};
 use ringsync::state::DrainState;
@@ -31,14 +31,15 @@ pub use error::EngineError;
 pub use report::{Correction, EngineBoard, EngineInstance, EngineStatus};
 
 /// Starts one driver per engine of the site; they act while `acting` says
-/// this node is elected. `None` when the site has no engine.
+/// this node is elected, on `tasks` until `shutdown`. `None` when the site
+/// has no engine.
 pub fn start(
     config: &Arc<SiteConfig>,
     drain: &Arc<DrainState>,
     store: &Arc<dyn Store>,
     acting: watch::Receiver<bool>,
-    shutdown: &CancellationToken,
-) -> Option<(Arc<EngineBoard>, Vec<JoinHandle<()>>)> {
+    (tasks, shutdown): (&TaskTracker, &CancellationToken),
+) -> Option<Arc<EngineBoard>> {
     if config.engines.is_empty() {
         return None;
     }
@@ -83,11 +84,10 @@ pub fn start(
             ids,
         });
     }
-    let tasks = drivers
-        .into_iter()
-        .map(|d| tokio::spawn(d.run(shutdown.clone())))
-        .collect();
-    Some((Arc::new(board), tasks))
+    for d in drivers {
+        tasks.spawn(d.run(shutdown.clone()));
+    }
+    Some(Arc::new(board))
 }
 
 fn backend_of(

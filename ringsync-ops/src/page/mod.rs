@@ -23,6 +23,7 @@ use axum::routing::{on, MethodFilter};
 use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::api::access::Caller;
 use crate::api::{ep, AdminApi, Endpoint, ErrorBody, Extra, Need};
@@ -40,20 +41,17 @@ pub use history::{History, Sample};
 /// How often the chart's history is sampled.
 pub const SAMPLE_EVERY: Duration = Duration::from_secs(1);
 
-/// Starts sampling the history for the page, until `shutdown`, and gives
-/// the page's routes to serve beside the API's.
-pub fn start(
-    api: &Arc<AdminApi>,
-    shutdown: &CancellationToken,
-) -> (Extra, tokio::task::JoinHandle<()>) {
+/// Starts sampling the history for the page on `tasks`, until `shutdown`,
+/// and gives the page's routes to serve beside the API's.
+pub fn start(api: &Arc<AdminApi>, tasks: &TaskTracker, shutdown: &CancellationToken) -> Extra {
     let history = History::new(history::CAPACITY);
-    let task = tokio::spawn(history::run(
+    tasks.spawn(history::run(
         api.clone(),
         history.clone(),
         SAMPLE_EVERY,
         shutdown.clone(),
     ));
-    (routes(history), task)
+    routes(history)
 }
 
 /// The page's routes with their access rules: the assets and the login are
