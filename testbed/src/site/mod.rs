@@ -252,7 +252,7 @@ impl Site {
                     self.mgs.insert(i.id.clone(), mg);
                 }
                 Svc::Sg | Svc::Esg => {
-                    let uas = Self::uas(&i, lifetime)?;
+                    let uas = Self::uas(&i, lifetime, &self.uas_log(&i.id))?;
                     self.uas.insert(i.id.clone(), uas);
                 }
             }
@@ -292,12 +292,24 @@ impl Site {
         Ok(())
     }
 
-    fn uas(i: &Inst, lifetime: Duration) -> Result<SippHandle> {
+    /// The instance's own record of what it held (`ev inv|ack|bye|reg|
+    /// unreg|sub|unsub CALL-ID ... UNIX-SECONDS` lines): the far end's
+    /// ground truth, independent of the gates' counters.
+    fn uas(i: &Inst, lifetime: Duration, log: &Path) -> Result<SippHandle> {
+        let _ = std::fs::remove_file(log);
         Sipp::new(Scenario::repo(UAS_SCENARIO))
             .local(i.ip, i.addr().port())
             .arg("-aa")
+            .arg("-trace_logs")
+            .arg("-log_file")
+            .arg(log)
             .timeout(lifetime)
             .spawn()
+    }
+
+    /// The log file of an sg/esg instance's SIPp UAS (see [`Self::uas`]).
+    pub fn uas_log(&self, id: &str) -> PathBuf {
+        self.dir.join(format!("uas-{id}.log"))
     }
 
     fn gate_file(&self, k: usize) -> PathBuf {
@@ -341,6 +353,26 @@ impl Site {
     /// media-ctl's admin address.
     pub fn media_admin(&self) -> std::net::SocketAddr {
         self.layout.media_admin()
+    }
+
+    /// SIGKILL to media-ctl, as a crash would, and a start again.
+    pub fn kill_and_start_media(&mut self) -> Result<()> {
+        match &mut self.media {
+            Some(m) => m.kill_and_start(),
+            None => Ok(()),
+        }
+    }
+
+    /// SIGKILL to `ringsync serve` (the Active-Passive planner) and a
+    /// start again; an error on a site without Active-Passive groups.
+    pub fn kill_and_start_serve(&mut self) -> Result<()> {
+        match &mut self.ap {
+            Some(ap) => ap.kill_and_start_serve(),
+            None => Err(Error::Command {
+                command: "kill ringsync serve".into(),
+                message: "the site has no Active-Passive group, so no planner runs".into(),
+            }),
+        }
     }
 
     /// The etcd cluster, with [`StoreKind::Etcd`].

@@ -1,0 +1,179 @@
+//! The invariants on the site's state rather than on calls: the last mg
+//! is never drained, and the operators' changes are audited once each and
+//! add up to what the store holds.
+
+use std::collections::BTreeMap;
+
+use super::invariants::{Evidence, Invariant};
+use super::operators::{OpOutcome, PROFILES};
+
+fn verdict(name: &'static str, first: Option<String>, detail: String) -> Invariant {
+    Invariant {
+        name,
+        pass: first.is_none(),
+        detail,
+        counterexample: first,
+    }
+}
+
+/// States in which media-ctl still gives an mg new calls.
+const ASSIGNABLE: &[&str] = &["normal", "ramping_down", "queued_for_drain", "pinned"];
+
+/// In every sample in which media-ctl answered, some mg still took new
+/// calls (R-MG-3: the last one is kept, queued for drain).
+pub fn last_mg_kept(e: &Evidence) -> Invariant {
+    const NAME: &str = "the last mg is never drained";
+    let seen: Vec<_> = e.samples.iter().filter(|s| !s.mg_assign.is_empty()).collect();
+    if seen.is_empty() {
+        return verdict(
+            NAME,
+            Some("media-ctl never answered: nothing to judge".into()),
+            "0 samples".into(),
+        );
+    }
+    let first = seen
+        .iter()
+        .find(|s| !s.mg_assign.values().any(|a| ASSIGNABLE.contains(&a.as_str())))
+        .map(|s| {
+            format!(
+                "at {:.2} s no mg took new calls: {:?} (drain zone {:?})",
+                s.t, s.mg_assign, s.mg_drain_zone
+            )
+        });
+    verdict(
+        NAME,
+        first,
+        format!("{} samples of media-ctl's status", seen.len()),
+    )
+}
+
+/// A stale revision is refused; every change made is in the audit log
+/// exactly once (and the log holds no made change nobody asked for); the
+/// store ends as the last changes made say.
+pub fn operators(e: &Evidence) -> Invariant {
+    const NAME: &str = "operator changes: stale refused, audited once, end state";
+    let mut made: Vec<_> = e.ops.iter().filter(|o| o.made().is_some()).collect();
+    made.sort_by_key(|o| o.made());
+    let refused = e
+        .ops
+        .iter()
+        .filter(|o| matches!(o.outcome, OpOutcome::Refused { .. }))
+        .count();
+    let mut first: Option<String> = None;
+    let mut note = |s: String| {
+        first.get_or_insert(s);
+    };
+    for o in e.ops.iter().filter(|o| o.stale_on_purpose) {
+        if let OpOutcome::Accepted { revision, .. } = o.outcome {
+            note(format!(
+                "operator {}'s {} {} --revision {} at {:.2} s (stale on purpose) was accepted (revision {revision})",
+                o.operator,
+                o.action,
+                o.profile,
+                o.if_revision.unwrap_or(0),
+                o.t0
+            ));
+        }
+    }
+    // Each change made with a revision was made on the profile's last one.
+    let mut last: BTreeMap<&str, u64> = BTreeMap::new();
+    for o in &made {
+        let rev = o.made().unwrap_or(0);
+        if let (Some(asked), Some(prev)) = (o.if_revision, last.get(o.profile.as_str())) {
+            if asked != *prev {
+                note(format!(
+                    "operator {}'s {} {} --revision {asked} at {:.2} s was made (revision {rev}) though the profile was at revision {prev}",
+                    o.operator, o.action, o.profile, o.t0
+                ));
+            }
+        }
+        last.insert(&o.profile, rev);
+    }
+    let ours = |p: &Option<String>| p.as_deref().is_some_and(|p| PROFILES.iter().any(|x| x.0 == p));
+    let audited: Vec<_> = e
+        .audit
+        .iter()
+        .filter(|a| (200..300).contains(&a.status) && a.revision.is_some() && ours(&a.profile))
+        .collect();
+    for o in &made {
+        let n = audited
+            .iter()
+            .filter(|a| {
+                a.action == o.action && a.profile.as_deref() == Some(&o.profile) && a.revision == o.made()
+            })
+            .count();
+        if n != 1 {
+            note(format!(
+                "operator {}'s {} {} at {:.2} s (revision {}) is in the audit log {n} times",
+                o.operator,
+                o.action,
+                o.profile,
+                o.t0,
+                o.made().unwrap_or(0)
+            ));
+        }
+    }
+    for a in &audited {
+        if !made
+            .iter()
+            .any(|o| o.action == a.action && Some(&o.profile) == a.profile.as_ref() && o.made() == a.revision)
+        {
+            note(format!(
+                "the audit log has {} {} at revision {} that no operator was told was made",
+                a.action,
+                a.profile.as_deref().unwrap_or("?"),
+                a.revision.unwrap_or(0)
+            ));
+        }
+    }
+    let want = end_state(&made);
+    match &e.store_end {
+        None => note("the store's profiles could not be read at the end".into()),
+        Some(have) => {
+            let have: BTreeMap<_, _> = have
+                .iter()
+                .filter(|(n, _)| PROFILES.iter().any(|x| x.0 == n.as_str()))
+                .map(|(n, v)| (n.clone(), v.clone()))
+                .collect();
+            if have != want {
+                note(format!(
+                    "the store ends with {have:?}, the changes made say {want:?}"
+                ));
+            }
+        }
+    }
+    verdict(
+        NAME,
+        first,
+        format!(
+            "{} changes asked, {} made, {} unchanged, {refused} refused ({} stale on purpose); {} audit records of made changes",
+            e.ops.len(),
+            made.len(),
+            e.ops.len() - made.len() - refused,
+            e.ops.iter().filter(|o| o.stale_on_purpose).count(),
+            audited.len()
+        ),
+    )
+}
+
+/// Profile name → (active, servers) after the changes made, in order.
+fn end_state(made: &[&super::operators::OpRecord]) -> BTreeMap<String, (bool, Vec<String>)> {
+    let mut m: BTreeMap<String, (bool, Vec<String>)> = BTreeMap::new();
+    for o in made {
+        match o.action.as_str() {
+            "create" => {
+                m.insert(o.profile.clone(), (false, o.servers.clone()));
+            }
+            "activate" | "deactivate" => {
+                if let Some(p) = m.get_mut(&o.profile) {
+                    p.0 = o.action == "activate";
+                }
+            }
+            "delete" => {
+                m.remove(&o.profile);
+            }
+            _ => {}
+        }
+    }
+    m
+}

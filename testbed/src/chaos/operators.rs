@@ -1,0 +1,219 @@
+//! Several operators changing drain profiles at once through the ringsync
+//! CLI, each on a seeded stream of its own: create, activate, deactivate,
+//! delete, most with the revision they read a moment before (stale when
+//! another operator changed the profile meanwhile), some with a revision
+//! they know is stale, which the store must refuse.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use super::rng::Rng;
+use crate::site::{ringsync, BinDir};
+
+/// The profiles the operators play with, and their servers.
+pub const PROFILES: &[(&str, &[&str])] = &[
+    ("chaos-a", &["srv-a"]),
+    ("chaos-b", &["srv-b"]),
+    ("chaos-ac", &["srv-a", "srv-c"]),
+];
+
+/// One change an operator asked for, and what the store said.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct OpRecord {
+    /// Operator number.
+    pub operator: usize,
+    /// Seconds after the start when the CLI was started.
+    pub t0: f64,
+    /// ... and when it answered.
+    pub t1: f64,
+    /// `create`, `activate`, `deactivate`, `delete`.
+    pub action: String,
+    /// Profile name.
+    pub profile: String,
+    /// Its servers (as created).
+    pub servers: Vec<String>,
+    /// `--revision` given, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub if_revision: Option<u64>,
+    /// Given a revision the operator knew was stale: must be refused.
+    pub stale_on_purpose: bool,
+    /// What came of it.
+    pub outcome: OpOutcome,
+}
+
+/// The store's answer to a change.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "result", rename_all = "snake_case")]
+pub enum OpOutcome {
+    /// Done: the profile's revision after it; `changed` false when it was
+    /// already as asked (nothing written, nothing audited).
+    Accepted {
+        /// The profile's revision after the change.
+        revision: u64,
+        /// Whether anything was written.
+        changed: bool,
+    },
+    /// Refused or failed, with the CLI's message.
+    Refused {
+        /// What the CLI said.
+        message: String,
+    },
+}
+
+impl OpRecord {
+    /// The revision of a change that was made and written.
+    pub fn made(&self) -> Option<u64> {
+        match self.outcome {
+            OpOutcome::Accepted {
+                revision,
+                changed: true,
+            } => Some(revision),
+            _ => None,
+        }
+    }
+}
+
+/// The operators of a run, each a thread until `stop`.
+pub struct Operators {
+    threads: Vec<thread::JoinHandle<Vec<OpRecord>>>,
+}
+
+impl Operators {
+    /// Starts `n` operators on the site file `site`, with streams drawn
+    /// from `seed`; times are seconds after `start`.
+    pub fn start(
+        n: usize,
+        seed: u64,
+        bins: &BinDir,
+        site: PathBuf,
+        start: Instant,
+        stop: Arc<AtomicBool>,
+    ) -> Operators {
+        let threads = (0..n)
+            .map(|k| {
+                let (bins, site, stop) = (bins.clone(), site.clone(), stop.clone());
+                thread::spawn(move || {
+                    let mut op = Operator {
+                        k,
+                        rng: Rng::fork(seed, k as u64 + 1),
+                        bins,
+                        site,
+                        start,
+                        done: Vec::new(),
+                    };
+                    while !stop.load(Ordering::Relaxed) {
+                        let wait = Duration::from_secs_f64(op.rng.range(1.0, 3.0));
+                        let until = Instant::now() + wait;
+                        while Instant::now() < until && !stop.load(Ordering::Relaxed) {
+                            thread::sleep(Duration::from_millis(50));
+                        }
+                        if !stop.load(Ordering::Relaxed) {
+                            op.one();
+                        }
+                    }
+                    op.done
+                })
+            })
+            .collect();
+        Operators { threads }
+    }
+
+    /// Waits for every operator (after `stop` was set); every change asked
+    /// for, in the order they were started.
+    pub fn finish(self) -> Vec<OpRecord> {
+        let mut all: Vec<OpRecord> = self
+            .threads
+            .into_iter()
+            .flat_map(|t| t.join().unwrap_or_default())
+            .collect();
+        all.sort_by(|a, b| a.t0.total_cmp(&b.t0));
+        all
+    }
+}
+
+struct Operator {
+    k: usize,
+    rng: Rng,
+    bins: BinDir,
+    site: PathBuf,
+    start: Instant,
+    done: Vec<OpRecord>,
+}
+
+impl Operator {
+    /// Reads the profiles, picks one and a change, maybe waits a moment
+    /// (another operator may change it meanwhile), and asks.
+    fn one(&mut self) {
+        let (name, servers) = PROFILES[self.rng.below(PROFILES.len())];
+        let seen = self.read(name);
+        let (action, rev) = match seen {
+            None => ("create", None),
+            Some((rev, active)) => {
+                let action = match self.rng.weighted(&[4, 4, 1]) {
+                    0 if !active => "activate",
+                    0 | 1 if active => "deactivate",
+                    0 | 1 => "activate",
+                    _ => "delete",
+                };
+                (action, Some(rev))
+            }
+        };
+        let mode = self.rng.weighted(&[6, 1, 3]);
+        let stale = mode == 1 && rev.is_some_and(|r| r > 1);
+        let if_revision = match mode {
+            0 => rev,
+            1 if stale => rev.map(|r| r - 1),
+            _ => None,
+        };
+        // A pause between reading and changing: the window in which
+        // another operator's change makes this revision stale.
+        thread::sleep(Duration::from_secs_f64(self.rng.range(0.0, 0.8)));
+        let t0 = self.start.elapsed().as_secs_f64();
+        let rev_text = if_revision.map(|r| r.to_string());
+        let mut args: Vec<&str> = vec!["profile", action];
+        if action == "create" {
+            args.extend(["--name", name]);
+            for s in servers {
+                args.extend(["--server", s]);
+            }
+        } else {
+            args.push(name);
+        }
+        if let Some(r) = &rev_text {
+            args.extend(["--revision", r]);
+        }
+        let outcome = match ringsync(&self.bins, &self.site, &args) {
+            Ok(v) => OpOutcome::Accepted {
+                revision: v["revision"].as_u64().unwrap_or(0),
+                changed: v["changed"].as_bool().unwrap_or(true),
+            },
+            Err(e) => OpOutcome::Refused {
+                message: e.to_string(),
+            },
+        };
+        self.done.push(OpRecord {
+            operator: self.k,
+            t0,
+            t1: self.start.elapsed().as_secs_f64(),
+            action: action.into(),
+            profile: name.into(),
+            servers: servers.iter().map(|s| s.to_string()).collect(),
+            if_revision,
+            stale_on_purpose: stale,
+            outcome,
+        });
+    }
+
+    /// The profile's revision and whether it is active, if it exists.
+    fn read(&self, name: &str) -> Option<(u64, bool)> {
+        let list = ringsync(&self.bins, &self.site, &["profile", "list"]).ok()?;
+        let ps = list.as_array().or_else(|| list["profiles"].as_array())?;
+        let p = ps.iter().find(|p| p["name"] == name)?;
+        Some((p["revision"].as_u64()?, p["state"] == "active"))
+    }
+}

@@ -1,0 +1,181 @@
+//! Ground truth from the far ends: what each sg/esg instance (its SIPp
+//! UAS's own log) and each caller (its SIPp UAC's log) saw, joined by
+//! Call-ID, independent of the gates' counters.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use serde::Serialize;
+
+use crate::rehearsal::load::{CallEvent, LoadRun};
+
+/// What an instance held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkKind {
+    /// An INVITE dialog.
+    Call,
+    /// A registration binding.
+    Registration,
+    /// A presence subscription.
+    Subscription,
+}
+
+/// One piece of work an instance held, by its own log.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Held {
+    /// Call-ID.
+    pub id: String,
+    /// What it is.
+    pub kind: WorkKind,
+    /// The instance that held it.
+    pub instance: String,
+    /// The gate node it came through (its top Via), when known.
+    pub gate: Option<usize>,
+    /// When its first request arrived (seconds after the start).
+    pub from: f64,
+    /// When the ACK of a call arrived (a dialog confirmed).
+    pub ack: Option<f64>,
+    /// When it ended there (BYE, de-REGISTER, removal); `None`: held to
+    /// the end of the run.
+    pub to: Option<f64>,
+}
+
+impl Held {
+    /// Whether the instance held it through all of `[a, b]`.
+    pub fn through(&self, a: f64, b: f64) -> bool {
+        self.from <= a && self.to.is_none_or(|to| to >= b)
+    }
+}
+
+/// One call as its caller saw it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct CallerCall {
+    /// 200 to the INVITE.
+    pub up: Option<f64>,
+    /// 200 to the BYE.
+    pub end: Option<f64>,
+}
+
+/// The instance's log (`ev inv|reg|sub ID GATE-IP ... UNIX`, `ev
+/// ack|bye|unreg|unsub ID ... UNIX`) as the work it held; `gate_of` maps a
+/// Via address to a gate node.
+pub fn parse_uas(
+    instance: &str,
+    text: &str,
+    epoch0: f64,
+    gate_of: impl Fn(IpAddr) -> Option<usize>,
+) -> Vec<Held> {
+    let mut held: Vec<Held> = Vec::new();
+    let mut open: BTreeMap<String, usize> = BTreeMap::new();
+    for line in text.lines() {
+        let w: Vec<&str> = line.split_whitespace().collect();
+        if w.len() < 4 || w[0] != "ev" {
+            continue;
+        }
+        let Some(t) = w.last().and_then(|x| x.parse::<f64>().ok()) else {
+            continue;
+        };
+        let t = (t - epoch0).max(0.0);
+        let id = w[2];
+        let kind = match w[1] {
+            "inv" => Some(WorkKind::Call),
+            "reg" => Some(WorkKind::Registration),
+            "sub" => Some(WorkKind::Subscription),
+            _ => None,
+        };
+        if let Some(kind) = kind {
+            // A second INVITE of one Call-ID (a caller that failed over
+            // while a late gate delivered its first) is the same call.
+            if open.contains_key(id) {
+                continue;
+            }
+            open.insert(id.to_owned(), held.len());
+            held.push(Held {
+                id: id.to_owned(),
+                kind,
+                instance: instance.to_owned(),
+                gate: w[3].parse().ok().and_then(&gate_of),
+                from: t,
+                ack: None,
+                to: None,
+            });
+            continue;
+        }
+        let Some(h) = open.get(id).and_then(|i| held.get_mut(*i)) else {
+            continue;
+        };
+        match w[1] {
+            "ack" => {
+                h.ack.get_or_insert(t);
+            }
+            "bye" | "unreg" | "unsub" => {
+                h.to.get_or_insert(t);
+            }
+            _ => {}
+        }
+    }
+    held
+}
+
+/// Every call of the loads of calls, as the callers saw them.
+pub fn callers(loads: &[LoadRun]) -> BTreeMap<String, CallerCall> {
+    let mut out: BTreeMap<String, CallerCall> = BTreeMap::new();
+    for l in loads.iter().filter(|l| l.is_call()) {
+        for (t, ev, id) in &l.events {
+            let c = out.entry(id.clone()).or_default();
+            match ev {
+                CallEvent::Up => {
+                    c.up.get_or_insert(*t);
+                }
+                CallEvent::End => {
+                    c.end.get_or_insert(*t);
+                }
+                _ => {}
+            }
+        }
+    }
+    out.retain(|_, c| c.up.is_some());
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_instance_log_becomes_what_it_held() {
+        let log = "media 1-1@x offer 127.0.0.9\n\
+                   ev inv 1-1@x 127.9.9.2 2026-12-07\t14:00:00.5\t1000.5\n\
+                   ev ack 1-1@x 2026-12-07\t14:00:00.6\t1000.6\n\
+                   ev inv 1-1@x 127.9.9.1 2026-12-07\t14:00:00.7\t1000.7\n\
+                   ev reg 2-1@x 127.9.9.1 2026-12-07\t14:00:01\t1001\n\
+                   ev unreg 2-1@x 2026-12-07\t14:00:04\t1004\n\
+                   ev bye 1-1@x 2026-12-07\t14:00:05\t1005\n\
+                   ev sub 3-1@x  2026-12-07\t14:00:06\t1006\n";
+        let gate = |ip: IpAddr| match ip.to_string().as_str() {
+            "127.9.9.1" => Some(0),
+            "127.9.9.2" => Some(1),
+            _ => None,
+        };
+        let h = parse_uas("sg-a", log, 1000.0, gate);
+        assert_eq!(h.len(), 3, "{h:?}");
+        assert_eq!(
+            h[0],
+            Held {
+                id: "1-1@x".into(),
+                kind: WorkKind::Call,
+                instance: "sg-a".into(),
+                gate: Some(1),
+                from: 0.5,
+                ack: Some(0.6000000000000227),
+                to: Some(5.0),
+            }
+        );
+        assert_eq!((h[1].kind, h[1].gate, h[1].to), (WorkKind::Registration, Some(0), Some(4.0)));
+        // An empty gate (no Via matched) is no gate, and held to the end.
+        assert_eq!((h[2].gate, h[2].to), (None, None));
+        assert!(h[0].through(1.0, 5.0) && !h[0].through(0.4, 2.0) && !h[0].through(1.0, 5.1));
+        assert!(h[2].through(7.0, 1e9));
+    }
+}
