@@ -54,6 +54,26 @@ pub struct AuditEntry {
     /// The set's revision after a change that was made.
     #[serde(default)]
     pub revision: Option<u64>,
+    /// The profile's revision before the change, when it existed.
+    #[serde(default)]
+    pub before_revision: Option<u64>,
+}
+
+impl AuditEntry {
+    /// Whether this record is of the change `o` made. A deletion's answer
+    /// names the profile as it was (its revision before), every other
+    /// change's the profile as it is after (the set's new revision).
+    pub fn records(&self, o: &OpRecord) -> bool {
+        let rev = if o.action == "delete" {
+            self.before_revision
+        } else {
+            self.revision
+        };
+        self.action == o.action
+            && self.profile.as_deref() == Some(o.profile.as_str())
+            && rev.is_some()
+            && rev == o.made()
+    }
 }
 
 /// One invariant's verdict.

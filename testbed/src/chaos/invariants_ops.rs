@@ -16,8 +16,16 @@ fn verdict(name: &'static str, first: Option<String>, detail: String) -> Invaria
     }
 }
 
-/// States in which media-ctl still gives an mg new calls.
-const ASSIGNABLE: &[&str] = &["normal", "ramping_down", "queued_for_drain", "pinned"];
+/// States in which media-ctl still gives an mg new calls (as its
+/// `/readyz` counts them: a lift that starts from weight 0 is served by
+/// the normal zone's least loaded mg).
+const ASSIGNABLE: &[&str] = &[
+    "normal",
+    "ramping_down",
+    "ramping_up",
+    "queued_for_drain",
+    "pinned",
+];
 
 /// In every sample in which media-ctl answered, some mg still took new
 /// calls (R-MG-3: the last one is kept, queued for drain).
@@ -53,7 +61,7 @@ pub fn last_mg_kept(e: &Evidence) -> Invariant {
 pub fn operators(e: &Evidence) -> Invariant {
     const NAME: &str = "operator changes: stale refused, audited once, end state";
     let mut made: Vec<_> = e.ops.iter().filter(|o| o.made().is_some()).collect();
-    made.sort_by_key(|o| o.made());
+    made.sort_by_key(|o| o.order());
     let refused = e
         .ops
         .iter()
@@ -98,9 +106,7 @@ pub fn operators(e: &Evidence) -> Invariant {
     for o in &made {
         let n = audited
             .iter()
-            .filter(|a| {
-                a.action == o.action && a.profile.as_deref() == Some(&o.profile) && a.revision == o.made()
-            })
+            .filter(|a| a.records(o))
             .count();
         if n != 1 {
             note(format!(
@@ -114,10 +120,7 @@ pub fn operators(e: &Evidence) -> Invariant {
         }
     }
     for a in &audited {
-        if !made
-            .iter()
-            .any(|o| o.action == a.action && Some(&o.profile) == a.profile.as_ref() && o.made() == a.revision)
-        {
+        if !made.iter().any(|o| a.records(o)) {
             note(format!(
                 "the audit log has {} {} at revision {} that no operator was told was made",
                 a.action,

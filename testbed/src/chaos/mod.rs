@@ -197,6 +197,7 @@ fn build_report(
         held: e.held.len(),
         status_samples: (rec.status.0.len(), rec.status.1),
         operator_changes: rec.ops,
+        samples: rec.samples,
     }
 }
 
@@ -323,6 +324,7 @@ fn read_store(
                 profile: r["profile"]["name"].as_str().map(str::to_owned),
                 status: r["status"].as_u64().unwrap_or(0) as u16,
                 revision: r["revision"].as_u64(),
+                before_revision: r["before"]["revision"].as_u64(),
             });
         }
         match page["next"].as_u64() {

@@ -66,6 +66,13 @@ pub enum OpOutcome {
 }
 
 impl OpRecord {
+    /// Its place among the changes made to its profile: by revision, a
+    /// deletion (which answers with the revision the profile had) right
+    /// after the change that gave the profile that revision.
+    pub fn order(&self) -> (Option<u64>, bool) {
+        (self.made(), self.action == "delete")
+    }
+
     /// The revision of a change that was made and written.
     pub fn made(&self) -> Option<u64> {
         match self.outcome {

@@ -18,7 +18,11 @@ pub enum Fault {
         gate: usize,
     },
     /// SIGSTOP to a gate node, SIGCONT `for_s` later: it is frozen, not
-    /// killed, so its calls must survive (SIP retransmits).
+    /// killed, so its calls must survive (SIP retransmits). Shorter than
+    /// the callers' 2 s failover: a final answer from the frozen gate to
+    /// an INVITE its caller already took elsewhere aborts SIPp (an
+    /// assertion on a late final response to an un-ACKed INVITE
+    /// transaction), which would lose that caller's every call.
     PauseGate {
         /// Gate number.
         gate: usize,
@@ -101,6 +105,8 @@ pub struct Menu {
 pub const QUIET_START_S: f64 = 6.0;
 /// See [`QUIET_START_S`].
 pub const QUIET_END_S: f64 = 12.0;
+/// The longest pause of a gate: under the failover callers' 2 s.
+pub const PAUSE_MAX_S: f64 = 1.8;
 /// Least seconds between two faults, so each one's effect is seen alone.
 pub const MIN_GAP_S: f64 = 4.0;
 
@@ -125,7 +131,7 @@ pub fn plan(seed: u64, duration_s: f64, menu: Menu) -> Vec<Planned> {
                 0 => Fault::KillGate { gate },
                 1 => Fault::PauseGate {
                     gate,
-                    for_s: (rng.range(1.0, 3.0) * 10.0).round() / 10.0,
+                    for_s: (rng.range(0.5, PAUSE_MAX_S) * 10.0).round() / 10.0,
                 },
                 2 => Fault::UpgradeGate { gate },
                 3 => Fault::KillMedia,

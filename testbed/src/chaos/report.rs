@@ -41,6 +41,8 @@ pub struct ChaosReport {
     pub status_samples: (usize, usize),
     /// Every change the operators asked for.
     pub operator_changes: Vec<OpRecord>,
+    /// The site's own nodes once a second (the rehearsal's samples).
+    pub samples: Vec<crate::rehearsal::sampled::Sample>,
 }
 
 impl ChaosReport {

@@ -43,6 +43,7 @@ fn audit(action: &str, profile: &str, rev: u64) -> AuditEntry {
         profile: Some(profile.into()),
         status: 200,
         revision: Some(rev),
+        before_revision: None,
     }
 }
 

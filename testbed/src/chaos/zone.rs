@@ -17,7 +17,7 @@ impl Zone {
     /// The zone the made changes of `ops` describe, until `end`.
     pub fn from_ops(ops: &[OpRecord], end: f64, wide: bool) -> Zone {
         let mut made: Vec<&OpRecord> = ops.iter().filter(|o| o.made().is_some()).collect();
-        made.sort_by_key(|o| o.made());
+        made.sort_by_key(|o| o.order());
         // Per profile: since when it is active, and its servers.
         let mut active: BTreeMap<&str, (f64, &[String])> = BTreeMap::new();
         let mut spans: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
