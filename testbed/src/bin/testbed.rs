@@ -66,6 +66,9 @@ enum Command {
         /// The run's /24, `127.A.B` (default: from the pid).
         #[arg(long)]
         net: Option<String>,
+        /// Print the fault timeline the seed gives and exit.
+        #[arg(long)]
+        plan: bool,
         /// No progress line.
         #[arg(long, short)]
         quiet: bool,
@@ -103,15 +106,23 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             rate,
             bound_s,
             net,
+            plan,
             quiet,
             json,
             bin_dir,
         } => {
+            if plan {
+                let menu = chaos::plan::Menu { gates, serve: true };
+                let t = chaos::plan::plan(seed, minutes * 60.0, menu);
+                print!("{}", chaos::plan::timeline_text(seed, &t));
+                return Ok(ExitCode::SUCCESS);
+            }
             let net = match net {
                 None => None,
-                Some(n) => Some(parse_net(&n).ok_or_else(|| {
-                    anyhow::anyhow!("--net {n:?}: expected \"127.A.B\"")
-                })?),
+                Some(n) => Some(
+                    parse_net(&n)
+                        .ok_or_else(|| anyhow::anyhow!("--net {n:?}: expected \"127.A.B\""))?,
+                ),
             };
             let opts = chaos::Options {
                 seed,
@@ -135,7 +146,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             } else {
                 print!("{}", report.markdown());
             }
-            eprintln!("testbed: report in {}", opts.out.join("report.md").display());
+            eprintln!(
+                "testbed: report in {}",
+                opts.out.join("report.md").display()
+            );
             Ok(if report.passed() {
                 ExitCode::SUCCESS
             } else {

@@ -114,13 +114,17 @@ pub fn judge(e: &Evidence) -> Vec<Invariant> {
 fn killed(e: &Evidence, g: Option<usize>, from: f64, to: f64) -> Option<f64> {
     e.faults
         .iter()
-        .filter(|f| f.error.is_none() && matches!(f.fault, Fault::KillGate { gate } if Some(gate) == g))
+        .filter(|f| {
+            f.error.is_none() && matches!(f.fault, Fault::KillGate { gate } if Some(gate) == g)
+        })
         .map(|f| f.t)
         .find(|t| *t >= from && *t <= to)
 }
 
 fn call<'a>(e: &'a Evidence, id: &str) -> Option<&'a Held> {
-    e.held.iter().find(|h| h.id == id && h.kind == WorkKind::Call)
+    e.held
+        .iter()
+        .find(|h| h.id == id && h.kind == WorkKind::Call)
 }
 
 fn gate_name(g: Option<usize>) -> String {

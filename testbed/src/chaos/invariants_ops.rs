@@ -31,7 +31,11 @@ const ASSIGNABLE: &[&str] = &[
 /// calls (R-MG-3: the last one is kept, queued for drain).
 pub fn last_mg_kept(e: &Evidence) -> Invariant {
     const NAME: &str = "the last mg is never drained";
-    let seen: Vec<_> = e.samples.iter().filter(|s| !s.mg_assign.is_empty()).collect();
+    let seen: Vec<_> = e
+        .samples
+        .iter()
+        .filter(|s| !s.mg_assign.is_empty())
+        .collect();
     if seen.is_empty() {
         return verdict(
             NAME,
@@ -41,7 +45,11 @@ pub fn last_mg_kept(e: &Evidence) -> Invariant {
     }
     let first = seen
         .iter()
-        .find(|s| !s.mg_assign.values().any(|a| ASSIGNABLE.contains(&a.as_str())))
+        .find(|s| {
+            !s.mg_assign
+                .values()
+                .any(|a| ASSIGNABLE.contains(&a.as_str()))
+        })
         .map(|s| {
             format!(
                 "at {:.2} s no mg took new calls: {:?} (drain zone {:?})",
@@ -97,17 +105,17 @@ pub fn operators(e: &Evidence) -> Invariant {
         }
         last.insert(&o.profile, rev);
     }
-    let ours = |p: &Option<String>| p.as_deref().is_some_and(|p| PROFILES.iter().any(|x| x.0 == p));
+    let ours = |p: &Option<String>| {
+        p.as_deref()
+            .is_some_and(|p| PROFILES.iter().any(|x| x.0 == p))
+    };
     let audited: Vec<_> = e
         .audit
         .iter()
         .filter(|a| (200..300).contains(&a.status) && a.revision.is_some() && ours(&a.profile))
         .collect();
     for o in &made {
-        let n = audited
-            .iter()
-            .filter(|a| a.records(o))
-            .count();
+        let n = audited.iter().filter(|a| a.records(o)).count();
         if n != 1 {
             note(format!(
                 "operator {}'s {} {} at {:.2} s (revision {}) is in the audit log {n} times",

@@ -11,11 +11,11 @@ pub mod operators;
 pub mod plan;
 pub mod report;
 pub mod rng;
+#[cfg(test)]
+mod tests;
 pub mod truth;
 pub mod watch;
 pub mod zone;
-#[cfg(test)]
-mod tests;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -77,8 +77,7 @@ struct Recorded {
 /// load, the faults and the operators, reads the far ends' logs, judges,
 /// writes `report.md` and `report.json` into `opts.out`.
 pub fn run(opts: &Options, stop: &Arc<AtomicBool>) -> Result<ChaosReport> {
-    if !(DURATION_S.0..=DURATION_S.1).contains(&opts.duration_s) || !(2..=3).contains(&opts.gates)
-    {
+    if !(DURATION_S.0..=DURATION_S.1).contains(&opts.duration_s) || !(2..=3).contains(&opts.gates) {
         return Err(Error::Command {
             command: "testbed chaos".into(),
             message: format!(
@@ -229,14 +228,8 @@ fn play(
     );
     let sampler = sample::spawn(rec.clone(), sampling.clone(), opts.quiet);
     let watcher = watch::spawn(bins.clone(), file.clone(), start, watching.clone());
-    let ops = operators::Operators::start(
-        OPERATORS,
-        opts.seed,
-        &bins,
-        file,
-        start,
-        operating.clone(),
-    );
+    let ops =
+        operators::Operators::start(OPERATORS, opts.seed, &bins, file, start, operating.clone());
     let mut callers = Vec::new();
     let out = site.dir().to_path_buf();
     // The load stops in time for its last calls to end before the run does.
@@ -287,7 +280,11 @@ fn play(
     if interrupted {
         return Err(Error::Interrupted);
     }
-    let samples = rec.lock().unwrap_or_else(|e| e.into_inner()).samples().to_vec();
+    let samples = rec
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .samples()
+        .to_vec();
     Ok(Recorded {
         faults,
         loads,
@@ -343,7 +340,10 @@ fn read_store(
                     .iter()
                     .filter_map(|s| s.as_str().map(str::to_owned))
                     .collect();
-                Some((p["name"].as_str()?.to_owned(), (p["state"] == "active", servers)))
+                Some((
+                    p["name"].as_str()?.to_owned(),
+                    (p["state"] == "active", servers),
+                ))
             })
             .collect()
     });

@@ -58,9 +58,9 @@ impl Fault {
     /// The gate node a fault hits, if any.
     pub fn gate(&self) -> Option<usize> {
         match self {
-            Fault::KillGate { gate } | Fault::PauseGate { gate, .. } | Fault::UpgradeGate { gate } => {
-                Some(*gate)
-            }
+            Fault::KillGate { gate }
+            | Fault::PauseGate { gate, .. }
+            | Fault::UpgradeGate { gate } => Some(*gate),
             _ => None,
         }
     }
@@ -187,7 +187,14 @@ mod tests {
                 "{kind} never drawn"
             );
         }
-        let no_serve = plan(3, 600.0, Menu { gates: 2, serve: false });
+        let no_serve = plan(
+            3,
+            600.0,
+            Menu {
+                gates: 2,
+                serve: false,
+            },
+        );
         assert!(no_serve.iter().all(|p| p.fault != Fault::KillServe));
     }
 }

@@ -79,7 +79,11 @@ impl ChaosReport {
             r.attempted, r.registered, r.removed, r.failed
         );
         let _ = writeln!(m, "{}", self.subscriptions.line("Subscriptions"));
-        let made = self.operator_changes.iter().filter(|o| o.made().is_some()).count();
+        let made = self
+            .operator_changes
+            .iter()
+            .filter(|o| o.made().is_some())
+            .count();
         let _ = writeln!(
             m,
             "The instances' own logs hold {} calls, registrations and subscriptions. `ringsync status` read {} times ({} did not answer). Operators asked {} changes, {made} made.\n",

@@ -67,14 +67,18 @@ mod tests {
 
     #[test]
     fn one_seed_one_sequence() {
-        let a: Vec<u64> = (0..5).map({
-            let mut r = Rng::new(42);
-            move |_| r.next_u64()
-        }).collect();
-        let b: Vec<u64> = (0..5).map({
-            let mut r = Rng::new(42);
-            move |_| r.next_u64()
-        }).collect();
+        let a: Vec<u64> = (0..5)
+            .map({
+                let mut r = Rng::new(42);
+                move |_| r.next_u64()
+            })
+            .collect();
+        let b: Vec<u64> = (0..5)
+            .map({
+                let mut r = Rng::new(42);
+                move |_| r.next_u64()
+            })
+            .collect();
         assert_eq!(a, b);
         assert_ne!(a[0], Rng::new(43).next_u64());
         // SplitMix64's published first output for seed 0.

@@ -160,19 +160,24 @@ mod tests {
         };
         let h = parse_uas("sg-a", log, 1000.0, gate);
         assert_eq!(h.len(), 3, "{h:?}");
+        let ms = |t: Option<f64>| t.map(|t| (t * 1000.0).round() as u64);
         assert_eq!(
-            h[0],
-            Held {
-                id: "1-1@x".into(),
-                kind: WorkKind::Call,
-                instance: "sg-a".into(),
-                gate: Some(1),
-                from: 0.5,
-                ack: Some(0.6000000000000227),
-                to: Some(5.0),
-            }
+            (
+                h[0].id.as_str(),
+                h[0].kind,
+                h[0].instance.as_str(),
+                h[0].gate
+            ),
+            ("1-1@x", WorkKind::Call, "sg-a", Some(1))
         );
-        assert_eq!((h[1].kind, h[1].gate, h[1].to), (WorkKind::Registration, Some(0), Some(4.0)));
+        assert_eq!(
+            (ms(Some(h[0].from)), ms(h[0].ack), ms(h[0].to)),
+            (Some(500), Some(600), Some(5000))
+        );
+        assert_eq!(
+            (h[1].kind, h[1].gate, h[1].to),
+            (WorkKind::Registration, Some(0), Some(4.0))
+        );
         // An empty gate (no Via matched) is no gate, and held to the end.
         assert_eq!((h[2].gate, h[2].to), (None, None));
         assert!(h[0].through(1.0, 5.0) && !h[0].through(0.4, 2.0) && !h[0].through(1.0, 5.1));

@@ -57,7 +57,10 @@ pub fn spawn(
                         .into_iter()
                         .flatten()
                         .filter_map(|i| {
-                            Some((i["id"].as_str()?.to_owned(), i["state"].as_str()?.to_owned()))
+                            Some((
+                                i["id"].as_str()?.to_owned(),
+                                i["state"].as_str()?.to_owned(),
+                            ))
                         })
                         .collect();
                     out.push(StatusSample {

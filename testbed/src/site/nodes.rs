@@ -92,7 +92,8 @@ impl GateNode {
 
     /// Its current run's process id.
     pub fn pid(&self) -> Option<u32> {
-        self.adopted.or_else(|| self.node.as_ref().and_then(Node::pid))
+        self.adopted
+            .or_else(|| self.node.as_ref().and_then(Node::pid))
     }
 
     /// True while the process runs.
