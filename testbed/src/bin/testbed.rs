@@ -112,8 +112,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             bin_dir,
         } => {
             if plan {
-                let menu = chaos::plan::Menu { gates, serve: true };
-                let t = chaos::plan::plan(seed, minutes * 60.0, menu);
+                let t = chaos::timeline(seed, minutes * 60.0, gates)?;
                 print!("{}", chaos::plan::timeline_text(seed, &t));
                 return Ok(ExitCode::SUCCESS);
             }

@@ -40,5 +40,39 @@ fn run(site: &mut Site, f: &Fault) -> Result<()> {
         Fault::UpgradeGate { gate: g } => gate(site, f, *g)?.upgrade().map(|_| ()),
         Fault::KillMedia => site.kill_and_start_media(),
         Fault::KillServe => site.kill_and_start_serve(),
+        Fault::KillEtcdMember { member, for_s } => {
+            let e = etcd(site, f)?;
+            e.kill(*member);
+            std::thread::sleep(Duration::from_secs_f64(*for_s));
+            e.start_member(*member)
+        }
+        Fault::KillEtcdLeader { for_s } => {
+            let e = etcd(site, f)?;
+            let leader = e.leader().ok_or(Error::Command {
+                command: f.label(),
+                message: "no etcd member says it leads".into(),
+            })?;
+            e.kill(leader);
+            std::thread::sleep(Duration::from_secs_f64(*for_s));
+            e.start_member(leader)
+        }
+        Fault::StopStore { for_s } => {
+            let e = etcd(site, f)?;
+            e.stop();
+            std::thread::sleep(Duration::from_secs_f64(*for_s));
+            e.start()
+        }
+        Fault::KillInstance { instance, for_s } => {
+            site.kill_instance(instance)?;
+            std::thread::sleep(Duration::from_secs_f64(*for_s));
+            site.start_instance(instance)
+        }
     }
+}
+
+fn etcd<'a>(site: &'a mut Site, f: &Fault) -> Result<&'a mut crate::Etcd> {
+    site.etcd_mut().ok_or(Error::Command {
+        command: f.label(),
+        message: "the site has no etcd cluster".into(),
+    })
 }

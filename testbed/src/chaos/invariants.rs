@@ -44,6 +44,9 @@ pub struct Evidence {
 /// An audit record, as far as the checker reads it.
 #[derive(Debug, Clone, Default, PartialEq, serde::Deserialize, Serialize)]
 pub struct AuditEntry {
+    /// When it was written, seconds after the run's start.
+    #[serde(default)]
+    pub at_s: f64,
     /// `create`, `activate`, ...
     pub action: String,
     /// The profile's name, when the store knew it.
@@ -121,6 +124,32 @@ fn killed(e: &Evidence, g: Option<usize>, from: f64, to: f64) -> Option<f64> {
         .find(|t| *t >= from && *t <= to)
 }
 
+/// When instance `id` was killed at or after `from` (and at or before `to`).
+fn instance_killed(e: &Evidence, id: &str, from: f64, to: f64) -> Option<f64> {
+    e.faults
+        .iter()
+        .filter(|f| {
+            f.error.is_none()
+                && matches!(&f.fault, Fault::KillInstance { instance, .. } if instance == id)
+        })
+        .map(|f| f.t)
+        .find(|t| *t >= from && *t <= to)
+}
+
+/// Seconds the gates' health probes take to see an instance back (two
+/// probes 500 ms apart, and one more for a margin).
+const HEALTH_S: f64 = 1.5;
+
+/// Whether instance `id` was down at some moment of `[a, b]` (killed and
+/// not yet seen back by the gates' probes).
+fn down(e: &Evidence, id: &str, a: f64, b: f64) -> bool {
+    e.faults.iter().any(|f| {
+        matches!(&f.fault, Fault::KillInstance { instance, .. } if instance == id)
+            && f.t <= b
+            && f.until + HEALTH_S >= a
+    })
+}
+
 fn call<'a>(e: &'a Evidence, id: &str) -> Option<&'a Held> {
     e.held
         .iter()
@@ -132,7 +161,7 @@ fn gate_name(g: Option<usize>) -> String {
 }
 
 /// No established call failed (no 200 to its BYE) unless a process on its
-/// own path (its gate; its instance) was killed while it was up.
+/// own path (its gate, its instance) was killed while it was up.
 pub fn calls_survive(e: &Evidence) -> Invariant {
     const NAME: &str = "calls survive faults off their path";
     if e.calls.is_empty() {
@@ -150,7 +179,12 @@ pub fn calls_survive(e: &Evidence) -> Invariant {
         failed += 1;
         let h = call(e, id);
         let gate = h.and_then(|h| h.gate);
-        if killed(e, gate, up, e.end_s).is_some() {
+        let inst = h.map(|h| h.instance.as_str()).unwrap_or_default();
+        // Up from the far end's 200 on, which its caller sees a moment later.
+        let from = h.map_or(up, |h| h.from.min(up));
+        if killed(e, gate, from, e.end_s).is_some()
+            || instance_killed(e, inst, from, e.end_s).is_some()
+        {
             excused += 1;
             continue;
         }
@@ -169,7 +203,7 @@ pub fn calls_survive(e: &Evidence) -> Invariant {
         NAME,
         first,
         format!(
-            "{} calls established, {failed} failed, {excused} of them with their gate killed while they were up",
+            "{} calls established, {failed} failed, {excused} of them with their gate or instance killed while they were up",
             e.calls.len()
         ),
     )
@@ -254,7 +288,10 @@ pub fn no_new_dialog_past_bound(e: &Evidence) -> Invariant {
             continue;
         }
         let other = e.instances.iter().find(|(i, s, srv2)| {
-            i != &h.instance && s == svc && !wide.touches(srv2, h.from - e.bound_s, h.from)
+            i != &h.instance
+                && s == svc
+                && !wide.touches(srv2, h.from - e.bound_s, h.from)
+                && !down(e, i, h.from - e.bound_s, h.from)
         });
         if let (Some((o, _, _)), None) = (other, &first) {
             first = Some(format!(

@@ -75,6 +75,12 @@ pub fn operators(e: &Evidence) -> Invariant {
         .iter()
         .filter(|o| matches!(o.outcome, OpOutcome::Refused { .. }))
         .count();
+    let failed = e
+        .ops
+        .iter()
+        .filter(|o| matches!(o.outcome, OpOutcome::Failed { .. }))
+        .count();
+    let per_audit = e.ops.iter().filter(|o| o.made_per_audit).count();
     let mut first: Option<String> = None;
     let mut note = |s: String| {
         first.get_or_insert(s);
@@ -157,10 +163,10 @@ pub fn operators(e: &Evidence) -> Invariant {
         NAME,
         first,
         format!(
-            "{} changes asked, {} made, {} unchanged, {refused} refused ({} stale on purpose); {} audit records of made changes",
+            "{} changes asked, {} made ({per_audit} of them failed for the CLI, made per the audit log), {} unchanged, {refused} refused ({} stale on purpose), {failed} failed; {} audit records of made changes",
             e.ops.len(),
             made.len(),
-            e.ops.len() - made.len() - refused,
+            e.ops.len() - made.len() - refused - failed,
             e.ops.iter().filter(|o| o.stale_on_purpose).count(),
             audited.len()
         ),

@@ -62,6 +62,39 @@ const HOLD_S: f64 = 4.0;
 /// Shortest and longest run.
 pub const DURATION_S: (f64, f64) = (30.0, 7200.0);
 
+/// The chaos site: 3 sg, 2 mg, `gates` gate nodes, a three-member etcd
+/// cluster, one Active-Passive group (so `ringsync serve` runs), short
+/// timers.
+fn builder(gates: usize) -> crate::site::SiteBuilder {
+    Site::builder()
+        .sg(3)
+        .mg(2)
+        .gates(gates)
+        .ap_groups(1)
+        .ap_pace_s(5)
+        .store(StoreKind::Etcd)
+        .gate_deadline_s(4)
+        .mg_drain_window_s(4)
+}
+
+/// The fault timeline `seed` draws for a run of `duration_s` on the chaos
+/// site of `gates` gate nodes.
+pub fn timeline(seed: u64, duration_s: f64, gates: usize) -> Result<Vec<plan::Planned>> {
+    let layout = builder(gates).layout()?;
+    let menu = plan::Menu {
+        gates,
+        serve: !layout.ap().is_empty(),
+        etcd: layout.store() == StoreKind::Etcd,
+        instances: layout
+            .instances()
+            .into_iter()
+            .filter(|i| matches!(i.svc, Svc::Sg | Svc::Esg))
+            .map(|i| i.id)
+            .collect(),
+    };
+    Ok(plan::plan(seed, duration_s, &menu))
+}
+
 /// What the run recorded while it ran.
 struct Recorded {
     faults: Vec<plan::Done>,
@@ -86,11 +119,7 @@ pub fn run(opts: &Options, stop: &Arc<AtomicBool>) -> Result<ChaosReport> {
             ),
         });
     }
-    let menu = plan::Menu {
-        gates: opts.gates,
-        serve: true,
-    };
-    let timeline = plan::plan(opts.seed, opts.duration_s, menu);
+    let timeline = timeline(opts.seed, opts.duration_s, opts.gates)?;
     eprint!("{}", plan::timeline_text(opts.seed, &timeline));
     let site_dir = opts.out.join("site");
     if site_dir.exists() {
@@ -99,15 +128,7 @@ pub fn run(opts: &Options, stop: &Arc<AtomicBool>) -> Result<ChaosReport> {
             source,
         })?;
     }
-    let mut b = Site::builder()
-        .sg(3)
-        .mg(2)
-        .gates(opts.gates)
-        .ap_groups(1)
-        .ap_pace_s(5)
-        .store(StoreKind::Etcd)
-        .gate_deadline_s(4)
-        .mg_drain_window_s(4)
+    let mut b = builder(opts.gates)
         .dir(&site_dir)
         .lifetime(Duration::from_secs_f64(opts.duration_s + 120.0));
     if let Some(n) = opts.net {
@@ -118,30 +139,44 @@ pub fn run(opts: &Options, stop: &Arc<AtomicBool>) -> Result<ChaosReport> {
     }
     let mut site = b.run()?;
     let rec = play(&mut site, opts, &timeline, stop)?;
-    let (audit, store_end) = read_store(&site);
+    let (audit, store_end) = read_store(&site, rec.epoch0);
     let layout = site.layout().clone();
-    let logs: Vec<(String, PathBuf)> = layout
+    let logs: Vec<(String, Vec<PathBuf>)> = layout
         .instances()
         .iter()
         .filter(|i| matches!(i.svc, Svc::Sg | Svc::Esg))
-        .map(|i| (i.id.clone(), site.uas_log(&i.id)))
+        .map(|i| (i.id.clone(), site.uas_logs(&i.id)))
         .collect();
     // Everything stops: the instances' logs are whole after this.
     drop(site);
     let gate_of = |ip| (0..layout.gates()).find(|k| layout.gate_ip(*k) == ip);
-    let held: Vec<truth::Held> = logs
-        .iter()
-        .flat_map(|(id, path)| {
+    let mut held: Vec<truth::Held> = Vec::new();
+    for (id, paths) in &logs {
+        // A run of the instance that was killed held nothing past its kill.
+        let kills: Vec<f64> = rec
+            .faults
+            .iter()
+            .filter(|f| matches!(&f.fault, plan::Fault::KillInstance { instance, .. } if instance == id))
+            .map(|f| f.t)
+            .collect();
+        for (k, path) in paths.iter().enumerate() {
             let text = std::fs::read_to_string(path).unwrap_or_default();
-            truth::parse_uas(id, &text, rec.epoch0, gate_of)
-        })
-        .collect();
+            let mut run = truth::parse_uas(id, &text, rec.epoch0, gate_of);
+            if let Some(t) = kills.get(k) {
+                for h in run.iter_mut().filter(|h| h.to.is_none()) {
+                    h.to = Some(*t);
+                }
+            }
+            held.extend(run);
+        }
+    }
+    let ops = operators::resolve(&rec.ops, &audit);
     let evidence = invariants::Evidence {
         calls: truth::callers(&rec.loads),
         held,
         faults: rec.faults.clone(),
         status: rec.status.0.clone(),
-        ops: rec.ops.clone(),
+        ops,
         audit,
         store_end,
         samples: rec.samples.clone(),
@@ -195,7 +230,7 @@ fn build_report(
         subscriptions: r::requests(&played, LoadKind::Subscribe),
         held: e.held.len(),
         status_samples: (rec.status.0.len(), rec.status.1),
-        operator_changes: rec.ops,
+        operator_changes: e.ops.clone(),
         samples: rec.samples,
     }
 }
@@ -300,6 +335,7 @@ fn play(
 #[allow(clippy::type_complexity)]
 fn read_store(
     site: &Site,
+    epoch0: f64,
 ) -> (
     Vec<invariants::AuditEntry>,
     Option<BTreeMap<String, (bool, Vec<String>)>>,
@@ -317,6 +353,7 @@ fn read_store(
         };
         for r in page["records"].as_array().into_iter().flatten() {
             audit.push(invariants::AuditEntry {
+                at_s: r["at_ms"].as_f64().unwrap_or(0.0) / 1000.0 - epoch0,
                 action: r["action"].as_str().unwrap_or_default().to_owned(),
                 profile: r["profile"]["name"].as_str().map(str::to_owned),
                 status: r["status"].as_u64().unwrap_or(0) as u16,

@@ -44,6 +44,50 @@ pub struct OpRecord {
     pub stale_on_purpose: bool,
     /// What came of it.
     pub outcome: OpOutcome,
+    /// A failed change the audit log shows was made: its outcome is the
+    /// audit record's.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub made_per_audit: bool,
+}
+
+/// The changes with every failed one whose outcome the audit log shows
+/// (a made change of that action on that profile, written while the CLI
+/// ran, that no answered change accounts for) taken as made.
+pub fn resolve(ops: &[OpRecord], audit: &[super::invariants::AuditEntry]) -> Vec<OpRecord> {
+    let mut out = ops.to_vec();
+    let mut claimed: Vec<bool> = audit
+        .iter()
+        .map(|a| ops.iter().any(|o| a.records(o)))
+        .collect();
+    for o in out
+        .iter_mut()
+        .filter(|o| matches!(o.outcome, OpOutcome::Failed { .. }))
+    {
+        let found = audit.iter().enumerate().find(|(i, a)| {
+            !claimed[*i]
+                && (200..300).contains(&a.status)
+                && a.action == o.action
+                && a.profile.as_deref() == Some(o.profile.as_str())
+                && a.at_s >= o.t0 - 0.5
+                && a.at_s <= o.t1 + 0.5
+        });
+        if let Some((i, a)) = found {
+            let rev = if o.action == "delete" {
+                a.before_revision
+            } else {
+                a.revision
+            };
+            if let Some(revision) = rev {
+                claimed[i] = true;
+                o.outcome = OpOutcome::Accepted {
+                    revision,
+                    changed: true,
+                };
+                o.made_per_audit = true;
+            }
+        }
+    }
+    out
 }
 
 /// The store's answer to a change.
@@ -58,12 +102,23 @@ pub enum OpOutcome {
         /// Whether anything was written.
         changed: bool,
     },
-    /// Refused or failed, with the CLI's message.
+    /// Refused by the store (a stale revision, an unknown profile, a name
+    /// taken), with the CLI's message: nothing was changed.
     Refused {
         /// What the CLI said.
         message: String,
     },
+    /// Failed otherwise (the store away, a timeout): it may or may not
+    /// have been made; the audit log tells ([`resolve`]).
+    Failed {
+        /// What the CLI said.
+        message: String,
+    },
 }
+
+/// What the store says when it refuses a change (ringsync's `Refusal`):
+/// anything else is a failure whose outcome is unknown.
+const REFUSALS: &[&str] = &["as asked", "already exists", "no profile with id or name"];
 
 impl OpRecord {
     /// Its place among the changes made to its profile: by revision, a
@@ -199,9 +254,14 @@ impl Operator {
                 revision: v["revision"].as_u64().unwrap_or(0),
                 changed: v["changed"].as_bool().unwrap_or(true),
             },
-            Err(e) => OpOutcome::Refused {
-                message: e.to_string(),
-            },
+            Err(e) => {
+                let message = e.to_string();
+                if REFUSALS.iter().any(|r| message.contains(r)) {
+                    OpOutcome::Refused { message }
+                } else {
+                    OpOutcome::Failed { message }
+                }
+            }
         };
         self.done.push(OpRecord {
             operator: self.k,
@@ -213,6 +273,7 @@ impl Operator {
             if_revision,
             stale_on_purpose: stale,
             outcome,
+            made_per_audit: false,
         });
     }
 

@@ -39,6 +39,34 @@ pub enum Fault {
     /// SIGKILL to `ringsync serve` (the Active-Passive planner) and a
     /// start again.
     KillServe,
+    /// SIGKILL to one member of the three-member etcd cluster, started
+    /// again `for_s` later.
+    KillEtcdMember {
+        /// Member number (0-2).
+        member: usize,
+        /// Seconds it is down.
+        for_s: f64,
+    },
+    /// SIGKILL to the etcd member that leads at that moment, started
+    /// again `for_s` later.
+    KillEtcdLeader {
+        /// Seconds it is down.
+        for_s: f64,
+    },
+    /// The whole store stopped for `for_s` (R-MN-2: the gates keep their
+    /// last view and say it is stale).
+    StopStore {
+        /// Seconds it is away.
+        for_s: f64,
+    },
+    /// SIGKILL to an sg/esg instance (its SIPp UAS), started again
+    /// `for_s` later: its calls had a process on their path killed.
+    KillInstance {
+        /// Instance id.
+        instance: String,
+        /// Seconds it is down.
+        for_s: f64,
+    },
 }
 
 impl Fault {
@@ -52,6 +80,16 @@ impl Fault {
             Fault::UpgradeGate { gate } => format!("sip-gate upgrade gate-{gate}"),
             Fault::KillMedia => "kill -9 media-ctl, start it again".into(),
             Fault::KillServe => "kill -9 ringsync serve, start it again".into(),
+            Fault::KillEtcdMember { member, for_s } => {
+                format!("kill -9 etcd member {member}, start it again after {for_s:.1} s")
+            }
+            Fault::KillEtcdLeader { for_s } => {
+                format!("kill -9 the etcd leader, start it again after {for_s:.1} s")
+            }
+            Fault::StopStore { for_s } => format!("stop the whole etcd cluster for {for_s:.1} s"),
+            Fault::KillInstance { instance, for_s } => {
+                format!("kill -9 {instance}, start it again after {for_s:.1} s")
+            }
         }
     }
 
@@ -92,12 +130,16 @@ pub struct Done {
 }
 
 /// What the generator may choose from.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Menu {
     /// Gate nodes of the site.
     pub gates: usize,
     /// Whether `ringsync serve` runs (a site with Active-Passive groups).
     pub serve: bool,
+    /// Whether the store is a three-member etcd cluster.
+    pub etcd: bool,
+    /// The sg/esg instances that may be killed.
+    pub instances: Vec<String>,
 }
 
 /// Seconds kept free of faults at the start (the load settles) and at the
@@ -113,7 +155,7 @@ pub const MIN_GAP_S: f64 = 4.0;
 /// The timeline of a run of `duration_s` with `seed`: about one fault
 /// every ten seconds (at least three), each in a slot of its own at a
 /// random instant, the kind and the target drawn from `menu`.
-pub fn plan(seed: u64, duration_s: f64, menu: Menu) -> Vec<Planned> {
+pub fn plan(seed: u64, duration_s: f64, menu: &Menu) -> Vec<Planned> {
     let mut rng = Rng::new(seed);
     let span = (duration_s - QUIET_START_S - QUIET_END_S).max(0.0);
     let n = ((span / 10.0).round() as usize).max(3);
@@ -122,7 +164,18 @@ pub fn plan(seed: u64, duration_s: f64, menu: Menu) -> Vec<Planned> {
         return Vec::new();
     }
     // Kill, pause and upgrade a gate weigh most: they are on every call's path.
-    let weights = [3, 3, 2, 1, u32::from(menu.serve)];
+    let etcd = u32::from(menu.etcd);
+    let weights = [
+        3,
+        3,
+        2,
+        1,
+        u32::from(menu.serve),
+        etcd,
+        etcd,
+        etcd,
+        u32::from(!menu.instances.is_empty()),
+    ];
     (0..n)
         .map(|i| {
             let at_s = QUIET_START_S + i as f64 * slot + rng.range(0.0, slot - MIN_GAP_S + 1.0);
@@ -135,7 +188,21 @@ pub fn plan(seed: u64, duration_s: f64, menu: Menu) -> Vec<Planned> {
                 },
                 2 => Fault::UpgradeGate { gate },
                 3 => Fault::KillMedia,
-                _ => Fault::KillServe,
+                4 => Fault::KillServe,
+                5 => Fault::KillEtcdMember {
+                    member: rng.below(3),
+                    for_s: tenths(rng.range(1.0, 5.0)),
+                },
+                6 => Fault::KillEtcdLeader {
+                    for_s: tenths(rng.range(1.0, 5.0)),
+                },
+                7 => Fault::StopStore {
+                    for_s: tenths(rng.range(1.0, 4.0)),
+                },
+                _ => Fault::KillInstance {
+                    instance: menu.instances[rng.below(menu.instances.len())].clone(),
+                    for_s: tenths(rng.range(1.0, 4.0)),
+                },
             };
             Planned {
                 at_s: (at_s * 10.0).round() / 10.0,
@@ -143,6 +210,10 @@ pub fn plan(seed: u64, duration_s: f64, menu: Menu) -> Vec<Planned> {
             }
         })
         .collect()
+}
+
+fn tenths(x: f64) -> f64 {
+    (x * 10.0).round() / 10.0
 }
 
 /// The timeline as text, one fault a line.
@@ -158,16 +229,20 @@ pub fn timeline_text(seed: u64, faults: &[Planned]) -> String {
 mod tests {
     use super::*;
 
-    const MENU: Menu = Menu {
-        gates: 3,
-        serve: true,
-    };
+    fn menu() -> Menu {
+        Menu {
+            gates: 3,
+            serve: true,
+            etcd: true,
+            instances: vec!["sg-a".into(), "sg-b".into()],
+        }
+    }
 
     #[test]
     fn same_seed_same_timeline_and_faults_apart() {
-        let a = plan(11, 60.0, MENU);
-        assert_eq!(a, plan(11, 60.0, MENU));
-        assert_ne!(a, plan(12, 60.0, MENU));
+        let a = plan(11, 60.0, &menu());
+        assert_eq!(a, plan(11, 60.0, &menu()));
+        assert_ne!(a, plan(12, 60.0, &menu()));
         assert!(a.len() >= 3, "{a:?}");
         for w in a.windows(2) {
             assert!(w[1].at_s - w[0].at_s >= MIN_GAP_S - 0.1, "{a:?}");
@@ -179,22 +254,38 @@ mod tests {
 
     #[test]
     fn an_hour_draws_every_kind() {
-        let a = plan(3, 3600.0, MENU);
+        let a = plan(3, 3600.0, &menu());
         assert!(a.len() >= 300);
-        for kind in ["kill -9 gate", "SIGSTOP", "upgrade", "media-ctl", "serve"] {
+        for kind in [
+            "kill -9 gate",
+            "SIGSTOP",
+            "upgrade",
+            "media-ctl",
+            "serve",
+            "etcd member",
+            "etcd leader",
+            "whole etcd",
+            "kill -9 sg-",
+        ] {
             assert!(
                 a.iter().any(|p| p.fault.label().contains(kind)),
                 "{kind} never drawn"
             );
         }
-        let no_serve = plan(
-            3,
-            600.0,
-            Menu {
-                gates: 2,
-                serve: false,
-            },
-        );
-        assert!(no_serve.iter().all(|p| p.fault != Fault::KillServe));
+        // A site without a planner, etcd or instances to kill: gate faults
+        // and media-ctl only.
+        let bare = Menu {
+            gates: 2,
+            serve: false,
+            etcd: false,
+            instances: Vec::new(),
+        };
+        assert!(plan(3, 600.0, &bare).iter().all(|p| matches!(
+            p.fault,
+            Fault::KillGate { .. }
+                | Fault::PauseGate { .. }
+                | Fault::UpgradeGate { .. }
+                | Fault::KillMedia
+        )));
     }
 }

@@ -34,11 +34,13 @@ fn op(k: usize, t: f64, action: &str, profile: &str, rev: u64, if_rev: Option<u6
             revision: rev,
             changed: true,
         },
+        made_per_audit: false,
     }
 }
 
 fn audit(action: &str, profile: &str, rev: u64) -> AuditEntry {
     AuditEntry {
+        at_s: 0.0,
         action: action.into(),
         profile: Some(profile.into()),
         status: 200,
@@ -142,12 +144,20 @@ fn a_call_lost_off_any_killed_path_fails_with_its_call_id() {
     assert!(v.pass, "{v:?}");
     assert!(
         v.detail
-            .contains("1 failed, 1 of them with their gate killed"),
+            .contains("1 failed, 1 of them with their gate or instance killed"),
         "{v:?}"
     );
     // A kill before the call was up does not excuse it.
     e.faults.last_mut().unwrap().t = 1.0;
     assert!(!calls_survive(&e).pass);
+    // Its instance killed after the far end answered, a moment before
+    // the caller saw the 200: excused.
+    e.faults.last_mut().unwrap().fault = Fault::KillInstance {
+        instance: "sg-b".into(),
+        for_s: 1.0,
+    };
+    e.faults.last_mut().unwrap().t = 1.95;
+    assert!(calls_survive(&e).pass, "{:?}", calls_survive(&e));
 }
 
 /// `drained` said while the far end still held an ACKed call its gate
@@ -314,4 +324,59 @@ fn operator_changes_fail_on_stale_audit_and_end_state() {
     for v in judge(&e) {
         assert!(v.pass, "{v:?}");
     }
+}
+
+/// sg-b, the only other sg, was down (killed, not yet seen back): a new
+/// call on the draining sg-a had nowhere else to go.
+#[test]
+fn a_call_past_the_bound_is_excused_while_the_others_are_down() {
+    let mut e = clean();
+    e.held.push(held("c3", "sg-a", 2, 15.1, Some(18.0)));
+    e.faults.push(Done {
+        t: 12.0,
+        until: 14.0,
+        fault: Fault::KillInstance {
+            instance: "sg-b".into(),
+            for_s: 2.0,
+        },
+        error: None,
+    });
+    assert!(no_new_dialog_past_bound(&e).pass);
+    // Back and seen healthy long before: not excused.
+    e.faults.last_mut().unwrap().until = 3.0;
+    e.faults.last_mut().unwrap().t = 1.0;
+    assert!(!no_new_dialog_past_bound(&e).pass);
+}
+
+/// A change the CLI saw fail (the store away) that the audit log shows
+/// made counts as made; one the log does not show does not.
+#[test]
+fn a_failed_change_is_made_when_the_audit_log_says_so() {
+    use super::operators::resolve;
+    let mut e = clean();
+    e.ops[2].outcome = OpOutcome::Failed {
+        message: "store unavailable".into(),
+    };
+    // The deactivation is in the log: made, and every invariant holds.
+    e.audit[2].at_s = 20.05;
+    let ops = resolve(&e.ops, &e.audit);
+    assert!(
+        ops[2].made_per_audit && ops[2].made() == Some(3),
+        "{:?}",
+        ops[2]
+    );
+    e.ops = ops;
+    for v in judge(&e) {
+        assert!(v.pass, "{v:?}");
+    }
+    // Not in the log: not made, so the store should have stayed active.
+    let mut e = clean();
+    e.ops[2].outcome = OpOutcome::Failed {
+        message: "store unavailable".into(),
+    };
+    e.audit.remove(2);
+    e.ops = resolve(&e.ops, &e.audit);
+    assert_eq!(e.ops[2].made(), None);
+    let v = super::invariants_ops::operators(&e);
+    assert!(!v.pass && v.counterexample.unwrap().contains("the store ends with"));
 }

@@ -179,6 +179,8 @@ impl SiteBuilder {
             mgs: BTreeMap::new(),
             etcd: None,
             ap: None,
+            lifetime: self.lifetime,
+            uas_runs: BTreeMap::new(),
             _tmp: tmp,
         };
         site.start_all(self.lifetime)?;
@@ -199,6 +201,9 @@ pub struct Site {
     mgs: BTreeMap<String, RtpengineHandle>,
     etcd: Option<Etcd>,
     ap: Option<nodes::ApNodes>,
+    lifetime: Duration,
+    /// Per sg/esg, how many times its UAS was started again.
+    uas_runs: BTreeMap<String, u32>,
     _tmp: Option<TempDir>,
 }
 
@@ -312,6 +317,37 @@ impl Site {
         self.dir.join(format!("uas-{id}.log"))
     }
 
+    /// Every log file of an sg/esg instance's UAS, one per run in the
+    /// order they ran ([`Self::start_instance`] starts a new one).
+    pub fn uas_logs(&self, id: &str) -> Vec<PathBuf> {
+        let runs = self.uas_runs.get(id).copied().unwrap_or(0);
+        std::iter::once(self.uas_log(id))
+            .chain((1..=runs).map(|n| self.dir.join(format!("uas-{id}.run{n}.log"))))
+            .collect()
+    }
+
+    /// Starts an sg/esg instance's UAS again after [`Self::kill_instance`],
+    /// logging to a file of its own (`uas-ID.runN.log`).
+    pub fn start_instance(&mut self, id: &str) -> Result<()> {
+        let inst = self
+            .layout
+            .instances()
+            .into_iter()
+            .find(|i| {
+                i.id == id && matches!(i.svc, Svc::Sg | Svc::Esg) && !self.uas.contains_key(id)
+            })
+            .ok_or(Error::Scenario {
+                path: "site".into(),
+                message: format!("no stopped sg/esg instance `{id}` to start"),
+            })?;
+        let n = self.uas_runs.entry(id.to_owned()).or_insert(0);
+        *n += 1;
+        let log = self.dir.join(format!("uas-{id}.run{n}.log"));
+        let uas = Self::uas(&inst, self.lifetime, &log)?;
+        self.uas.insert(id.to_owned(), uas);
+        Ok(())
+    }
+
     fn gate_file(&self, k: usize) -> PathBuf {
         if k == 0 {
             self.site_file.clone()
@@ -383,6 +419,7 @@ impl Site {
     /// Kills an instance as a crash would: its SIPp UAS or its rtpengine.
     pub fn kill_instance(&mut self, id: &str) -> Result<()> {
         if let Some(u) = self.uas.remove(id) {
+            crate::process::signal_pid(u.pid(), "KILL");
             drop(u);
         } else if let Some(m) = self.mgs.remove(id) {
             m.kill();

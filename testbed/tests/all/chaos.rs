@@ -1,7 +1,7 @@
 //! `testbed chaos` through the real binary: a 60 s smoke run on
-//! `127.95.3.0/24` (seed 38: a gate upgraded, one frozen, `ringsync serve`
-//! killed, a gate killed, while calls, registrations, subscriptions and
-//! three operators run). Every invariant must pass against the far ends'
+//! `127.95.3.0/24` (seed 10: a gate frozen, an sg killed and started
+//! again, the whole etcd cluster stopped, a gate upgraded, while calls,
+//! registrations, subscriptions and three operators run). Every invariant must pass against the far ends'
 //! logs, the report must list the faults the seed drew, and the same
 //! seed must draw the same timeline again.
 //!
@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_testbed");
-const SEED: &str = "38";
+const SEED: &str = "10";
 
 #[test]
 fn a_minute_of_faults_keeps_every_promise_checked_from_the_far_ends() {
@@ -43,7 +43,7 @@ fn a_minute_of_faults_keeps_every_promise_checked_from_the_far_ends() {
         assert_eq!(v["pass"], true, "{v}\n{stderr}");
     }
     assert_eq!(o.status.code(), Some(0), "{stderr}");
-    assert_eq!(report["seed"], 38);
+    assert_eq!(report["seed"], 10);
     // The timeline was printed first, and every fault was injected.
     let plan = Command::new(BIN)
         .args(["chaos", "--seed", SEED, "--minutes", "1", "--plan"])
@@ -58,7 +58,7 @@ fn a_minute_of_faults_keeps_every_promise_checked_from_the_far_ends() {
         .iter()
         .map(|f| f["fault"].as_str().unwrap())
         .collect();
-    for k in ["upgrade_gate", "pause_gate", "kill_serve", "kill_gate"] {
+    for k in ["pause_gate", "kill_instance", "stop_store", "upgrade_gate"] {
         assert!(kinds.contains(&k), "{k} not injected: {kinds:?}");
     }
     assert!(faults.iter().all(|f| f["error"].is_null()), "{faults:?}");
@@ -76,6 +76,6 @@ fn a_minute_of_faults_keeps_every_promise_checked_from_the_far_ends() {
         report["operator_changes"]
     );
     let md = std::fs::read_to_string(dir.path().join("report.md")).unwrap();
-    assert!(md.contains("Replay: `testbed chaos --seed 38"), "{md}");
+    assert!(md.contains("Replay: `testbed chaos --seed 10"), "{md}");
     assert!(took < Duration::from_secs(120), "took {took:?}");
 }
