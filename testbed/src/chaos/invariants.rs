@@ -1,117 +1,15 @@
-//! The promises a chaos run checks against the far ends' ground truth,
-//! each a verdict with its first counter-example (the Call-ID, the
+//! The promises on calls a chaos run checks against the far ends' ground
+//! truth, each a verdict with its first counter-example (the Call-ID, the
 //! instance, the instants). Pure functions of the run's [`Evidence`], so
 //! each is tested on synthetic timelines (`tests.rs`).
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
-
-use super::operators::OpRecord;
-use super::plan::{Done, Fault};
-use super::truth::{CallerCall, Held, WorkKind};
-use super::watch::StatusSample;
+use super::evidence::verdict;
+pub use super::evidence::{Evidence, Invariant};
+use super::plan::Fault;
+use super::truth::{Held, WorkKind};
 use super::zone::Zone;
-use crate::rehearsal::sampled::Sample;
-
-/// Everything a run recorded, for the checker.
-#[derive(Debug, Clone, Default)]
-pub struct Evidence {
-    /// What the instances held (their own logs).
-    pub held: Vec<Held>,
-    /// Every established call as its caller saw it, by Call-ID.
-    pub calls: BTreeMap<String, CallerCall>,
-    /// The faults as injected.
-    pub faults: Vec<Done>,
-    /// `ringsync status` every 250 ms.
-    pub status: Vec<StatusSample>,
-    /// Every change the operators asked for.
-    pub ops: Vec<OpRecord>,
-    /// The audit log at the end.
-    pub audit: Vec<AuditEntry>,
-    /// The store's profiles at the end, by name: active, servers.
-    pub store_end: Option<BTreeMap<String, (bool, Vec<String>)>>,
-    /// The site's own nodes once a second (media-ctl's mgs).
-    pub samples: Vec<Sample>,
-    /// sg/esg instances: id, service, server.
-    pub instances: Vec<(String, String, String)>,
-    /// Seconds a drain may take to reach every gate.
-    pub bound_s: f64,
-    /// When the run ended (seconds after its start).
-    pub end_s: f64,
-}
-
-/// An audit record, as far as the checker reads it.
-#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize, Serialize)]
-pub struct AuditEntry {
-    /// When it was written, seconds after the run's start.
-    #[serde(default)]
-    pub at_s: f64,
-    /// `create`, `activate`, ...
-    pub action: String,
-    /// The profile's name, when the store knew it.
-    #[serde(default)]
-    pub profile: Option<String>,
-    /// 200/201 made, 4xx refused.
-    pub status: u16,
-    /// The set's revision after a change that was made.
-    #[serde(default)]
-    pub revision: Option<u64>,
-    /// The profile's revision before the change, when it existed.
-    #[serde(default)]
-    pub before_revision: Option<u64>,
-}
-
-impl AuditEntry {
-    /// Whether this record is of the change `o` made. A deletion's answer
-    /// names the profile as it was (its revision before), every other
-    /// change's the profile as it is after (the set's new revision).
-    pub fn records(&self, o: &OpRecord) -> bool {
-        let rev = if o.action == "delete" {
-            self.before_revision
-        } else {
-            self.revision
-        };
-        self.action == o.action
-            && self.profile.as_deref() == Some(o.profile.as_str())
-            && rev.is_some()
-            && rev == o.made()
-    }
-}
-
-/// One invariant's verdict.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Invariant {
-    /// Short name.
-    pub name: &'static str,
-    /// Held.
-    pub pass: bool,
-    /// The figures behind it.
-    pub detail: String,
-    /// The first counter-example, when it failed on one.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub counterexample: Option<String>,
-}
-
-fn verdict(name: &'static str, first: Option<String>, detail: String) -> Invariant {
-    Invariant {
-        name,
-        pass: first.is_none(),
-        detail,
-        counterexample: first,
-    }
-}
-
-/// Every invariant, in the report's order.
-pub fn judge(e: &Evidence) -> Vec<Invariant> {
-    vec![
-        calls_survive(e),
-        drained_means_empty(e),
-        no_new_dialog_past_bound(e),
-        super::invariants_ops::last_mg_kept(e),
-        super::invariants_ops::operators(e),
-    ]
-}
 
 /// When gate `g` was killed at or after `from` (and at or before `to`).
 fn killed(e: &Evidence, g: Option<usize>, from: f64, to: f64) -> Option<f64> {

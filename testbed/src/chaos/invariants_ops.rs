@@ -4,17 +4,8 @@
 
 use std::collections::BTreeMap;
 
-use super::invariants::{Evidence, Invariant};
-use super::operators::{OpOutcome, PROFILES};
-
-fn verdict(name: &'static str, first: Option<String>, detail: String) -> Invariant {
-    Invariant {
-        name,
-        pass: first.is_none(),
-        detail,
-        counterexample: first,
-    }
-}
+use super::evidence::{verdict, Evidence, Invariant};
+use super::operators::{OpOutcome, OpRecord, PROFILES};
 
 /// States in which media-ctl still gives an mg new calls (as its
 /// `/readyz` counts them: a lift that starts from weight 0 is served by
@@ -174,7 +165,7 @@ pub fn operators(e: &Evidence) -> Invariant {
 }
 
 /// Profile name → (active, servers) after the changes made, in order.
-fn end_state(made: &[&super::operators::OpRecord]) -> BTreeMap<String, (bool, Vec<String>)> {
+fn end_state(made: &[&OpRecord]) -> BTreeMap<String, (bool, Vec<String>)> {
     let mut m: BTreeMap<String, (bool, Vec<String>)> = BTreeMap::new();
     for o in made {
         match o.action.as_str() {

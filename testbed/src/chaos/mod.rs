@@ -4,6 +4,7 @@
 //! run it; the instances' SIPp logs and the callers' are the ground truth
 //! ([`truth`]); [`invariants`] judge it.
 
+pub mod evidence;
 pub mod inject;
 pub mod invariants;
 pub mod invariants_ops;
@@ -61,6 +62,17 @@ const OPERATORS: usize = 3;
 const HOLD_S: f64 = 4.0;
 /// Shortest and longest run.
 pub const DURATION_S: (f64, f64) = (30.0, 7200.0);
+
+/// Every invariant, in the report's order.
+pub fn judge(e: &evidence::Evidence) -> Vec<evidence::Invariant> {
+    vec![
+        invariants::calls_survive(e),
+        invariants::drained_means_empty(e),
+        invariants::no_new_dialog_past_bound(e),
+        invariants_ops::last_mg_kept(e),
+        invariants_ops::operators(e),
+    ]
+}
 
 /// The chaos site: 3 sg, 2 mg, `gates` gate nodes, a three-member etcd
 /// cluster, one Active-Passive group (so `ringsync serve` runs), short
@@ -171,7 +183,7 @@ pub fn run(opts: &Options, stop: &Arc<AtomicBool>) -> Result<ChaosReport> {
         }
     }
     let ops = operators::resolve(&rec.ops, &audit);
-    let evidence = invariants::Evidence {
+    let evidence = evidence::Evidence {
         calls: truth::callers(&rec.loads),
         held,
         faults: rec.faults.clone(),
@@ -201,7 +213,7 @@ fn build_report(
     layout: &crate::site::Layout,
     timeline: Vec<plan::Planned>,
     rec: Recorded,
-    e: &invariants::Evidence,
+    e: &evidence::Evidence,
 ) -> ChaosReport {
     let played = Played {
         marks: Vec::new(),
@@ -224,7 +236,7 @@ fn build_report(
         site: crate::rehearsal::site_map::words(layout),
         timeline,
         faults: rec.faults,
-        invariants: invariants::judge(e),
+        invariants: judge(e),
         calls: r::calls(&played),
         registrations: r::registrations(&played),
         subscriptions: r::requests(&played, LoadKind::Subscribe),
@@ -337,7 +349,7 @@ fn read_store(
     site: &Site,
     epoch0: f64,
 ) -> (
-    Vec<invariants::AuditEntry>,
+    Vec<operators::AuditEntry>,
     Option<BTreeMap<String, (bool, Vec<String>)>>,
 ) {
     let (bins, file) = (site.bins(), site.site_file());
@@ -352,7 +364,7 @@ fn read_store(
             break;
         };
         for r in page["records"].as_array().into_iter().flatten() {
-            audit.push(invariants::AuditEntry {
+            audit.push(operators::AuditEntry {
                 at_s: r["at_ms"].as_f64().unwrap_or(0.0) / 1000.0 - epoch0,
                 action: r["action"].as_str().unwrap_or_default().to_owned(),
                 profile: r["profile"]["name"].as_str().map(str::to_owned),

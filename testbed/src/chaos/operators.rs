@@ -50,10 +50,48 @@ pub struct OpRecord {
     pub made_per_audit: bool,
 }
 
+/// An audit record, as far as the checker reads it.
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize, Serialize)]
+pub struct AuditEntry {
+    /// When it was written, seconds after the run's start.
+    #[serde(default)]
+    pub at_s: f64,
+    /// `create`, `activate`, ...
+    pub action: String,
+    /// The profile's name, when the store knew it.
+    #[serde(default)]
+    pub profile: Option<String>,
+    /// 200/201 made, 4xx refused.
+    pub status: u16,
+    /// The set's revision after a change that was made.
+    #[serde(default)]
+    pub revision: Option<u64>,
+    /// The profile's revision before the change, when it existed.
+    #[serde(default)]
+    pub before_revision: Option<u64>,
+}
+
+impl AuditEntry {
+    /// Whether this record is of the change `o` made. A deletion's answer
+    /// names the profile as it was (its revision before), every other
+    /// change's the profile as it is after (the set's new revision).
+    pub fn records(&self, o: &OpRecord) -> bool {
+        let rev = if o.action == "delete" {
+            self.before_revision
+        } else {
+            self.revision
+        };
+        self.action == o.action
+            && self.profile.as_deref() == Some(o.profile.as_str())
+            && rev.is_some()
+            && rev == o.made()
+    }
+}
+
 /// The changes with every failed one whose outcome the audit log shows
 /// (a made change of that action on that profile, written while the CLI
 /// ran, that no answered change accounts for) taken as made.
-pub fn resolve(ops: &[OpRecord], audit: &[super::invariants::AuditEntry]) -> Vec<OpRecord> {
+pub fn resolve(ops: &[OpRecord], audit: &[AuditEntry]) -> Vec<OpRecord> {
     let mut out = ops.to_vec();
     let mut claimed: Vec<bool> = audit
         .iter()

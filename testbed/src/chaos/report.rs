@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use super::invariants::Invariant;
+use super::evidence::Invariant;
 use super::operators::OpRecord;
 use super::plan::{Done, Planned};
 use crate::rehearsal::report::{Registrations, Requests};

@@ -2,7 +2,8 @@
 //! fails with the right counter-example when the promise is broken.
 
 use super::invariants::*;
-use super::operators::{OpOutcome, OpRecord};
+use super::judge;
+use super::operators::{AuditEntry, OpOutcome, OpRecord};
 use super::plan::{Done, Fault};
 use super::truth::{CallerCall, Held, WorkKind};
 use super::watch::StatusSample;
