@@ -69,6 +69,11 @@ enum Command {
         /// Print the fault timeline the seed gives and exit.
         #[arg(long)]
         plan: bool,
+        /// Break a promise on purpose, to see the invariants catch it:
+        /// `blind-gate` (the last gate reads another store prefix, so it
+        /// never sees a drain).
+        #[arg(long = "break", value_name = "WHAT", value_parser = ["blind-gate"])]
+        breaks: Option<String>,
         /// No progress line.
         #[arg(long, short)]
         quiet: bool,
@@ -107,6 +112,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             bound_s,
             net,
             plan,
+            breaks,
             quiet,
             json,
             bin_dir,
@@ -133,6 +139,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 gates,
                 rate,
                 bound_s,
+                blind_gate: breaks.is_some(),
             };
             std::fs::create_dir_all(&opts.out)?;
             let stop = Arc::new(AtomicBool::new(false));

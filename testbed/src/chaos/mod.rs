@@ -54,6 +54,9 @@ pub struct Options {
     pub rate: u32,
     /// Seconds a drain may take to reach every gate.
     pub bound_s: f64,
+    /// Break a promise on purpose: the last gate reads another store
+    /// prefix (it never sees a drain), to see the invariants catch it.
+    pub blind_gate: bool,
 }
 
 /// Operators changing profiles at once.
@@ -146,6 +149,9 @@ pub fn run(opts: &Options, stop: &Arc<AtomicBool>) -> Result<ChaosReport> {
     if let Some(n) = opts.net {
         b = b.net(n);
     }
+    if opts.blind_gate {
+        b = b.blind_gate(opts.gates - 1);
+    }
     if let Some(bins) = &opts.bins {
         b = b.bins(bins.clone());
     }
@@ -226,12 +232,17 @@ fn build_report(
         seed: opts.seed,
         duration_s: opts.duration_s,
         replay: format!(
-            "testbed chaos --seed {} --minutes {} --gates {} --rate {} --bound-s {}",
+            "testbed chaos --seed {} --minutes {} --gates {} --rate {} --bound-s {}{}",
             opts.seed,
             opts.duration_s / 60.0,
             opts.gates,
             opts.rate,
-            opts.bound_s
+            opts.bound_s,
+            if opts.blind_gate {
+                " --break blind-gate"
+            } else {
+                ""
+            }
         ),
         site: crate::rehearsal::site_map::words(layout),
         timeline,

@@ -52,6 +52,7 @@ pub struct SiteBuilder {
     dir: Option<PathBuf>,
     bins: Option<BinDir>,
     lifetime: Duration,
+    blind_gate: Option<usize>,
 }
 
 impl SiteBuilder {
@@ -132,6 +133,14 @@ impl SiteBuilder {
         self.bins = Some(bins);
         self
     }
+    /// Gate node `k` reads the profiles under another etcd prefix, so it
+    /// never sees a drain and registers where `ringsync status` does not
+    /// look: a promise broken on purpose (`testbed chaos --break
+    /// blind-gate`), to see the checks catch it. Etcd sites only.
+    pub fn blind_gate(mut self, k: usize) -> Self {
+        self.blind_gate = Some(k);
+        self
+    }
     /// The longest the site may run: every SIPp UAS ends by itself after
     /// it (default 10 minutes).
     pub fn lifetime(mut self, t: Duration) -> Self {
@@ -183,7 +192,7 @@ impl SiteBuilder {
             uas_runs: BTreeMap::new(),
             _tmp: tmp,
         };
-        site.start_all(self.lifetime)?;
+        site.start_all(self.lifetime, self.blind_gate)?;
         Ok(site)
     }
 }
@@ -225,10 +234,11 @@ impl Site {
             dir: None,
             bins: None,
             lifetime: Duration::from_secs(600),
+            blind_gate: None,
         }
     }
 
-    fn start_all(&mut self, lifetime: Duration) -> Result<()> {
+    fn start_all(&mut self, lifetime: Duration, blind: Option<usize>) -> Result<()> {
         let endpoints = if self.layout.store() == StoreKind::Etcd {
             let etcd = Etcd::cluster(&self.layout.etcd_ips())?;
             let e = etcd.endpoints();
@@ -240,7 +250,10 @@ impl Site {
         let mut files = Vec::new();
         for k in 0..self.layout.gates() {
             let path = self.gate_file(k);
-            let text = self.layout.site_toml(k, &endpoints);
+            let mut text = self.layout.site_toml(k, &endpoints);
+            if blind == Some(k) {
+                text = text.replace("\"/drain/rehearsal\"", "\"/drain/rehearsal-blind\"");
+            }
             std::fs::write(&path, text).map_err(|source| Error::File {
                 path: path.clone(),
                 source,
