@@ -188,6 +188,7 @@ pub fn run(opts: &Options, stop: &Arc<AtomicBool>) -> Result<ChaosReport> {
             held.extend(run);
         }
     }
+    truth::moved_bindings(&mut held);
     let ops = operators::resolve(&rec.ops, &audit);
     let evidence = evidence::Evidence {
         calls: truth::callers(&rec.loads),
