@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use super::evidence::{verdict, Evidence, Invariant};
-use super::operators::{OpOutcome, OpRecord, PROFILES};
+use super::operators::{AuditEntry, OpOutcome, OpRecord, PROFILES};
 
 /// States in which media-ctl still gives an mg new calls (as its
 /// `/readyz` counts them: a lift that starts from weight 0 is served by
@@ -59,97 +59,25 @@ pub fn last_mg_kept(e: &Evidence) -> Invariant {
 /// store ends as the last changes made say.
 pub fn operators(e: &Evidence) -> Invariant {
     const NAME: &str = "operator changes: stale refused, audited once, end state";
-    let mut made: Vec<_> = e.ops.iter().filter(|o| o.made().is_some()).collect();
+    let mut made: Vec<&OpRecord> = e.ops.iter().filter(|o| o.made().is_some()).collect();
     made.sort_by_key(|o| o.order());
-    let refused = e
-        .ops
-        .iter()
-        .filter(|o| matches!(o.outcome, OpOutcome::Refused { .. }))
-        .count();
-    let failed = e
-        .ops
-        .iter()
-        .filter(|o| matches!(o.outcome, OpOutcome::Failed { .. }))
-        .count();
+    let count = |f: fn(&OpOutcome) -> bool| e.ops.iter().filter(|o| f(&o.outcome)).count();
+    let refused = count(|o| matches!(o, OpOutcome::Refused { .. }));
+    let failed = count(|o| matches!(o, OpOutcome::Failed { .. }));
     let per_audit = e.ops.iter().filter(|o| o.made_per_audit).count();
-    let mut first: Option<String> = None;
-    let mut note = |s: String| {
-        first.get_or_insert(s);
-    };
-    for o in e.ops.iter().filter(|o| o.stale_on_purpose) {
-        if let OpOutcome::Accepted { revision, .. } = o.outcome {
-            note(format!(
-                "operator {}'s {} {} --revision {} at {:.2} s (stale on purpose) was accepted (revision {revision})",
-                o.operator,
-                o.action,
-                o.profile,
-                o.if_revision.unwrap_or(0),
-                o.t0
-            ));
-        }
-    }
-    // Each change made with a revision was made on the profile's last one.
-    let mut last: BTreeMap<&str, u64> = BTreeMap::new();
-    for o in &made {
-        let rev = o.made().unwrap_or(0);
-        if let (Some(asked), Some(prev)) = (o.if_revision, last.get(o.profile.as_str())) {
-            if asked != *prev {
-                note(format!(
-                    "operator {}'s {} {} --revision {asked} at {:.2} s was made (revision {rev}) though the profile was at revision {prev}",
-                    o.operator, o.action, o.profile, o.t0
-                ));
-            }
-        }
-        last.insert(&o.profile, rev);
-    }
     let ours = |p: &Option<String>| {
         p.as_deref()
             .is_some_and(|p| PROFILES.iter().any(|x| x.0 == p))
     };
-    let audited: Vec<_> = e
+    let audited: Vec<&AuditEntry> = e
         .audit
         .iter()
         .filter(|a| (200..300).contains(&a.status) && a.revision.is_some() && ours(&a.profile))
         .collect();
-    for o in &made {
-        let n = audited.iter().filter(|a| a.records(o)).count();
-        if n != 1 {
-            note(format!(
-                "operator {}'s {} {} at {:.2} s (revision {}) is in the audit log {n} times",
-                o.operator,
-                o.action,
-                o.profile,
-                o.t0,
-                o.made().unwrap_or(0)
-            ));
-        }
-    }
-    for a in &audited {
-        if !made.iter().any(|o| a.records(o)) {
-            note(format!(
-                "the audit log has {} {} at revision {} that no operator was told was made",
-                a.action,
-                a.profile.as_deref().unwrap_or("?"),
-                a.revision.unwrap_or(0)
-            ));
-        }
-    }
-    let want = end_state(&made);
-    match &e.store_end {
-        None => note("the store's profiles could not be read at the end".into()),
-        Some(have) => {
-            let have: BTreeMap<_, _> = have
-                .iter()
-                .filter(|(n, _)| PROFILES.iter().any(|x| x.0 == n.as_str()))
-                .map(|(n, v)| (n.clone(), v.clone()))
-                .collect();
-            if have != want {
-                note(format!(
-                    "the store ends with {have:?}, the changes made say {want:?}"
-                ));
-            }
-        }
-    }
+    let first = stale_accepted(e)
+        .or_else(|| made_on_a_stale_revision(&made))
+        .or_else(|| audited_once(&made, &audited))
+        .or_else(|| end_state_is_their_sum(e, &made));
     verdict(
         NAME,
         first,
@@ -162,6 +90,87 @@ pub fn operators(e: &Evidence) -> Invariant {
             audited.len()
         ),
     )
+}
+
+/// A change given a revision its operator knew was stale, accepted.
+fn stale_accepted(e: &Evidence) -> Option<String> {
+    e.ops.iter().filter(|o| o.stale_on_purpose).find_map(|o| match o.outcome {
+        OpOutcome::Accepted { revision, .. } => Some(format!(
+            "operator {}'s {} {} --revision {} at {:.2} s (stale on purpose) was accepted (revision {revision})",
+            o.operator,
+            o.action,
+            o.profile,
+            o.if_revision.unwrap_or(0),
+            o.t0
+        )),
+        _ => None,
+    })
+}
+
+/// A change made with a revision other than the one the change made before
+/// it left the profile at.
+fn made_on_a_stale_revision(made: &[&OpRecord]) -> Option<String> {
+    let mut last: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut first = None;
+    for o in made {
+        let rev = o.made().unwrap_or(0);
+        if let (Some(asked), Some(prev)) = (o.if_revision, last.get(o.profile.as_str())) {
+            if asked != *prev && first.is_none() {
+                first = Some(format!(
+                    "operator {}'s {} {} --revision {asked} at {:.2} s was made (revision {rev}) though the profile was at revision {prev}",
+                    o.operator, o.action, o.profile, o.t0
+                ));
+            }
+        }
+        last.insert(&o.profile, rev);
+    }
+    first
+}
+
+/// A change made that the audit log holds other than once, or a made
+/// change in the log that no operator was told was made.
+fn audited_once(made: &[&OpRecord], audited: &[&AuditEntry]) -> Option<String> {
+    let twice = made.iter().find_map(|o| {
+        let n = audited.iter().filter(|a| a.records(o)).count();
+        (n != 1).then(|| {
+            format!(
+                "operator {}'s {} {} at {:.2} s (revision {}) is in the audit log {n} times",
+                o.operator,
+                o.action,
+                o.profile,
+                o.t0,
+                o.made().unwrap_or(0)
+            )
+        })
+    });
+    twice.or_else(|| {
+        audited
+            .iter()
+            .find(|a| !made.iter().any(|o| a.records(o)))
+            .map(|a| {
+                format!(
+                    "the audit log has {} {} at revision {} that no operator was told was made",
+                    a.action,
+                    a.profile.as_deref().unwrap_or("?"),
+                    a.revision.unwrap_or(0)
+                )
+            })
+    })
+}
+
+/// The store's profiles at the end differ from what the changes made add
+/// up to.
+fn end_state_is_their_sum(e: &Evidence, made: &[&OpRecord]) -> Option<String> {
+    let want = end_state(made);
+    let Some(have) = &e.store_end else {
+        return Some("the store's profiles could not be read at the end".into());
+    };
+    let have: BTreeMap<_, _> = have
+        .iter()
+        .filter(|(n, _)| PROFILES.iter().any(|x| x.0 == n.as_str()))
+        .map(|(n, v)| (n.clone(), v.clone()))
+        .collect();
+    (have != want).then(|| format!("the store ends with {have:?}, the changes made say {want:?}"))
 }
 
 /// Profile name → (active, servers) after the changes made, in order.

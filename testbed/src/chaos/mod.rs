@@ -125,37 +125,9 @@ struct Recorded {
 /// load, the faults and the operators, reads the far ends' logs, judges,
 /// writes `report.md` and `report.json` into `opts.out`.
 pub fn run(opts: &Options, stop: &Arc<AtomicBool>) -> Result<ChaosReport> {
-    if !(DURATION_S.0..=DURATION_S.1).contains(&opts.duration_s) || !(2..=3).contains(&opts.gates) {
-        return Err(Error::Command {
-            command: "testbed chaos".into(),
-            message: format!(
-                "--minutes gives {} s: {} to {} s; --gates {}: 2 or 3",
-                opts.duration_s, DURATION_S.0, DURATION_S.1, opts.gates
-            ),
-        });
-    }
     let timeline = timeline(opts.seed, opts.duration_s, opts.gates)?;
     eprint!("{}", plan::timeline_text(opts.seed, &timeline));
-    let site_dir = opts.out.join("site");
-    if site_dir.exists() {
-        std::fs::remove_dir_all(&site_dir).map_err(|source| Error::File {
-            path: site_dir.clone(),
-            source,
-        })?;
-    }
-    let mut b = builder(opts.gates)
-        .dir(&site_dir)
-        .lifetime(Duration::from_secs_f64(opts.duration_s + 120.0));
-    if let Some(n) = opts.net {
-        b = b.net(n);
-    }
-    if opts.blind_gate {
-        b = b.blind_gate(opts.gates - 1);
-    }
-    if let Some(bins) = &opts.bins {
-        b = b.bins(bins.clone());
-    }
-    let mut site = b.run()?;
+    let mut site = start_site(opts)?;
     let rec = play(&mut site, opts, &timeline, stop)?;
     let (audit, store_end) = read_store(&site, rec.epoch0);
     let layout = site.layout().clone();
@@ -167,32 +139,10 @@ pub fn run(opts: &Options, stop: &Arc<AtomicBool>) -> Result<ChaosReport> {
         .collect();
     // Everything stops: the instances' logs are whole after this.
     drop(site);
-    let gate_of = |ip| (0..layout.gates()).find(|k| layout.gate_ip(*k) == ip);
-    let mut held: Vec<truth::Held> = Vec::new();
-    for (id, paths) in &logs {
-        // A run of the instance that was killed held nothing past its kill.
-        let kills: Vec<f64> = rec
-            .faults
-            .iter()
-            .filter(|f| matches!(&f.fault, plan::Fault::KillInstance { instance, .. } if instance == id))
-            .map(|f| f.t)
-            .collect();
-        for (k, path) in paths.iter().enumerate() {
-            let text = std::fs::read_to_string(path).unwrap_or_default();
-            let mut run = truth::parse_uas(id, &text, rec.epoch0, gate_of);
-            if let Some(t) = kills.get(k) {
-                for h in run.iter_mut().filter(|h| h.to.is_none()) {
-                    h.to = Some(*t);
-                }
-            }
-            held.extend(run);
-        }
-    }
-    truth::moved_bindings(&mut held);
     let ops = operators::resolve(&rec.ops, &audit);
     let evidence = evidence::Evidence {
         calls: truth::callers(&rec.loads),
-        held,
+        held: read_held(&layout, &logs, &rec),
         faults: rec.faults.clone(),
         status: rec.status.0.clone(),
         ops,
@@ -213,6 +163,71 @@ pub fn run(opts: &Options, stop: &Arc<AtomicBool>) -> Result<ChaosReport> {
     let json = serde_json::to_string_pretty(&report).map_err(std::io::Error::other)?;
     write(&opts.out.join("report.json"), json)?;
     Ok(report)
+}
+
+/// Checks the options, empties the run's site directory and starts the
+/// chaos site.
+fn start_site(opts: &Options) -> Result<Site> {
+    if !(DURATION_S.0..=DURATION_S.1).contains(&opts.duration_s) || !(2..=3).contains(&opts.gates) {
+        return Err(Error::Command {
+            command: "testbed chaos".into(),
+            message: format!(
+                "--minutes gives {} s: {} to {} s; --gates {}: 2 or 3",
+                opts.duration_s, DURATION_S.0, DURATION_S.1, opts.gates
+            ),
+        });
+    }
+    let site_dir = opts.out.join("site");
+    if site_dir.exists() {
+        std::fs::remove_dir_all(&site_dir).map_err(|source| Error::File {
+            path: site_dir.clone(),
+            source,
+        })?;
+    }
+    let mut b = builder(opts.gates)
+        .dir(&site_dir)
+        .lifetime(Duration::from_secs_f64(opts.duration_s + 120.0));
+    if let Some(n) = opts.net {
+        b = b.net(n);
+    }
+    if opts.blind_gate {
+        b = b.blind_gate(opts.gates - 1);
+    }
+    if let Some(bins) = &opts.bins {
+        b = b.bins(bins.clone());
+    }
+    b.run()
+}
+
+/// What every instance held, from its logs (one per run of its UAS).
+fn read_held(
+    layout: &crate::site::Layout,
+    logs: &[(String, Vec<PathBuf>)],
+    rec: &Recorded,
+) -> Vec<truth::Held> {
+    let gate_of = |ip| (0..layout.gates()).find(|k| layout.gate_ip(*k) == ip);
+    let mut held: Vec<truth::Held> = Vec::new();
+    for (id, paths) in logs {
+        // A run of the instance that was killed held nothing past its kill.
+        let kills: Vec<f64> = rec
+            .faults
+            .iter()
+            .filter(|f| matches!(&f.fault, plan::Fault::KillInstance { instance, .. } if instance == id))
+            .map(|f| f.t)
+            .collect();
+        for (k, path) in paths.iter().enumerate() {
+            let text = std::fs::read_to_string(path).unwrap_or_default();
+            let mut run = truth::parse_uas(id, &text, rec.epoch0, gate_of);
+            if let Some(t) = kills.get(k) {
+                for h in &mut run {
+                    h.to = Some(h.to.map_or(*t, |to| to.min(*t)));
+                }
+            }
+            held.extend(run);
+        }
+    }
+    truth::moved_bindings(&mut held);
+    held
 }
 
 fn build_report(
@@ -289,46 +304,8 @@ fn play(
     let watcher = watch::spawn(bins.clone(), file.clone(), start, watching.clone());
     let ops =
         operators::Operators::start(OPERATORS, opts.seed, &bins, file, start, operating.clone());
-    let mut callers = Vec::new();
-    let out = site.dir().to_path_buf();
-    // The load stops in time for its last calls to end before the run does.
-    let load_s = (opts.duration_s - HOLD_S - 8.0).max(5.0);
-    for (kind, rate) in [
-        (LoadKind::Call, opts.rate),
-        (LoadKind::Register, 2),
-        (LoadKind::Subscribe, 2),
-    ] {
-        let a = Action::Load {
-            rate,
-            duration_s: load_s,
-            hold_s: HOLD_S,
-            listener: "subscribers".into(),
-            gate: None,
-            kind,
-            account: None,
-        };
-        load::start(site, &a, &out, &mut callers)?;
-    }
-    {
-        let mut r = rec.lock().unwrap_or_else(|e| e.into_inner());
-        for c in &callers {
-            r.follow_caller(c.log().to_path_buf());
-        }
-    }
-    let mut faults = Vec::new();
-    let mut due = timeline.iter().peekable();
-    let mut interrupted = false;
-    while start.elapsed().as_secs_f64() < opts.duration_s {
-        if stop.load(Ordering::Relaxed) {
-            interrupted = true;
-            break;
-        }
-        let now = start.elapsed().as_secs_f64();
-        while let Some(p) = due.next_if(|p| p.at_s <= now) {
-            faults.push(inject::inject(site, p, start));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let callers = start_loads(site, opts, &rec)?;
+    let (faults, interrupted) = inject_all(site, opts, timeline, start, stop);
     operating.store(true, Ordering::Relaxed);
     let ops = ops.finish();
     let loads = load::finish(callers, epoch0, interrupted);
@@ -353,6 +330,60 @@ fn play(
         epoch0,
         end_s: start.elapsed().as_secs_f64(),
     })
+}
+
+/// The calls (failover callers), registrations and subscriptions, from
+/// now until in time for their last ones to end before the run does; the
+/// recorder follows the callers' logs (gate failovers).
+fn start_loads(site: &Site, opts: &Options, rec: &Mutex<Recorder>) -> Result<Vec<load::Caller>> {
+    let mut callers = Vec::new();
+    let out = site.dir().to_path_buf();
+    let load_s = (opts.duration_s - HOLD_S - 8.0).max(5.0);
+    for (kind, rate) in [
+        (LoadKind::Call, opts.rate),
+        (LoadKind::Register, 2),
+        (LoadKind::Subscribe, 2),
+    ] {
+        let a = Action::Load {
+            rate,
+            duration_s: load_s,
+            hold_s: HOLD_S,
+            listener: "subscribers".into(),
+            gate: None,
+            kind,
+            account: None,
+        };
+        load::start(site, &a, &out, &mut callers)?;
+    }
+    let mut r = rec.lock().unwrap_or_else(|e| e.into_inner());
+    for c in &callers {
+        r.follow_caller(c.log().to_path_buf());
+    }
+    Ok(callers)
+}
+
+/// Injects each fault of `timeline` at its instant until the run's end
+/// (or `stop`); the faults as injected, and whether `stop` ended it.
+fn inject_all(
+    site: &mut Site,
+    opts: &Options,
+    timeline: &[plan::Planned],
+    start: Instant,
+    stop: &AtomicBool,
+) -> (Vec<plan::Done>, bool) {
+    let mut faults = Vec::new();
+    let mut due = timeline.iter().peekable();
+    while start.elapsed().as_secs_f64() < opts.duration_s {
+        if stop.load(Ordering::Relaxed) {
+            return (faults, true);
+        }
+        let now = start.elapsed().as_secs_f64();
+        while let Some(p) = due.next_if(|p| p.at_s <= now) {
+            faults.push(inject::inject(site, p, start));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (faults, false)
 }
 
 /// The audit log (every page) and the store's profiles at the end.
