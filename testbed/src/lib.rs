@@ -44,6 +44,7 @@ use std::path::PathBuf;
 pub mod bgp;
 pub mod bins;
 pub mod callbench;
+pub mod chaos;
 pub mod dnsmasq;
 mod error;
 pub mod etcd;

@@ -150,7 +150,7 @@ fn kill_all(pids: &[u32]) {
 }
 
 /// std has no kill(2) without unsafe code; procps' kill does it.
-fn signal_pid(pid: u32, signal: &str) {
+pub(crate) fn signal_pid(pid: u32, signal: &str) {
     let _ = Command::new("kill")
         .arg(format!("-{signal}"))
         .arg(pid.to_string())

@@ -200,6 +200,91 @@ async fn concurrent_writers_one_wins_the_others_conflict() {
     assert_eq!(set.revision, after.revision + 8);
 }
 
+/// R-PR-4: eight operators make the same change with the same revision at
+/// one instant (`profile deactivate shared --revision N`): one is made and
+/// audited; every other is refused as stale and audited as refused. Found
+/// by `testbed chaos --seed 2026 --minutes 10`: two operators racing
+/// `deactivate chaos-a --revision 6` were both told it was made
+/// (`"changed": true`, revision 8) and the audit log held it once, since a
+/// writer that lost the swap to an identical document took it for its own
+/// earlier attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_pr_4_the_same_change_at_once_is_made_once_and_the_others_are_stale() {
+    use ringsync::store::{Actor, AuditQuery, Op, WriteRequest};
+    let etcd = blocking(|| Etcd::single(ip(75, 11))).expect("etcd");
+    let eps = etcd.endpoints();
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = "/t/same";
+    let config = crate::etcd_common::etcd_site(dir.path(), &eps, prefix);
+    let mut nodes = Vec::new();
+    for i in 0..8 {
+        let s = node(&config, &eps, prefix, dir.path().join(format!("{i}.cache")))
+            .await
+            .unwrap();
+        nodes.push(Arc::new(s));
+    }
+    nodes[0].create(new("shared", &["srv-a"])).await.unwrap();
+    let mut made = 0;
+    for round in 0..6 {
+        let state = if round % 2 == 0 {
+            ProfileState::Active
+        } else {
+            ProfileState::Inactive
+        };
+        let set = nodes[0].list().await.unwrap();
+        let rev = set.find("shared").unwrap().revision;
+        let barrier = Arc::new(Barrier::new(nodes.len()));
+        let mut tasks = Vec::new();
+        for s in &nodes {
+            let (s, barrier) = (s.clone(), barrier.clone());
+            tasks.push(tokio::spawn(async move {
+                let op = Op::SetState {
+                    id: "shared".into(),
+                    state,
+                };
+                let audit = Some(Actor::local().record_op(&op, Some(rev)));
+                barrier.wait().await;
+                s.write(WriteRequest {
+                    op,
+                    expect: Some(rev),
+                    audit,
+                })
+                .await
+            }));
+        }
+        let (mut ok, mut stale) = (0, 0);
+        for t in tasks {
+            match t.await.unwrap() {
+                Ok(w) => {
+                    assert!(w.committed.changed, "round {round}: {w:?}");
+                    ok += 1;
+                }
+                Err(StoreError::Refused(Refusal::Stale { .. })) => stale += 1,
+                Err(e) => panic!("round {round}: unexpected {e}"),
+            }
+        }
+        assert_eq!(
+            (ok, stale),
+            (1, 7),
+            "round {round}: one made, the others stale"
+        );
+        made += ok;
+    }
+    let log = nodes[0]
+        .audit_log(AuditQuery {
+            limit: Some(1000),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let done = log
+        .records
+        .iter()
+        .filter(|r| r.status == 200 && matches!(r.action.as_str(), "activate" | "deactivate"))
+        .count();
+    assert_eq!(done, made, "each change made is audited once");
+}
+
 /// R-MN-2: etcd stops; the node keeps its view, says it is stale and since
 /// when; etcd returns; the node is current again without re-applying
 /// anything, and follows the next change.

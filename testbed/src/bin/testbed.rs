@@ -9,6 +9,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
+use testbed::chaos;
 use testbed::rehearsal::{self, Options, Scenario};
 use testbed::site::BinDir;
 
@@ -41,6 +42,48 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         bin_dir: Option<PathBuf>,
     },
+    /// Random faults from a seed against a whole site under load, every
+    /// promise checked against the far ends' own record.
+    Chaos {
+        /// The seed: the same seed replays the same fault timeline.
+        #[arg(long)]
+        seed: u64,
+        /// How long faults and load run, in minutes (0.5 to 120).
+        #[arg(long, default_value_t = 10.0)]
+        minutes: f64,
+        /// Where the report, site files and logs go (default: chaos-<seed>).
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+        /// Gate nodes: 2 or 3.
+        #[arg(long, default_value_t = 3)]
+        gates: usize,
+        /// New calls per second.
+        #[arg(long, default_value_t = 10)]
+        rate: u32,
+        /// Seconds a drain may take to reach every gate.
+        #[arg(long, default_value_t = 3.0)]
+        bound_s: f64,
+        /// The run's /24, `127.A.B` (default: from the pid).
+        #[arg(long)]
+        net: Option<String>,
+        /// Print the fault timeline the seed gives and exit.
+        #[arg(long)]
+        plan: bool,
+        /// Break a promise on purpose, to see the invariants catch it:
+        /// `blind-gate` (the last gate reads another store prefix, so it
+        /// never sees a drain).
+        #[arg(long = "break", value_name = "WHAT", value_parser = ["blind-gate"])]
+        breaks: Option<String>,
+        /// No progress line.
+        #[arg(long, short)]
+        quiet: bool,
+        /// Print the report as JSON instead of Markdown.
+        #[arg(long)]
+        json: bool,
+        /// Where sip-gate, media-ctl and ringsync are.
+        #[arg(long, value_name = "DIR")]
+        bin_dir: Option<PathBuf>,
+    },
     /// Check a scenario file and print its timeline.
     Check {
         /// The scenario file.
@@ -60,6 +103,65 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
+        Command::Chaos {
+            seed,
+            minutes,
+            out,
+            gates,
+            rate,
+            bound_s,
+            net,
+            plan,
+            breaks,
+            quiet,
+            json,
+            bin_dir,
+        } => {
+            if plan {
+                let t = chaos::timeline(seed, minutes * 60.0, gates)?;
+                print!("{}", chaos::plan::timeline_text(seed, &t));
+                return Ok(ExitCode::SUCCESS);
+            }
+            let net = match net {
+                None => None,
+                Some(n) => Some(
+                    parse_net(&n)
+                        .ok_or_else(|| anyhow::anyhow!("--net {n:?}: expected \"127.A.B\""))?,
+                ),
+            };
+            let opts = chaos::Options {
+                seed,
+                duration_s: minutes * 60.0,
+                out: out.unwrap_or_else(|| PathBuf::from(format!("chaos-{seed}"))),
+                quiet,
+                bins: bin_dir.map(BinDir::at),
+                net,
+                gates,
+                rate,
+                bound_s,
+                blind_gate: breaks.is_some(),
+            };
+            std::fs::create_dir_all(&opts.out)?;
+            let stop = Arc::new(AtomicBool::new(false));
+            for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+                signal_hook::flag::register(sig, stop.clone())?;
+            }
+            let report = chaos::run(&opts, &stop)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print!("{}", report.markdown());
+            }
+            eprintln!(
+                "testbed: report in {}",
+                opts.out.join("report.md").display()
+            );
+            Ok(if report.passed() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
+        }
         Command::Check { scenario } => {
             let s = Scenario::load(&scenario)?;
             let layout = s.builder()?.layout()?;
@@ -117,4 +219,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             })
         }
     }
+}
+
+/// `"127.A.B"` as octets.
+fn parse_net(s: &str) -> Option<[u8; 3]> {
+    let mut it = s.split('.').map(|p| p.parse::<u8>().ok());
+    let net = [it.next()??, it.next()??, it.next()??];
+    it.next().is_none().then_some(net)
 }

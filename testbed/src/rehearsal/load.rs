@@ -86,7 +86,7 @@ pub struct LoadRun {
 }
 
 /// A running caller.
-pub(super) struct Caller {
+pub(crate) struct Caller {
     label: String,
     listener: String,
     account: Option<Acct>,
@@ -98,7 +98,7 @@ pub(super) struct Caller {
 }
 
 /// Starts the callers of a `load` step.
-pub(super) fn start(
+pub(crate) fn start(
     site: &Site,
     action: &Action,
     out: &Path,
@@ -243,7 +243,7 @@ fn load_account(l: &Layout, listener: &str, name: Option<&str>) -> Option<Acct> 
 
 impl Caller {
     /// Its SIPp log (the `ev` lines).
-    pub(super) fn log(&self) -> &Path {
+    pub(crate) fn log(&self) -> &Path {
         &self.log
     }
 }
@@ -257,7 +257,7 @@ impl LoadRun {
 
 /// Waits for every caller (or stops it, when the run was interrupted) and
 /// reads what it logged.
-pub(super) fn finish(callers: Vec<Caller>, epoch0: f64, interrupted: bool) -> Vec<LoadRun> {
+pub(crate) fn finish(callers: Vec<Caller>, epoch0: f64, interrupted: bool) -> Vec<LoadRun> {
     callers
         .into_iter()
         .map(|c| {

@@ -79,7 +79,7 @@ pub struct Requests {
 }
 
 impl Requests {
-    fn line(&self, what: &str) -> String {
+    pub(crate) fn line(&self, what: &str) -> String {
         format!(
             "{what}: {} sent, {} answered 200, {} ended normally, {} answered and failed, {} refused (503), {} failed in SIPp's count.\n",
             self.attempted, self.ok, self.ended, self.failed, self.refused, self.sipp_failed
@@ -88,7 +88,7 @@ impl Requests {
 }
 
 /// Totals of the loads of `kind` from their logs and reports.
-fn requests(played: &Played, kind: LoadKind) -> Requests {
+pub(crate) fn requests(played: &Played, kind: LoadKind) -> Requests {
     let (up_ev, end_ev, refused_ev) = match kind {
         LoadKind::Subscribe => (CallEvent::SubUp, CallEvent::SubEnd, CallEvent::SubRefused),
         _ => (CallEvent::OptOk, CallEvent::OptOk, CallEvent::OptRefused),
@@ -119,7 +119,7 @@ fn requests(played: &Played, kind: LoadKind) -> Requests {
 }
 
 /// Registration totals from the `register` loads' logs and reports.
-fn registrations(played: &Played) -> Registrations {
+pub(crate) fn registrations(played: &Played) -> Registrations {
     let (mut up, mut end) = (BTreeSet::new(), BTreeSet::new());
     let mut r = Registrations::default();
     for l in played.loads.iter().filter(|l| l.kind == LoadKind::Register) {
@@ -449,7 +449,7 @@ fn phase(played: &Played, o: &Outcome, label: String, from: f64, to: f64) -> Pha
     }
 }
 
-fn calls(played: &Played) -> Calls {
+pub(crate) fn calls(played: &Played) -> Calls {
     let o = outcomes(played);
     let mut c = Calls {
         established: o.up.len() as u64,

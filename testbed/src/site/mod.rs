@@ -52,6 +52,7 @@ pub struct SiteBuilder {
     dir: Option<PathBuf>,
     bins: Option<BinDir>,
     lifetime: Duration,
+    blind_gate: Option<usize>,
 }
 
 impl SiteBuilder {
@@ -132,6 +133,14 @@ impl SiteBuilder {
         self.bins = Some(bins);
         self
     }
+    /// Gate node `k` reads the profiles under another etcd prefix, so it
+    /// never sees a drain and registers where `ringsync status` does not
+    /// look: a promise broken on purpose (`testbed chaos --break
+    /// blind-gate`), to see the checks catch it. Etcd sites only.
+    pub fn blind_gate(mut self, k: usize) -> Self {
+        self.blind_gate = Some(k);
+        self
+    }
     /// The longest the site may run: every SIPp UAS ends by itself after
     /// it (default 10 minutes).
     pub fn lifetime(mut self, t: Duration) -> Self {
@@ -179,9 +188,11 @@ impl SiteBuilder {
             mgs: BTreeMap::new(),
             etcd: None,
             ap: None,
+            lifetime: self.lifetime,
+            uas_runs: BTreeMap::new(),
             _tmp: tmp,
         };
-        site.start_all(self.lifetime)?;
+        site.start_all(self.lifetime, self.blind_gate)?;
         Ok(site)
     }
 }
@@ -199,6 +210,9 @@ pub struct Site {
     mgs: BTreeMap<String, RtpengineHandle>,
     etcd: Option<Etcd>,
     ap: Option<nodes::ApNodes>,
+    lifetime: Duration,
+    /// Per sg/esg, how many times its UAS was started again.
+    uas_runs: BTreeMap<String, u32>,
     _tmp: Option<TempDir>,
 }
 
@@ -220,10 +234,11 @@ impl Site {
             dir: None,
             bins: None,
             lifetime: Duration::from_secs(600),
+            blind_gate: None,
         }
     }
 
-    fn start_all(&mut self, lifetime: Duration) -> Result<()> {
+    fn start_all(&mut self, lifetime: Duration, blind: Option<usize>) -> Result<()> {
         let endpoints = if self.layout.store() == StoreKind::Etcd {
             let etcd = Etcd::cluster(&self.layout.etcd_ips())?;
             let e = etcd.endpoints();
@@ -235,7 +250,10 @@ impl Site {
         let mut files = Vec::new();
         for k in 0..self.layout.gates() {
             let path = self.gate_file(k);
-            let text = self.layout.site_toml(k, &endpoints);
+            let mut text = self.layout.site_toml(k, &endpoints);
+            if blind == Some(k) {
+                text = text.replace("\"/drain/rehearsal\"", "\"/drain/rehearsal-blind\"");
+            }
             std::fs::write(&path, text).map_err(|source| Error::File {
                 path: path.clone(),
                 source,
@@ -252,7 +270,7 @@ impl Site {
                     self.mgs.insert(i.id.clone(), mg);
                 }
                 Svc::Sg | Svc::Esg => {
-                    let uas = Self::uas(&i, lifetime)?;
+                    let uas = Self::uas(&i, lifetime, &self.uas_log(&i.id))?;
                     self.uas.insert(i.id.clone(), uas);
                 }
             }
@@ -292,12 +310,55 @@ impl Site {
         Ok(())
     }
 
-    fn uas(i: &Inst, lifetime: Duration) -> Result<SippHandle> {
+    /// The instance's own record of what it held (`ev inv|ack|bye|reg|
+    /// unreg|sub|unsub CALL-ID ... UNIX-SECONDS` lines): the far end's
+    /// ground truth, independent of the gates' counters.
+    fn uas(i: &Inst, lifetime: Duration, log: &Path) -> Result<SippHandle> {
+        let _ = std::fs::remove_file(log);
         Sipp::new(Scenario::repo(UAS_SCENARIO))
             .local(i.ip, i.addr().port())
             .arg("-aa")
+            .arg("-trace_logs")
+            .arg("-log_file")
+            .arg(log)
             .timeout(lifetime)
             .spawn()
+    }
+
+    /// The log file of an sg/esg instance's SIPp UAS (see [`Self::uas`]).
+    pub fn uas_log(&self, id: &str) -> PathBuf {
+        self.dir.join(format!("uas-{id}.log"))
+    }
+
+    /// Every log file of an sg/esg instance's UAS, one per run in the
+    /// order they ran ([`Self::start_instance`] starts a new one).
+    pub fn uas_logs(&self, id: &str) -> Vec<PathBuf> {
+        let runs = self.uas_runs.get(id).copied().unwrap_or(0);
+        std::iter::once(self.uas_log(id))
+            .chain((1..=runs).map(|n| self.dir.join(format!("uas-{id}.run{n}.log"))))
+            .collect()
+    }
+
+    /// Starts an sg/esg instance's UAS again after [`Self::kill_instance`],
+    /// logging to a file of its own (`uas-ID.runN.log`).
+    pub fn start_instance(&mut self, id: &str) -> Result<()> {
+        let inst = self
+            .layout
+            .instances()
+            .into_iter()
+            .find(|i| {
+                i.id == id && matches!(i.svc, Svc::Sg | Svc::Esg) && !self.uas.contains_key(id)
+            })
+            .ok_or(Error::Scenario {
+                path: "site".into(),
+                message: format!("no stopped sg/esg instance `{id}` to start"),
+            })?;
+        let n = self.uas_runs.entry(id.to_owned()).or_insert(0);
+        *n += 1;
+        let log = self.dir.join(format!("uas-{id}.run{n}.log"));
+        let uas = Self::uas(&inst, self.lifetime, &log)?;
+        self.uas.insert(id.to_owned(), uas);
+        Ok(())
     }
 
     fn gate_file(&self, k: usize) -> PathBuf {
@@ -343,6 +404,26 @@ impl Site {
         self.layout.media_admin()
     }
 
+    /// SIGKILL to media-ctl, as a crash would, and a start again.
+    pub fn kill_and_start_media(&mut self) -> Result<()> {
+        match &mut self.media {
+            Some(m) => m.kill_and_start(),
+            None => Ok(()),
+        }
+    }
+
+    /// SIGKILL to `ringsync serve` (the Active-Passive planner) and a
+    /// start again; an error on a site without Active-Passive groups.
+    pub fn kill_and_start_serve(&mut self) -> Result<()> {
+        match &mut self.ap {
+            Some(ap) => ap.kill_and_start_serve(),
+            None => Err(Error::Command {
+                command: "kill ringsync serve".into(),
+                message: "the site has no Active-Passive group, so no planner runs".into(),
+            }),
+        }
+    }
+
     /// The etcd cluster, with [`StoreKind::Etcd`].
     pub fn etcd_mut(&mut self) -> Option<&mut Etcd> {
         self.etcd.as_mut()
@@ -351,6 +432,7 @@ impl Site {
     /// Kills an instance as a crash would: its SIPp UAS or its rtpengine.
     pub fn kill_instance(&mut self, id: &str) -> Result<()> {
         if let Some(u) = self.uas.remove(id) {
+            crate::process::signal_pid(u.pid(), "KILL");
             drop(u);
         } else if let Some(m) = self.mgs.remove(id) {
             m.kill();

@@ -25,6 +25,11 @@ pub struct GateNode {
     builder: crate::bins::Builder,
     node: Option<Node>,
     deadline_s: u32,
+    bins: BinDir,
+    config: std::path::PathBuf,
+    /// The run that took over by `sip-gate upgrade` (R-GW-3): no child of
+    /// ours, known by its pid.
+    adopted: Option<u32>,
 }
 
 impl GateNode {
@@ -53,12 +58,16 @@ impl GateNode {
             builder,
             node: None,
             deadline_s,
+            bins: bins.clone(),
+            config: config.to_path_buf(),
+            adopted: None,
         })
     }
 
     /// Starts the node (again, after a stop: its logs are then
     /// `NAME.runN.*`) and waits until its `/readyz` says it serves.
     pub fn start(&mut self) -> Result<()> {
+        self.kill_adopted();
         match &mut self.node {
             Some(n) => n.restart()?,
             None => self.node = Some(self.builder.clone().start()?),
@@ -68,14 +77,81 @@ impl GateNode {
 
     /// SIGTERM: the node stops gracefully (R-GW-1) and exits by itself.
     pub fn sigterm(&self) {
-        if let Some(n) = &self.node {
-            n.signal("TERM");
+        self.signal("TERM");
+    }
+
+    /// Sends `signal` (`TERM`, `STOP`, `CONT`, ...) to the node's current
+    /// run: the one an upgrade started, once there is one.
+    pub fn signal(&self, signal: &str) {
+        match (self.adopted, &self.node) {
+            (Some(pid), _) => crate::process::signal_pid(pid, signal),
+            (None, Some(n)) => n.signal(signal),
+            (None, None) => {}
         }
+    }
+
+    /// Its current run's process id.
+    pub fn pid(&self) -> Option<u32> {
+        self.adopted
+            .or_else(|| self.node.as_ref().and_then(Node::pid))
     }
 
     /// True while the process runs.
     pub fn running(&mut self) -> bool {
-        self.node.as_mut().is_some_and(Node::running)
+        match self.adopted {
+            Some(pid) => Path::new(&format!("/proc/{pid}")).exists(),
+            None => self.node.as_mut().is_some_and(Node::running),
+        }
+    }
+
+    /// SIGKILL, as a crash would, and a start again at once; returns once
+    /// it serves (it reads back what work book it has).
+    pub fn kill_and_start(&mut self) -> Result<()> {
+        self.kill_adopted();
+        if let Some(n) = &mut self.node {
+            n.kill();
+        }
+        self.start()
+    }
+
+    /// `sip-gate upgrade` (R-GW-3): a new run of the binary takes the
+    /// node's sockets and work; the old run exits by itself. Returns the
+    /// new run's pid, which the node's later signals go to.
+    pub fn upgrade(&mut self) -> Result<u32> {
+        let out = std::process::Command::new(self.bins.program("sip-gate")?)
+            .args(["upgrade", "--config"])
+            .arg(&self.config)
+            .args(["--admin", &self.admin.to_string()])
+            .output()
+            .map_err(|source| crate::Error::Spawn {
+                program: "sip-gate upgrade".into(),
+                source,
+            })?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let pid = stdout
+            .split("pid ")
+            .nth(1)
+            .and_then(|s| s.split(')').next())
+            .and_then(|s| s.parse().ok());
+        match pid {
+            Some(pid) if out.status.success() => {
+                self.kill_adopted();
+                self.adopted = Some(pid);
+                Ok(pid)
+            }
+            _ => Err(crate::Error::Command {
+                command: "sip-gate upgrade".into(),
+                message: format!("{stdout} {}", String::from_utf8_lossy(&out.stderr)),
+            }),
+        }
+    }
+
+    /// The adopted run (if any) killed and forgotten.
+    fn kill_adopted(&mut self) {
+        if let Some(pid) = self.adopted.take() {
+            crate::process::signal_pid(pid, "CONT");
+            crate::process::signal_pid(pid, "KILL");
+        }
     }
 
     /// One look at a node stopping (R-GW-1): whether it still runs and,
@@ -128,6 +204,15 @@ impl GateNode {
 
     /// Stops the node (SIGTERM, then SIGKILL after `grace`).
     pub fn stop(&mut self, grace: Duration) {
+        if let Some(pid) = self.adopted {
+            crate::process::signal_pid(pid, "CONT");
+            crate::process::signal_pid(pid, "TERM");
+            let t0 = Instant::now();
+            while self.running() && t0.elapsed() < grace {
+                thread::sleep(Duration::from_millis(20));
+            }
+            self.kill_adopted();
+        }
         if let Some(n) = &mut self.node {
             n.stop(grace);
         }
@@ -185,6 +270,13 @@ impl MediaNode {
     pub fn stop(mut self, grace: Duration) {
         self.node.stop(grace);
     }
+
+    /// SIGKILL, as a crash would, and a start again; returns once its
+    /// admin endpoint answers.
+    pub fn kill_and_start(&mut self) -> Result<()> {
+        self.node.restart()?;
+        self.node.wait_up()
+    }
 }
 
 // === Active-Passive: the planner and the agents ===
@@ -204,6 +296,13 @@ impl ApNodes {
             a.stop(grace);
         }
         self.serve.stop(grace);
+    }
+
+    /// SIGKILL to `ringsync serve` (the planner) and a start again;
+    /// returns once it answers.
+    pub(crate) fn kill_and_start_serve(&mut self) -> Result<()> {
+        self.serve.restart()?;
+        self.serve.wait_up()
     }
 }
 

@@ -9,6 +9,7 @@
 mod common;
 
 mod bins;
+mod chaos;
 mod cli;
 mod conn_bench;
 mod etcd;

@@ -27,6 +27,10 @@
 //! one profile at once get one success and one conflict, never a lost
 //! update. Because every retry is again a compare-and-swap, a write whose
 //! first attempt was cut off can be retried safely: it applies at most once.
+//! A write that loses to the very document it meant to write is its own
+//! earlier attempt only if its audit record (same transaction) is there;
+//! otherwise another writer made the identical change, and this one is
+//! judged again on it (stale with a revision named, a conflict without).
 //!
 //! **Following** ([`follow`]): every node watches `P/profiles`, resumes
 //! right after the last revision it received after a reconnect (a version

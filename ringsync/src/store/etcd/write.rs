@@ -90,9 +90,14 @@ impl Inner {
                 }
                 Swap::Lost(fresh) => fresh,
             };
-            // Our own earlier attempt (cut off before its answer) or an
-            // identical change: the outcome holds, once.
-            if fresh.set == next {
+            // The very document this attempt meant to write: our own
+            // earlier attempt, cut off before its answer (its audit record,
+            // written in the same transaction, is there: the outcome holds,
+            // once), or another writer's identical change, which is not
+            // ours: judged again below on what is there now (a stale
+            // revision is refused, none is a conflict), so no writer is
+            // told a change was made that the audit log holds as another's.
+            if fresh.set == next && self.ours(key.as_deref()).await? {
                 self.apply(fresh.set, fresh.mod_revision);
                 return Ok(written);
             }
@@ -115,6 +120,21 @@ impl Inner {
         });
         let target = w.op.target_in(&base.set);
         Err(self.refuse(w, e, &base.set, target).await)
+    }
+
+    /// Whether this request's audit record is in etcd, i.e. one of its own
+    /// attempts was written (`None`: an unaudited write, which cannot tell,
+    /// is taken as its own, as a retry of itself).
+    async fn ours(&self, key: Option<&str>) -> Result<bool, StoreError> {
+        let Some(key) = key else {
+            return Ok(true);
+        };
+        let mut kv = self.client.kv_client();
+        let opts = etcd_client::GetOptions::new().with_count_only();
+        let resp = self
+            .rpc("reading the audit record", kv.get(key, Some(opts)))
+            .await?;
+        Ok(resp.count() > 0)
     }
 
     /// Records a refused change (when audited) and hands the error back; a

@@ -1,0 +1,111 @@
+//! The report of a chaos run: the seed and the command that replays it,
+//! the fault timeline as planned and as injected, the invariants with
+//! their first counter-examples, and the load's totals; Markdown and JSON.
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use super::evidence::Invariant;
+use super::operators::OpRecord;
+use super::plan::{Done, Planned};
+use crate::rehearsal::report::{Registrations, Requests};
+use crate::rehearsal::totals::Calls;
+
+/// A chaos run's report.
+#[derive(Debug, Clone, Serialize)]
+pub struct ChaosReport {
+    /// The seed: the same seed replays the same fault timeline.
+    pub seed: u64,
+    /// Seconds the run lasted (faults and load).
+    pub duration_s: f64,
+    /// The command that replays it.
+    pub replay: String,
+    /// The site, in words.
+    pub site: String,
+    /// The faults as drawn from the seed.
+    pub timeline: Vec<Planned>,
+    /// The faults as injected, with when each one's effect was over.
+    pub faults: Vec<Done>,
+    /// One verdict per invariant.
+    pub invariants: Vec<Invariant>,
+    /// Calls as the callers saw them.
+    pub calls: Calls,
+    /// Registrations.
+    pub registrations: Registrations,
+    /// Subscriptions.
+    pub subscriptions: Requests,
+    /// Calls, registrations and subscriptions the instances' own logs hold.
+    pub held: usize,
+    /// `ringsync status` samples read, and how many did not answer.
+    pub status_samples: (usize, usize),
+    /// Every change the operators asked for.
+    pub operator_changes: Vec<OpRecord>,
+    /// The site's own nodes once a second (the rehearsal's samples).
+    pub samples: Vec<crate::rehearsal::sampled::Sample>,
+}
+
+impl ChaosReport {
+    /// Every invariant held and every fault was injected.
+    pub fn passed(&self) -> bool {
+        self.invariants.iter().all(|v| v.pass) && self.faults.iter().all(|f| f.error.is_none())
+    }
+
+    /// The report as Markdown.
+    pub fn markdown(&self) -> String {
+        let mut m = String::new();
+        let _ = writeln!(
+            m,
+            "# Chaos: seed {}, {:.0} s\n\nReplay: `{}`\n\nSite: {}.\n\n## Invariants\n",
+            self.seed, self.duration_s, self.replay, self.site
+        );
+        for v in &self.invariants {
+            let mark = if v.pass { "PASS" } else { "FAIL" };
+            let _ = writeln!(m, "- **{mark}** {}: {}", v.name, v.detail);
+            if let Some(c) = &v.counterexample {
+                let _ = writeln!(m, "  - first counter-example: {c}");
+            }
+        }
+        let c = &self.calls;
+        let _ = writeln!(
+            m,
+            "\nCalls: {} attempted, {} established, {} finished, {} established and failed, {} refused (503), {} sent to another gate after a 503 or no answer, {} failed in SIPp's count.\n",
+            c.attempted, c.established, c.finished, c.established_failed, c.refused, c.retried, c.sipp_failed
+        );
+        let r = &self.registrations;
+        let _ = writeln!(
+            m,
+            "Registrations: {} attempted, {} registered, {} removed, {} registered and failed.\n",
+            r.attempted, r.registered, r.removed, r.failed
+        );
+        let _ = writeln!(m, "{}", self.subscriptions.line("Subscriptions"));
+        let made = self
+            .operator_changes
+            .iter()
+            .filter(|o| o.made().is_some())
+            .count();
+        let _ = writeln!(
+            m,
+            "The instances' own logs hold {} calls, registrations and subscriptions. `ringsync status` read {} times ({} did not answer). Operators asked {} changes, {made} made.\n",
+            self.held,
+            self.status_samples.0,
+            self.status_samples.1,
+            self.operator_changes.len()
+        );
+        let _ = writeln!(
+            m,
+            "## Faults\n\n| t (s) | over at (s) | fault | result |\n|---:|---:|---|---|"
+        );
+        for f in &self.faults {
+            let _ = writeln!(
+                m,
+                "| {:.1} | {:.1} | {} | {} |",
+                f.t,
+                f.until,
+                f.fault.label(),
+                f.error.as_deref().unwrap_or("ok")
+            );
+        }
+        m
+    }
+}

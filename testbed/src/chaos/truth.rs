@@ -1,0 +1,262 @@
+//! Ground truth from the far ends: what each sg/esg instance (its SIPp
+//! UAS's own log) and each caller (its SIPp UAC's log) saw, joined by
+//! Call-ID, independent of the gates' counters.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use serde::Serialize;
+
+use crate::rehearsal::load::{CallEvent, LoadRun};
+
+/// What an instance held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkKind {
+    /// An INVITE dialog.
+    Call,
+    /// A registration binding.
+    Registration,
+    /// A presence subscription.
+    Subscription,
+}
+
+/// One piece of work an instance held, by its own log.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Held {
+    /// Call-ID.
+    pub id: String,
+    /// What it is.
+    pub kind: WorkKind,
+    /// The instance that held it.
+    pub instance: String,
+    /// The gate node it came through (its top Via), when known.
+    pub gate: Option<usize>,
+    /// When its first request arrived (seconds after the start).
+    pub from: f64,
+    /// When the ACK of a call arrived (a dialog confirmed).
+    pub ack: Option<f64>,
+    /// When it ended there (BYE, de-REGISTER, removal, its expiry, the
+    /// binding's next REGISTER at another instance); `None`: held to the
+    /// end of the run.
+    pub to: Option<f64>,
+}
+
+/// The expiry a binding or subscription was last granted (`exp=N`), and
+/// when.
+fn expiry(w: &[&str], t: f64) -> Option<f64> {
+    w.iter()
+        .find_map(|x| x.strip_prefix("exp=")?.parse::<f64>().ok())
+        .map(|e| t + e)
+}
+
+impl Held {
+    /// Whether the instance held it through all of `[a, b]`.
+    pub fn through(&self, a: f64, b: f64) -> bool {
+        self.from <= a && self.to.is_none_or(|to| to >= b)
+    }
+}
+
+/// One call as its caller saw it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct CallerCall {
+    /// 200 to the INVITE.
+    pub up: Option<f64>,
+    /// 200 to the BYE.
+    pub end: Option<f64>,
+}
+
+/// The instance's log (`ev inv|reg|sub ID GATE-IP ... UNIX`, `ev
+/// ack|bye|unreg|unsub ID ... UNIX`) as the work it held; `gate_of` maps a
+/// Via address to a gate node.
+pub fn parse_uas(
+    instance: &str,
+    text: &str,
+    epoch0: f64,
+    gate_of: impl Fn(IpAddr) -> Option<usize>,
+) -> Vec<Held> {
+    let mut held: Vec<Held> = Vec::new();
+    let mut open: BTreeMap<String, usize> = BTreeMap::new();
+    // Per binding or subscription, when its last grant expires.
+    let mut expires: BTreeMap<usize, f64> = BTreeMap::new();
+    for line in text.lines() {
+        let w: Vec<&str> = line.split_whitespace().collect();
+        if w.len() < 4 || w[0] != "ev" {
+            continue;
+        }
+        let Some(t) = w.last().and_then(|x| x.parse::<f64>().ok()) else {
+            continue;
+        };
+        let t = (t - epoch0).max(0.0);
+        let id = w[2];
+        let kind = match w[1] {
+            "inv" => Some(WorkKind::Call),
+            "reg" => Some(WorkKind::Registration),
+            "sub" => Some(WorkKind::Subscription),
+            _ => None,
+        };
+        if let Some(kind) = kind {
+            // A second INVITE of one Call-ID (a caller that failed over
+            // while a late gate delivered its first) is the same call.
+            if open.contains_key(id) {
+                continue;
+            }
+            if kind != WorkKind::Call {
+                if let Some(e) = expiry(&w, t) {
+                    expires.insert(held.len(), e);
+                }
+            }
+            open.insert(id.to_owned(), held.len());
+            held.push(Held {
+                id: id.to_owned(),
+                kind,
+                instance: instance.to_owned(),
+                gate: w[3].parse().ok().and_then(&gate_of),
+                from: t,
+                ack: None,
+                to: None,
+            });
+            continue;
+        }
+        let Some(i) = open.get(id).copied() else {
+            continue;
+        };
+        let Some(h) = held.get_mut(i) else {
+            continue;
+        };
+        match w[1] {
+            "ack" => {
+                h.ack.get_or_insert(t);
+            }
+            "bye" | "unreg" | "unsub" => {
+                h.to.get_or_insert(t);
+            }
+            "rereg" | "resub" => {
+                if let Some(e) = expiry(&w, t) {
+                    expires.insert(i, e);
+                }
+            }
+            _ => {}
+        }
+    }
+    // A binding or subscription not removed is held until its grant
+    // expires (a removal that starts here, `exp=0`, holds nothing).
+    for (i, e) in expires {
+        if let Some(h) = held.get_mut(i) {
+            h.to = Some(h.to.map_or(e, |to| to.min(e)));
+        }
+    }
+    held
+}
+
+/// REGISTER is new work each time (R-SEC-4): a binding's refresh or
+/// removal may reach another instance of the pool, which shares the
+/// bindings. A binding is held where it was until its Call-ID's next
+/// REGISTER reaches another instance.
+pub fn moved_bindings(held: &mut [Held]) {
+    let mut regs: Vec<usize> = (0..held.len())
+        .filter(|i| held[*i].kind == WorkKind::Registration)
+        .collect();
+    regs.sort_by(|a, b| {
+        (held[*a].id.as_str(), held[*a].from)
+            .partial_cmp(&(held[*b].id.as_str(), held[*b].from))
+            .unwrap_or(std::cmp::Ordering::Equal)
+    });
+    for pair in regs.windows(2) {
+        let (a, b) = (pair[0], pair[1]);
+        if held[a].id == held[b].id {
+            let next = held[b].from;
+            held[a].to = Some(held[a].to.map_or(next, |to| to.min(next)));
+        }
+    }
+}
+
+/// Every call of the loads of calls, as the callers saw them.
+pub fn callers(loads: &[LoadRun]) -> BTreeMap<String, CallerCall> {
+    let mut out: BTreeMap<String, CallerCall> = BTreeMap::new();
+    for l in loads.iter().filter(|l| l.is_call()) {
+        for (t, ev, id) in &l.events {
+            let c = out.entry(id.clone()).or_default();
+            match ev {
+                CallEvent::Up => {
+                    c.up.get_or_insert(*t);
+                }
+                CallEvent::End => {
+                    c.end.get_or_insert(*t);
+                }
+                _ => {}
+            }
+        }
+    }
+    out.retain(|_, c| c.up.is_some());
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_instance_log_becomes_what_it_held() {
+        let log = "media 1-1@x offer 127.0.0.9\n\
+                   ev inv 1-1@x 127.9.9.2 2026-12-07\t14:00:00.5\t1000.5\n\
+                   ev ack 1-1@x 2026-12-07\t14:00:00.6\t1000.6\n\
+                   ev inv 1-1@x 127.9.9.1 2026-12-07\t14:00:00.7\t1000.7\n\
+                   ev reg 2-1@x 127.9.9.1 exp=60 2026-12-07\t14:00:01\t1001\n\
+                   ev unreg 2-1@x 2026-12-07\t14:00:04\t1004\n\
+                   ev bye 1-1@x 2026-12-07\t14:00:05\t1005\n\
+                   ev sub 3-1@x  exp= 2026-12-07\t14:00:06\t1006\n\
+                   ev reg 4-1@x 127.9.9.2 exp=60 2026-12-07\t14:00:07\t1007\n\
+                   ev rereg 4-1@x exp=60 2026-12-07\t14:00:11\t1011\n\
+                   ev reg 5-1@x 127.9.9.2 exp=0 2026-12-07\t14:00:12\t1012\n";
+        let gate = |ip: IpAddr| match ip.to_string().as_str() {
+            "127.9.9.1" => Some(0),
+            "127.9.9.2" => Some(1),
+            _ => None,
+        };
+        let h = parse_uas("sg-a", log, 1000.0, gate);
+        assert_eq!(h.len(), 5, "{h:?}");
+        let ms = |t: Option<f64>| t.map(|t| (t * 1000.0).round() as u64);
+        assert_eq!(
+            (
+                h[0].id.as_str(),
+                h[0].kind,
+                h[0].instance.as_str(),
+                h[0].gate
+            ),
+            ("1-1@x", WorkKind::Call, "sg-a", Some(1))
+        );
+        assert_eq!(
+            (ms(Some(h[0].from)), ms(h[0].ack), ms(h[0].to)),
+            (Some(500), Some(600), Some(5000))
+        );
+        assert_eq!(
+            (h[1].kind, h[1].gate, h[1].to),
+            (WorkKind::Registration, Some(0), Some(4.0))
+        );
+        // An empty gate (no Via matched) is no gate, and held to the end.
+        assert_eq!((h[2].gate, h[2].to), (None, None));
+        assert!(h[0].through(1.0, 5.0) && !h[0].through(0.4, 2.0) && !h[0].through(1.0, 5.1));
+        assert!(h[2].through(7.0, 1e9));
+        // A binding not removed: held until its last grant expires; one
+        // whose first REGISTER here removes it: held for no time.
+        assert_eq!(h[3].to, Some(71.0));
+        assert_eq!(h[4].to, Some(12.0));
+    }
+
+    #[test]
+    fn a_binding_moved_to_another_instance_ends_where_it_was() {
+        let reg = |inst: &str, from: f64, to: Option<f64>| Held {
+            id: "r@x".into(),
+            kind: WorkKind::Registration,
+            instance: inst.into(),
+            gate: Some(0),
+            from,
+            ack: None,
+            to,
+        };
+        let mut h = vec![reg("sg-c", 4.0, Some(4.0)), reg("sg-b", 0.5, Some(60.5))];
+        moved_bindings(&mut h);
+        assert_eq!((h[0].to, h[1].to), (Some(4.0), Some(4.0)));
+    }
+}
