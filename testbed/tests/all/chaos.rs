@@ -8,7 +8,6 @@
 //! Run through `netns-run`, after `cargo build --bins`.
 
 use std::process::Command;
-use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -18,7 +17,6 @@ const SEED: &str = "10";
 #[test]
 fn a_minute_of_faults_keeps_every_promise_checked_from_the_far_ends() {
     let dir = tempfile::tempdir().unwrap();
-    let t0 = Instant::now();
     let o = Command::new(BIN)
         .args([
             "chaos",
@@ -33,7 +31,6 @@ fn a_minute_of_faults_keeps_every_promise_checked_from_the_far_ends() {
         .arg(dir.path())
         .output()
         .expect("testbed runs");
-    let took = t0.elapsed();
     let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
     let report: Value = serde_json::from_slice(&o.stdout)
         .unwrap_or_else(|e| panic!("--json prints the report ({e}): {stderr}"));
@@ -77,5 +74,4 @@ fn a_minute_of_faults_keeps_every_promise_checked_from_the_far_ends() {
     );
     let md = std::fs::read_to_string(dir.path().join("report.md")).unwrap();
     assert!(md.contains("Replay: `testbed chaos --seed 10"), "{md}");
-    assert!(took < Duration::from_secs(120), "took {took:?}");
 }
