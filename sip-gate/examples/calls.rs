@@ -33,7 +33,7 @@ fn main() {
         .install_recorder()
         .expect("metrics recorder");
     let config =
-        Arc::new(SiteConfig::from_str_at(common::SITE, Path::new("bench.toml")).expect("site"));
+        Arc::new(SiteConfig::from_str_at(&common::site(), Path::new("bench.toml")).expect("site"));
     let core = Core::new(config.clone(), DrainState::new(config.clone())).expect("core");
     let scratch = Core::new(config.clone(), DrainState::new(config)).expect("core");
     let inbound = Inbound::Udp {

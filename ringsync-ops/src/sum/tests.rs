@@ -8,32 +8,19 @@ use ringsync::work::{InstanceWork, NodeKind, Unknown, WorkReport};
 use std::path::Path;
 use std::sync::Arc;
 
-const SITE: &str = r#"
-[site]
-name = "t"
-[[server]]
-name = "srv-a"
-[[server]]
-name = "srv-b"
-[[instance]]
-id = "sg-a"
-service = "sg"
-server = "srv-a"
-sip = "127.0.0.1:5071"
-[[instance]]
-id = "sg-b"
-service = "sg"
-server = "srv-b"
-sip = "127.0.0.1:5072"
-[[instance]]
-id = "mg-a"
-service = "mg"
-server = "srv-a"
-ng = "127.0.0.1:22221"
-"#;
+/// sg-a and sg-b, and mg-a beside sg-a.
+fn site() -> String {
+    let local = |port: u16| std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    testbed::fixture::SiteFile::new("t")
+        .servers(&["srv-a", "srv-b"])
+        .pool("sg", "sip", &[("a", local(5071)), ("b", local(5072))])
+        .pool("mg", "ng", &[("a", local(22221))])
+        .text()
+        .to_owned()
+}
 
 fn view(drain_a: bool) -> DrainView {
-    let config = SiteConfig::from_str_at(SITE, Path::new("/t.toml")).unwrap();
+    let config = SiteConfig::from_str_at(&site(), Path::new("/t.toml")).unwrap();
     let profiles = ProfileSet {
         revision: 1,
         profiles: vec![Profile {

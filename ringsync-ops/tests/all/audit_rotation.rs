@@ -6,7 +6,7 @@
 
 use std::process::{Command, Output};
 
-use crate::common::{TestSite, SITE};
+use crate::common::{site, TestSite};
 use ringsync::store::AuditPage;
 
 const BIN: &str = env!("CARGO_BIN_EXE_ringsync");
@@ -23,7 +23,10 @@ fn ok(o: Output) -> String {
 
 #[test]
 fn the_audit_log_rolls_by_size_keeps_its_parts_and_audit_reads_across_them() {
-    let site = TestSite::with_text(&format!("{SITE}\n[audit]\nmax_bytes = 1024\nkeep = 2\n"));
+    let site = TestSite::with_text(&format!(
+        "{}\n[audit]\nmax_bytes = 1024\nkeep = 2\n",
+        site()
+    ));
     let run = |args: &[&str]| {
         Command::new(BIN)
             .arg("--config")

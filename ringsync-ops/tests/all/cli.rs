@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::common::served::{local as ringsync, ok};
 use crate::common::TestSite;
 use ringsync::profile::{ProfileSet, ProfileState};
 use ringsync::state::DrainState;
@@ -17,25 +18,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
 const BIN: &str = env!("CARGO_BIN_EXE_ringsync");
-
-fn ringsync(site: &TestSite, args: &[&str]) -> Output {
-    Command::new(BIN)
-        .arg("--config")
-        .arg(site.site_path())
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn ok(o: &Output) -> String {
-    assert!(
-        o.status.success(),
-        "stdout: {}\nstderr: {}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8(o.stdout.clone()).unwrap()
-}
 
 #[test]
 fn profile_lifecycle_text_and_json() {
@@ -123,7 +105,7 @@ fn errors_exit_non_zero_with_a_clear_message() {
     let bad = bad_dir.path().join("site.toml");
     std::fs::write(
         &bad,
-        crate::common::SITE.replace("server = \"srv-c\"\nsip", "server = \"srv-q\"\nsip"),
+        crate::common::site().replace("server = \"srv-c\"\nsip", "server = \"srv-q\"\nsip"),
     )
     .unwrap();
     let o = Command::new(BIN)

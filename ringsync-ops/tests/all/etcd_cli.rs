@@ -9,30 +9,12 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use crate::common::etcd::{etcd_site_text, ip};
+use crate::common::served::{at as run, ok};
 use crate::common::TestSite;
 use testbed::bins::Node;
 use testbed::{Etcd, TcpPartition};
 
 const BIN: &str = env!("CARGO_BIN_EXE_ringsync");
-
-fn run(site: &std::path::Path, args: &[&str]) -> Output {
-    Command::new(BIN)
-        .arg("--config")
-        .arg(site)
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn ok(o: &Output) -> String {
-    assert!(
-        o.status.success(),
-        "stdout: {}\nstderr: {}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8(o.stdout.clone()).unwrap()
-}
 
 fn fails(o: &Output) -> String {
     assert!(

@@ -7,25 +7,11 @@
 use std::path::Path;
 use std::process::Output;
 
+use crate::common::served::{local as ringsync, ok};
 use crate::common::TestSite;
 use serde_json::Value;
 use testbed::bins::{command, Node};
 use testbed::http::{Reply, Request};
-
-/// `ringsync --config SITE ARGS...`.
-fn ringsync(site: &TestSite, args: &[&str]) -> Output {
-    command("ringsync")
-        .unwrap()
-        .arg("--config")
-        .arg(site.site_path())
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn ok(o: &Output) -> String {
-    crate::common::served::ok(o)
-}
 
 /// Fails the run with what the CLI said if it did not fail; its stderr.
 fn refused(o: &Output) -> String {

@@ -19,12 +19,8 @@ async fn ringsync_async(site: &TestSite, args: &[&str]) -> Output {
     let path = site.site_path();
     let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
     tokio::task::spawn_blocking(move || {
-        Command::new(BIN)
-            .arg("--config")
-            .arg(path)
-            .args(args)
-            .output()
-            .unwrap()
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        crate::common::served::at(&path, &args)
     })
     .await
     .unwrap()

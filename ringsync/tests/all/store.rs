@@ -197,7 +197,7 @@ async fn r_pr_4_malformed_file_is_a_clear_error_and_is_not_overwritten() {
 /// view cache, refuses to start rather than serve an empty view.
 #[tokio::test]
 async fn etcd_unreachable_without_a_cache_is_refused_clearly() {
-    let text = crate::common::SITE.replace(
+    let text = crate::common::site().replace(
         "kind = \"embedded\"\npath = \"t1.profiles.json\"",
         "kind = \"etcd\"\nendpoints = [\"http://127.0.0.1:9\"]",
     );

@@ -18,9 +18,9 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use crate::common::ip;
+use crate::common::{ip, ringsync};
 use serde_json::Value;
-use testbed::bins::{BinDir, Node};
+use testbed::bins::Node;
 use testbed::wait_for;
 use testbed::{Scenario, Sipp, SippHandle, SippReport, Transport};
 
@@ -104,10 +104,6 @@ fn call_at(net: (u8, u8), port: u16, calls: u64, hold: Duration) -> SippReport {
         .expect("uac starts")
         .wait(Duration::from_secs(70))
         .expect("uac report")
-}
-
-fn ringsync(site: &Path, args: &[&str]) -> Value {
-    testbed::bins::ringsync(&BinDir::locate(), site, args).unwrap()
 }
 
 /// `ringsync status --json`'s `backups` (none: empty).

@@ -25,12 +25,7 @@ fn example() -> std::path::PathBuf {
 
 #[test]
 fn check_accepts_the_example_site() {
-    let out = gate_cmd()
-        .arg("--config")
-        .arg(example())
-        .arg("--check")
-        .output()
-        .unwrap();
+    let out = testbed::bins::check("sip-gate", &example());
     assert!(
         out.status.success(),
         "{}",
@@ -87,12 +82,7 @@ fn check_names_file_line_and_field() {
         .unwrap()
         .write_all(text.as_bytes())
         .unwrap();
-    let out = gate_cmd()
-        .arg("--config")
-        .arg(&path)
-        .arg("--check")
-        .output()
-        .unwrap();
+    let out = testbed::bins::check("sip-gate", &path);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains(&format!("bad.toml:{line}:")), "{err}");
@@ -101,12 +91,7 @@ fn check_names_file_line_and_field() {
 
     // A syntax error, and a file that is not there.
     std::fs::write(&path, "[site]\nname = \"x\"\n[[listener]]\nbind = 5\n").unwrap();
-    let out = gate_cmd()
-        .arg("--config")
-        .arg(&path)
-        .arg("--check")
-        .output()
-        .unwrap();
+    let out = testbed::bins::check("sip-gate", &path);
     assert_eq!(out.status.code(), Some(2));
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("bad.toml:4:"),

@@ -15,7 +15,7 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_ringsync");
 
 /// A site whose `[admin]` section starts with `admin` (e.g. a tokens file).
 pub fn site_with_admin(admin: &str) -> TestSite {
-    TestSite::with_text(&super::SITE.replace("[admin]\n", &format!("[admin]\n{admin}\n")))
+    TestSite::with_text(&super::site().replace("[admin]\n", &format!("[admin]\n{admin}\n")))
 }
 
 /// A running `ringsync serve` (testbed's launcher: its output under the
@@ -64,14 +64,17 @@ pub fn wait_until(limit: Duration, mut ok: impl FnMut() -> bool) -> Duration {
     t0.elapsed()
 }
 
-/// `ringsync --config SITE ARGS...` (the store itself).
+/// `ringsync --config SITE ARGS...` on the site file at `site` (the store
+/// itself): the one CLI runner ([`testbed::bins::run`]) with this
+/// package's binary.
+pub fn at(site: &Path, args: &[&str]) -> Output {
+    let bins = BinDir::at(Path::new(BIN).parent().expect("a binary's directory"));
+    testbed::bins::run(&bins, "ringsync", site, args).unwrap()
+}
+
+/// [`at`] the test site's file.
 pub fn local(site: &TestSite, args: &[&str]) -> Output {
-    Command::new(BIN)
-        .arg("--config")
-        .arg(site.site_path())
-        .args(args)
-        .output()
-        .unwrap()
+    at(&site.site_path(), args)
 }
 
 /// `ringsync --api URL [--token-file F] ARGS...` (through `serve`).
