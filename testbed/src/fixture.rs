@@ -53,16 +53,22 @@ impl SiteFile {
     /// pool of sg, one a server: each `(x, ip)` of `sgs` makes server
     /// `srv-x` and on it `sg-x` at `ip:5060`. Listeners are the test's.
     pub fn gate(name: &str, gate: IpAddr, sgs: &[(&str, IpAddr)]) -> SiteFile {
-        let servers: Vec<String> = sgs.iter().map(|(x, _)| format!("srv-{x}")).collect();
-        let servers: Vec<&str> = servers.iter().map(String::as_str).collect();
         let pool: Vec<(&str, SocketAddr)> = sgs
             .iter()
             .map(|(x, ip)| (*x, SocketAddr::new(*ip, 5060)))
             .collect();
         SiteFile::new(name)
             .admin(SocketAddr::new(gate, 9091), SocketAddr::new(gate, 9092))
-            .servers(&servers)
-            .pool("sg", "sip", &pool)
+            .sgs(&pool)
+    }
+
+    /// For each `(x, sip)` of `sgs`, a server `srv-x` and on it `sg-x`
+    /// reached at `sip`: a pool of sg, one a server.
+    pub fn sgs(mut self, sgs: &[(&str, SocketAddr)]) -> SiteFile {
+        let servers: Vec<String> = sgs.iter().map(|(x, _)| format!("srv-{x}")).collect();
+        let servers: Vec<&str> = servers.iter().map(String::as_str).collect();
+        self = self.servers(&servers);
+        self.pool("sg", "sip", sgs)
     }
 
     /// The site of the tests that start each of the daemons on one network
@@ -236,6 +242,19 @@ impl SiteFile {
             let _ = writeln!(self.text, "{}", extra.trim_end());
         }
         self
+    }
+
+    /// A subscriber listener `name` at `bind` balancing over the sg pool
+    /// (the listener most tests have), on `transports` (none: the
+    /// default, UDP).
+    pub fn subscribers(self, name: &str, bind: SocketAddr, transports: &[&str]) -> SiteFile {
+        let extra = if transports.is_empty() {
+            String::new()
+        } else {
+            let quoted: Vec<String> = transports.iter().map(|t| format!("\"{t}\"")).collect();
+            format!("transports = [{}]", quoted.join(", "))
+        };
+        self.listener(name, bind, Mode::Balance("sg"), "subscriber", &extra)
     }
 
     /// `text` as it is, at the end.
@@ -415,6 +434,37 @@ mod tests {
         assert_eq!(cfg.media.ng_bind, at(1, 2223));
         assert_eq!(cfg.instances.len(), 2);
         assert_eq!(cfg.listeners[0].bind, at(1, 5060));
+    }
+
+    #[test]
+    fn sgs_puts_each_sg_on_a_server_of_its_own() {
+        let text = SiteFile::new("sgs")
+            .sgs(&[("0", sg(11)), ("1", sg(12))])
+            .text()
+            .to_owned();
+        let cfg = ringsync::SiteConfig::from_str_at(&text, Path::new("site.toml")).unwrap();
+        assert_eq!(cfg.instances.len(), 2);
+        assert!(text.contains("[[server]]\nname = \"srv-1\"\n"), "{text}");
+        assert!(
+            text.contains(
+                "id = \"sg-1\"\nservice = \"sg\"\nserver = \"srv-1\"\nsip = \"127.200.0.12:5060\""
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn subscribers_balance_over_the_sg_on_the_transports_given() {
+        let text = SiteFile::new("subs")
+            .sgs(&[("0", sg(11))])
+            .subscribers("both", sg(1), &["udp", "tls"])
+            .subscribers("plain", sg(2), &[])
+            .text()
+            .to_owned();
+        let cfg = ringsync::SiteConfig::from_str_at(&text, Path::new("site.toml")).unwrap();
+        assert_eq!(cfg.listeners.len(), 2);
+        assert!(text.contains("name = \"both\"\nbind = \"127.200.0.1:5060\"\nmode = \"balance\"\npool = \"sg\"\nleg = \"subscriber\"\ntransports = [\"udp\", \"tls\"]\n"), "{text}");
+        assert!(text.ends_with("name = \"plain\"\nbind = \"127.200.0.2:5060\"\nmode = \"balance\"\npool = \"sg\"\nleg = \"subscriber\"\n"), "{text}");
     }
 
     #[test]

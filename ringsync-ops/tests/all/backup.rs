@@ -10,15 +10,13 @@
 //! Addresses: etcd on `127.0.72.11`.
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use crate::common::etcd::{etcd_site_text, ip};
 use crate::common::served::{at as run, ok};
 use crate::common::{site, TestSite};
 use ringsync::store::{AuditPage, AuditRecord};
 use testbed::Etcd;
-
-const BIN: &str = env!("CARGO_BIN_EXE_ringsync");
 
 fn fails(o: &Output) -> String {
     assert_eq!(

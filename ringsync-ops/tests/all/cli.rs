@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::served::{local as ringsync, ok};
+use crate::common::served::{instance, local as ringsync, ok, row};
 use crate::common::TestSite;
 use ringsync::profile::{ProfileSet, ProfileState};
 use ringsync::state::DrainState;
@@ -154,27 +154,6 @@ fn drain(site: &TestSite, servers: &[&str]) {
     }
     ok(&ringsync(site, &args));
     ok(&ringsync(site, &["profile", "activate", "d"]));
-}
-
-fn instance<'a>(v: &'a Value, id: &str) -> &'a Value {
-    v["instances"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|i| i["id"] == id)
-        .unwrap_or_else(|| panic!("{id} missing in {v}"))
-}
-
-/// The table row of an instance, split on runs of two or more spaces.
-fn row<'a>(table: &'a str, id: &str) -> Vec<&'a str> {
-    let line = table
-        .lines()
-        .find(|l| l.starts_with(&format!("{id} ")))
-        .unwrap_or_else(|| panic!("{id} missing in\n{table}"));
-    line.split("  ")
-        .map(str::trim)
-        .filter(|c| !c.is_empty())
-        .collect()
 }
 
 fn counts(transactions: u64, dialogs: u64) -> WorkCounts {

@@ -10,12 +10,7 @@ use testbed::fixture::SiteFile;
 fn site() -> String {
     let local = |port: u16| std::net::SocketAddr::from(([127, 0, 0, 1], port));
     SiteFile::new("t")
-        .servers(&["srv-a", "srv-b", "srv-c"])
-        .pool(
-            "sg",
-            "sip",
-            &[("a", local(5001)), ("b", local(5002)), ("c", local(5003))],
-        )
+        .sgs(&[("a", local(5001)), ("b", local(5002)), ("c", local(5003))])
         .pool("bgmg", "ng", &[("a", local(6001))])
         .instance_with("ws-a", "ws", "srv-a", "")
         .pool("esg", "sip", &[("a", local(5011))])

@@ -76,11 +76,7 @@ async fn crud_by_id_or_name_each_audited_r_pr_4() {
     // R-PR-4: the store's own create/update/delete/set_state are audited
     // too, by this process's OS user, refusals included.
     let page = s.audit_log(store::AuditQuery::default()).await.unwrap();
-    let got: Vec<(&str, u16)> = page
-        .records
-        .iter()
-        .map(|r| (r.action.as_str(), r.status))
-        .collect();
+    let got = crate::common::actions(&page);
     assert_eq!(
         got,
         [

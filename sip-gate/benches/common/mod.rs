@@ -21,8 +21,7 @@ pub fn site() -> String {
     let sg = |h: u8| SocketAddr::from(([127, 0, 1, h], 5060));
     SiteFile::new("bench")
         .secret(SECRET)
-        .servers(&["srv-a", "srv-b", "srv-c"])
-        .pool("sg", "sip", &[("a", sg(1)), ("b", sg(2)), ("c", sg(3))])
+        .sgs(&[("a", sg(1)), ("b", sg(2)), ("c", sg(3))])
         .listener(
             "subs",
             SocketAddr::from(([127, 0, 0, 1], 5060)),
@@ -36,6 +35,21 @@ pub fn site() -> String {
         )
         .text()
         .to_owned()
+}
+
+/// A core on [`site`], a scratch core beside it (which [`call_messages`]
+/// drives to learn the gate's answers), and the inbound of the subscriber
+/// ([`SUBSCRIBER`]) on listener 0.
+pub fn cores() -> (Core, Core, Inbound) {
+    let config = std::sync::Arc::new(
+        ringsync::config::SiteConfig::from_str_at(&site(), std::path::Path::new("bench.toml"))
+            .expect("site"),
+    );
+    let drain = || ringsync::state::DrainState::new(config.clone());
+    let core = Core::new(config.clone(), drain()).expect("core");
+    let scratch = Core::new(config.clone(), drain()).expect("core");
+    let peer = SUBSCRIBER.parse().expect("address");
+    (core, scratch, Inbound::Udp { listener: 0, peer })
 }
 
 /// A new INVITE with SDP; `n` makes its branch and Call-ID unique.

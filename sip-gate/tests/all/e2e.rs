@@ -15,12 +15,12 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use crate::common::{ip, ringsync};
+use crate::common::{calls_through, ip, ringsync, status_of};
 use serde_json::Value;
 use testbed::bins::Node;
 use testbed::fixture::SiteFile;
 use testbed::wait_for;
-use testbed::{Scenario, Sipp, SippHandle, SippReport, Transport};
+use testbed::{Scenario, Sipp, SippHandle, SippReport};
 
 const NET: (u8, u8) = (25, 1);
 
@@ -43,32 +43,9 @@ fn sg_b() -> SippHandle {
         .expect("sg-b starts")
 }
 
-/// Runs a UAC through the guard to the end.
+/// Runs a UAC from `.21` through the guard to the end.
 fn call(scenario: &str, calls: u64, hold: Duration, guard: SocketAddr) -> SippReport {
-    Sipp::new(Scenario::repo(scenario))
-        .local_ip(ip(NET, 21))
-        .remote(guard)
-        .transport(Transport::Udp)
-        .calls(calls)
-        .rate(10)
-        .duration(hold)
-        .timeout(Duration::from_secs(60))
-        .spawn()
-        .expect("uac starts")
-        .wait(Duration::from_secs(70))
-        .expect("uac report")
-}
-
-/// One instance as `ringsync status --json` shows it.
-fn status_of(site: &Path, id: &str) -> Value {
-    let st = ringsync(site, &["status"]);
-    st["instances"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|i| i["id"] == id)
-        .cloned()
-        .unwrap_or_else(|| panic!("{id} missing in {st}"))
+    calls_through(scenario, ip(NET, 21), guard, calls, hold)
 }
 
 /// Polls `ringsync status` until `id` has `field` = `want`; that instance.

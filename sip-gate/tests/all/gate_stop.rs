@@ -40,13 +40,21 @@ fn uac(scenario: &str, net: (u8, u8), host: u8, to: SocketAddr) -> Sipp {
 /// `calls` calls of `uac_call` from `.21` at `rate` a second, each held
 /// `hold`, through `listener`.
 fn calls_of(net: (u8, u8), listener: SocketAddr, calls: u64, rate: u32, hold: Duration) -> Sipp {
-    calls_of(net, listener, calls, rate, hold)
+    uac("uac_call", net, 21, listener)
+        .calls(calls)
+        .rate(rate)
+        .duration(hold)
 }
 
 /// sg-0's SIPp: `uas_call_ringing`, which rings `ring` before it answers,
 /// ending by `timeout`.
 fn ringing_sg0(net: (u8, u8), ring: Duration, timeout: Duration) -> SippHandle {
-    ringing_sg0(net, ring, timeout)
+    Sipp::new(Scenario::repo("uas_call_ringing"))
+        .local(server_addr(net, 0).ip(), 5060)
+        .duration(ring)
+        .timeout(timeout)
+        .spawn()
+        .expect("uas starts")
 }
 
 /// The value of `key=N` on the log line that contains `what`.

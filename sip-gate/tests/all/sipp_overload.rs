@@ -48,7 +48,7 @@ fn peak_rss_kib(gate: &Node) -> u64 {
 #[test]
 fn r_ov_2_a_source_over_its_limit_gets_503_with_retry_after_while_another_source_completes() {
     let net = (31, 1);
-    let (dir, mut gate, listener) = overload::ready_gate(
+    let (dir, gate, listener) = overload::ready_gate(
         net,
         "",
         "per_source_rate = 5\nper_source_burst = 5\nretry_after_s = 7\n",
@@ -109,7 +109,7 @@ fn r_ov_1_a_flood_at_five_times_capacity_is_refused_while_calls_up_complete_and_
     let net = (31, 2);
     // Capacity 40 new dialogs/s; per-source limits off, so the gate's own
     // capacity is what the flood meets; a table bound well under default.
-    let (dir, mut gate, listener) = overload::ready_gate(net, "", "new_dialogs_per_s = 40\nnew_dialogs_burst = 20\nper_source_rate = 0\nmax_transactions = 20000\nretry_after_s = 3\n");
+    let (dir, gate, listener) = overload::ready_gate(net, "", "new_dialogs_per_s = 40\nnew_dialogs_burst = 20\nper_source_rate = 0\nmax_transactions = 20000\nretry_after_s = 3\n");
     let rss_idle = peak_rss_kib(&gate);
     let uas = sg(net);
 
@@ -217,7 +217,7 @@ fn raw_invite(sock: &std::net::UdpSocket, to: SocketAddr, n: u32) {
 #[test]
 fn r_ov_1_new_dialogs_that_waited_past_the_deadline_get_503_while_queued_in_dialog_requests_pass() {
     let net = (31, 3);
-    let (dir, mut gate, listener) = overload::ready_gate(
+    let (dir, gate, listener) = overload::ready_gate(
         net,
         "",
         "new_dialog_deadline_ms = 200\nretry_after_s = 4\nretry_after_jitter_s = 0\n",
@@ -318,8 +318,7 @@ fn r_ov_1_after_a_stall_in_dialog_requests_are_forwarded_before_new_dialogs_queu
     let net = (31, 4);
     // A deadline longer than the stall: nothing is refused, so the order
     // the sg sees is the gate's priority alone.
-    let (dir, mut gate, listener) =
-        overload::ready_gate(net, "", "new_dialog_deadline_ms = 5000\n");
+    let (dir, gate, listener) = overload::ready_gate(net, "", "new_dialog_deadline_ms = 5000\n");
     let sg_log = dir.path().join("sg-messages.log");
     let uas = Sipp::new(Scenario::repo("uas_call"))
         .local(server_addr(net, 0).ip(), 5060)
@@ -419,7 +418,7 @@ fn r_ov_1_after_a_stall_in_dialog_requests_are_forwarded_before_new_dialogs_queu
 fn udp_workers_sets_the_worker_threads_per_listener_and_calls_complete() {
     let net = (31, 5);
     for workers in [1, 3] {
-        let (dir, mut gate, listener) =
+        let (dir, gate, listener) =
             overload::ready_gate(net, "", &format!("udp_workers = {workers}\n"));
         let want: Vec<String> = (0..workers).map(|w| format!("udp-0-{w}")).collect();
         assert_eq!(udp_worker_threads(&gate), want);

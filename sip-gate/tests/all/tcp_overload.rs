@@ -81,7 +81,7 @@ fn response(r: &mut BufReader<TcpStream>) -> String {
 #[test]
 fn r_ov_1_over_tcp_new_dialogs_read_behind_get_503_while_in_dialog_requests_go_on() {
     let net = (46, 1);
-    let (dir, mut gate, listener) = overload::ready_gate(
+    let (dir, gate, listener) = overload::ready_gate(
         net,
         "transports = [\"udp\", \"tcp\"]\n",
         "new_dialog_deadline_ms = 200\nretry_after_s = 4\nretry_after_jitter_s = 4\n",

@@ -27,7 +27,7 @@ fn workers_gauge(gate: &Node) -> f64 {
 /// and after the addition completes.
 #[test]
 fn the_supervisor_adds_a_worker_under_sustained_load_and_no_call_fails_across_the_switch() {
-    let (dir, mut gate, listener) = overload::ready_gate(
+    let (dir, gate, listener) = overload::ready_gate(
         NET,
         "",
         "udp_workers_max = 2\nudp_worker_busy_percent = 1\nper_source_rate = 1000\nper_source_burst = 1000\n",

@@ -28,7 +28,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::common::{ip, ringsync};
+use crate::common::{ip, ringsync, status_of};
 use futures::{SinkExt, StreamExt};
 use serde_json::Value;
 use testbed::bins::{BinDir, Node};
@@ -133,18 +133,6 @@ async fn which(ws: &mut Ws, text: &str) -> String {
     let (name, echoed) = back.split_once(':').expect("NAME:text");
     assert_eq!(echoed, text, "the bytes pass unchanged both ways");
     name.to_owned()
-}
-
-/// One instance as `ringsync status --json` shows it.
-fn status_of(site: &Path, id: &str) -> Value {
-    let st = ringsync(site, &["status"]);
-    st["instances"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|i| i["id"] == id)
-        .cloned()
-        .unwrap_or_else(|| panic!("{id} missing in {st}"))
 }
 
 /// Polls `ringsync status` until `id` reads `state`; that instance.

@@ -198,22 +198,12 @@ pub async fn cli(site: &std::path::Path, args: &[&str]) -> String {
     let site = site.to_owned();
     let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
     let o = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(BIN)
-            .arg("--config")
-            .arg(site)
-            .args(args)
-            .output()
-            .unwrap()
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        super::served::at(&site, &args)
     })
     .await
     .unwrap();
-    assert!(
-        o.status.success(),
-        "stdout: {}\nstderr: {}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8(o.stdout).unwrap()
+    super::served::ok(&o)
 }
 
 /// `GET path` over HTTP/1.0: status code and body.

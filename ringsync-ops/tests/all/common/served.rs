@@ -95,6 +95,43 @@ pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// Instance `id` in a `ringsync status --json` answer.
+pub fn instance<'a>(v: &'a serde_json::Value, id: &str) -> &'a serde_json::Value {
+    v["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["id"] == id)
+        .unwrap_or_else(|| panic!("{id} missing in {v}"))
+}
+
+/// The row of instance `id` in `ringsync status`'s table, split on runs of
+/// two or more spaces.
+pub fn row<'a>(table: &'a str, id: &str) -> Vec<&'a str> {
+    let line = table
+        .lines()
+        .find(|l| l.starts_with(&format!("{id} ")))
+        .unwrap_or_else(|| panic!("{id} missing in\n{table}"));
+    line.split("  ")
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .collect()
+}
+
+/// The arguments of `ringsync migrate` from the embedded store to the
+/// etcd at `endpoint`.
+pub fn migrate_to_etcd(endpoint: &str) -> [&str; 7] {
+    [
+        "migrate",
+        "--from",
+        "embedded",
+        "--to",
+        "etcd",
+        "--endpoint",
+        endpoint,
+    ]
+}
+
 /// The output, asserting success.
 pub fn ok(o: &Output) -> String {
     assert!(

@@ -27,16 +27,19 @@ pub fn site() -> String {
             "admin",
             "bind = \"127.0.0.1:0\"\ngate_bind = \"127.0.0.1:9\"\nmedia_bind = \"127.0.0.1:7\"",
         )
-        .servers(&["srv-a", "srv-b", "srv-c"])
-        .pool(
-            "sg",
-            "sip",
-            &[("a", local(5001)), ("b", local(5002)), ("c", local(5003))],
-        )
+        .sgs(&[("a", local(5001)), ("b", local(5002)), ("c", local(5003))])
         .pool("bgmg", "ng", &[("a", local(6001))])
         .pool("mg", "ng", &[("a", local(6002))])
         .text()
         .to_owned()
+}
+
+/// Each record of an audit page as (action, status).
+pub fn actions(page: &ringsync::store::AuditPage) -> Vec<(&str, u16)> {
+    page.records
+        .iter()
+        .map(|r| (r.action.as_str(), r.status))
+        .collect()
 }
 
 /// A temp dir holding `site.toml`.
@@ -183,11 +186,7 @@ pub async fn audited_writes(s: &dyn ringsync::Store) {
         .unwrap();
 
     let page = s.audit_log(AuditQuery::default()).await.unwrap();
-    let got: Vec<(&str, u16)> = page
-        .records
-        .iter()
-        .map(|r| (r.action.as_str(), r.status))
-        .collect();
+    let got = actions(&page);
     assert_eq!(
         got,
         [

@@ -190,3 +190,39 @@ pub fn cli_drain(site: &Path, admin: SocketAddr, server: &str, timeout: Duration
     })
     .unwrap();
 }
+
+/// One instance as `ringsync status --json` on `site` shows it.
+pub fn status_of(site: &Path, id: &str) -> serde_json::Value {
+    let st = ringsync(site, &["status"]);
+    st["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["id"] == id)
+        .cloned()
+        .unwrap_or_else(|| panic!("{id} missing in {st}"))
+}
+
+/// `calls` runs of `scenario` from `from` through `to` over UDP, 10 a
+/// second, each held `hold`, run to their end (70 s at the most): the
+/// report.
+pub fn calls_through(
+    scenario: &str,
+    from: IpAddr,
+    to: SocketAddr,
+    calls: u64,
+    hold: Duration,
+) -> SippReport {
+    Sipp::new(Scenario::repo(scenario))
+        .local_ip(from)
+        .remote(to)
+        .transport(Transport::Udp)
+        .calls(calls)
+        .rate(10)
+        .duration(hold)
+        .timeout(Duration::from_secs(60))
+        .spawn()
+        .expect("uac starts")
+        .wait(Duration::from_secs(70))
+        .expect("uac report")
+}

@@ -30,9 +30,7 @@ const NET: (u8, u8) = (43, 12);
 /// them.
 fn site(dir: &Path, gate: SocketAddr, web: SocketAddr) -> PathBuf {
     let ca = peer::Ca::new(dir, "site");
-    let (cert, key) = ca.issue(&ip(NET, 1).to_string());
-    std::fs::write(dir.join("gate-cert.pem"), cert).unwrap();
-    std::fs::write(dir.join("gate-key.pem"), key).unwrap();
+    ca.issue_gate(dir, &ip(NET, 1).to_string());
     let g = ip(NET, 1);
     SiteFile::gate(
         "ws-browser-drain",
