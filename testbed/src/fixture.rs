@@ -457,13 +457,13 @@ mod tests {
     fn subscribers_balance_over_the_sg_on_the_transports_given() {
         let text = SiteFile::new("subs")
             .sgs(&[("0", sg(11))])
-            .subscribers("both", sg(1), &["udp", "tls"])
+            .subscribers("both", sg(1), &["udp", "tcp"])
             .subscribers("plain", sg(2), &[])
             .text()
             .to_owned();
         let cfg = ringsync::SiteConfig::from_str_at(&text, Path::new("site.toml")).unwrap();
         assert_eq!(cfg.listeners.len(), 2);
-        assert!(text.contains("name = \"both\"\nbind = \"127.200.0.1:5060\"\nmode = \"balance\"\npool = \"sg\"\nleg = \"subscriber\"\ntransports = [\"udp\", \"tls\"]\n"), "{text}");
+        assert!(text.contains("name = \"both\"\nbind = \"127.200.0.1:5060\"\nmode = \"balance\"\npool = \"sg\"\nleg = \"subscriber\"\ntransports = [\"udp\", \"tcp\"]\n"), "{text}");
         assert!(text.ends_with("name = \"plain\"\nbind = \"127.200.0.2:5060\"\nmode = \"balance\"\npool = \"sg\"\nleg = \"subscriber\"\n"), "{text}");
     }
 

@@ -4,6 +4,8 @@
 //! parts stay, and `ringsync audit` still reads every kept record oldest
 //! first across the parts, with seqs that keep growing, page by page.
 
+use std::process::Output;
+
 use crate::common::served::{local, ok};
 use crate::common::{site, TestSite};
 use ringsync::store::AuditPage;

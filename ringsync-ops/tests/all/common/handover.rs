@@ -198,12 +198,22 @@ pub async fn cli(site: &std::path::Path, args: &[&str]) -> String {
     let site = site.to_owned();
     let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
     let o = tokio::task::spawn_blocking(move || {
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        super::served::at(&site, &args)
+        std::process::Command::new(BIN)
+            .arg("--config")
+            .arg(site)
+            .args(args)
+            .output()
+            .unwrap()
     })
     .await
     .unwrap();
-    super::served::ok(&o)
+    assert!(
+        o.status.success(),
+        "stdout: {}\nstderr: {}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout).unwrap()
 }
 
 /// `GET path` over HTTP/1.0: status code and body.
