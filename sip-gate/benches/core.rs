@@ -18,11 +18,11 @@ use sip_gate::{Action, Core, Inbound, TokenKey};
 
 mod common;
 use common::{
-    call_messages, flow_site, invite, invite_from_sg, path_of, register, SITE, SUBSCRIBER,
+    call_messages, flow_site, invite, invite_from_sg, path_of, register, site, SECRET, SUBSCRIBER,
 };
 
 fn tokens(c: &mut Criterion) {
-    let key = TokenKey::new("bench-site-secret-0123456789");
+    let key = TokenKey::new(SECRET);
     let call_id = b"a84b4c76e66710@pc33.example.com";
     let token = key.seal("sg-a", call_id);
     c.bench_function("token/seal", |b| {
@@ -40,7 +40,7 @@ fn tokens(c: &mut Criterion) {
 
 fn handle(c: &mut Criterion) {
     let config =
-        Arc::new(SiteConfig::from_str_at(SITE, Path::new("bench.toml")).expect("bench site"));
+        Arc::new(SiteConfig::from_str_at(&site(), Path::new("bench.toml")).expect("bench site"));
     let core = Core::new(config.clone(), DrainState::new(config)).expect("core");
     let peer = "203.0.113.10:40000".parse().unwrap();
     let inbound = Inbound::Udp { listener: 0, peer };
@@ -68,7 +68,7 @@ fn handle(c: &mut Criterion) {
 
 fn call(c: &mut Criterion) {
     let config =
-        Arc::new(SiteConfig::from_str_at(SITE, Path::new("bench.toml")).expect("bench site"));
+        Arc::new(SiteConfig::from_str_at(&site(), Path::new("bench.toml")).expect("bench site"));
     let core = Core::new(config.clone(), DrainState::new(config.clone())).expect("core");
     let scratch = Core::new(config.clone(), DrainState::new(config)).expect("core");
     let peer = "203.0.113.10:40000".parse().unwrap();

@@ -46,6 +46,7 @@ use std::time::{Duration, Instant};
 use rustls::pki_types::CertificateDer;
 use rustls_pki_types::pem::PemObject;
 use testbed::bins::{BinDir, Node};
+use testbed::fixture::SiteFile;
 use testbed::{ProcStats, Scenario, Sipp, SippHandle, Transport};
 
 mod ws_load;
@@ -102,64 +103,19 @@ fn opts() -> Opts {
 /// would meet (one source for all calls) are lifted.
 fn site(dir: &std::path::Path, connections: u32) -> std::path::PathBuf {
     testbed::tls::self_signed(dir, &ip(1).to_string()).unwrap();
-    let text = format!(
-        r#"[site]
-name = "ws-bench"
-secret = "ws-bench-secret-0123456789abcdef"
-
-[health]
-interval_ms = 0
-
-[tcp]
-max_connections = {max}
-
-[overload]
-per_source_rate = 0
-per_source_register_rate = 0
-
-[tls]
-cert = "cert.pem"
-key = "key.pem"
-
-[[server]]
-name = "srv-0"
-[[instance]]
-id = "sg-0"
-service = "sg"
-server = "srv-0"
-sip = "{sg}:5060"
-
-[[listener]]
-name = "tcp"
-bind = "{g}:5060"
-transports = ["tcp"]
-mode = "balance"
-pool = "sg"
-leg = "subscriber"
-
-[[listener]]
-name = "ws"
-bind = "{g}:5080"
-transports = ["udp", "ws"]
-mode = "balance"
-pool = "sg"
-leg = "subscriber"
-
-[[listener]]
-name = "wss"
-bind = "{g}:5443"
-transports = ["udp", "wss"]
-mode = "balance"
-pool = "sg"
-leg = "subscriber"
-"#,
-        max = connections + 1000,
-        sg = ip(SG),
-        g = ip(1),
-    );
-    let path = dir.join("site.toml");
-    std::fs::write(&path, text).unwrap();
-    path
+    let g = |port: u16| SocketAddr::new(ip(1), port);
+    SiteFile::new("ws-bench")
+        .section("tcp", &format!("max_connections = {}", connections + 1000))
+        .section(
+            "overload",
+            "per_source_rate = 0\nper_source_register_rate = 0",
+        )
+        .tls("cert.pem", "key.pem")
+        .sgs(&[("0", SocketAddr::new(ip(SG), 5060))])
+        .subscribers("tcp", g(5060), &["tcp"])
+        .subscribers("ws", g(5080), &["udp", "ws"])
+        .subscribers("wss", g(5443), &["udp", "wss"])
+        .write(dir)
 }
 
 fn sg(scenario: Scenario, t: Transport) -> SippHandle {

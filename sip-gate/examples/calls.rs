@@ -13,12 +13,8 @@
 //! core, whose cost is not in it. The gate's Prometheus recorder is
 //! installed, as in the binary, so what the metrics cost is counted too.
 
-use std::path::Path;
-use std::sync::Arc;
 use std::time::Instant;
 
-use ringsync::config::SiteConfig;
-use ringsync::state::DrainState;
 use sip_gate::{Action, Core, Inbound};
 
 #[path = "../benches/common/mod.rs"]
@@ -32,14 +28,7 @@ fn main() {
     metrics_exporter_prometheus::PrometheusBuilder::new()
         .install_recorder()
         .expect("metrics recorder");
-    let config =
-        Arc::new(SiteConfig::from_str_at(common::SITE, Path::new("bench.toml")).expect("site"));
-    let core = Core::new(config.clone(), DrainState::new(config.clone())).expect("core");
-    let scratch = Core::new(config.clone(), DrainState::new(config)).expect("core");
-    let inbound = Inbound::Udp {
-        listener: 0,
-        peer: "203.0.113.10:40000".parse().expect("address"),
-    };
+    let (core, scratch, inbound) = common::cores();
     let now = Instant::now();
     let calls: Vec<_> = (0..n)
         .map(|i| common::call_messages(&scratch, i, inbound, now))

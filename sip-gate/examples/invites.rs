@@ -26,7 +26,7 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(100_000);
     let config =
-        Arc::new(SiteConfig::from_str_at(common::SITE, Path::new("bench.toml")).expect("site"));
+        Arc::new(SiteConfig::from_str_at(&common::site(), Path::new("bench.toml")).expect("site"));
     let core = Core::new(config.clone(), DrainState::new(config)).expect("core");
     let inbound = Inbound::Udp {
         listener: 0,

@@ -165,10 +165,10 @@ fn main() {
     metrics_exporter_prometheus::PrometheusBuilder::new()
         .install_recorder()
         .expect("metrics recorder");
-    // SITE ends in its [overload] table: the transaction bound goes there.
+    // The site ends in its [overload] table: the transaction bound goes there.
     let site = format!(
         "{}max_transactions = {}\n\n[work]\nmax_registrations = {}\n",
-        common::SITE,
+        common::site(),
         (regs + flows + calls).max(1) * 2,
         (regs + flows).max(1)
     );

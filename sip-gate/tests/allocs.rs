@@ -10,13 +10,9 @@
 //! from message to message have grown by then, as in a running gate.
 
 use std::alloc::System;
-use std::path::Path;
-use std::sync::Arc;
 use std::time::Instant;
 
-use ringsync::config::SiteConfig;
-use ringsync::state::DrainState;
-use sip_gate::{Action, Core, Inbound};
+use sip_gate::Action;
 use stats_alloc::{Region, StatsAlloc, INSTRUMENTED_SYSTEM};
 
 #[path = "../benches/common/mod.rs"]
@@ -40,14 +36,7 @@ fn allocations_per_kind() -> [Vec<usize>; 5] {
     metrics_exporter_prometheus::PrometheusBuilder::new()
         .install_recorder()
         .expect("metrics recorder");
-    let config =
-        Arc::new(SiteConfig::from_str_at(common::SITE, Path::new("bench.toml")).expect("site"));
-    let core = Core::new(config.clone(), DrainState::new(config.clone())).expect("core");
-    let scratch = Core::new(config.clone(), DrainState::new(config)).expect("core");
-    let inbound = Inbound::Udp {
-        listener: 0,
-        peer: "203.0.113.10:40000".parse().expect("address"),
-    };
+    let (core, scratch, inbound) = common::cores();
     let now = Instant::now();
     let calls: Vec<_> = (0..WARM_UP + CALLS)
         .map(|i| common::call_messages(&scratch, i, inbound, now))

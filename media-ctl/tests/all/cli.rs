@@ -11,12 +11,7 @@ fn example() -> std::path::PathBuf {
 
 #[test]
 fn check_accepts_the_example_site() {
-    let out = Command::new(BIN)
-        .arg("--config")
-        .arg(example())
-        .arg("--check")
-        .output()
-        .unwrap();
+    let out = testbed::bins::check("media-ctl", &example());
     assert!(
         out.status.success(),
         "{}",
@@ -70,12 +65,7 @@ fn check_names_file_line_and_field() {
         .unwrap()
         .replace("ping_failures = 3", "ping_failures = 0");
     std::fs::write(&path, &text).unwrap();
-    let out = Command::new(BIN)
-        .arg("--config")
-        .arg(&path)
-        .arg("--check")
-        .output()
-        .unwrap();
+    let out = testbed::bins::check("media-ctl", &path);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     let line = text
@@ -91,12 +81,7 @@ fn check_names_file_line_and_field() {
         "sip = \"127.0.1.2:5060\"\nng_source = \"127.0.1.1\"",
     );
     std::fs::write(&path, &text).unwrap();
-    let out = Command::new(BIN)
-        .arg("--config")
-        .arg(&path)
-        .arg("--check")
-        .output()
-        .unwrap();
+    let out = testbed::bins::check("media-ctl", &path);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(

@@ -15,56 +15,32 @@ use ringsync::config::SiteConfig;
 use ringsync::profile::{Profile, ProfileSet, ProfileState};
 use ringsync::state::DrainState;
 use ringsync::view::Health;
+use testbed::fixture::SiteFile;
 
-/// sg-a on srv-a sends from 127.0.1.1, sg-b on srv-b from 127.0.1.2.
-pub const SITE: &str = r#"
-[site]
-name = "core"
-[timers]
-mg_drain_window_s = 100
-[media]
-ng_bind = "127.0.0.1:0"
-call_idle_timeout_s = 600
-mg_timeout_ms = 1000
-[[server]]
-name = "srv-a"
-[[server]]
-name = "srv-b"
-[[server]]
-name = "srv-c"
-[[instance]]
-id = "sg-a"
-service = "sg"
-server = "srv-a"
-sip = "127.0.1.1:5060"
-[[instance]]
-id = "sg-b"
-service = "sg"
-server = "srv-b"
-sip = "127.0.1.2:5060"
-[[instance]]
-id = "mg-a"
-service = "mg"
-server = "srv-a"
-ng = "127.0.3.1:22222"
-[[instance]]
-id = "mg-b"
-service = "mg"
-server = "srv-b"
-ng = "127.0.3.2:22222"
-[[instance]]
-id = "mg-c"
-service = "mg"
-server = "srv-c"
-ng = "127.0.3.3:22222"
-[[instance]]
-id = "bgmg-a"
-service = "bgmg"
-server = "srv-a"
-ng = "127.0.4.1:22222"
-"#;
+/// sg-a on srv-a sends from 127.0.1.1, sg-b on srv-b from 127.0.1.2; an
+/// mg on each of the three servers and a bgmg on srv-a.
+pub fn site() -> String {
+    let at = |s: &str| s.parse().unwrap();
+    let mg = |x: &'static str, h: u8| (x, at(&format!("127.0.3.{h}:22222")));
+    SiteFile::new("core")
+        .section("timers", "mg_drain_window_s = 100")
+        .media(
+            at("127.0.0.1:0"),
+            "call_idle_timeout_s = 600\nmg_timeout_ms = 1000",
+        )
+        .servers(&["srv-a", "srv-b", "srv-c"])
+        .pool(
+            "sg",
+            "sip",
+            &[("a", at("127.0.1.1:5060")), ("b", at("127.0.1.2:5060"))],
+        )
+        .pool("mg", "ng", &[mg("a", 1), mg("b", 2), mg("c", 3)])
+        .pool("bgmg", "ng", &[("a", at("127.0.4.1:22222"))])
+        .text()
+        .to_owned()
+}
 
-/// Instance indexes in [`SITE`].
+/// Instance indexes in [`site`].
 pub const MG_A: usize = 2;
 pub const MG_B: usize = 3;
 pub const MG_C: usize = 4;
@@ -122,7 +98,7 @@ pub struct Harness {
 
 impl Harness {
     pub fn new() -> Harness {
-        Harness::with(SITE)
+        Harness::with(&site())
     }
 
     pub fn with(text: &str) -> Harness {
@@ -331,7 +307,7 @@ impl Harness {
     }
 }
 
-/// The mg address of instance `idx` in [`SITE`], as it appears in `c=`.
+/// The mg address of instance `idx` in [`site`], as it appears in `c=`.
 pub fn ip_of(idx: usize) -> &'static str {
     match idx {
         MG_A => "127.0.3.1",

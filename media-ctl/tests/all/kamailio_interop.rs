@@ -16,6 +16,7 @@ use ringsync::config::SiteConfig;
 use ringsync::profile::{NewProfile, ProfileState};
 use ringsync::state::DrainState;
 use testbed::bins::Node;
+use testbed::fixture::{Mode, SiteFile, UDP};
 use testbed::{Kamailio, Rtpengine, Scenario, Sipp, Transport};
 use tokio_util::sync::CancellationToken;
 
@@ -28,61 +29,25 @@ const MG_A: u8 = 31;
 const MG_B: u8 = 32;
 const BGMG_A: u8 = 41;
 
+/// Kamailio as sg-a, rtpengines as mg-a, mg-b and bgmg-a, media-ctl on
+/// `.1` (pinging every 200 ms), the gate's subscriber listener on `.2`.
 fn site_text() -> String {
-    format!(
-        r#"
-[site]
-name = "interop"
-secret = "interop-test-secret-0123456789"
-[health]
-interval_ms = 0
-[timers]
-mg_drain_window_s = 1
-[admin]
-media_bind = "{m}:9092"
-[media]
-ng_bind = "{m}:2223"
-ping_interval_ms = 200
-ping_timeout_ms = 150
-[[server]]
-name = "srv-a"
-[[server]]
-name = "srv-b"
-[[instance]]
-id = "sg-a"
-service = "sg"
-server = "srv-a"
-sip = "{k}:5060"
-[[instance]]
-id = "mg-a"
-service = "mg"
-server = "srv-a"
-ng = "{a}:22222"
-[[instance]]
-id = "mg-b"
-service = "mg"
-server = "srv-b"
-ng = "{b}:22222"
-[[instance]]
-id = "bgmg-a"
-service = "bgmg"
-server = "srv-a"
-ng = "{bg}:22222"
-[[listener]]
-name = "subs"
-bind = "{g}:5060"
-transports = ["udp"]
-mode = "balance"
-pool = "sg"
-leg = "subscriber"
-"#,
-        m = ip(1),
-        g = ip(2),
-        k = ip(KAMAILIO),
-        a = ip(MG_A),
-        b = ip(MG_B),
-        bg = ip(BGMG_A),
-    )
+    let at = |host: u8, port: u16| SocketAddr::new(ip(host), port);
+    SiteFile::new("interop")
+        .section("timers", "mg_drain_window_s = 1")
+        .section("admin", &format!("media_bind = \"{}\"", at(1, 9092)))
+        .media(at(1, 2223), "ping_interval_ms = 200\nping_timeout_ms = 150")
+        .servers(&["srv-a", "srv-b"])
+        .instance("sg-a", "sg", "srv-a", at(KAMAILIO, 5060))
+        .pool(
+            "mg",
+            "ng",
+            &[("a", at(MG_A, 22222)), ("b", at(MG_B, 22222))],
+        )
+        .pool("bgmg", "ng", &[("a", at(BGMG_A, 22222))])
+        .listener("subs", at(2, 5060), Mode::Balance("sg"), "subscriber", UDP)
+        .text()
+        .to_owned()
 }
 
 /// `call-id → [(what, address)]` from a scenario's `-trace_logs` file.

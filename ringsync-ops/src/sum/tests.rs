@@ -7,34 +7,32 @@ use ringsync::profile::{Profile, ProfileSet, ProfileState};
 use ringsync::work::{InstanceWork, NodeKind, Unknown, WorkReport};
 use std::path::Path;
 use std::sync::Arc;
+use testbed::fixture::{Mode, SiteFile};
 
-const SITE: &str = r#"
-[site]
-name = "t"
-[[server]]
-name = "srv-a"
-[[server]]
-name = "srv-b"
-[[instance]]
-id = "sg-a"
-service = "sg"
-server = "srv-a"
-sip = "127.0.0.1:5071"
-[[instance]]
-id = "sg-b"
-service = "sg"
-server = "srv-b"
-sip = "127.0.0.1:5072"
-[[instance]]
-id = "mg-a"
-service = "mg"
-server = "srv-a"
-ng = "127.0.0.1:22221"
-"#;
+/// sg-a and sg-b, and mg-a beside sg-a.
+fn site() -> String {
+    let local = |port: u16| std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    SiteFile::new("t")
+        .servers(&["srv-a", "srv-b"])
+        .pool("sg", "sip", &[("a", local(5071)), ("b", local(5072))])
+        .pool("mg", "ng", &[("a", local(22221))])
+        .text()
+        .to_owned()
+}
 
 fn view(drain_a: bool) -> DrainView {
-    let config = SiteConfig::from_str_at(SITE, Path::new("/t.toml")).unwrap();
-    let profiles = ProfileSet {
+    let config = SiteConfig::from_str_at(&site(), Path::new("/t.toml")).unwrap();
+    let state = if drain_a {
+        ProfileState::Active
+    } else {
+        ProfileState::Inactive
+    };
+    DrainView::build(Arc::new(config), &profile_a(state), &[], &[])
+}
+
+/// One profile `a`, draining srv-a when `state` is active.
+fn profile_a(state: ProfileState) -> ProfileSet {
+    ProfileSet {
         revision: 1,
         profiles: vec![Profile {
             id: "p-1".into(),
@@ -42,14 +40,9 @@ fn view(drain_a: bool) -> DrainView {
             description: String::new(),
             revision: 0,
             servers: vec!["srv-a".into()],
-            state: if drain_a {
-                ProfileState::Active
-            } else {
-                ProfileState::Inactive
-            },
+            state,
         }],
-    };
-    DrainView::build(Arc::new(config), &profiles, &[], &[])
+    }
 }
 
 fn report(node: &str, kind: NodeKind, work: &[(&str, InstanceWork)]) -> NodeOutcome {
@@ -261,45 +254,21 @@ fn unreachable_transports_are_kept_per_node_and_leave_the_state_alone() {
 /// says `drained`.
 #[test]
 fn r_st_4_a_pooled_ws_nobody_reached_is_unknown_not_up() {
-    let site = r#"
-[site]
-name = "t"
-[[server]]
-name = "srv-a"
-[[server]]
-name = "srv-b"
-[[instance]]
-id = "ws-a"
-service = "ws"
-server = "srv-a"
-ws = "127.0.0.1:8081"
-[[instance]]
-id = "ws-b"
-service = "ws"
-server = "srv-b"
-ws = "127.0.0.1:8082"
-[[listener]]
-name = "web"
-bind = "127.0.0.1:8443"
-transports = ["ws"]
-mode = "ws_pool"
-pool = "ws"
-leg = "subscriber"
-ws_path = "/sip"
-"#;
-    let config = SiteConfig::from_str_at(site, Path::new("/t.toml")).unwrap();
-    let profiles = ProfileSet {
-        revision: 1,
-        profiles: vec![Profile {
-            id: "p-1".into(),
-            name: "a".into(),
-            description: String::new(),
-            revision: 0,
-            servers: vec!["srv-a".into()],
-            state: ProfileState::Active,
-        }],
-    };
-    let v = DrainView::build(Arc::new(config), &profiles, &[], &[]);
+    let local = |port: u16| std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let site = SiteFile::new("t")
+        .servers(&["srv-a", "srv-b"])
+        .pool("ws", "ws", &[("a", local(8081)), ("b", local(8082))])
+        .listener(
+            "web",
+            local(8443),
+            Mode::WsPool("ws"),
+            "subscriber",
+            "transports = [\"ws\"]\nws_path = \"/sip\"",
+        )
+        .text()
+        .to_owned();
+    let config = SiteConfig::from_str_at(&site, Path::new("/t.toml")).unwrap();
+    let v = DrainView::build(Arc::new(config), &profile_a(ProfileState::Active), &[], &[]);
     let unseen = InstanceWork::default();
     let g = report(
         "g1",

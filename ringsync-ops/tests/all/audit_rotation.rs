@@ -4,41 +4,26 @@
 //! parts stay, and `ringsync audit` still reads every kept record oldest
 //! first across the parts, with seqs that keep growing, page by page.
 
-use std::process::{Command, Output};
+use std::process::Output;
 
-use crate::common::{TestSite, SITE};
+use crate::common::served::{local, ok};
+use crate::common::{site, TestSite};
 use ringsync::store::AuditPage;
-
-const BIN: &str = env!("CARGO_BIN_EXE_ringsync");
-
-fn ok(o: Output) -> String {
-    assert!(
-        o.status.success(),
-        "stdout: {}\nstderr: {}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8(o.stdout).unwrap()
-}
 
 #[test]
 fn the_audit_log_rolls_by_size_keeps_its_parts_and_audit_reads_across_them() {
-    let site = TestSite::with_text(&format!("{SITE}\n[audit]\nmax_bytes = 1024\nkeep = 2\n"));
-    let run = |args: &[&str]| {
-        Command::new(BIN)
-            .arg("--config")
-            .arg(&site.config.path)
-            .args(args)
-            .output()
-            .unwrap()
-    };
-    ok(run(&[
+    let site = TestSite::with_text(&format!(
+        "{}\n[audit]\nmax_bytes = 1024\nkeep = 2\n",
+        site()
+    ));
+    let run = |args: &[&str]| local(&site, args);
+    ok(&run(&[
         "profile", "create", "--name", "m", "--server", "srv-a",
     ]));
     // Each activate/deactivate record holds the profile twice: ~500 bytes.
     for _ in 0..8 {
-        ok(run(&["profile", "activate", "m"]));
-        ok(run(&["profile", "deactivate", "m"]));
+        ok(&run(&["profile", "activate", "m"]));
+        ok(&run(&["profile", "deactivate", "m"]));
     }
     let log = site.store_path().with_extension("json.audit.jsonl");
     let dir = site.dir.path();
@@ -56,7 +41,7 @@ fn the_audit_log_rolls_by_size_keeps_its_parts_and_audit_reads_across_them() {
     assert!(std::fs::metadata(&log).unwrap().len() <= 1024);
 
     let page: AuditPage =
-        serde_json::from_str(&ok(run(&["--json", "audit", "--limit", "1000"]))).unwrap();
+        serde_json::from_str(&ok(&run(&["--json", "audit", "--limit", "1000"]))).unwrap();
     let seqs: Vec<u64> = page.records.iter().map(|r| r.seq).collect();
     assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
     assert!(page.records.windows(2).all(|w| w[0].at_ms <= w[1].at_ms));
@@ -80,7 +65,7 @@ fn the_audit_log_rolls_by_size_keeps_its_parts_and_audit_reads_across_them() {
     assert_eq!(walk(&run), seqs);
 
     // The text form reads them too.
-    let text = ok(run(&["audit", "--limit", "1000"]));
+    let text = ok(&run(&["audit", "--limit", "1000"]));
     let rows: Vec<u64> = (text.lines())
         .filter_map(|l| l.split_whitespace().next()?.parse().ok())
         .collect();
@@ -102,7 +87,7 @@ fn walk(run: &dyn Fn(&[&str]) -> Output) -> Vec<u64> {
             args.extend(["--after".into(), a.to_string()]);
         }
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let p: AuditPage = serde_json::from_str(&ok(run(&args))).unwrap();
+        let p: AuditPage = serde_json::from_str(&ok(&run(&args))).unwrap();
         walked.extend(p.records.iter().map(|r| r.seq));
         match p.next {
             Some(n) => after = Some(n),

@@ -10,33 +10,13 @@
 //! Addresses: etcd on `127.0.72.11`.
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use crate::common::etcd::{etcd_site_text, ip};
-use crate::common::{TestSite, SITE};
+use crate::common::served::{at as run, ok};
+use crate::common::{site, TestSite};
 use ringsync::store::{AuditPage, AuditRecord};
 use testbed::Etcd;
-
-const BIN: &str = env!("CARGO_BIN_EXE_ringsync");
-
-fn run(site: &Path, args: &[&str]) -> Output {
-    Command::new(BIN)
-        .arg("--config")
-        .arg(site)
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn ok(o: &Output) -> String {
-    assert!(
-        o.status.success(),
-        "stdout: {}\nstderr: {}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8(o.stdout.clone()).unwrap()
-}
 
 fn fails(o: &Output) -> String {
     assert_eq!(
@@ -190,7 +170,7 @@ fn restore_shows_the_same(src: &Path, dst: &Path, b: &str) {
 /// Another site's backup: refused unless --force.
 fn another_sites_backup_needs_force(src: &Path, dst: &Path) {
     let (src, dst) = (src.to_path_buf(), dst.to_path_buf());
-    let other = TestSite::with_text(&SITE.replace("name = \"t1\"", "name = \"t2\""));
+    let other = TestSite::with_text(&site().replace("name = \"t1\"", "name = \"t2\""));
     let other_site = other.config.path.clone();
     ok(&run(
         &other_site,

@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::common::served::{instance, local as ringsync, ok, row};
 use crate::common::TestSite;
 use ringsync::profile::{ProfileSet, ProfileState};
 use ringsync::state::DrainState;
@@ -17,25 +18,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
 const BIN: &str = env!("CARGO_BIN_EXE_ringsync");
-
-fn ringsync(site: &TestSite, args: &[&str]) -> Output {
-    Command::new(BIN)
-        .arg("--config")
-        .arg(site.site_path())
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn ok(o: &Output) -> String {
-    assert!(
-        o.status.success(),
-        "stdout: {}\nstderr: {}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8(o.stdout.clone()).unwrap()
-}
 
 #[test]
 fn profile_lifecycle_text_and_json() {
@@ -123,7 +105,7 @@ fn errors_exit_non_zero_with_a_clear_message() {
     let bad = bad_dir.path().join("site.toml");
     std::fs::write(
         &bad,
-        crate::common::SITE.replace("server = \"srv-c\"\nsip", "server = \"srv-q\"\nsip"),
+        crate::common::site().replace("server = \"srv-c\"\nsip", "server = \"srv-q\"\nsip"),
     )
     .unwrap();
     let o = Command::new(BIN)
@@ -172,27 +154,6 @@ fn drain(site: &TestSite, servers: &[&str]) {
     }
     ok(&ringsync(site, &args));
     ok(&ringsync(site, &["profile", "activate", "d"]));
-}
-
-fn instance<'a>(v: &'a Value, id: &str) -> &'a Value {
-    v["instances"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|i| i["id"] == id)
-        .unwrap_or_else(|| panic!("{id} missing in {v}"))
-}
-
-/// The table row of an instance, split on runs of two or more spaces.
-fn row<'a>(table: &'a str, id: &str) -> Vec<&'a str> {
-    let line = table
-        .lines()
-        .find(|l| l.starts_with(&format!("{id} ")))
-        .unwrap_or_else(|| panic!("{id} missing in\n{table}"));
-    line.split("  ")
-        .map(str::trim)
-        .filter(|c| !c.is_empty())
-        .collect()
 }
 
 fn counts(transactions: u64, dialogs: u64) -> WorkCounts {

@@ -45,6 +45,30 @@ fn held_uas(addr: &str) -> SippHandle {
 }
 
 /// `n` calls through Kamailio (20/s); how many each UAS received.
+/// Creates the profile `maint-a` (draining srv-a) in `site`'s store and
+/// starts `ringsync serve` on it; with `engine_name`, returns once that
+/// engine has reported a revision.
+fn serve_with_maint_a(site: &TestSite, engine_name: Option<&str>) -> Served {
+    ok(&local(
+        site,
+        &[
+            "profile", "create", "--name", "maint-a", "--server", "srv-a",
+        ],
+    ));
+    let served = Served::start(site, &[]);
+    if let Some(name) = engine_name {
+        wait_until(Duration::from_secs(5), || {
+            engine(&status_json(&served.url), name)["revision"].is_u64()
+        });
+    }
+    served
+}
+
+/// `ringsync --api URL profile VERB maint-a` through `served`.
+fn maint_a(served: &Served, verb: &str) {
+    ok(&remote(&served.url, None, &["profile", verb, "maint-a"]));
+}
+
 fn calls_through(proxy: SocketAddr, n: u64) -> (u64, u64) {
     let (a, b) = (uas(UAS_A), uas(UAS_B));
     let uac = Sipp::new(Scenario::builtin("uac"))
@@ -76,16 +100,7 @@ fn r_ex_1_kamailio_dispatcher_follows_the_drain_through_a_kill_9() {
     let site = TestSite::with_text(&base_site(&kamailio_engine("kam", rpc_at)));
     let k = kamailio(sip, rpc_at);
     let proxy = start_kamailio(&k, rpc_at);
-    ok(&local(
-        &site,
-        &[
-            "profile", "create", "--name", "maint-a", "--server", "srv-a",
-        ],
-    ));
-    let served = Served::start(&site, &[]);
-    wait_until(Duration::from_secs(5), || {
-        engine(&status_json(&served.url), "kam")["revision"].is_u64()
-    });
+    let served = serve_with_maint_a(&site, Some("kam"));
 
     let (a, b) = calls_through(sip, 20);
     assert!(
@@ -110,11 +125,7 @@ fn r_ex_1_kamailio_dispatcher_follows_the_drain_through_a_kill_9() {
     std::thread::sleep(Duration::from_millis(1000));
 
     let t0 = Instant::now();
-    ok(&remote(
-        &served.url,
-        None,
-        &["profile", "activate", "maint-a"],
-    ));
+    maint_a(&served, "activate");
     let applied = wait_until(Duration::from_secs(1), || {
         flags(rpc_at, UAS_A).is_some_and(|f| f.starts_with('D'))
     });
@@ -194,11 +205,7 @@ fn r_ex_1_kamailio_dispatcher_follows_the_drain_through_a_kill_9() {
         "the restarted Kamailio still sends nothing to sg-a"
     );
 
-    ok(&remote(
-        &served.url,
-        None,
-        &["profile", "deactivate", "maint-a"],
-    ));
+    maint_a(&served, "deactivate");
     wait_until(Duration::from_secs(1), || {
         flags(rpc_at, UAS_A).is_some_and(|f| f.starts_with('A'))
     });
@@ -248,18 +255,8 @@ fn r_ex_1_kamailio_probing_flag_comes_back_after_a_hand_edit() {
     let site = TestSite::with_text(&base_site(&kamailio_engine("kam", rpc_at)));
     let proxy = start_kamailio(&kamailio(sip, rpc_at).probing(), rpc_at);
     assert_eq!(flags(rpc_at, UAS_A).as_deref(), Some("AP"));
-    ok(&local(
-        &site,
-        &[
-            "profile", "create", "--name", "maint-a", "--server", "srv-a",
-        ],
-    ));
-    let served = Served::start(&site, &[]);
-    ok(&remote(
-        &served.url,
-        None,
-        &["profile", "activate", "maint-a"],
-    ));
+    let served = serve_with_maint_a(&site, None);
+    maint_a(&served, "activate");
     let drained = || flags(rpc_at, UAS_A).is_some_and(|f| f.starts_with('D'));
     wait_until(Duration::from_secs(5), drained);
 
@@ -278,11 +275,7 @@ fn r_ex_1_kamailio_probing_flag_comes_back_after_a_hand_edit() {
     // The driver corrects the hand edit (wait_until fails the test if not).
     wait_until(Duration::from_secs(10), drained);
 
-    ok(&remote(
-        &served.url,
-        None,
-        &["profile", "deactivate", "maint-a"],
-    ));
+    maint_a(&served, "deactivate");
     wait_until(Duration::from_secs(5), || {
         flags(rpc_at, UAS_A).is_some_and(|f| f.starts_with('A'))
     });
@@ -305,16 +298,7 @@ fn r_ex_1_haproxy_server_drains_and_open_connections_stay() {
         &b.to_string(),
         &haproxy_engine("hap", &admin.to_string()),
     ));
-    ok(&local(
-        &site,
-        &[
-            "profile", "create", "--name", "maint-a", "--server", "srv-a",
-        ],
-    ));
-    let served = Served::start(&site, &[]);
-    wait_until(Duration::from_secs(5), || {
-        engine(&status_json(&served.url), "hap")["revision"].is_u64()
-    });
+    let served = serve_with_maint_a(&site, Some("hap"));
     assert_eq!(spread(hs.front, 4), ["A", "B"]);
     // One open to A before the drain.
     let (mut open, name) = (0..4)
@@ -324,11 +308,7 @@ fn r_ex_1_haproxy_server_drains_and_open_connections_stay() {
     assert_eq!(name, "A");
 
     let t0 = Instant::now();
-    ok(&remote(
-        &served.url,
-        None,
-        &["profile", "activate", "maint-a"],
-    ));
+    maint_a(&served, "activate");
     wait_until(Duration::from_secs(1), || {
         says(&status_json(&served.url), "hap", "sg-a").as_deref() == Some("drain")
     });
@@ -346,11 +326,7 @@ fn r_ex_1_haproxy_server_drains_and_open_connections_stay() {
     let n = open.read(&mut buf).unwrap();
     assert_eq!(&buf[..n], b"still here\n", "the open connection to A stays");
 
-    ok(&remote(
-        &served.url,
-        None,
-        &["profile", "deactivate", "maint-a"],
-    ));
+    maint_a(&served, "deactivate");
     wait_until(Duration::from_secs(1), || {
         says(&status_json(&served.url), "hap", "sg-a").as_deref() == Some("ready")
     });
@@ -389,23 +365,10 @@ fn r_ex_1_failing_engines_do_not_block_the_others() {
     .replace(&format!("sip:{UAS_A};transport=udp"), &format!("sip:{a}"))
     .replace(&format!("sip:{UAS_B};transport=udp"), &format!("sip:{b}"));
     let site = TestSite::with_text(&sites(&a.to_string(), &b.to_string(), &engines));
-    ok(&local(
-        &site,
-        &[
-            "profile", "create", "--name", "maint-a", "--server", "srv-a",
-        ],
-    ));
-    let served = Served::start(&site, &[]);
-    wait_until(Duration::from_secs(5), || {
-        engine(&status_json(&served.url), "hap")["revision"].is_u64()
-    });
+    let served = serve_with_maint_a(&site, Some("hap"));
 
     let t0 = Instant::now();
-    ok(&remote(
-        &served.url,
-        None,
-        &["profile", "activate", "maint-a"],
-    ));
+    maint_a(&served, "activate");
     wait_until(Duration::from_secs(1), || {
         says(&status_json(&served.url), "hap", "sg-a").as_deref() == Some("drain")
     });

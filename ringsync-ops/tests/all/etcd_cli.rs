@@ -5,34 +5,14 @@
 //! and a node that met a corrupt document fresh again after a good one
 //! (R-MN-2).
 
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::{Duration, Instant};
 
 use crate::common::etcd::{etcd_site_text, ip};
+use crate::common::served::{at as run, ok};
 use crate::common::TestSite;
 use testbed::bins::Node;
 use testbed::{Etcd, TcpPartition};
-
-const BIN: &str = env!("CARGO_BIN_EXE_ringsync");
-
-fn run(site: &std::path::Path, args: &[&str]) -> Output {
-    Command::new(BIN)
-        .arg("--config")
-        .arg(site)
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn ok(o: &Output) -> String {
-    assert!(
-        o.status.success(),
-        "stdout: {}\nstderr: {}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8(o.stdout.clone()).unwrap()
-}
 
 fn fails(o: &Output) -> String {
     assert!(
@@ -60,15 +40,7 @@ fn migrate_then_run_the_site_on_etcd() {
     ok(&run(&e, &["profile", "activate", "a"]));
 
     // Copy, then again: the second run writes nothing.
-    let args = [
-        "migrate",
-        "--from",
-        "embedded",
-        "--to",
-        "etcd",
-        "--endpoint",
-        &ep,
-    ];
+    let args = crate::common::served::migrate_to_etcd(&ep);
     let out = ok(&run(&e, &args));
     assert!(
         out.starts_with("copied 2 profile(s) at revision 3"),
@@ -235,15 +207,7 @@ fn r_pr_4_migrate_writes_one_audit_record_per_profile_in_the_target() {
         .unwrap()
         .map_or(format!("local:uid{uid}"), |u| format!("local:{}", u.name));
 
-    let to_etcd = [
-        "migrate",
-        "--from",
-        "embedded",
-        "--to",
-        "etcd",
-        "--endpoint",
-        &ep,
-    ];
+    let to_etcd = crate::common::served::migrate_to_etcd(&ep);
     ok(&run(&e, &to_etcd));
     ok(&run(&e, &to_etcd)); // already there: writes, and records, nothing
     let etcd_site = embedded.dir.path().join("etcd-site.toml");
@@ -330,6 +294,17 @@ fn r_pr_4_migrate_writes_one_audit_record_per_profile_in_the_target() {
     );
 }
 
+/// Polls `serve`'s `/readyz` until its body says `needle`, for up to
+/// `timeout`: that body.
+fn readyz_until(serve: &Node, needle: &str, timeout: Duration) -> String {
+    serve
+        .wait_for(&format!("/readyz to say {needle:?}"), timeout, |n| {
+            let body = n.get("/readyz").map(|r| r.body).unwrap_or_default();
+            body.contains(needle).then_some(body)
+        })
+        .unwrap()
+}
+
 /// R-MN-2: a `ringsync serve` cut off from etcd (a partition) while the
 /// profile document is overwritten with something that does not parse
 /// finds it corrupt as its watch is set up again, and says it is stale and
@@ -379,29 +354,11 @@ fn r_mn_2_a_good_document_after_a_corrupt_one_seen_at_reconnect_makes_the_node_f
         .unwrap();
     relay.restore();
     // Back in touch: the watch is set up again on the corrupt version.
-    let said = serve
-        .wait_for(
-            "stale, the document corrupt",
-            Duration::from_secs(10),
-            |n| {
-                let body = readyz(n);
-                body.contains("is corrupt").then_some(body)
-            },
-        )
-        .unwrap();
+    let said = readyz_until(&serve, "is corrupt", Duration::from_secs(10));
     assert!(said.contains("store: stale"), "{said}");
 
     let put = rt.block_on(client.put(key, good, None)).unwrap();
     let revision = put.header().unwrap().revision();
-    let said = serve
-        .wait_for(
-            "fresh after the good document",
-            Duration::from_secs(5),
-            |n| {
-                let body = readyz(n);
-                body.contains("store: fresh").then_some(body)
-            },
-        )
-        .unwrap();
+    let said = readyz_until(&serve, "store: fresh", Duration::from_secs(5));
     assert!(said.contains(&format!("(revision {revision})")), "{said}");
 }

@@ -204,8 +204,9 @@ async fn r_ap_1_r_ap_2_r_ap_3_five_groups_drain_one_a_pace_then_take_over_home()
     run.stop_planner().await;
 }
 
-#[tokio::test(start_paused = true)]
-async fn r_ap_2_a_planner_restarted_mid_plan_keeps_the_pace() {
+/// Five groups led from srv-a, no agents, planner `n1`: srv-a drains and
+/// the planner has made its first two moves.
+async fn two_moves_into_a_drain_of_srv_a() -> Run {
     let mut run = Run::new(&ap_site(5, 0, "")).await;
     run.agents(&[]);
     run.start_planner("n1");
@@ -214,6 +215,12 @@ async fn r_ap_2_a_planner_restarted_mid_plan_keeps_the_pace() {
         s.planner.seq == 2
     })
     .await;
+    run
+}
+
+#[tokio::test(start_paused = true)]
+async fn r_ap_2_a_planner_restarted_mid_plan_keeps_the_pace() {
+    let mut run = two_moves_into_a_drain_of_srv_a().await;
     // Restart right after the second move: the new planner reads the last
     // move's time from the store and waits out the pace.
     run.stop_planner().await;
@@ -266,14 +273,7 @@ async fn r_ap_4_a_group_without_a_normal_follower_is_blocked_and_the_others_move
 
 #[tokio::test(start_paused = true)]
 async fn a_profile_change_mid_plan_replans_within_the_pace_and_moves_nothing_twice_for_nothing() {
-    let mut run = Run::new(&ap_site(5, 0, "")).await;
-    run.agents(&[]);
-    run.start_planner("n1");
-    run.drain("maint-a", &["srv-a"]).await;
-    run.until("two moves", Duration::from_secs(3 * 60), |s| {
-        s.planner.seq == 2
-    })
-    .await;
+    let mut run = two_moves_into_a_drain_of_srv_a().await;
     // g1 went to srv-b, g2 to srv-c; now srv-c drains as well.
     let patch = ProfilePatch {
         servers: Some(vec!["srv-a".into(), "srv-c".into()]),

@@ -7,25 +7,11 @@
 use std::path::Path;
 use std::process::Output;
 
+use crate::common::served::{local as ringsync, ok};
 use crate::common::TestSite;
 use serde_json::Value;
-use testbed::bins::{command, Node};
+use testbed::bins::Node;
 use testbed::http::{Reply, Request};
-
-/// `ringsync --config SITE ARGS...`.
-fn ringsync(site: &TestSite, args: &[&str]) -> Output {
-    command("ringsync")
-        .unwrap()
-        .arg("--config")
-        .arg(site.site_path())
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn ok(o: &Output) -> String {
-    crate::common::served::ok(o)
-}
 
 /// Fails the run with what the CLI said if it did not fail; its stderr.
 fn refused(o: &Output) -> String {
@@ -57,15 +43,11 @@ fn written(site: &TestSite) -> (Vec<u8>, Vec<u8>) {
     )
 }
 
-/// R-PR-1: `bad name!` and friends are refused with a clear message by the
-/// CLI (non-zero exit) and the API (400, `{"error": ...}`), on create and on
-/// rename, and nothing is stored; a profile stored before the rules, with a
-/// name they refuse, still loads and can be shown, activated and renamed.
-#[test]
-fn r_pr_1_bad_names_are_refused_by_the_cli_and_the_api_old_ones_still_load() {
-    let site = TestSite::new();
-    let err = refused(&ringsync(
-        &site,
+/// `ringsync profile create --name "bad name!"`, which must be refused:
+/// what the CLI said.
+fn create_bad_name(site: &TestSite) -> String {
+    refused(&ringsync(
+        site,
         &[
             "profile",
             "create",
@@ -74,7 +56,17 @@ fn r_pr_1_bad_names_are_refused_by_the_cli_and_the_api_old_ones_still_load() {
             "--server",
             "srv-a",
         ],
-    ));
+    ))
+}
+
+/// R-PR-1: `bad name!` and friends are refused with a clear message by the
+/// CLI (non-zero exit) and the API (400, `{"error": ...}`), on create and on
+/// rename, and nothing is stored; a profile stored before the rules, with a
+/// name they refuse, still loads and can be shown, activated and renamed.
+#[test]
+fn r_pr_1_bad_names_are_refused_by_the_cli_and_the_api_old_ones_still_load() {
+    let site = TestSite::new();
+    let err = create_bad_name(&site);
     assert!(
         err.contains("invalid profile name `bad name!`")
             && err.contains("may hold only ASCII letters, digits, `-`, `_` and `.`"),
@@ -329,15 +321,7 @@ fn r_pr_1_r_pr_4_names_and_no_ops_on_etcd() {
     let embedded = TestSite::new();
     let old = r#"{"revision":1,"profiles":[{"id":"p-0000abcd","name":"old name!","servers":["srv-b"],"state":"inactive","revision":1}]}"#;
     std::fs::write(embedded.store_path(), old).unwrap();
-    let args = [
-        "migrate",
-        "--from",
-        "embedded",
-        "--to",
-        "etcd",
-        "--endpoint",
-        &ep,
-    ];
+    let args = crate::common::served::migrate_to_etcd(&ep);
     let err = refused(&ringsync(&embedded, &args));
     assert!(err.contains("invalid profile name `old name!`"), "{err}");
 
@@ -347,17 +331,7 @@ fn r_pr_1_r_pr_4_names_and_no_ops_on_etcd() {
     ));
     let list = json(&ringsync(&site, &["--json", "profile", "list"]));
     assert_eq!(list["profiles"].as_array().map(Vec::len), Some(0), "{list}");
-    let err = refused(&ringsync(
-        &site,
-        &[
-            "profile",
-            "create",
-            "--name",
-            "bad name!",
-            "--server",
-            "srv-a",
-        ],
-    ));
+    let err = create_bad_name(&site);
     assert!(err.contains("invalid profile name `bad name!`"), "{err}");
     ok(&ringsync(
         &site,

@@ -4,6 +4,7 @@
 //! log) names one missing.
 
 use std::time::Duration;
+use testbed::fixture::SiteFile;
 
 use crate::common::served::{local, ok, remote, Served};
 use crate::common::{holds, report, stand_in, TestSite};
@@ -13,37 +14,18 @@ use serde_json::Value;
 
 /// A site of two sg instances; its gate at `gate`.
 fn sg_only(gate: std::net::SocketAddr) -> TestSite {
-    TestSite::with_text(&format!(
-        r#"
-[site]
-name = "t1"
-
-[store]
-kind = "embedded"
-path = "t1.profiles.json"
-
-[admin]
-bind = "127.0.0.1:0"
-gate_bind = "{gate}"
-media_bind = "127.0.0.1:7"
-
-[[server]]
-name = "srv-a"
-[[server]]
-name = "srv-b"
-
-[[instance]]
-id = "sg-a"
-service = "sg"
-server = "srv-a"
-sip = "127.0.0.1:15060"
-[[instance]]
-id = "sg-b"
-service = "sg"
-server = "srv-b"
-sip = "127.0.0.1:15061"
-"#
-    ))
+    let local = |port: u16| std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let admin =
+        format!("bind = \"127.0.0.1:0\"\ngate_bind = \"{gate}\"\nmedia_bind = \"127.0.0.1:7\"");
+    TestSite::with_text(
+        SiteFile::new("t1")
+            .health("")
+            .store_path("t1.profiles.json")
+            .section("admin", &admin)
+            .servers(&["srv-a", "srv-b"])
+            .pool("sg", "sip", &[("a", local(15060)), ("b", local(15061))])
+            .text(),
+    )
 }
 
 /// The kinds of the nodes a status asked.

@@ -27,6 +27,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use testbed::bins::{BinDir, Node};
+use testbed::fixture::SiteFile;
 use testbed::webdriver::Browser;
 use testbed::{Scenario, Sipp, SippHandle, Transport};
 
@@ -36,61 +37,12 @@ fn ip(host: u8) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(127, 47, 28, host))
 }
 
-fn site_toml(tokens: &Path) -> String {
+/// [`SiteFile::drain_pair`] (calls are held 6 s) with `ringsync serve`'s
+/// API on the gate's address and its tokens file.
+fn site_file(tokens: &Path) -> SiteFile {
     let [gate, sg_a, sg_b] = [1, 11, 12].map(ip);
-    format!(
-        r#"[site]
-name = "page"
-secret = "status-page-test-secret-0123456789"
-
-[health]
-interval_ms = 200
-timeout_ms = 150
-failures = 2
-
-# The gate vouches for its counts once this window has passed since it
-# started: short, so `drained` can show. Calls are held 6 s.
-[work]
-max_expires_s = 5
-max_call_age_s = 8
-
-[store]
-kind = "embedded"
-path = "profiles.json"
-
-[admin]
-bind = "{gate}:8080"
-gate_bind = "{gate}:9091"
-media_bind = "{gate}:9092"
-tokens = "{tokens}"
-
-[[server]]
-name = "srv-a"
-[[server]]
-name = "srv-b"
-
-[[instance]]
-id = "sg-a"
-service = "sg"
-server = "srv-a"
-sip = "{sg_a}:5060"
-
-[[instance]]
-id = "sg-b"
-service = "sg"
-server = "srv-b"
-sip = "{sg_b}:5060"
-
-[[listener]]
-name = "sg-a-guard"
-bind = "{gate}:5060"
-transports = ["udp"]
-mode = "guard"
-instance = "sg-a"
-leg = "subscriber"
-"#,
-        tokens = tokens.display()
-    )
+    let api = format!("bind = \"{gate}:8080\"\ntokens = \"{}\"", tokens.display());
+    SiteFile::drain_pair("page", gate, sg_a, sg_b).admin_lines(&api)
 }
 
 fn uas(host: u8, scenario: Scenario) -> SippHandle {
@@ -316,9 +268,8 @@ fn audited(admin: SocketAddr, read: &str) {
 fn r_pr_1_the_page_drains_sg_a_with_preview_and_confirm_and_shows_it_live() {
     let bins = BinDir::locate();
     let dir = tempfile::tempdir().unwrap();
-    let site = dir.path().join("site.toml");
     let tokens = dir.path().join("tokens.toml");
-    std::fs::write(&site, site_toml(&tokens)).unwrap();
+    let site = site_file(&tokens).write(dir.path());
     let operate = token(&bins, &site, "op-alice", "operate");
     let read = token(&bins, &site, "ro-bob", "read");
     let (shots, _keep) = shots();

@@ -6,6 +6,7 @@
 
 use std::process::{Command, Output};
 
+use crate::common::served::{instance, row};
 use crate::common::TestSite;
 use ringsync::view::Health;
 use ringsync::work::{NodeKind, WorkCounts};
@@ -19,12 +20,8 @@ async fn ringsync_async(site: &TestSite, args: &[&str]) -> Output {
     let path = site.site_path();
     let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
     tokio::task::spawn_blocking(move || {
-        Command::new(BIN)
-            .arg("--config")
-            .arg(path)
-            .args(args)
-            .output()
-            .unwrap()
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        crate::common::served::at(&path, &args)
     })
     .await
     .unwrap()
@@ -32,27 +29,6 @@ async fn ringsync_async(site: &TestSite, args: &[&str]) -> Output {
 
 fn ok(o: &Output) -> String {
     crate::common::served::ok(o)
-}
-
-fn instance<'a>(v: &'a Value, id: &str) -> &'a Value {
-    v["instances"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|i| i["id"] == id)
-        .unwrap_or_else(|| panic!("{id} missing in {v}"))
-}
-
-/// The table row of an instance, split on runs of two or more spaces.
-fn row<'a>(table: &'a str, id: &str) -> Vec<&'a str> {
-    let line = table
-        .lines()
-        .find(|l| l.starts_with(&format!("{id} ")))
-        .unwrap_or_else(|| panic!("{id} missing in\n{table}"));
-    line.split("  ")
-        .map(str::trim)
-        .filter(|c| !c.is_empty())
-        .collect()
 }
 
 fn idle() -> WorkCounts {

@@ -4,13 +4,11 @@
 //! is answered 503 at once and the process exits, instead of waiting out
 //! the poll's 300 s.
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
+use crate::common::served::{local, ok};
 use crate::common::TestSite;
 use testbed::bins::Node;
-
-const BIN: &str = env!("CARGO_BIN_EXE_ringsync");
 
 #[test]
 fn a_held_long_poll_is_answered_503_when_serve_stops_and_does_not_delay_it() {
@@ -19,17 +17,7 @@ fn a_held_long_poll_is_answered_503_when_serve_stops_and_does_not_delay_it() {
         &["profile", "create", "--name", "m", "--server", "srv-a"][..],
         &["profile", "activate", "m"],
     ] {
-        let out = Command::new(BIN)
-            .arg("--config")
-            .arg(&site.config.path)
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        ok(&local(&site, args));
     }
     let mut serve = Node::serve(&site.config.path).start().unwrap();
     serve.wait_ready().unwrap();

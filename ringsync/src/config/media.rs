@@ -200,35 +200,25 @@ mod tests {
     use crate::config::SiteConfig;
     use std::path::Path;
 
-    const SITE: &str = r#"
-[site]
-name = "m"
-[[server]]
-name = "srv-a"
-[[server]]
-name = "srv-b"
-[[instance]]
-id = "sg-a"
-service = "sg"
-server = "srv-a"
-sip = "127.0.1.1:5060"
-[[instance]]
-id = "esg-b"
-service = "esg"
-server = "srv-b"
-sip = "127.0.1.2:5060"
-ng_source = "127.0.9.2"
-[[instance]]
-id = "mg-a"
-service = "mg"
-server = "srv-a"
-ng = "127.0.3.1:22222"
-[[instance]]
-id = "bgmg-a"
-service = "bgmg"
-server = "srv-a"
-ng = "127.0.4.1:22222"
-"#;
+    /// sg-a and an esg on srv-b whose ng commands come from 127.0.9.2; an
+    /// mg and a bgmg on srv-a.
+    fn site() -> String {
+        let at = |s: &str| s.parse().unwrap();
+        testbed::fixture::SiteFile::new("m")
+            .health("")
+            .servers(&["srv-a", "srv-b"])
+            .instance("sg-a", "sg", "srv-a", at("127.0.1.1:5060"))
+            .instance_with(
+                "esg-b",
+                "esg",
+                "srv-b",
+                "sip = \"127.0.1.2:5060\"\nng_source = \"127.0.9.2\"",
+            )
+            .pool("mg", "ng", &[("a", at("127.0.3.1:22222"))])
+            .pool("bgmg", "ng", &[("a", at("127.0.4.1:22222"))])
+            .text()
+            .to_owned()
+    }
 
     fn load(text: &str) -> Result<SiteConfig, crate::config::ConfigError> {
         SiteConfig::from_str_at(text, Path::new("/m.toml"))
@@ -236,7 +226,8 @@ ng = "127.0.4.1:22222"
 
     #[test]
     fn defaults_and_ng_sources() {
-        let c = load(SITE).unwrap();
+        let site = site();
+        let c = load(&site).unwrap();
         assert_eq!(c.media, super::MediaConfig::default());
         assert_eq!(c.media.ng_bind.to_string(), "127.0.0.1:2223");
         // Default: the IP of `sip`; explicit wins; none for media services.
@@ -245,7 +236,7 @@ ng = "127.0.4.1:22222"
         assert_eq!(c.instances[2].ng_source, None);
 
         let c = load(&format!(
-            "{SITE}\n[media]\nng_bind = \"127.0.0.5:0\"\ncall_idle_timeout_s = 60\nping_interval_ms = 0\n"
+            "{site}\n[media]\nng_bind = \"127.0.0.5:0\"\ncall_idle_timeout_s = 60\nping_interval_ms = 0\n"
         ))
         .unwrap();
         assert_eq!(c.media.ng_bind.port(), 0);
@@ -255,52 +246,53 @@ ng = "127.0.4.1:22222"
 
     #[test]
     fn bad_media_settings_name_file_line_and_field() {
+        let site = site();
         let cases = [
             (
-                format!("{SITE}\n[media]\ncall_idle_timeout_s = 0\n"),
+                format!("{site}\n[media]\ncall_idle_timeout_s = 0\n"),
                 "media.call_idle_timeout_s",
             ),
             (
-                format!("{SITE}\n[media]\nmg_timeout_ms = 0\n"),
+                format!("{site}\n[media]\nmg_timeout_ms = 0\n"),
                 "media.mg_timeout_ms",
             ),
             (
-                format!("{SITE}\n[media]\nping_timeout_ms = 0\n"),
+                format!("{site}\n[media]\nping_timeout_ms = 0\n"),
                 "media.ping_timeout_ms",
             ),
             (
-                format!("{SITE}\n[media]\nping_failures = 0\n"),
+                format!("{site}\n[media]\nping_failures = 0\n"),
                 "media.ping_failures",
             ),
             (
-                format!("{SITE}\n[media]\nng_bind = \"127.0.3.1:22222\"\n"),
+                format!("{site}\n[media]\nng_bind = \"127.0.3.1:22222\"\n"),
                 "media.ng_bind",
             ),
             (
-                SITE.replace("ng = \"127.0.4.1:22222\"", "ng = \"127.0.3.1:22222\""),
+                site.replace("ng = \"127.0.4.1:22222\"", "ng = \"127.0.3.1:22222\""),
                 "instance[3].ng",
             ),
             (
-                SITE.replace(
+                site.replace(
                     "ng = \"127.0.4.1:22222\"",
                     "ng = \"127.0.4.1:22222\"\nng_source = \"127.0.0.1\"",
                 ),
                 "instance[3].ng_source",
             ),
             (
-                SITE.replace(
+                site.replace(
                     "sip = \"127.0.1.1:5060\"",
                     "sip = \"127.0.1.1:5060\"\nng_source = \"127.0.9.2\"",
                 ),
                 "instance[0].ng_source",
             ),
             (
-                SITE.replace("ng_source = \"127.0.9.2\"", "ng_source = \"0.0.0.0\""),
+                site.replace("ng_source = \"127.0.9.2\"", "ng_source = \"0.0.0.0\""),
                 "instance[1].ng_source",
             ),
             // An explicit source may not be another server's default either.
             (
-                SITE.replace("ng_source = \"127.0.9.2\"", "ng_source = \"127.0.1.1\""),
+                site.replace("ng_source = \"127.0.9.2\"", "ng_source = \"127.0.1.1\""),
                 "instance[1].ng_source",
             ),
         ];
@@ -319,7 +311,7 @@ ng = "127.0.4.1:22222"
                 .collect::<Vec<_>>();
             assert!(want.contains(&e.line.unwrap()), "{e} (lines {want:?})");
         }
-        let e = load(&format!("{SITE}\n[media]\nbogus = 1\n")).unwrap_err();
+        let e = load(&format!("{site}\n[media]\nbogus = 1\n")).unwrap_err();
         assert!(e.message.contains("bogus"), "{e}");
     }
 }

@@ -4,49 +4,22 @@
 use super::*;
 use crate::profile::{Profile, ProfileState};
 use std::path::Path;
+use testbed::fixture::SiteFile;
 
-const SITE: &str = r#"
-[site]
-name = "t"
-[[server]]
-name = "srv-a"
-[[server]]
-name = "srv-b"
-[[server]]
-name = "srv-c"
-[[instance]]
-id = "sg-a"
-service = "sg"
-server = "srv-a"
-sip = "127.0.0.1:5001"
-[[instance]]
-id = "sg-b"
-service = "sg"
-server = "srv-b"
-sip = "127.0.0.1:5002"
-[[instance]]
-id = "sg-c"
-service = "sg"
-server = "srv-c"
-sip = "127.0.0.1:5003"
-[[instance]]
-id = "bgmg-a"
-service = "bgmg"
-server = "srv-a"
-ng = "127.0.0.1:6001"
-[[instance]]
-id = "ws-a"
-service = "ws"
-server = "srv-a"
-[[instance]]
-id = "esg-a"
-service = "esg"
-server = "srv-a"
-sip = "127.0.0.1:5011"
-"#;
+/// Three sg, a bgmg, a ws and an esg; srv-a holds one of each.
+fn site() -> String {
+    let local = |port: u16| std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    SiteFile::new("t")
+        .sgs(&[("a", local(5001)), ("b", local(5002)), ("c", local(5003))])
+        .pool("bgmg", "ng", &[("a", local(6001))])
+        .instance_with("ws-a", "ws", "srv-a", "")
+        .pool("esg", "sip", &[("a", local(5011))])
+        .text()
+        .to_owned()
+}
 
 fn config() -> Arc<SiteConfig> {
-    Arc::new(SiteConfig::from_str_at(SITE, Path::new("/t/site.toml")).unwrap())
+    Arc::new(SiteConfig::from_str_at(&site(), Path::new("/t/site.toml")).unwrap())
 }
 
 fn drain(servers: &[&str]) -> ProfileSet {
@@ -113,7 +86,7 @@ fn r_bg_1_r_ws_1_never_draining() {
 /// close) and the pool picks from the normal-zone ones by a ring.
 #[test]
 fn r_ws_3_a_pooled_ws_goes_with_its_server() {
-    let pooled = SITE.replace(
+    let pooled = site().replace(
         "service = \"ws\"\nserver = \"srv-a\"\n",
         "service = \"ws\"\nserver = \"srv-a\"\nws = \"127.0.0.1:8001\"\n\
          [[instance]]\nid = \"ws-b\"\nservice = \"ws\"\nserver = \"srv-b\"\nws = \"127.0.0.1:8002\"\n",

@@ -76,11 +76,7 @@ async fn crud_by_id_or_name_each_audited_r_pr_4() {
     // R-PR-4: the store's own create/update/delete/set_state are audited
     // too, by this process's OS user, refusals included.
     let page = s.audit_log(store::AuditQuery::default()).await.unwrap();
-    let got: Vec<(&str, u16)> = page
-        .records
-        .iter()
-        .map(|r| (r.action.as_str(), r.status))
-        .collect();
+    let got = crate::common::actions(&page);
     assert_eq!(
         got,
         [
@@ -197,7 +193,7 @@ async fn r_pr_4_malformed_file_is_a_clear_error_and_is_not_overwritten() {
 /// view cache, refuses to start rather than serve an empty view.
 #[tokio::test]
 async fn etcd_unreachable_without_a_cache_is_refused_clearly() {
-    let text = crate::common::SITE.replace(
+    let text = crate::common::site().replace(
         "kind = \"embedded\"\npath = \"t1.profiles.json\"",
         "kind = \"etcd\"\nendpoints = [\"http://127.0.0.1:9\"]",
     );

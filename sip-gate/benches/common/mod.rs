@@ -3,56 +3,54 @@
 
 #![allow(dead_code)] // each user takes what it needs
 
+use std::net::SocketAddr;
 use std::time::Instant;
 
 use bytes::Bytes;
 use sip_gate::{Action, Core, Inbound, TokenKey};
+use testbed::fixture::{Mode, SiteFile};
 
-/// Three sg behind one balance listener.
-pub const SITE: &str = r#"
-[site]
-name = "bench"
-secret = "bench-site-secret-0123456789"
+/// The site's secret, which the gate's tokens are sealed with.
+pub const SECRET: &str = "bench-site-secret-0123456789";
 
-[health]
-interval_ms = 0
+/// Three sg behind one balance listener. Every call of a run comes from
+/// one address at one instant: bursts large enough that none is refused,
+/// while the checks still run on every INVITE. The text ends in its
+/// `[overload]` table, so a caller can add to it.
+pub fn site() -> String {
+    let sg = |h: u8| SocketAddr::from(([127, 0, 1, h], 5060));
+    SiteFile::new("bench")
+        .secret(SECRET)
+        .sgs(&[("a", sg(1)), ("b", sg(2)), ("c", sg(3))])
+        .listener(
+            "subs",
+            SocketAddr::from(([127, 0, 0, 1], 5060)),
+            Mode::Balance("sg"),
+            "subscriber",
+            "",
+        )
+        .section(
+            "overload",
+            "new_dialogs_burst = 4000000\nper_source_burst = 4000000",
+        )
+        .text()
+        .to_owned()
+}
 
-[[server]]
-name = "srv-a"
-[[server]]
-name = "srv-b"
-[[server]]
-name = "srv-c"
-
-[[instance]]
-id = "sg-a"
-service = "sg"
-server = "srv-a"
-sip = "127.0.1.1:5060"
-[[instance]]
-id = "sg-b"
-service = "sg"
-server = "srv-b"
-sip = "127.0.1.2:5060"
-[[instance]]
-id = "sg-c"
-service = "sg"
-server = "srv-c"
-sip = "127.0.1.3:5060"
-
-[[listener]]
-name = "subs"
-bind = "127.0.0.1:5060"
-mode = "balance"
-pool = "sg"
-leg = "subscriber"
-
-# Every call of a run comes from one address at one instant: bursts large
-# enough that none is refused, while the checks still run on every INVITE.
-[overload]
-new_dialogs_burst = 4000000
-per_source_burst = 4000000
-"#;
+/// A core on [`site`], a scratch core beside it (which [`call_messages`]
+/// drives to learn the gate's answers), and the inbound of the subscriber
+/// ([`SUBSCRIBER`]) on listener 0.
+pub fn cores() -> (Core, Core, Inbound) {
+    let config = std::sync::Arc::new(
+        ringsync::config::SiteConfig::from_str_at(&site(), std::path::Path::new("bench.toml"))
+            .expect("site"),
+    );
+    let drain = || ringsync::state::DrainState::new(config.clone());
+    let core = Core::new(config.clone(), drain()).expect("core");
+    let scratch = Core::new(config.clone(), drain()).expect("core");
+    let peer = SUBSCRIBER.parse().expect("address");
+    (core, scratch, Inbound::Udp { listener: 0, peer })
+}
 
 /// A new INVITE with SDP; `n` makes its branch and Call-ID unique.
 pub fn invite(n: u64) -> Bytes {
@@ -134,7 +132,7 @@ pub fn call_messages(
         peer: sg,
     };
     let ok = ok_to(&fwd);
-    let key = TokenKey::new("bench-site-secret-0123456789");
+    let key = TokenKey::new(SECRET);
     let id = match sg.ip().to_string().as_str() {
         "127.0.1.1" => "sg-a",
         "127.0.1.2" => "sg-b",
@@ -190,12 +188,13 @@ Content-Length: 0\r\n\r\n"
 /// Where the subscriber's REGISTERs come from (after its NAT).
 pub const SUBSCRIBER: &str = "203.0.113.10:40000";
 
-/// [`SITE`] plus listener 1: the same pool on the inside leg, where no
+/// [`site`] plus listener 1: the same pool on the inside leg, where no
 /// Path is added.
 pub fn flow_site() -> String {
     format!(
-        "{SITE}\n[[listener]]\nname = \"inside\"\nbind = \"127.0.0.1:5070\"\nmode = \"balance\"\n\
-         pool = \"sg\"\nleg = \"inside\"\n"
+        "{}\n[[listener]]\nname = \"inside\"\nbind = \"127.0.0.1:5070\"\nmode = \"balance\"\n\
+         pool = \"sg\"\nleg = \"inside\"\n",
+        site()
     )
 }
 

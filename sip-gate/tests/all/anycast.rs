@@ -13,31 +13,16 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener};
-use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use crate::common::{ip, server_addr};
+use crate::common::{ip, one_sg_site, server_addr};
 use testbed::bins::Node;
 use testbed::{wait_for, Bird, BirdHandle, ExaBgp, ExaBgpHandle};
 use testbed::{Scenario, Sipp, Transport};
 
 const GATE: &str = env!("CARGO_BIN_EXE_sip-gate");
-
-/// A site with one sg behind a balance listener on `127.91.N.1:5060`, its
-/// profiles in an embedded store next to it.
-fn site(net: (u8, u8)) -> (tempfile::TempDir, PathBuf, SocketAddr, SocketAddr) {
-    let dir = tempfile::tempdir().unwrap();
-    let listener = SocketAddr::new(ip(net, 1), 5060);
-    let admin = SocketAddr::new(ip(net, 1), 9091);
-    let extra = format!(
-        "[[listener]]\nname = \"subs\"\nbind = \"{listener}\"\nmode = \"balance\"\npool = \"sg\"\nleg = \"subscriber\"\n\n[store]\nkind = \"embedded\"\npath = \"profiles.json\"\n"
-    );
-    let path = dir.path().join("site.toml");
-    std::fs::write(&path, crate::common::site(net, 1, &extra)).unwrap();
-    (dir, path, listener, admin)
-}
 
 fn v4(net: (u8, u8), host: u8) -> std::net::Ipv4Addr {
     match ip(net, host) {
@@ -120,7 +105,7 @@ fn sg_transactions(gate: &Node) -> Option<u64> {
 fn r_ex_2_sigterm_withdraws_the_route_within_a_second_while_the_gate_finishes_its_call() {
     let net = (91, 1);
     let prefix = "198.51.100.91/32";
-    let (_dir, site, listener, admin) = site(net);
+    let (_dir, site, listener, admin) = one_sg_site(net);
     let mut gate = Node::gate(&site)
         .admin(admin)
         .args(["--drain-deadline-s", "60"])
@@ -212,7 +197,7 @@ fn r_ex_2_sigterm_to_route_gone_in_bird_over_runs() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(7);
-    let (_dir, site, _listener, admin) = site(net);
+    let (_dir, site, _listener, admin) = one_sg_site(net);
     let mut gate = Node::gate(&site).admin(admin).start().unwrap();
     gate.wait_ready().unwrap();
     let (bird, exabgp) = bgp(net, admin, prefix);

@@ -18,11 +18,11 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use crate::common::ip;
+use crate::common::{calls_through, ip, ringsync};
 use serde_json::Value;
-use testbed::bins::{BinDir, Node};
+use testbed::bins::Node;
 use testbed::wait_for;
-use testbed::{Scenario, Sipp, SippHandle, SippReport, Transport};
+use testbed::{Scenario, Sipp, SippHandle, SippReport};
 
 fn head(net: (u8, u8)) -> String {
     let gate = ip(net, 1);
@@ -92,22 +92,8 @@ fn call(net: (u8, u8), calls: u64, hold: Duration) -> SippReport {
 
 /// The same through the gate's listener on `port`.
 fn call_at(net: (u8, u8), port: u16, calls: u64, hold: Duration) -> SippReport {
-    Sipp::new(Scenario::repo("uac_call"))
-        .local_ip(ip(net, 21))
-        .remote(SocketAddr::new(ip(net, 1), port))
-        .transport(Transport::Udp)
-        .calls(calls)
-        .rate(10)
-        .duration(hold)
-        .timeout(Duration::from_secs(60))
-        .spawn()
-        .expect("uac starts")
-        .wait(Duration::from_secs(70))
-        .expect("uac report")
-}
-
-fn ringsync(site: &Path, args: &[&str]) -> Value {
-    testbed::bins::ringsync(&BinDir::locate(), site, args).unwrap()
+    let to = SocketAddr::new(ip(net, 1), port);
+    calls_through("uac_call", ip(net, 21), to, calls, hold)
 }
 
 /// `ringsync status --json`'s `backups` (none: empty).

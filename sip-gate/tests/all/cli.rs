@@ -25,12 +25,7 @@ fn example() -> std::path::PathBuf {
 
 #[test]
 fn check_accepts_the_example_site() {
-    let out = gate_cmd()
-        .arg("--config")
-        .arg(example())
-        .arg("--check")
-        .output()
-        .unwrap();
+    let out = testbed::bins::check("sip-gate", &example());
     assert!(
         out.status.success(),
         "{}",
@@ -87,12 +82,7 @@ fn check_names_file_line_and_field() {
         .unwrap()
         .write_all(text.as_bytes())
         .unwrap();
-    let out = gate_cmd()
-        .arg("--config")
-        .arg(&path)
-        .arg("--check")
-        .output()
-        .unwrap();
+    let out = testbed::bins::check("sip-gate", &path);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains(&format!("bad.toml:{line}:")), "{err}");
@@ -101,12 +91,7 @@ fn check_names_file_line_and_field() {
 
     // A syntax error, and a file that is not there.
     std::fs::write(&path, "[site]\nname = \"x\"\n[[listener]]\nbind = 5\n").unwrap();
-    let out = gate_cmd()
-        .arg("--config")
-        .arg(&path)
-        .arg("--check")
-        .output()
-        .unwrap();
+    let out = testbed::bins::check("sip-gate", &path);
     assert_eq!(out.status.code(), Some(2));
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("bad.toml:4:"),
@@ -197,6 +182,36 @@ fn example_site(gate_ip: &str, sg_prefix: &str) -> (tempfile::TempDir, std::path
     (dir, site)
 }
 
+/// Creates the profile `maint-a` (draining srv-a) in the store of `site`,
+/// described as `description`, and activates it, as `ringsync profile
+/// activate` does: the runtime the store runs on, the store and the profile.
+fn activate_maint_a(
+    site: &std::path::Path,
+    description: &str,
+) -> (
+    tokio::runtime::Runtime,
+    std::sync::Arc<dyn ringsync::store::Store>,
+    ringsync::profile::Profile,
+) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let config = ringsync::SiteConfig::load(site).unwrap();
+    let store = rt.block_on(ringsync::store::open(&config)).unwrap();
+    let p = rt
+        .block_on(store.create(ringsync::profile::NewProfile {
+            name: "maint-a".into(),
+            description: description.into(),
+            servers: vec!["srv-a".into()],
+            state: ringsync::profile::ProfileState::Inactive,
+        }))
+        .unwrap();
+    rt.block_on(store.set_state(&p.id, ringsync::profile::ProfileState::Active))
+        .unwrap();
+    (rt, store, p)
+}
+
 /// R-MN-2, R-AA-1: a gate that starts with a profile already active says
 /// ready on `/readyz` only once its `/metrics` show the drain: whoever
 /// trusts its readiness (a rehearsal's verdicts, a dashboard) never reads
@@ -206,22 +221,7 @@ fn example_site(gate_ip: &str, sg_prefix: &str) -> (tempfile::TempDir, std::path
 #[test]
 fn r_mn_2_a_gate_that_says_ready_shows_its_drain_view_in_its_metrics() {
     let (_dir, site) = example_site("127.0.9.5", "127.0.13.");
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let config = ringsync::SiteConfig::load(&site).unwrap();
-    let store = rt.block_on(ringsync::store::open(&config)).unwrap();
-    let p = rt
-        .block_on(store.create(ringsync::profile::NewProfile {
-            name: "maint-a".into(),
-            description: "active before the gate starts".into(),
-            servers: vec!["srv-a".into()],
-            state: ringsync::profile::ProfileState::Inactive,
-        }))
-        .unwrap();
-    rt.block_on(store.set_state(&p.id, ringsync::profile::ProfileState::Active))
-        .unwrap();
+    let (_rt, store, _p) = activate_maint_a(&site, "active before the gate starts");
     drop(store);
     let admin: SocketAddr = "127.0.9.5:9091".parse().unwrap();
     let mut gate = Node::gate(&site).admin(admin).start().unwrap();
@@ -270,22 +270,7 @@ fn r_pr_2_running_gate_applies_a_profile_change_within_a_second() {
     };
     wait_for(0);
 
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let config = ringsync::SiteConfig::load(&site).unwrap();
-    let store = rt.block_on(ringsync::store::open(&config)).unwrap();
-    let p = rt
-        .block_on(store.create(ringsync::profile::NewProfile {
-            name: "maint-a".into(),
-            description: "test".into(),
-            servers: vec!["srv-a".into()],
-            state: ringsync::profile::ProfileState::Inactive,
-        }))
-        .unwrap();
-    rt.block_on(store.set_state(&p.id, ringsync::profile::ProfileState::Active))
-        .unwrap();
+    let (rt, store, p) = activate_maint_a(&site, "test");
     let revision = || rt.block_on(store.list()).unwrap().revision;
     let applied = wait_for(revision());
     rt.block_on(store.set_state(&p.id, ringsync::profile::ProfileState::Inactive))
@@ -307,7 +292,7 @@ fn r_pr_2_running_gate_applies_a_profile_change_within_a_second() {
 #[test]
 fn r_st_3_ringsync_status_reads_the_gates_work_report() {
     // Built first: the gate's one-minute window must not pass meanwhile.
-    let ringsync = BinDir::locate().program("ringsync").unwrap();
+    BinDir::locate().program("ringsync").unwrap();
     let (_dir, site, mut gate) = example_gate("127.0.9.3", "127.0.11.");
     let admin = "127.0.9.3:9091";
     let report = gate
@@ -319,18 +304,7 @@ fn r_st_3_ringsync_status_reads_the_gates_work_report() {
     let ids: Vec<&str> = report.instances.keys().map(String::as_str).collect();
     assert_eq!(ids, ["esg-a", "esg-b", "sg-a", "sg-b", "sg-c"]);
 
-    let out = Command::new(&ringsync)
-        .arg("--config")
-        .arg(&site)
-        .args(["--json", "status"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = crate::common::ringsync(&site, &["status"]);
     let inst = |id: &str| -> Value {
         v["instances"]
             .as_array()

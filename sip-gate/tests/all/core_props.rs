@@ -26,6 +26,7 @@ use proptest::test_runner::{TestCaseError, TestRunner};
 use ringsync::config::SiteConfig;
 use ringsync::state::DrainState;
 use sip_gate::{Action, Core, HeaderName, Inbound, SipMessage, TokenKey};
+use testbed::fixture::{Mode, SiteFile};
 
 /// The transaction table's bound in these tests.
 const BOUND: usize = 24;
@@ -33,61 +34,45 @@ const SECRET: &str = "core-props-secret-0123456789";
 const INSTANCES: [&str; 3] = ["127.0.1.1:5060", "127.0.1.2:5060", "127.0.1.3:5060"];
 const UA: &str = "203.0.113.10:40000";
 
-const SITE: &str = r#"
-[site]
-name = "core-props"
-secret = "core-props-secret-0123456789"
-
-[health]
-interval_ms = 0
-
-# Thousands of cases from a few sources in no time: the R-OV-2 limits and
-# the gate's capacity must not be what answers them.
-[overload]
-per_source_rate = 0
-new_dialogs_per_s = 0
-per_source_register_rate = 0
-registers_per_s = 0
-
-[[server]]
-name = "srv-a"
-[[server]]
-name = "srv-b"
-[[server]]
-name = "srv-c"
-
-[[instance]]
-id = "sg-a"
-service = "sg"
-server = "srv-a"
-sip = "127.0.1.1:5060"
-[[instance]]
-id = "sg-b"
-service = "sg"
-server = "srv-b"
-sip = "127.0.1.2:5060"
-sources = ["10.9.0.0/24"]
-[[instance]]
-id = "sg-c"
-service = "sg"
-server = "srv-c"
-sip = "127.0.1.3:5060"
-
-[[listener]]
-name = "balance"
-bind = "127.0.0.1:5060"
-mode = "balance"
-pool = "sg"
-leg = "subscriber"
-
-[[listener]]
-name = "guard"
-bind = "127.0.0.1:5061"
-transports = ["udp"]
-mode = "guard"
-instance = "sg-a"
-leg = "subscriber"
-"#;
+/// Three sg behind a balance listener and a guard of sg-a; sg-b sends from
+/// 10.9.0.0/24 too. Thousands of cases from a few sources in no time: the
+/// R-OV-2 limits and the gate's capacity must not be what answers them.
+fn site() -> String {
+    let [a, b, c] = INSTANCES.map(|s| s.parse::<SocketAddr>().unwrap());
+    let local = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));
+    SiteFile::new("core-props")
+        .secret(SECRET)
+        .section(
+            "overload",
+            "per_source_rate = 0\nnew_dialogs_per_s = 0\n\
+             per_source_register_rate = 0\nregisters_per_s = 0",
+        )
+        .servers(&["srv-a", "srv-b", "srv-c"])
+        .instance("sg-a", "sg", "srv-a", a)
+        .instance_with(
+            "sg-b",
+            "sg",
+            "srv-b",
+            &format!("sip = \"{b}\"\nsources = [\"10.9.0.0/24\"]"),
+        )
+        .instance("sg-c", "sg", "srv-c", c)
+        .listener(
+            "balance",
+            local(5060),
+            Mode::Balance("sg"),
+            "subscriber",
+            "",
+        )
+        .listener(
+            "guard",
+            local(5061),
+            Mode::Guard("sg-a"),
+            "subscriber",
+            r#"transports = ["udp"]"#,
+        )
+        .text()
+        .to_owned()
+}
 
 fn cases() -> u32 {
     std::env::var("PROPTEST_CASES")
@@ -98,7 +83,7 @@ fn cases() -> u32 {
 
 fn core(bound: usize) -> Core {
     let config =
-        Arc::new(SiteConfig::from_str_at(SITE, Path::new("core-props.toml")).expect("site"));
+        Arc::new(SiteConfig::from_str_at(&site(), Path::new("core-props.toml")).expect("site"));
     let drain = DrainState::new(config.clone());
     Core::with_txn_capacity(config, drain, bound).expect("core")
 }

@@ -22,6 +22,17 @@ fn dns_site(net: (u8, u8), dns: SocketAddr) -> String {
     )
 }
 
+/// A gate on [`dns_site`] asking `dns`: the gate, the address of its
+/// listener `subs` and sg-0's.
+async fn gate_asking(
+    net: (u8, u8),
+    dns: &DnsmasqHandle,
+) -> (sip_gate::Gate, SocketAddr, SocketAddr) {
+    let (gate, _drain) = start_gate(config(&dns_site(net, dns.addr()))).await;
+    let gw = listener_addr(&gate, "subs");
+    (gate, gw, server_addr(net, 0))
+}
+
 fn dns_addr(net: (u8, u8)) -> SocketAddr {
     SocketAddr::new(ip(net, 53), 5353)
 }
@@ -87,9 +98,7 @@ async fn rfc3263_naptr_picks_tcp_srv_priority_order_and_failover_on_a_refused_co
         .host("p2.carrier.test", ip(net, 62))
         .start()
         .expect("dnsmasq starts");
-    let (gate, _drain) = start_gate(config(&dns_site(net, dns.addr()))).await;
-    let gw = listener_addr(&gate, "subs");
-    let instance = server_addr(net, 0);
+    let (gate, gw, instance) = gate_asking(net, &dns).await;
     let second = SocketAddr::new(ip(net, 62), 5080);
     let got = tokio::task::spawn_blocking(move || {
         // Priority 10 (p1) refuses TCP: nothing listens there.
@@ -123,9 +132,7 @@ async fn rfc3263_answers_are_cached_for_their_ttl_then_asked_again() {
         .host("t1.ttl.test", ip(net, 61))
         .start()
         .expect("dnsmasq starts");
-    let (gate, _drain) = start_gate(config(&dns_site(net, dns.addr()))).await;
-    let gw = listener_addr(&gate, "subs");
-    let instance = server_addr(net, 0);
+    let (gate, gw, instance) = gate_asking(net, &dns).await;
     let target = SocketAddr::new(ip(net, 61), 5090);
     let srv_queries = |dns: &DnsmasqHandle| count(dns, "query[SRV] _sip._udp.ttl.test");
     let (sg, t1) = tokio::task::spawn_blocking(move || {
@@ -163,9 +170,7 @@ async fn rfc3263_a_name_that_does_not_exist_gets_404_and_is_remembered() {
         .local_domain("test")
         .start()
         .expect("dnsmasq starts");
-    let (gate, _drain) = start_gate(config(&dns_site(net, dns.addr()))).await;
-    let gw = listener_addr(&gate, "subs");
-    let instance = server_addr(net, 0);
+    let (gate, gw, instance) = gate_asking(net, &dns).await;
     let replies = tokio::task::spawn_blocking(move || {
         let sg = UdpSocket::bind(instance).unwrap();
         (1..=2)
@@ -199,9 +204,7 @@ async fn rfc3263_udp_target_with_a_closed_port_gives_way_on_the_next_retransmiss
         .host("a2.icmp.test", ip(net, 62))
         .start()
         .expect("dnsmasq starts");
-    let (gate, _drain) = start_gate(config(&dns_site(net, dns.addr()))).await;
-    let gw = listener_addr(&gate, "subs");
-    let instance = server_addr(net, 0);
+    let (gate, gw, instance) = gate_asking(net, &dns).await;
     let second = SocketAddr::new(ip(net, 62), 5080);
     let (copies, got) = tokio::task::spawn_blocking(move || {
         // Priority 10 (a1) has no socket: the kernel answers ICMP port

@@ -15,71 +15,21 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use crate::common::ip;
+use crate::common::{calls_through, ip, ringsync, status_of};
 use serde_json::Value;
-use testbed::bins::{BinDir, Node};
+use testbed::bins::Node;
+use testbed::fixture::SiteFile;
 use testbed::wait_for;
-use testbed::{Scenario, Sipp, SippHandle, SippReport, Transport};
+use testbed::{Scenario, Sipp, SippHandle, SippReport};
 
 const NET: (u8, u8) = (25, 1);
 
-fn site_toml() -> String {
+/// [`SiteFile::drain_pair`]: the guard of sg-a, fast probes, a short
+/// restart window (calls are held 4 s, well under its call age).
+fn site_file() -> SiteFile {
     let [gate, sg_a, sg_b] = [1, 11, 12].map(|h| ip(NET, h));
-    format!(
-        r#"[site]
-name = "e2e"
-secret = "end-to-end-test-secret-0123456789"
-
-[health]
-interval_ms = 200
-timeout_ms = 150
-failures = 2
-
-[timers]
-retry_after_s = 30
-retry_after_jitter_s = 5
-
-# A gate vouches for its counts once its restart window (the longer of the
-# two) has passed since it started: short here, so `drained` can show.
-# Calls are held 4 s, well under the call age.
-[work]
-max_expires_s = 5
-max_call_age_s = 8
-
-[store]
-kind = "embedded"
-path = "profiles.json"
-
-[admin]
-gate_bind = "{gate}:9091"
-media_bind = "{gate}:9092"
-
-[[server]]
-name = "srv-a"
-[[server]]
-name = "srv-b"
-
-[[instance]]
-id = "sg-a"
-service = "sg"
-server = "srv-a"
-sip = "{sg_a}:5060"
-
-[[instance]]
-id = "sg-b"
-service = "sg"
-server = "srv-b"
-sip = "{sg_b}:5060"
-
-[[listener]]
-name = "sg-a-guard"
-bind = "{gate}:5060"
-transports = ["udp"]
-mode = "guard"
-instance = "sg-a"
-leg = "subscriber"
-"#
-    )
+    SiteFile::drain_pair("e2e", gate, sg_a, sg_b)
+        .section("timers", "retry_after_s = 30\nretry_after_jitter_s = 5")
 }
 
 /// sg-b: SIPp's stock UAS, which with `-aa` answers the gate's OPTIONS
@@ -93,37 +43,9 @@ fn sg_b() -> SippHandle {
         .expect("sg-b starts")
 }
 
-/// Runs a UAC through the guard to the end.
+/// Runs a UAC from `.21` through the guard to the end.
 fn call(scenario: &str, calls: u64, hold: Duration, guard: SocketAddr) -> SippReport {
-    Sipp::new(Scenario::repo(scenario))
-        .local_ip(ip(NET, 21))
-        .remote(guard)
-        .transport(Transport::Udp)
-        .calls(calls)
-        .rate(10)
-        .duration(hold)
-        .timeout(Duration::from_secs(60))
-        .spawn()
-        .expect("uac starts")
-        .wait(Duration::from_secs(70))
-        .expect("uac report")
-}
-
-/// `ringsync --config SITE --json ARGS`: its JSON output.
-fn ringsync(site: &Path, args: &[&str]) -> Value {
-    testbed::bins::ringsync(&BinDir::locate(), site, args).unwrap()
-}
-
-/// One instance as `ringsync status --json` shows it.
-fn status_of(site: &Path, id: &str) -> Value {
-    let st = ringsync(site, &["status"]);
-    st["instances"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|i| i["id"] == id)
-        .cloned()
-        .unwrap_or_else(|| panic!("{id} missing in {st}"))
+    calls_through(scenario, ip(NET, 21), guard, calls, hold)
 }
 
 /// Polls `ringsync status` until `id` has `field` = `want`; that instance.
@@ -139,8 +61,7 @@ fn wait_status(site: &Path, id: &str, field: &str, want: &str) -> Value {
 #[test]
 fn ringsync_drains_sg_a_the_gate_binary_refuses_new_work_and_status_goes_draining_to_drained() {
     let dir = tempfile::tempdir().unwrap();
-    let site = dir.path().join("site.toml");
-    std::fs::write(&site, site_toml()).unwrap();
+    let site = site_file().write(dir.path());
     let guard = SocketAddr::new(ip(NET, 1), 5060);
     let mut gate = Node::gate(&site)
         .admin(SocketAddr::new(ip(NET, 1), 9091))

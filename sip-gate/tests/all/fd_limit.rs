@@ -14,6 +14,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
 
 use testbed::bins::Node;
+use testbed::fixture::{Mode, SiteFile};
 use testbed::{wait_listening, Scenario, Sipp, Transport};
 
 fn ip(host: u8) -> IpAddr {
@@ -24,48 +25,22 @@ fn ip(host: u8) -> IpAddr {
 /// logs) take a few dozen, the rest go to connections.
 const NOFILE: u32 = 96;
 
+/// One sg behind a UDP and TCP listener on `.1:5060`; no per-source limit
+/// (one source opens every connection), one UDP worker, and a nameserver
+/// on the gate's own address.
 fn site(dir: &std::path::Path) -> std::path::PathBuf {
-    let text = format!(
-        r#"[site]
-name = "fd-limit"
-secret = "fd-limit-secret-0123456789abcdef"
-
-[store]
-kind = "embedded"
-path = "profiles.json"
-
-[health]
-interval_ms = 0
-
-[dns]
-nameservers = ["{g}:53"]
-
-[overload]
-per_source_rate = 0
-udp_workers = 1
-
-[[server]]
-name = "srv-0"
-[[instance]]
-id = "sg-0"
-service = "sg"
-server = "srv-0"
-sip = "{sg}:5060"
-
-[[listener]]
-name = "subs"
-bind = "{g}:5060"
-transports = ["udp", "tcp"]
-mode = "balance"
-pool = "sg"
-leg = "subscriber"
-"#,
-        g = ip(1),
-        sg = ip(11),
-    );
-    let path = dir.join("site.toml");
-    std::fs::write(&path, text).unwrap();
-    path
+    SiteFile::new("fd-limit")
+        .section("dns", &format!("nameservers = [\"{}:53\"]", ip(1)))
+        .section("overload", "per_source_rate = 0\nudp_workers = 1")
+        .sgs(&[("0", SocketAddr::new(ip(11), 5060))])
+        .listener(
+            "subs",
+            SocketAddr::new(ip(1), 5060),
+            Mode::Balance("sg"),
+            "subscriber",
+            r#"transports = ["udp", "tcp"]"#,
+        )
+        .write(dir)
 }
 
 /// A CRLF keep-alive on `c` (RFC 5626 3.5.1): whether its pong came within

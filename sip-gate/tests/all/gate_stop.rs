@@ -14,29 +14,14 @@
 //! `.1`, the sg (a SIPp UAS) on `.11`, the callers on `.21` and `.22`.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::common::{ip, server_addr};
+use crate::common::{ip, one_sg_site, server_addr};
 use serde_json::Value;
 use sip_gate::Phase;
 use testbed::bins::Node;
 use testbed::wait_for;
 use testbed::{Scenario, Sipp, SippHandle, Transport};
-
-/// A site with one sg behind a balance listener on `127.24.N.1:5060`, its
-/// profiles in an embedded store next to it.
-fn site(net: (u8, u8)) -> (tempfile::TempDir, PathBuf, SocketAddr, SocketAddr) {
-    let dir = tempfile::tempdir().unwrap();
-    let listener = SocketAddr::new(ip(net, 1), 5060);
-    let admin = SocketAddr::new(ip(net, 1), 9091);
-    let extra = format!(
-        "[[listener]]\nname = \"subs\"\nbind = \"{listener}\"\nmode = \"balance\"\npool = \"sg\"\nleg = \"subscriber\"\n\n[store]\nkind = \"embedded\"\npath = \"profiles.json\"\n"
-    );
-    let path = dir.path().join("site.toml");
-    std::fs::write(&path, crate::common::site(net, 1, &extra)).unwrap();
-    (dir, path, listener, admin)
-}
 
 /// sg-0's work as the gate reports it: (open INVITE transactions, calls).
 fn sg_work(gate: &Node) -> Option<(u64, u64)> {
@@ -50,6 +35,26 @@ fn uac(scenario: &str, net: (u8, u8), host: u8, to: SocketAddr) -> Sipp {
         .remote(to)
         .transport(Transport::Udp)
         .timeout(Duration::from_secs(120))
+}
+
+/// `calls` calls of `uac_call` from `.21` at `rate` a second, each held
+/// `hold`, through `listener`.
+fn calls_of(net: (u8, u8), listener: SocketAddr, calls: u64, rate: u32, hold: Duration) -> Sipp {
+    uac("uac_call", net, 21, listener)
+        .calls(calls)
+        .rate(rate)
+        .duration(hold)
+}
+
+/// sg-0's SIPp: `uas_call_ringing`, which rings `ring` before it answers,
+/// ending by `timeout`.
+fn ringing_sg0(net: (u8, u8), ring: Duration, timeout: Duration) -> SippHandle {
+    Sipp::new(Scenario::repo("uas_call_ringing"))
+        .local(server_addr(net, 0).ip(), 5060)
+        .duration(ring)
+        .timeout(timeout)
+        .spawn()
+        .expect("uas starts")
 }
 
 /// The value of `key=N` on the log line that contains `what`.
@@ -78,22 +83,14 @@ fn ready_gate(site: &std::path::Path, admin: std::net::SocketAddr, deadline_s: &
 #[test]
 fn r_gw_1_sigterm_mid_load_completes_every_forwarded_call_refuses_new_ones_and_exits_when_idle() {
     let net = (24, 1);
-    let (_dir, site, listener, admin) = site(net);
+    let (_dir, site, listener, admin) = one_sg_site(net);
     let deadline_s = 120;
     let mut gate = ready_gate(&site, admin, "120");
 
     // The sg rings 5 s before answering (the stopping gate runs that long,
     // time for the refused calls below); callers hold 3 s, re-INVITE, BYE.
-    let uas = Sipp::new(Scenario::repo("uas_call_ringing"))
-        .local(server_addr(net, 0).ip(), 5060)
-        .duration(Duration::from_secs(5))
-        .timeout(Duration::from_secs(150))
-        .spawn()
-        .expect("uas starts");
-    let load = uac("uac_call", net, 21, listener)
-        .calls(10_000)
-        .rate(20)
-        .duration(Duration::from_secs(3))
+    let uas = ringing_sg0(net, Duration::from_secs(5), Duration::from_secs(150));
+    let load = calls_of(net, listener, 10_000, 20, Duration::from_secs(3))
         .control()
         .spawn()
         .expect("load starts");
@@ -195,18 +192,10 @@ fn gate_with_calls_ringing(
     net: (u8, u8),
     deadline: &str,
 ) -> (tempfile::TempDir, Node, SippHandle, SippHandle) {
-    let (dir, site, listener, admin) = site(net);
+    let (dir, site, listener, admin) = one_sg_site(net);
     let gate = ready_gate(&site, admin, deadline);
-    let uas = Sipp::new(Scenario::repo("uas_call_ringing"))
-        .local(server_addr(net, 0).ip(), 5060)
-        .duration(Duration::from_secs(60))
-        .timeout(Duration::from_secs(90))
-        .spawn()
-        .expect("uas starts");
-    let calls = uac("uac_call", net, 21, listener)
-        .calls(5)
-        .rate(10)
-        .duration(Duration::from_secs(60))
+    let uas = ringing_sg0(net, Duration::from_secs(60), Duration::from_secs(90));
+    let calls = calls_of(net, listener, 5, 10, Duration::from_secs(60))
         .timeout(Duration::from_secs(90))
         .spawn()
         .expect("uac starts");
@@ -270,17 +259,14 @@ fn r_gw_1_a_second_signal_stops_at_once() {
 #[test]
 fn r_gw_1_completed_transactions_do_not_hold_a_stopping_gate() {
     let net = (24, 5);
-    let (_dir, site, listener, admin) = site(net);
+    let (_dir, site, listener, admin) = one_sg_site(net);
     let mut gate = ready_gate(&site, admin, "60");
     let _uas = Sipp::new(Scenario::repo("uas_call"))
         .local(server_addr(net, 0).ip(), 5060)
         .timeout(Duration::from_secs(60))
         .spawn()
         .expect("uas starts");
-    let calls = uac("uac_call", net, 21, listener)
-        .calls(3)
-        .rate(10)
-        .duration(Duration::from_millis(100))
+    let calls = calls_of(net, listener, 3, 10, Duration::from_millis(100))
         .spawn()
         .expect("uac starts")
         .wait(Duration::from_secs(30))
@@ -317,18 +303,10 @@ fn r_gw_1_completed_transactions_do_not_hold_a_stopping_gate() {
 fn r_gw_1_a_ringing_call_holds_the_stop_until_it_is_answered() {
     let net = (24, 6);
     let ring = Duration::from_secs(4);
-    let (_dir, site, listener, admin) = site(net);
+    let (_dir, site, listener, admin) = one_sg_site(net);
     let mut gate = ready_gate(&site, admin, "60");
-    let uas = Sipp::new(Scenario::repo("uas_call_ringing"))
-        .local(server_addr(net, 0).ip(), 5060)
-        .duration(ring)
-        .timeout(Duration::from_secs(60))
-        .spawn()
-        .expect("uas starts");
-    let call = uac("uac_call", net, 21, listener)
-        .calls(1)
-        .rate(1)
-        .duration(Duration::from_millis(500))
+    let uas = ringing_sg0(net, ring, Duration::from_secs(60));
+    let call = calls_of(net, listener, 1, 1, Duration::from_millis(500))
         .timeout(Duration::from_secs(60))
         .spawn()
         .expect("uac starts");

@@ -104,6 +104,27 @@ fn caller(
     s.spawn().unwrap()
 }
 
+/// `calls` runs of `scenario` (at `rate` a second, none held) from `from`
+/// to `to` over UDP, every one of which must succeed within `within`;
+/// `what` names them when one does not.
+fn all_succeed(
+    what: &str,
+    scenario: &str,
+    from: IpAddr,
+    to: SocketAddr,
+    (calls, rate): (u64, u32),
+    within: Duration,
+) {
+    let run = caller(
+        scenario,
+        from,
+        to,
+        Transport::Udp,
+        (calls, rate, Duration::ZERO),
+    );
+    assert_all_ok(what, &run.wait(within).unwrap(), calls);
+}
+
 /// The gate binary on `site`, once its work report answers.
 fn start_gate(site: &Path, net: u8) -> Node {
     let gate = Node::gate(site)
@@ -193,31 +214,23 @@ fn reload_under_load_adds_an_sg_and_an_access_list_without_losing_a_call() {
         })
         .collect();
     let registrar = uas("uas_register", sip(net, 21), Transport::Udp);
-    let ua = caller(
+    all_succeed(
+        "the registration",
         "uac_register",
         ip(net, 102),
         sip(net, 2),
-        Transport::Udp,
-        (1, 1, Duration::ZERO),
-    );
-    assert_all_ok(
-        "the registration",
-        &ua.wait(Duration::from_secs(10)).unwrap(),
-        1,
+        (1, 1),
+        Duration::from_secs(10),
     );
     assert_eq!(registrations(&gate), 1);
     // Before the reload the source .101 may call.
-    let before = caller(
+    all_succeed(
+        "the .101 call before",
         "uac_call",
         ip(net, 101),
         sip(net, 1),
-        Transport::Udp,
-        (1, 1, Duration::ZERO),
-    );
-    assert_all_ok(
-        "the .101 call before",
-        &before.wait(Duration::from_secs(10)).unwrap(),
-        1,
+        (1, 1),
+        Duration::from_secs(10),
     );
 
     // 8 s of UDP calls at 15/s and TCP calls at 4/s on one connection,
@@ -248,17 +261,13 @@ fn reload_under_load_adds_an_sg_and_an_access_list_without_losing_a_call() {
     })
     .unwrap();
     // The access list is in force: .101 gets 403 from the gate.
-    let denied = caller(
+    all_succeed(
+        "the .101 call after",
         "uac_call_expect_403",
         ip(net, 101),
         sip(net, 1),
-        Transport::Udp,
-        (1, 1, Duration::ZERO),
-    );
-    assert_all_ok(
-        "the .101 call after",
-        &denied.wait(Duration::from_secs(10)).unwrap(),
-        1,
+        (1, 1),
+        Duration::from_secs(10),
     );
     // The same file again, four times, still under load: timed.
     for _ in 0..4 {
@@ -315,17 +324,13 @@ fn reload_refuses_a_new_bind_address_and_a_broken_file_and_keeps_the_old_config(
         log.contains("listener `calls`: bind address changed"),
         "the reason is logged: {log}"
     );
-    let calls = caller(
+    all_succeed(
+        "calls after the refusal",
         "uac_call",
         ip(net, 100),
         sip(net, 1),
-        Transport::Udp,
-        (20, 10, Duration::ZERO),
-    );
-    assert_all_ok(
-        "calls after the refusal",
-        &calls.wait(Duration::from_secs(20)).unwrap(),
-        20,
+        (20, 10),
+        Duration::from_secs(20),
     );
     assert_eq!(
         new_work(&gate, "sg-2"),
@@ -353,17 +358,13 @@ fn reload_refuses_a_new_bind_address_and_a_broken_file_and_keeps_the_old_config(
         .unwrap_or_else(|| panic!("no refusal logged: {log}"));
     // `FILE:LINE:COLUMN: what`.
     assert!(line.contains("site.toml:2:"), "{line}");
-    let calls = caller(
+    all_succeed(
+        "calls after the broken file",
         "uac_call",
         ip(net, 100),
         sip(net, 1),
-        Transport::Udp,
-        (10, 10, Duration::ZERO),
-    );
-    assert_all_ok(
-        "calls after the broken file",
-        &calls.wait(Duration::from_secs(20)).unwrap(),
-        10,
+        (10, 10),
+        Duration::from_secs(20),
     );
     assert_eq!(new_work(&gate, "sg-0") + new_work(&gate, "sg-1"), 30.0);
     gate.stop(Duration::from_secs(10));

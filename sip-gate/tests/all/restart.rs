@@ -15,6 +15,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::common::{cli_drain, ringsync};
 use ringsync::work::{WorkReport, WORK_PATH};
 use serde_json::Value;
 use testbed::bins::{BinDir, Node};
@@ -67,23 +68,9 @@ fn work_report(admin: SocketAddr) -> Option<WorkReport> {
     testbed::http::get_json(admin, WORK_PATH)
 }
 
-/// `ringsync <args>` on `site`; its stdout.
-fn ringsync(site: &Path, args: &[&str]) -> String {
-    let out = testbed::bins::command("ringsync")
-        .unwrap()
-        .arg("--config")
-        .arg(site)
-        .args(args)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "ringsync {args:?}: {err}");
-    String::from_utf8(out.stdout).unwrap()
-}
-
 /// sg-0 as `ringsync status --json` shows it.
 fn sg0_status(site: &Path) -> Value {
-    let v: Value = serde_json::from_str(&ringsync(site, &["--json", "status"])).unwrap();
+    let v = ringsync(site, &["status"]);
     v["instances"]
         .as_array()
         .unwrap()
@@ -91,21 +78,6 @@ fn sg0_status(site: &Path) -> Value {
         .find(|i| i["id"] == "sg-0")
         .cloned()
         .unwrap()
-}
-
-/// Drains srv-0 through the CLI and waits until the gate applied it.
-fn drain_srv0(site: &Path, admin: SocketAddr) {
-    ringsync(
-        site,
-        &["profile", "create", "--name", "m", "--server", "srv-0"],
-    );
-    ringsync(site, &["profile", "activate", "m"]);
-    wait_for(
-        "the gate to apply the drain",
-        Duration::from_secs(3),
-        || work_report(admin).filter(|r| r.revision >= 2),
-    )
-    .unwrap();
 }
 
 /// sg-0's answering SIPp and one call through the gate, held `hold`.
@@ -147,7 +119,7 @@ fn r_st_3_a_gate_restarted_mid_drain_says_why_and_is_never_drained() {
         (sg0_dialogs(admin) == 1).then_some(())
     })
     .unwrap();
-    drain_srv0(&site, admin);
+    cli_drain(&site, admin, "srv-0", Duration::from_secs(3));
 
     gate.kill();
     let started = ringsync::work::now_ms();
@@ -199,7 +171,7 @@ fn r_st_3_a_graceful_restart_with_a_work_snapshot_keeps_the_call() {
         (sg0_dialogs(admin) == 1).then_some(())
     })
     .unwrap();
-    drain_srv0(&site, admin);
+    cli_drain(&site, admin, "srv-0", Duration::from_secs(3));
     assert_eq!(sg0_status(&site)["state"], "draining");
 
     gate.stop(Duration::from_secs(10));

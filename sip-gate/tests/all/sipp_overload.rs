@@ -11,19 +11,13 @@
 //! Every SIPp run is bounded in calls, rate and time.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use crate::common::overload::{self, outcomes, udp_worker_threads, wait};
 use crate::common::{ip, server_addr};
 use testbed::bins::Node;
 use testbed::{Scenario, Sipp, SippHandle, Transport};
-
-/// A site with one sg behind a balance listener on `127.31.N.1:5060`, and
-/// the `[overload]` section given.
-fn site(net: (u8, u8), overload: &str) -> (tempfile::TempDir, PathBuf, SocketAddr, SocketAddr) {
-    overload::site(net, "", overload)
-}
 
 fn sg(net: (u8, u8)) -> SippHandle {
     overload::sg(net, Transport::Udp)
@@ -54,12 +48,11 @@ fn peak_rss_kib(gate: &Node) -> u64 {
 #[test]
 fn r_ov_2_a_source_over_its_limit_gets_503_with_retry_after_while_another_source_completes() {
     let net = (31, 1);
-    let (dir, site, listener, admin) = site(
+    let (dir, gate, listener) = overload::ready_gate(
         net,
+        "",
         "per_source_rate = 5\nper_source_burst = 5\nretry_after_s = 7\n",
     );
-    let mut gate = Node::gate(&site).admin(admin).start().unwrap();
-    gate.wait_ready().unwrap();
     let uas = sg(net);
 
     // A: 60 new calls at 30/s, six times its limit. B: 10 at 5/s, within it.
@@ -116,12 +109,7 @@ fn r_ov_1_a_flood_at_five_times_capacity_is_refused_while_calls_up_complete_and_
     let net = (31, 2);
     // Capacity 40 new dialogs/s; per-source limits off, so the gate's own
     // capacity is what the flood meets; a table bound well under default.
-    let (dir, site, listener, admin) = site(
-        net,
-        "new_dialogs_per_s = 40\nnew_dialogs_burst = 20\nper_source_rate = 0\nmax_transactions = 20000\nretry_after_s = 3\n",
-    );
-    let mut gate = Node::gate(&site).admin(admin).start().unwrap();
-    gate.wait_ready().unwrap();
+    let (dir, gate, listener) = overload::ready_gate(net, "", "new_dialogs_per_s = 40\nnew_dialogs_burst = 20\nper_source_rate = 0\nmax_transactions = 20000\nretry_after_s = 3\n");
     let rss_idle = peak_rss_kib(&gate);
     let uas = sg(net);
 
@@ -229,12 +217,11 @@ fn raw_invite(sock: &std::net::UdpSocket, to: SocketAddr, n: u32) {
 #[test]
 fn r_ov_1_new_dialogs_that_waited_past_the_deadline_get_503_while_queued_in_dialog_requests_pass() {
     let net = (31, 3);
-    let (dir, site, listener, admin) = site(
+    let (dir, gate, listener) = overload::ready_gate(
         net,
+        "",
         "new_dialog_deadline_ms = 200\nretry_after_s = 4\nretry_after_jitter_s = 0\n",
     );
-    let mut gate = Node::gate(&site).admin(admin).start().unwrap();
-    gate.wait_ready().unwrap();
     let uas = sg(net);
 
     // 10 calls placed in the first second, each up for 1 s, then a
@@ -282,16 +269,7 @@ fn r_ov_1_new_dialogs_that_waited_past_the_deadline_get_503_while_queued_in_dial
     assert_eq!(deadline, 3.0);
 
     // The worker caught up: a new call goes through at once.
-    let after = Sipp::new(Scenario::repo("uac_call"))
-        .local_ip(ip(net, 24))
-        .remote(listener)
-        .transport(Transport::Udp)
-        .calls(1)
-        .duration(Duration::from_millis(100))
-        .timeout(Duration::from_secs(20))
-        .spawn()
-        .expect("uac starts");
-    let after = wait(after, "the call after the stall");
+    let after = overload::call_after(net, 24, listener, Transport::Udp);
     assert!(after.all_ok(), "{after:?}");
     let sg = uas.stop().expect("uas report");
     assert_eq!((sg.successful, sg.failed), (11, 0), "{sg:?}");
@@ -340,9 +318,7 @@ fn r_ov_1_after_a_stall_in_dialog_requests_are_forwarded_before_new_dialogs_queu
     let net = (31, 4);
     // A deadline longer than the stall: nothing is refused, so the order
     // the sg sees is the gate's priority alone.
-    let (dir, site, listener, admin) = site(net, "new_dialog_deadline_ms = 5000\n");
-    let mut gate = Node::gate(&site).admin(admin).start().unwrap();
-    gate.wait_ready().unwrap();
+    let (dir, gate, listener) = overload::ready_gate(net, "", "new_dialog_deadline_ms = 5000\n");
     let sg_log = dir.path().join("sg-messages.log");
     let uas = Sipp::new(Scenario::repo("uas_call"))
         .local(server_addr(net, 0).ip(), 5060)
@@ -442,9 +418,8 @@ fn r_ov_1_after_a_stall_in_dialog_requests_are_forwarded_before_new_dialogs_queu
 fn udp_workers_sets_the_worker_threads_per_listener_and_calls_complete() {
     let net = (31, 5);
     for workers in [1, 3] {
-        let (dir, site, listener, admin) = site(net, &format!("udp_workers = {workers}\n"));
-        let mut gate = Node::gate(&site).admin(admin).start().unwrap();
-        gate.wait_ready().unwrap();
+        let (dir, gate, listener) =
+            overload::ready_gate(net, "", &format!("udp_workers = {workers}\n"));
         let want: Vec<String> = (0..workers).map(|w| format!("udp-0-{w}")).collect();
         assert_eq!(udp_worker_threads(&gate), want);
         let uas = sg(net);

@@ -13,8 +13,7 @@ use std::time::Duration;
 
 use crate::common::ip;
 use crate::common::overload::{self, outcomes, wait};
-use testbed::bins::Node;
-use testbed::{Scenario, Sipp, Transport};
+use testbed::Transport;
 
 /// Waits until every thread of `pid` is stopped (state `T`): `kill`
 /// returns once the signal is sent, a thread may still run a moment.
@@ -82,13 +81,11 @@ fn response(r: &mut BufReader<TcpStream>) -> String {
 #[test]
 fn r_ov_1_over_tcp_new_dialogs_read_behind_get_503_while_in_dialog_requests_go_on() {
     let net = (46, 1);
-    let (dir, site, listener, admin) = overload::site(
+    let (dir, gate, listener) = overload::ready_gate(
         net,
         "transports = [\"udp\", \"tcp\"]\n",
         "new_dialog_deadline_ms = 200\nretry_after_s = 4\nretry_after_jitter_s = 4\n",
     );
-    let mut gate = Node::gate(&site).admin(admin).start().unwrap();
-    gate.wait_ready().unwrap();
     let uas = overload::sg(net, Transport::Tcp);
 
     // 10 calls over one TCP connection, placed in the first second, each up
@@ -146,16 +143,7 @@ fn r_ov_1_over_tcp_new_dialogs_read_behind_get_503_while_in_dialog_requests_go_o
     assert!(lag < 0.2, "the probe runs on time again: {lag} s");
 
     // Caught up: a new call over TCP goes through at once.
-    let after = Sipp::new(Scenario::repo("uac_call"))
-        .local_ip(ip(net, 23))
-        .remote(listener)
-        .transport(Transport::Tcp)
-        .calls(1)
-        .duration(Duration::from_millis(100))
-        .timeout(Duration::from_secs(20))
-        .spawn()
-        .expect("uac starts");
-    let after = wait(after, "the call after the stall");
+    let after = overload::call_after(net, 23, listener, Transport::Tcp);
     assert!(after.all_ok(), "{after:?}");
     let sg = uas.stop().expect("uas report");
     assert_eq!((sg.successful, sg.failed), (11, 0), "{sg:?}");

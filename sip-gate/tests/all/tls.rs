@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use crate::common::ip;
 use peer::{header, record_routes, Ca};
 use testbed::bins::Node;
+use testbed::fixture::{Mode, SiteFile};
 use testbed::wait_for;
 use testbed::{Scenario, Sipp, Transport};
 
@@ -41,44 +42,24 @@ impl Site {
     pub(crate) fn with(net: (u8, u8), reload_poll_ms: u32, extra: &str) -> Site {
         let dir = tempfile::tempdir().unwrap();
         let ca = Ca::new(dir.path(), "site");
-        let (cert, key) = ca.issue(&ip(net, 1).to_string());
-        std::fs::write(dir.path().join("gate-cert.pem"), cert).unwrap();
-        std::fs::write(dir.path().join("gate-key.pem"), key).unwrap();
-        let text = format!(
-            r#"[site]
-name = "tls-{n}"
-secret = "tls-integration-test-secret-{n}"
-
-[health]
-interval_ms = 0
-
-[tls]
-cert = "gate-cert.pem"
-key = "gate-key.pem"
-ca = "site-ca.pem"
-handshake_timeout_ms = 1000
-reload_poll_ms = {reload_poll_ms}
-
-[[server]]
-name = "srv-0"
-[[instance]]
-id = "sg-0"
-service = "sg"
-server = "srv-0"
-sip = "{sg}"
-
-[[listener]]
-name = "subs"
-bind = "{gate}"
-transports = ["udp", "tls"]
-mode = "balance"
-pool = "sg"
-leg = "subscriber"
-{extra}"#,
-            n = net.1,
-            sg = SocketAddr::new(ip(net, 11), 5060),
-            gate = SocketAddr::new(ip(net, 1), 5061),
+        ca.issue_gate(dir.path(), &ip(net, 1).to_string());
+        let tls = format!(
+            "cert = \"gate-cert.pem\"\nkey = \"gate-key.pem\"\nca = \"site-ca.pem\"\n\
+             handshake_timeout_ms = 1000\nreload_poll_ms = {reload_poll_ms}"
         );
+        let text = SiteFile::new(&format!("tls-{}", net.1))
+            .section("tls", &tls)
+            .sgs(&[("0", SocketAddr::new(ip(net, 11), 5060))])
+            .listener(
+                "subs",
+                SocketAddr::new(ip(net, 1), 5061),
+                Mode::Balance("sg"),
+                "subscriber",
+                r#"transports = ["udp", "tls"]"#,
+            )
+            .raw(extra)
+            .text()
+            .to_owned();
         std::fs::write(dir.path().join("site.toml"), text).unwrap();
         Site { dir, ca, net }
     }

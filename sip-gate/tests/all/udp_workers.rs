@@ -27,13 +27,11 @@ fn workers_gauge(gate: &Node) -> f64 {
 /// and after the addition completes.
 #[test]
 fn the_supervisor_adds_a_worker_under_sustained_load_and_no_call_fails_across_the_switch() {
-    let (dir, site, listener, admin) = overload::site(
+    let (dir, gate, listener) = overload::ready_gate(
         NET,
         "",
         "udp_workers_max = 2\nudp_worker_busy_percent = 1\nper_source_rate = 1000\nper_source_burst = 1000\n",
     );
-    let mut gate = Node::gate(&site).admin(admin).start().unwrap();
-    gate.wait_ready().unwrap();
 
     // Idle for longer than the supervisor's three ticks: still one worker.
     std::thread::sleep(Duration::from_secs(5));

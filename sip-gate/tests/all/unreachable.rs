@@ -19,19 +19,13 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::common::ip;
+use crate::common::{ip, ringsync};
 use ringsync::config::Service;
 use ringsync::profile::ProfileSet;
 use ringsync::view::{DrainView, Health};
-use serde_json::Value;
-use testbed::bins::{BinDir, Node};
+use testbed::bins::Node;
 use testbed::fixture::{Mode, SiteFile};
 use testbed::{Scenario, Sipp, SippHandle, Transport};
-
-/// `ringsync --config SITE --json ARGS`: its JSON output.
-fn ringsync(site: &Path, args: &[&str]) -> Value {
-    testbed::bins::ringsync(&BinDir::locate(), site, args).unwrap()
-}
 
 /// Polls `f` until it gives a value; panics naming `what` after `timeout`.
 fn wait_for<T>(what: &str, timeout: Duration, f: impl FnMut() -> Option<T>) -> T {

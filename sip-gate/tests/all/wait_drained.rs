@@ -20,64 +20,18 @@ use std::time::{Duration, Instant};
 use crate::common::ip;
 use ringsync_ops::drained::{Outcome, WaitAnswer};
 use testbed::bins::{BinDir, Node};
+use testbed::fixture::SiteFile;
 use testbed::{http, wait_for};
 use testbed::{Scenario, Sipp, SippHandle, SippReport, Transport};
 
 const NET: (u8, u8) = (27, 7);
 const NET_SERVE: (u8, u8) = (27, 8);
 
-fn site_toml(net: (u8, u8)) -> String {
+/// [`SiteFile::drain_pair`]: the guard of sg-a, fast probes, a short
+/// restart window (8 s: `drained` can show once the calls, held 6 s, end).
+fn site_file(net: (u8, u8)) -> SiteFile {
     let [gate, sg_a, sg_b] = [1, 11, 12].map(|h| ip(net, h));
-    format!(
-        r#"[site]
-name = "wait"
-secret = "wait-drained-test-secret-0123456789"
-
-[health]
-interval_ms = 200
-timeout_ms = 150
-failures = 2
-
-# The gate vouches for its counts 8 s after its start: `drained` can show
-# once the calls (held 6 s) end.
-[work]
-max_expires_s = 5
-max_call_age_s = 8
-
-[store]
-kind = "embedded"
-path = "profiles.json"
-
-[admin]
-gate_bind = "{gate}:9091"
-media_bind = "{gate}:9092"
-
-[[server]]
-name = "srv-a"
-[[server]]
-name = "srv-b"
-
-[[instance]]
-id = "sg-a"
-service = "sg"
-server = "srv-a"
-sip = "{sg_a}:5060"
-
-[[instance]]
-id = "sg-b"
-service = "sg"
-server = "srv-b"
-sip = "{sg_b}:5060"
-
-[[listener]]
-name = "sg-a-guard"
-bind = "{gate}:5060"
-transports = ["udp"]
-mode = "guard"
-instance = "sg-a"
-leg = "subscriber"
-"#
-    )
+    SiteFile::drain_pair("wait", gate, sg_a, sg_b)
 }
 
 /// `ringsync --config SITE ARGS`, run to its end.
@@ -105,8 +59,7 @@ struct Running {
 fn runsite(net: (u8, u8), dir: &Path) -> (std::path::PathBuf, Running) {
     // Built (another package's binary) before anything is timed.
     BinDir::locate().program("ringsync").unwrap();
-    let site = dir.join("site.toml");
-    std::fs::write(&site, site_toml(net)).unwrap();
+    let site = site_file(net).write(dir);
     let mut gate = Node::gate(&site)
         .admin(SocketAddr::new(ip(net, 1), 9091))
         .start()
@@ -218,17 +171,7 @@ fn wait_drained_blocks_until_the_calls_end_then_exits_0() {
     );
     let report = calls.join().unwrap();
     assert_eq!(report.successful, 3, "{report:?}");
-    let out = wait.wait_with_output().unwrap();
-    let stdout = text(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
-    let lines: Vec<&str> = stdout.lines().collect();
-    assert!(
-        lines
-            .first()
-            .is_some_and(|l| l.starts_with("0 of 1 drained; sg-a draining")),
-        "progress while the calls are up: {stdout}"
-    );
-    assert_eq!(lines.last(), Some(&"1 of 1 drained"), "{stdout}");
+    cli_ended_drained(wait);
 
     // Drained now: a new wait returns at once.
     let out = ringsync(&site, &["wait", "drained", "--server", "srv-a"]);
@@ -394,8 +337,9 @@ fn drained_now(api: SocketAddr, url: &str) {
     assert_eq!(out.status.code(), Some(5), "{}", text(&out.stderr));
 }
 
-/// `ringsync --api URL wait drained` printed progress while the calls were
-/// up, then `1 of 1 drained`, and exited 0.
+/// `ringsync wait drained` (on the store, or `--api URL` through serve)
+/// printed progress while the calls were up, then `1 of 1 drained`, and
+/// exited 0.
 fn cli_ended_drained(cli: std::process::Child) {
     let out = cli.wait_with_output().unwrap();
     let stdout = text(&out.stdout);

@@ -31,6 +31,7 @@ use std::time::Duration;
 use crate::common::{assert_all_ok, ip, run};
 use futures::SinkExt;
 use testbed::bins::Node;
+use testbed::fixture::{Mode, SiteFile};
 use testbed::{Kamailio, KamailioHandle, Scenario, Sipp};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::{CloseCode, Data, OpCode};
 use tokio_tungstenite::tungstenite::protocol::frame::Frame;
@@ -69,54 +70,33 @@ impl Site {
     /// [`Site::with`] and `sections` (whole TOML tables) at the end.
     pub(crate) fn with_sections(net: (u8, u8), secure: bool, tcp: &str, sections: &str) -> Site {
         let dir = tempfile::tempdir().unwrap();
-        let (tls, ca) = if secure {
+        let mut site = SiteFile::new(&format!("ws-{}", net.1))
+            .section("tcp", &format!("frame_s = 2\n{tcp}"))
+            .raw(OVERLOAD);
+        let ca = secure.then(|| {
             let ca = peer::Ca::new(dir.path(), "site");
-            let (cert, key) = ca.issue(&ip(net, 1).to_string());
-            std::fs::write(dir.path().join("gate-cert.pem"), cert).unwrap();
-            std::fs::write(dir.path().join("gate-key.pem"), key).unwrap();
-            (
-                "[tls]\ncert = \"gate-cert.pem\"\nkey = \"gate-key.pem\"\n".to_owned(),
-                Some(ca),
-            )
-        } else {
-            (String::new(), None)
-        };
-        let text = format!(
-            r#"[site]
-name = "ws-{n}"
-secret = "ws-integration-test-secret-{n}"
-
-[health]
-interval_ms = 0
-
-[tcp]
-frame_s = 2
-{tcp}
-{OVERLOAD}
-{tls}
-[[server]]
-name = "srv-0"
-[[instance]]
-id = "sg-0"
-service = "sg"
-server = "srv-0"
-sip = "{sg}"
-
-[[listener]]
-name = "web"
-bind = "{gate}"
-transports = ["udp", "{ws}"]
-mode = "balance"
-pool = "sg"
-leg = "subscriber"
-ws_path = "{PATH}"
-ws_origins = ["{ORIGIN}"]
-{sections}"#,
-            n = net.1,
-            sg = SocketAddr::new(ip(net, 11), 5060),
-            gate = SocketAddr::new(ip(net, 1), 5080),
-            ws = if secure { "wss" } else { "ws" },
+            ca.issue_gate(dir.path(), &ip(net, 1).to_string());
+            ca
+        });
+        if secure {
+            site = site.tls("gate-cert.pem", "gate-key.pem");
+        }
+        let ws = format!(
+            "transports = [\"udp\", \"{}\"]\nws_path = \"{PATH}\"\nws_origins = [\"{ORIGIN}\"]",
+            if secure { "wss" } else { "ws" }
         );
+        let text = site
+            .sgs(&[("0", SocketAddr::new(ip(net, 11), 5060))])
+            .listener(
+                "web",
+                SocketAddr::new(ip(net, 1), 5080),
+                Mode::Balance("sg"),
+                "subscriber",
+                &ws,
+            )
+            .raw(sections)
+            .text()
+            .to_owned();
         std::fs::write(dir.path().join("site.toml"), text).unwrap();
         Site { dir, net, ca }
     }

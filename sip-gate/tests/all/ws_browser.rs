@@ -31,6 +31,7 @@ use std::time::Duration;
 
 use crate::common::{assert_all_ok, ip, run};
 use testbed::bins::Node;
+use testbed::fixture::{Mode, SiteFile};
 use testbed::{Kamailio, Scenario, Sipp};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -281,44 +282,18 @@ async fn r_ws_2_a_browser_registers_over_wss_takes_a_message_and_a_call_through_
     let lib = tokio::task::spawn_blocking(sipjs).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let ca = peer::Ca::new(dir.path(), "site");
-    let (cert, key) = ca.issue(&ip(NET, 1).to_string());
-    std::fs::write(dir.path().join("gate-cert.pem"), cert).unwrap();
-    std::fs::write(dir.path().join("gate-key.pem"), key).unwrap();
+    ca.issue_gate(dir.path(), &ip(NET, 1).to_string());
     let gate_sip = SocketAddr::new(ip(NET, 1), 5080);
     let web = SocketAddr::new(ip(NET, 1), 8000);
     let kam_addr = SocketAddr::new(ip(NET, 11), 5060);
-    let text = format!(
-        r#"[site]
-name = "ws-browser"
-secret = "ws-browser-integration-test-secret"
-
-[health]
-interval_ms = 0
-
-[tls]
-cert = "gate-cert.pem"
-key = "gate-key.pem"
-
-[[server]]
-name = "srv-0"
-[[instance]]
-id = "sg-0"
-service = "sg"
-server = "srv-0"
-sip = "{kam_addr}"
-
-[[listener]]
-name = "webrtc"
-bind = "{gate_sip}"
-transports = ["udp", "wss"]
-mode = "balance"
-pool = "sg"
-leg = "subscriber"
-ws_path = "/sip"
-ws_origins = ["http://{web}"]
-"#
+    let wss = format!(
+        "transports = [\"udp\", \"wss\"]\nws_path = \"/sip\"\nws_origins = [\"http://{web}\"]"
     );
-    std::fs::write(dir.path().join("site.toml"), text).unwrap();
+    SiteFile::new("ws-browser")
+        .tls("gate-cert.pem", "gate-key.pem")
+        .sgs(&[("0", kam_addr)])
+        .listener("webrtc", gate_sip, Mode::Balance("sg"), "subscriber", &wss)
+        .write(dir.path());
     let kam = Kamailio::new()
         .config(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/kamailio/registrar.cfg"))
         .listen(kam_addr)

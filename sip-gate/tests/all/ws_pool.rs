@@ -28,10 +28,11 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::common::ip;
+use crate::common::{ip, ringsync, status_of};
 use futures::{SinkExt, StreamExt};
 use serde_json::Value;
 use testbed::bins::{BinDir, Node};
+use testbed::fixture::{Mode, SiteFile};
 use testbed::wait_for;
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio_tungstenite::tungstenite::{Error, Message};
@@ -44,55 +45,26 @@ type Ws = WebSocketStream<TcpStream>;
 
 /// Two servers with a `ws` instance each, the pool listener in front.
 fn site(dir: &Path, net: (u8, u8)) -> PathBuf {
-    let text = format!(
-        r#"[site]
-name = "ws-pool"
-secret = "ws-pool-integration-test-secret-0123"
-
-[store]
-kind = "embedded"
-path = "profiles.json"
-
-[health]
-interval_ms = 0
-
-[admin]
-gate_bind = "{g}:9091"
-media_bind = "{g}:9092"
-
-[[server]]
-name = "srv-0"
-[[server]]
-name = "srv-1"
-
-[[instance]]
-id = "ws-0"
-service = "ws"
-server = "srv-0"
-ws = "{w0}:8080"
-
-[[instance]]
-id = "ws-1"
-service = "ws"
-server = "srv-1"
-ws = "{w1}:8080"
-
-[[listener]]
-name = "web"
-bind = "{g}:8443"
-transports = ["ws"]
-mode = "ws_pool"
-pool = "ws"
-leg = "subscriber"
-ws_path = "/sip"
-"#,
-        g = ip(net, 1),
-        w0 = ip(net, 21),
-        w1 = ip(net, 22),
-    );
-    let path = dir.join("site.toml");
-    std::fs::write(&path, text).unwrap();
-    path
+    let [g, w0, w1] = [1, 21, 22].map(|h| ip(net, h));
+    SiteFile::new("ws-pool")
+        .admin(SocketAddr::new(g, 9091), SocketAddr::new(g, 9092))
+        .servers(&["srv-0", "srv-1"])
+        .pool(
+            "ws",
+            "ws",
+            &[
+                ("0", SocketAddr::new(w0, 8080)),
+                ("1", SocketAddr::new(w1, 8080)),
+            ],
+        )
+        .listener(
+            "web",
+            SocketAddr::new(g, 8443),
+            Mode::WsPool("ws"),
+            "subscriber",
+            "transports = [\"ws\"]\nws_path = \"/sip\"",
+        )
+        .write(dir)
 }
 
 /// A `ws` instance: accepts WebSocket upgrades (answering the `sip`
@@ -161,22 +133,6 @@ async fn which(ws: &mut Ws, text: &str) -> String {
     let (name, echoed) = back.split_once(':').expect("NAME:text");
     assert_eq!(echoed, text, "the bytes pass unchanged both ways");
     name.to_owned()
-}
-
-fn ringsync(site: &Path, args: &[&str]) -> Value {
-    testbed::bins::ringsync(&BinDir::locate(), site, args).unwrap()
-}
-
-/// One instance as `ringsync status --json` shows it.
-fn status_of(site: &Path, id: &str) -> Value {
-    let st = ringsync(site, &["status"]);
-    st["instances"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|i| i["id"] == id)
-        .cloned()
-        .unwrap_or_else(|| panic!("{id} missing in {st}"))
 }
 
 /// Polls `ringsync status` until `id` reads `state`; that instance.

@@ -36,7 +36,7 @@ use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus};
+use std::process::{Command, ExitStatus, Output};
 use std::time::{Duration, Instant};
 
 pub use locate::BinDir;
@@ -558,19 +558,38 @@ pub fn command(program: &str) -> Result<Command> {
     Ok(Command::new(BinDir::locate().program(program)?))
 }
 
-/// Runs `ringsync --config SITE --json ARGS`; its JSON output, or an error
-/// with what it wrote on stderr.
-pub fn ringsync(bins: &BinDir, site: &Path, args: &[&str]) -> Result<serde_json::Value> {
-    let out = Command::new(bins.program("ringsync")?)
+/// Runs `program --config SITE ARGS` to its end (a one-shot CLI run:
+/// `--check`, `status`, `ringsync profile ...`), the program found in
+/// `bins`; its output, whatever its exit status.
+pub fn run(bins: &BinDir, program: &str, site: &Path, args: &[&str]) -> Result<Output> {
+    Command::new(bins.program(program)?)
         .arg("--config")
         .arg(site)
-        .arg("--json")
         .args(args)
         .output()
         .map_err(|source| Error::Spawn {
-            program: "ringsync".into(),
+            program: program.into(),
             source,
-        })?;
+        })
+}
+
+/// `program --config SITE --check` (the gate's or media-ctl's), found by
+/// [`BinDir::locate`]: its output.
+///
+/// # Panics
+/// When the program cannot be found or started: the test's setup.
+pub fn check(program: &str, site: &Path) -> Output {
+    run(&BinDir::locate(), program, site, &["--check"])
+        .unwrap_or_else(|e| panic!("{program} --check: {e}"))
+}
+
+/// Runs `ringsync --config SITE --json ARGS`; its JSON output, or an error
+/// with what it wrote on stderr.
+pub fn ringsync(bins: &BinDir, site: &Path, args: &[&str]) -> Result<serde_json::Value> {
+    let args_json: Vec<&str> = std::iter::once("--json")
+        .chain(args.iter().copied())
+        .collect();
+    let out = run(bins, "ringsync", site, &args_json)?;
     if !out.status.success() {
         return Err(Error::Command {
             command: format!("ringsync {}", args.join(" ")),

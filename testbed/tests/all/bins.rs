@@ -7,46 +7,12 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use testbed::bins::Node;
+use testbed::fixture::SiteFile;
 
-const SITE: &str = r#"[site]
-name = "bins"
-
-[store]
-kind = "embedded"
-path = "profiles.json"
-
-[health]
-interval_ms = 0
-
-[admin]
-bind = "127.0.81.1:0"
-media_bind = "127.0.81.1:9092"
-
-[media]
-ng_bind = "127.0.81.1:2223"
-
-[[server]]
-name = "srv-a"
-
-[[instance]]
-id = "sg-a"
-service = "sg"
-server = "srv-a"
-sip = "127.0.81.11:5060"
-
-[[instance]]
-id = "mg-a"
-service = "mg"
-server = "srv-a"
-ng = "127.0.81.31:22222"
-
-[[listener]]
-name = "subs"
-bind = "127.0.81.1:5060"
-mode = "balance"
-pool = "sg"
-leg = "subscriber"
-"#;
+/// sg-a and mg-a on srv-a, `ringsync serve` on any port of 127.0.81.1.
+fn site_text() -> String {
+    SiteFile::daemons("bins", [127, 0, 81], 0).text().to_owned()
+}
 
 fn site(dir: &Path, text: &str) -> PathBuf {
     let p = dir.join("site.toml");
@@ -57,7 +23,7 @@ fn site(dir: &Path, text: &str) -> PathBuf {
 #[test]
 fn a_gate_starts_serves_its_admin_endpoint_and_stops_cleanly_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
-    let site = site(dir.path(), SITE);
+    let site = site(dir.path(), &site_text());
     let mut gate = Node::gate(&site)
         .admin("127.0.81.1:9091".parse().unwrap())
         .args(["--node", "g1", "--drain-deadline-s", "5"])
@@ -83,7 +49,7 @@ fn a_gate_starts_serves_its_admin_endpoint_and_stops_cleanly_on_sigterm() {
 #[test]
 fn serve_says_where_it_listens_and_media_ctl_answers_until_killed() {
     let dir = tempfile::tempdir().unwrap();
-    let site = site(dir.path(), SITE);
+    let site = site(dir.path(), &site_text());
     let mut serve = Node::serve(&site).start().unwrap();
     assert_ne!(serve.admin().port(), 0, "the port it was given, not 0");
     assert_eq!(serve.url(), format!("http://{}", serve.admin()));
@@ -105,7 +71,7 @@ fn serve_says_where_it_listens_and_media_ctl_answers_until_killed() {
 #[test]
 fn a_binary_that_exits_at_start_is_an_error_with_what_it_said() {
     let dir = tempfile::tempdir().unwrap();
-    let site = site(dir.path(), &SITE.replace("[health]", "[healthh]"));
+    let site = site(dir.path(), &site_text().replace("[health]", "[healthh]"));
     let mut gate = Node::gate(&site)
         .admin("127.0.81.2:9091".parse().unwrap())
         .start()

@@ -16,6 +16,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use testbed::bins::Node;
+use testbed::fixture::SiteFile;
 use testbed::{wait_for, Etcd, Prometheus};
 
 fn repo() -> PathBuf {
@@ -103,69 +104,21 @@ fn names_exported(exposition: &str) -> BTreeSet<String> {
         .collect()
 }
 
-const SITE: &str = r#"[site]
-name = "obs"
-
-[store]
-kind = "embedded"
-path = "profiles.json"
-
-[health]
-interval_ms = 0
-
-[admin]
-bind = "127.92.1.1:8080"
-gate_bind = "127.92.1.1:9091"
-media_bind = "127.92.1.1:9092"
-
-[media]
-ng_bind = "127.92.1.1:2223"
-
-# Nothing listens there: the copies are dropped and counted, and the
-# capture metrics the dashboard reads are exported.
-[capture]
-collectors = ["udp:127.92.1.50:9060"]
-
-[[server]]
-name = "srv-a"
-
-[[server]]
-name = "srv-b"
-
-[[instance]]
-id = "sg-a"
-service = "sg"
-server = "srv-a"
-sip = "127.92.1.11:5060"
-
-[[instance]]
-id = "mg-a"
-service = "mg"
-server = "srv-a"
-ng = "127.92.1.31:22222"
-
-[[instance]]
-id = "bill-a"
-service = "billing"
-server = "srv-a"
-
-[[instance]]
-id = "bill-b"
-service = "billing"
-server = "srv-b"
-
-[[ap_group]]
-name = "billing"
-members = ["bill-a", "bill-b"]
-home = "bill-a"
-
-[[listener]]
-name = "subs"
-bind = "127.92.1.1:5060"
-mode = "balance"
-pool = "sg"
-leg = "subscriber"
-"#;
+/// [`SiteFile::daemons`] on `net` with `ringsync serve` on `.1:8080`, a
+/// billing pair (an `ap_group`) and a srv-b. Nothing listens at the capture
+/// collector: the copies are dropped and counted, and the capture metrics
+/// the dashboard reads are exported.
+fn site_text(net: [u8; 3]) -> String {
+    let [a, b, c] = net;
+    SiteFile::daemons("obs", net, 8080)
+        .section("capture", &format!("collectors = [\"udp:{a}.{b}.{c}.50:9060\"]"))
+        .servers(&["srv-b"])
+        .instance_with("bill-a", "billing", "srv-a", "")
+        .instance_with("bill-b", "billing", "srv-b", "")
+        .raw("[[ap_group]]\nname = \"billing\"\nmembers = [\"bill-a\", \"bill-b\"]\nhome = \"bill-a\"\n")
+        .text()
+        .to_owned()
+}
 
 #[test]
 fn every_metric_the_dashboard_and_the_rules_use_is_exported_by_the_real_binaries() {
@@ -186,7 +139,7 @@ fn every_metric_the_dashboard_and_the_rules_use_is_exported_by_the_real_binaries
 
     let dir = tempfile::tempdir().unwrap();
     let site = dir.path().join("site.toml");
-    std::fs::write(&site, SITE).unwrap();
+    std::fs::write(&site, site_text([127, 92, 1])).unwrap();
     let mut gate = Node::gate(&site)
         .admin("127.92.1.1:9091".parse().unwrap())
         .start()
@@ -220,7 +173,7 @@ fn a_real_prometheus_fires_store_stale_when_the_gates_etcd_goes_away() {
     let eps: Vec<String> = etcd.endpoints().iter().map(|e| format!("{e:?}")).collect();
     let dir = tempfile::tempdir().unwrap();
     let site = dir.path().join("site.toml");
-    let text = SITE.replace("127.92.1.", "127.92.2.").replace(
+    let text = site_text([127, 92, 2]).replace(
         "kind = \"embedded\"\npath = \"profiles.json\"",
         &format!(
             "kind = \"etcd\"\nendpoints = [{}]\nprefix = \"/obs\"",

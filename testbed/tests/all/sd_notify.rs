@@ -12,65 +12,21 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use testbed::bins::Node;
+use testbed::fixture::SiteFile;
 
-const SITE: &str = r#"[site]
-name = "notify"
+/// [`SiteFile::daemons`] on `net`, with a billing pair (an `ap_group`).
+fn site_text(net: [u8; 3]) -> String {
+    SiteFile::daemons("notify", net, 0)
+        .servers(&["srv-b"])
+        .instance_with("bill-a", "billing", "srv-a", "")
+        .instance_with("bill-b", "billing", "srv-b", "")
+        .raw("[[ap_group]]\nname = \"bill\"\nmembers = [\"bill-a\", \"bill-b\"]\nhome = \"bill-a\"\n")
+        .text()
+        .to_owned()
+}
 
-[store]
-kind = "embedded"
-path = "profiles.json"
-
-[health]
-interval_ms = 0
-
-[admin]
-bind = "127.0.127.1:0"
-gate_bind = "127.0.127.1:9091"
-media_bind = "127.0.127.1:9092"
-
-[media]
-ng_bind = "127.0.127.1:2223"
-
-[[server]]
-name = "srv-a"
-
-[[server]]
-name = "srv-b"
-
-[[instance]]
-id = "sg-a"
-service = "sg"
-server = "srv-a"
-sip = "127.0.127.11:5060"
-
-[[instance]]
-id = "mg-a"
-service = "mg"
-server = "srv-a"
-ng = "127.0.127.31:22222"
-
-[[instance]]
-id = "bill-a"
-service = "billing"
-server = "srv-a"
-
-[[instance]]
-id = "bill-b"
-service = "billing"
-server = "srv-b"
-
-[[ap_group]]
-name = "bill"
-members = ["bill-a", "bill-b"]
-home = "bill-a"
-
-[[listener]]
-name = "subs"
-bind = "127.0.127.1:5060"
-mode = "balance"
-pool = "sg"
-leg = "subscriber"
-"#;
+/// The network of the tests here (another for the upgrade's).
+const NET: [u8; 3] = [127, 0, 127];
 
 /// How long a message may take to come.
 const WITHIN: Duration = Duration::from_secs(15);
@@ -136,7 +92,7 @@ impl Manager {
 
 fn site(dir: &Path) -> PathBuf {
     let p = dir.join("site.toml");
-    std::fs::write(&p, SITE).unwrap();
+    std::fs::write(&p, site_text(NET)).unwrap();
     p
 }
 
@@ -262,8 +218,8 @@ fn the_gate_status_follows_its_stop() {
 fn the_gate_says_reloading_then_ready_around_a_sighup() {
     let dir = tempfile::tempdir().unwrap();
     // Its own SIP address: the test above runs a gate at the same time.
-    let base = SITE.replace("\"127.0.127.1:5060\"", "\"127.0.127.2:5060\"");
-    assert_ne!(base, SITE);
+    let base = site_text(NET).replace("\"127.0.127.1:5060\"", "\"127.0.127.2:5060\"");
+    assert_ne!(base, site_text(NET));
     let site = dir.path().join("site.toml");
     std::fs::write(&site, &base).unwrap();
     let mut manager = Manager::bind(dir.path());
@@ -346,7 +302,7 @@ fn the_agent_says_ready_once_following_and_stopping_at_sigterm() {
 fn the_new_run_of_an_upgraded_gate_says_it_is_the_main_process() {
     let dir = tempfile::tempdir().unwrap();
     let site = dir.path().join("site.toml");
-    std::fs::write(&site, SITE.replace("127.0.127.", "127.0.139.")).unwrap();
+    std::fs::write(&site, site_text([127, 0, 139])).unwrap();
     let admin = "127.0.139.1:9091";
     let mut manager = Manager::bind(dir.path());
     let mut gate = Node::gate(&site)

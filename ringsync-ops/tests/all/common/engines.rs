@@ -5,6 +5,7 @@
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::time::Duration;
+use testbed::fixture::SiteFile;
 
 use serde_json::Value;
 use testbed::{free_port, Kamailio, KamailioHandle, Transport};
@@ -22,35 +23,22 @@ pub fn base_site(engines: &str) -> String {
     sites(UAS_A, UAS_B, engines)
 }
 
+/// sg-a at `a` and sg-b at `b` on two servers, with `engines`; nothing
+/// listens at the admin addresses of the gate and media-ctl (ports 9 and 7
+/// are closed on loopback). Health probes as the defaults say.
 pub fn sites(a: &str, b: &str, engines: &str) -> String {
-    format!(
-        r#"
-[site]
-name = "eng"
-
-[admin]
-bind = "127.0.0.1:0"
-gate_bind = "127.0.0.1:9"
-media_bind = "127.0.0.1:7"
-
-[[server]]
-name = "srv-a"
-[[server]]
-name = "srv-b"
-
-[[instance]]
-id = "sg-a"
-service = "sg"
-server = "srv-a"
-sip = "{a}"
-[[instance]]
-id = "sg-b"
-service = "sg"
-server = "srv-b"
-sip = "{b}"
-{engines}
-"#
-    )
+    let at = |s: &str| s.parse().expect("an sg address");
+    SiteFile::new("eng")
+        .health("")
+        .section(
+            "admin",
+            "bind = \"127.0.0.1:0\"\ngate_bind = \"127.0.0.1:9\"\nmedia_bind = \"127.0.0.1:7\"",
+        )
+        .servers(&["srv-a", "srv-b"])
+        .pool("sg", "sip", &[("a", at(a)), ("b", at(b))])
+        .raw(engines)
+        .text()
+        .to_owned()
 }
 
 pub fn kamailio_engine(name: &str, rpc: SocketAddr) -> String {

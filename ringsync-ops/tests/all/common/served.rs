@@ -15,7 +15,7 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_ringsync");
 
 /// A site whose `[admin]` section starts with `admin` (e.g. a tokens file).
 pub fn site_with_admin(admin: &str) -> TestSite {
-    TestSite::with_text(&super::SITE.replace("[admin]\n", &format!("[admin]\n{admin}\n")))
+    TestSite::with_text(&super::site().replace("[admin]\n", &format!("[admin]\n{admin}\n")))
 }
 
 /// A running `ringsync serve` (testbed's launcher: its output under the
@@ -64,14 +64,17 @@ pub fn wait_until(limit: Duration, mut ok: impl FnMut() -> bool) -> Duration {
     t0.elapsed()
 }
 
-/// `ringsync --config SITE ARGS...` (the store itself).
+/// `ringsync --config SITE ARGS...` on the site file at `site` (the store
+/// itself): the one CLI runner ([`testbed::bins::run`]) with this
+/// package's binary.
+pub fn at(site: &Path, args: &[&str]) -> Output {
+    let bins = BinDir::at(Path::new(BIN).parent().expect("a binary's directory"));
+    testbed::bins::run(&bins, "ringsync", site, args).unwrap()
+}
+
+/// [`at`] the test site's file.
 pub fn local(site: &TestSite, args: &[&str]) -> Output {
-    Command::new(BIN)
-        .arg("--config")
-        .arg(site.site_path())
-        .args(args)
-        .output()
-        .unwrap()
+    at(&site.site_path(), args)
 }
 
 /// `ringsync --api URL [--token-file F] ARGS...` (through `serve`).
@@ -90,6 +93,43 @@ pub fn stdout(o: &Output) -> String {
 
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Instance `id` in a `ringsync status --json` answer.
+pub fn instance<'a>(v: &'a serde_json::Value, id: &str) -> &'a serde_json::Value {
+    v["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["id"] == id)
+        .unwrap_or_else(|| panic!("{id} missing in {v}"))
+}
+
+/// The row of instance `id` in `ringsync status`'s table, split on runs of
+/// two or more spaces.
+pub fn row<'a>(table: &'a str, id: &str) -> Vec<&'a str> {
+    let line = table
+        .lines()
+        .find(|l| l.starts_with(&format!("{id} ")))
+        .unwrap_or_else(|| panic!("{id} missing in\n{table}"));
+    line.split("  ")
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .collect()
+}
+
+/// The arguments of `ringsync migrate` from the embedded store to the
+/// etcd at `endpoint`.
+pub fn migrate_to_etcd(endpoint: &str) -> [&str; 7] {
+    [
+        "migrate",
+        "--from",
+        "embedded",
+        "--to",
+        "etcd",
+        "--endpoint",
+        endpoint,
+    ]
 }
 
 /// The output, asserting success.

@@ -4,29 +4,20 @@ use super::{EngineKind, RuntimeAddress};
 use crate::config::{ConfigError, Service, SiteConfig};
 use std::path::Path;
 
-const SITE: &str = r#"
-[site]
-name = "e"
-[[server]]
-name = "srv-a"
-[[server]]
-name = "srv-b"
-[[instance]]
-id = "sg-a"
-service = "sg"
-server = "srv-a"
-sip = "127.0.1.1:5060"
-[[instance]]
-id = "sg-b"
-service = "sg"
-server = "srv-b"
-sip = "127.0.1.2:5060"
-[[instance]]
-id = "mg-a"
-service = "mg"
-server = "srv-a"
-ng = "127.0.3.1:22222"
-"#;
+/// Two sg and an mg, where the engines below point.
+fn site() -> String {
+    let at = |s: &str| s.parse().unwrap();
+    testbed::fixture::SiteFile::new("e")
+        .servers(&["srv-a", "srv-b"])
+        .pool(
+            "sg",
+            "sip",
+            &[("a", at("127.0.1.1:5060")), ("b", at("127.0.1.2:5060"))],
+        )
+        .pool("mg", "ng", &[("a", at("127.0.3.1:22222"))])
+        .text()
+        .to_owned()
+}
 
 const KAM: &str = r#"
 [[engine]]
@@ -53,7 +44,8 @@ fn load(text: &str) -> Result<SiteConfig, ConfigError> {
 
 #[test]
 fn r_ex_1_engines_parse_with_their_defaults() {
-    let c = load(&format!("{SITE}{KAM}{HAP}")).unwrap();
+    let site = site();
+    let c = load(&format!("{site}{KAM}{HAP}")).unwrap();
     assert_eq!(c.engines.len(), 2);
     let EngineKind::KamailioDispatcher {
         addr,
@@ -88,7 +80,7 @@ fn r_ex_1_engines_parse_with_their_defaults() {
     assert_eq!(servers["sg-b"], "sg-b");
     assert_eq!(c.engines[1].resync_ms, 500);
     let unix = HAP.replace("127.0.0.1:9999", "/run/haproxy/admin.sock");
-    let c = load(&format!("{SITE}{unix}")).unwrap();
+    let c = load(&format!("{site}{unix}")).unwrap();
     let EngineKind::Haproxy { address, .. } = &c.engines[0].kind else {
         panic!()
     };
@@ -100,6 +92,7 @@ fn r_ex_1_engines_parse_with_their_defaults() {
 
 #[test]
 fn r_ex_1_bad_engines_name_the_field_and_line() {
+    let site = site();
     let cases = [
         (
             KAM.replace("kamailio-dispatcher", "opensips"),
@@ -168,7 +161,7 @@ fn r_ex_1_bad_engines_name_the_field_and_line() {
         ),
     ];
     for (engines, field, line_starts) in cases {
-        let text = format!("{SITE}{engines}");
+        let text = format!("{site}{engines}");
         let e = load(&text).unwrap_err();
         assert_eq!(e.field, field, "{e}");
         assert!(e.to_string().starts_with("/e.toml:"), "{e}");
@@ -182,14 +175,14 @@ fn r_ex_1_bad_engines_name_the_field_and_line() {
     }
     // A required field missing names the field, placed at its table.
     let e = load(&format!(
-        "{SITE}{}",
+        "{site}{}",
         KAM.replace("url = \"http://127.0.0.1:5071/RPC\"\n", "")
     ))
     .unwrap_err();
     assert_eq!(e.field, "engine[0].url", "{e}");
     // An instance with no sip address has no default destination.
     let e = load(&format!(
-        "{SITE}{}",
+        "{site}{}",
         KAM.replace("sg = 1", "mg = 1").replace(
             "destinations = { sg-b = \"sip:127.0.1.2:5060;transport=tcp\" }\n",
             ""
@@ -197,6 +190,6 @@ fn r_ex_1_bad_engines_name_the_field_and_line() {
     ))
     .unwrap_err();
     assert_eq!(e.field, "engine[0].destinations.mg-a", "{e}");
-    let e = load(&format!("{SITE}{KAM}bogus = 1\n")).unwrap_err();
+    let e = load(&format!("{site}{KAM}bogus = 1\n")).unwrap_err();
     assert!(e.message.contains("bogus"), "{e}");
 }

@@ -26,7 +26,7 @@ pub fn etcd_site_text(endpoints: &[String], prefix: &str) -> String {
         .map(|e| format!("\"{e}\""))
         .collect::<Vec<_>>()
         .join(", ");
-    crate::common::SITE.replace(
+    crate::common::site().replace(
         "[store]\nkind = \"embedded\"\npath = \"t1.profiles.json\"\n",
         &format!("[store]\nkind = \"etcd\"\nendpoints = [{eps}]\nprefix = \"{prefix}\"\n"),
     )

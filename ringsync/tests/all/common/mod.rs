@@ -14,56 +14,33 @@ use std::sync::{Arc, Mutex};
 use ringsync::view::Health;
 use ringsync::work::{InstanceWork, NodeKind, WorkCounts, WorkReport, WORK_PATH};
 use ringsync::SiteConfig;
+use testbed::fixture::SiteFile;
 
 /// A site file with three servers, sg on each, an mg and a bgmg on srv-a,
 /// and its embedded store next to it. Nothing listens at the admin
 /// addresses of the gate and media-ctl (ports 9 and 7 are closed on loopback).
-pub const SITE: &str = r#"
-[site]
-name = "t1"
+pub fn site() -> String {
+    let local = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));
+    SiteFile::new("t1")
+        .store_path("t1.profiles.json")
+        .section(
+            "admin",
+            "bind = \"127.0.0.1:0\"\ngate_bind = \"127.0.0.1:9\"\nmedia_bind = \"127.0.0.1:7\"",
+        )
+        .sgs(&[("a", local(5001)), ("b", local(5002)), ("c", local(5003))])
+        .pool("bgmg", "ng", &[("a", local(6001))])
+        .pool("mg", "ng", &[("a", local(6002))])
+        .text()
+        .to_owned()
+}
 
-[store]
-kind = "embedded"
-path = "t1.profiles.json"
-
-[admin]
-bind = "127.0.0.1:0"
-gate_bind = "127.0.0.1:9"
-media_bind = "127.0.0.1:7"
-
-[[server]]
-name = "srv-a"
-[[server]]
-name = "srv-b"
-[[server]]
-name = "srv-c"
-
-[[instance]]
-id = "sg-a"
-service = "sg"
-server = "srv-a"
-sip = "127.0.0.1:5001"
-[[instance]]
-id = "sg-b"
-service = "sg"
-server = "srv-b"
-sip = "127.0.0.1:5002"
-[[instance]]
-id = "sg-c"
-service = "sg"
-server = "srv-c"
-sip = "127.0.0.1:5003"
-[[instance]]
-id = "bgmg-a"
-service = "bgmg"
-server = "srv-a"
-ng = "127.0.0.1:6001"
-[[instance]]
-id = "mg-a"
-service = "mg"
-server = "srv-a"
-ng = "127.0.0.1:6002"
-"#;
+/// Each record of an audit page as (action, status).
+pub fn actions(page: &ringsync::store::AuditPage) -> Vec<(&str, u16)> {
+    page.records
+        .iter()
+        .map(|r| (r.action.as_str(), r.status))
+        .collect()
+}
 
 /// A temp dir holding `site.toml`.
 pub struct TestSite {
@@ -73,7 +50,7 @@ pub struct TestSite {
 
 impl TestSite {
     pub fn new() -> TestSite {
-        Self::with_text(SITE)
+        Self::with_text(&site())
     }
 
     pub fn with_text(text: &str) -> TestSite {
@@ -209,11 +186,7 @@ pub async fn audited_writes(s: &dyn ringsync::Store) {
         .unwrap();
 
     let page = s.audit_log(AuditQuery::default()).await.unwrap();
-    let got: Vec<(&str, u16)> = page
-        .records
-        .iter()
-        .map(|r| (r.action.as_str(), r.status))
-        .collect();
+    let got = actions(&page);
     assert_eq!(
         got,
         [

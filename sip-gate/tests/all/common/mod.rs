@@ -4,7 +4,7 @@
 //! Each test module takes its own `127.N.M.0/24`, so tests run side by side.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -47,6 +47,22 @@ pub fn site(net: (u8, u8), n: u8, extra: &str) -> String {
     }
     t.push_str(extra);
     t
+}
+
+/// A site file in a new temp dir: one sg (`sg-0`) behind a balance
+/// listener on `127.a.b.1:5060`, its profiles in an embedded store next to
+/// it (for the gate binary). The dir, the file, the listener's address and
+/// the gate's admin address (`.1:9091`).
+pub fn one_sg_site(net: (u8, u8)) -> (tempfile::TempDir, PathBuf, SocketAddr, SocketAddr) {
+    let dir = tempfile::tempdir().unwrap();
+    let listener = SocketAddr::new(ip(net, 1), 5060);
+    let admin = SocketAddr::new(ip(net, 1), 9091);
+    let extra = format!(
+        "[[listener]]\nname = \"subs\"\nbind = \"{listener}\"\nmode = \"balance\"\npool = \"sg\"\nleg = \"subscriber\"\n\n[store]\nkind = \"embedded\"\npath = \"profiles.json\"\n"
+    );
+    let path = dir.path().join("site.toml");
+    std::fs::write(&path, site(net, 1, &extra)).unwrap();
+    (dir, path, listener, admin)
 }
 
 /// A balance listener over the sg pool on `127.a.b.1:0`.
@@ -148,4 +164,65 @@ pub fn assert_all_ok(what: &str, r: &SippReport, calls: u64) {
     assert_eq!(r.successful, calls, "{what}: {r:?}");
     assert_eq!(r.failed, 0, "{what}: {r:?}");
     assert!(r.all_ok(), "{what}: {r:?}");
+}
+
+/// `ringsync --config SITE --json ARGS` run to its end: its JSON output.
+///
+/// # Panics
+/// When it fails, with what it wrote on stderr.
+pub fn ringsync(site: &Path, args: &[&str]) -> serde_json::Value {
+    testbed::bins::ringsync(&testbed::bins::BinDir::locate(), site, args)
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Drains `server` with the `ringsync` CLI (a profile `m`, activated) and
+/// polls the gate's work report at `admin` until it has applied the drain
+/// (revision 2), for up to `timeout`.
+pub fn cli_drain(site: &Path, admin: SocketAddr, server: &str, timeout: Duration) {
+    ringsync(
+        site,
+        &["profile", "create", "--name", "m", "--server", server],
+    );
+    ringsync(site, &["profile", "activate", "m"]);
+    testbed::wait_for("the gate to apply the drain", timeout, || {
+        testbed::http::get_json::<ringsync::work::WorkReport>(admin, ringsync::work::WORK_PATH)
+            .filter(|r| r.revision >= 2)
+    })
+    .unwrap();
+}
+
+/// One instance as `ringsync status --json` on `site` shows it.
+pub fn status_of(site: &Path, id: &str) -> serde_json::Value {
+    let st = ringsync(site, &["status"]);
+    st["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["id"] == id)
+        .cloned()
+        .unwrap_or_else(|| panic!("{id} missing in {st}"))
+}
+
+/// `calls` runs of `scenario` from `from` through `to` over UDP, 10 a
+/// second, each held `hold`, run to their end (70 s at the most): the
+/// report.
+pub fn calls_through(
+    scenario: &str,
+    from: IpAddr,
+    to: SocketAddr,
+    calls: u64,
+    hold: Duration,
+) -> SippReport {
+    Sipp::new(Scenario::repo(scenario))
+        .local_ip(from)
+        .remote(to)
+        .transport(Transport::Udp)
+        .calls(calls)
+        .rate(10)
+        .duration(hold)
+        .timeout(Duration::from_secs(60))
+        .spawn()
+        .expect("uac starts")
+        .wait(Duration::from_secs(70))
+        .expect("uac report")
 }

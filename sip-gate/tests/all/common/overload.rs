@@ -34,6 +34,34 @@ pub fn site(
     (dir, path, listener, admin)
 }
 
+/// The gate binary on [`site`], ready: the directory holding the site, the
+/// gate and its listener's address.
+pub fn ready_gate(
+    net: (u8, u8),
+    listener_lines: &str,
+    overload: &str,
+) -> (tempfile::TempDir, Node, SocketAddr) {
+    let (dir, site, listener, admin) = site(net, listener_lines, overload);
+    let mut gate = Node::gate(&site).admin(admin).start().unwrap();
+    gate.wait_ready().unwrap();
+    (dir, gate, listener)
+}
+
+/// One `uac_call` from `127.N.M.host` through `to` over `transport`, the
+/// call a test places once the gate has caught up: its report.
+pub fn call_after(net: (u8, u8), host: u8, to: SocketAddr, transport: Transport) -> SippReport {
+    let after = Sipp::new(Scenario::repo("uac_call"))
+        .local_ip(ip(net, host))
+        .remote(to)
+        .transport(transport)
+        .calls(1)
+        .duration(Duration::from_millis(100))
+        .timeout(Duration::from_secs(20))
+        .spawn()
+        .expect("uac starts");
+    wait(after, "the call after the stall")
+}
+
 /// The sg: SIPp `uas_call` on `.11:5060` over `transport`, for 120 s at
 /// the most.
 pub fn sg(net: (u8, u8), transport: Transport) -> SippHandle {

@@ -12,6 +12,7 @@ use ringsync::state::DrainState;
 use ringsync::view::Health;
 use ringsync::{Profile, ProfileSet, ProfileState};
 use sip_gate::{Action, Core, Inbound};
+use testbed::fixture::{Mode, SiteFile};
 
 pub const SECRET: &str = "core-rules-test-secret-0123456789";
 
@@ -95,130 +96,94 @@ impl Default for SiteOpts {
     }
 }
 
-pub fn site_toml(o: &SiteOpts) -> String {
-    format!(
-        r#"
-[site]
-name = "core-rules"
-secret = "{SECRET}"
-
-[timers]
-retry_after_s = {ra}
-retry_after_jitter_s = {jit}
-
-[drain]
-options_503 = {opt}
-
-[work]
-{work}
-
-[overload]
-{overload}
-
-[health]
-interval_ms = 0
-
-[[server]]
-name = "srv-a"
-[[server]]
-name = "srv-b"
-[[server]]
-name = "srv-c"
-
-[[instance]]
-id = "sg-a"
-service = "sg"
-server = "srv-a"
-sip = "127.0.1.1:5060"
-exceptions = {sgx}
-
-[[instance]]
-id = "sg-b"
-service = "sg"
-server = "srv-b"
-sip = "127.0.1.2:5060"
-sources = {sgbsrc}
-
-[[instance]]
-id = "sg-c"
-service = "sg"
-server = "srv-c"
-sip = "127.0.1.3:5060"
-
-[[instance]]
-id = "esg-a"
-service = "esg"
-server = "srv-a"
-sip = "127.0.2.1:5060"
-exceptions = {esgx}
-
-[[instance]]
-id = "esg-b"
-service = "esg"
-server = "srv-b"
-sip = "127.0.2.2:5060"
-
-[[account]]
+/// The two provider accounts: carrier-x, multi-instance, and carrier-y,
+/// homed on esg-a.
+const ACCOUNTS: &str = r#"[[account]]
 name = "carrier-x"
 multi_instance = true
-match = {{ source = ["192.0.2.0/24"], domain = ["carrier-x.example"] }}
-exceptions = [{{ user = "noc" }}]
+match = { source = ["192.0.2.0/24"], domain = ["carrier-x.example"] }
+exceptions = [{ user = "noc" }]
 
 [[account]]
 name = "carrier-y"
 multi_instance = false
 home = "esg-a"
-match = {{ source = ["198.51.100.0/24"] }}
+match = { source = ["198.51.100.0/24"] }
+"#;
 
-[[listener]]
-name = "sg-bal"
-bind = "127.0.0.1:5060"
-transports = ["udp", "tcp"]
-mode = "balance"
-pool = "sg"
-leg = "subscriber"
-
-[[listener]]
-name = "sg-a-guard"
-bind = "127.0.0.1:5061"
-transports = ["udp", "tcp"]
-mode = "guard"
-instance = "sg-a"
-leg = "subscriber"
-
-[[listener]]
-name = "esg-bal"
-bind = "127.0.0.1:5070"
-transports = ["udp", "tcp"]
-mode = "balance"
-pool = "esg"
-leg = "provider"
-
-[[listener]]
-name = "esg-a-guard"
-bind = "127.0.0.1:5071"
-transports = ["udp", "tcp"]
-mode = "guard"
-instance = "esg-a"
-leg = "provider"
-
-[[listener]]
-name = "esg-a-in"
-bind = "127.0.0.1:5072"
-transports = ["udp", "tcp"]
-mode = "guard"
-instance = "esg-a"
-leg = "inside"
-"#,
-        ra = o.retry_after,
-        jit = o.jitter,
-        opt = o.options_503,
-        sgx = o.sg_a_exceptions,
-        esgx = o.esg_a_exceptions,
-        sgbsrc = o.sg_b_sources,
-        work = o.work,
-        overload = o.overload,
-    )
+pub fn site_toml(o: &SiteOpts) -> String {
+    let both = r#"transports = ["udp", "tcp"]"#;
+    let sip_and = |i: usize, extra: &str| format!("sip = \"{}\"\n{extra}", INSTANCE_ADDR[i]);
+    let listen = |i: usize| addr(LISTENER_HOST[i]);
+    let timers = format!(
+        "retry_after_s = {}\nretry_after_jitter_s = {}",
+        o.retry_after, o.jitter
+    );
+    SiteFile::new("core-rules")
+        .secret(SECRET)
+        .section("timers", &timers)
+        .section("drain", &format!("options_503 = {}", o.options_503))
+        .section("work", o.work)
+        .section("overload", o.overload)
+        .servers(&["srv-a", "srv-b", "srv-c"])
+        .instance_with(
+            "sg-a",
+            "sg",
+            "srv-a",
+            &sip_and(SG_A, &format!("exceptions = {}", o.sg_a_exceptions)),
+        )
+        .instance_with(
+            "sg-b",
+            "sg",
+            "srv-b",
+            &sip_and(SG_B, &format!("sources = {}", o.sg_b_sources)),
+        )
+        .instance("sg-c", "sg", "srv-c", inst(SG_C))
+        .instance_with(
+            "esg-a",
+            "esg",
+            "srv-a",
+            &sip_and(ESG_A, &format!("exceptions = {}", o.esg_a_exceptions)),
+        )
+        .instance("esg-b", "esg", "srv-b", inst(ESG_B))
+        .raw(ACCOUNTS)
+        .listener(
+            "sg-bal",
+            listen(L_SG_BAL),
+            Mode::Balance("sg"),
+            "subscriber",
+            both,
+        )
+        .listener(
+            "sg-a-guard",
+            listen(L_SG_GUARD),
+            Mode::Guard("sg-a"),
+            "subscriber",
+            both,
+        )
+        .listener(
+            "esg-bal",
+            listen(L_ESG_BAL),
+            Mode::Balance("esg"),
+            "provider",
+            both,
+        )
+        .listener(
+            "esg-a-guard",
+            listen(L_ESG_GUARD),
+            Mode::Guard("esg-a"),
+            "provider",
+            both,
+        )
+        .listener(
+            "esg-a-in",
+            listen(L_ESG_IN),
+            Mode::Guard("esg-a"),
+            "inside",
+            both,
+        )
+        .text()
+        .to_owned()
 }
 
 /// A gate on a site: the core and the drain state it reads.

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use ringsync::config::SiteConfig;
 use ringsync::state::DrainState;
 use sip_gate::Core;
+use testbed::fixture::SiteFile;
 
 use super::prelude::*;
 
@@ -20,43 +21,16 @@ fn tls_core(dir: &std::path::Path) -> Core {
         .unwrap();
     std::fs::write(dir.join("c.pem"), cert.pem()).unwrap();
     std::fs::write(dir.join("k.pem"), key.serialize_pem()).unwrap();
-    let text = r#"
-[site]
-name = "tls-core"
-[health]
-interval_ms = 0
-[tls]
-cert = "c.pem"
-key = "k.pem"
-[[server]]
-name = "srv-a"
-[[instance]]
-id = "sg-a"
-service = "sg"
-server = "srv-a"
-sip = "127.0.1.1:5060"
-[[listener]]
-name = "udp-tls"
-bind = "127.0.0.1:5061"
-transports = ["udp", "tls"]
-mode = "balance"
-pool = "sg"
-leg = "subscriber"
-[[listener]]
-name = "tls-only"
-bind = "127.0.0.1:5071"
-transports = ["tls"]
-mode = "balance"
-pool = "sg"
-leg = "subscriber"
-[[listener]]
-name = "plain"
-bind = "127.0.0.1:5060"
-mode = "balance"
-pool = "sg"
-leg = "subscriber"
-"#;
-    let config = Arc::new(SiteConfig::from_str_at(text, &dir.join("site.toml")).unwrap());
+    let local = |port: u16| addr(&format!("127.0.0.1:{port}"));
+    let text = SiteFile::new("tls-core")
+        .tls("c.pem", "k.pem")
+        .sgs(&[("a", addr("127.0.1.1:5060"))])
+        .subscribers("udp-tls", local(5061), &["udp", "tls"])
+        .subscribers("tls-only", local(5071), &["tls"])
+        .subscribers("plain", local(5060), &[])
+        .text()
+        .to_owned();
+    let config = Arc::new(SiteConfig::from_str_at(&text, &dir.join("site.toml")).unwrap());
     let drain = DrainState::new(config.clone());
     Core::new(config, drain).unwrap()
 }

@@ -43,6 +43,15 @@ impl Ca {
             .unwrap();
         (cert.pem(), key.serialize_pem())
     }
+
+    /// Issues a certificate for `ip` and writes it and its key as
+    /// `gate-cert.pem` and `gate-key.pem` in `dir`: the files a site's
+    /// `[tls]` names ([`testbed::fixture::SiteFile::tls`]).
+    pub fn issue_gate(&self, dir: &Path, ip: &str) {
+        let (cert, key) = self.issue(ip);
+        std::fs::write(dir.join("gate-cert.pem"), cert).unwrap();
+        std::fs::write(dir.join("gate-key.pem"), key).unwrap();
+    }
 }
 
 /// The DER of the first certificate of a PEM text.

@@ -14,13 +14,15 @@
 //! panic shows the gate's refusals.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use testbed::bins::Node;
+use testbed::fixture::{Mode, SiteFile};
 use testbed::{Kamailio, KamailioHandle, Scenario, Sipp, SippHandle};
 
 use super::{assert_all_ok, ip, metric, ua, ORIGIN, OVERLOAD, T};
+use crate::common::cli_drain;
 
 /// The bound of every wait here: generous, as each one polls for its state
 /// and returns as soon as it is there; the debug binaries, SIPp and
@@ -32,67 +34,22 @@ const LOADED: Duration = Duration::from_secs(30);
 /// and the `ws` subscriber listener balancing over them.
 fn two_sg_site(net: (u8, u8)) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    let text = format!(
-        r#"[site]
-name = "ws-drain-{n}"
-secret = "ws-drain-integration-test-secret-{n}"
-
-[store]
-kind = "embedded"
-path = "profiles.json"
-
-[health]
-interval_ms = 0
-
-{OVERLOAD}
-[admin]
-gate_bind = "{g}:9091"
-media_bind = "{g}:9092"
-
-[[server]]
-name = "srv-0"
-[[server]]
-name = "srv-1"
-
-[[instance]]
-id = "sg-0"
-service = "sg"
-server = "srv-0"
-sip = "{s0}:5060"
-
-[[instance]]
-id = "sg-1"
-service = "sg"
-server = "srv-1"
-sip = "{s1}:5060"
-
-[[listener]]
-name = "web"
-bind = "{g}:5080"
-transports = ["udp", "ws"]
-mode = "balance"
-pool = "sg"
-leg = "subscriber"
-"#,
-        n = net.1,
-        g = ip(net, 1),
-        s0 = ip(net, 11),
-        s1 = ip(net, 12),
-    );
-    std::fs::write(dir.path().join("site.toml"), text).unwrap();
+    let g = ip(net, 1);
+    SiteFile::gate(
+        &format!("ws-drain-{}", net.1),
+        g,
+        &[("0", ip(net, 11)), ("1", ip(net, 12))],
+    )
+    .raw(OVERLOAD)
+    .listener(
+        "web",
+        SocketAddr::new(g, 5080),
+        Mode::Balance("sg"),
+        "subscriber",
+        r#"transports = ["udp", "ws"]"#,
+    )
+    .write(dir.path());
     dir
-}
-
-fn ringsync(site: &Path, args: &[&str]) {
-    let out = testbed::bins::command("ringsync")
-        .unwrap()
-        .arg("--config")
-        .arg(site)
-        .args(args)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "ringsync {args:?}: {err}");
 }
 
 /// Registrations the gate counts on each sg (R-ST-2).
@@ -206,20 +163,6 @@ async fn ended_well(call: SippHandle, what: &str) {
     assert_all_ok(what, &report, 1);
 }
 
-/// Drains `server` with the `ringsync` CLI and polls until the gate has
-/// applied it.
-fn drain(site: &Path, gate: &Node, server: &str) {
-    ringsync(
-        site,
-        &["profile", "create", "--name", "m", "--server", server],
-    );
-    ringsync(site, &["profile", "activate", "m"]);
-    testbed::wait_for("the gate to apply the drain", LOADED, || {
-        gate.work().filter(|r| r.revision >= 2)
-    })
-    .unwrap();
-}
-
 /// R-WS-2 with R-SG-4 through the real binaries: a WebSocket subscriber
 /// registered on sg X is in a call when X's server is drained (`ringsync
 /// profile activate`). The call stays up over the same connection (the
@@ -247,7 +190,7 @@ async fn r_ws_2_a_drained_sg_keeps_the_ws_call_and_the_reregister_moves_with_its
     let (ack, _) = browser_step(&mut ws, "c1", &gate).await;
     assert!(ack.starts_with("ACK "), "{ack}");
 
-    drain(&site, &gate, &format!("srv-{from}"));
+    cli_drain(&site, gate.admin(), &format!("srv-{from}"), LOADED);
 
     // The re-REGISTER goes to the other sg; the call goes on meanwhile.
     ua::send(&mut ws, &ua::register("carol", "c1", 2, 600)).await;

@@ -15,11 +15,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use testbed::bins::Node;
+use testbed::fixture::{Mode, SiteFile};
 use testbed::{Kamailio, KamailioHandle, Scenario, Sipp};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, Notify};
 
 use super::{assert_all_ok, http, ip, page, peer, run, sipjs, wait_event, Browser, ONE_BROWSER, T};
+use crate::common::cli_drain;
 
 const NET: (u8, u8) = (43, 12);
 
@@ -28,88 +30,24 @@ const NET: (u8, u8) = (43, 12);
 /// them.
 fn site(dir: &Path, gate: SocketAddr, web: SocketAddr) -> PathBuf {
     let ca = peer::Ca::new(dir, "site");
-    let (cert, key) = ca.issue(&ip(NET, 1).to_string());
-    std::fs::write(dir.join("gate-cert.pem"), cert).unwrap();
-    std::fs::write(dir.join("gate-key.pem"), key).unwrap();
-    let text = format!(
-        r#"[site]
-name = "ws-browser-drain"
-secret = "ws-browser-drain-integration-test-secret"
-
-[store]
-kind = "embedded"
-path = "profiles.json"
-
-[health]
-interval_ms = 0
-
-[admin]
-gate_bind = "{g}:9091"
-media_bind = "{g}:9092"
-
-[tls]
-cert = "gate-cert.pem"
-key = "gate-key.pem"
-
-[[server]]
-name = "srv-0"
-[[server]]
-name = "srv-1"
-
-[[instance]]
-id = "sg-0"
-service = "sg"
-server = "srv-0"
-sip = "{s0}:5060"
-
-[[instance]]
-id = "sg-1"
-service = "sg"
-server = "srv-1"
-sip = "{s1}:5060"
-
-[[listener]]
-name = "webrtc"
-bind = "{gate}"
-transports = ["udp", "wss"]
-mode = "balance"
-pool = "sg"
-leg = "subscriber"
-ws_path = "/sip"
-ws_origins = ["http://{web}"]
-"#,
-        g = ip(NET, 1),
-        s0 = ip(NET, 11),
-        s1 = ip(NET, 12),
-    );
-    let path = dir.join("site.toml");
-    std::fs::write(&path, text).unwrap();
-    path
-}
-
-fn ringsync(site: &Path, args: &[&str]) {
-    let out = testbed::bins::command("ringsync")
-        .unwrap()
-        .arg("--config")
-        .arg(site)
-        .args(args)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "ringsync {args:?}: {err}");
-}
-
-/// Drains `server` with the `ringsync` CLI; returns once the gate has it.
-fn drain(site: &Path, gate: &Node, server: &str) {
-    ringsync(
-        site,
-        &["profile", "create", "--name", "m", "--server", server],
-    );
-    ringsync(site, &["profile", "activate", "m"]);
-    testbed::wait_for("the gate to apply the drain", T, || {
-        gate.work().filter(|r| r.revision >= 2)
-    })
-    .unwrap();
+    ca.issue_gate(dir, &ip(NET, 1).to_string());
+    let g = ip(NET, 1);
+    SiteFile::gate(
+        "ws-browser-drain",
+        g,
+        &[("0", ip(NET, 11)), ("1", ip(NET, 12))],
+    )
+    .tls("gate-cert.pem", "gate-key.pem")
+    .listener(
+        "webrtc",
+        gate,
+        Mode::Balance("sg"),
+        "subscriber",
+        &format!(
+            "transports = [\"udp\", \"wss\"]\nws_path = \"/sip\"\nws_origins = [\"http://{web}\"]"
+        ),
+    )
+    .write(dir)
 }
 
 /// Registrations the gate counts on each sg (R-ST-2).
@@ -180,7 +118,7 @@ async fn r_ws_2_a_drained_sg_keeps_the_browsers_call_and_its_reregister_moves() 
         .unwrap();
     wait_event(&mut events, "call:Established", &mut seen).await;
 
-    drain(&site, &gate, &format!("srv-{from}"));
+    cli_drain(&site, gate.admin(), &format!("srv-{from}"), T);
 
     // The browser's re-REGISTER, during the call: to the other sg.
     cmd.notify_one();

@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use testbed::bins::{BinDir, Node};
+use testbed::fixture::{Mode, SiteFile};
 use testbed::{Kamailio, Scenario, Sipp};
 
 use super::{ip, peer, status_of, ua, T};
@@ -31,49 +32,29 @@ fn instance_site(dir: &Path, net: (u8, u8), ca: Option<&peer::Ca>) -> PathBuf {
             let (cert, key) = ca.issue(&ip(net, 21).to_string());
             std::fs::write(dir.join("cert.pem"), cert).unwrap();
             std::fs::write(dir.join("key.pem"), key).unwrap();
-            ("[tls]\ncert = \"cert.pem\"\nkey = \"key.pem\"\n", "wss")
+            (Some(("cert.pem", "key.pem")), "wss")
         }
-        None => ("", "ws"),
+        None => (None, "ws"),
     };
-    let text = format!(
-        r#"[site]
-name = "ws-instance-{n}"
-secret = "ws-instance-integration-test-secret-{n}"
-
-[health]
-interval_ms = 0
-
-{tls}
-# No overload test: R-OV-1's 200 ms deadline would shed this test's own
-# REGISTER or INVITE with 503 when the debug gate runs late on a loaded
-# machine (tests/all/ws.rs says more).
-[overload]
-new_dialog_deadline_ms = 10000
-
-[[server]]
-name = "srv-0"
-[[instance]]
-id = "sg-0"
-service = "sg"
-server = "srv-0"
-sip = "{sg}:5060"
-
-[[listener]]
-name = "web"
-bind = "{w}:5080"
-transports = ["udp", "{ws}"]
-mode = "balance"
-pool = "sg"
-leg = "subscriber"
-ws_path = "/sip"
-"#,
-        n = net.1,
-        sg = ip(net, 11),
-        w = ip(net, 21),
-    );
-    let path = dir.join("site.toml");
-    std::fs::write(&path, text).unwrap();
-    path
+    let [sg, w] = [11, 21].map(|h| ip(net, h));
+    let mut site = SiteFile::new(&format!("ws-instance-{}", net.1));
+    if let Some((cert, key)) = tls {
+        site = site.tls(cert, key);
+    }
+    // No overload test: R-OV-1's 200 ms deadline would shed this test's own
+    // REGISTER or INVITE with 503 when the debug gate runs late on a loaded
+    // machine (tests/all/ws.rs says more).
+    site.section("overload", "new_dialog_deadline_ms = 10000")
+        .servers(&["srv-0"])
+        .instance("sg-0", "sg", "srv-0", SocketAddr::new(sg, 5060))
+        .listener(
+            "web",
+            SocketAddr::new(w, 5080),
+            Mode::Balance("sg"),
+            "subscriber",
+            &format!("transports = [\"udp\", \"{ws}\"]\nws_path = \"/sip\""),
+        )
+        .write(dir)
 }
 
 /// The pool: a `wss` ws pool listener on `.1:8443` whose one `ws` instance
@@ -84,53 +65,24 @@ fn pool_site(dir: &Path, net: (u8, u8), ca: &peer::Ca) -> PathBuf {
     let (cert, key) = ca.issue(&ip(net, 1).to_string());
     std::fs::write(dir.join("cert.pem"), cert).unwrap();
     std::fs::write(dir.join("key.pem"), key).unwrap();
-    let text = format!(
-        r#"[site]
-name = "ws-pool-tls-{n}"
-secret = "ws-pool-tls-integration-test-secret-{n}"
-
-[store]
-kind = "embedded"
-path = "profiles.json"
-
-[health]
-interval_ms = 0
-
-[admin]
-gate_bind = "{g}:9091"
-media_bind = "{g}:9092"
-
-[tls]
-cert = "cert.pem"
-key = "key.pem"
-ca = "{ca}"
-
-[[server]]
-name = "srv-0"
-[[instance]]
-id = "ws-0"
-service = "ws"
-server = "srv-0"
-ws = "{w}:5080"
-
-[[listener]]
-name = "web"
-bind = "{g}:8443"
-transports = ["wss"]
-mode = "ws_pool"
-pool = "ws"
-leg = "subscriber"
-ws_path = "/sip"
-ws_upstream = "wss"
-"#,
-        n = net.1,
-        g = ip(net, 1),
-        w = ip(net, 21),
-        ca = ca.pem.display(),
+    let [g, w] = [1, 21].map(|h| ip(net, h));
+    let tls = format!(
+        "cert = \"cert.pem\"\nkey = \"key.pem\"\nca = \"{}\"",
+        ca.pem.display()
     );
-    let path = dir.join("site.toml");
-    std::fs::write(&path, text).unwrap();
-    path
+    SiteFile::new(&format!("ws-pool-tls-{}", net.1))
+        .admin(SocketAddr::new(g, 9091), SocketAddr::new(g, 9092))
+        .section("tls", &tls)
+        .servers(&["srv-0"])
+        .pool("ws", "ws", &[("0", SocketAddr::new(w, 5080))])
+        .listener(
+            "web",
+            SocketAddr::new(g, 8443),
+            Mode::WsPool("ws"),
+            "subscriber",
+            "transports = [\"wss\"]\nws_path = \"/sip\"\nws_upstream = \"wss\"",
+        )
+        .write(dir)
 }
 
 /// A gate from `site`, its admin on `admin`, ready.

@@ -10,6 +10,7 @@ use std::time::Duration;
 use nix::sys::resource::{getrlimit, setrlimit, Resource};
 use rustls_pki_types::CertificateDer;
 use testbed::bins::Node;
+use testbed::fixture::SiteFile;
 use testbed::{Dnsmasq, DnsmasqHandle, ProcStats, Scenario, Sipp, SippHandle, Transport};
 
 use crate::Opts;
@@ -81,53 +82,27 @@ pub(crate) fn site_toml(o: &Opts) -> String {
         server_ip(o.net, REGISTRAR),
         server_ip(o.net, DNS),
     );
-    let head = testbed::callbench::site_head("conn-bench", SocketAddr::new(g, ADMIN_PORT));
-    format!(
-        r#"{head}[health]
-interval_ms = 0
-
-[dns]
-nameservers = ["{dns}:53"]
-
-[tcp]
-max_connections = {max}
-
-[overload]
-per_source_rate = 0
-per_source_register_rate = 0
-registers_per_s = 0
-new_dialogs_per_s = 0
-
-[tls]
-cert = "cert.pem"
-key = "key.pem"
-
-[[server]]
-name = "srv-0"
-[[instance]]
-id = "sg-0"
-service = "sg"
-server = "srv-0"
-sip = "{sg}:5060"
-
-[[listener]]
-name = "tcp"
-bind = "{g}:{TCP_PORT}"
-transports = ["udp", "tcp"]
-mode = "balance"
-pool = "sg"
-leg = "subscriber"
-
-[[listener]]
-name = "tls"
-bind = "{g}:{TLS_PORT}"
-transports = ["udp", "tls"]
-mode = "balance"
-pool = "sg"
-leg = "subscriber"
-"#,
-        max = u64::from(o.tcp) + u64::from(o.tls) + 1000,
-    )
+    let max = u64::from(o.tcp) + u64::from(o.tls) + 1000;
+    let subs = |port: u16| SocketAddr::new(g, port);
+    SiteFile::new("conn-bench")
+        .store_path("bench.profiles.json")
+        .section(
+            "admin",
+            &format!("gate_bind = \"{}\"", SocketAddr::new(g, ADMIN_PORT)),
+        )
+        .section("dns", &format!("nameservers = [\"{dns}:53\"]"))
+        .section("tcp", &format!("max_connections = {max}"))
+        .section(
+            "overload",
+            "per_source_rate = 0\nper_source_register_rate = 0\n\
+             registers_per_s = 0\nnew_dialogs_per_s = 0",
+        )
+        .tls("cert.pem", "key.pem")
+        .sgs(&[("0", SocketAddr::new(sg, 5060))])
+        .subscribers("tcp", subs(TCP_PORT), &["udp", "tcp"])
+        .subscribers("tls", subs(TLS_PORT), &["udp", "tls"])
+        .text()
+        .to_owned()
 }
 
 /// The peers of a run; each is stopped when this drops.
