@@ -88,15 +88,19 @@ pub(super) fn udp_worker(
     let mut meter = IntakeMeter::new(net.core.overload_deadline());
     let sizes = BatchSizes::new();
     let waits = IntakeWaits::new();
-    while !shutdown.is_cancelled() {
+    while !shutdown.is_cancelled() && !net.pause.is_paused() {
         match rx.recv(&sock, &mut meter, &mut batch) {
             Ok(()) => {}
+            // Nothing queued: wait for a datagram, or for a hand-over's
+            // pause, which must not wait for a receive timeout (R-GW-3).
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                net.pause.wait_readable(&sock, UDP_POLL);
+                continue;
+            }
             Err(e)
                 if matches!(
                     e.kind(),
-                    io::ErrorKind::WouldBlock
-                        | io::ErrorKind::TimedOut
-                        | io::ErrorKind::Interrupted
+                    io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
                 ) =>
             {
                 continue

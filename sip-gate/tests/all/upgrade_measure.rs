@@ -210,6 +210,14 @@ fn upgrade_hand_over_time_with_open_connections_and_the_longest_gap() {
     stop.store(true, Ordering::Relaxed);
     let [udp, tcp] = flows.map(|f| f.join().unwrap());
     let moved = took_over(&old, "connections");
+    // The old run's phases: the pause, the state sent, the sockets, done.
+    for l in old
+        .log()
+        .lines()
+        .filter(|l| l.contains("upgrade: handed over"))
+    {
+        println!("{l}");
+    }
     // Every idle connection is still open: a read finds nothing, not EOF.
     let mut buf = [0u8; 1];
     for s in &idle {
