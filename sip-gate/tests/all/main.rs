@@ -54,6 +54,7 @@ mod transport;
 mod udp_workers;
 mod unreachable;
 mod upgrade;
+mod upgrade_kill;
 mod upgrade_measure;
 mod upgrade_rolling;
 mod upgrade_status;

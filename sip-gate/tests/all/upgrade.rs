@@ -318,7 +318,7 @@ fn r_gw_3_a_tcp_subscriber_keeps_its_connection_and_its_flow() {
 }
 
 /// Calls through the gate now, all answered.
-fn calls_pass(net: (u8, u8), listener: SocketAddr, n: u64) {
+pub(crate) fn calls_pass(net: (u8, u8), listener: SocketAddr, n: u64) {
     let uas = Sipp::new(Scenario::repo("uas_call"))
         .local(server_addr(net, 0).ip(), 5060)
         .timeout(Duration::from_secs(60))
