@@ -59,6 +59,7 @@ mod upgrade_measure;
 mod upgrade_rolling;
 mod upgrade_status;
 mod upgrade_tls;
+mod upgrade_ws;
 mod wait_drained;
 mod ws;
 mod ws_browser;

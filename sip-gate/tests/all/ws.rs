@@ -57,7 +57,7 @@ pub(crate) struct Site {
 }
 
 impl Site {
-    fn new(net: (u8, u8), secure: bool) -> Site {
+    pub(crate) fn new(net: (u8, u8), secure: bool) -> Site {
         Site::with(net, secure, "")
     }
 
@@ -130,6 +130,11 @@ ws_origins = ["{ORIGIN}"]
         g
     }
 
+    /// The site file.
+    pub(crate) fn path(&self) -> PathBuf {
+        self.dir.path().join("site.toml")
+    }
+
     pub(crate) fn sip(&self) -> SocketAddr {
         SocketAddr::new(ip(self.net, 1), 5080)
     }
@@ -151,7 +156,7 @@ ws_origins = ["{ORIGIN}"]
     }
 
     /// A SIPp caller placing one call (`scenario`) to `user` at Kamailio.
-    fn caller(&self, scenario: &str, user: &str, cid: &str) -> Sipp {
+    pub(crate) fn caller(&self, scenario: &str, user: &str, cid: &str) -> Sipp {
         Sipp::new(Scenario::repo(scenario))
             .local_ip(ip(self.net, 50))
             .remote(SocketAddr::new(ip(self.net, 11), 5060))
