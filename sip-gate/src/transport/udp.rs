@@ -110,6 +110,7 @@ pub(super) fn udp_worker(
     let mut meter = IntakeMeter::new(net.core.overload_deadline());
     let sizes = BatchSizes::new();
     let waits = IntakeWaits::new();
+    let reading_since = SystemTime::now();
     while !shutdown.is_cancelled() && !net.pause.is_paused() {
         match rx.recv(&sock, &mut meter, &mut batch) {
             Ok(()) => {}
@@ -138,7 +139,7 @@ pub(super) fn udp_worker(
             continue;
         }
         sizes.record(batch.len());
-        let intake = (&meter, &waits);
+        let intake = (&meter, &waits, reading_since);
         serve_batch(&net, listener, intake, &mut batch, &mut later);
     }
 }
@@ -150,7 +151,7 @@ pub(super) fn udp_worker(
 fn serve_batch(
     net: &Arc<Net>,
     listener: usize,
-    intake: (&IntakeMeter, &IntakeWaits),
+    intake: (&IntakeMeter, &IntakeWaits, SystemTime),
     batch: &mut Vec<Datagram>,
     later: &mut Vec<(Sender, SipMessage)>,
 ) {
@@ -195,12 +196,16 @@ fn serve_batch(
 fn serve(
     net: &Arc<Net>,
     listener: usize,
-    (meter, waits): (&IntakeMeter, &IntakeWaits),
+    (meter, waits, since): (&IntakeMeter, &IntakeWaits, SystemTime),
     from: Sender,
     msg: SipMessage,
 ) {
     let now = Instant::now();
-    let waited = from.waited();
+    // What waited before this worker read its socket waited for no load
+    // of its own: the start of a run that took over (R-GW-3: the pause of
+    // the hand-over), not a backlog of this one.
+    let reading = since.elapsed().unwrap_or_default();
+    let waited = from.waited().map(|w| w.min(reading));
     let behind = meter.behind(waited, now);
     waits.record(overload::class_of(&msg), waited);
     let inbound = Inbound::Udp {
