@@ -28,8 +28,8 @@ use super::stream::plain;
 use super::Net;
 use crate::txn::ConnId;
 
-/// A plain TCP connection whose reader stopped for a hand-over: what the
-/// next run registers before its socket comes (R-GW-3).
+/// A plain TCP connection a hand-over moves, as listed: what the next run
+/// registers before its socket comes (R-GW-3).
 #[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Stopped {
     /// Its id, which flow tokens name.
@@ -78,14 +78,14 @@ impl Pending {
 /// the connections they stop.
 #[derive(Debug, Default)]
 pub(crate) struct Moving {
-    /// Stops their readers.
+    /// Stops the readers of the busy ones.
     read: CancellationToken,
-    /// Then the idle ones' too (`stream.rs` `give_way`).
+    /// Then the idle ones' (`stream.rs` `give_way`).
     later: CancellationToken,
     /// Then their writers, which give the connections up.
     write: CancellationToken,
     /// The plain connections served now: id, listener, peer.
-    members: Arc<DashMap<ConnId, (usize, SocketAddr)>>,
+    members: Members,
 }
 
 /// The connections of one [`Moving`], each leaving when it ends.
