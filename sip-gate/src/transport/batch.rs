@@ -80,7 +80,7 @@ impl BatchReceiver {
     /// While the worker keeps up (its last batch had room to spare) the
     /// kernel is offered [`SMALL`] slots, so a batch of one costs little more
     /// than `recvmsg`; a full batch means a backlog, and the next offers
-    /// [`MAX_BATCH`].
+    /// [`MAX_BATCH`]. `WouldBlock` when nothing is queued: it never waits.
     pub(super) fn recv(
         &mut self,
         sock: &UdpSocket,
@@ -119,7 +119,8 @@ impl BatchReceiver {
             sock.as_raw_fd(),
             &mut self.headers,
             iovs.iter_mut(),
-            MsgFlags::MSG_WAITFORONE,
+            // Never blocks: the worker waits in `poll` (`pause.rs`).
+            MsgFlags::MSG_WAITFORONE | MsgFlags::MSG_DONTWAIT,
             None,
         )?;
         let now = Instant::now();

@@ -1,13 +1,16 @@
 //! The transport's side of the gate's upgrade (R-GW-3): the listening
 //! sockets a hand-over passes on, the listeners' reading stopped (and
-//! resumed when the next run fails), the plain TCP connections stopped
-//! between messages and given up with the bytes read but not yet framed,
-//! and on the other side the same connections taken in under their ids.
+//! resumed when the next run fails), the pause (`pause.rs`), the plain TCP
+//! connections listed before it and given up after it (the busy ones
+//! first) with the bytes read but not yet framed, and on the other side
+//! the same connections registered under their ids before the listeners
+//! are read and read once their sockets come.
 //!
 //! TLS and WebSocket connections are not moved: a rustls session cannot
 //! leave its process, and tungstenite keeps what it read of a frame to
 //! itself. They stay served by the run that holds them (`upgrade/`).
 
+use std::collections::HashMap;
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::OwnedFd;
@@ -15,44 +18,132 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
+use dashmap::DashMap;
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::stream::plain;
 use super::Net;
 use crate::txn::ConnId;
 
-/// A plain TCP connection stopped by a hand-over, as the next run takes it.
-#[derive(Debug)]
-pub(crate) struct Moved {
+/// A plain TCP connection a hand-over moves, as listed: what the next run
+/// registers before its socket comes (R-GW-3).
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
+pub(crate) struct Stopped {
     /// Its id, which flow tokens name.
     pub(crate) id: ConnId,
     /// The listener it belongs to.
     pub(crate) listener: usize,
     /// The other end.
     pub(crate) peer: SocketAddr,
-    /// The socket.
-    pub(crate) fd: OwnedFd,
-    /// What was read of it and not yet framed (a partial message).
-    pub(crate) unread: Vec<u8>,
-    /// A subscriber's flow, and how long a registration still holds it.
-    pub(crate) flow: Option<Option<Duration>>,
+    /// A subscriber's flow.
+    pub(crate) flow: bool,
+    /// How long a registration still holds it.
+    pub(crate) held: Option<Duration>,
 }
 
-/// The two steps of a hand-over's stop of the plain TCP connections.
+/// A plain TCP connection given up by a hand-over: its socket and what
+/// was read of it and not yet framed (a partial message).
+#[derive(Debug)]
+pub(crate) struct Moved {
+    /// Its id, as listed in the [`Stopped`] table.
+    pub(crate) id: ConnId,
+    /// The socket.
+    pub(crate) fd: OwnedFd,
+    /// What was read of it and not yet framed.
+    pub(crate) unread: Vec<u8>,
+}
+
+/// The new run's connections listed by the old run and not yet given
+/// their sockets: each is in the table (its messages queue), read once
+/// its socket comes ([`NetHandle::attach`]).
+#[derive(Debug, Default)]
+pub(crate) struct Pending(HashMap<ConnId, (usize, SocketAddr, mpsc::Receiver<Bytes>)>);
+
+impl Pending {
+    /// How many still wait for their sockets.
+    pub(crate) fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether none waits.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// The two steps of a hand-over's stop of the plain TCP connections, and
+/// the connections they stop.
 #[derive(Debug, Default)]
 pub(crate) struct Moving {
-    /// Stops their readers.
+    /// Stops the readers of the busy ones.
     read: CancellationToken,
+    /// Then the idle ones' (`stream.rs` `give_way`).
+    later: CancellationToken,
     /// Then their writers, which give the connections up.
+    write: CancellationToken,
+    /// The plain connections served now: id, listener, peer.
+    members: Members,
+}
+
+/// The connections of one [`Moving`], each leaving when it ends.
+pub(super) type Members = Arc<DashMap<ConnId, (usize, SocketAddr)>>;
+
+impl Moving {
+    /// (readers', writers') tokens for a connection starting now, and
+    /// for a plain one (`member`) the table it is a member of until it
+    /// ends.
+    pub(super) fn join(
+        &self,
+        member: Option<(ConnId, usize, SocketAddr)>,
+    ) -> (
+        (CancellationToken, CancellationToken),
+        CancellationToken,
+        Option<Members>,
+    ) {
+        let members = member.map(|(id, listener, peer)| {
+            self.members.insert(id, (listener, peer));
+            self.members.clone()
+        });
+        let read = (self.read.clone(), self.later.clone());
+        (read, self.write.clone(), members)
+    }
+}
+
+/// The second step of a hand-over's stop ([`NetHandle::pause`] the
+/// first): the plain connections' readers stop between two messages and
+/// their writers write what was queued for them; then each connection is
+/// given up ([`NetHandle::take_moved`]). Apart from the pause, so that the
+/// thousands of tasks waking for it do not delay the state on a busy
+/// machine.
+#[derive(Debug)]
+pub(crate) struct GiveUp {
+    read: CancellationToken,
+    later: CancellationToken,
     write: CancellationToken,
 }
 
-impl Moving {
-    /// (readers', writers') tokens, for a connection starting now.
-    pub(super) fn tokens(&self) -> (CancellationToken, CancellationToken) {
-        (self.read.clone(), self.write.clone())
+impl GiveUp {
+    /// The busy connections now.
+    pub(crate) fn now(&self) {
+        self.read.cancel();
+        self.write.cancel();
+    }
+
+    /// Then the idle ones.
+    pub(crate) fn idle(&self) {
+        self.later.cancel();
+    }
+}
+
+impl Drop for GiveUp {
+    /// Every connection, whatever came before (a failed hand-over must not
+    /// leave one waiting).
+    fn drop(&mut self) {
+        self.now();
+        self.idle();
     }
 }
 
@@ -126,27 +217,66 @@ impl NetHandle {
     /// gate's shutdown; they are not joined.
     pub(crate) fn resume_listening(&self) -> io::Result<()> {
         *self.0.listen.lock().unwrap_or_else(|e| e.into_inner()) = self.0.shutdown.child_token();
+        self.0.pause.resume();
         self.0.listen().map(drop)
     }
 
-    /// Stops every plain TCP connection between two messages and takes
-    /// it back (what was queued for it is written first); waits at most
-    /// `wait` for them. A connection opened from now on is served here.
-    ///
-    /// In two steps, so no message is lost between them: every reader
-    /// stops (between two messages) and the UDP workers end, so nothing in
-    /// this run queues a message any more; then every writer writes what
-    /// was queued and gives its connection up.
-    pub(crate) async fn move_connections(&self, wait: Duration) -> Vec<Moved> {
-        let Moving { read, write } =
-            std::mem::take(&mut *self.0.moving.lock().unwrap_or_else(|e| e.into_inner()));
-        let until = Instant::now() + wait;
-        read.cancel();
-        settle(&self.0.reading, until).await;
+    /// The plain TCP connections served now, with their flows: the table
+    /// the next run registers before the pause (R-GW-3).
+    pub(crate) fn movers(&self) -> Vec<Stopped> {
+        let members = self
+            .0
+            .moving
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .members
+            .clone();
+        self.table(&members)
+    }
+
+    fn table(&self, members: &Members) -> Vec<Stopped> {
+        let now = Instant::now();
+        members
+            .iter()
+            .map(|e| {
+                let (id, (listener, peer)) = (*e.key(), *e.value());
+                let flow = self.0.core.flow_state(id, now);
+                Stopped {
+                    id,
+                    listener,
+                    peer,
+                    flow: flow.is_some(),
+                    held: flow.flatten(),
+                }
+            })
+            .collect()
+    }
+
+    /// The pause: no message is handled here from now on (waiting, at most
+    /// until `until`, for those being handled and for the UDP workers to
+    /// end), so the state is still; every plain TCP connection's reader
+    /// stops between two messages (in the background). The plain
+    /// connections, with their flows, and their writers' stop. A
+    /// connection opened from now on is served here.
+    pub(crate) async fn pause(&self, until: Instant) -> (Vec<Stopped>, GiveUp) {
+        let Moving {
+            read,
+            later,
+            write,
+            members,
+        } = std::mem::take(&mut *self.0.moving.lock().unwrap_or_else(|e| e.into_inner()));
+        self.0.pause.pause();
+        settle(self.0.pause.handling(), until).await;
         settle(&self.0.udp_running, until).await;
-        write.cancel();
-        settle(&self.0.movable, until).await;
-        std::mem::take(&mut *self.0.moved.lock().unwrap_or_else(|e| e.into_inner()))
+        (self.table(&members), GiveUp { read, later, write })
+    }
+
+    /// The connections given up since the last call, and whether more may
+    /// come (some writers still write).
+    pub(crate) fn take_moved(&self) -> (Vec<Moved>, bool) {
+        let more = self.0.movable.load(Ordering::Relaxed) > 0;
+        let moved = std::mem::take(&mut *self.0.moved.lock().unwrap_or_else(|e| e.into_inner()));
+        (moved, more)
     }
 
     /// Open connections of every kind (those a keeper waits for).
@@ -154,33 +284,67 @@ impl NetHandle {
         self.0.conns.len()
     }
 
-    /// Takes in the connections an earlier run handed over, under their
-    /// ids, with their flows; each is read from the bytes it had read.
-    /// All are in the table before any is read: a message read on one
-    /// finds the others (a request to an instance goes on the connection
-    /// to it that moved, not on a new one).
-    pub(crate) fn adopt(&self, moved: Vec<Moved>) -> io::Result<usize> {
+    /// Registers the connections an earlier run is handing over, under
+    /// their ids, with their flows, before their sockets come: what the
+    /// core sends into one queues until [`NetHandle::attach`]. All are in
+    /// the table before the listeners are read: a message read meanwhile
+    /// finds them (a request to an instance waits for the connection to it
+    /// that moves, and does not open another; a subscriber's flow holds).
+    /// One already registered takes the flow given now.
+    pub(crate) fn adopt_table(&self, pending: &mut Pending, table: Vec<Stopped>) {
         let net = &self.0;
         let now = Instant::now();
-        let mut taken = Vec::with_capacity(moved.len());
+        for s in table {
+            if let std::collections::hash_map::Entry::Vacant(e) = pending.0.entry(s.id) {
+                let (_, _tx, rx) = net.register_as(s.id, (s.listener, s.peer), false);
+                e.insert((s.listener, s.peer, rx));
+            }
+            if s.flow {
+                net.core.adopt_flow((s.id, s.listener, s.peer), now, s.held);
+            }
+        }
+    }
+
+    /// Connections registered by [`NetHandle::adopt_table`] that closed in
+    /// the earlier run before it paused: closed here too.
+    pub(crate) fn drop_listed(&self, pending: &mut Pending, ids: &[ConnId]) {
+        for id in ids {
+            if let Some((_, peer, _)) = pending.0.remove(id) {
+                self.0.unregister(*id, peer);
+            }
+        }
+    }
+
+    /// Reads the connections whose sockets came, each from the bytes the
+    /// earlier run had read of it; a socket not in `pending` is closed.
+    pub(crate) fn attach(&self, pending: &mut Pending, moved: Vec<Moved>) -> io::Result<usize> {
+        let net = &self.0;
+        let _guard = net.runtime.enter();
+        let mut n = 0;
         for m in moved {
+            let Some((listener, peer, rx)) = pending.0.remove(&m.id) else {
+                tracing::warn!(
+                    id = m.id,
+                    "hand-over: a socket for a connection not listed: closed"
+                );
+                continue;
+            };
             let std = std::net::TcpStream::from(m.fd);
             std.set_nonblocking(true)?;
-            let _guard = net.runtime.enter();
             let stream = TcpStream::from_std(std)?;
-            tracing::debug!(id = m.id, listener = m.listener, peer = %m.peer, unread = m.unread.len(), flow = m.flow.is_some(), "connection taken over");
-            let (id, _tx, rx) = net.register_as(m.id, (m.listener, m.peer), false);
-            if let Some(held) = m.flow {
-                net.core.adopt_flow((id, m.listener, m.peer), now, held);
-            }
-            taken.push(((m.listener, id, m.peer), stream, rx, m.unread));
-        }
-        let n = taken.len();
-        let _guard = net.runtime.enter();
-        for (at, stream, rx, unread) in taken {
-            let buf = BytesMut::from(&unread[..]);
-            net.tracker.spawn(plain(net.clone(), at, stream, rx, buf));
+            let buf = BytesMut::from(&m.unread[..]);
+            net.tracker
+                .spawn(plain(net.clone(), (listener, m.id, peer), stream, rx, buf));
+            n += 1;
         }
         Ok(n)
+    }
+
+    /// The connections whose sockets never came (closed in the earlier run
+    /// meanwhile, or lost with it): closed here too.
+    pub(crate) fn drop_pending(&self, pending: Pending) {
+        for (id, (_, peer, _)) in pending.0 {
+            self.0.unregister(id, peer);
+        }
     }
 }

@@ -45,6 +45,7 @@ mod bind;
 mod fd_limit;
 mod handover;
 mod listen;
+mod pause;
 mod read_timer;
 mod relay;
 mod stream;
@@ -54,7 +55,7 @@ mod workers;
 mod ws;
 pub(crate) use bind::bind;
 pub use bind::{BindError, SocketKind};
-pub(crate) use handover::{Moved, NetHandle};
+pub(crate) use handover::{GiveUp, Moved, NetHandle, Pending, Stopped};
 pub(crate) use relay::{Kept, Relayed};
 use stream::connection;
 pub use tls::TlsReload;
@@ -143,8 +144,8 @@ pub(crate) fn spawn(
         listen: Mutex::new(shutdown.child_token()),
         moving: Mutex::new(handover::Moving::default()),
         moved: Mutex::new(Vec::new()),
+        pause: pause::Pause::new(),
         movable: AtomicUsize::new(0),
-        reading: AtomicUsize::new(0),
         udp_running: AtomicUsize::new(0),
         meta: DashMap::new(),
         relay: arc_swap::ArcSwapOption::empty(),
@@ -225,10 +226,10 @@ struct Net {
     moving: Mutex<handover::Moving>,
     /// The connections that did, for the hand-over to pass on.
     moved: Mutex<Vec<Moved>>,
+    /// A hand-over's pause: no message is handled from then on.
+    pause: pause::Pause,
     /// Plain TCP connections being served (what `moving` waits for).
     movable: AtomicUsize,
-    /// Of those, the ones whose reader still reads.
-    reading: AtomicUsize,
     /// UDP worker threads running.
     udp_running: AtomicUsize,
     /// Each open connection's listener, peer and whether it is WebSocket.

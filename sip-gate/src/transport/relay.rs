@@ -85,13 +85,15 @@ impl Net {
 }
 
 impl NetHandle {
-    /// The old run: the connections it still holds (after the plain ones
-    /// moved), with their flows.
-    pub(crate) fn kept(&self) -> Vec<Kept> {
+    /// The old run: the connections it holds but for those that move
+    /// (`moving`), with their flows.
+    pub(crate) fn kept(&self, moving: &[super::Stopped]) -> Vec<Kept> {
         let now = Instant::now();
+        let moving: std::collections::HashSet<ConnId> = moving.iter().map(|s| s.id).collect();
         self.0
             .meta
             .iter()
+            .filter(|e| !moving.contains(e.key()))
             .map(|e| {
                 let (listener, peer, ws) = *e.value();
                 let flow = self.0.core.flow_state(*e.key(), now);

@@ -27,6 +27,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 use super::read_timer::{Expired, ReadTimer};
 use super::{Moved, Net, MAX_MESSAGE, STREAM_TURN};
@@ -63,6 +64,13 @@ impl Net {
                     }
                 }
                 Some(Frame::Message { len }) => {
+                    // Counted while handled; none once a hand-over paused
+                    // this run: a plain connection stops with it unread (the
+                    // next run reads it), any other relays it (R-GW-3).
+                    let handling = self.pause.enter();
+                    if handling.is_none() && movable {
+                        return Ok((consumed, false));
+                    }
                     consumed = true;
                     let data = buf.split_to(len.min(buf.len())).freeze();
                     // Copied as read, by the run that reads it (a keeper's
@@ -88,6 +96,7 @@ impl Net {
                     let behind = self.lag.behind(now);
                     let action = self.core.handle_stream(inbound, data, now, behind);
                     self.execute(action);
+                    drop(handling);
                 }
                 None => return Ok((consumed, false)),
             }
@@ -131,17 +140,13 @@ pub(super) async fn plain(
         match rd.reunite(wr).map(TcpStream::into_std) {
             Ok(Ok(s)) => {
                 net.handed.insert(id, ());
-                let flow = net.core.flow_state(id, Instant::now());
                 net.moved
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .push(Moved {
                         id,
-                        listener,
-                        peer,
                         fd: s.into(),
                         unread: unread.to_vec(),
-                        flow,
                     });
             }
             _ => {
@@ -174,11 +179,12 @@ where
     let stop = net.shutdown.child_token();
     let writer_stop = stop.clone();
     let capture_net = net.clone();
-    let (reader_moving, moving) = net
+    // A plain connection is a member of the hand-over that may come.
+    let (reader_moving, moving, members) = net
         .moving
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .tokens();
+        .join(movable.then_some((id, listener, peer)));
     let writer = async move {
         let capture = capture_net.core.capture();
         loop {
@@ -214,18 +220,15 @@ where
         None
     };
     let reader_moving = movable.then_some(reader_moving);
-    if movable {
-        net.reading.fetch_add(1, Ordering::Relaxed);
-    }
     let reader = async {
         let at = (listener, id, local, peer);
-        let r = reader(net.clone(), at, rd, (buf, reader_moving), stop).await;
-        if movable {
-            net.reading.fetch_sub(1, Ordering::Relaxed);
-        }
-        r
+        reader(net.clone(), at, rd, (buf, reader_moving), stop).await
     };
-    match tokio::join!(writer, reader) {
+    let ended = tokio::join!(writer, reader);
+    if let Some(members) = members {
+        members.remove(&id);
+    }
+    match ended {
         (Some(wr), Some((rd, unread))) => Some((rd, wr, unread)),
         _ => {
             if !movable {
@@ -242,15 +245,16 @@ async fn reader<R: AsyncRead + Unpin>(
     net: Arc<Net>,
     (listener, id, local, peer): (usize, ConnId, SocketAddr, SocketAddr),
     mut rd: R,
-    (mut buf, moving): (BytesMut, Option<tokio_util::sync::CancellationToken>),
+    (mut buf, moving): (BytesMut, Option<(CancellationToken, CancellationToken)>),
     stop: tokio_util::sync::CancellationToken,
 ) -> Option<(R, BytesMut)> {
     let movable = moving.is_some();
-    let moving = moving.unwrap_or_default();
+    let (moving, later) = moving.unwrap_or_default();
     let tcp = net.core.tcp_config();
     let mut timer = ReadTimer::new(tcp.idle(), tcp.frame());
     // A message was taken off in an earlier turn of this framing.
     let mut earlier = false;
+    let mut last_read = Instant::now();
     loop {
         // Frame everything already buffered before reading more, a turn at
         // a time.
@@ -274,12 +278,20 @@ async fn reader<R: AsyncRead + Unpin>(
             // taken off it keep their own share of it).
             buf = BytesMut::new();
         }
+        if movable && moving.is_cancelled() {
+            // A hand-over: between two messages, the rest unread.
+            give_way(last_read, &later).await;
+            return Some((rd, buf));
+        }
         timer.framed(!buf.is_empty(), consumed, Instant::now());
         let (wait, expiry) = timer.wait(Instant::now());
         let read = tokio::select! {
             _ = stop.cancelled() => return None,
             // Only between messages: what is buffered is a partial one.
-            _ = moving.cancelled(), if movable => return Some((rd, buf)),
+            _ = moving.cancelled(), if movable => {
+                give_way(last_read, &later).await;
+                return Some((rd, buf));
+            }
             r = tokio::time::timeout(wait, read_some(&mut rd, &mut buf)) => r,
         };
         match read {
@@ -296,10 +308,23 @@ async fn reader<R: AsyncRead + Unpin>(
                 stop.cancel();
                 return None;
             }
-            Ok(Ok(_)) => {}
+            Ok(Ok(_)) => last_read = Instant::now(),
         }
     }
 }
+
+/// A hand-over gives the busy connections up first (R-GW-3): one that
+/// read nothing for [`IDLE_FOR`] stops only once `later` says (after the
+/// first sockets were passed), so the first sockets passed are those
+/// whose peers wait, not thousands of idle ones.
+async fn give_way(last_read: Instant, later: &CancellationToken) {
+    if last_read.elapsed() >= IDLE_FOR {
+        later.cancelled().await;
+    }
+}
+
+/// See [`give_way`].
+const IDLE_FOR: Duration = Duration::from_millis(500);
 
 /// A connection's local address, for the capture (the peer's family's
 /// wildcard if the kernel does not say).

@@ -52,6 +52,7 @@ pub(super) fn bind_udp(addr: SocketAddr, rcvbuf: usize) -> io::Result<UdpSocket>
     // waits in the kernel instead of stalling its receives.
     let _ = s.set_recv_buffer_size(rcvbuf);
     let _ = s.set_send_buffer_size(rcvbuf);
+    receive_buffer(&s, addr, rcvbuf);
     // The intake's fill (R-OV-1): a receive timestamp on every datagram and
     // the count of those the full queue dropped. Best effort: without them
     // only the gate's capacity and the per-source limits apply.
@@ -76,6 +77,27 @@ pub(super) fn bind_udp(addr: SocketAddr, rcvbuf: usize) -> io::Result<UdpSocket>
     Ok(s)
 }
 
+/// Makes sure of the receive queue's size: past `net.core.rmem_max`,
+/// `SO_RCVBUFFORCE` (root or `CAP_NET_ADMIN`; else quietly the capped
+/// size); logs the size obtained. The queue holds what arrives while
+/// nobody reads, as during an upgrade's pause (R-GW-3).
+fn receive_buffer(s: &socket2::Socket, addr: SocketAddr, asked: usize) {
+    // Linux reports twice what was set (its bookkeeping share).
+    let got = |s: &socket2::Socket| s.recv_buffer_size().map_or(0, |n| n / 2);
+    let mut obtained = got(s);
+    if obtained < asked {
+        let want = asked.min(i32::MAX as usize);
+        if setsockopt(s, sockopt::RcvBufForce, &want).is_ok() {
+            obtained = got(s);
+        }
+    }
+    if obtained < asked {
+        tracing::warn!(%addr, asked, obtained, "udp receive queue smaller than [overload] udp_rcvbuf_bytes (capped at net.core.rmem_max; raise it, or run with CAP_NET_ADMIN)");
+    } else {
+        tracing::info!(%addr, bytes = obtained, "udp receive queue");
+    }
+}
+
 pub(super) fn udp_worker(
     net: Arc<Net>,
     listener: usize,
@@ -88,15 +110,20 @@ pub(super) fn udp_worker(
     let mut meter = IntakeMeter::new(net.core.overload_deadline());
     let sizes = BatchSizes::new();
     let waits = IntakeWaits::new();
-    while !shutdown.is_cancelled() {
+    let reading_since = SystemTime::now();
+    while !shutdown.is_cancelled() && !net.pause.is_paused() {
         match rx.recv(&sock, &mut meter, &mut batch) {
             Ok(()) => {}
+            // Nothing queued: wait for a datagram, or for a hand-over's
+            // pause, which must not wait for a receive timeout (R-GW-3).
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                net.pause.wait_readable(&sock, UDP_POLL);
+                continue;
+            }
             Err(e)
                 if matches!(
                     e.kind(),
-                    io::ErrorKind::WouldBlock
-                        | io::ErrorKind::TimedOut
-                        | io::ErrorKind::Interrupted
+                    io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
                 ) =>
             {
                 continue
@@ -112,7 +139,7 @@ pub(super) fn udp_worker(
             continue;
         }
         sizes.record(batch.len());
-        let intake = (&meter, &waits);
+        let intake = (&meter, &waits, reading_since);
         serve_batch(&net, listener, intake, &mut batch, &mut later);
     }
 }
@@ -124,7 +151,7 @@ pub(super) fn udp_worker(
 fn serve_batch(
     net: &Arc<Net>,
     listener: usize,
-    intake: (&IntakeMeter, &IntakeWaits),
+    intake: (&IntakeMeter, &IntakeWaits, SystemTime),
     batch: &mut Vec<Datagram>,
     later: &mut Vec<(Sender, SipMessage)>,
 ) {
@@ -169,12 +196,16 @@ fn serve_batch(
 fn serve(
     net: &Arc<Net>,
     listener: usize,
-    (meter, waits): (&IntakeMeter, &IntakeWaits),
+    (meter, waits, since): (&IntakeMeter, &IntakeWaits, SystemTime),
     from: Sender,
     msg: SipMessage,
 ) {
     let now = Instant::now();
-    let waited = from.waited();
+    // What waited before this worker read its socket waited for no load
+    // of its own: the start of a run that took over (R-GW-3: the pause of
+    // the hand-over), not a backlog of this one.
+    let reading = since.elapsed().unwrap_or_default();
+    let waited = from.waited().map(|w| w.min(reading));
     let behind = meter.behind(waited, now);
     waits.record(overload::class_of(&msg), waited);
     let inbound = Inbound::Udp {
@@ -199,6 +230,29 @@ fn icmp_errors(net: &Net, sock: &UdpSocket) {
         let dest = msg.address.as_ref().and_then(socket_addr);
         if let Some(dest) = dest {
             net.core.unreachable(dest, Instant::now());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A receive queue asked past `net.core.rmem_max` is forced to the
+    /// size asked when the process may (root here), else capped there.
+    #[test]
+    fn r_gw_3_the_receive_queue_is_forced_past_rmem_max() {
+        let max: usize = std::fs::read_to_string("/proc/sys/net/core/rmem_max")
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+            .unwrap_or(212_992);
+        let asked = max * 2;
+        let s = bind_udp("127.0.0.1:0".parse().unwrap(), asked).unwrap();
+        let obtained = socket2::SockRef::from(&s).recv_buffer_size().unwrap() / 2;
+        if rustix::process::geteuid().is_root() {
+            assert!(obtained >= asked, "{obtained} < {asked}");
+        } else {
+            assert!(obtained >= max.min(asked), "{obtained} < {max}");
         }
     }
 }

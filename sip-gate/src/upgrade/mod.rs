@@ -13,19 +13,29 @@
 //! 1. new → old `Take {version}`; old → new `Offer` (the hand-over's
 //!    version, the flow epoch, the first connection id the new run may
 //!    give, each listener's addresses) with the upgrade socket, the admin
-//!    socket and every listener's UDP and TCP sockets as `SCM_RIGHTS`.
+//!    socket and every listener's UDP and TCP sockets as `SCM_RIGHTS`, and
+//!    `Table`: its plain TCP connections as they are (ids, listeners,
+//!    peers, flows), while it serves on.
 //! 2. The new run checks the version (a mismatch: `Refuse`, the old run
 //!    logs why and keeps serving), opens the store, builds the gate on the
-//!    sockets it got without reading them yet, and says `Ready`.
-//! 3. The old run stops reading the listeners, stops each plain TCP
-//!    connection between two messages and passes it (`Conns`: its id,
-//!    its listener and peer, its flow, the bytes read but not yet framed),
-//!    lists the connections it keeps (`Kept`), then the work book, the
-//!    bans and the transactions (`State`). The new run takes them in, reads the listeners (what
-//!    came meanwhile waited in the kernel's queues) and says `Done`; only
-//!    then does the old run stop serving its admin endpoint and upgrade
-//!    socket, and leave the service to the new run, which tells systemd
-//!    `MAINPID=` and `READY=1`.
+//!    sockets it got without reading them yet, registers the connections
+//!    of the table (their messages queue until their sockets come), and
+//!    says `Ready`.
+//! 3. The old run stops reading the listeners and pauses
+//!    (`transport/pause.rs`): it waits only for the messages being handled
+//!    and for its UDP workers (woken at once), not for every connection.
+//!    It sends what changed in the table since (`Table`, `Gone`), the
+//!    connections it keeps (`Kept`), the work book, the bans and the
+//!    transactions (`State`); the new run takes them in and reads the
+//!    listeners (what came meanwhile waited in the kernel's queues). Then
+//!    the old run stops each plain TCP connection between two messages,
+//!    the busy ones first, and passes its socket as its writer gives it up
+//!    (`Conns`: its id and the bytes read but not yet framed), then
+//!    `Passed`; the new run reads each connection from then on and says
+//!    `Done`; only then does the old run stop serving its admin endpoint
+//!    and upgrade socket, and leave the service to the new run, which
+//!    tells systemd `MAINPID=` and `READY=1`. So the pause a message sees
+//!    is the state's passage, not the connections'.
 //! 4. The old run keeps its TLS and WebSocket connections (they cannot
 //!    move: `transport/handover.rs`): their sockets and framing only. Each
 //!    message read on one goes to the new run over the same link (`In`),
@@ -42,7 +52,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::transport::Kept;
+use crate::transport::{Kept, Stopped};
 use crate::txn::{ConnId, SavedTxn};
 use crate::work::WorkSnapshot;
 
@@ -57,7 +67,7 @@ pub use wire::WireError;
 
 /// The hand-over's version: a new run takes over only from an old run of
 /// the same version (what it sends must mean what it reads).
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// Set in the new run's environment: the upgrade socket of the old run.
 pub const ENV_FROM: &str = "SIP_GATE_UPGRADE_FROM";
 /// The version the new run speaks instead of [`VERSION`]; only to test the
@@ -172,8 +182,21 @@ enum Msg {
         reason: String,
     },
     Ready,
+    /// The plain TCP connections that move, before their sockets: all
+    /// while the old run still serves, then those new or changed at the
+    /// pause.
+    Table {
+        conns: Vec<Stopped>,
+    },
+    /// Sockets of connections of the table, with what was read of each.
     Conns {
         conns: Vec<ConnState>,
+    },
+    /// Every socket that could be passed was.
+    Passed,
+    /// Connections of an earlier table that closed before the pause.
+    Gone {
+        conns: Vec<ConnId>,
     },
     Kept {
         conns: Vec<Kept>,
@@ -208,7 +231,10 @@ impl Msg {
             Msg::Offer(_) => "offer",
             Msg::Refuse { .. } => "refuse",
             Msg::Ready => "ready",
+            Msg::Table { .. } => "table",
             Msg::Conns { .. } => "conns",
+            Msg::Passed => "passed",
+            Msg::Gone { .. } => "gone",
             Msg::Kept { .. } => "kept",
             Msg::In { .. } => "in",
             Msg::Out { .. } => "out",
@@ -248,17 +274,12 @@ struct OfferedListener {
     tcp: bool,
 }
 
-/// A plain TCP connection passed on, with its socket.
+/// A plain TCP connection's socket passed on (it rides as `SCM_RIGHTS`),
+/// with the bytes read of it and not yet framed.
 #[derive(Debug, Serialize, Deserialize)]
 struct ConnState {
     id: ConnId,
-    listener: usize,
-    peer: std::net::SocketAddr,
     unread: Vec<u8>,
-    /// A subscriber's flow.
-    flow: bool,
-    /// How long a registration still holds it, in ms (0: none).
-    held_ms: u64,
 }
 
 /// Connection ids the new run starts above the old run's next one: the

@@ -14,7 +14,7 @@ use ringsync::state::DrainState;
 use tokio_util::sync::CancellationToken;
 
 use super::{wire, Msg, Offer, UpgradeError, ENV_FROM, ENV_VERSION, VERSION};
-use crate::transport::{BoundListener, Moved};
+use crate::transport::{BoundListener, Moved, Pending};
 use crate::Gate;
 
 /// How long each step of the old run may take.
@@ -40,7 +40,7 @@ impl std::fmt::Debug for Inheritance {
 }
 
 /// How the taking over went.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct Taken {
     /// Plain TCP connections taken in.
     pub connections: usize,
@@ -191,32 +191,59 @@ impl Inheritance {
     /// Says `Ready`, takes the old run's connections and work book, reads
     /// the listeners and says `Done`: from now on this run serves.
     ///
-    /// When the old run goes (killed) before it is done, this run reads the
-    /// listeners anyway and serves alone: it then lacks only what the old
-    /// run had not passed yet, as a crash of the old run would lose. Any
-    /// other failure is returned with the listeners unread: the old run
-    /// reads them again.
+    /// When the old run goes (killed) before it is done, this run serves
+    /// alone (reading the listeners if it did not yet): it then lacks only
+    /// what the old run had not passed yet, as a crash of the old run would
+    /// lose; the connections listed whose sockets had not come are closed.
+    /// Any other failure is returned (this run then exits, and the old run
+    /// reads the listeners again).
     pub async fn finish(self, gate: &mut Gate) -> Result<Taken, UpgradeError> {
         let link = Arc::new(self.link);
-        match receive(&link, gate).await {
+        let mut got = Progress::default();
+        match receive(&link, gate, &mut got).await {
             Ok(taken) => Ok(taken),
             Err(e) if e.peer_gone() => {
-                tracing::error!(error = %e, "upgrade: the old run went before it was done: serving alone");
-                gate.start_listening()?;
-                Ok(Taken {
-                    connections: 0,
-                    relayed: 0,
-                    transactions: 0,
-                    work: (0, 0, 0),
-                })
+                tracing::error!(
+                    error = %e,
+                    connections = got.taken.connections,
+                    lost = got.pending.len(),
+                    "upgrade: the old run went before it was done: serving alone"
+                );
+                gate.net().drop_pending(std::mem::take(&mut got.pending));
+                if !got.listening {
+                    gate.start_listening()?;
+                }
+                Ok(got.taken)
             }
             Err(e) => Err(e),
         }
     }
 }
 
-/// [`Inheritance::finish`]'s steps.
-async fn receive(link: &Arc<UnixStream>, gate: &mut Gate) -> Result<Taken, UpgradeError> {
+/// How far [`receive`] got.
+#[derive(Debug, Default)]
+struct Progress {
+    taken: Taken,
+    /// The connections listed whose sockets have not come.
+    pending: Pending,
+    /// The listeners are read.
+    listening: bool,
+}
+
+/// [`Inheritance::finish`]'s steps: the table of the connections that
+/// move, the ones the old run keeps and the state; then this run reads
+/// the listeners, and takes each connection's socket as it comes.
+async fn receive(
+    link: &Arc<UnixStream>,
+    gate: &mut Gate,
+    got: &mut Progress,
+) -> Result<Taken, UpgradeError> {
+    // The old run's connections as they were at its offer, registered
+    // before this run says it is ready (the pause passes what changed).
+    match super::old::call(link, wire::recv::<Msg>).await?.0 {
+        Msg::Table { conns } => gate.net().adopt_table(&mut got.pending, conns),
+        other => return Err(UpgradeError::Unexpected(other.name().into())),
+    }
     super::old::call(link, |l| wire::send(l, &Msg::Ready, &[])).await?;
     if let Some(ms) = std::env::var(super::ENV_HOLD_MS)
         .ok()
@@ -224,9 +251,22 @@ async fn receive(link: &Arc<UnixStream>, gate: &mut Gate) -> Result<Taken, Upgra
     {
         tokio::time::sleep(Duration::from_millis(ms)).await;
     }
-    let mut moved_all = Vec::new();
     let mut kept = Vec::new();
     let (work, bans, (ids, txns)) = loop {
+        match super::old::call(link, wire::recv::<Msg>).await?.0 {
+            // All are in the table before the listeners are read.
+            Msg::Table { conns } => gate.net().adopt_table(&mut got.pending, conns),
+            Msg::Gone { conns } => gate.net().drop_listed(&mut got.pending, &conns),
+            Msg::Kept { conns } => kept = conns,
+            Msg::State { work, bans, txns } => break (work, bans, txns),
+            other => return Err(UpgradeError::Unexpected(other.name().into())),
+        }
+    };
+    got.taken.work = work.sizes();
+    got.taken.transactions = restore(gate, &work, &bans, (&ids, &txns));
+    gate.start_listening()?;
+    got.listening = true;
+    loop {
         let (msg, fds) = super::old::call(link, wire::recv::<Msg>).await?;
         match msg {
             Msg::Conns { conns } => {
@@ -235,32 +275,44 @@ async fn receive(link: &Arc<UnixStream>, gate: &mut Gate) -> Result<Taken, Upgra
                         "a connection without its socket".into(),
                     ));
                 }
-                let moved: Vec<Moved> = conns
+                let moved = conns
                     .into_iter()
                     .zip(fds)
                     .map(|(c, fd)| Moved {
                         id: c.id,
-                        listener: c.listener,
-                        peer: c.peer,
                         fd,
                         unread: c.unread,
-                        flow: c
-                            .flow
-                            .then(|| (c.held_ms > 0).then(|| Duration::from_millis(c.held_ms))),
                     })
                     .collect();
-                moved_all.extend(moved);
+                got.taken.connections += gate.net().attach(&mut got.pending, moved)?;
             }
-            Msg::Kept { conns } => kept = conns,
-            Msg::State { work, bans, txns } => break (work, bans, txns),
+            Msg::Passed => break,
             other => return Err(UpgradeError::Unexpected(other.name().into())),
         }
-    };
-    // All at once, before any is read (`NetHandle::adopt`).
-    let connections = gate.net().adopt(moved_all)?;
-    let sizes = work.sizes();
+    }
+    if !got.pending.is_empty() {
+        tracing::info!(
+            closed = got.pending.len(),
+            "upgrade: connections that closed in the old run before their sockets were passed"
+        );
+    }
+    gate.net().drop_pending(std::mem::take(&mut got.pending));
+    super::old::call(link, |l| wire::send(l, &Msg::Done, &[])).await?;
+    got.taken.relayed = kept.len();
+    super::keeper::relay(gate.net().clone(), link.clone(), kept);
+    Ok(got.taken)
+}
+
+/// Takes in the old run's bans, transactions and work book; how many
+/// transactions were taken.
+fn restore(
+    gate: &Gate,
+    work: &crate::work::WorkSnapshot,
+    bans: &[crate::BanInfo],
+    (ids, txns): (&[String], &[crate::txn::SavedTxn]),
+) -> usize {
     let now = Instant::now();
-    let banned = gate.core().site().bans.restore(&bans, now);
+    let banned = gate.core().site().bans.restore(bans, now);
     if banned < bans.len() {
         tracing::warn!(
             bans = bans.len(),
@@ -271,23 +323,14 @@ async fn receive(link: &Arc<UnixStream>, gate: &mut Gate) -> Result<Taken, Upgra
     // Instance indexes mean the same here only with the same instances.
     let config = gate.core().config();
     let same = config.instances.iter().map(|i| &i.id).eq(ids.iter());
-    let txns_taken = if same {
-        gate.core().take_txns(&txns, now)
+    let taken = if same {
+        gate.core().take_txns(txns, now)
     } else {
         tracing::warn!("upgrade: the site's instances changed: the transactions in flight are not taken (their answers are relayed by their Via)");
         0
     };
-    if let Err(e) = gate.core().restore_work(&work, now) {
+    if let Err(e) = gate.core().restore_work(work, now) {
         tracing::warn!("{e}: the work set up before the upgrade is unknown for the [work] window");
     }
-    gate.start_listening()?;
-    super::old::call(link, |l| wire::send(l, &Msg::Done, &[])).await?;
-    let relayed = kept.len();
-    super::keeper::relay(gate.net().clone(), link.clone(), kept);
-    Ok(Taken {
-        connections,
-        relayed,
-        transactions: txns_taken,
-        work: sizes,
-    })
+    taken
 }

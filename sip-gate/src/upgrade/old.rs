@@ -16,12 +16,14 @@ use tokio_util::sync::CancellationToken;
 
 use super::{wire, ConnState, Msg, Offer, OfferedListener, UpgradeError, CONN_GAP, VERSION};
 use crate::node::Admin;
-use crate::transport::{Moved, NetHandle};
+use crate::transport::{GiveUp, NetHandle, Stopped};
 use crate::{Core, Gate};
 
 /// How long the new run may take from its start to `Ready` (it opens the
 /// store), and each later step.
 const NEW_RUN_WAIT: Duration = Duration::from_secs(30);
+/// How many 1 ms turns the busy connections get to be given up alone.
+const BUSY_TURNS: u32 = 3;
 /// How long plain TCP connections get to stop between two messages.
 const MOVE_WAIT: Duration = Duration::from_secs(2);
 
@@ -202,8 +204,14 @@ impl Upgrader {
         link.set_read_timeout(Some(NEW_RUN_WAIT))?;
         link.set_write_timeout(Some(NEW_RUN_WAIT))?;
         let (offer, fds) = self.offer()?;
+        // With the offer, while this run serves on: its plain connections,
+        // which the new run registers before it says it is ready, so that
+        // the pause has only what changed since to pass.
+        let listed = self.net.movers();
+        let early = listed.clone();
         call(&link, move |l| {
-            wire::send(l, &Msg::Offer(offer), &borrow(&fds))
+            wire::send(l, &Msg::Offer(offer), &borrow(&fds))?;
+            wire::send(l, &Msg::Table { conns: early }, &[])
         })
         .await?;
         match call(&link, wire::recv::<Msg>).await?.0 {
@@ -212,12 +220,11 @@ impl Upgrader {
             other => return Err(UpgradeError::Unexpected(other.name().into())),
         }
         tracing::info!("upgrade: the new run is ready: handing over the connections and the state");
-        // The new run is ready: this one stops reading the listeners, and
-        // the messages of the connections it keeps wait for the new run.
+        // This one stops reading the listeners, and the messages of the
+        // connections it keeps wait for the new run.
         self.net.stop_listening();
         let relayed = self.net.start_relay();
-        let moved = self.net.move_connections(MOVE_WAIT).await;
-        match self.pass(&link, moved).await {
+        match self.pass(&link, listed).await {
             Ok(()) => {
                 super::keeper::keep(self.net.clone(), link.clone(), relayed, self.lost.clone());
                 Ok(())
@@ -231,39 +238,20 @@ impl Upgrader {
         }
     }
 
-    /// Step 3: the connections, the state; then the new run's `Done`.
-    async fn pass(&self, link: &Arc<UnixStream>, moved: Vec<Moved>) -> Result<(), UpgradeError> {
-        let count = moved.len();
-        let mut moved = moved.into_iter().peekable();
-        while moved.peek().is_some() {
-            let chunk: Vec<Moved> = moved.by_ref().take(wire::MAX_FDS).collect();
-            let (conns, fds): (Vec<ConnState>, Vec<OwnedFd>) = chunk
-                .into_iter()
-                .map(|m| {
-                    let state = ConnState {
-                        id: m.id,
-                        listener: m.listener,
-                        peer: m.peer,
-                        unread: m.unread,
-                        flow: m.flow.is_some(),
-                        held_ms: m.flow.flatten().map_or(0, |d| d.as_millis() as u64),
-                    };
-                    (state, m.fd)
-                })
-                .unzip();
-            call(link, move |l| {
-                wire::send(l, &Msg::Conns { conns }, &borrow(&fds))
-            })
-            .await?;
-        }
-        // The TLS and WebSocket connections stay here; the new run decides
-        // for them from now on (keeper.rs).
-        let kept = self.net.kept();
-        let n_kept = kept.len();
-        call(link, move |l| {
-            wire::send(l, &Msg::Kept { conns: kept }, &[])
-        })
-        .await?;
+    /// Step 3, in the order that keeps the pause short: the state is still
+    /// once the messages being handled are; what changed in the table the
+    /// new run has (`listed`), the connections kept and the state go first
+    /// (the new run then reads the listeners), the sockets after them as
+    /// their writers give them up (each connection waits only for its
+    /// own); then the new run's `Done`.
+    async fn pass(&self, link: &Arc<UnixStream>, listed: Vec<Stopped>) -> Result<(), UpgradeError> {
+        let paused = Instant::now();
+        let until = paused + MOVE_WAIT;
+        let (table, give_up) = self.net.pause(until).await;
+        let stopped = paused.elapsed();
+        let kept = self.net.kept(&table);
+        let (count, n_kept) = (table.len(), kept.len());
+        let (changed, gone) = changes(listed, &table);
         let work = Box::new(self.core.work_now(Instant::now()));
         let now = Instant::now();
         let bans = self.core.site().bans.list(now);
@@ -276,7 +264,20 @@ impl Upgrader {
             .collect();
         let txns = (ids, self.core.txns_now(now));
         let state = Msg::State { work, bans, txns };
-        call(link, move |l| wire::send(l, &state, &[])).await?;
+        call(link, move |l| {
+            wire::send(l, &Msg::Table { conns: changed }, &[])?;
+            wire::send(l, &Msg::Gone { conns: gone }, &[])?;
+            wire::send(l, &Msg::Kept { conns: kept }, &[])?;
+            wire::send(l, &state, &[])
+        })
+        .await?;
+        let state_sent = paused.elapsed();
+        // The new run reads the listeners: now the connections' sockets.
+        give_up.now();
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        let passed = self.pass_sockets(link, &give_up, until).await?;
+        let sockets_sent = paused.elapsed();
+        call(link, |l| wire::send(l, &Msg::Passed, &[])).await?;
         match call(link, wire::recv::<Msg>).await?.0 {
             Msg::Done => {}
             other => return Err(UpgradeError::Unexpected(other.name().into())),
@@ -284,11 +285,60 @@ impl Upgrader {
         self.admin_stop.cancel();
         self.control_stop.cancel();
         tracing::info!(
-            connections = count,
+            connections = passed,
+            listed = count,
             kept = n_kept,
+            paused_ms = ms(stopped),
+            state_ms = ms(state_sent),
+            sockets_ms = ms(sockets_sent),
+            done_ms = ms(paused.elapsed()),
             "upgrade: handed over; keeping the TLS and WebSocket connections until they close, their messages relayed to the new run"
         );
         Ok(())
+    }
+
+    /// The sockets of the connections that move, in frames of at most
+    /// [`wire::MAX_FDS`], as their writers give them up; until none is
+    /// left or `until`. How many were passed.
+    async fn pass_sockets(
+        &self,
+        link: &Arc<UnixStream>,
+        give_up: &GiveUp,
+        until: Instant,
+    ) -> Result<usize, UpgradeError> {
+        let mut passed = 0;
+        // The busy connections' sockets first: the idle ones are given up
+        // after a few turns.
+        let mut turns = 0;
+        loop {
+            let (moved, more) = self.net.take_moved();
+            turns += 1;
+            if turns == BUSY_TURNS {
+                give_up.idle();
+            }
+            let mut moved = moved.into_iter().peekable();
+            while moved.peek().is_some() {
+                let chunk = moved.by_ref().take(wire::MAX_FDS);
+                let (conns, fds): (Vec<ConnState>, Vec<OwnedFd>) = chunk
+                    .map(|m| {
+                        let state = ConnState {
+                            id: m.id,
+                            unread: m.unread,
+                        };
+                        (state, m.fd)
+                    })
+                    .unzip();
+                passed += conns.len();
+                call(link, move |l| {
+                    wire::send(l, &Msg::Conns { conns }, &borrow(&fds))
+                })
+                .await?;
+            }
+            if !more || Instant::now() >= until {
+                return Ok(passed);
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
     }
 
     /// The offer and its descriptors (duplicates: this run keeps its own
@@ -462,4 +512,29 @@ fn reap(mut child: Child, kill: bool) {
         }
         let _ = child.wait();
     });
+}
+
+/// What differs between the table the new run registered (`listed`) and
+/// the one at the pause (`now`): the entries new or changed (a flow's hold
+/// moved by a second or more), and the ids gone.
+fn changes(listed: Vec<Stopped>, now: &[Stopped]) -> (Vec<Stopped>, Vec<crate::txn::ConnId>) {
+    let mut before: std::collections::HashMap<_, _> =
+        listed.into_iter().map(|s| (s.id, s)).collect();
+    let changed = now
+        .iter()
+        .filter(|s| match before.remove(&s.id) {
+            Some(b) => {
+                let held = |x: &Stopped| x.held.map(|d| d.as_secs());
+                b.flow != s.flow || held(&b) != held(s)
+            }
+            None => true,
+        })
+        .copied()
+        .collect();
+    (changed, before.into_keys().collect())
+}
+
+/// Milliseconds, for the hand-over's log line.
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
 }

@@ -58,7 +58,7 @@ pub(crate) struct Site {
 }
 
 impl Site {
-    fn new(net: (u8, u8), secure: bool) -> Site {
+    pub(crate) fn new(net: (u8, u8), secure: bool) -> Site {
         Site::with(net, secure, "")
     }
 
@@ -110,6 +110,11 @@ impl Site {
         g
     }
 
+    /// The site file.
+    pub(crate) fn path(&self) -> PathBuf {
+        self.dir.path().join("site.toml")
+    }
+
     pub(crate) fn sip(&self) -> SocketAddr {
         SocketAddr::new(ip(self.net, 1), 5080)
     }
@@ -131,7 +136,7 @@ impl Site {
     }
 
     /// A SIPp caller placing one call (`scenario`) to `user` at Kamailio.
-    fn caller(&self, scenario: &str, user: &str, cid: &str) -> Sipp {
+    pub(crate) fn caller(&self, scenario: &str, user: &str, cid: &str) -> Sipp {
         Sipp::new(Scenario::repo(scenario))
             .local_ip(ip(self.net, 50))
             .remote(SocketAddr::new(ip(self.net, 11), 5060))

@@ -271,6 +271,9 @@ where
         net.core
             .capture()
             .sip(listener, Stream, (peer, local), &data);
+        // Counted while handled: a hand-over's pause waits for it; once
+        // paused it is relayed (R-GW-3).
+        let _handling = net.pause.enter();
         // A keeper's connection: the run that took over decides (R-GW-3).
         let Some(data) = net.relay_in((listener, id, peer), data) else {
             continue;
