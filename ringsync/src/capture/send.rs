@@ -3,9 +3,10 @@
 //! any. A UDP collector gets a non-blocking send on a connected socket
 //! (a full socket buffer drops the copy as `collector_slow`, a refusal
 //! the kernel reports from the collector's ICMP as `collector_down`); a
-//! TCP collector has its own writer task behind a bounded queue, which
-//! connects, writes, and reconnects after a loss, and while it is not
-//! connected its copies are dropped as `collector_down`.
+//! TCP or TLS collector has its own writer task behind a bounded queue,
+//! which connects (and for TLS checks the collector's certificate),
+//! writes, and reconnects after a loss, and while it is not connected its
+//! copies are dropped as `collector_down`.
 
 use std::collections::HashMap;
 use std::io;
@@ -20,13 +21,15 @@ use bytes::Bytes;
 use metrics::Counter;
 use nix::errno::Errno;
 use nix::sys::socket::{sendmmsg, ControlMessage, MsgFlags, MultiHeaders};
-use tokio::io::AsyncWriteExt;
+use rustls::pki_types::ServerName;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
+use tokio_rustls::TlsConnector;
 
 use super::hep::{self, Record};
 use super::{wanted, Captured, Correlate, Kind, Names, Queue, Transport};
-use crate::config::{CaptureConfig, Collector, CollectorTransport};
+use crate::config::{CaptureConfig, CaptureTls, Collector, CollectorTransport};
 
 /// How long a collector that could not be reached is left before the
 /// next try.
@@ -35,6 +38,8 @@ const RETRY: Duration = Duration::from_secs(1);
 const TCP_DEADLINE: Duration = Duration::from_secs(2);
 /// The packets a TCP collector's writer may hold.
 const TCP_QUEUE: usize = 1024;
+/// The most packets a stream collector's writer writes before a flush.
+const WRITE_TURN: u64 = 256;
 
 /// The dropped copies, by reason.
 #[derive(Clone)]
@@ -109,7 +114,7 @@ impl Sender {
             .cfg
             .collectors
             .iter()
-            .map(|c| Out::open(*c, self.names, &self.drops))
+            .map(|c| Out::open(*c, self.names, &self.drops, self.cfg.tls.as_ref()))
             .collect();
         let mut batch = Vec::new();
         let mut packets = Packets::default();
@@ -149,7 +154,12 @@ impl Sender {
         let log_id;
         let (correlation, proto_type) = match copy.kind {
             Kind::Sip => {
-                let (method, call_id) = hep::sip_fields(&copy.payload);
+                // The daemon's own reading when it parsed the message; a
+                // scan of the header lines when it did not.
+                let (method, call_id) = match &copy.fields {
+                    Some(f) => (f.method.as_deref(), f.call_id.as_deref()),
+                    None => hep::sip_fields(&copy.payload),
+                };
                 if !wanted(&self.cfg, method, call_id) {
                     return;
                 }
@@ -174,11 +184,10 @@ impl Sender {
             correlation,
             payload: &copy.payload,
         };
-        if hep::encode(&record, &mut packets.one).is_err() {
+        if hep::encode(&record, &mut packets.all).is_err() {
             self.drops.too_big.increment(1);
             return;
         }
-        packets.all.extend_from_slice(&packets.one);
         packets.ends.push(packets.all.len());
     }
 }
@@ -189,8 +198,6 @@ struct Packets {
     all: Vec<u8>,
     /// Where each packet ends in `all`.
     ends: Vec<usize>,
-    /// The packet being encoded.
-    one: Vec<u8>,
 }
 
 impl Packets {
@@ -227,7 +234,7 @@ enum Out {
 }
 
 impl Out {
-    fn open(c: Collector, names: Names, drops: &Drops) -> Out {
+    fn open(c: Collector, names: Names, drops: &Drops, tls: Option<&CaptureTls>) -> Out {
         let sent = metrics::counter!(names.sent, "collector" => c.to_string());
         sent.increment(0);
         match c.transport {
@@ -238,11 +245,35 @@ impl Out {
                 sent,
                 drops: drops.clone(),
             },
-            CollectorTransport::Tcp => {
+            CollectorTransport::Tcp | CollectorTransport::Tls => {
                 let (tx, rx) = mpsc::channel(TCP_QUEUE);
                 let up = Arc::new(AtomicBool::new(false));
                 let down = drops.down.clone();
-                tokio::spawn(tcp_writer(c.addr, rx, up.clone(), sent, down));
+                let tls = match c.transport {
+                    CollectorTransport::Tls => match tls.map(|t| tls_side(t, c.addr)) {
+                        Some(Ok(side)) => Some(side),
+                        // The config was checked when loaded; a CA that no
+                        // longer builds leaves the collector down (counted).
+                        Some(Err(e)) => {
+                            tracing::error!(collector = %c, error = %e, "capture: no TLS to the collector");
+                            None
+                        }
+                        None => {
+                            tracing::error!(collector = %c, "capture: no CA for the TLS collector");
+                            None
+                        }
+                    }
+                    .map(Some),
+                    _ => Some(None),
+                };
+                match tls {
+                    Some(tls) => {
+                        let at = (c.addr, tls);
+                        tokio::spawn(stream_writer(at, rx, up.clone(), sent, down));
+                    }
+                    // Never up: its copies are dropped as `collector_down`.
+                    None => drop(rx),
+                }
                 Out::Tcp {
                     tx,
                     up,
@@ -306,19 +337,27 @@ const MMSG_MAX: usize = 1024;
 /// the rest of the batch as `collector_slow`; another error (the
 /// collector's port closed, reported from an earlier packet's ICMP, or no
 /// route) loses the packet it stopped at as `collector_down`, and the
-/// rest go on.
+/// rest go on. The message headers are made once a batch, not once a
+/// call: a closed port fails every other call.
 fn send_batch(s: &UdpSocket, packets: &Packets, sent: &Counter, drops: &Drops) {
-    let all: Vec<&[u8]> = packets.iter().collect();
+    let iovs: Vec<[IoSlice<'_>; 1]> = packets.iter().map(|p| [IoSlice::new(p)]).collect();
+    let most = iovs.len().min(MMSG_MAX);
+    let addrs = vec![None::<()>; most];
+    let mut headers = MultiHeaders::<()>::preallocate(most, None);
+    let no_cmsgs: [ControlMessage<'_>; 0] = [];
+    let flags = MsgFlags::MSG_DONTWAIT;
     let mut at = 0;
-    while at < all.len() {
-        let n = (all.len() - at).min(MMSG_MAX);
-        let iovs: Vec<[IoSlice<'_>; 1]> =
-            all[at..at + n].iter().map(|p| [IoSlice::new(p)]).collect();
-        let addrs = vec![None::<()>; n];
-        let mut headers = MultiHeaders::<()>::preallocate(n, None);
-        let no_cmsgs: [ControlMessage<'_>; 0] = [];
-        let flags = MsgFlags::MSG_DONTWAIT;
-        match sendmmsg(s.as_raw_fd(), &mut headers, &iovs, &addrs, no_cmsgs, flags) {
+    while at < iovs.len() {
+        let n = (iovs.len() - at).min(MMSG_MAX);
+        let some = &iovs[at..at + n];
+        match sendmmsg(
+            s.as_raw_fd(),
+            &mut headers,
+            some,
+            &addrs[..n],
+            no_cmsgs,
+            flags,
+        ) {
             Ok(done) => {
                 let k = done.count();
                 sent.increment(k as u64);
@@ -328,7 +367,7 @@ fn send_batch(s: &UdpSocket, packets: &Packets, sent: &Counter, drops: &Drops) {
                 }
             }
             Err(Errno::EAGAIN) => {
-                drops.slow.increment((all.len() - at) as u64);
+                drops.slow.increment((iovs.len() - at) as u64);
                 return;
             }
             Err(_) => {
@@ -353,21 +392,66 @@ fn udp_socket(addr: SocketAddr) -> io::Result<UdpSocket> {
     Ok(s)
 }
 
-/// A TCP collector's writer: connects (again, a [`RETRY`] after each
-/// failure), writes each packet within [`TCP_DEADLINE`], and ends when the
-/// sender does.
-async fn tcp_writer(
-    addr: SocketAddr,
+/// What a TLS collector's connection is checked against: the CA's
+/// connector and the name its certificate must be for.
+type TlsSide = (TlsConnector, ServerName<'static>);
+
+/// The connector of `tls` toward the collector at `addr` (checked for
+/// `server_name`, else its IP address).
+fn tls_side(tls: &CaptureTls, addr: SocketAddr) -> Result<TlsSide, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    let (added, _) = roots.add_parsable_certificates(tls.roots.iter().cloned());
+    if added == 0 {
+        return Err(format!("no usable CA certificate in {}", tls.ca.display()));
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let name = match &tls.server_name {
+        Some(n) => ServerName::try_from(n.clone()).map_err(|e| e.to_string())?,
+        None => ServerName::IpAddress(addr.ip().into()),
+    };
+    Ok((TlsConnector::from(Arc::new(config)), name))
+}
+
+/// A connection to a stream collector, TLS on it when it is a `tls:` one.
+type Conn = Box<dyn AsyncWrite + Send + Unpin>;
+
+/// Connects to the collector at `addr` (and shakes hands) within
+/// [`TCP_DEADLINE`].
+async fn connect(addr: SocketAddr, tls: Option<&TlsSide>) -> io::Result<Conn> {
+    let timed_out = || io::Error::new(io::ErrorKind::TimedOut, "no connection within 2 s");
+    let go = async {
+        let stream = TcpStream::connect(addr).await?;
+        let _ = stream.set_nodelay(true);
+        Ok::<Conn, io::Error>(match tls {
+            Some((connector, name)) => Box::new(connector.connect(name.clone(), stream).await?),
+            None => Box::new(stream),
+        })
+    };
+    tokio::time::timeout(TCP_DEADLINE, go)
+        .await
+        .map_err(|_| timed_out())?
+}
+
+/// A TCP or TLS collector's writer: connects (again, a [`RETRY`] after
+/// each failure), writes each packet within [`TCP_DEADLINE`] (TLS: and
+/// flushes it), and ends when the sender does.
+async fn stream_writer(
+    (addr, tls): (SocketAddr, Option<TlsSide>),
     mut rx: mpsc::Receiver<Bytes>,
     up: Arc<AtomicBool>,
     sent: Counter,
     down: Counter,
 ) {
     loop {
-        let stream = tokio::time::timeout(TCP_DEADLINE, TcpStream::connect(addr)).await;
-        let mut stream = match stream {
-            Ok(Ok(s)) => s,
-            _ => {
+        let mut stream = match connect(addr, tls.as_ref()).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::debug!(collector = %addr, error = %e, "capture: cannot connect to the collector");
                 let wait = tokio::time::sleep(RETRY);
                 tokio::pin!(wait);
                 loop {
@@ -382,23 +466,38 @@ async fn tcp_writer(
                 continue;
             }
         };
-        let _ = stream.set_nodelay(true);
-        tracing::info!(collector = %addr, "capture: connected to the TCP collector");
+        tracing::info!(collector = %addr, tls = tls.is_some(), "capture: connected to the collector");
         up.store(true, Ordering::Relaxed);
         loop {
-            let Some(packet) = rx.recv().await else {
+            let Some(first) = rx.recv().await else {
+                let _ = tokio::time::timeout(TCP_DEADLINE, stream.shutdown()).await;
                 return;
             };
-            match tokio::time::timeout(TCP_DEADLINE, stream.write_all(&packet)).await {
-                Ok(Ok(())) => sent.increment(1),
-                _ => {
-                    down.increment(1);
-                    break;
+            // What is queued goes out with it, then one flush (TLS holds
+            // what is written until flushed: one record for the lot; on
+            // TCP a flush is free).
+            let mut n = 0u64;
+            let write = async {
+                let mut packet = Some(first);
+                while let Some(p) = packet.take() {
+                    stream.write_all(&p).await?;
+                    n += 1;
+                    if n < WRITE_TURN {
+                        packet = rx.try_recv().ok();
+                    }
                 }
+                stream.flush().await
+            };
+            let written = tokio::time::timeout(TCP_DEADLINE, write).await;
+            if let Ok(Ok(())) = written {
+                sent.increment(n);
+            } else {
+                down.increment(n.max(1));
+                break;
             }
         }
         up.store(false, Ordering::Relaxed);
-        tracing::info!(collector = %addr, "capture: lost the TCP collector; reconnecting");
+        tracing::info!(collector = %addr, "capture: lost the collector; reconnecting");
         while rx.try_recv().is_ok() {
             down.increment(1);
         }
@@ -428,6 +527,7 @@ mod tests {
             register_per_million: 1_000_000,
             queue,
             media: true,
+            tls: None,
         }
     }
 
@@ -439,6 +539,7 @@ mod tests {
             transport: Transport::Udp,
             kind: Kind::Sip,
             payload: Bytes::from(format!("OPTIONS sip:x SIP/2.0\r\nCall-ID: c{i}\r\n\r\n")),
+            fields: None,
         }
     }
 
@@ -508,6 +609,7 @@ mod tests {
             register_per_million: 1_000_000,
             queue: 1,
             media: true,
+            tls: None,
         };
         let names = Names {
             sent: "t_sent",

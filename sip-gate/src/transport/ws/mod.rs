@@ -270,7 +270,7 @@ where
         // out of TLS on a wss listener).
         net.core
             .capture()
-            .sip(listener, Stream, (peer, local), &data);
+            .sip(listener, Stream, (peer, local), &data, None);
         // A keeper's connection: the run that took over decides (R-GW-3).
         let Some(data) = net.relay_in((listener, id, peer), data) else {
             continue;
@@ -322,7 +322,7 @@ async fn write_loop<S>(
             msg = rx.recv() => match msg {
                 Some(bytes) => {
                     if bytes.as_ref() != b"\r\n" {
-                        net.core.capture().sip(listener, Stream, ends, &bytes);
+                        net.core.capture().sip(listener, Stream, ends, &bytes, None);
                     }
                     sip_message(bytes)
                 }
