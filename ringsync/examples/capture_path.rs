@@ -118,7 +118,11 @@ fn play(capture: &Capture, msg: &Bytes, ends: (SocketAddr, SocketAddr), fields: 
         // The gate reads them (once a message, and hands them on) only
         // while capture is on: a clone is what making them costs (two
         // `Bytes` of the message), an upper bound.
-        let fields = if capture.is_on() { fields.cloned() } else { None };
+        let fields = if capture.is_on() {
+            fields.cloned()
+        } else {
+            None
+        };
         capture.sip(0, Transport::Udp, std::hint::black_box(ends), msg, fields);
     }
 }

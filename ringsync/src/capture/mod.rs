@@ -15,6 +15,7 @@
 
 pub mod hep;
 mod send;
+mod stream;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
