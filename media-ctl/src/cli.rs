@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 /// The signals section of `--help` and the man page.
 const SIGNALS: &str = "Signals:
 SIGTERM, SIGINT: stop: take no new calls, then exit (systemctl stop).
+SIGHUP: reload the site file's [capture] (systemctl reload media-ctl); the other sections apply at the next start.
 
 Files:
 /etc/sip-gate/site.toml: the site file (--config, SIP_GATE_CONFIG); see sip-gate.toml(5).";

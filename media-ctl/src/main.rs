@@ -3,7 +3,8 @@
 //!
 //! Thin on purpose: config, tracing, metrics, the store and the node's
 //! registration (`ringsync::daemon`, shared with sip-gate), controller,
-//! signal, stop; each step told to systemd (`ringsync::notify`).
+//! signals (SIGHUP reloads `[capture]`), stop; each step told to systemd
+//! (`ringsync::notify`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -17,7 +18,7 @@ use ringsync::config::{Daemon, SiteConfig};
 use ringsync::daemon::Attached;
 use ringsync::node::{NodeIdentity, NodeRole};
 use ringsync::notify::Notifier;
-use ringsync::signals::Signals;
+use ringsync::signals::{Signal, Signals};
 use ringsync::state::DrainState;
 use tokio_util::sync::CancellationToken;
 
@@ -89,7 +90,7 @@ async fn main() -> anyhow::Result<()> {
     notify.follow_view(&drain, shutdown.clone());
     notify.ready(format!("serving, admin on {admin_addr}"));
 
-    let clean = stop_at_signal(media, &notify, args.drain_deadline_s).await?;
+    let clean = serve_signals(media, &notify, &args.config, args.drain_deadline_s).await?;
     let _ = admin_task.await;
     // Withdrawn after the stop, so what work is left is recorded (R-ST-3).
     store.close().await;
@@ -106,15 +107,31 @@ fn check(config: &SiteConfig, path: &std::path::Path) {
     println!("{}: ok ({mgs} mg/bgmg instances){warned}", path.display());
 }
 
-/// Waits for SIGTERM or SIGINT, then stops the controller within
-/// `deadline_s`; whether everything finished in time.
-async fn stop_at_signal(
+/// Reloads `[capture]` from `config` at each SIGHUP until SIGTERM or
+/// SIGINT, then stops the controller within `deadline_s`; whether
+/// everything finished in time.
+async fn serve_signals(
     media: MediaCtl,
     notify: &Notifier,
+    config: &std::path::Path,
     deadline_s: u64,
 ) -> anyhow::Result<bool> {
-    let mut signals = Signals::stop().context("watching SIGTERM and SIGINT")?;
-    let signal = signals.recv().await;
+    let which = [Signal::Terminate, Signal::Interrupt, Signal::Hangup];
+    let mut signals = Signals::new(&which).context("watching SIGTERM, SIGINT and SIGHUP")?;
+    let signal = loop {
+        let signal = signals.recv().await;
+        if signal.is_stop() {
+            break signal;
+        }
+        // Told to systemd as sip-gate does; a file that does not load
+        // leaves the capture in force (logged and counted).
+        notify.reloading("reloading [capture] from the site file");
+        let status = match media.reload(config) {
+            Ok(()) => "serving; [capture] reloaded".to_owned(),
+            Err(e) => format!("serving; reload refused: {e}"),
+        };
+        notify.ready(status);
+    };
     notify.stopping(format!(
         "stopping ({signal}): answers in flight are relayed, deadline {deadline_s}s"
     ));

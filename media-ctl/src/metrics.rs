@@ -19,6 +19,9 @@ pub(crate) const DROPPED: &str = "mediactl_dropped_total";
 pub(crate) const CAPTURE_SENT: &str = "mediactl_capture_sent_total";
 /// HEP copies dropped, by `reason` (as `sipgate_capture_dropped_total`).
 pub(crate) const CAPTURE_DROPPED: &str = "mediactl_capture_dropped_total";
+/// SIGHUP reloads of the site file, by `result` (`applied`: its
+/// `[capture]` is in force; `invalid`: it does not load, nothing changed).
+pub(crate) const RELOADS: &str = "mediactl_config_reloads_total";
 /// Answers from the mgs, by instance and result (`ok`, `error`, `other`).
 pub(crate) const MG_ANSWERS: &str = "mediactl_mg_answers_total";
 /// Commands an mg did not answer in time, by instance.

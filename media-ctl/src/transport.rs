@@ -179,6 +179,9 @@ impl MediaCtl {
             ng_ids,
         ));
         capture.apply(&config);
+        for result in ["applied", "invalid"] {
+            metrics::counter!(crate::metrics::RELOADS, "result" => result).increment(0);
+        }
         let sockets = Arc::new(Sockets {
             stopped: AtomicBool::new(false),
             client,
@@ -248,6 +251,34 @@ impl MediaCtl {
     /// node with [`Capture::set_node`].
     pub fn capture(&self) -> &Arc<Capture> {
         &self.capture
+    }
+
+    /// SIGHUP: reads the site file at `path` again and puts its
+    /// `[capture]` in force as sip-gate does (a new sender replaces the
+    /// running one, which sends what it holds; without the section,
+    /// capture stops). `[capture]` is the one section media-ctl takes on
+    /// reload: the others apply at its next start. A file that does not
+    /// load changes nothing. Counted in `mediactl_config_reloads_total`.
+    pub fn reload(&self, path: &std::path::Path) -> Result<(), ringsync::config::ConfigError> {
+        let count = |result: &'static str| {
+            metrics::counter!(crate::metrics::RELOADS, "result" => result).increment(1);
+        };
+        match ringsync::config::SiteConfig::load(path) {
+            Ok(config) => {
+                self.capture.apply(&Arc::new(config));
+                count("applied");
+                tracing::info!(
+                    file = %path.display(),
+                    "reloaded: [capture] in force (other sections apply at the next start)"
+                );
+                Ok(())
+            }
+            Err(e) => {
+                count("invalid");
+                tracing::error!(error = %e, "reload: the site file does not load; nothing changed");
+                Err(e)
+            }
+        }
     }
 
     /// The address the ng socket is bound to.

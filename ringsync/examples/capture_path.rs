@@ -6,10 +6,15 @@
 //! ```console
 //! $ cargo build --release -p ringsync --example capture_path
 //! $ valgrind --tool=callgrind --toggle-collect='capture_path::play*' \
-//!     target/release/examples/capture_path 100000 on
+//!     target/release/examples/capture_path 100000 on|scan|off
 //! ```
 //!
-//! `off` runs the same loop without `[capture]` (the one branch).
+//! `on` hands each copy with its Call-ID and method, as sip-gate does for
+//! a UDP message it scanned; `scan` without, as for a message it did not
+//! (the sender reads them from the bytes); `off` runs the same loop
+//! without `[capture]` (the one branch). The sender's part:
+//! `--toggle-collect='*capture::send::Sender::encode*'
+//! --toggle-collect='*capture::send::send_batch*'`.
 
 use std::net::{SocketAddr, UdpSocket};
 use std::path::Path;
@@ -17,7 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use ringsync::capture::{Capture, Names, Transport};
+use ringsync::capture::{Capture, Fields, Names, Transport};
 use ringsync::config::SiteConfig;
 
 const SITE: &str = r#"[site]
@@ -44,11 +49,14 @@ leg = "subscriber"
 fn main() {
     let mut args = std::env::args().skip(1);
     let n: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(100_000);
-    let on = args.next().as_deref() != Some("off");
+    let mode = args.next();
+    let on = mode.as_deref() != Some("off");
+    let fallback = mode.as_deref() == Some("scan");
     let collector = UdpSocket::bind("127.0.0.1:0").expect("a collector socket");
     let at = collector.local_addr().expect("its address");
     collector
-        .set_read_timeout(Some(Duration::from_millis(500)))
+        // Long enough that a sender slowed by valgrind is still read.
+        .set_read_timeout(Some(Duration::from_secs(3)))
         .expect("a timeout");
     let reader = std::thread::spawn(move || {
         let mut buf = [0u8; 65536];
@@ -83,8 +91,15 @@ fn main() {
         "10.0.0.1:5060".parse().unwrap(),
         "10.0.0.2:5060".parse().unwrap(),
     );
+    // What the gate hands with a message it scanned (`fallback`: none, as
+    // for one it did not, which the sender scans).
+    let at = memchr::memmem::find(&msg, b"path-1@").expect("a Call-ID");
+    let fields = (!fallback).then(|| Fields {
+        call_id: Some(msg.slice(at..at + b"path-1@10.0.0.1".len())),
+        method: Some(Bytes::from_static(b"INVITE")),
+    });
     for _ in 0..n / 14 {
-        play(&capture, &msg, ends);
+        play(&capture, &msg, ends, fields.as_ref());
         std::thread::sleep(Duration::from_micros(500));
     }
     drop(capture);
@@ -98,8 +113,16 @@ fn main() {
 
 /// A call's 14 copies through the message path's hook.
 #[inline(never)]
-fn play(capture: &Capture, msg: &Bytes, ends: (SocketAddr, SocketAddr)) {
+fn play(capture: &Capture, msg: &Bytes, ends: (SocketAddr, SocketAddr), fields: Option<&Fields>) {
     for _ in 0..14 {
-        capture.sip(0, Transport::Udp, std::hint::black_box(ends), msg);
+        // The gate reads them (once a message, and hands them on) only
+        // while capture is on: a clone is what making them costs (two
+        // `Bytes` of the message), an upper bound.
+        let fields = if capture.is_on() {
+            fields.cloned()
+        } else {
+            None
+        };
+        capture.sip(0, Transport::Udp, std::hint::black_box(ends), msg, fields);
     }
 }

@@ -247,7 +247,8 @@ pub(crate) async fn run(
             if let Some((bytes, to)) = probe(&p, &config, idx, seq) {
                 if let Some(t) = &tap {
                     let ends = (t.local, to);
-                    t.capture.sip(t.listener, Transport::Udp, ends, &bytes);
+                    t.capture
+                        .sip(t.listener, Transport::Udp, ends, &bytes, None);
                 }
                 send_now(&socket, &bytes, to);
             }

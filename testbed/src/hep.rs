@@ -2,8 +2,9 @@
 //! collector (`sngrep -N -q -L udp:IP:PORT -O file.pcap`, Debian `sngrep`),
 //! which decodes each HEP packet and writes the message it carries as a
 //! frame with the addresses, ports and time the packet says; tshark
-//! (Debian `tshark`) capturing on the loopback interface; and tshark
-//! reading a capture's fields.
+//! (Debian `tshark`) capturing on the loopback interface; tshark
+//! reading a capture's fields; and `openssl s_server` (Debian `openssl`)
+//! as a HEP-over-TLS collector, whose stream is cut into packets here.
 
 use std::{
     net::SocketAddr,
@@ -188,4 +189,93 @@ pub fn hep_args(port: u16) -> Vec<String> {
         "-d".into(),
         format!("udp.port=={port},hep3"),
     ]
+}
+
+/// A HEP collector over TLS: `openssl s_server` on a TCP address with a
+/// self-signed certificate for its IP address, writing what the sender
+/// sends (HEP packets back to back, decrypted) to a file. It serves one
+/// connection at a time and takes the next when it ends.
+#[derive(Debug)]
+pub struct TlsCollector {
+    proc: Proc,
+    dir: TempDir,
+}
+
+impl TlsCollector {
+    /// Starts it on `addr` (TCP); returns once the port is bound.
+    pub fn start(addr: SocketAddr) -> Result<TlsCollector> {
+        let dir = tempfile::Builder::new()
+            .prefix("testbed-hep-tls-")
+            .tempdir()?;
+        crate::tls::self_signed(dir.path(), &addr.ip().to_string())?;
+        let mut cmd = Command::new("openssl");
+        // -quiet: only what the client sends goes to stdout. Its stdin is
+        // held open: s_server ends a connection at the end of its input.
+        cmd.current_dir(dir.path())
+            .args(["s_server", "-quiet", "-cert", "cert.pem", "-key", "key.pem"])
+            .arg("-accept")
+            .arg(addr.to_string());
+        let mut proc = Proc::spawn_stdin_open(cmd, "openssl", dir.path())?;
+        if !wait_listening(addr, Transport::Tcp, Duration::from_secs(10)) {
+            let status = proc.wait_timeout(Duration::ZERO)?;
+            return Err(match status {
+                Some(s) => proc.exited_early(s),
+                None => Error::NotListening {
+                    program: "openssl s_server".into(),
+                    addr: format!("tcp:{addr}"),
+                    after: Duration::from_secs(10),
+                },
+            });
+        }
+        Ok(TlsCollector { proc, dir })
+    }
+
+    /// Its certificate (PEM): the CA a sender must trust.
+    pub fn ca(&self) -> PathBuf {
+        self.dir.path().join("cert.pem")
+    }
+
+    /// The HEP packets received so far, in order; an error if the stream
+    /// is not whole packets back to back (a partial packet at the end is
+    /// left for the next call).
+    pub fn packets(&self) -> Result<Vec<Vec<u8>>> {
+        let data = std::fs::read(self.dir.path().join("openssl.stdout"))?;
+        let mut packets = Vec::new();
+        let mut rest = &data[..];
+        while rest.len() >= 6 {
+            let len = usize::from(u16::from_be_bytes([rest[4], rest[5]]));
+            if &rest[..4] != b"HEP3" || len < 6 {
+                return Err(Error::Command {
+                    command: "openssl s_server".into(),
+                    message: format!("not a HEP v3 packet after {} packets", packets.len()),
+                });
+            }
+            if rest.len() < len {
+                break;
+            }
+            packets.push(rest[..len].to_vec());
+            rest = &rest[len..];
+        }
+        Ok(packets)
+    }
+
+    /// Stops it.
+    pub fn stop(mut self) {
+        self.proc.stop(Duration::from_secs(2));
+    }
+}
+
+/// The chunks of a HEP v3 packet, `(type, data)` in order (vendor 0, as
+/// the gate writes them); `None` if a chunk's length runs past the packet.
+pub fn chunks(packet: &[u8]) -> Option<Vec<(u16, Vec<u8>)>> {
+    let mut out = Vec::new();
+    let mut at = 6;
+    while at < packet.len() {
+        let head = packet.get(at..at + 6)?;
+        let kind = u16::from_be_bytes([head[2], head[3]]);
+        let len = usize::from(u16::from_be_bytes([head[4], head[5]]));
+        out.push((kind, packet.get(at + 6..at.checked_add(len)?)?.to_vec()));
+        at += len.max(6);
+    }
+    Some(out)
 }

@@ -22,7 +22,17 @@ pub(crate) struct Proc {
 }
 
 impl Proc {
-    pub(crate) fn spawn(mut cmd: Command, program: &str, dir: &Path) -> Result<Self> {
+    pub(crate) fn spawn(cmd: Command, program: &str, dir: &Path) -> Result<Self> {
+        Proc::spawn_with(cmd, program, dir, Stdio::null())
+    }
+
+    /// [`Proc::spawn`] with its stdin a pipe held open while it runs: for
+    /// a program that stops at the end of its input (`openssl s_server`).
+    pub(crate) fn spawn_stdin_open(cmd: Command, program: &str, dir: &Path) -> Result<Self> {
+        Proc::spawn_with(cmd, program, dir, Stdio::piped())
+    }
+
+    fn spawn_with(mut cmd: Command, program: &str, dir: &Path, stdin: Stdio) -> Result<Self> {
         let stdout = dir.join(format!("{program}.stdout"));
         let stderr = dir.join(format!("{program}.stderr"));
         let open = |p: &PathBuf| {
@@ -31,7 +41,7 @@ impl Proc {
                 source,
             })
         };
-        cmd.stdin(Stdio::null())
+        cmd.stdin(stdin)
             .stdout(open(&stdout)?)
             .stderr(open(&stderr)?);
         let child = cmd.spawn().map_err(|source| Error::Spawn {

@@ -94,3 +94,93 @@ fn ng_commands_and_answers_reach_the_collector_correlated_by_call_id() {
         assert_eq!((to_mg, to_client), (2, 2), "{call}: {hops:?}");
     }
 }
+
+/// SIGHUP and a wait until media-ctl counted one more reload as `result`.
+fn sighup(site: &Site, result: &str) {
+    let series = format!("mediactl_config_reloads_total{{result=\"{result}\"}}");
+    let before = site.node.metric(&series).unwrap();
+    site.node.signal("HUP");
+    testbed::wait_for(
+        &format!("a reload counted as {result}"),
+        Duration::from_secs(5),
+        || (site.node.metric(&series).ok()? > before).then_some(()),
+    )
+    .unwrap();
+}
+
+/// The correlation ids of the HEP packets `collector` gets until it has
+/// been quiet for its read timeout, for 3 s at most (the mg's pings go on
+/// while capture is on); each packet a log record (type 100).
+fn records(collector: &std::net::UdpSocket) -> Vec<String> {
+    let mut ids = Vec::new();
+    let mut buf = [0u8; 65_536];
+    let until = std::time::Instant::now() + Duration::from_secs(3);
+    while std::time::Instant::now() < until {
+        let Ok(n) = collector.recv(&mut buf) else {
+            break;
+        };
+        let chunks = testbed::hep::chunks(&buf[..n]).expect("a whole HEP packet");
+        let get = |kind| chunks.iter().find(|(k, _)| *k == kind).map(|(_, d)| d);
+        assert_eq!(get(0x000b), Some(&vec![100]), "a log record");
+        let id = get(0x0011).map(|d| String::from_utf8_lossy(d).into_owned());
+        ids.push(id.unwrap_or_default());
+    }
+    ids
+}
+
+/// `[capture]` follows SIGHUP as in sip-gate: started without it, media-ctl
+/// sends nothing; with it added and SIGHUP, the next call's records come;
+/// a file that does not load leaves the capture in force; with it
+/// removed and SIGHUP, nothing more.
+#[test]
+fn capture_applies_on_reload() {
+    let net = (80, 31);
+    let at = SocketAddr::new(ip(net, 50), 9060);
+    let collector = std::net::UdpSocket::bind(at).unwrap();
+    collector
+        .set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    let mut spec = Spec::new(net);
+    spec.mgs = 1;
+    spec.running = vec![0];
+    spec.bgmg = false;
+    let site = Site::start(spec);
+    let mut c = site.client(11);
+    c.setup("before@test");
+    assert_eq!(
+        records(&collector),
+        Vec::<String>::new(),
+        "no [capture] yet"
+    );
+
+    let without = std::fs::read_to_string(&site.path).unwrap();
+    let with = format!("{without}\n[capture]\ncollectors = [\"udp:{at}\"]\n");
+    std::fs::write(&site.path, &with).unwrap();
+    sighup(&site, "applied");
+    c.setup("during@test");
+    let got = records(&collector);
+    // offer and answer, each on four hops.
+    let during = got.iter().filter(|id| *id == "during@test").count();
+    assert_eq!(during, 8, "{got:?}");
+
+    std::fs::write(&site.path, "[site\n").unwrap();
+    sighup(&site, "invalid");
+    c.setup("kept@test");
+    let got = records(&collector);
+    assert_eq!(
+        got.iter().filter(|id| *id == "kept@test").count(),
+        8,
+        "{got:?}"
+    );
+
+    std::fs::write(&site.path, &without).unwrap();
+    sighup(&site, "applied");
+    // What the running sender held when the reload came (the mg's pings).
+    records(&collector);
+    c.setup("after@test");
+    assert_eq!(
+        records(&collector),
+        Vec::<String>::new(),
+        "[capture] removed"
+    );
+}

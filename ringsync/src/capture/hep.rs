@@ -53,46 +53,88 @@ pub struct Record<'a> {
     pub payload: &'a [u8],
 }
 
-/// Appends the packet of `r` to `out` (cleared first).
+/// Appends the packet of `r` to `out`, after what `out` holds (a batch's
+/// packets end to end): the header and fixed chunks are laid out on the
+/// stack at fixed offsets and appended at once, then the auth key,
+/// payload and correlation id, so the payload is copied once. On
+/// [`TooBig`] `out` is left as it was.
 pub fn encode(r: &Record<'_>, out: &mut Vec<u8>) -> Result<(), TooBig> {
-    out.clear();
-    out.extend_from_slice(b"HEP3\0\0");
+    let mut fixed = [0u8; FIXED_MAX];
+    fixed[..4].copy_from_slice(b"HEP3");
     let (src, dst) = (r.src.ip(), r.dst.ip());
     let v4 = match (src, dst) {
         (IpAddr::V4(s), IpAddr::V4(d)) => Some((s, d)),
         _ => None,
     };
     // AF_INET and AF_INET6 as Linux numbers them, as every HEP agent sends.
-    chunk(out, 0x0001, &[if v4.is_some() { 2 } else { 10 }]);
-    chunk(out, 0x0002, &[r.ip_proto]);
-    chunk(out, 0x0007, &r.src.port().to_be_bytes());
-    chunk(out, 0x0008, &r.dst.port().to_be_bytes());
+    let at = put(&mut fixed, 6, 0x0001, [if v4.is_some() { 2 } else { 10 }]);
+    let at = put(&mut fixed, at, 0x0002, [r.ip_proto]);
+    let at = put(&mut fixed, at, 0x0007, r.src.port().to_be_bytes());
+    let at = put(&mut fixed, at, 0x0008, r.dst.port().to_be_bytes());
     let since = r.at.duration_since(UNIX_EPOCH).unwrap_or_default();
     // The seconds field is 32 bits, as in every HEP v3 agent (to 2106).
-    chunk(out, 0x0009, &(since.as_secs() as u32).to_be_bytes());
-    chunk(out, 0x000a, &since.subsec_micros().to_be_bytes());
-    chunk(out, 0x000b, &[r.proto_type]);
-    chunk(out, 0x000c, &r.agent.to_be_bytes());
-    match v4 {
+    let at = put(
+        &mut fixed,
+        at,
+        0x0009,
+        (since.as_secs() as u32).to_be_bytes(),
+    );
+    let at = put(&mut fixed, at, 0x000a, since.subsec_micros().to_be_bytes());
+    let at = put(&mut fixed, at, 0x000b, [r.proto_type]);
+    let at = put(&mut fixed, at, 0x000c, r.agent.to_be_bytes());
+    let fixed_len = match v4 {
         Some((s, d)) => {
-            chunk(out, 0x0003, &s.octets());
-            chunk(out, 0x0004, &d.octets());
+            let at = put(&mut fixed, at, 0x0003, s.octets());
+            put(&mut fixed, at, 0x0004, d.octets())
         }
         None => {
-            chunk(out, 0x0005, &v6(src).octets());
-            chunk(out, 0x0006, &v6(dst).octets());
+            let at = put(&mut fixed, at, 0x0005, v6(src).octets());
+            put(&mut fixed, at, 0x0006, v6(dst).octets())
+        }
+    };
+    let variable = [
+        (0x000e, r.auth_key),
+        (0x000f, Some(r.payload)),
+        (0x0011, r.correlation),
+    ];
+    let len = variable
+        .iter()
+        .filter_map(|(_, d)| d.map(|d| 6 + d.len()))
+        .sum::<usize>()
+        + fixed_len;
+    let len = u16::try_from(len).map_err(|_| TooBig)?;
+    fixed[4..6].copy_from_slice(&len.to_be_bytes());
+    out.reserve(usize::from(len));
+    out.extend_from_slice(&fixed[..fixed_len]);
+    for (kind, data) in variable {
+        if let Some(data) = data {
+            // Each fits: the packet's length, their sum, did.
+            out.extend_from_slice(&head(kind, data.len()));
+            out.extend_from_slice(data);
         }
     }
-    if let Some(key) = r.auth_key {
-        chunk_checked(out, 0x000e, key)?;
-    }
-    chunk_checked(out, 0x000f, r.payload)?;
-    if let Some(id) = r.correlation {
-        chunk_checked(out, 0x0011, id)?;
-    }
-    let len = u16::try_from(out.len()).map_err(|_| TooBig)?;
-    out[4..6].copy_from_slice(&len.to_be_bytes());
     Ok(())
+}
+
+/// The most bytes before the auth key: the header and the fixed chunks
+/// of an IPv6 packet (the longest).
+const FIXED_MAX: usize = 6 + 7 + 7 + 8 + 8 + 10 + 10 + 7 + 10 + 22 + 22;
+
+/// Writes a fixed-size chunk at `at` in `buf`; where the next begins.
+/// Inlined with `at` and `N` known, it compiles to a few stores.
+#[inline(always)]
+fn put<const N: usize>(buf: &mut [u8; FIXED_MAX], at: usize, kind: u16, data: [u8; N]) -> usize {
+    buf[at..at + 6].copy_from_slice(&head(kind, N));
+    buf[at + 6..at + 6 + N].copy_from_slice(&data);
+    at + 6 + N
+}
+
+/// A chunk's head: vendor 0, its type, and its length with the head.
+#[inline(always)]
+fn head(kind: u16, data_len: usize) -> [u8; 6] {
+    let [k0, k1] = kind.to_be_bytes();
+    let [l0, l1] = ((6 + data_len) as u16).to_be_bytes();
+    [0, 0, k0, k1, l0, l1]
 }
 
 fn v6(ip: IpAddr) -> std::net::Ipv6Addr {
@@ -100,23 +142,6 @@ fn v6(ip: IpAddr) -> std::net::Ipv6Addr {
         IpAddr::V4(a) => a.to_ipv6_mapped(),
         IpAddr::V6(a) => a,
     }
-}
-
-/// A chunk whose data is known to be small.
-fn chunk(out: &mut Vec<u8>, kind: u16, data: &[u8]) {
-    out.extend_from_slice(&0u16.to_be_bytes());
-    out.extend_from_slice(&kind.to_be_bytes());
-    out.extend_from_slice(&((6 + data.len()) as u16).to_be_bytes());
-    out.extend_from_slice(data);
-}
-
-/// A chunk of any size, refused past the packet bound.
-fn chunk_checked(out: &mut Vec<u8>, kind: u16, data: &[u8]) -> Result<(), TooBig> {
-    if out.len() + 6 + data.len() > MAX_PACKET {
-        return Err(TooBig);
-    }
-    chunk(out, kind, data);
-    Ok(())
 }
 
 /// What the capture filters and correlates a SIP message by: its method
@@ -267,7 +292,32 @@ mod tests {
             correlation: None,
             payload: &big,
         };
-        assert_eq!(encode(&r, &mut Vec::new()), Err(TooBig));
+        let mut out = b"earlier packets".to_vec();
+        assert_eq!(encode(&r, &mut out), Err(TooBig));
+        assert_eq!(out, b"earlier packets", "left as it was");
+    }
+
+    /// Packets are appended end to end: a batch is one buffer.
+    #[test]
+    fn packets_append_after_what_the_buffer_holds() {
+        let r = |payload: &'static [u8]| Record {
+            at: UNIX_EPOCH,
+            src: "[::1]:5060".parse().unwrap(),
+            dst: "[::2]:5070".parse().unwrap(),
+            ip_proto: IPPROTO_UDP,
+            proto_type: PROTO_SIP,
+            agent: 9,
+            auth_key: Some(b"key"),
+            correlation: Some(b"id"),
+            payload,
+        };
+        let (mut one, mut two, mut both) = (Vec::new(), Vec::new(), Vec::new());
+        encode(&r(b"first"), &mut one).unwrap();
+        encode(&r(b"second"), &mut two).unwrap();
+        encode(&r(b"first"), &mut both).unwrap();
+        encode(&r(b"second"), &mut both).unwrap();
+        assert_eq!(both, [one.clone(), two].concat());
+        assert_eq!(u16::from_be_bytes([one[4], one[5]]) as usize, one.len());
     }
 
     #[test]

@@ -15,6 +15,7 @@
 
 pub mod hep;
 mod send;
+mod stream;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -53,6 +54,18 @@ pub enum Kind {
 /// request had under the same key.
 pub type Correlate = fn(&[u8]) -> (Option<&[u8]>, Option<&[u8]>);
 
+/// What the daemon already read of a SIP message it parsed: its Call-ID
+/// and method (a response's from its CSeq), so the sender need not scan
+/// the copy's header lines again. A copy without them (a message the
+/// daemon did not parse) is scanned by the sender ([`hep::sip_fields`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Fields {
+    /// The Call-ID's value (a slice of the message's bytes).
+    pub call_id: Option<Bytes>,
+    /// The method, or a response's CSeq method.
+    pub method: Option<Bytes>,
+}
+
 /// One message copied for the collectors.
 #[derive(Debug, Clone)]
 pub struct Captured {
@@ -68,6 +81,8 @@ pub struct Captured {
     pub kind: Kind,
     /// The bytes, as received or sent.
     pub payload: Bytes,
+    /// What the daemon read of them, when it parsed them.
+    pub fields: Option<Fields>,
 }
 
 /// The metric names a daemon counts its capture under.
@@ -316,7 +331,8 @@ impl Capture {
     }
 
     /// A SIP message received or sent on `listener` (its index in the
-    /// site's listeners), from `src` to `dst`, now.
+    /// site's listeners), from `src` to `dst`, now; `fields` when the
+    /// daemon parsed it (else the sender reads them from its bytes).
     #[inline]
     pub fn sip(
         &self,
@@ -324,6 +340,7 @@ impl Capture {
         transport: Transport,
         (src, dst): (SocketAddr, SocketAddr),
         payload: &Bytes,
+        fields: Option<Fields>,
     ) {
         if self.is_on() {
             let at = SystemTime::now();
@@ -332,7 +349,7 @@ impl Capture {
                 transport,
                 (src, dst),
                 (Kind::Sip, at),
-                payload,
+                (payload, fields),
             );
         }
     }
@@ -346,12 +363,13 @@ impl Capture {
         &self,
         listener: usize,
         (src, dst): (SocketAddr, SocketAddr),
-        payload: &Bytes,
+        (payload, fields): (&Bytes, Option<Fields>),
         at: SystemTime,
     ) {
         if self.is_on() {
             let kind = (Kind::Sip, at);
-            self.push(Some(listener), Transport::Udp, (src, dst), kind, payload);
+            let copy = (payload, fields);
+            self.push(Some(listener), Transport::Udp, (src, dst), kind, copy);
         }
     }
 
@@ -362,7 +380,7 @@ impl Capture {
         if self.is_on() {
             let bytes = Bytes::copy_from_slice(payload);
             let kind = (Kind::Log, SystemTime::now());
-            self.push(None, Transport::Udp, (src, dst), kind, &bytes);
+            self.push(None, Transport::Udp, (src, dst), kind, (&bytes, None));
         }
     }
 
@@ -372,7 +390,7 @@ impl Capture {
         transport: Transport,
         (src, dst): (SocketAddr, SocketAddr),
         (kind, at): (Kind, SystemTime),
-        payload: &Bytes,
+        (payload, fields): (&Bytes, Option<Fields>),
     ) {
         let tap = self.tap.load();
         let Some(tap) = tap.as_ref() else { return };
@@ -388,6 +406,7 @@ impl Capture {
             transport,
             kind,
             payload: payload.clone(),
+            fields,
         };
         if !tap.queue.push(copy) {
             metrics::counter!(self.names.dropped, "reason" => "queue_full").increment(1);
@@ -435,6 +454,7 @@ mod tests {
             register_per_million: per_million,
             queue: 1,
             media: true,
+            tls: None,
         }
     }
 

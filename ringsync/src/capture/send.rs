@@ -3,9 +3,10 @@
 //! any. A UDP collector gets a non-blocking send on a connected socket
 //! (a full socket buffer drops the copy as `collector_slow`, a refusal
 //! the kernel reports from the collector's ICMP as `collector_down`); a
-//! TCP collector has its own writer task behind a bounded queue, which
-//! connects, writes, and reconnects after a loss, and while it is not
-//! connected its copies are dropped as `collector_down`.
+//! TCP or TLS collector has its own writer task behind a bounded queue,
+//! which connects (and for TLS checks the collector's certificate),
+//! writes, and reconnects after a loss, and while it is not connected its
+//! copies are dropped as `collector_down` (`stream.rs`).
 
 use std::collections::HashMap;
 use std::io;
@@ -14,27 +15,18 @@ use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::Bytes;
 use metrics::Counter;
 use nix::errno::Errno;
 use nix::sys::socket::{sendmmsg, ControlMessage, MsgFlags, MultiHeaders};
-use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
 use super::hep::{self, Record};
+use super::stream::{self, RETRY};
 use super::{wanted, Captured, Correlate, Kind, Names, Queue, Transport};
-use crate::config::{CaptureConfig, Collector, CollectorTransport};
-
-/// How long a collector that could not be reached is left before the
-/// next try.
-const RETRY: Duration = Duration::from_secs(1);
-/// A TCP connect or write that takes longer counts the collector gone.
-const TCP_DEADLINE: Duration = Duration::from_secs(2);
-/// The packets a TCP collector's writer may hold.
-const TCP_QUEUE: usize = 1024;
+use crate::config::{CaptureConfig, CaptureTls, Collector, CollectorTransport};
 
 /// The dropped copies, by reason.
 #[derive(Clone)]
@@ -109,7 +101,7 @@ impl Sender {
             .cfg
             .collectors
             .iter()
-            .map(|c| Out::open(*c, self.names, &self.drops))
+            .map(|c| Out::open(*c, self.names, &self.drops, self.cfg.tls.as_ref()))
             .collect();
         let mut batch = Vec::new();
         let mut packets = Packets::default();
@@ -149,7 +141,12 @@ impl Sender {
         let log_id;
         let (correlation, proto_type) = match copy.kind {
             Kind::Sip => {
-                let (method, call_id) = hep::sip_fields(&copy.payload);
+                // The daemon's own reading when it parsed the message; a
+                // scan of the header lines when it did not.
+                let (method, call_id) = match &copy.fields {
+                    Some(f) => (f.method.as_deref(), f.call_id.as_deref()),
+                    None => hep::sip_fields(&copy.payload),
+                };
                 if !wanted(&self.cfg, method, call_id) {
                     return;
                 }
@@ -174,11 +171,10 @@ impl Sender {
             correlation,
             payload: &copy.payload,
         };
-        if hep::encode(&record, &mut packets.one).is_err() {
+        if hep::encode(&record, &mut packets.all).is_err() {
             self.drops.too_big.increment(1);
             return;
         }
-        packets.all.extend_from_slice(&packets.one);
         packets.ends.push(packets.all.len());
     }
 }
@@ -189,8 +185,6 @@ struct Packets {
     all: Vec<u8>,
     /// Where each packet ends in `all`.
     ends: Vec<usize>,
-    /// The packet being encoded.
-    one: Vec<u8>,
 }
 
 impl Packets {
@@ -227,7 +221,7 @@ enum Out {
 }
 
 impl Out {
-    fn open(c: Collector, names: Names, drops: &Drops) -> Out {
+    fn open(c: Collector, names: Names, drops: &Drops, tls: Option<&CaptureTls>) -> Out {
         let sent = metrics::counter!(names.sent, "collector" => c.to_string());
         sent.increment(0);
         match c.transport {
@@ -238,11 +232,8 @@ impl Out {
                 sent,
                 drops: drops.clone(),
             },
-            CollectorTransport::Tcp => {
-                let (tx, rx) = mpsc::channel(TCP_QUEUE);
-                let up = Arc::new(AtomicBool::new(false));
-                let down = drops.down.clone();
-                tokio::spawn(tcp_writer(c.addr, rx, up.clone(), sent, down));
+            CollectorTransport::Tcp | CollectorTransport::Tls => {
+                let (tx, up) = stream::spawn_writer(c, tls, sent, drops.down.clone());
                 Out::Tcp {
                     tx,
                     up,
@@ -306,19 +297,27 @@ const MMSG_MAX: usize = 1024;
 /// the rest of the batch as `collector_slow`; another error (the
 /// collector's port closed, reported from an earlier packet's ICMP, or no
 /// route) loses the packet it stopped at as `collector_down`, and the
-/// rest go on.
+/// rest go on. The message headers are made once a batch, not once a
+/// call: a closed port fails every other call.
 fn send_batch(s: &UdpSocket, packets: &Packets, sent: &Counter, drops: &Drops) {
-    let all: Vec<&[u8]> = packets.iter().collect();
+    let iovs: Vec<[IoSlice<'_>; 1]> = packets.iter().map(|p| [IoSlice::new(p)]).collect();
+    let most = iovs.len().min(MMSG_MAX);
+    let addrs = vec![None::<()>; most];
+    let mut headers = MultiHeaders::<()>::preallocate(most, None);
+    let no_cmsgs: [ControlMessage<'_>; 0] = [];
+    let flags = MsgFlags::MSG_DONTWAIT;
     let mut at = 0;
-    while at < all.len() {
-        let n = (all.len() - at).min(MMSG_MAX);
-        let iovs: Vec<[IoSlice<'_>; 1]> =
-            all[at..at + n].iter().map(|p| [IoSlice::new(p)]).collect();
-        let addrs = vec![None::<()>; n];
-        let mut headers = MultiHeaders::<()>::preallocate(n, None);
-        let no_cmsgs: [ControlMessage<'_>; 0] = [];
-        let flags = MsgFlags::MSG_DONTWAIT;
-        match sendmmsg(s.as_raw_fd(), &mut headers, &iovs, &addrs, no_cmsgs, flags) {
+    while at < iovs.len() {
+        let n = (iovs.len() - at).min(MMSG_MAX);
+        let some = &iovs[at..at + n];
+        match sendmmsg(
+            s.as_raw_fd(),
+            &mut headers,
+            some,
+            &addrs[..n],
+            no_cmsgs,
+            flags,
+        ) {
             Ok(done) => {
                 let k = done.count();
                 sent.increment(k as u64);
@@ -328,7 +327,7 @@ fn send_batch(s: &UdpSocket, packets: &Packets, sent: &Counter, drops: &Drops) {
                 }
             }
             Err(Errno::EAGAIN) => {
-                drops.slow.increment((all.len() - at) as u64);
+                drops.slow.increment((iovs.len() - at) as u64);
                 return;
             }
             Err(_) => {
@@ -353,61 +352,10 @@ fn udp_socket(addr: SocketAddr) -> io::Result<UdpSocket> {
     Ok(s)
 }
 
-/// A TCP collector's writer: connects (again, a [`RETRY`] after each
-/// failure), writes each packet within [`TCP_DEADLINE`], and ends when the
-/// sender does.
-async fn tcp_writer(
-    addr: SocketAddr,
-    mut rx: mpsc::Receiver<Bytes>,
-    up: Arc<AtomicBool>,
-    sent: Counter,
-    down: Counter,
-) {
-    loop {
-        let stream = tokio::time::timeout(TCP_DEADLINE, TcpStream::connect(addr)).await;
-        let mut stream = match stream {
-            Ok(Ok(s)) => s,
-            _ => {
-                let wait = tokio::time::sleep(RETRY);
-                tokio::pin!(wait);
-                loop {
-                    tokio::select! {
-                        _ = &mut wait => break,
-                        p = rx.recv() => match p {
-                            Some(_) => down.increment(1),
-                            None => return,
-                        },
-                    }
-                }
-                continue;
-            }
-        };
-        let _ = stream.set_nodelay(true);
-        tracing::info!(collector = %addr, "capture: connected to the TCP collector");
-        up.store(true, Ordering::Relaxed);
-        loop {
-            let Some(packet) = rx.recv().await else {
-                return;
-            };
-            match tokio::time::timeout(TCP_DEADLINE, stream.write_all(&packet)).await {
-                Ok(Ok(())) => sent.increment(1),
-                _ => {
-                    down.increment(1);
-                    break;
-                }
-            }
-        }
-        up.store(false, Ordering::Relaxed);
-        tracing::info!(collector = %addr, "capture: lost the TCP collector; reconnecting");
-        while rx.try_recv().is_ok() {
-            down.increment(1);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     /// `cookie rest`: the cookie, and the id when `rest` starts with `id=`.
     fn ids(d: &[u8]) -> (Option<&[u8]>, Option<&[u8]>) {
@@ -428,6 +376,7 @@ mod tests {
             register_per_million: 1_000_000,
             queue,
             media: true,
+            tls: None,
         }
     }
 
@@ -439,6 +388,7 @@ mod tests {
             transport: Transport::Udp,
             kind: Kind::Sip,
             payload: Bytes::from(format!("OPTIONS sip:x SIP/2.0\r\nCall-ID: c{i}\r\n\r\n")),
+            fields: None,
         }
     }
 
@@ -508,6 +458,7 @@ mod tests {
             register_per_million: 1_000_000,
             queue: 1,
             media: true,
+            tls: None,
         };
         let names = Names {
             sent: "t_sent",

@@ -6,11 +6,14 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 
+use rustls_pki_types::{CertificateDer, ServerName};
 use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
 use super::error::ConfigError;
+use super::tls::{read_certs, TlsConfig};
 use super::types::Listener;
 use super::validator::Validator;
 
@@ -26,9 +29,13 @@ pub enum CollectorTransport {
     Udp,
     /// HEP packets back to back on one connection, reconnected when lost.
     Tcp,
+    /// As [`CollectorTransport::Tcp`], in TLS: the collector's certificate
+    /// checked against [`CaptureTls`].
+    Tls,
 }
 
-/// One HEP collector, `udp:IP:PORT` or `tcp:IP:PORT` in the file.
+/// One HEP collector, `udp:IP:PORT`, `tcp:IP:PORT` or `tls:IP:PORT` in
+/// the file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Collector {
     /// UDP or TCP.
@@ -42,6 +49,7 @@ impl fmt::Display for Collector {
         let t = match self.transport {
             CollectorTransport::Udp => "udp",
             CollectorTransport::Tcp => "tcp",
+            CollectorTransport::Tls => "tls",
         };
         write!(f, "{t}:{}", self.addr)
     }
@@ -53,11 +61,16 @@ impl std::str::FromStr for Collector {
     fn from_str(s: &str) -> Result<Collector, String> {
         let (t, addr) = s
             .split_once(':')
-            .ok_or_else(|| format!("`{s}`: write udp:IP:PORT or tcp:IP:PORT"))?;
+            .ok_or_else(|| format!("`{s}`: write udp:IP:PORT, tcp:IP:PORT or tls:IP:PORT"))?;
         let transport = match t {
             "udp" => CollectorTransport::Udp,
             "tcp" => CollectorTransport::Tcp,
-            _ => return Err(format!("`{s}`: the transport is udp or tcp, not `{t}`")),
+            "tls" => CollectorTransport::Tls,
+            _ => {
+                return Err(format!(
+                    "`{s}`: the transport is udp, tcp or tls, not `{t}`"
+                ))
+            }
         };
         let addr = addr
             .parse::<SocketAddr>()
@@ -93,6 +106,22 @@ pub struct CaptureConfig {
     pub queue: usize,
     /// Whether media-ctl sends its ng commands and answers.
     pub media: bool,
+    /// How `tls:` collectors are checked; set when there is one.
+    pub tls: Option<CaptureTls>,
+}
+
+/// What a `tls:` collector's certificate is checked against.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CaptureTls {
+    /// The CA file (PEM): `[capture] ca`, else `[tls] ca`.
+    pub ca: PathBuf,
+    /// Its certificates as read with the site file (a reload that reads
+    /// others starts a new sender).
+    #[serde(skip)]
+    pub roots: Vec<CertificateDer<'static>>,
+    /// The name the certificate must be for; `None`: each collector's IP
+    /// address, as the gate checks the servers it connects to.
+    pub server_name: Option<String>,
 }
 
 impl CaptureConfig {
@@ -124,6 +153,10 @@ pub(super) struct RawCapture {
     queue: Option<Spanned<usize>>,
     #[serde(default = "yes")]
     media: bool,
+    #[serde(default)]
+    ca: Option<Spanned<PathBuf>>,
+    #[serde(default)]
+    server_name: Option<Spanned<String>>,
 }
 
 fn yes() -> bool {
@@ -132,11 +165,13 @@ fn yes() -> bool {
 
 impl Validator<'_> {
     /// `[capture]`: collectors parse, listeners exist, methods are tokens,
-    /// the sample is a share, the queue is bounded.
+    /// the sample is a share, the queue is bounded, a `tls:` collector has
+    /// a CA (its own or `[tls] ca`).
     pub(super) fn capture(
         &self,
         raw: Option<&Spanned<RawCapture>>,
         listeners: &[Listener],
+        site_tls: Option<&TlsConfig>,
     ) -> Result<Option<CaptureConfig>, ConfigError> {
         let Some(raw) = raw else { return Ok(None) };
         let raw = raw.get_ref();
@@ -144,7 +179,7 @@ impl Validator<'_> {
             return Err(self.err(
                 raw.collectors.span(),
                 "capture.collectors",
-                "name at least one collector (udp:IP:PORT or tcp:IP:PORT)",
+                "name at least one collector (udp:IP:PORT, tcp:IP:PORT or tls:IP:PORT)",
             ));
         }
         let mut collectors = Vec::new();
@@ -208,6 +243,14 @@ impl Validator<'_> {
             }
             k => k.as_ref().map(|k| k.get_ref().clone()),
         };
+        let tls = if collectors
+            .iter()
+            .any(|c| c.transport == CollectorTransport::Tls)
+        {
+            Some(self.capture_tls(raw, site_tls)?)
+        } else {
+            None
+        };
         Ok(Some(CaptureConfig {
             collectors,
             agent_id: raw.agent_id,
@@ -218,7 +261,53 @@ impl Validator<'_> {
             register_per_million,
             queue,
             media: raw.media,
+            tls,
         }))
+    }
+
+    /// The CA and server name of `tls:` collectors.
+    fn capture_tls(
+        &self,
+        raw: &RawCapture,
+        site_tls: Option<&TlsConfig>,
+    ) -> Result<CaptureTls, ConfigError> {
+        let (ca, roots) = match (&raw.ca, site_tls.and_then(|t| t.ca.as_ref())) {
+            (Some(p), _) => {
+                let base = self.loc.path.parent().unwrap_or(Path::new("."));
+                let path = base.join(p.get_ref());
+                let roots = read_certs(&path).map_err(|m| self.err(p.span(), "capture.ca", m))?;
+                (path, roots)
+            }
+            (None, Some(site_ca)) => {
+                // Read when `[tls]` was: readable and PEM.
+                let roots = read_certs(site_ca)
+                    .map_err(|m| self.err(raw.collectors.span(), "tls.ca", m))?;
+                (site_ca.clone(), roots)
+            }
+            (None, None) => return Err(self.err(
+                raw.collectors.span(),
+                "capture.ca",
+                "a tls: collector needs the CA its certificate chains to: `ca` here or `[tls] ca`",
+            )),
+        };
+        let server_name = match &raw.server_name {
+            Some(n) => {
+                ServerName::try_from(n.get_ref().as_str()).map_err(|e| {
+                    self.err(
+                        n.span(),
+                        "capture.server_name",
+                        format!("`{}`: {e}", n.get_ref()),
+                    )
+                })?;
+                Some(n.get_ref().clone())
+            }
+            None => None,
+        };
+        Ok(CaptureTls {
+            ca,
+            roots,
+            server_name,
+        })
     }
 }
 
@@ -226,6 +315,7 @@ impl Validator<'_> {
 mod tests {
     use super::super::tests::{load, GOOD};
     use super::*;
+    use crate::config::SiteConfig;
 
     #[test]
     fn capture_as_written_and_its_defaults() {
@@ -255,7 +345,7 @@ mod tests {
             (
                 "collectors = [\"10.0.0.9:9060\"]",
                 "capture.collectors",
-                "udp or tcp",
+                "udp, tcp or tls",
             ),
             (
                 "collectors = [\"udp:10.0.0.9\"]",
@@ -296,6 +386,52 @@ mod tests {
             let e = load(&format!("{GOOD}\n[capture]\n{section}\n")).unwrap_err();
             assert_eq!(e.field, field, "{section}: {e}");
             assert!(e.to_string().contains(says), "{section}: {e}");
+        }
+    }
+
+    /// A `tls:` collector: its CA from `[capture] ca` (relative to the
+    /// site file) or `[tls] ca`, its certificates read with the file; the
+    /// name checked is `server_name` or the collector's IP address.
+    #[test]
+    fn a_tls_collector_has_a_ca_and_a_server_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["homer.example".into()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        std::fs::write(dir.path().join("homer-ca.pem"), cert.pem()).unwrap();
+        let at = |text: &str| SiteConfig::from_str_at(text, &dir.path().join("site.toml"));
+        let section = "[capture]\ncollectors = [\"tls:10.0.0.9:9061\", \"udp:10.0.0.9:9060\"]";
+        let c = at(&format!(
+            "{GOOD}\n{section}\nca = \"homer-ca.pem\"\nserver_name = \"homer.example\"\n"
+        ))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let cap = c.capture.unwrap();
+        assert_eq!(cap.collectors[0].to_string(), "tls:10.0.0.9:9061");
+        let tls = cap.tls.unwrap();
+        assert_eq!(tls.ca, dir.path().join("homer-ca.pem"));
+        assert_eq!(tls.roots, [cert.der().clone()]);
+        assert_eq!(tls.server_name.as_deref(), Some("homer.example"));
+        // Without a tls: collector, nothing of it is kept.
+        let udp = "[capture]\ncollectors = [\"udp:10.0.0.9:9060\"]\nca = \"homer-ca.pem\"\n";
+        assert_eq!(
+            at(&format!("{GOOD}\n{udp}")).unwrap().capture.unwrap().tls,
+            None
+        );
+
+        for (extra, field, says) in [
+            ("", "capture.ca", "`ca` here or `[tls] ca`"),
+            ("ca = \"nope.pem\"", "capture.ca", "cannot read"),
+            (
+                "ca = \"homer-ca.pem\"\nserver_name = \"not a name\"",
+                "capture.server_name",
+                "`not a name`",
+            ),
+        ] {
+            let e = at(&format!("{GOOD}\n{section}\n{extra}\n")).unwrap_err();
+            assert_eq!(e.field, field, "{extra}: {e}");
+            assert!(e.to_string().contains(says), "{extra}: {e}");
         }
     }
 }

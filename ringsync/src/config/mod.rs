@@ -41,7 +41,7 @@ mod tests;
 pub use access::{AccessAction, AccessList, AuthBan};
 pub use ap::DEFAULT_PRIORITY;
 pub use audit::{AuditConfig, MIN_AUDIT_BYTES};
-pub use capture::{CaptureConfig, Collector, CollectorTransport, MAX_CAPTURE_QUEUE};
+pub use capture::{CaptureConfig, CaptureTls, Collector, CollectorTransport, MAX_CAPTURE_QUEUE};
 pub use engine::{
     EngineConfig, EngineKind, RuntimeAddress, DEFAULT_ENGINE_TIMEOUT_MS, DEFAULT_RESYNC_MS,
 };

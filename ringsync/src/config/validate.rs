@@ -54,7 +54,7 @@ pub(super) fn validate(loc: Locator<'_>, raw: RawSite) -> Result<SiteConfig> {
     let overload = super::limits::validate(&v, raw.overload)?;
     let admin = v.admin(raw.admin)?;
     let audit = raw.audit.checked(&v)?;
-    let capture = v.capture(raw.capture.as_ref(), &listeners)?;
+    let capture = v.capture(raw.capture.as_ref(), &listeners, tls.as_ref())?;
     let engines = super::engine::validate(&v, &raw.engine, &instances)?;
     // `backup_sip` destinations are the gate's alone: no engine drives
     // another site's gates (R-HT-1).

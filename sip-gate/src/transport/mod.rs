@@ -30,6 +30,7 @@ use tokio_util::task::TaskTracker;
 
 use hickory_resolver::TokioResolver;
 
+use ringsync::capture::Fields;
 use ringsync::capture::Transport::Udp;
 use ringsync::config::WsOptions;
 
@@ -251,12 +252,22 @@ impl Net {
     /// Sends what the core decided. Never blocks for long: a UDP send only
     /// waits when the kernel buffer is full, TCP only queues.
     fn execute(self: &Arc<Net>, action: Action) {
+        self.execute_for(action, None);
+    }
+
+    /// [`Net::execute`] for the action of a received message whose Call-ID
+    /// and method the transport read (`fields`, while capture is on): what
+    /// the core sends for it is a forward of it or an answer to it, with
+    /// the same Call-ID and CSeq method, so its copy needs no scan. The
+    /// two answers of a [`Action::SendTwo`] are to two transactions (the
+    /// CANCEL and its INVITE): they go without, and are scanned.
+    fn execute_for(self: &Arc<Net>, action: Action, fields: Option<Fields>) {
         match action {
-            Action::Send(out, bytes) => self.send(out, bytes),
+            Action::Send(out, bytes) => self.send(out, bytes, fields),
             Action::SendTwo(both) => {
                 let [first, second] = *both;
-                self.send(first.0, first.1);
-                self.send(second.0, second.1);
+                self.send(first.0, first.1, None);
+                self.send(second.0, second.1, None);
             }
             Action::Resolve(query) => self.resolve(query),
             Action::None => {}
@@ -264,7 +275,7 @@ impl Net {
     }
 
     /// Sends one message where `out` says.
-    fn send(self: &Arc<Net>, out: Out, bytes: Bytes) {
+    fn send(self: &Arc<Net>, out: Out, bytes: Bytes, fields: Option<Fields>) {
         match out {
             Out::Udp { listener, to } => match self.udp.get(listener).and_then(Option::as_ref) {
                 Some(sock) => {
@@ -272,7 +283,7 @@ impl Net {
                     if let (true, Some(Some(local))) =
                         (capture.is_on(), self.udp_local.get(listener))
                     {
-                        capture.sip(listener, Udp, (*local, to), &bytes);
+                        capture.sip(listener, Udp, (*local, to), &bytes, fields);
                     }
                     let sent = crate::datagram::send(
                         sock,

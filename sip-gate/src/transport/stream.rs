@@ -77,7 +77,7 @@ impl Net {
                     // connection is copied here, not again where it is relayed).
                     self.core
                         .capture()
-                        .sip(listener, Stream, (peer, local), &data);
+                        .sip(listener, Stream, (peer, local), &data, None);
                     // A keeper's connection: the run that took over decides.
                     let data = if movable {
                         data
@@ -206,7 +206,7 @@ where
             };
             // Copied before the write: a reply it draws is copied after it.
             if capture.is_on() && msg.as_ref() != b"\r\n" {
-                capture.sip(listener, Stream, (local, peer), &msg);
+                capture.sip(listener, Stream, (local, peer), &msg, None);
             }
             // TLS holds records until flushed; on TCP a flush is free.
             if wr.write_all(&msg).await.is_err() || wr.flush().await.is_err() {

@@ -13,7 +13,9 @@ use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
+use bytes::Bytes;
 use nix::sys::socket::{recvmsg, setsockopt, sockopt, MsgFlags, SockaddrStorage};
+use ringsync::capture::Fields;
 use tokio_util::sync::CancellationToken;
 
 use super::batch::{socket_addr, BatchReceiver, Datagram, Sender};
@@ -153,7 +155,7 @@ fn serve_batch(
     listener: usize,
     intake: (&IntakeMeter, &IntakeWaits, SystemTime),
     batch: &mut Vec<Datagram>,
-    later: &mut Vec<(Sender, SipMessage)>,
+    later: &mut Vec<(Sender, SipMessage, Option<Fields>)>,
 ) {
     let alone = batch.len() == 1;
     let capture = net.core.capture();
@@ -162,34 +164,46 @@ fn serve_batch(
         if data.iter().all(|&b| b == b'\r' || b == b'\n' || b == 0) {
             continue; // keep-alive datagram (RFC 5626 4.4.1 style) or empty
         }
-        // Every message as received, before it is parsed or refused, at
-        // the time the kernel queued it.
-        if let (true, Some(local)) = (capture.is_on(), local) {
-            let at = from.queued.map_or_else(SystemTime::now, |d| UNIX_EPOCH + d);
-            capture.sip_received_at(listener, (from.peer, local), &data, at);
+        // Every message as received, parsed or not, at the time the kernel
+        // queued it: with the Call-ID and method the scan read (a message
+        // that does not scan is kept to be copied without them).
+        let copy = match (capture.is_on(), local) {
+            (true, Some(local)) => {
+                let at = from.queued.map_or_else(SystemTime::now, |d| UNIX_EPOCH + d);
+                Some((local, at, data.clone()))
+            }
+            _ => None,
+        };
+        let scanned = SipMessage::scan(data);
+        // Read once: for this copy and those of what is sent for it.
+        let mut fields = None;
+        if let Some((local, at, raw)) = copy {
+            fields = scanned.as_ref().ok().map(capture_fields);
+            let copy = (&raw, fields.clone());
+            capture.sip_received_at(listener, (from.peer, local), copy, at);
         }
-        let Ok(msg) = SipMessage::scan(data) else {
+        let Ok(msg) = scanned else {
             m::dropped("unparseable");
             continue;
         };
-        if alone || overload::first(&msg, later.iter().map(|(_, m)| m)) {
-            serve(net, listener, intake, from, msg);
+        if alone || overload::first(&msg, later.iter().map(|(_, m, _)| m)) {
+            serve(net, listener, intake, from, (msg, fields));
         } else {
-            later.push((from, msg));
+            later.push((from, msg, fields));
         }
     }
     // New dialogs, then REGISTERs (R-OV-1 for REGISTER): both refused
     // past the deadline, so in an avalanche the REGISTERs are what waits.
     let mut registers = Vec::new();
-    for (from, msg) in later.drain(..) {
-        if overload::before_registers(&msg, registers.iter().map(|(_, m)| m)) {
-            serve(net, listener, intake, from, msg);
+    for (from, msg, fields) in later.drain(..) {
+        if overload::before_registers(&msg, registers.iter().map(|(_, m, _)| m)) {
+            serve(net, listener, intake, from, (msg, fields));
         } else {
-            registers.push((from, msg));
+            registers.push((from, msg, fields));
         }
     }
-    for (from, msg) in registers {
-        serve(net, listener, intake, from, msg);
+    for (from, msg, fields) in registers {
+        serve(net, listener, intake, from, (msg, fields));
     }
 }
 
@@ -198,7 +212,7 @@ fn serve(
     listener: usize,
     (meter, waits, since): (&IntakeMeter, &IntakeWaits, SystemTime),
     from: Sender,
-    msg: SipMessage,
+    (msg, fields): (SipMessage, Option<Fields>),
 ) {
     let now = Instant::now();
     // What waited before this worker read its socket waited for no load
@@ -212,8 +226,39 @@ fn serve(
         listener,
         peer: from.peer,
     };
+    // What it sends for this message is copied with its Call-ID and
+    // method (read when it was received, while capture is on).
     let action = net.core.handle_scanned(inbound, msg, now, behind);
-    net.execute(action);
+    net.execute_for(action, fields);
+}
+
+/// The Call-ID and method (a response's CSeq method) of a message the
+/// gate scanned, for its capture copies: slices of its bytes, or a known
+/// method's name.
+fn capture_fields(msg: &SipMessage) -> Fields {
+    let raw = msg.raw();
+    let method = if msg.is_request() {
+        match msg.method().and_then(|m| m.as_str()) {
+            Some(known) => Some(Bytes::from_static(known.as_bytes())),
+            None => Some(sub(raw, msg.method_bytes())),
+        }
+    } else {
+        msg.cseq_method_bytes().map(|m| sub(raw, m))
+    };
+    Fields {
+        call_id: msg.call_id().map(|c| sub(raw, c)),
+        method,
+    }
+}
+
+/// `part` of `raw` as a slice of it (no copy); a copy should the parser
+/// ever hand back bytes from elsewhere (`Bytes::slice_ref` would panic).
+fn sub(raw: &Bytes, part: &[u8]) -> Bytes {
+    let start = (part.as_ptr() as usize).wrapping_sub(raw.as_ptr() as usize);
+    match raw.get(start..start.wrapping_add(part.len())) {
+        Some(s) if s.as_ptr() == part.as_ptr() => raw.slice(start..start + part.len()),
+        _ => Bytes::copy_from_slice(part),
+    }
 }
 
 /// Reads the socket's error queue: each entry is an ICMP error for a

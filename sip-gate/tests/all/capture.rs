@@ -28,6 +28,7 @@ use testbed::{wait_for, Scenario, Sipp, Transport};
 
 mod streams;
 mod tcp;
+mod tls;
 
 const COLLECTOR_PORT: u16 = 9060;
 

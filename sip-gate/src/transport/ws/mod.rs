@@ -270,7 +270,7 @@ where
         // out of TLS on a wss listener).
         net.core
             .capture()
-            .sip(listener, Stream, (peer, local), &data);
+            .sip(listener, Stream, (peer, local), &data, None);
         // Counted while handled: a hand-over's pause waits for it; once
         // paused it is relayed (R-GW-3).
         let _handling = net.pause.enter();
@@ -325,7 +325,7 @@ async fn write_loop<S>(
             msg = rx.recv() => match msg {
                 Some(bytes) => {
                     if bytes.as_ref() != b"\r\n" {
-                        net.core.capture().sip(listener, Stream, ends, &bytes);
+                        net.core.capture().sip(listener, Stream, ends, &bytes, None);
                     }
                     sip_message(bytes)
                 }
