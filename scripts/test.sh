@@ -31,10 +31,15 @@ echo "[test] the callgrind guard's release build, in the background at the lowes
 # at the end.
 guard_log=$(mktemp)
 pkgdir=$(mktemp -d)
-setsid nice -n 19 scripts/callgrind-guard.sh --build >"$guard_log" 2>&1 &
+# Its own process group (job control on for this one job) so the trap can
+# end cargo and rustc with it; not its own session: with the kernel's
+# autogroup scheduling a new session is a new group of equal weight, and
+# `nice` would then not yield to the tests.
+set -m
+nice -n 19 scripts/callgrind-guard.sh --build >"$guard_log" 2>&1 &
 guard_build=$!
-# A failed step ends the script: the build (its own process group, cargo
-# and rustc in it) must not outlive it.
+set +m
+# A failed step ends the script: the build must not outlive it.
 trap 'kill -- "-$guard_build" 2>/dev/null; rm -rf "$pkgdir" "$guard_log"' EXIT
 
 echo "[test] cargo test (workspace)"
