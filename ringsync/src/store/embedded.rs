@@ -389,7 +389,10 @@ async fn poll(inner: Arc<Inner>, mut last: Option<Fingerprint>, token: Cancellat
                 reported_error = false;
                 inner.publish(Arc::new(set));
             }
-            Ok(Err(e)) | Err(e) => {
+            // The read could not run: the runtime is shutting down with the
+            // process (a CLI command's end). Nothing failed to report.
+            Err(_) => return,
+            Ok(Err(e)) => {
                 // Keep serving the last good snapshot; say so once per bad version.
                 if !reported_error {
                     tracing::error!(error = %e, "profile store changed but cannot be read; keeping the last good profiles");

@@ -290,7 +290,10 @@ async fn poll(inner: Arc<Files>, token: CancellationToken) {
                 reported = false;
                 inner.publish(Arc::new(state));
             }
-            Ok(Err(e)) | Err(e) => {
+            // The read could not run: the runtime is shutting down with the
+            // process (a CLI command's end). Nothing failed to report.
+            Err(_) => return,
+            Ok(Err(e)) => {
                 if !reported {
                     tracing::error!(error = %e, "handover records cannot be read; keeping the last ones");
                     reported = true;
