@@ -8,12 +8,9 @@
 #
 #   scripts/callgrind-guard.sh           # check
 #   scripts/callgrind-guard.sh --update  # write today's figure to the file
-#   scripts/callgrind-guard.sh --build   # only build the example (the test
-#                                        # command starts this early, niced)
 #
 # The release build goes to its own target directory (CALLGRIND_TARGET_DIR,
-# default target/callgrind), so it can run while `cargo test` holds the
-# lock of the main one.
+# default target/callgrind).
 #
 # CALLGRIND_CALLS sets the number of calls (default 5000: about 5 s under
 # valgrind; the per-call figure moves by under 0.1% from run to run).
@@ -31,7 +28,6 @@ command -v valgrind >/dev/null || {
 
 target_dir="${CALLGRIND_TARGET_DIR:-${CARGO_TARGET_DIR:-target}/callgrind}"
 CARGO_TARGET_DIR="$target_dir" cargo build --release --locked --quiet -p sip-gate --example calls
-[[ "${1:-}" == "--build" ]] && exit 0
 out="$(mktemp -t callgrind-guard.XXXXXX)"
 trap 'rm -f "$out"' EXIT
 valgrind --tool=callgrind --callgrind-out-file="$out" \

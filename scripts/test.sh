@@ -24,24 +24,6 @@ cargo check -p sip-gate -p media-ctl --no-default-features --locked
 # without ringsync's `etcd` feature).
 cargo test -p ringsync --lib --no-default-features --locked -- --test-threads=2
 
-echo "[test] the callgrind guard's release build, in the background at the lowest priority"
-# It takes minutes of CPU on a fresh clone; the integration tests below
-# spend most of theirs waiting on timers, so the build fills those gaps
-# (nice 19: a test that wants the CPU gets it) instead of adding its time
-# at the end.
-guard_log=$(mktemp)
-pkgdir=$(mktemp -d)
-# Its own process group (job control on for this one job) so the trap can
-# end cargo and rustc with it; not its own session: with the kernel's
-# autogroup scheduling a new session is a new group of equal weight, and
-# `nice` would then not yield to the tests.
-set -m
-nice -n 19 scripts/callgrind-guard.sh --build >"$guard_log" 2>&1 &
-guard_build=$!
-set +m
-# A failed step ends the script: the build must not outlive it.
-trap 'kill -- "-$guard_build" 2>/dev/null; rm -rf "$pkgdir" "$guard_log"' EXIT
-
 echo "[test] cargo test (workspace)"
 # Integration tests start real peers on 127.0.0.x; two tests at a
 # time keep a 2-core machine from starving SIPp's timers.
@@ -52,6 +34,8 @@ echo "[test] the Debian packages of the debug build: lintian, the man pages, pur
 # script on the debug binaries the tests built checks everything but the
 # optimiser: lintian (any error or warning fails), sip-gate.toml(5), and
 # the purge that removes the tokens file and /var/lib/sip-gate.
+pkgdir=$(mktemp -d)
+trap 'rm -rf "$pkgdir"' EXIT
 PACKAGE_PROFILE=debug scripts/package.sh "$pkgdir"
 ringsync_deb=$(ls "$pkgdir"/ringsync_*.deb)
 # Listings read whole first: `grep -q` on a pipe would end dpkg-deb early.
@@ -69,5 +53,4 @@ echo "[test] packages: lintian clean, man pages and purge in place"
 echo "[test] the routing core's instructions per call (callgrind guard)"
 # Exact whatever the load: fails when a change costs more than 3% over the
 # figure in bench/callgrind-per-call.txt, or saves more without lowering it.
-wait "$guard_build" || { cat "$guard_log" >&2; echo "[test] error: the guard's release build failed" >&2; exit 1; }
 scripts/callgrind-guard.sh

@@ -209,14 +209,22 @@ impl Upgrader {
         // the pause has only what changed since to pass.
         let listed = self.net.movers();
         let early = listed.clone();
-        call(&link, move |l| {
+        let sent = call(&link, move |l| {
             wire::send(l, &Msg::Offer(offer), &borrow(&fds))?;
             wire::send(l, &Msg::Table { conns: early }, &[])
         })
-        .await?;
-        match call(&link, wire::recv::<Msg>).await?.0 {
+        .await;
+        // A new run that refuses the offer may answer and close before the
+        // table is written (the write then fails with a broken pipe): its
+        // answer, already in the socket, is the reason to report.
+        let answer = call(&link, wire::recv::<Msg>).await;
+        let answer = match (sent, answer) {
+            (_, Ok((Msg::Refuse { reason }, _))) => return Err(UpgradeError::Refused(reason)),
+            (Err(e), _) => return Err(e),
+            (Ok(()), answer) => answer?.0,
+        };
+        match answer {
             Msg::Ready => {}
-            Msg::Refuse { reason } => return Err(UpgradeError::Refused(reason)),
             other => return Err(UpgradeError::Unexpected(other.name().into())),
         }
         tracing::info!("upgrade: the new run is ready: handing over the connections and the state");

@@ -159,7 +159,9 @@ fn r_gw_1_sigterm_mid_load_completes_every_forwarded_call_refuses_new_ones_and_e
         log.contains("stopped: no transaction left in flight"),
         "{log}"
     );
-    assert!(stopped < Duration::from_secs(10), "{stopped:?}");
+    // Well before the 120 s deadline: it left when idle (about 5-7 s: the
+    // ring, then the quiet window), with room for a loaded machine.
+    assert!(stopped < Duration::from_secs(20), "{stopped:?}");
 
     // Its next run takes the rest of the calls (ACK, re-INVITE, BYE) by
     // the Record-Route token: every call forwarded before the stop
