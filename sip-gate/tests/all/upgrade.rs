@@ -138,8 +138,20 @@ pub(crate) fn gate(site: &Path, admin: SocketAddr, env: Option<(&str, &str)>) ->
     gate
 }
 
-/// Calls at 10/s, held 2 s (then a re-INVITE and a BYE), through the gate
-/// over `transport`; `sip-gate upgrade` while calls are up.
+/// New calls a second across the upgrade: 10 in the suite; the benchmark
+/// (docs/benchmarks.md, "sip-gate: upgrade hand-over") sets
+/// `UPGRADE_CALL_RATE=100` on the release build. Each test runs six
+/// seconds of calls.
+fn call_rate() -> u32 {
+    std::env::var("UPGRADE_CALL_RATE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10)
+        .clamp(1, 500)
+}
+
+/// Calls at [`call_rate`], held 2 s (then a re-INVITE and a BYE), through
+/// the gate over `transport`; `sip-gate upgrade` while calls are up.
 fn calls_across_an_upgrade(net: (u8, u8), transport: Transport) {
     let (_dir, site, listener, admin) = site(net, false);
     let mut old = gate(&site, admin, None);
@@ -149,13 +161,14 @@ fn calls_across_an_upgrade(net: (u8, u8), transport: Transport) {
         .timeout(Duration::from_secs(90))
         .spawn()
         .unwrap();
-    let calls = 60;
+    let rate = call_rate();
+    let calls = 6 * u64::from(rate);
     let uac = Sipp::new(Scenario::repo("uac_call"))
         .local_ip(ip(net, 21))
         .remote(listener)
         .transport(transport)
         .calls(calls)
-        .rate(10)
+        .rate(rate)
         .duration(Duration::from_secs(2))
         .timeout(Duration::from_secs(90))
         .spawn()
@@ -170,7 +183,12 @@ fn calls_across_an_upgrade(net: (u8, u8), transport: Transport) {
     )
     .unwrap();
 
+    let started = Instant::now();
     let new = upgrade(&site, admin);
+    println!(
+        "upgrade over {transport:?} at {rate} calls/s: the CLI returned in {} ms",
+        started.elapsed().as_millis()
+    );
     assert_ne!(Some(new.0), old.pid());
     // The old run had nothing it could not hand over: it exits by itself.
     let status = old.wait_exit(Duration::from_secs(10));
@@ -180,6 +198,10 @@ fn calls_across_an_upgrade(net: (u8, u8), transport: Transport) {
         old.log()
     );
     let r = uac.wait(Duration::from_secs(90)).unwrap();
+    println!(
+        "upgrade over {transport:?} at {rate} calls/s: {} of {calls} calls succeeded, {} failed",
+        r.successful, r.failed
+    );
     assert!(
         r.all_ok() && r.successful == calls && r.failed == 0,
         "{r:?}\n{}",
