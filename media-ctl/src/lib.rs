@@ -15,7 +15,7 @@
 //! [`upstream`] (commands in flight), [`cache`] (retransmissions),
 //! [`fanout`], [`census`] → [`controller`] (one datagram in, a decision
 //! out) → [`transport`] (sockets and timers) and [`admin`] (HTTP), with
-//! [`status`] for what operators read.
+//! [`status`] for what operators read; [`run`] is the daemon's run.
 #![warn(unreachable_pub)]
 
 // === wire format ===
@@ -40,6 +40,7 @@ mod weights;
 pub mod admin;
 pub mod cli;
 mod metrics;
+pub mod run;
 pub mod status;
 mod transport;
 

@@ -6,7 +6,8 @@
 //! ([`state`]). Nodes report the work they hold as one shared shape
 //! ([`work`]), registered and published by [`node`] and [`publish`];
 //! [`daemon`] is the one start-up and shutdown every data-plane node runs
-//! against its store. The Active-Passive handover's records are in
+//! against its store, [`runtime`] what every daemon starts and stops
+//! with (recorder, signals, systemd, tasks). The Active-Passive handover's records are in
 //! [`handover`]. [`notify`] tells systemd a daemon is ready, stopping
 //! or alive; [`signals`] are what every daemon stops or reloads on.
 //! [`tls`] serves a certificate that is re-read when its files change.
@@ -39,6 +40,7 @@ pub mod notify;
 pub mod profile;
 pub mod publish;
 pub mod ring;
+pub mod runtime;
 pub mod signals;
 pub mod state;
 pub mod store;

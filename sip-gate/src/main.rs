@@ -52,10 +52,7 @@ async fn announce(args: AnnounceArgs) -> anyhow::Result<()> {
 /// Loads the site file (exit 2 when it does not load); with `--check`, says
 /// what it holds and returns `None`: nothing is bound.
 fn load_or_check(path: &std::path::Path, check: bool) -> Option<SiteConfig> {
-    let config = SiteConfig::load(path).unwrap_or_else(|e| {
-        eprintln!("error: {e}");
-        std::process::exit(2)
-    });
+    let config = ringsync::runtime::site_or_exit(path);
     if !check {
         return Some(config);
     }

@@ -3,8 +3,9 @@
 //! then serving until SIGTERM or SIGINT and the stop (R-GW-1); or, in a run
 //! an upgrade started, the take-over from the running gate (R-GW-3) and,
 //! when this run is upgraded itself, the hand-over and what it keeps
-//! afterwards. Each step is told to systemd ([`ringsync::notify`]). The
-//! binary parses its arguments, loads the site file and calls [`run`].
+//! afterwards. Each step is told to systemd ([`ringsync::notify`]); the
+//! recorder, the signals and the watchdog are the node runtime every
+//! daemon starts with ([`ringsync::runtime`]). The binary parses its arguments, loads the site file and calls [`run`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,7 +13,8 @@ use std::time::Duration;
 use ringsync::config::SiteConfig;
 use ringsync::daemon::Attached;
 use ringsync::notify::Notifier;
-use ringsync::signals::Signals;
+use ringsync::runtime::{Runtime, RuntimeError};
+use ringsync::signals::{Signal, Signals};
 use ringsync::state::DrainState;
 use ringsync::work::RunInfo;
 use tokio_util::sync::CancellationToken;
@@ -25,17 +27,9 @@ use crate::{node, Gate, GateError};
 /// its [`std::error::Error::source`].
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
-    /// The Prometheus recorder could not be installed.
-    #[error("installing the metrics recorder")]
-    Metrics(#[from] metrics_exporter_prometheus::BuildError),
-    /// A signal could not be watched (`what` names which).
-    #[error("watching {what}")]
-    Signals {
-        /// The signals.
-        what: &'static str,
-        /// The cause.
-        source: std::io::Error,
-    },
+    /// The recorder or the signals (see [`RuntimeError`]).
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
     /// The listeners could not be bound or the gate not started.
     #[error("starting the gate")]
     Gate(#[from] GateError),
@@ -56,7 +50,10 @@ pub enum RunError {
 }
 
 fn watching(what: &'static str) -> impl FnOnce(std::io::Error) -> RunError {
-    move |source| RunError::Signals { what, source }
+    move |source| {
+        let what = what.to_owned();
+        RunError::Runtime(RuntimeError::Signals { what, source })
+    }
 }
 
 /// Runs the gate on `config` (loaded from `args.config`) until it stops or
@@ -74,22 +71,23 @@ pub async fn run(args: &Args, config: SiteConfig, started_ms: u64) -> Result<(),
             std::process::exit(1);
         }
     };
-    let prometheus = ringsync::daemon::install_metrics()?;
     // Watched from the start: a signal is never missed, and a second one
     // during the stop is seen. SIGUSR2 too: its default would end the gate.
-    let mut signals = Signals::stop().map_err(watching("SIGTERM and SIGINT"))?;
-    let usr2 = Signals::upgrade().map_err(watching("SIGUSR2"))?;
-    let shutdown = CancellationToken::new();
-    let notify = Notifier::new();
     // This run's messages to systemd end when it hands over (R-GW-3): the
     // new run is the main process then, and speaks for the service.
-    let notify_stop = shutdown.child_token();
-    // The first word to systemd is the phase, then the watchdog's pings.
-    notify.phase(match &inheritance {
+    let phase = match &inheritance {
         Some(_) => "upgrading: taking over from the running gate",
         None => "starting: binding the listeners",
-    });
-    notify.watchdog(notify_stop.clone());
+    };
+    let Runtime {
+        prometheus,
+        notify,
+        notify_stop,
+        shutdown,
+        tasks: _,
+        mut signals,
+    } = Runtime::start(phase, &[Signal::Terminate, Signal::Interrupt])?;
+    let usr2 = ringsync::runtime::watch(&[Signal::User2])?;
     let drain = DrainState::new(Arc::new(config.clone()));
     let deadline = Duration::from_secs(args.drain_deadline_s);
     let ctx = Ctx {

@@ -219,6 +219,22 @@ impl SiteFile {
         self
     }
 
+    /// Replaces the embedded store [`SiteFile::new`] wrote with etcd at
+    /// `endpoints` (`http://ip:port`), the site's keys under `prefix`.
+    pub fn etcd(mut self, endpoints: &[String], prefix: &str) -> SiteFile {
+        let quoted: Vec<String> = endpoints.iter().map(|e| format!("\"{e}\"")).collect();
+        let etcd = format!(
+            "[store]\nkind = \"etcd\"\nendpoints = [{}]\nprefix = \"{prefix}\"\n",
+            quoted.join(", ")
+        );
+        self.text = self.text.replacen(
+            "[store]\nkind = \"embedded\"\npath = \"profiles.json\"\n",
+            &etcd,
+            1,
+        );
+        self
+    }
+
     /// A `[[listener]]` bound at `bind` for the `leg` (`subscriber` or
     /// `provider`), choosing by `mode`; `extra` adds lines (transports, ...).
     pub fn listener(
@@ -505,6 +521,29 @@ mod tests {
         );
         assert!(!text.contains("own-test-secret"), "{text}");
         assert!(text.contains("path = \"t1.profiles.json\""), "{text}");
+    }
+
+    #[test]
+    fn etcd_replaces_the_embedded_store() {
+        let eps = [
+            "http://127.200.0.7:2379".to_owned(),
+            "http://127.200.0.8:2379".to_owned(),
+        ];
+        let text = SiteFile::new("on-etcd")
+            .etcd(&eps, "/t/on-etcd")
+            .text()
+            .to_owned();
+        let cfg = ringsync::SiteConfig::from_str_at(&text, Path::new("site.toml")).unwrap();
+        match &cfg.store {
+            ringsync::config::StoreConfig::Etcd {
+                endpoints, prefix, ..
+            } => assert_eq!(
+                (endpoints.as_slice(), prefix.as_str()),
+                (&eps[..], "/t/on-etcd")
+            ),
+            other => panic!("not etcd: {other:?}"),
+        }
+        assert!(!text.contains("embedded"), "{text}");
     }
 
     #[test]

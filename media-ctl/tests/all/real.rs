@@ -14,6 +14,7 @@ use media_ctl::Status;
 use ringsync::profile::{NewProfile, ProfileState};
 use ringsync::work::WorkReport;
 use testbed::bins::Node;
+use testbed::fixture::SiteFile;
 use testbed::{Rtpengine, RtpengineHandle};
 
 /// `127.a.b.host`.
@@ -89,34 +90,24 @@ impl Site {
         let dir = tempfile::tempdir().unwrap();
         let ng = SocketAddr::new(ip(net, 1), 2223);
         let admin = SocketAddr::new(ip(net, 1), 9092);
-        let mut t = format!(
-            "[site]\nname = \"m{a}-{b}\"\n\n[timers]\nmg_drain_window_s = {w}\n\n\
-             [admin]\nmedia_bind = \"{admin}\"\n\n\
-             [media]\nng_bind = \"{ng}\"\nping_interval_ms = 200\nping_timeout_ms = 150\nping_failures = 2\nmg_timeout_ms = 800\n\n",
-            a = net.0,
-            b = net.1,
-            w = spec.window_s,
-        );
-        for i in 0..spec.mgs {
-            t.push_str(&format!("[[server]]\nname = \"{}\"\n", srv(i)));
-        }
+        let media =
+            "ping_interval_ms = 200\nping_timeout_ms = 150\nping_failures = 2\nmg_timeout_ms = 800";
+        let mut site = SiteFile::new(&format!("m{}-{}", net.0, net.1))
+            .section("timers", &format!("mg_drain_window_s = {}", spec.window_s))
+            .section("admin", &format!("media_bind = \"{admin}\""))
+            .media(ng, media);
+        let servers: Vec<String> = (0..spec.mgs).map(srv).collect();
+        site = site.servers(&servers.iter().map(String::as_str).collect::<Vec<_>>());
         // One sg per server; each sends ng from 127.a.b.(11+i).
         for i in 0..spec.mgs {
-            t.push_str(&format!(
-                "[[instance]]\nid = \"sg-{c}\"\nservice = \"sg\"\nserver = \"{s}\"\nsip = \"{ip}:5060\"\n",
-                c = (b'a' + i) as char,
-                s = srv(i),
-                ip = ip(net, 11 + i)
-            ));
+            let sg = format!("sg-{}", (b'a' + i) as char);
+            site = site.instance(&sg, "sg", &srv(i), SocketAddr::new(ip(net, 11 + i), 5060));
         }
         let mut mgs = BTreeMap::new();
         for i in 0..spec.mgs {
             let addr = ip(net, 31 + i);
-            t.push_str(&format!(
-                "[[instance]]\nid = \"{}\"\nservice = \"mg\"\nserver = \"{}\"\nng = \"{addr}:22222\"\n",
-                mg_id(i),
-                srv(i)
-            ));
+            let ng = format!("ng = \"{addr}:22222\"");
+            site = site.instance_with(&mg_id(i), "mg", &srv(i), &ng);
             if spec.running.contains(&i) {
                 let r = spec
                     .rtpengine_args
@@ -127,9 +118,7 @@ impl Site {
         }
         if spec.bgmg {
             let addr = ip(net, 41);
-            t.push_str(&format!(
-                "[[instance]]\nid = \"bgmg-a\"\nservice = \"bgmg\"\nserver = \"srv-a\"\nng = \"{addr}:22222\"\n"
-            ));
+            site = site.instance_with("bgmg-a", "bgmg", "srv-a", &format!("ng = \"{addr}:22222\""));
             let r = spec
                 .rtpengine_args
                 .iter()
@@ -137,17 +126,9 @@ impl Site {
             mgs.insert("bgmg-a".into(), r.start().unwrap());
         }
         if let Some(eps) = &spec.etcd {
-            let eps: Vec<String> = eps.iter().map(|e| format!("\"{e}\"")).collect();
-            t.push_str(&format!(
-                "[store]\nkind = \"etcd\"\nendpoints = [{}]\nprefix = \"/media/{}-{}\"\n",
-                eps.join(", "),
-                net.0,
-                net.1
-            ));
+            site = site.etcd(eps, &format!("/media/{}-{}", net.0, net.1));
         }
-        t.push_str(&spec.extra);
-        let path = dir.path().join("site.toml");
-        std::fs::write(&path, &t).unwrap();
+        let path = site.raw(&spec.extra).write(dir.path());
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()

@@ -113,21 +113,7 @@ impl Validator<'_> {
         spanned: &Spanned<RawListener>,
         instances: &[Instance],
     ) -> Result<ListenerMode> {
-        let r = spanned.get_ref();
-        let Some(pool) = &r.pool else {
-            return Err(self.err(
-                spanned.span(),
-                format!("listener[{i}].pool"),
-                "a balance listener needs `pool = \"<service>\"`",
-            ));
-        };
-        if r.instance.is_some() {
-            return Err(self.err(
-                spanned.span(),
-                format!("listener[{i}].instance"),
-                "a balance listener takes `pool`, not `instance`",
-            ));
-        }
+        let pool = self.target(i, spanned, "balance", Target::Pool("<service>"))?;
         let service = Service::from(pool.get_ref().clone());
         if !service.is_sip() {
             return Err(self.err(
@@ -162,21 +148,7 @@ impl Validator<'_> {
         spanned: &Spanned<RawListener>,
         instances: &[Instance],
     ) -> Result<ListenerMode> {
-        let r = spanned.get_ref();
-        let Some(inst) = &r.instance else {
-            return Err(self.err(
-                spanned.span(),
-                format!("listener[{i}].instance"),
-                "a guard listener needs `instance = \"<id>\"`",
-            ));
-        };
-        if r.pool.is_some() {
-            return Err(self.err(
-                spanned.span(),
-                format!("listener[{i}].pool"),
-                "a guard listener takes `instance`, not `pool`",
-            ));
-        }
+        let inst = self.target(i, spanned, "guard", Target::Instance)?;
         match service_of(instances, inst.get_ref()) {
             Some(s) if s.is_sip() => Ok(ListenerMode::Guard {
                 instance: inst.get_ref().clone(),
@@ -193,4 +165,48 @@ impl Validator<'_> {
             )),
         }
     }
+
+    /// What a `mode` listener balances over or guards: its `pool` or its
+    /// `instance`, whichever `want` says, refusing the other one. The
+    /// errors name the mode and the field, as "a balance listener needs
+    /// `pool = \"<service>\"`" or "a guard listener takes `instance`, not
+    /// `pool`".
+    pub(super) fn target<'r>(
+        &self,
+        i: usize,
+        spanned: &'r Spanned<RawListener>,
+        mode: &str,
+        want: Target,
+    ) -> Result<&'r Spanned<String>> {
+        let r = spanned.get_ref();
+        let (field, example, (this, other)) = match want {
+            Target::Pool(example) => ("pool", example, (&r.pool, &r.instance)),
+            Target::Instance => ("instance", "<id>", (&r.instance, &r.pool)),
+        };
+        let not = if field == "pool" { "instance" } else { "pool" };
+        let Some(this) = this else {
+            return Err(self.err(
+                spanned.span(),
+                format!("listener[{i}].{field}"),
+                format!("a {mode} listener needs `{field} = \"{example}\"`"),
+            ));
+        };
+        if other.is_some() {
+            return Err(self.err(
+                spanned.span(),
+                format!("listener[{i}].{not}"),
+                format!("a {mode} listener takes `{field}`, not `{not}`"),
+            ));
+        }
+        Ok(this)
+    }
+}
+
+/// Which field of a listener names what it fronts ([`Validator::target`]).
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Target {
+    /// `pool = "..."`, with the example the error shows (`<service>`, `ws`).
+    Pool(&'static str),
+    /// `instance = "<id>"`.
+    Instance,
 }

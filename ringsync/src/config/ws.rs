@@ -19,6 +19,7 @@ use std::net::SocketAddr;
 use toml::Spanned;
 
 use super::error::ConfigError;
+use super::listeners::Target;
 use super::raw::{RawInstance, RawListener};
 use super::types::{Listener, ListenerMode, Service, Transport, WsOptions};
 use super::validator::Validator;
@@ -140,33 +141,18 @@ impl Validator<'_> {
         instances: &[Instance],
     ) -> Result<ListenerMode> {
         let r = spanned.get_ref();
-        match &r.pool {
-            Some(p) if p.get_ref() == "ws" => {}
-            Some(p) => {
-                return Err(self.err(
-                    p.span(),
-                    format!("listener[{i}].pool"),
-                    format!(
-                        "a ws_pool listener fronts the `ws` instances, not `{}`",
-                        p.get_ref()
-                    ),
-                ))
-            }
-            None => {
-                return Err(self.err(
-                    spanned.span(),
-                    format!("listener[{i}].pool"),
-                    "a ws_pool listener needs `pool = \"ws\"`",
-                ))
-            }
-        }
-        if r.instance.is_some() {
+        // A pool other than `ws` is named first, as before `needs`/`takes`.
+        if let Some(p) = r.pool.as_ref().filter(|p| p.get_ref() != "ws") {
             return Err(self.err(
-                spanned.span(),
-                format!("listener[{i}].instance"),
-                "a ws_pool listener takes `pool`, not `instance`",
+                p.span(),
+                format!("listener[{i}].pool"),
+                format!(
+                    "a ws_pool listener fronts the `ws` instances, not `{}`",
+                    p.get_ref()
+                ),
             ));
         }
+        self.target(i, spanned, "ws_pool", Target::Pool("ws"))?;
         let mut ws = instances.iter().filter(|x| x.service == Service::Ws);
         let Some(_) = ws.clone().next() else {
             return Err(self.err(

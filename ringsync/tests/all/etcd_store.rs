@@ -10,7 +10,8 @@ use std::time::Duration;
 use crate::etcd_common::{eventually, ip, node};
 use ringsync::profile::{NewProfile, ProfilePatch, ProfileState};
 use ringsync::state::DrainState;
-use ringsync::store::{Store, StoreError};
+use ringsync::store::{EtcdStore, Store, StoreError};
+use ringsync::SiteConfig;
 use testbed::{Etcd, TcpPartition};
 use tokio::sync::Barrier;
 use tokio_util::sync::CancellationToken;
@@ -28,30 +29,105 @@ fn blocking<T>(f: impl FnOnce() -> T) -> T {
     tokio::task::block_in_place(f)
 }
 
+/// One etcd on `127.0.<net>.11` and the common test site on it under
+/// `prefix`, its files (site, view caches) in a temp dir.
+struct OnEtcd {
+    etcd: Etcd,
+    eps: Vec<String>,
+    dir: tempfile::TempDir,
+    prefix: &'static str,
+    config: Arc<SiteConfig>,
+}
+
+impl OnEtcd {
+    fn start(net: u8, prefix: &'static str) -> OnEtcd {
+        let etcd = blocking(|| Etcd::single(ip(net, 11))).expect("etcd");
+        let eps = etcd.endpoints();
+        let dir = tempfile::tempdir().unwrap();
+        let config = crate::etcd_common::etcd_site(dir.path(), &eps, prefix);
+        OnEtcd {
+            etcd,
+            eps,
+            dir,
+            prefix,
+            config,
+        }
+    }
+
+    /// A node reaching etcd at `eps`, its view cache `cache` in the dir.
+    async fn open(&self, eps: &[String], cache: &str) -> Result<EtcdStore, StoreError> {
+        let cache = self.dir.path().join(cache);
+        node(&self.config, eps, self.prefix, cache).await
+    }
+
+    /// A node on the etcd, its view cache `cache` in the dir.
+    async fn node(&self, cache: &str) -> EtcdStore {
+        self.open(&self.eps, cache).await.unwrap()
+    }
+
+    /// `n` nodes, each with its own view cache.
+    async fn nodes(&self, n: usize) -> Vec<Arc<EtcdStore>> {
+        let mut nodes = Vec::new();
+        for i in 0..n {
+            nodes.push(Arc::new(self.node(&format!("{i}.cache")).await));
+        }
+        nodes
+    }
+
+    /// A drain state following `store` (as a node's does) until the token
+    /// is cancelled.
+    fn follow(&self, store: Arc<dyn Store>) -> (Arc<DrainState>, CancellationToken) {
+        let state = DrainState::new(self.config.clone());
+        let shutdown = CancellationToken::new();
+        // Detached: it ends with `shutdown`.
+        drop(state.follow(store, shutdown.clone()));
+        (state, shutdown)
+    }
+}
+
+/// Runs `write(i, node)` for every node at one instant (they wait at one
+/// barrier first); the results in the nodes' order.
+async fn at_once<T, F, Fut>(nodes: &[Arc<EtcdStore>], write: F) -> Vec<T>
+where
+    T: Send + 'static,
+    F: Fn(usize, Arc<EtcdStore>) -> Fut,
+    Fut: std::future::Future<Output = T> + Send + 'static,
+{
+    let barrier = Arc::new(Barrier::new(nodes.len()));
+    let mut tasks = Vec::new();
+    for (i, s) in nodes.iter().enumerate() {
+        let (barrier, write) = (barrier.clone(), write(i, s.clone()));
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            write.await
+        }));
+    }
+    let mut results = Vec::new();
+    for t in tasks {
+        results.push(t.await.unwrap());
+    }
+    results
+}
+
+/// Waits until `state` says its store is stale.
+async fn stale(state: &DrainState) {
+    eventually("stale", Duration::from_secs(5), || {
+        let f = state.freshness();
+        async move { f.is_stale() }
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn audited_writes_and_stale_revisions_on_etcd() {
-    let etcd = blocking(|| Etcd::single(ip(68, 11))).expect("etcd");
-    let eps = etcd.endpoints();
-    let dir = tempfile::tempdir().unwrap();
-    let config = crate::etcd_common::etcd_site(dir.path(), &eps, "/t/audit");
-    let a = node(&config, &eps, "/t/audit", dir.path().join("a.cache"))
-        .await
-        .unwrap();
-    crate::common::audited_writes(&a).await;
+    let site = OnEtcd::start(68, "/t/audit");
+    crate::common::audited_writes(&site.node("a.cache").await).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r_pr_1_and_r_pr_2_across_nodes() {
-    let etcd = blocking(|| Etcd::single(ip(61, 11))).expect("etcd");
-    let eps = etcd.endpoints();
-    let dir = tempfile::tempdir().unwrap();
-    let config = crate::etcd_common::etcd_site(dir.path(), &eps, "/t/crud");
-    let a = node(&config, &eps, "/t/crud", dir.path().join("a.cache"))
-        .await
-        .unwrap();
-    let b = node(&config, &eps, "/t/crud", dir.path().join("b.cache"))
-        .await
-        .unwrap();
+    let site = OnEtcd::start(61, "/t/crud");
+    let (a, b) = (site.node("a.cache").await, site.node("b.cache").await);
     assert!(a.list().await.unwrap().profiles.is_empty());
 
     // R-PR-1: an unknown server is refused and nothing is stored.
@@ -68,9 +144,7 @@ async fn r_pr_1_and_r_pr_2_across_nodes() {
         Err(StoreError::Refused(Refusal::DuplicateName { .. }))
     ));
     // R-PR-2: the other node sees the activation without restarting.
-    let state = DrainState::new(config.clone());
-    let shutdown = CancellationToken::new();
-    let _f = state.follow(Arc::new(b), shutdown.clone());
+    let (state, shutdown) = site.follow(Arc::new(b));
     a.set_state("maint-a", ProfileState::Active).await.unwrap();
     eventually(
         "node b applies the activation",
@@ -119,18 +193,8 @@ async fn r_pr_1_and_r_pr_2_across_nodes() {
 /// profiles at the same instant all succeed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_writers_one_wins_the_others_conflict() {
-    let etcd = blocking(|| Etcd::single(ip(62, 11))).expect("etcd");
-    let eps = etcd.endpoints();
-    let dir = tempfile::tempdir().unwrap();
-    let prefix = "/t/cas";
-    let config = crate::etcd_common::etcd_site(dir.path(), &eps, prefix);
-    let mut nodes = Vec::new();
-    for i in 0..8 {
-        let s = node(&config, &eps, prefix, dir.path().join(format!("{i}.cache")))
-            .await
-            .unwrap();
-        nodes.push(Arc::new(s));
-    }
+    let site = OnEtcd::start(62, "/t/cas");
+    let nodes = site.nodes(8).await;
     nodes[0].create(new("shared", &["srv-a"])).await.unwrap();
     for (i, s) in nodes.iter().enumerate() {
         s.create(new(&format!("own-{i}"), &["srv-b"]))
@@ -139,22 +203,17 @@ async fn concurrent_writers_one_wins_the_others_conflict() {
     }
     let before = nodes[0].list().await.unwrap().revision;
 
-    let barrier = Arc::new(Barrier::new(nodes.len()));
-    let mut tasks = Vec::new();
-    for (i, s) in nodes.iter().enumerate() {
-        let (s, barrier) = (s.clone(), barrier.clone());
-        tasks.push(tokio::spawn(async move {
-            barrier.wait().await;
-            let patch = ProfilePatch {
-                description: Some(format!("writer {i}")),
-                ..Default::default()
-            };
-            s.update("shared", patch).await
-        }));
-    }
+    let results = at_once(&nodes, |i, s| async move {
+        let patch = ProfilePatch {
+            description: Some(format!("writer {i}")),
+            ..Default::default()
+        };
+        s.update("shared", patch).await
+    })
+    .await;
     let (mut ok, mut conflicts) = (Vec::new(), 0);
-    for (i, t) in tasks.into_iter().enumerate() {
-        match t.await.unwrap() {
+    for (i, result) in results.into_iter().enumerate() {
+        match result {
             Ok(p) => {
                 assert_eq!(p.description, format!("writer {i}"));
                 ok.push(i);
@@ -181,19 +240,12 @@ async fn concurrent_writers_one_wins_the_others_conflict() {
     assert!(ok.iter().any(|i| *last == format!("writer {i}")), "{last}");
 
     // Different profiles at one instant: no conflict, all applied.
-    let barrier = Arc::new(Barrier::new(nodes.len()));
-    let mut tasks = Vec::new();
-    for (i, s) in nodes.iter().enumerate() {
-        let (s, barrier) = (s.clone(), barrier.clone());
-        tasks.push(tokio::spawn(async move {
-            barrier.wait().await;
-            s.set_state(&format!("own-{i}"), ProfileState::Active).await
-        }));
-    }
-    for t in tasks {
-        t.await
-            .unwrap()
-            .expect("writes to different profiles never conflict");
+    let results = at_once(&nodes, |i, s| async move {
+        s.set_state(&format!("own-{i}"), ProfileState::Active).await
+    })
+    .await;
+    for result in results {
+        result.expect("writes to different profiles never conflict");
     }
     let set = nodes[0].list().await.unwrap();
     assert_eq!(set.active_count(), 8);
@@ -211,18 +263,8 @@ async fn concurrent_writers_one_wins_the_others_conflict() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r_pr_4_the_same_change_at_once_is_made_once_and_the_others_are_stale() {
     use ringsync::store::{Actor, AuditQuery, Op, WriteRequest};
-    let etcd = blocking(|| Etcd::single(ip(75, 11))).expect("etcd");
-    let eps = etcd.endpoints();
-    let dir = tempfile::tempdir().unwrap();
-    let prefix = "/t/same";
-    let config = crate::etcd_common::etcd_site(dir.path(), &eps, prefix);
-    let mut nodes = Vec::new();
-    for i in 0..8 {
-        let s = node(&config, &eps, prefix, dir.path().join(format!("{i}.cache")))
-            .await
-            .unwrap();
-        nodes.push(Arc::new(s));
-    }
+    let site = OnEtcd::start(75, "/t/same");
+    let nodes = site.nodes(8).await;
     nodes[0].create(new("shared", &["srv-a"])).await.unwrap();
     let mut made = 0;
     for round in 0..6 {
@@ -233,28 +275,25 @@ async fn r_pr_4_the_same_change_at_once_is_made_once_and_the_others_are_stale() 
         };
         let set = nodes[0].list().await.unwrap();
         let rev = set.find("shared").unwrap().revision;
-        let barrier = Arc::new(Barrier::new(nodes.len()));
-        let mut tasks = Vec::new();
-        for s in &nodes {
-            let (s, barrier) = (s.clone(), barrier.clone());
-            tasks.push(tokio::spawn(async move {
-                let op = Op::SetState {
-                    id: "shared".into(),
-                    state,
-                };
-                let audit = Some(Actor::local().record_op(&op, Some(rev)));
-                barrier.wait().await;
+        let results = at_once(&nodes, |_, s| {
+            let op = Op::SetState {
+                id: "shared".into(),
+                state,
+            };
+            let audit = Some(Actor::local().record_op(&op, Some(rev)));
+            async move {
                 s.write(WriteRequest {
                     op,
                     expect: Some(rev),
                     audit,
                 })
                 .await
-            }));
-        }
+            }
+        })
+        .await;
         let (mut ok, mut stale) = (0, 0);
-        for t in tasks {
-            match t.await.unwrap() {
+        for result in results {
+            match result {
                 Ok(w) => {
                     assert!(w.committed.changed, "round {round}: {w:?}");
                     ok += 1;
@@ -290,22 +329,9 @@ async fn r_pr_4_the_same_change_at_once_is_made_once_and_the_others_are_stale() 
 /// anything, and follows the next change.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r_mn_2_fail_static_then_resync_once() {
-    let mut etcd = blocking(|| Etcd::single(ip(63, 11))).expect("etcd");
-    let eps = etcd.endpoints();
-    let dir = tempfile::tempdir().unwrap();
-    let prefix = "/t/static";
-    let config = crate::etcd_common::etcd_site(dir.path(), &eps, prefix);
-    let writer = node(&config, &eps, prefix, dir.path().join("w.cache"))
-        .await
-        .unwrap();
-    let follower = Arc::new(
-        node(&config, &eps, prefix, dir.path().join("f.cache"))
-            .await
-            .unwrap(),
-    );
-    let state = DrainState::new(config.clone());
-    let shutdown = CancellationToken::new();
-    let _f = state.follow(follower.clone(), shutdown.clone());
+    let mut site = OnEtcd::start(63, "/t/static");
+    let writer = site.node("w.cache").await;
+    let (state, shutdown) = site.follow(Arc::new(site.node("f.cache").await));
     writer.create(new("m", &["srv-a"])).await.unwrap();
     writer.set_state("m", ProfileState::Active).await.unwrap();
     eventually("applied", Duration::from_secs(2), || {
@@ -315,12 +341,8 @@ async fn r_mn_2_fail_static_then_resync_once() {
     .await;
     let (updates, generation) = (state.profile_updates(), state.view().generation());
 
-    blocking(|| etcd.stop());
-    eventually("stale", Duration::from_secs(5), || {
-        let f = state.freshness();
-        async move { f.is_stale() }
-    })
-    .await;
+    blocking(|| site.etcd.stop());
+    stale(&state).await;
     let f = state.freshness();
     assert!(f
         .describe(ringsync::work::now_ms())
@@ -333,7 +355,7 @@ async fn r_mn_2_fail_static_then_resync_once() {
     assert!(state.view().is_draining(0), "fail-static: the drain holds");
     assert_eq!(state.view().generation(), generation, "no view change");
 
-    blocking(|| etcd.start()).expect("etcd back");
+    blocking(|| site.etcd.start()).expect("etcd back");
     eventually("fresh again", Duration::from_secs(8), || {
         let f = state.freshness();
         async move { !f.is_stale() }
@@ -355,24 +377,12 @@ async fn r_mn_2_fail_static_then_resync_once() {
 /// off: on reconnect it cannot resume, so it lists again, and ends current.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compaction_during_a_watch_relists() {
-    let etcd = blocking(|| Etcd::single(ip(64, 11))).expect("etcd");
-    let eps = etcd.endpoints();
-    let relay = TcpPartition::start((ip(64, 21), 0).into(), etcd.client_addr(0)).unwrap();
+    let site = OnEtcd::start(64, "/t/compact");
+    let relay = TcpPartition::start((ip(64, 21), 0).into(), site.etcd.client_addr(0)).unwrap();
     let via = vec![format!("http://{}", relay.addr())];
-    let dir = tempfile::tempdir().unwrap();
-    let prefix = "/t/compact";
-    let config = crate::etcd_common::etcd_site(dir.path(), &eps, prefix);
-    let writer = node(&config, &eps, prefix, dir.path().join("w.cache"))
-        .await
-        .unwrap();
-    let cut_off = Arc::new(
-        node(&config, &via, prefix, dir.path().join("n.cache"))
-            .await
-            .unwrap(),
-    );
-    let state = DrainState::new(config.clone());
-    let shutdown = CancellationToken::new();
-    let _f = state.follow(cut_off.clone(), shutdown.clone());
+    let writer = site.node("w.cache").await;
+    let cut_off = Arc::new(site.open(&via, "n.cache").await.unwrap());
+    let (state, shutdown) = site.follow(cut_off.clone());
     writer.create(new("m", &["srv-a"])).await.unwrap();
     eventually("created", Duration::from_secs(2), || {
         let v = state.view();
@@ -381,15 +391,11 @@ async fn compaction_during_a_watch_relists() {
     .await;
 
     relay.cut();
-    eventually("stale", Duration::from_secs(5), || {
-        let f = state.freshness();
-        async move { f.is_stale() }
-    })
-    .await;
+    stale(&state).await;
     writer.set_state("m", ProfileState::Active).await.unwrap();
     writer.create(new("n", &["srv-b"])).await.unwrap();
     writer.set_state("n", ProfileState::Active).await.unwrap();
-    let mut client = etcd_client::Client::connect(&eps, None).await.unwrap();
+    let mut client = etcd_client::Client::connect(&site.eps, None).await.unwrap();
     let rev = client
         .get("/t/compact/profiles", None)
         .await
@@ -414,14 +420,10 @@ async fn compaction_during_a_watch_relists() {
 /// so; a node without a cache refuses to start with an empty view.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restart_during_outage_starts_from_the_cache() {
-    let mut etcd = blocking(|| Etcd::single(ip(65, 11))).expect("etcd");
-    let eps = etcd.endpoints();
-    let dir = tempfile::tempdir().unwrap();
-    let prefix = "/t/cache";
-    let config = crate::etcd_common::etcd_site(dir.path(), &eps, prefix);
-    let cache = dir.path().join("node.cache");
+    let mut site = OnEtcd::start(65, "/t/cache");
+    let cache = site.dir.path().join("node.cache");
     {
-        let n = node(&config, &eps, prefix, cache.clone()).await.unwrap();
+        let n = site.node("node.cache").await;
         n.create(new("m", &["srv-a"])).await.unwrap();
         n.set_state("m", ProfileState::Active).await.unwrap();
         let c = cache.clone();
@@ -436,9 +438,10 @@ async fn restart_during_outage_starts_from_the_cache() {
         })
         .await;
     }
-    blocking(|| etcd.stop());
+    blocking(|| site.etcd.stop());
 
-    let n = node(&config, &eps, prefix, cache.clone())
+    let n = site
+        .open(&site.eps, "node.cache")
         .await
         .expect("starts from the cache");
     let f = n.freshness().borrow().clone();
@@ -450,13 +453,14 @@ async fn restart_during_outage_starts_from_the_cache() {
     );
     assert_eq!(n.watch().borrow().active_count(), 1, "the drain holds");
 
-    let e = node(&config, &eps, prefix, dir.path().join("none.cache"))
+    let e = site
+        .open(&site.eps, "none.cache")
         .await
         .err()
         .expect("no cache: refuses");
     assert!(e.to_string().contains("no view cache"), "{e}");
 
-    blocking(|| etcd.start()).expect("etcd back");
+    blocking(|| site.etcd.start()).expect("etcd back");
     let mut fresh = n.freshness();
     eventually("confirmed by etcd", Duration::from_secs(8), || {
         let f = fresh.borrow_and_update().clone();

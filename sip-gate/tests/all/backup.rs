@@ -21,58 +21,29 @@ use std::time::Duration;
 use crate::common::{calls_through, ip, ringsync};
 use serde_json::Value;
 use testbed::bins::Node;
+use testbed::fixture::{Mode, SiteFile, UDP};
 use testbed::wait_for;
 use testbed::{Scenario, Sipp, SippHandle, SippReport};
 
-fn head(net: (u8, u8)) -> String {
+/// The site of these tests: health probes every 200 ms (down after two
+/// misses of 150 ms), the gate's admin on `.1:9091`, a UDP balance
+/// listener `subs` over the sg pool on `.1:5060`, and for each `(n, pool)`
+/// of `sgs` an sg `sg-n` on server `srv-n` at `.1n:5060`, in `pool` when
+/// given (else the sg pool).
+fn site(net: (u8, u8), sgs: &[(u8, Option<&str>)]) -> SiteFile {
     let gate = ip(net, 1);
-    format!(
-        r#"[site]
-name = "backup-{a}-{b}"
-secret = "backup-test-secret-0123456789abcdef"
-
-[health]
-interval_ms = 200
-timeout_ms = 150
-failures = 2
-
-[store]
-kind = "embedded"
-path = "profiles.json"
-
-[admin]
-gate_bind = "{gate}:9091"
-media_bind = "{gate}:9092"
-
-[[listener]]
-name = "subs"
-bind = "{gate}:5060"
-transports = ["udp"]
-mode = "balance"
-pool = "sg"
-leg = "subscriber"
-"#,
-        a = net.0,
-        b = net.1,
-    )
-}
-
-fn sg(net: (u8, u8), n: u8, pool: Option<&str>) -> String {
-    let pool = pool.map_or(String::new(), |p| format!("pool = \"{p}\"\n"));
-    format!(
-        "[[server]]\nname = \"srv-{n}\"\n[[instance]]\nid = \"sg-{n}\"\nservice = \"sg\"\n\
-         server = \"srv-{n}\"\nsip = \"{}:5060\"\n{pool}",
-        ip(net, 10 + n)
-    )
-}
-
-/// A guard listener in front of sg-1 on port 5070.
-fn guard(net: (u8, u8)) -> String {
-    format!(
-        "[[listener]]\nname = \"sg-1-guard\"\nbind = \"{}:5070\"\ntransports = [\"udp\"]\n\
-         mode = \"guard\"\ninstance = \"sg-1\"\nleg = \"subscriber\"\n",
-        ip(net, 1)
-    )
+    let mut site = SiteFile::gate(&format!("backup-{}-{}", net.0, net.1), gate, &[])
+        .health("interval_ms = 200\ntimeout_ms = 150\nfailures = 2")
+        .subscribers("subs", SocketAddr::new(gate, 5060), &["udp"]);
+    for (n, pool) in sgs {
+        let sip = format!("sip = \"{}\"", SocketAddr::new(ip(net, 10 + n), 5060));
+        let extra = pool.map_or(sip.clone(), |p| format!("{sip}\npool = \"{p}\""));
+        let server = format!("srv-{n}");
+        site = site
+            .servers(&[&server])
+            .instance_with(&format!("sg-{n}"), "sg", &server, &extra);
+    }
+    site
 }
 
 /// A UAS that takes calls and answers the gate's OPTIONS probes (`-aa`).
@@ -132,18 +103,13 @@ fn wait_all_up(site: &Path, ids: &[&str]) {
 fn r_ht_1_two_of_three_drained_new_calls_go_to_the_backup_pool_and_come_back() {
     const NET: (u8, u8) = (35, 1);
     let dir = tempfile::tempdir().unwrap();
-    let site = dir.path().join("site.toml");
-    let text = format!(
-        "{}{}{}{}{}{}[[pool]]\nname = \"sg\"\nthreshold = 2\nbackup = \"dr\"\nhold_s = 2\n\
-         guard_to_backup = true\n",
-        head(NET),
-        guard(NET),
-        sg(NET, 1, None),
-        sg(NET, 2, None),
-        sg(NET, 3, None),
-        sg(NET, 4, Some("dr")),
-    );
-    std::fs::write(&site, text).unwrap();
+    let sgs = [(1, None), (2, None), (3, None), (4, Some("dr"))];
+    // A guard listener in front of sg-1 on port 5070.
+    let guard = SocketAddr::new(ip(NET, 1), 5070);
+    let site = site(NET, &sgs)
+        .listener("sg-1-guard", guard, Mode::Guard("sg-1"), "subscriber", UDP)
+        .raw("[[pool]]\nname = \"sg\"\nthreshold = 2\nbackup = \"dr\"\nhold_s = 2\nguard_to_backup = true")
+        .write(dir.path());
     let ids = ["sg-1", "sg-2", "sg-3", "sg-4"];
     let _uas: Vec<SippHandle> = (1..=4)
         .map(|n| uas(SocketAddr::new(ip(NET, 10 + n), 5060)))
@@ -272,15 +238,12 @@ fn r_ht_1_two_of_three_drained_new_calls_go_to_the_backup_pool_and_come_back() {
 fn r_ht_1_a_backup_of_sip_destinations_takes_the_new_calls() {
     const NET: (u8, u8) = (35, 2);
     let dir = tempfile::tempdir().unwrap();
-    let site = dir.path().join("site.toml");
     let other_site = SocketAddr::new(ip(NET, 31), 5060);
-    let text = format!(
-        "{}{}{}[[pool]]\nname = \"sg\"\nthreshold = 2\nbackup_sip = [\"{other_site}\"]\n",
-        head(NET),
-        sg(NET, 1, None),
-        sg(NET, 2, None),
-    );
-    std::fs::write(&site, text).unwrap();
+    let site = site(NET, &[(1, None), (2, None)])
+        .raw(&format!(
+            "[[pool]]\nname = \"sg\"\nthreshold = 2\nbackup_sip = [\"{other_site}\"]"
+        ))
+        .write(dir.path());
     let _uas: Vec<SippHandle> = (1..=2)
         .map(|n| uas(SocketAddr::new(ip(NET, 10 + n), 5060)))
         .collect();

@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use crate::common::ip;
 use testbed::bins::Node;
+use testbed::fixture::SiteFile;
 use testbed::hep::{fields, hep_args, Sngrep, TsharkCapture};
 use testbed::{wait_for, Scenario, Sipp, Transport};
 
@@ -40,42 +41,15 @@ fn collector(net: (u8, u8)) -> SocketAddr {
 /// `.1:5060`, capturing to the collector, node `gate-a` with agent id 2002.
 fn site(net: (u8, u8)) -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
-    let text = format!(
-        r#"[site]
-name = "cap-{n}"
-secret = "capture-integration-test-secret-{n}"
-
-[health]
-interval_ms = 0
-
-[capture]
-collectors = ["udp:{collector}"]
-agent_id = 2001
-agents = {{ gate-a = 2002 }}
-
-[[server]]
-name = "srv-0"
-[[instance]]
-id = "sg-0"
-service = "sg"
-server = "srv-0"
-sip = "{sg}"
-
-[[listener]]
-name = "subs"
-bind = "{gate}"
-transports = ["udp"]
-mode = "balance"
-pool = "sg"
-leg = "subscriber"
-"#,
-        n = net.1,
-        collector = collector(net),
-        sg = SocketAddr::new(ip(net, 11), 5060),
-        gate = SocketAddr::new(ip(net, 1), 5060),
+    let capture = format!(
+        "collectors = [\"udp:{}\"]\nagent_id = 2001\nagents = {{ gate-a = 2002 }}",
+        collector(net)
     );
-    let path = dir.path().join("site.toml");
-    std::fs::write(&path, text).unwrap();
+    let path = SiteFile::new(&format!("cap-{}", net.1))
+        .section("capture", &capture)
+        .sgs(&[("0", SocketAddr::new(ip(net, 11), 5060))])
+        .subscribers("subs", SocketAddr::new(ip(net, 1), 5060), &["udp"])
+        .write(dir.path());
     (dir, path)
 }
 

@@ -16,11 +16,11 @@
 //! on `.11`/`.12`, callers on `.100`/`.101`.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
-use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use testbed::bins::Node;
+use testbed::fixture::{Mode, SiteFile, UDP};
 use testbed::wait_for;
 use testbed::{Scenario, Sipp, SippHandle, SippReport, Transport};
 
@@ -32,31 +32,22 @@ fn at(net: u8, host: u8, port: u16) -> SocketAddr {
     SocketAddr::new(ip(net, host), port)
 }
 
-/// A site: `sg` instances `(id, address)` each on its own server, `health`
-/// as the `[health]` body, `tail` appended (listeners).
-fn site(dir: &Path, net: u8, sg: &[(String, SocketAddr)], health: &str, tail: &str) -> PathBuf {
-    let mut t = format!(
-        "[site]\nname = \"faults-{net}\"\nsecret = \"faults-test-secret-{net}-0123456789\"\n\n\
-         [store]\nkind = \"embedded\"\npath = \"profiles.json\"\n\n[health]\n{health}\n\n"
-    );
+/// A site: `sg` instances `(id, address)` each on its own server
+/// `srv-ID`, `health` as the `[health]` body; the listeners are the test's.
+fn site(net: u8, sg: &[(String, SocketAddr)], health: &str) -> SiteFile {
+    let mut site = SiteFile::new(&format!("faults-{net}")).health(health);
     for (id, addr) in sg {
-        t.push_str(&format!(
-            "[[server]]\nname = \"srv-{id}\"\n[[instance]]\nid = \"{id}\"\nservice = \"sg\"\n\
-             server = \"srv-{id}\"\nsip = \"{addr}\"\n"
-        ));
+        let server = format!("srv-{id}");
+        site = site.servers(&[&server]).instance(id, "sg", &server, *addr);
     }
-    t.push_str(tail);
-    let path = dir.join("site.toml");
-    std::fs::write(&path, t).unwrap();
-    path
+    site
 }
 
-fn guard(name: &str, bind: SocketAddr, instance: &str, transports: &str) -> String {
-    format!(
-        "[[listener]]\nname = \"{name}\"\nbind = \"{bind}\"\nmode = \"guard\"\n\
-         instance = \"{instance}\"\nleg = \"subscriber\"\ntransports = {transports}\n"
-    )
-}
+/// A guarding listener's `extra`: UDP and TCP.
+const UDP_TCP: &str = r#"transports = ["udp", "tcp"]"#;
+
+/// Probes every 200 ms, down after two misses of 150 ms.
+const PROBES: &str = "interval_ms = 200\ntimeout_ms = 150\nfailures = 2";
 
 /// An sg: SIPp answering calls, and the gate's OPTIONS probes (`-aa`).
 fn uas(addr: SocketAddr) -> SippHandle {
@@ -143,13 +134,15 @@ fn tcp_caller(scenario: &str, local: IpAddr, gate: SocketAddr, calls: u64, hold:
 fn r_ft_1_an_instance_down_by_probe_that_answers_calls_gets_their_byes() {
     let dir = tempfile::tempdir().unwrap();
     let sg = [("sg-0".to_string(), at(4, 11, 5060))];
-    let site = site(
-        dir.path(),
-        4,
-        &sg,
-        "interval_ms = 200\ntimeout_ms = 150\nfailures = 2",
-        &guard("g0", at(4, 1, 5060), "sg-0", "[\"udp\", \"tcp\"]"),
-    );
+    let site = site(4, &sg, PROBES)
+        .listener(
+            "g0",
+            at(4, 1, 5060),
+            Mode::Guard("sg-0"),
+            "subscriber",
+            UDP_TCP,
+        )
+        .write(dir.path());
     let mut gate = Node::gate(&site)
         .admin(at(4, 1, 9091))
         .args(["--node", "g1"])
@@ -202,15 +195,16 @@ fn r_ft_1_an_instance_killed_mid_call_gets_its_bye_answered_408_at_once() {
         ("sg-0".to_string(), at(1, 11, 5060)),
         ("sg-1".to_string(), at(1, 12, 5060)),
     ];
-    let listeners = guard("g0", at(1, 1, 5060), "sg-0", "[\"udp\", \"tcp\"]")
-        + &guard("g1", at(1, 1, 5070), "sg-1", "[\"udp\"]");
-    let site = site(
-        dir.path(),
-        1,
-        &sg,
-        "interval_ms = 200\ntimeout_ms = 150\nfailures = 2",
-        &listeners,
-    );
+    let site = site(1, &sg, PROBES)
+        .listener(
+            "g0",
+            at(1, 1, 5060),
+            Mode::Guard("sg-0"),
+            "subscriber",
+            UDP_TCP,
+        )
+        .listener("g1", at(1, 1, 5070), Mode::Guard("sg-1"), "subscriber", UDP)
+        .write(dir.path());
     let mut gate = Node::gate(&site)
         .admin(at(1, 1, 9091))
         .args(["--node", "g1"])
@@ -289,13 +283,9 @@ fn r_ft_2_a_probe_timeout_storm_does_not_stall_forwarding() {
         }
         sg.push((format!("dead-{h}"), addr));
     }
-    let site = site(
-        dir.path(),
-        2,
-        &sg,
-        "interval_ms = 100\ntimeout_ms = 50\nfailures = 1",
-        &guard("g", at(2, 1, 5060), "live", "[\"udp\"]"),
-    );
+    let site = site(2, &sg, "interval_ms = 100\ntimeout_ms = 50\nfailures = 1")
+        .listener("g", at(2, 1, 5060), Mode::Guard("live"), "subscriber", UDP)
+        .write(dir.path());
     let mut gate = Node::gate(&site)
         .admin(at(2, 1, 9091))
         .args(["--node", "g1"])
@@ -342,16 +332,9 @@ fn r_gw_2_a_gate_killed_9_while_another_takes_over_its_address() {
         ("sg-1".to_string(), at(3, 12, 5060)),
     ];
     let vip = at(3, 1, 5060);
-    let site = site(
-        dir.path(),
-        3,
-        &sg,
-        "interval_ms = 0",
-        &format!(
-            "[[listener]]\nname = \"vip\"\nbind = \"{vip}\"\nmode = \"balance\"\npool = \"sg\"\n\
-             leg = \"subscriber\"\ntransports = [\"udp\"]\n"
-        ),
-    );
+    let site = site(3, &sg, "interval_ms = 0")
+        .subscribers("vip", vip, &["udp"])
+        .write(dir.path());
     let mut a = Node::gate(&site)
         .admin(at(3, 2, 9091))
         .args(["--node", "a"])

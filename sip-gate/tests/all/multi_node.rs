@@ -23,13 +23,14 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::common::{ip, server_addr, site};
+use crate::common::{ip, server_addr};
 use ringsync::state::DrainState;
 use ringsync::store::{EtcdStore, Store};
 use ringsync::view::InstanceState;
 use ringsync_ops::api::{self, AdminApi};
 use ringsync_ops::status::NodeBoard;
 use testbed::bins::{BinDir, Node};
+use testbed::fixture::SiteFile;
 use testbed::http::get_ok as http_get;
 use testbed::metrics::Metrics;
 use testbed::{Etcd, Scenario, Sipp, SippHandle, SippReport, Transport};
@@ -50,22 +51,15 @@ fn gate_admin(k: u8) -> SocketAddr {
     SocketAddr::new(ip(NET, 1 + k), 9091)
 }
 
-fn site_text(k: u8, endpoints: &[String]) -> String {
-    let eps = endpoints
-        .iter()
-        .map(|e| format!("\"{e}\""))
-        .collect::<Vec<_>>()
-        .join(", ");
-    site(
-        NET,
-        2,
-        &format!(
-            "[[listener]]\nname = \"subs\"\nbind = \"{}\"\nmode = \"balance\"\npool = \"sg\"\nleg = \"subscriber\"\n\n\
-             [store]\nkind = \"etcd\"\nendpoints = [{eps}]\nprefix = \"{PREFIX}\"\n\n\
-             [work]\nmax_expires_s = 2\nmax_call_age_s = 6\n",
-            gate_sip(k)
-        ),
-    )
+/// The site of gate `k` (its listener on [`gate_sip`]), two sg, on the
+/// etcd at `endpoints`: every gate's file says the same but its listener.
+fn site(k: u8, endpoints: &[String]) -> SiteFile {
+    SiteFile::new(&format!("t{}-{}", NET.0, NET.1))
+        .section("timers", "retry_after_s = 30\nretry_after_jitter_s = 0")
+        .sgs(&[("0", server_addr(NET, 0)), ("1", server_addr(NET, 1))])
+        .subscribers("subs", gate_sip(k), &[])
+        .etcd(endpoints, PREFIX)
+        .section("work", "max_expires_s = 2\nmax_call_age_s = 6")
 }
 
 /// A gate binary with its own site file and view cache directory, run by
@@ -81,8 +75,7 @@ impl GateProc {
     fn start(k: u8, dir: &Path, endpoints: &[String]) -> GateProc {
         let home = dir.join(format!("g{k}"));
         std::fs::create_dir_all(&home).unwrap();
-        let file = home.join("site.toml");
-        std::fs::write(&file, site_text(k, endpoints)).unwrap();
+        let file = site(k, endpoints).write(&home);
         let bins = BinDir::at(Path::new(GATE).parent().expect("the binary's directory"));
         let mut node = Node::gate(&file)
             .bins(bins)
@@ -290,8 +283,7 @@ async fn start_site(dir: &Path, etcd: &Etcd) -> Site {
     let gates: Vec<GateProc> = blocking(|| (0..3).map(|k| GateProc::start(k, dir, &eps)).collect());
     let admin_home = dir.join("admin");
     std::fs::create_dir_all(&admin_home).unwrap();
-    let file = admin_home.join("site.toml");
-    std::fs::write(&file, site_text(9, &eps)).unwrap();
+    let file = site(9, &eps).write(&admin_home);
     let config = Arc::new(ringsync::SiteConfig::load(&file).unwrap());
     let store = Arc::new(EtcdStore::open(config.clone()).await.expect("api store"));
     let state = DrainState::new(config.clone());

@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::common::*;
+use testbed::fixture::SiteFile;
 use testbed::{Kamailio, KamailioHandle, Scenario, Sipp, SippReport, Transport};
 
 const AOR_USER: &str = "alice";
@@ -35,17 +36,12 @@ async fn site_with_registrar(net: (u8, u8)) -> (KamailioHandle, sip_gate::Gate, 
     })
     .await
     .expect("kamailio task");
-    let text = format!(
-        "[site]\nname = \"nat-{a}-{b}\"\nsecret = \"integration-test-secret-nat-{a}-{b}\"\n\n\
-         [health]\ninterval_ms = 0\n\n\
-         [[server]]\nname = \"srv-0\"\n\n\
-         [[instance]]\nid = \"sg-0\"\nservice = \"sg\"\nserver = \"srv-0\"\nsip = \"{kam_addr}\"\nsources = [\"{}/32\"]\n\n{}",
-        kam_addr.ip(),
-        balance_sg(net),
-        a = net.0,
-        b = net.1,
-    );
-    let (gate, _drain) = start_gate(config(&text)).await;
+    let sg = format!("sip = \"{kam_addr}\"\nsources = [\"{}/32\"]", kam_addr.ip());
+    let site = SiteFile::new(&format!("nat-{}-{}", net.0, net.1))
+        .servers(&["srv-0"])
+        .instance_with("sg-0", "sg", "srv-0", &sg)
+        .subscribers("subs", SocketAddr::new(ip(net, 1), 0), &[]);
+    let (gate, _drain) = start_gate(config(site.text())).await;
     let gw = listener_addr(&gate, "subs");
     (kam, gate, gw)
 }

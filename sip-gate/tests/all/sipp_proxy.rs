@@ -4,9 +4,11 @@
 //! header through a freshly restarted gate (which then cannot vouch for its
 //! work: R-ST-3).
 
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use crate::common::*;
+use testbed::fixture::SiteFile;
 use testbed::{Scenario, Transport};
 
 const UDP: Transport = Transport::Udp;
@@ -272,18 +274,18 @@ async fn calls_over_ipv6() {
     }
     for transport in [UDP, TCP] {
         let ports: Vec<u16> = (0..2).map(|_| testbed::free_port(v6).unwrap()).collect();
-        let mut text = String::from("[site]\nname = \"v6\"\nsecret = \"integration-test-secret-v6\"\n[health]\ninterval_ms = 0\n");
-        for (i, p) in ports.iter().enumerate() {
-            text.push_str(&format!(
-                "[[server]]\nname = \"srv-{i}\"\n[[instance]]\nid = \"sg-{i}\"\nservice = \"sg\"\nserver = \"srv-{i}\"\nsip = \"[::1]:{p}\"\n"
-            ));
-        }
-        text.push_str("[[listener]]\nname = \"subs\"\nbind = \"[::1]:0\"\nmode = \"balance\"\npool = \"sg\"\nleg = \"subscriber\"\n");
+        let sgs = [
+            ("0", SocketAddr::new(v6, ports[0])),
+            ("1", SocketAddr::new(v6, ports[1])),
+        ];
+        let site = SiteFile::new("v6")
+            .sgs(&sgs)
+            .subscribers("subs", SocketAddr::new(v6, 0), &[]);
         let servers: Vec<_> = ports
             .iter()
-            .map(|&p| uas("uas_call", std::net::SocketAddr::new(v6, p), transport))
+            .map(|&p| uas("uas_call", SocketAddr::new(v6, p), transport))
             .collect();
-        let (gate, _drain) = start_gate(config(&text)).await;
+        let (gate, _drain) = start_gate(config(site.text())).await;
         let gw = listener_addr(&gate, "subs");
         assert!(gw.is_ipv6());
         let r = run(uac(Scenario::repo("uac_call"), v6, gw, transport, 10, 10)

@@ -526,3 +526,50 @@ fn r_ws_2_ws_listener_rules() {
         assert!(e.message.contains(says), "{transports} {extra}: {e}");
     }
 }
+
+/// A listener names what it fronts by one field, `pool` (balance,
+/// ws_pool) or `instance` (guard), never both: each refusal names the
+/// mode and the field (`Validator::target`).
+#[test]
+fn a_listener_names_its_pool_or_its_instance_and_not_both() {
+    let with = |lines: &str| {
+        format!(
+            "{GOOD}\n[[listener]]\nname = \"x\"\nbind = \"127.0.0.1:5099\"\nleg = \"subscriber\"\n{lines}\n"
+        )
+    };
+    for (lines, field, says) in [
+        (
+            "mode = \"balance\"",
+            "listener[2].pool",
+            "a balance listener needs `pool = \"<service>\"`",
+        ),
+        (
+            "mode = \"balance\"\npool = \"sg\"\ninstance = \"sg-a\"",
+            "listener[2].instance",
+            "a balance listener takes `pool`, not `instance`",
+        ),
+        (
+            "mode = \"guard\"",
+            "listener[2].instance",
+            "a guard listener needs `instance = \"<id>\"`",
+        ),
+        (
+            "mode = \"guard\"\ninstance = \"sg-a\"\npool = \"sg\"",
+            "listener[2].pool",
+            "a guard listener takes `instance`, not `pool`",
+        ),
+        (
+            "mode = \"ws_pool\"\npool = \"ws\"\ninstance = \"sg-a\"",
+            "listener[2].instance",
+            "a ws_pool listener takes `pool`, not `instance`",
+        ),
+    ] {
+        let e = load(&with(lines)).unwrap_err();
+        assert_eq!(
+            (e.field.as_str(), e.message.as_str()),
+            (field, says),
+            "{lines}"
+        );
+    }
+    assert!(load(&with("mode = \"guard\"\ninstance = \"sg-b\"")).is_ok());
+}
