@@ -150,6 +150,7 @@ pub(super) async fn plain(
                         id,
                         fd: s.into(),
                         unread: unread.to_vec(),
+                        begun: None,
                     });
             }
             _ => {

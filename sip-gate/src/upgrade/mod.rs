@@ -67,7 +67,7 @@ pub use wire::WireError;
 
 /// The hand-over's version: a new run takes over only from an old run of
 /// the same version (what it sends must mean what it reads).
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 /// Set in the new run's environment: the upgrade socket of the old run.
 pub const ENV_FROM: &str = "SIP_GATE_UPGRADE_FROM";
 /// The version the new run speaks instead of [`VERSION`]; only to test the
@@ -274,12 +274,15 @@ struct OfferedListener {
     tcp: bool,
 }
 
-/// A plain TCP connection's socket passed on (it rides as `SCM_RIGHTS`),
-/// with the bytes read of it and not yet framed.
+/// A plain TCP or WebSocket connection's socket passed on (it rides as
+/// `SCM_RIGHTS`), with the bytes read of it and not yet framed, and a
+/// WebSocket message begun in fragments (text or not, its bytes so far).
 #[derive(Debug, Serialize, Deserialize)]
 struct ConnState {
     id: ConnId,
     unread: Vec<u8>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    begun: Option<(bool, Vec<u8>)>,
 }
 
 /// Connection ids the new run starts above the old run's next one: the

@@ -300,7 +300,7 @@ impl Upgrader {
             state_ms = ms(state_sent),
             sockets_ms = ms(sockets_sent),
             done_ms = ms(paused.elapsed()),
-            "upgrade: handed over; keeping the TLS and WebSocket connections until they close, their messages relayed to the new run"
+            "upgrade: handed over; keeping the TLS and WSS connections until they close, their messages relayed to the new run"
         );
         Ok(())
     }
@@ -332,6 +332,7 @@ impl Upgrader {
                         let state = ConnState {
                             id: m.id,
                             unread: m.unread,
+                            begun: m.begun,
                         };
                         (state, m.fd)
                     })

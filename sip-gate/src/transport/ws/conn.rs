@@ -91,6 +91,9 @@ where
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .join(movable.then_some((id, listener, peer)));
+    // Upgraded after a hand-over's pause (the hand-over's list was taken
+    // before it joined): it stays in this run, relayed (R-GW-3).
+    let movable = movable && net.pause.enter().is_some();
     let writer = write_loop(
         (&net, listener, (local, peer)),
         wr,

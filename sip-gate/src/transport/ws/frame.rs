@@ -93,6 +93,24 @@ impl Reader {
         self.fragments.is_some()
     }
 
+    /// The fragmented message begun, if any (text or not, its bytes so
+    /// far): what a hand-over passes on with the raw bytes (R-GW-3).
+    pub(super) fn begun(&self) -> Option<(bool, &[u8])> {
+        self.fragments.as_ref().map(|f| (f.text, &f.data[..]))
+    }
+
+    /// A reader that goes on with a fragmented message begun elsewhere
+    /// ([`Reader::begun`]).
+    pub(super) fn resume(max: usize, begun: Option<(bool, &[u8])>) -> Reader {
+        Reader {
+            max,
+            fragments: begun.map(|(text, data)| Fragments {
+                text,
+                data: BytesMut::from(data),
+            }),
+        }
+    }
+
     /// Takes the next frame off the start of `buf` and says what it means;
     /// `None` while `buf` holds no whole frame (nothing is taken off then),
     /// or when the frame was a fragment and the message goes on. A single

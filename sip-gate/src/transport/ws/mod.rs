@@ -32,15 +32,17 @@
 //! whole to a `ws` instance.
 
 use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use ringsync::config::WsOptions;
 use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
-use super::{Net, MAX_MESSAGE};
+use super::{Moved, Net, MAX_MESSAGE};
 use crate::listener::Mode;
 use crate::metrics as m;
 use crate::txn::ConnId;
@@ -87,6 +89,76 @@ pub(super) async fn serve<S>(
     );
     conn::serve(net.clone(), (listener, id, peer), local, io, rx, state).await;
     net.unregister_ws(id);
+}
+
+/// [`serve`] on a plain `ws` listener: the connection moves in a
+/// hand-over (R-GW-3, [`plain`]) once upgraded. A ws pool's connections
+/// carry no SIP and are not moved.
+pub(super) async fn serve_plain(
+    net: Arc<Net>,
+    (listener, id, peer): (usize, ConnId, SocketAddr),
+    mut stream: TcpStream,
+    rx: mpsc::Receiver<Bytes>,
+    opts: &WsOptions,
+) {
+    if net.is_ws_pool(listener) {
+        let local = super::stream::local_of(&stream, peer);
+        return serve(net, (listener, id, peer), local, stream, rx, opts).await;
+    }
+    let Some(tail) = handshake(&net, peer, &mut stream, opts).await else {
+        return;
+    };
+    plain(
+        net,
+        (listener, id, peer),
+        stream,
+        rx,
+        (BytesMut::from(&tail[..]), None),
+    )
+    .await;
+}
+
+/// A plain upgraded `ws` connection, accepted here or handed over by an
+/// earlier run (`buf` then holds what that run had read and not framed,
+/// `begun` a message it had begun in fragments: text or not, its bytes so
+/// far). Served; when a hand-over asks (R-GW-3), its socket, the bytes read
+/// and not yet framed and the fragments begun go to the next run
+/// ([`Moved`]) instead of closing, as a plain TCP connection's do.
+pub(super) async fn plain(
+    net: Arc<Net>,
+    (listener, id, peer): (usize, ConnId, SocketAddr),
+    stream: TcpStream,
+    rx: mpsc::Receiver<Bytes>,
+    (buf, begun): (BytesMut, Option<(bool, Vec<u8>)>),
+) {
+    net.movable.fetch_add(1, Ordering::Relaxed);
+    let begun = begun.as_ref().map(|(text, b)| (*text, &b[..]));
+    let frames = frame::Reader::resume(MAX_MESSAGE, begun);
+    let local = super::stream::local_of(&stream, peer);
+    let state = (buf, frames, true);
+    let ended = conn::serve(net.clone(), (listener, id, peer), local, stream, rx, state).await;
+    if let Some((stream, unread, frames)) = ended {
+        match stream.into_std() {
+            Ok(s) => {
+                net.handed.insert(id, ());
+                let begun = frames.begun().map(|(text, b)| (text, b.to_vec()));
+                net.moved
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(Moved {
+                        id,
+                        fd: s.into(),
+                        unread: unread.to_vec(),
+                        begun,
+                    });
+            }
+            Err(_) => {
+                tracing::warn!(%peer, "WebSocket connection not handed over: its socket could not be taken back")
+            }
+        }
+    }
+    net.unregister_ws(id);
+    net.movable.fetch_sub(1, Ordering::Relaxed);
 }
 
 /// The upgrade, within `[tcp] frame_s`, answered and counted: what the

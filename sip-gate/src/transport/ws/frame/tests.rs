@@ -148,6 +148,16 @@ fn r_ws_2_fragments_with_control_frames_between() {
             msg(b"next"),
         ]
     );
+    // What a hand-over passes of a begun message resumes it.
+    let mut r = Reader::new(MAX);
+    let mut buf = BytesMut::from(&frame(BINARY, b"ab", true)[..]);
+    assert_eq!(r.next(&mut buf), Ok(None));
+    assert!(r.pending());
+    let (kind, so_far) = r.begun().unwrap();
+    let mut r2 = Reader::resume(MAX, Some((kind, so_far)));
+    let mut buf = BytesMut::from(&frame(FIN | CONTINUATION, b"cd", true)[..]);
+    assert_eq!(r2.next(&mut buf), Ok(Some(msg(b"abcd"))));
+    assert!(!r2.pending());
 }
 
 /// R-WS-2: a Close with a code and reason is given with both (the gate
