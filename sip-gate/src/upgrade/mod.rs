@@ -28,16 +28,17 @@
 //!    connections it keeps (`Kept`), the work book, the bans and the
 //!    transactions (`State`); the new run takes them in and reads the
 //!    listeners (what came meanwhile waited in the kernel's queues). Then
-//!    the old run stops each plain TCP connection between two messages,
-//!    the busy ones first, and passes its socket as its writer gives it up
-//!    (`Conns`: its id and the bytes read but not yet framed), then
+//!    the old run stops each plain TCP and plain WebSocket connection
+//!    between two messages, the busy ones first, and passes its socket as
+//!    its writer gives it up (`Conns`: its id, the bytes read but not yet
+//!    framed, and a WebSocket message begun in fragments), then
 //!    `Passed`; the new run reads each connection from then on and says
 //!    `Done`; only then does the old run stop serving its admin endpoint
 //!    and upgrade socket, and leave the service to the new run, which
 //!    tells systemd `MAINPID=` and `READY=1`. So the pause a message sees
 //!    is the state's passage, not the connections'.
-//! 4. The old run keeps its TLS and WebSocket connections (they cannot
-//!    move: `transport/handover.rs`): their sockets and framing only. Each
+//! 4. The old run keeps its TLS and WSS connections (they cannot move:
+//!    `transport/handover.rs`): their sockets and framing only. Each
 //!    message read on one goes to the new run over the same link (`In`),
 //!    whose core decides; what it sends into one comes back (`Out`) and
 //!    the old run writes it (`keeper.rs`). The old run exits when the last

@@ -24,7 +24,8 @@ use crate::{Core, Gate};
 const NEW_RUN_WAIT: Duration = Duration::from_secs(30);
 /// How many 1 ms turns the busy connections get to be given up alone.
 const BUSY_TURNS: u32 = 3;
-/// How long plain TCP connections get to stop between two messages.
+/// How long plain TCP and WebSocket connections get to stop between two
+/// messages.
 const MOVE_WAIT: Duration = Duration::from_secs(2);
 
 /// The old run's upgrade: its socket, and the hand-over it runs on a
