@@ -84,16 +84,13 @@ where
 {
     let (rd, wr) = tokio::io::split(io);
     let stop = net.shutdown.child_token();
-    let owed = Arc::new(Owed::default());
+    let owed = Owed::default();
     // A plain connection is a member of the hand-over that may come.
     let (reading, writing, members) = net
         .moving
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .join(movable.then_some((id, listener, peer)));
-    // Upgraded after a hand-over's pause (the hand-over's list was taken
-    // before it joined): it stays in this run, relayed (R-GW-3).
-    let movable = movable && net.pause.enter().is_some();
     let writer = write_loop(
         (&net, listener, (local, peer)),
         wr,

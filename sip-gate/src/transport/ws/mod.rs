@@ -131,11 +131,16 @@ pub(super) async fn plain(
     rx: mpsc::Receiver<Bytes>,
     (buf, begun): (BytesMut, Option<(bool, Vec<u8>)>),
 ) {
-    net.movable.fetch_add(1, Ordering::Relaxed);
+    // Upgraded after a hand-over's pause (whose list was taken before):
+    // it stays in this run, relayed (R-GW-3), and no hand-over waits for it.
+    let movable = net.pause.enter().is_some();
+    if movable {
+        net.movable.fetch_add(1, Ordering::Relaxed);
+    }
     let begun = begun.as_ref().map(|(text, b)| (*text, &b[..]));
     let frames = frame::Reader::resume(MAX_MESSAGE, begun);
     let local = super::stream::local_of(&stream, peer);
-    let state = (buf, frames, true);
+    let state = (buf, frames, movable);
     let ended = conn::serve(net.clone(), (listener, id, peer), local, stream, rx, state).await;
     if let Some((stream, unread, frames)) = ended {
         match stream.into_std() {
@@ -158,7 +163,9 @@ pub(super) async fn plain(
         }
     }
     net.unregister_ws(id);
-    net.movable.fetch_sub(1, Ordering::Relaxed);
+    if movable {
+        net.movable.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// The upgrade, within `[tcp] frame_s`, answered and counted: what the
