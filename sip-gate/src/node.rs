@@ -277,8 +277,8 @@ pub fn upgrade_on_sigusr2(upgrader: Option<Arc<Upgrader>>, mut usr2: Signals) {
     });
 }
 
-/// The old run after a hand-over (R-GW-3): it keeps the TLS and WebSocket
-/// connections it holds (their messages relayed to the new run `pid`,
+/// The old run after a hand-over (R-GW-3): it keeps the TLS and WSS
+/// connections it holds (plain TCP and WebSocket ones moved) (their messages relayed to the new run `pid`,
 /// which decides) until the last closes, `keep` has passed, a stop signal,
 /// or the new run is gone (`lost`); then stops its gate (a WebSocket gets its 1001 close, a TLS
 /// connection its close_notify) and returns.
@@ -294,7 +294,7 @@ pub async fn keep_after_upgrade(
         new_run = pid,
         kept,
         keep_s = keep.as_secs(),
-        "handed over: keeping this run's TLS and WebSocket connections until they close"
+        "handed over: keeping this run's TLS and WSS connections until they close"
     );
     let mut tick = tokio::time::interval(Duration::from_millis(200));
     loop {

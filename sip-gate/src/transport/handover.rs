@@ -6,9 +6,10 @@
 //! the same connections registered under their ids before the listeners
 //! are read and read once their sockets come.
 //!
-//! TLS and WebSocket connections are not moved: a rustls session cannot
-//! leave its process, and tungstenite keeps what it read of a frame to
-//! itself. They stay served by the run that holds them (`upgrade/`).
+//! Plain WebSocket (`ws`) connections move the same way, with the
+//! fragments of a message begun (the gate frames them itself, `ws/`). TLS
+//! and WSS connections are not moved: a rustls session cannot leave its
+//! process. They stay served by the run that holds them (`upgrade/`).
 
 use std::collections::HashMap;
 use std::io;
@@ -25,10 +26,11 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::stream::plain;
+use super::ws::plain as plain_ws;
 use super::Net;
 use crate::txn::ConnId;
 
-/// A plain TCP connection a hand-over moves, as listed: what the next run
+/// A plain TCP or WebSocket connection a hand-over moves, as listed: what the next run
 /// registers before its socket comes (R-GW-3).
 #[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Stopped {
@@ -44,8 +46,8 @@ pub(crate) struct Stopped {
     pub(crate) held: Option<Duration>,
 }
 
-/// A plain TCP connection given up by a hand-over: its socket and what
-/// was read of it and not yet framed (a partial message).
+/// A plain TCP or WebSocket connection given up by a hand-over: its
+/// socket and what was read of it and not yet framed (a partial message).
 #[derive(Debug)]
 pub(crate) struct Moved {
     /// Its id, as listed in the [`Stopped`] table.
@@ -54,6 +56,9 @@ pub(crate) struct Moved {
     pub(crate) fd: OwnedFd,
     /// What was read of it and not yet framed.
     pub(crate) unread: Vec<u8>,
+    /// A WebSocket message begun in fragments: whether text, and its
+    /// bytes so far (unmasked).
+    pub(crate) begun: Option<(bool, Vec<u8>)>,
 }
 
 /// The new run's connections listed by the old run and not yet given
@@ -296,7 +301,8 @@ impl NetHandle {
         let now = Instant::now();
         for s in table {
             if let std::collections::hash_map::Entry::Vacant(e) = pending.0.entry(s.id) {
-                let (_, _tx, rx) = net.register_as(s.id, (s.listener, s.peer), false);
+                let ws = net.ws_for(s.listener).is_some();
+                let (_, _tx, rx) = net.register_as(s.id, (s.listener, s.peer), ws);
                 e.insert((s.listener, s.peer, rx));
             }
             if s.flow {
@@ -309,8 +315,8 @@ impl NetHandle {
     /// the earlier run before it paused: closed here too.
     pub(crate) fn drop_listed(&self, pending: &mut Pending, ids: &[ConnId]) {
         for id in ids {
-            if let Some((_, peer, _)) = pending.0.remove(id) {
-                self.0.unregister(*id, peer);
+            if let Some((listener, peer, _)) = pending.0.remove(id) {
+                self.0.unregister_any(*id, listener, peer);
             }
         }
     }
@@ -333,8 +339,14 @@ impl NetHandle {
             std.set_nonblocking(true)?;
             let stream = TcpStream::from_std(std)?;
             let buf = BytesMut::from(&m.unread[..]);
-            net.tracker
-                .spawn(plain(net.clone(), (listener, m.id, peer), stream, rx, buf));
+            let at = (listener, m.id, peer);
+            if net.ws_for(listener).is_some() {
+                let state = (buf, m.begun);
+                net.tracker
+                    .spawn(plain_ws(net.clone(), at, stream, rx, state));
+            } else {
+                net.tracker.spawn(plain(net.clone(), at, stream, rx, buf));
+            }
             n += 1;
         }
         Ok(n)
@@ -343,8 +355,8 @@ impl NetHandle {
     /// The connections whose sockets never came (closed in the earlier run
     /// meanwhile, or lost with it): closed here too.
     pub(crate) fn drop_pending(&self, pending: Pending) {
-        for (id, (_, peer, _)) in pending.0 {
-            self.0.unregister(id, peer);
+        for (id, (listener, peer, _)) in pending.0 {
+            self.0.unregister_any(id, listener, peer);
         }
     }
 }

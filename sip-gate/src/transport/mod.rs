@@ -229,7 +229,8 @@ struct Net {
     moved: Mutex<Vec<Moved>>,
     /// A hand-over's pause: no message is handled from then on.
     pause: pause::Pause,
-    /// Plain TCP connections being served (what `moving` waits for).
+    /// Plain TCP and WebSocket connections being served (what `moving`
+    /// waits for).
     movable: AtomicUsize,
     /// UDP worker threads running.
     udp_running: AtomicUsize,
@@ -421,6 +422,15 @@ impl Net {
             metrics::gauge!(m::TCP_CONNECTIONS).decrement(1.0);
         }
         self.by_peer.remove_if(&peer, |_, v| *v == id);
+    }
+
+    /// [`Net::unregister`] or [`Net::unregister_ws`], as `listener` is.
+    fn unregister_any(&self, id: ConnId, listener: usize, peer: SocketAddr) {
+        if self.ws_for(listener).is_some() {
+            self.unregister_ws(id);
+        } else {
+            self.unregister(id, peer);
+        }
     }
 
     /// [`Net::unregister`] for a WebSocket connection.

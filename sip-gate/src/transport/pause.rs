@@ -4,7 +4,7 @@
 //! wake and stop (thousands of idle ones): each reader checks the pause
 //! before it hands a message to the core, and a plain connection's reader
 //! that finds it set stops with the message still unread (the next run
-//! reads it); a TLS or WebSocket one relays it to the next run. The UDP
+//! reads it); a TLS or WSS one relays it to the next run. The UDP
 //! workers wait for their socket and for the pause together (`poll` on
 //! the socket and an eventfd), so they stop at once instead of at their
 //! next receive timeout.

@@ -1,6 +1,6 @@
-//! The connections that cannot move in an upgrade (TLS, WebSocket: R-GW-3),
-//! relayed. The old run keeps their sockets and their TLS or WebSocket
-//! framing; each message it reads on one goes, as it was read, to the new
+//! The connections that cannot move in an upgrade (TLS, WSS: R-GW-3), and
+//! any WebSocket one still upgrading at the pause, relayed. The old run
+//! keeps their sockets and their TLS or WebSocket framing; each message it reads on one goes, as it was read, to the new
 //! run ([`Relayed::In`]), whose core decides as for its own connections;
 //! what the new run sends into one goes back to the old run, which writes
 //! it. In the new run such a connection is an entry of its table like any

@@ -109,7 +109,10 @@ impl Net {
 /// `buf`; 0 at the end of the stream. The scratch array is a local of one
 /// poll, not kept across the wait, so a connection waiting here holds no
 /// buffer; `buf` grows only by what came.
-async fn read_some<R: AsyncRead + Unpin>(rd: &mut R, buf: &mut BytesMut) -> io::Result<usize> {
+pub(super) async fn read_some<R: AsyncRead + Unpin>(
+    rd: &mut R,
+    buf: &mut BytesMut,
+) -> io::Result<usize> {
     std::future::poll_fn(|cx| {
         let mut scratch = [MaybeUninit::<u8>::uninit(); READ_CHUNK];
         let mut chunk = ReadBuf::uninit(&mut scratch);
@@ -147,6 +150,7 @@ pub(super) async fn plain(
                         id,
                         fd: s.into(),
                         unread: unread.to_vec(),
+                        begun: None,
                     });
             }
             _ => {
@@ -317,7 +321,7 @@ async fn reader<R: AsyncRead + Unpin>(
 /// read nothing for [`IDLE_FOR`] stops only once `later` says (after the
 /// first sockets were passed), so the first sockets passed are those
 /// whose peers wait, not thousands of idle ones.
-async fn give_way(last_read: Instant, later: &CancellationToken) {
+pub(super) async fn give_way(last_read: Instant, later: &CancellationToken) {
     if last_read.elapsed() >= IDLE_FOR {
         later.cancelled().await;
     }

@@ -271,7 +271,8 @@ async fn serve_accepted_ws(
     let (listener, id, peer) = at;
     let local = local_of(&stream, peer);
     match net.tls_for(listener) {
-        None => super::ws::serve(net.clone(), at, local, stream, rx, &opts).await,
+        // Plain: it may move in a hand-over (R-GW-3).
+        None => super::ws::serve_plain(net.clone(), at, stream, rx, &opts).await,
         Some(tls) => {
             if let Some(s) = tls.accept(stream, peer).await {
                 super::ws::serve(net.clone(), at, local, s, rx, &opts).await;

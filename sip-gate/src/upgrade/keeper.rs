@@ -1,5 +1,5 @@
 //! The link after a hand-over (R-GW-3): the old run keeps its TLS and
-//! WebSocket connections and passes their messages to the new run, which
+//! WSS connections and passes their messages to the new run, which
 //! decides and sends back what goes into them (`transport/relay.rs`). Two
 //! threads on each side, one reading the link and one writing it, so
 //! neither side's runtime waits on the other.

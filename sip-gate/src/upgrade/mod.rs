@@ -28,16 +28,17 @@
 //!    connections it keeps (`Kept`), the work book, the bans and the
 //!    transactions (`State`); the new run takes them in and reads the
 //!    listeners (what came meanwhile waited in the kernel's queues). Then
-//!    the old run stops each plain TCP connection between two messages,
-//!    the busy ones first, and passes its socket as its writer gives it up
-//!    (`Conns`: its id and the bytes read but not yet framed), then
+//!    the old run stops each plain TCP and plain WebSocket connection
+//!    between two messages, the busy ones first, and passes its socket as
+//!    its writer gives it up (`Conns`: its id, the bytes read but not yet
+//!    framed, and a WebSocket message begun in fragments), then
 //!    `Passed`; the new run reads each connection from then on and says
 //!    `Done`; only then does the old run stop serving its admin endpoint
 //!    and upgrade socket, and leave the service to the new run, which
 //!    tells systemd `MAINPID=` and `READY=1`. So the pause a message sees
 //!    is the state's passage, not the connections'.
-//! 4. The old run keeps its TLS and WebSocket connections (they cannot
-//!    move: `transport/handover.rs`): their sockets and framing only. Each
+//! 4. The old run keeps its TLS and WSS connections (they cannot move:
+//!    `transport/handover.rs`): their sockets and framing only. Each
 //!    message read on one goes to the new run over the same link (`In`),
 //!    whose core decides; what it sends into one comes back (`Out`) and
 //!    the old run writes it (`keeper.rs`). The old run exits when the last
@@ -67,7 +68,7 @@ pub use wire::WireError;
 
 /// The hand-over's version: a new run takes over only from an old run of
 /// the same version (what it sends must mean what it reads).
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 /// Set in the new run's environment: the upgrade socket of the old run.
 pub const ENV_FROM: &str = "SIP_GATE_UPGRADE_FROM";
 /// The version the new run speaks instead of [`VERSION`]; only to test the
@@ -274,12 +275,15 @@ struct OfferedListener {
     tcp: bool,
 }
 
-/// A plain TCP connection's socket passed on (it rides as `SCM_RIGHTS`),
-/// with the bytes read of it and not yet framed.
+/// A plain TCP or WebSocket connection's socket passed on (it rides as
+/// `SCM_RIGHTS`), with the bytes read of it and not yet framed, and a
+/// WebSocket message begun in fragments (text or not, its bytes so far).
 #[derive(Debug, Serialize, Deserialize)]
 struct ConnState {
     id: ConnId,
     unread: Vec<u8>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    begun: Option<(bool, Vec<u8>)>,
 }
 
 /// Connection ids the new run starts above the old run's next one: the

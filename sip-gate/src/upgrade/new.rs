@@ -44,7 +44,7 @@ impl std::fmt::Debug for Inheritance {
 pub struct Taken {
     /// Plain TCP connections taken in.
     pub connections: usize,
-    /// TLS and WebSocket connections the old run keeps, relayed.
+    /// TLS and WSS connections the old run keeps, relayed.
     pub relayed: usize,
     /// Transactions taken in (in flight, and completed ones kept for
     /// their retransmissions).
@@ -282,6 +282,7 @@ async fn receive(
                         id: c.id,
                         fd,
                         unread: c.unread,
+                        begun: c.begun,
                     })
                     .collect();
                 got.taken.connections += gate.net().attach(&mut got.pending, moved)?;

@@ -24,7 +24,8 @@ use crate::{Core, Gate};
 const NEW_RUN_WAIT: Duration = Duration::from_secs(30);
 /// How many 1 ms turns the busy connections get to be given up alone.
 const BUSY_TURNS: u32 = 3;
-/// How long plain TCP connections get to stop between two messages.
+/// How long plain TCP and WebSocket connections get to stop between two
+/// messages.
 const MOVE_WAIT: Duration = Duration::from_secs(2);
 
 /// The old run's upgrade: its socket, and the hand-over it runs on a
@@ -300,7 +301,7 @@ impl Upgrader {
             state_ms = ms(state_sent),
             sockets_ms = ms(sockets_sent),
             done_ms = ms(paused.elapsed()),
-            "upgrade: handed over; keeping the TLS and WebSocket connections until they close, their messages relayed to the new run"
+            "upgrade: handed over; keeping the TLS and WSS connections until they close, their messages relayed to the new run"
         );
         Ok(())
     }
@@ -332,6 +333,7 @@ impl Upgrader {
                         let state = ConnState {
                             id: m.id,
                             unread: m.unread,
+                            begun: m.begun,
                         };
                         (state, m.fd)
                     })

@@ -5,7 +5,11 @@
 //! and BYE reach the browser), the second by the browser (its BYE reaches
 //! the caller); then a new call from the registrar's side reaches the first
 //! browser through its flow, on the same WebSocket (the client's socket
-//! never closed: the old run keeps it, the new run decides for it).
+//! never closed). A re-REGISTER begun in fragments before the upgrade is
+//! finished after it and answered. Over `ws` the connections move to the new run like plain
+//! TCP ones (their sockets, the bytes read and not yet framed): the old run
+//! keeps none and exits at once. Over `wss` the old run keeps them (TLS
+//! cannot leave its process) and the new run decides for them.
 //!
 //! On `127.139.16.0/24` (`ws`) and `127.139.17.0/24` (`wss`): the gate's
 //! listener on `.1:5080`, Kamailio on `.11`, the SIPp callers on `.50` and `.51`.
@@ -13,8 +17,12 @@
 use std::time::Duration;
 
 use crate::common::ip;
-use crate::upgrade::{took_over, upgrade};
+use crate::upgrade::{logged, took_over, upgrade};
 use crate::ws::{ua, Site};
+use futures::SinkExt;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
+use tokio_tungstenite::tungstenite::protocol::frame::Frame;
+use tokio_tungstenite::tungstenite::Message;
 
 const T: Duration = Duration::from_secs(5);
 
@@ -71,14 +79,46 @@ async fn across_an_upgrade(net: (u8, u8), secure: bool) {
     let ack = ua::recv(&mut bob, T).await.expect("bob's ACK");
     assert!(ack.starts_with("ACK "), "{ack}");
 
+    // Bob's re-REGISTER begun before the upgrade, in fragments: its
+    // first part goes now, the rest after (what the old run had framed of
+    // it goes along with the connection, or stays with the keeper).
+    let rereg = ua::register("bob", "b1", 2, 600);
+    let (first_part, rest) = rereg.split_at(rereg.len() / 2);
+    fragment(&mut bob, first_part, OpCode::Data(Data::Text), false).await;
+
     let admin = old.admin();
     let site_file = site.path();
     let new = tokio::task::spawn_blocking(move || upgrade(&site_file, admin))
         .await
         .unwrap();
-    assert_eq!(took_over(&old, "relayed"), Some(2));
+    if secure {
+        assert_eq!(took_over(&old, "relayed"), Some(2));
+    } else {
+        // R-GW-3: both plain WebSockets moved, none is relayed, and the
+        // old run holds none: it keeps nothing and ends.
+        assert_eq!(took_over(&old, "relayed"), Some(0));
+        assert_eq!(took_over(&old, "connections"), Some(2));
+        let line = "handed over: keeping";
+        old.wait_for(line, T, |g| g.log().contains(line).then_some(()))
+            .unwrap();
+        assert_eq!(logged(&old.log(), line, "kept"), Some(0), "{}", old.log());
+        assert!(
+            old.wait_exit(T).is_some(),
+            "the old run ends: {}",
+            old.log()
+        );
+    }
     // Alice's call is still up: its re-INVITE and BYE come after.
     assert!(!alice_side.is_finished());
+
+    fragment(&mut bob, rest, OpCode::Data(Data::Continue), true).await;
+    let ok = ua::recv(&mut bob, T)
+        .await
+        .expect("a response to the re-REGISTER begun before the upgrade");
+    assert!(
+        ok.starts_with("SIP/2.0 200") && ok.contains("CSeq: 2 REGISTER"),
+        "{ok}"
+    );
 
     ua::send(&mut bob, &bye_from_callee(&invite, "b1", secure)).await;
     let ok = ua::recv(&mut bob, T)
@@ -105,7 +145,8 @@ async fn across_an_upgrade(net: (u8, u8), secure: bool) {
         .unwrap()
         .unwrap();
     assert!(r.all_ok() && r.successful == 1, "{r:?}");
-    // The browsers go: the old run has nothing left and exits.
+    // The browsers go: the old run has nothing left and exits (over `ws`
+    // it already has).
     drop((alice, bob));
     let exit = tokio::task::spawn_blocking(move || {
         let status = old.wait_exit(Duration::from_secs(10));
@@ -116,6 +157,12 @@ async fn across_an_upgrade(net: (u8, u8), secure: bool) {
     assert!(exit.0.is_some_and(|s| s.success()), "{exit:?}");
     drop(new);
     kam.stop();
+}
+
+/// Sends `part` as one frame of a fragmented message (RFC 6455 5.4).
+async fn fragment(ws: &mut ua::Ws, part: &str, op: OpCode, fin: bool) {
+    let frame = Frame::message(part.as_bytes().to_vec(), op, fin);
+    ws.send(Message::Frame(frame)).await.unwrap();
 }
 
 /// The BYE of the browser that answered `invite` (RFC 3261 12.2.1.1: to

@@ -6,18 +6,21 @@
 //! needs no WebSocket of its own: only the listener's Via and Record-Route
 //! names (`WS`, `WSS`) differ.
 //!
-//! After the upgrade (`upgrade.rs`), tungstenite frames: one SIP message a
+//! After the upgrade (`upgrade.rs`), the gate frames (`frame.rs`, RFC
+//! 6455) and serves the connection (`conn.rs`): one SIP message a
 //! WebSocket message, text or binary (RFC 7118 5); a message (whole or
-//! fragmented) over [`MAX_MESSAGE`] closes with 1009, a protocol error with
-//! 1002; one not complete within `[tcp] frame_s` of its first bytes closes
-//! with 1008 (`timed.rs`). Pings get pongs (tungstenite answers them as it reads); a message
-//! of only CRLFs is the RFC 5626 3.5.1 keep-alive, `\r\n\r\n` answered with
-//! `\r\n`. The gate never opens a WebSocket connection: a browser is only
-//! reached on the one it opened.
+//! fragmented) over [`MAX_MESSAGE`] closes with 1009, a protocol error
+//! with 1002, text that is not UTF-8 with 1007; one not complete within
+//! `[tcp] frame_s` of its first bytes closes with 1008. Pings get pongs; a
+//! message of only CRLFs is the RFC 5626 3.5.1 keep-alive, `\r\n\r\n`
+//! answered with `\r\n`. The gate never opens a WebSocket connection: a
+//! browser is only reached on the one it opened. As over TCP, an idle
+//! connection holds no read buffer, and a message goes to the core as it
+//! came out of its frame, with no copy of its own.
 //!
 //! The gate never drops a WebSocket connection without a Close frame
 //! (RFC 6455 7.4.1 codes, issue 37): 1000 at `[tcp] idle_s`, 1001 when it
-//! stops (R-GW-1), 1002/1008/1009 as above; over `wss` the frame goes
+//! stops (R-GW-1), 1002/1007/1008/1009 as above; over `wss` the frame goes
 //! through TLS. It writes the frame within [`CLOSE_WRITE`] and then closes
 //! the TCP connection without waiting for the client's Close (the server
 //! closes first, RFC 6455 7.1.1). Those are counted in
@@ -29,36 +32,26 @@
 //! whole to a `ws` instance.
 
 use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use bytes::Bytes;
-use futures::stream::{SplitSink, SplitStream};
-use futures::{SinkExt, StreamExt};
+use bytes::{Bytes, BytesMut};
 use ringsync::config::WsOptions;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::{mpsc, oneshot};
-use tokio_tungstenite::tungstenite::error::ProtocolError;
-use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
-use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig};
-use tokio_tungstenite::tungstenite::{Error as WsError, Message, Utf8Bytes};
-use tokio_tungstenite::WebSocketStream;
-use tokio_util::sync::CancellationToken;
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
 
-use super::{Net, MAX_MESSAGE};
+use super::{Moved, Net, MAX_MESSAGE};
 use crate::listener::Mode;
 use crate::metrics as m;
-use crate::txn::{ConnId, Inbound};
-use ringsync::capture::Transport::Stream;
+use crate::txn::ConnId;
 
+mod conn;
+mod frame;
 mod pool;
-mod timed;
 mod upgrade;
 
-use timed::{Due, Fired, Started, Timed};
-
-/// The read buffer of each WebSocket connection, in bytes (see `serve`).
-const WS_READ_BUFFER: usize = 4096;
 /// How long the gate tries to write a Close frame before it drops the
 /// connection anyway (a client that reads nothing cannot hold it).
 const CLOSE_WRITE: Duration = Duration::from_secs(2);
@@ -86,300 +79,134 @@ pub(super) async fn serve<S>(
     {
         return pool::serve(net.clone(), (listener, id, peer), io, opts, *upstream_tls).await;
     }
+    let Some(tail) = handshake(&net, peer, &mut io, opts).await else {
+        return;
+    };
+    let state = (
+        BytesMut::from(&tail[..]),
+        frame::Reader::new(MAX_MESSAGE),
+        false,
+    );
+    conn::serve(net.clone(), (listener, id, peer), local, io, rx, state).await;
+    net.unregister_ws(id);
+}
+
+/// [`serve`] on a plain `ws` listener: the connection moves in a
+/// hand-over (R-GW-3, [`plain`]) once upgraded. A ws pool's connections
+/// carry no SIP and are not moved.
+pub(super) async fn serve_plain(
+    net: Arc<Net>,
+    (listener, id, peer): (usize, ConnId, SocketAddr),
+    mut stream: TcpStream,
+    rx: mpsc::Receiver<Bytes>,
+    opts: &WsOptions,
+) {
+    if net.is_ws_pool(listener) {
+        let local = super::stream::local_of(&stream, peer);
+        return serve(net, (listener, id, peer), local, stream, rx, opts).await;
+    }
+    let Some(tail) = handshake(&net, peer, &mut stream, opts).await else {
+        return;
+    };
+    plain(
+        net,
+        (listener, id, peer),
+        stream,
+        rx,
+        (BytesMut::from(&tail[..]), None),
+    )
+    .await;
+}
+
+/// A plain upgraded `ws` connection, accepted here or handed over by an
+/// earlier run (`buf` then holds what that run had read and not framed,
+/// `begun` a message it had begun in fragments: text or not, its bytes so
+/// far). Served; when a hand-over asks (R-GW-3), its socket, the bytes read
+/// and not yet framed and the fragments begun go to the next run
+/// ([`Moved`]) instead of closing, as a plain TCP connection's do.
+pub(super) async fn plain(
+    net: Arc<Net>,
+    (listener, id, peer): (usize, ConnId, SocketAddr),
+    stream: TcpStream,
+    rx: mpsc::Receiver<Bytes>,
+    (buf, begun): (BytesMut, Option<(bool, Vec<u8>)>),
+) {
+    // Upgraded after a hand-over's pause (whose list was taken before):
+    // it stays in this run, relayed (R-GW-3), and no hand-over waits for it.
+    let movable = net.pause.enter().is_some();
+    if movable {
+        net.movable.fetch_add(1, Ordering::Relaxed);
+    }
+    let begun = begun.as_ref().map(|(text, b)| (*text, &b[..]));
+    let frames = frame::Reader::resume(MAX_MESSAGE, begun);
+    let local = super::stream::local_of(&stream, peer);
+    let state = (buf, frames, movable);
+    let ended = conn::serve(net.clone(), (listener, id, peer), local, stream, rx, state).await;
+    if let Some((stream, unread, frames)) = ended {
+        match stream.into_std() {
+            Ok(s) => {
+                net.handed.insert(id, ());
+                let begun = frames.begun().map(|(text, b)| (text, b.to_vec()));
+                net.moved
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(Moved {
+                        id,
+                        fd: s.into(),
+                        unread: unread.to_vec(),
+                        begun,
+                    });
+            }
+            Err(_) => {
+                tracing::warn!(%peer, "WebSocket connection not handed over: its socket could not be taken back")
+            }
+        }
+    }
+    net.unregister_ws(id);
+    if movable {
+        net.movable.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// The upgrade, within `[tcp] frame_s`, answered and counted: what the
+/// client sent after its request (the first frames), or `None` when the
+/// connection ends here.
+async fn handshake<S>(net: &Net, peer: SocketAddr, io: &mut S, opts: &WsOptions) -> Option<Vec<u8>>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
     let deadline = net.core.tcp_config().frame();
     let head = tokio::select! {
-        _ = net.shutdown.cancelled() => None,
-        r = tokio::time::timeout(deadline, upgrade::read(&mut io, opts)) => Some(r),
+        _ = net.shutdown.cancelled() => return None,
+        r = tokio::time::timeout(deadline, upgrade::read(io, opts)) => r,
     };
-    let tail = match head {
-        None => return,
-        Some(Err(_)) => {
+    match head {
+        Err(_) => {
             tracing::debug!(%peer, "WebSocket upgrade not complete in time: closed");
             m::ws_handshake("timeout");
-            return;
+            None
         }
-        Some(Ok(upgrade::Read::Closed)) => {
+        Ok(upgrade::Read::Closed) => {
             m::ws_handshake("closed");
-            return;
+            None
         }
-        Some(Ok(upgrade::Read::Head(result, tail))) => {
-            let written = upgrade::answer(&mut io, &result).await;
+        Ok(upgrade::Read::Head(result, tail)) => {
+            let written = upgrade::answer(io, &result).await;
             match (result, written) {
                 (Ok(_), Ok(())) => {
                     m::ws_handshake("ok");
-                    tail
+                    Some(tail)
                 }
                 (Ok(_), Err(_)) => {
                     m::ws_handshake("closed");
-                    return;
+                    None
                 }
                 (Err(r), _) => {
                     tracing::debug!(%peer, status = r.status, why = r.label, "WebSocket upgrade refused");
                     m::ws_handshake(r.label);
-                    return;
+                    None
                 }
             }
         }
-    };
-    // tungstenite's defaults (128 KiB read buffer per connection, writes
-    // gathered up to 128 KiB) suit bulk transfer; a SIP connection carries
-    // messages of a kilobyte or two, sent one at a time, and sits idle for
-    // hours. 4 KiB reads take a usual message in one go (the buffer grows
-    // for a larger one, up to the bound), and each message is written at
-    // once: 10,000 idle connections then hold tens, not hundreds, of KiB
-    // each (docs/benchmarks.md).
-    let config = WebSocketConfig::default()
-        .read_buffer_size(WS_READ_BUFFER)
-        .write_buffer_size(0)
-        .max_message_size(Some(MAX_MESSAGE))
-        .max_frame_size(Some(MAX_MESSAGE));
-    let started = Started::new();
-    let io = Timed::new(io, started.clone());
-    let ws = WebSocketStream::from_partially_read(io, tail, Role::Server, Some(config)).await;
-    messages(net, (listener, id, peer), local, (ws, started), rx).await;
-}
-
-/// The message loop of an upgraded connection: a writer fed by the
-/// connection's queue, a reader handing each message to the core.
-async fn messages<S>(
-    net: Arc<Net>,
-    at: (usize, ConnId, SocketAddr),
-    local: SocketAddr,
-    (ws, started): (WebSocketStream<Timed<S>>, Started),
-    rx: mpsc::Receiver<Bytes>,
-) where
-    S: AsyncRead + AsyncWrite + Unpin,
-{
-    let (sink, source) = ws.split();
-    let stop = net.shutdown.child_token();
-    // The reader asks the writer (which owns the sink) to close with a code.
-    let (close_tx, close_rx) = oneshot::channel::<CloseFrame>();
-    let copies = (&net, at.0, (local, at.2));
-    let writer = write_loop(
-        copies,
-        sink,
-        rx,
-        close_rx,
-        stop.clone(),
-        net.shutdown.clone(),
-    );
-    let reader = async {
-        if let Some(frame) = read_loop(&net, at, local, source, &started, &stop).await {
-            let _ = close_tx.send(frame);
-        } else {
-            stop.cancel();
-        }
-    };
-    tokio::join!(writer, reader);
-    net.unregister_ws(at.1);
-}
-
-/// The reader of a connection: each message to the core, until the peer
-/// closes, the connection's `stop`, or a bound ends it: `[tcp] idle_s`
-/// without a message (unless a registration holds the connection, RFC 5626
-/// 5.3), `[tcp] frame_s` for a message whose bytes began to come. Returns
-/// the close frame to send, if the end calls for one.
-async fn read_loop<S>(
-    net: &Arc<Net>,
-    (listener, id, peer): (usize, ConnId, SocketAddr),
-    local: SocketAddr,
-    mut source: SplitStream<WebSocketStream<Timed<S>>>,
-    started: &Started,
-    stop: &CancellationToken,
-) -> Option<CloseFrame>
-where
-    S: AsyncRead + AsyncWrite + Unpin,
-{
-    let inbound = Inbound::Tcp {
-        listener,
-        conn: id,
-        peer,
-    };
-    let (idle, frame) = (net.core.tcp_config().idle(), net.core.tcp_config().frame());
-    let mut last = Instant::now();
-    // One timer for both bounds, armed for the idle one and brought
-    // forward only when a message begins (timed.rs): an idle connection
-    // wakes at its idle bound, not every frame_s (issue 25).
-    let timer = tokio::time::sleep(idle);
-    tokio::pin!(timer);
-    loop {
-        let next = tokio::select! {
-            _ = stop.cancelled() => return None,
-            n = timed::next_or_due(&mut source, started, timer.as_mut(), frame) => n,
-        };
-        let now = Instant::now();
-        let data = match next {
-            Err(Due) => match timed::fired(started, timer.as_mut(), (last, now), (idle, frame)) {
-                Fired::Frame => {
-                    tracing::info!(%peer, "closing WebSocket connection: message not complete in time");
-                    m::dropped("ws_frame_timeout");
-                    // RFC 6455 7.4.1: 1008, the message broke the
-                    // frame-time policy (R-WS-2).
-                    return Some(sent(
-                        CloseCode::Policy,
-                        "1008",
-                        "message not complete in time",
-                    ));
-                }
-                Fired::Early => continue,
-                // Idle, but a registration uses it: the subscriber's
-                // requests reach it only this way (RFC 5626 5.3).
-                Fired::Idle if net.core.tcp_held(id, now) => {
-                    last = now;
-                    timer.as_mut().reset((now + idle).into());
-                    continue;
-                }
-                // R-WS-2, issue 37: 1000 (RFC 6455 7.4.1, normal closure):
-                // the idle rule ended it, nothing went wrong; a browser
-                // sees a clean close, not 1006.
-                Fired::Idle => return Some(sent(CloseCode::Normal, "1000", "idle")),
-            },
-            Ok(Some(Ok(Message::Close(_)))) => {
-                m::ws_peer_close("close");
-                return None;
-            }
-            // tokio-tungstenite ends the stream only after a close
-            // handshake, which the arm above already took.
-            Ok(None) => return None,
-            Ok(Some(Err(e))) => {
-                let frame = refusal(&e);
-                if frame.is_some() {
-                    tracing::info!(%peer, error = %e, "closing WebSocket connection");
-                }
-                return frame;
-            }
-            Ok(Some(Ok(msg))) => {
-                started.clear();
-                last = now;
-                match msg {
-                    Message::Text(t) => Bytes::from(t),
-                    Message::Binary(b) => b,
-                    // Pongs go out as tungstenite reads; nothing for the core.
-                    _ => continue,
-                }
-            }
-        };
-        if data.iter().all(|b| matches!(b, b'\r' | b'\n')) {
-            // RFC 5626 3.5.1: a double CRLF asks for one back.
-            if data.as_ref() == b"\r\n\r\n" {
-                net.tcp_send(listener, Some(id), peer, Bytes::from_static(b"\r\n"));
-            }
-            continue;
-        }
-        // Each SIP message as it came out of its WebSocket frames (and
-        // out of TLS on a wss listener).
-        net.core
-            .capture()
-            .sip(listener, Stream, (peer, local), &data, None);
-        // Counted while handled: a hand-over's pause waits for it; once
-        // paused it is relayed (R-GW-3).
-        let _handling = net.pause.enter();
-        // A keeper's connection: the run that took over decides (R-GW-3).
-        let Some(data) = net.relay_in((listener, id, peer), data) else {
-            continue;
-        };
-        // R-OV-1: the stream transports' deadline, as over TCP.
-        let now = Instant::now();
-        let action = net
-            .core
-            .handle_stream(inbound, data, now, net.lag.behind(now));
-        net.execute(action);
-    }
-}
-
-/// The writer of a connection: each queued SIP message as one WebSocket
-/// message, until the connection's `stop`; a close frame when the reader
-/// asks for one, or 1001 when the gate (`gate_stop`) stops (R-GW-1), each
-/// written within [`CLOSE_WRITE`].
-async fn write_loop<S>(
-    (net, listener, ends): (&Arc<Net>, usize, (SocketAddr, SocketAddr)),
-    mut sink: SplitSink<WebSocketStream<S>, Message>,
-    mut rx: mpsc::Receiver<Bytes>,
-    mut close_rx: oneshot::Receiver<CloseFrame>,
-    stop: CancellationToken,
-    gate_stop: CancellationToken,
-) where
-    S: AsyncRead + AsyncWrite + Unpin,
-{
-    loop {
-        let frame = tokio::select! {
-            // Biased, the stop first: a reader that saw the gate stop
-            // ends too, and its dropped `close_rx` must not win the race
-            // and end this loop without the 1001 (issue 37).
-            biased;
-            _ = stop.cancelled() => {
-                if gate_stop.is_cancelled() {
-                    let frame = sent(CloseCode::Away, "1001", "gate stopping");
-                    let _ = tokio::time::timeout(CLOSE_WRITE, sink.send(Message::Close(Some(frame)))).await;
-                }
-                break;
-            }
-            c = &mut close_rx => match c {
-                Ok(frame) => {
-                    let _ = tokio::time::timeout(CLOSE_WRITE, sink.send(Message::Close(Some(frame)))).await;
-                    break;
-                }
-                // The reader ended without a code: the peer went.
-                Err(_) => break,
-            },
-            msg = rx.recv() => match msg {
-                Some(bytes) => {
-                    if bytes.as_ref() != b"\r\n" {
-                        net.core.capture().sip(listener, Stream, ends, &bytes, None);
-                    }
-                    sip_message(bytes)
-                }
-                None => break,
-            },
-        };
-        if sink.send(frame).await.is_err() {
-            break;
-        }
-    }
-    stop.cancel();
-}
-
-/// The close a read error calls for: 1009 for a message over the bound,
-/// 1002 for a protocol error; `None` when the client ended the connection
-/// (a TCP close without a Close frame, which tungstenite reports as a
-/// protocol error, a reset): counted as the client's, never as a close
-/// frame the gate sent (issue 37).
-fn refusal(e: &WsError) -> Option<CloseFrame> {
-    match e {
-        WsError::Capacity(_) => Some(sent(CloseCode::Size, "1009", "message too big")),
-        WsError::Protocol(ProtocolError::ResetWithoutClosingHandshake) => {
-            m::ws_peer_close("eof");
-            None
-        }
-        WsError::Protocol(_) | WsError::Utf8(_) => {
-            Some(sent(CloseCode::Protocol, "1002", "protocol error"))
-        }
-        WsError::Io(io) if io.kind() == std::io::ErrorKind::ConnectionReset => {
-            m::ws_peer_close("reset");
-            None
-        }
-        _ => {
-            m::ws_peer_close("error");
-            None
-        }
-    }
-}
-
-/// A close frame the gate sends, counted under its `code`.
-fn sent(code: CloseCode, label: &'static str, reason: &'static str) -> CloseFrame {
-    m::ws_close(label);
-    CloseFrame {
-        code,
-        reason: Utf8Bytes::from_static(reason),
-    }
-}
-
-/// A SIP message as one WebSocket message: text when it is UTF-8, as SIP
-/// nearly always is (browsers' SIP stacks read text most simply), binary
-/// otherwise (RFC 7118 5). Neither copies the bytes.
-fn sip_message(bytes: Bytes) -> Message {
-    match Utf8Bytes::try_from(bytes.clone()) {
-        Ok(text) => Message::Text(text),
-        Err(_) => Message::Binary(bytes),
     }
 }

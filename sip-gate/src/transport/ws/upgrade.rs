@@ -2,13 +2,11 @@
 //! 4): the request head is read and checked here, so each refusal gets its
 //! proper HTTP status and its own metric label (tungstenite's server
 //! handshake closes without an answer on a missing key or a wrong version);
-//! the accept key comes from tungstenite, and tungstenite frames the
-//! messages after.
+//! the gate frames the messages after (`frame.rs`).
 
 use bytes::BytesMut;
 use ringsync::config::WsOptions;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 
 /// The longest request head taken: a browser's upgrade is well under 2 KiB.
 const MAX_HEAD: usize = 8 * 1024;
@@ -153,6 +151,18 @@ pub(super) fn check_as(head: &[u8], opts: &WsOptions, sip: bool) -> Result<Upgra
     Ok(Upgrade {
         accept: derive_accept_key(key.as_bytes()),
     })
+}
+
+/// `Sec-WebSocket-Accept` for `key` (RFC 6455 4.2.2 item 5.4): the base64
+/// of the SHA-1 of the key and the protocol's GUID.
+fn derive_accept_key(key: &[u8]) -> String {
+    use base64::Engine;
+    use sha1::Digest;
+    const GUID: &[u8] = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
+    let mut sha = sha1::Sha1::new();
+    sha.update(key);
+    sha.update(GUID);
+    base64::engine::general_purpose::STANDARD.encode(sha.finalize())
 }
 
 /// Whether `key` is the base64 of 16 bytes (RFC 6455 4.2.1 item 5): 22
