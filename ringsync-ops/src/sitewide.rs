@@ -9,10 +9,11 @@
 
 use std::net::SocketAddr;
 
+use crate::fetch::Fetcher;
 use crate::round::{NodeAnswer, Round};
 use ringsync::node::{Liveness, NodeEntry};
 use ringsync::store::{Store, StoreError};
-use ringsync::work;
+use ringsync::work::{self, Unknown, WorkReport};
 
 /// One round from the store's registry; `None` when it keeps none.
 pub async fn round(store: &dyn Store) -> Result<Option<Round>, StoreError> {
@@ -65,6 +66,71 @@ pub fn from_entries(entries: &[NodeEntry], now_ms: u64) -> Round {
         round.outcomes.push(outcome);
     }
     round
+}
+
+/// R-ST-3: a published report is as old as the publisher's last change
+/// check ([`ringsync::publish::CHECK_EVERY`]) plus its write, so a call set
+/// up since, on an instance that still takes new work (R-SG-2: no other
+/// normal instance up), is missing from it. Each live node is asked for
+/// its report now at its admin address; the fresh answer replaces the
+/// record's. A node that does not answer here keeps its record's counts,
+/// which then vouch for nothing: its instances stay `draining`, with why.
+/// (Seed 2026's chaos hour: a record from before a call said sg-a drained
+/// while it held the call, issue 40.)
+pub async fn ask_live(mut round: Round, fetcher: &Fetcher, site: &str) -> Round {
+    let asks = round
+        .answers
+        .iter()
+        .zip(&round.outcomes)
+        .map(|(a, o)| async move {
+            match &o.report {
+                Ok(_) if a.error.is_none() => Some(fetcher.work_report(a.addr).await),
+                _ => None,
+            }
+        });
+    let fresh = futures::future::join_all(asks).await;
+    for ((a, o), got) in round
+        .answers
+        .iter_mut()
+        .zip(round.outcomes.iter_mut())
+        .zip(fresh)
+    {
+        let (Some(got), Ok(record)) = (got, o.report.as_mut()) else {
+            continue;
+        };
+        match got {
+            Ok(r) if r.node == record.node && r.kind == o.kind && r.site == site => {
+                a.revision = Some(r.revision);
+                a.started_ms = Some(r.started_ms);
+                a.run = r.run.clone();
+                *record = r;
+            }
+            Ok(r) => not_vouched(
+                record,
+                &format!(
+                    "its address answers as node `{}` of site `{}`",
+                    r.node, r.site
+                ),
+            ),
+            Err(e) => not_vouched(record, &e.to_string()),
+        }
+    }
+    round
+}
+
+/// A published report whose node could not be asked now: its counts stay
+/// (a lower bound), but vouch for no instance (R-ST-3).
+fn not_vouched(record: &mut WorkReport, why: &str) {
+    let age_ms = work::now_ms().saturating_sub(record.generated_ms);
+    for w in record.instances.values_mut() {
+        w.unknown.get_or_insert_with(|| Unknown {
+            reason: format!(
+                "its published report is {age_ms} ms old and it was not asked now ({why}): \
+                 work set up since is not in it"
+            ),
+            until_ms: None,
+        });
+    }
 }
 
 /// A node's site file hash: its record's, else its report's; `None` when

@@ -86,8 +86,9 @@ pub struct NodeBoard {
 enum Source {
     /// Asking each node's admin address (one machine, embedded store).
     Ask(Box<Fetcher>),
-    /// Reading the store's node registry (several nodes, etcd).
-    Registry(Arc<dyn Store>),
+    /// Reading the store's node registry (several nodes, etcd), then
+    /// asking its live nodes now (R-ST-3, [`crate::sitewide::ask_live`]).
+    Registry(Arc<dyn Store>, Box<Fetcher>),
 }
 
 impl NodeBoard {
@@ -108,7 +109,7 @@ impl NodeBoard {
             site: site.into(),
             latest: ArcSwap::from_pointee(Round::default()),
             nodes: Vec::new(),
-            source: Source::Registry(store),
+            source: Source::Registry(store, Box::default()),
             rounds: tokio::sync::watch::Sender::new(0),
         })
     }
@@ -122,11 +123,13 @@ impl NodeBoard {
     pub async fn refresh(&self) -> Arc<Round> {
         let round = match &self.source {
             Source::Ask(fetcher) => ask_all(fetcher, &self.site, &self.nodes).await,
-            Source::Registry(store) => match crate::sitewide::round(store.as_ref()).await {
-                Ok(Some(r)) => r,
-                Ok(None) => Round::default(),
-                Err(e) => crate::sitewide::unreadable(&self.latest(), &e),
-            },
+            Source::Registry(store, fetcher) => {
+                match crate::sitewide::round(store.as_ref()).await {
+                    Ok(Some(r)) => crate::sitewide::ask_live(r, fetcher, &self.site).await,
+                    Ok(None) => Round::default(),
+                    Err(e) => crate::sitewide::unreadable(&self.latest(), &e),
+                }
+            }
         };
         let round = Arc::new(round);
         self.latest.store(round.clone());

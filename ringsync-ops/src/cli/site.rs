@@ -156,7 +156,9 @@ impl Site {
         let view = DrainView::build(config.clone(), &set, &[], &[]);
         // Several nodes (etcd): the reports they published; else ask them.
         let round = match crate::sitewide::round(store.as_ref()).await? {
-            Some(round) => round,
+            Some(round) => {
+                crate::sitewide::ask_live(round, &Fetcher::default(), &config.site.name).await
+            }
             None => {
                 let nodes = status::local_nodes(config, nodes.gate, nodes.media);
                 status::ask_all(&Fetcher::default(), &config.site.name, &nodes).await

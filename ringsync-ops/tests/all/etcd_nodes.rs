@@ -181,3 +181,100 @@ async fn r_st_3_nodes_publish_work_and_are_never_silently_dropped() {
         .iter()
         .any(|u| u.contains("g3") && u.contains("lease expired")));
 }
+
+/// `ringsync status --json` (the binary) on `site`: sg-a's state, work and
+/// unknown reasons.
+async fn sg_a(site: &std::path::Path) -> serde_json::Value {
+    let path = site.to_owned();
+    let out = tokio::task::spawn_blocking(move || {
+        crate::common::served::at(&path, &["--json", "status"])
+    })
+    .await
+    .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["id"] == "sg-a")
+        .unwrap()
+        .clone()
+}
+
+/// Issue 40 (seed 2026's chaos hour): a gate's published record lags its
+/// book by up to `publish::CHECK_EVERY` plus a write; `status` summing
+/// only the record said sg-a `drained` while it held a call set up since
+/// (every sg was in the drain zone, so new calls still reached it, R-SG-2).
+/// Here the record says 0 and the node's admin address says 1: status asks
+/// the live node now. A node that cannot be asked now vouches for nothing.
+/// Addresses: etcd on 127.0.76.11.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_st_3_status_asks_live_nodes_now_a_lagging_record_never_says_drained() {
+    let etcd = tokio::task::block_in_place(|| Etcd::single(ip(76, 11))).expect("etcd");
+    let eps = etcd.endpoints();
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = "/t/lag";
+    let config = crate::common::etcd::etcd_site(dir.path(), &eps, prefix);
+    let site = dir.path().join("site.toml");
+    let admin = node(&config, &eps, prefix, dir.path().join("admin.cache"))
+        .await
+        .unwrap();
+    admin
+        .create(NewProfile {
+            name: "drain-a".into(),
+            description: String::new(),
+            servers: vec!["srv-a".into()],
+            state: ProfileState::Active,
+        })
+        .await
+        .unwrap();
+    // The gate's book now: a call on sg-a, set up after its last record.
+    let (addr, served) = crate::common::stand_in(report("g1", 1)).await;
+    let store: Arc<dyn Store> = Arc::new(
+        node(&config, &eps, prefix, dir.path().join("g1.cache"))
+            .await
+            .unwrap(),
+    );
+    let state = DrainState::new(config.clone());
+    let stop = CancellationToken::new();
+    state.follow(store.clone(), stop.clone());
+    let publisher = ringsync::publish::spawn(
+        store.clone(),
+        state.clone(),
+        NodeIdentity {
+            address: addr.to_string(),
+            ..identity("g1")
+        },
+        || Some(report("g1", 0)),
+        stop.clone(),
+    );
+    eventually("g1 published", Duration::from_secs(5), || async {
+        admin
+            .nodes()
+            .await
+            .unwrap()
+            .unwrap()
+            .iter()
+            .any(|n| matches!(&n.liveness, Liveness::Live { record } if record.report.is_some()))
+    })
+    .await;
+    let a = sg_a(&site).await;
+    assert_eq!(
+        (&a["state"], &a["work"]),
+        (&"draining".into(), &1.into()),
+        "{a}"
+    );
+
+    // Its address answers for another node: the record's 0 vouches for nothing.
+    served.lock().unwrap().node = "g9".into();
+    let a = sg_a(&site).await;
+    assert_eq!(a["state"], "draining", "{a}");
+    assert!(a["work"].is_null(), "{a}");
+    assert!(
+        a["unknown"].to_string().contains("was not asked now"),
+        "{a}"
+    );
+    stop.cancel();
+    let _ = publisher.await;
+}

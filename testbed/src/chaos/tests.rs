@@ -248,6 +248,29 @@ fn a_new_call_past_the_bound_fails_with_the_call_and_the_lateness() {
     assert!(no_new_dialog_past_bound(&e).pass);
 }
 
+/// Seed 2026's hour (issue 40): call 6972 was up on sg-a before srv-a's
+/// drain; sg-a was killed, and its re-INVITE's retransmission reached the
+/// restarted SIPp, which logged it as `ev inv`: in-dialog (R-SG-4), not a
+/// new dialog past the bound. A failover INVITE of a call never confirmed
+/// stays new.
+#[test]
+fn a_reinvite_reaching_a_restarted_instance_is_not_a_new_call() {
+    let mut e = clean();
+    e.held.push(held("c3", "sg-a", 2, 8.0, None));
+    e.held.push(Held {
+        ack: None,
+        ..held("c3", "sg-a", 2, 15.1, None)
+    });
+    assert!(no_new_dialog_past_bound(&e).pass);
+    let mut e = clean();
+    e.held.push(Held {
+        ack: None,
+        ..held("c3", "sg-b", 0, 8.0, None)
+    });
+    e.held.push(held("c3", "sg-a", 2, 15.1, Some(18.0)));
+    assert!(!no_new_dialog_past_bound(&e).pass);
+}
+
 /// Every mg out of service in one sample: the verdict gives the instant.
 #[test]
 fn no_assignable_mg_fails_with_the_sample() {
