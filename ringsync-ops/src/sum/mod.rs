@@ -11,7 +11,7 @@
 
 use ringsync::config::{Service, SiteConfig};
 use ringsync::view::{DrainView, Health, InstanceState, InstanceView, Zone};
-use ringsync::work::{Eta, NodeOutcome, PoolBackup, Unreachable, WorkCounts};
+use ringsync::work::{Eta, NodeKind, NodeOutcome, PoolBackup, Unreachable, WorkCounts};
 use serde::{Deserialize, Serialize};
 
 /// A [`PoolBackup`] as the site status shows it: with the node that said it.
@@ -109,7 +109,7 @@ pub struct InstanceStatus {
 pub fn sum(view: &DrainView, outcomes: &[NodeOutcome]) -> Vec<InstanceStatus> {
     view.instances()
         .iter()
-        .map(|iv| sum_instance(view.config(), iv, outcomes))
+        .map(|iv| sum_instance(view.config(), view.revision(), iv, outcomes))
         .collect()
 }
 
@@ -124,7 +124,12 @@ struct Tally {
 }
 
 /// One instance's status from every node expected to count it.
-fn sum_instance(site: &SiteConfig, iv: &InstanceView, outcomes: &[NodeOutcome]) -> InstanceStatus {
+fn sum_instance(
+    site: &SiteConfig,
+    revision: u64,
+    iv: &InstanceView,
+    outcomes: &[NodeOutcome],
+) -> InstanceStatus {
     let mut st = InstanceStatus {
         id: iv.id.clone(),
         service: iv.service.clone(),
@@ -153,7 +158,7 @@ fn sum_instance(site: &SiteConfig, iv: &InstanceView, outcomes: &[NodeOutcome]) 
         .filter(|o| o.kind.counts_on(site, &iv.service))
     {
         t.expected += 1;
-        add_report(&mut st, &mut t, &iv.id, o);
+        add_report(&mut st, &mut t, (&iv.id, revision), o);
     }
     if t.expected == 0 {
         t.vouched = false;
@@ -185,8 +190,14 @@ fn sum_instance(site: &SiteConfig, iv: &InstanceView, outcomes: &[NodeOutcome]) 
     st
 }
 
-/// Adds what node `o` says of instance `id` (or that it says nothing).
-fn add_report(st: &mut InstanceStatus, t: &mut Tally, id: &str, o: &NodeOutcome) {
+/// Adds what node `o` says of instance `id` (or that it says nothing);
+/// `revision`: the profile revision of the view being summed.
+fn add_report(
+    st: &mut InstanceStatus,
+    t: &mut Tally,
+    (id, revision): (&str, u64),
+    o: &NodeOutcome,
+) {
     let report = match &o.report {
         Ok(r) => r,
         Err(e) => {
@@ -195,6 +206,18 @@ fn add_report(st: &mut InstanceStatus, t: &mut Tally, id: &str, o: &NodeOutcome)
             return;
         }
     };
+    // A gate or media controller still routing by an older revision than
+    // the one summed may not have applied this drain yet: it can give the
+    // instance new work after its report said none, so its count cannot
+    // make it `drained` (R-ST-3). The Active-Passive records carry the
+    // reader's own revision.
+    if report.kind != NodeKind::Handover && report.revision < revision {
+        t.vouched = false;
+        st.unknown.push(format!(
+            "{} {}: routes by profile revision {}, not yet {revision}",
+            o.kind, o.node, report.revision
+        ));
+    }
     let Some(w) = report.instances.get(id) else {
         t.vouched = false;
         st.unknown

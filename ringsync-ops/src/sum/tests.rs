@@ -103,6 +103,37 @@ fn r_st_3_drained_only_when_every_node_says_zero() {
 }
 
 #[test]
+fn r_st_3_a_node_routing_by_an_older_revision_cannot_say_drained() {
+    // The view summed is at revision 1 (the drain of srv-a); g2 still
+    // routes by revision 0, before the drain: its zero may be followed by
+    // a new call it sends to sg-a, so sg-a stays draining with the reason
+    // (the chaos run's counter-example at seed 2026).
+    let v = view(true);
+    let g1 = report("g1", NodeKind::Gate, &[("sg-a", counts(0, 0))]);
+    let mut g2 = report("g2", NodeKind::Gate, &[("sg-a", counts(0, 0))]);
+    if let Ok(r) = &mut g2.report {
+        r.revision = 0;
+    }
+    let s = sum(&v, &[g1.clone(), g2]);
+    let a = find(&s, "sg-a");
+    assert_eq!(a.state, InstanceState::Draining);
+    assert_eq!(a.work, None);
+    assert!(
+        a.unknown
+            .iter()
+            .any(|u| u.contains("g2") && u.contains("revision 0, not yet 1")),
+        "{:?}",
+        a.unknown
+    );
+    // Once it routes by the drain's revision, its zero counts.
+    let g2 = report("g2", NodeKind::Gate, &[("sg-a", counts(0, 0))]);
+    assert_eq!(
+        find(&sum(&v, &[g1, g2]), "sg-a").state,
+        InstanceState::Drained
+    );
+}
+
+#[test]
 fn r_st_3_a_silent_or_unsure_node_keeps_it_draining_with_the_reason() {
     let v = view(true);
     let g1 = report("g1", NodeKind::Gate, &[("sg-a", counts(0, 0))]);
