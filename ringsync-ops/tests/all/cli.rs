@@ -3,6 +3,7 @@
 
 use std::net::SocketAddr;
 use std::process::{Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::common::served::{instance, local as ringsync, ok, row};
@@ -11,7 +12,7 @@ use ringsync::profile::{ProfileSet, ProfileState};
 use ringsync::state::DrainState;
 use ringsync::store;
 use ringsync::view::{Health, InstanceState};
-use ringsync::work::{Eta, InstanceWork, NodeKind, Unknown, WorkCounts};
+use ringsync::work::{Eta, InstanceWork, NodeKind, Unknown, WorkCounts, WorkReport};
 use ringsync_ops::status::SiteStatus;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -173,10 +174,11 @@ async fn status_of(site: &TestSite, gate: SocketAddr, media: SocketAddr) -> (Val
     (serde_json::from_str(&json).unwrap(), table)
 }
 
-/// A gate with work on sg-a only (sg-c probed down) and a media-ctl with
-/// calls on the bgmg only.
-async fn nodes_with_work() -> (SocketAddr, SocketAddr) {
-    let (gate, _) = crate::common::stand_in(crate::common::report(
+/// A gate with work on sg-a only (sg-c probed down), routing by profile
+/// revision 2 (the test site's after its drain), and a media-ctl with calls
+/// on the bgmg only; the gate's report, to change it.
+async fn nodes_with_work() -> (SocketAddr, SocketAddr, Arc<Mutex<WorkReport>>) {
+    let mut report = crate::common::report(
         NodeKind::Gate,
         "gate-1",
         &[
@@ -184,8 +186,9 @@ async fn nodes_with_work() -> (SocketAddr, SocketAddr) {
             ("sg-b", crate::common::holds(Health::Up, counts(0, 0))),
             ("sg-c", crate::common::holds(Health::Down, counts(0, 0))),
         ],
-    ))
-    .await;
+    );
+    report.revision = 2;
+    let (gate, gate_report) = crate::common::stand_in(report).await;
     let calls = |n| WorkCounts {
         calls: n,
         ..WorkCounts::default()
@@ -199,7 +202,7 @@ async fn nodes_with_work() -> (SocketAddr, SocketAddr) {
         ],
     ))
     .await;
-    (gate, media)
+    (gate, media, gate_report)
 }
 
 /// R-ST-1, R-ST-3: the gate's and media-ctl's reports, summed. An instance
@@ -208,7 +211,7 @@ async fn nodes_with_work() -> (SocketAddr, SocketAddr) {
 async fn r_st_3_status_sums_the_reports_of_the_gate_and_media_ctl() {
     let site = TestSite::new();
     drain(&site, &["srv-a", "srv-b"]);
-    let (gate, media) = nodes_with_work().await;
+    let (gate, media, gate_report) = nodes_with_work().await;
     let (v, table) = status_of(&site, gate, media).await;
     let st: SiteStatus = serde_json::from_value(v.clone()).unwrap();
     assert_eq!(st.revision, 2);
@@ -256,6 +259,20 @@ async fn r_st_3_status_sums_the_reports_of_the_gate_and_media_ctl() {
     assert_eq!(
         row(&table, "sg-b"),
         ["sg-b", "sg", "srv-b", "drain", "drained", "0", "-"]
+    );
+
+    // A gate still routing by revision 0, before the drain: its zero for
+    // sg-b may be followed by a new call, so sg-b is not drained (R-ST-3),
+    // and the node line says it is behind.
+    gate_report.lock().unwrap().revision = 0;
+    let (v, table) = status_of(&site, gate, media).await;
+    let sg_b = instance(&v, "sg-b");
+    assert_eq!(sg_b["state"], "draining", "{v}");
+    assert!(
+        sg_b["unknown"][0]
+            .as_str()
+            .is_some_and(|u| u.contains("routes by profile revision 0, not yet 2")),
+        "{v}"
     );
     assert!(
         table.contains(&format!(

@@ -42,7 +42,7 @@ fn report(node: &str, dialogs: u64) -> WorkReport {
         scope: "test".into(),
         started_ms: 1,
         generated_ms: work::now_ms(),
-        revision: 0,
+        revision: crate::common::STAND_IN_REVISION,
         generation: 0,
         instances,
     }

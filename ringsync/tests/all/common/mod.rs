@@ -70,6 +70,11 @@ impl TestSite {
     }
 }
 
+/// A stand-in's profile revision: it routes by whatever the store holds,
+/// so its revision is above any a test's store reaches (R-ST-3: a node
+/// behind the revision summed vouches for nothing).
+pub const STAND_IN_REVISION: u64 = 1_000_000;
+
 /// A node's report for site `t1`.
 pub fn report(kind: NodeKind, node: &str, work: &[(&str, InstanceWork)]) -> WorkReport {
     WorkReport {
@@ -82,7 +87,7 @@ pub fn report(kind: NodeKind, node: &str, work: &[(&str, InstanceWork)]) -> Work
         scope: "stand-in".into(),
         started_ms: ringsync::work::now_ms() - 60_000,
         generated_ms: ringsync::work::now_ms(),
-        revision: 0,
+        revision: STAND_IN_REVISION,
         generation: 1,
         instances: work
             .iter()
