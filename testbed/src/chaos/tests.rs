@@ -1,7 +1,9 @@
 //! Each invariant on a synthetic timeline: it passes on a clean one and
 //! fails with the right counter-example when the promise is broken.
 
+use super::ap::ApEvent;
 use super::invariants::*;
+use super::invariants_zone::*;
 use super::judge;
 use super::operators::{AuditEntry, OpOutcome, OpRecord};
 use super::plan::{Done, Fault};
@@ -83,6 +85,7 @@ fn clean() -> Evidence {
             until: 16.0,
             fault: Fault::KillGate { gate: 1 },
             error: None,
+            skipped: None,
         }],
         status: vec![StatusSample {
             t0: 13.0,
@@ -103,6 +106,23 @@ fn clean() -> Evidence {
         ],
         bound_s: 2.0,
         end_s: 40.0,
+        refusals: Vec::new(),
+        ap: vec![
+            ap(0.5, "ap1-a", true),
+            ap(10.2, "ap1-a", false),
+            ap(10.3, "ap1-b", true),
+        ],
+        ap_pace_s: 5.0,
+        waits: Vec::new(),
+    }
+}
+
+fn ap(t: f64, member: &str, leads: bool) -> ApEvent {
+    ApEvent {
+        t,
+        group: "ap-1".into(),
+        member: member.into(),
+        leads,
     }
 }
 
@@ -140,6 +160,7 @@ fn a_call_lost_off_any_killed_path_fails_with_its_call_id() {
         until: 21.0,
         fault: Fault::KillGate { gate: 0 },
         error: None,
+        skipped: None,
     });
     let v = calls_survive(&e);
     assert!(v.pass, "{v:?}");
@@ -183,6 +204,7 @@ fn drained_while_the_far_end_holds_a_call_fails_with_the_call() {
         until: 6.0,
         fault: Fault::KillGate { gate: 0 },
         error: None,
+        skipped: None,
     });
     assert!(drained_means_empty(&e).pass);
     // An unconfirmed INVITE (no ACK yet) is not a dialog the gate counts.
@@ -210,7 +232,7 @@ fn drained_while_the_far_end_holds_a_call_fails_with_the_call() {
 fn a_new_call_past_the_bound_fails_with_the_call_and_the_lateness() {
     let mut e = clean();
     e.held.push(held("c3", "sg-a", 2, 15.1, Some(18.0)));
-    let v = failed_one(&judge(&e), "no new dialog");
+    let v = failed_one(&judge(&e), "no new work");
     let c = v.counterexample.unwrap();
     assert!(
         c.contains("call c3 reached sg-a through gate-2 at 15.10 s, 5.00 s after srv-a entered"),
@@ -220,7 +242,7 @@ fn a_new_call_past_the_bound_fails_with_the_call_and_the_lateness() {
     // Within the bound: the time a change takes to reach the gates.
     let mut e = clean();
     e.held.push(held("c3", "sg-a", 2, 11.5, Some(18.0)));
-    assert!(no_new_dialog_past_bound(&e).pass);
+    assert!(no_new_work_past_bound(&e).pass);
     // gate-2 was frozen until 14 s: the bound counts from its return.
     let mut e = clean();
     e.held.push(held("c3", "sg-a", 2, 15.1, Some(18.0)));
@@ -232,8 +254,9 @@ fn a_new_call_past_the_bound_fails_with_the_call_and_the_lateness() {
             for_s: 1.0,
         },
         error: None,
+        skipped: None,
     });
-    assert!(no_new_dialog_past_bound(&e).pass);
+    assert!(no_new_work_past_bound(&e).pass);
     // Every sg draining (R-AA-4): the call had nowhere else to go.
     let mut e = clean();
     e.held.push(held("c3", "sg-a", 2, 15.1, Some(18.0)));
@@ -245,7 +268,7 @@ fn a_new_call_past_the_bound_fails_with_the_call_and_the_lateness() {
         servers: vec!["srv-b".into()],
         ..op(0, 9.5, "activate", "chaos-b", 5, None)
     });
-    assert!(no_new_dialog_past_bound(&e).pass);
+    assert!(no_new_work_past_bound(&e).pass);
 }
 
 /// Every mg out of service in one sample: the verdict gives the instant.
@@ -341,12 +364,13 @@ fn a_call_past_the_bound_is_excused_while_the_others_are_down() {
             for_s: 2.0,
         },
         error: None,
+        skipped: None,
     });
-    assert!(no_new_dialog_past_bound(&e).pass);
+    assert!(no_new_work_past_bound(&e).pass);
     // Back and seen healthy long before: not excused.
     e.faults.last_mut().unwrap().until = 3.0;
     e.faults.last_mut().unwrap().t = 1.0;
-    assert!(!no_new_dialog_past_bound(&e).pass);
+    assert!(!no_new_work_past_bound(&e).pass);
 }
 
 /// A change the CLI saw fail (the store away) that the audit log shows
@@ -380,4 +404,202 @@ fn a_failed_change_is_made_when_the_audit_log_says_so() {
     assert_eq!(e.ops[2].made(), None);
     let v = super::invariants_ops::operators(&e);
     assert!(!v.pass && v.counterexample.unwrap().contains("the store ends with"));
+}
+
+fn loss(t: f64, until: f64, leg: super::plan::Leg) -> Done {
+    Done {
+        t,
+        until,
+        fault: Fault::LosePackets {
+            leg,
+            share: 0.2,
+            for_s: until - t,
+        },
+        error: None,
+        skipped: None,
+    }
+}
+
+/// A registration that reached draining sg-a 5 s into srv-a's drain
+/// (bound 2 s) fails like a call; a loss on the gate-to-instance leg that
+/// began in time and ended less than T2 before it excuses it (its gate
+/// routed the first copy in time, a retransmission got through late), but
+/// never a call (the INVITE is not retransmitted) nor a loss elsewhere.
+#[test]
+fn new_work_past_the_bound_is_excused_by_a_loss_only_where_retransmission_explains_it() {
+    use super::plan::Leg;
+    let reg = |id: &str, from: f64| Held {
+        kind: WorkKind::Registration,
+        ack: None,
+        ..held(id, "sg-a", 2, from, Some(from + 4.0))
+    };
+    let mut e = clean();
+    e.held.push(reg("r3", 15.1));
+    let c = failed_one(&judge(&e), "no new work")
+        .counterexample
+        .unwrap();
+    assert!(
+        c.starts_with("registration r3 reached sg-a through gate-2 at 15.10 s, 5.00 s after"),
+        "{c}"
+    );
+    // Lost between gate and instance from 9 s to 12 s: the first copy was
+    // routed before 12.1 s (since + bound), the last retransmission lands
+    // at most T2 (4 s) after the loss ended.
+    e.faults.push(loss(9.0, 12.0, Leg::GateToInstance));
+    let v = no_new_work_past_bound(&e);
+    assert!(
+        v.pass && v.detail.contains("1 late behind a packet loss"),
+        "{v:?}"
+    );
+    // A loss that began after the bound had passed explains nothing.
+    e.faults.last_mut().unwrap().t = 12.5;
+    assert!(!no_new_work_past_bound(&e).pass);
+    // Nor one that ended more than T2 before it reached the instance.
+    *e.faults.last_mut().unwrap() = loss(9.0, 11.0, Leg::GateToInstance);
+    assert!(!no_new_work_past_bound(&e).pass);
+    // Nor one on the callers' leg: the gate routes what it receives then.
+    *e.faults.last_mut().unwrap() = loss(9.0, 12.0, Leg::CallerToGate);
+    assert!(!no_new_work_past_bound(&e).pass);
+    // A call is never excused by a loss.
+    let mut e = clean();
+    e.held.push(held("c3", "sg-a", 2, 15.1, Some(18.0)));
+    e.faults.push(loss(9.0, 12.0, Leg::GateToInstance));
+    let c = no_new_work_past_bound(&e).counterexample.unwrap();
+    assert!(c.starts_with("call c3"), "{c}");
+    // Nor does a loss excuse an established call that never ended: SIP's
+    // retransmissions (re-INVITE, BYE, the 200 until its ACK) outlast it.
+    let mut e = clean();
+    e.calls.get_mut("c2").unwrap().end = None;
+    e.faults.push(loss(20.0, 24.0, Leg::GateToInstance));
+    let c = failed_one(&judge(&e), "calls survive")
+        .counterexample
+        .unwrap();
+    assert!(c.contains("call c2"), "{c}");
+}
+
+/// `ringsync wait drained --server srv-a` returned drained at 11.5 s while
+/// sg-a held c1 (until 11.9 s): the verdict names the wait and the call.
+/// One that timed out, or returned after the call ended, passes.
+#[test]
+fn a_wait_drained_that_returns_while_the_far_end_holds_a_call_fails() {
+    use super::waits::WaitReturn;
+    let mut e = clean();
+    e.waits.push(WaitReturn {
+        server: "srv-a".into(),
+        t0: 10.5,
+        t1: 11.5,
+        code: Some(0),
+        said: "1 of 1 drained".into(),
+    });
+    let c = failed_one(&judge(&e), "drained").counterexample.unwrap();
+    assert!(
+        c.starts_with("`ringsync wait drained --server srv-a` (started 10.50 s) returned drained at 11.50 s while sg-a held Call c1"),
+        "{c}"
+    );
+    e.waits[0].code = Some(4);
+    assert!(drained_means_empty(&e).pass);
+    e.waits[0] = WaitReturn {
+        t1: 12.2,
+        code: Some(0),
+        ..e.waits[0].clone()
+    };
+    let v = drained_means_empty(&e);
+    assert!(
+        v.pass && v.detail.contains("run 1 times, 1 returned drained"),
+        "{v:?}"
+    );
+}
+
+/// Two members leading at once, or a group without a leader for longer
+/// than the pace: each fails with the group, the members and the instants.
+#[test]
+fn ap_two_leaders_or_none_past_the_pace_fail_with_the_instants() {
+    let mut e = clean();
+    // ap1-b begins to lead 0.7 s before ap1-a follows.
+    e.ap[2].t = 9.5;
+    e.ap.sort_by(|a, b| a.t.total_cmp(&b.t));
+    let c = failed_one(&judge(&e), "Active-Passive")
+        .counterexample
+        .unwrap();
+    assert_eq!(
+        c,
+        "group ap-1 had two leaders for 0.700 s: ap1-b began to lead at 9.500 s while ap1-a led (since 0.500 s)"
+    );
+    // Within the agents' skew (no fence between them): counted, not failed.
+    e.ap[1].t = 10.15;
+    let v = super::ap::one_leader(&e);
+    assert!(
+        v.pass
+            && v.detail
+                .contains("1 times two led at once, for 0.050 s at most"),
+        "{v:?}"
+    );
+    // None from 10.2 s to 15.7 s, pace 5 s.
+    let mut e = clean();
+    e.ap[2].t = 15.7;
+    let c = failed_one(&judge(&e), "Active-Passive")
+        .counterexample
+        .unwrap();
+    assert!(
+        c.starts_with("group ap-1 had no leader from 10.20 s to 15.70 s (5.50 s; pace 5 s)"),
+        "{c}"
+    );
+    // Within the pace: passes, and says the longest gap.
+    e.ap[2].t = 15.0;
+    let v = super::ap::one_leader(&e);
+    assert!(
+        v.pass && v.detail.contains("longest without a leader 4.800 s"),
+        "{v:?}"
+    );
+    // Left without one to the end.
+    e.ap.pop();
+    assert!(!super::ap::one_leader(&e).pass);
+    // No agent record at all is no evidence, not a pass.
+    e.ap.clear();
+    assert!(!super::ap::one_leader(&e).pass);
+}
+
+/// A call refused (503) by gate-0 at 15 s while sg-b was normal and up
+/// fails, naming the call, the gate and sg-b; refused by a gate that was
+/// being killed then, or while the only other sg was down, it is excused.
+#[test]
+fn a_refusal_while_another_instance_could_take_it_fails() {
+    use super::truth::Refusal;
+    let mut e = clean();
+    e.refusals.push(Refusal {
+        t: 15.0,
+        id: "c9".into(),
+        kind: WorkKind::Call,
+        gate: Some(0),
+        svc: "sg".into(),
+        why: "No Instance Available".into(),
+    });
+    let c = failed_one(&judge(&e), "none refused")
+        .counterexample
+        .unwrap();
+    assert_eq!(
+        c,
+        "call c9 refused (503 No Instance Available) by gate-0 at 15.00 s while sg-b was normal and up"
+    );
+    // gate-1 was killed at 15 s and back at 16 s: its own refusal.
+    e.refusals[0].gate = Some(1);
+    assert!(none_refused_while_one_could_take_it(&e).pass);
+    // Long after that kill: not excused.
+    e.refusals[0].t = 25.0;
+    assert!(!none_refused_while_one_could_take_it(&e).pass);
+    // sg-a draining and sg-b down: nowhere to go.
+    e.refusals[0].t = 15.0;
+    e.refusals[0].gate = Some(0);
+    e.faults.push(Done {
+        t: 14.0,
+        until: 16.0,
+        fault: Fault::KillInstance {
+            instance: "sg-b".into(),
+            for_s: 2.0,
+        },
+        error: None,
+        skipped: None,
+    });
+    let v = none_refused_while_one_could_take_it(&e);
+    assert!(v.pass && v.detail.starts_with("1 refusals (503)"), "{v:?}");
 }
