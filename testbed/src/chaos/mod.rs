@@ -17,6 +17,8 @@ pub mod report;
 pub mod rng;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_more;
 pub mod truth;
 pub mod waits;
 pub mod watch;
