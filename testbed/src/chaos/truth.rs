@@ -216,8 +216,16 @@ pub fn refusals(loads: &[LoadRun], gates: usize, svc_of: impl Fn(&str) -> String
                     (l.gate + usize::from(n.saturating_sub(1))) % gates.max(1),
                     l.refused_why.get(&(id.clone(), *n)).cloned(),
                 ),
-                CallEvent::RegRefused => (WorkKind::Registration, l.gate, None),
-                CallEvent::SubRefused => (WorkKind::Subscription, l.gate, None),
+                CallEvent::RegRefused => (
+                    WorkKind::Registration,
+                    l.gate,
+                    l.refused_why.get(&(id.clone(), 0)).cloned(),
+                ),
+                CallEvent::SubRefused => (
+                    WorkKind::Subscription,
+                    l.gate,
+                    l.refused_why.get(&(id.clone(), 0)).cloned(),
+                ),
                 _ => continue,
             };
             out.push(Refusal {

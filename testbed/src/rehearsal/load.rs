@@ -334,18 +334,25 @@ pub(super) fn parse_events(text: &str, epoch0: f64) -> Vec<(f64, CallEvent, Stri
         .collect()
 }
 
-/// `ev 503 CALL-ID N REASON... TIME` lines: each refusal's reason phrase.
+/// `ev 503 CALL-ID N REASON... TIME` lines (a failover caller's attempt N)
+/// and `ev regrefused|subrefused CALL-ID REASON... TIME` (attempt 0): each
+/// refusal's reason phrase.
 pub(super) fn parse_reasons(text: &str) -> BTreeMap<(String, u8), String> {
     text.lines()
         .filter_map(|line| {
             let w: Vec<&str> = line.split_whitespace().collect();
-            if w.len() < 5 || w[0] != "ev" || w[1] != "503" {
+            if w.len() < 4 || w[0] != "ev" {
                 return None;
             }
+            let (attempt, from) = match w[1] {
+                "503" => (w.get(3)?.parse().ok()?, 4),
+                "regrefused" | "subrefused" => (0, 3),
+                _ => return None,
+            };
             // The reason runs up to the timestamp's three fields (date,
             // time, Unix seconds).
-            let why = w[4..w.len().saturating_sub(3).max(4)].join(" ");
-            Some(((w[2].to_owned(), w[3].parse().ok()?), why))
+            let why = w[from.min(w.len())..w.len().saturating_sub(3).max(from)].join(" ");
+            Some(((w[2].to_owned(), attempt), why))
         })
         .collect()
 }
@@ -375,7 +382,8 @@ mod tests {
                    ev end 1-2@x 2026-11-30\t20:01:40.0\t1004.0\n\
                    ev 503 2-2@x 2 No Instance Available 2026-11-30\t20:01:40.5\t1004.5\n\
                    ev retry 2-2@x 2026-11-30\t20:01:40.5\t1004.5\n\
-                   ev refused 2-2@x 2026-11-30\t20:01:41.0\t1005.25\n";
+                   ev refused 2-2@x 2026-11-30\t20:01:41.0\t1005.25\n\
+                   ev regrefused 3-2@x Service Unavailable (starting) 2026-11-30\t20:01:42.0\t1006.0\n";
         let e = parse_events(log, 1000.0);
         assert_eq!(
             e,
@@ -385,14 +393,21 @@ mod tests {
                 (4.5, CallEvent::GateRefused(2), "2-2@x".to_string()),
                 (4.5, CallEvent::Retry, "2-2@x".to_string()),
                 (5.25, CallEvent::Refused, "2-2@x".to_string()),
+                (6.0, CallEvent::RegRefused, "3-2@x".to_string()),
             ]
         );
         assert_eq!(
             parse_reasons(log),
-            [(
-                ("2-2@x".to_string(), 2),
-                "No Instance Available".to_string()
-            )]
+            [
+                (
+                    ("2-2@x".to_string(), 2),
+                    "No Instance Available".to_string()
+                ),
+                (
+                    ("3-2@x".to_string(), 0),
+                    "Service Unavailable (starting)".to_string()
+                ),
+            ]
             .into()
         );
         let a = parse_answers(log);
