@@ -19,8 +19,12 @@ const T2_S: f64 = 4.0;
 /// loaded, R-GW-1; a resumed one sheds what waited past its deadline,
 /// R-OV-1).
 const GATE_SETTLE_S: f64 = 3.0;
-/// The failover caller's wait for an answer before it tries the next gate.
+/// The failover caller's wait for an answer before it tries the next gate:
+/// its INVITE was routed at most this long before its 503.
 const CALLER_WAIT_S: f64 = 2.0;
+/// Timer F (RFC 3261 17.1.2.2): a REGISTER or SUBSCRIBE retransmitted
+/// along its first hop may be answered this long after it was routed.
+const TIMER_F_S: f64 = 32.0;
 
 fn kind_word(k: WorkKind) -> &'static str {
     match k {
@@ -30,28 +34,28 @@ fn kind_word(k: WorkKind) -> &'static str {
     }
 }
 
-/// Whether a REGISTER or SUBSCRIBE that reached its instance at `at`
-/// could have been routed by its gate before `by` and held back by the
-/// loss of its copies on the gate-to-instance leg: the gate decides at
-/// the first copy and sends every retransmission the same way (its
-/// transaction table), and the caller retransmits at most [`T2_S`] apart.
-/// So: a loss window `[a, b]` on that leg with `a <= by`, `a <= at` and
-/// `at <= b + T2`. An INVITE is never excused: the failover caller does
-/// not retransmit it (a lost one goes to the next gate, decided anew).
-fn delayed_by_loss(e: &Evidence, h: &Held, by: f64) -> bool {
+/// Whether a REGISTER or SUBSCRIBE that reached its instance at `h.from`
+/// could have been routed by its gate before `by` and held back on its
+/// way: the gate decides at the first copy and sends every retransmission
+/// the same way (its transaction table), and the caller retransmits at
+/// most [`T2_S`] apart. Its copies were lost while a gate->instance loss
+/// ran, or while its instance was killed and not yet started again (the
+/// new run answers a retransmission). So: such a window `[a, b]` with
+/// `a <= by`, `a <= h.from` and `h.from <= b + T2`. An INVITE is never
+/// excused: the failover caller does not retransmit it (a lost one goes to
+/// the next gate, decided anew).
+fn held_back(e: &Evidence, h: &Held, by: f64) -> bool {
     h.kind != WorkKind::Call
         && e.faults.iter().any(|f| {
-            f.happened()
-                && matches!(
-                    f.fault,
-                    Fault::LosePackets {
-                        leg: Leg::GateToInstance,
-                        ..
-                    }
-                )
-                && f.t <= by
-                && f.t <= h.from
-                && h.from <= f.until + T2_S
+            let lost_there = match &f.fault {
+                Fault::LosePackets {
+                    leg: Leg::GateToInstance,
+                    ..
+                } => true,
+                Fault::KillInstance { instance, .. } => *instance == h.instance,
+                _ => false,
+            };
+            f.happened() && lost_there && f.t <= by && f.t <= h.from && h.from <= f.until + T2_S
         })
 }
 
@@ -88,7 +92,7 @@ pub fn no_new_work_past_bound(e: &Evidence) -> Invariant {
         if late <= e.bound_s {
             continue;
         }
-        if delayed_by_loss(e, h, back + e.bound_s) {
+        if held_back(e, h, back + e.bound_s) {
             lossy += 1;
             continue;
         }
@@ -115,7 +119,7 @@ pub fn no_new_work_past_bound(e: &Evidence) -> Invariant {
         NAME,
         first,
         format!(
-            "{} new calls, {} registrations and {} subscriptions reached an instance in the drain zone (bound {} s); {lossy} late behind a packet loss on their way",
+            "{} new calls, {} registrations and {} subscriptions reached an instance in the drain zone (bound {} s); {lossy} late behind a packet loss or their instance's restart",
             n("call"),
             n("registration"),
             n("subscription"),
@@ -126,25 +130,33 @@ pub fn no_new_work_past_bound(e: &Evidence) -> Invariant {
 
 /// No call, registration or subscription was refused (a 503 from a gate,
 /// by the caller's own log) while an instance of its service was out of
-/// the drain zone and up through the bound before it, unless the gate that
-/// refused was being killed, frozen or upgraded then.
+/// the drain zone and up all the while it may have been routed (an INVITE
+/// in the 2 s before, a REGISTER or SUBSCRIBE within Timer F) and the bound
+/// before, unless the gate that refused was being killed, frozen or
+/// upgraded then.
 pub fn none_refused_while_one_could_take_it(e: &Evidence) -> Invariant {
     const NAME: &str = "none refused while another normal instance could take it";
     let wide = Zone::from_ops(&e.ops, e.end_s, true);
     let (mut own, mut nowhere, mut first) = (0, 0, None);
     for r in &e.refusals {
+        // Routed somewhere in [r.t - span, r.t].
+        let span = if r.kind == WorkKind::Call {
+            CALLER_WAIT_S
+        } else {
+            TIMER_F_S
+        };
         let own_fault = e.faults.iter().any(|f| {
             f.happened()
                 && f.fault.gate().is_some()
                 && f.fault.gate() == r.gate
-                && f.t - CALLER_WAIT_S <= r.t
-                && r.t <= f.until + GATE_SETTLE_S
+                && f.t - span <= r.t
+                && r.t - span <= f.until + GATE_SETTLE_S
         });
         if own_fault {
             own += 1;
             continue;
         }
-        let (a, b) = (r.t - e.bound_s, r.t);
+        let (a, b) = (r.t - span - e.bound_s, r.t);
         let other = e
             .instances
             .iter()

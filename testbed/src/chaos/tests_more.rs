@@ -63,6 +63,26 @@ fn new_work_past_the_bound_is_excused_by_a_loss_only_where_retransmission_explai
     // Nor one on the callers' leg: the gate routes what it receives then.
     *e.faults.last_mut().unwrap() = loss(9.0, 12.0, Leg::CallerToGate);
     assert!(!no_new_work_past_bound(&e).pass);
+    // Its instance killed from 9 s and started again at 12 s: the
+    // retransmission its new run answered was routed in time.
+    *e.faults.last_mut().unwrap() = Done {
+        fault: Fault::KillInstance {
+            instance: "sg-a".into(),
+            for_s: 3.0,
+        },
+        ..loss(9.0, 12.0, Leg::CallerToGate)
+    };
+    assert!(no_new_work_past_bound(&e).pass);
+    // Another instance's kill explains nothing (sg-b back and seen up by
+    // 13.0 s, before the bound's window).
+    *e.faults.last_mut().unwrap() = Done {
+        fault: Fault::KillInstance {
+            instance: "sg-b".into(),
+            for_s: 2.5,
+        },
+        ..loss(9.0, 11.5, Leg::CallerToGate)
+    };
+    assert!(!no_new_work_past_bound(&e).pass);
     // A call is never excused by a loss.
     let mut e = clean();
     e.held.push(held("c3", "sg-a", 2, 15.1, Some(18.0)));
@@ -190,6 +210,11 @@ fn a_refusal_while_another_instance_could_take_it_fails() {
     // Long after that kill: not excused.
     e.refusals[0].t = 25.0;
     assert!(!none_refused_while_one_could_take_it(&e).pass);
+    // A REGISTER refused then may have been routed up to Timer F (32 s)
+    // before, while gate-1 was down: excused.
+    e.refusals[0].kind = WorkKind::Registration;
+    assert!(none_refused_while_one_could_take_it(&e).pass);
+    e.refusals[0].kind = WorkKind::Call;
     // sg-a draining and sg-b down: nowhere to go.
     e.refusals[0].t = 15.0;
     e.refusals[0].gate = Some(0);
