@@ -56,8 +56,9 @@ enum Command {
         plan: bool,
         /// Break a promise on purpose, to see the invariants catch it:
         /// `blind-gate` (the last gate reads another store prefix, so it
-        /// never sees a drain).
-        #[arg(long = "break", value_name = "WHAT", value_parser = ["blind-gate"])]
+        /// never sees a drain), `refusing-gate` (the last gate lets one new
+        /// dialog a second from a source through and refuses the rest).
+        #[arg(long = "break", value_name = "WHAT", value_parser = ["blind-gate", "refusing-gate"])]
         breaks: Option<String>,
         #[command(flatten)]
         common: Common,
@@ -187,7 +188,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 gates,
                 rate,
                 bound_s,
-                blind_gate: breaks.is_some(),
+                blind_gate: breaks.as_deref() == Some("blind-gate"),
+                refusing_gate: breaks.as_deref() == Some("refusing-gate"),
             };
             report(&opts.out, common.json, |stop| chaos::run(&opts, stop))
         }

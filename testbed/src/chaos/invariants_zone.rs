@@ -59,6 +59,13 @@ fn held_back(e: &Evidence, h: &Held, by: f64) -> bool {
         })
 }
 
+/// Whether a fault takes the store away from the gates for a while: the
+/// whole cluster stopped, or its leader killed (the watches wait for a new
+/// one).
+fn store_away(f: &Fault) -> bool {
+    matches!(f, Fault::StopStore { .. } | Fault::KillEtcdLeader { .. })
+}
+
 /// No new call, registration or subscription reached an instance later
 /// than the bound after its server entered the drain zone (counted from
 /// its gate's last return, when a fault froze or restarted that gate
@@ -82,10 +89,17 @@ pub fn no_new_work_past_bound(e: &Evidence) -> Invariant {
             continue;
         };
         *checked.entry(kind_word(h.kind)).or_default() += 1;
+        // The bound counts from the gate's return from a fault, and from the
+        // store's return when it went away before the change could reach
+        // every gate (R-MN-2: a gate keeps its last view meanwhile).
         let back = e
             .faults
             .iter()
-            .filter(|f| f.fault.gate().is_some() && f.fault.gate() == h.gate && f.until <= h.from)
+            .filter(|f| {
+                f.until <= h.from
+                    && ((f.fault.gate().is_some() && f.fault.gate() == h.gate)
+                        || (store_away(&f.fault) && f.t <= since + e.bound_s))
+            })
             .map(|f| f.until)
             .fold(since, f64::max);
         let late = h.from - back;

@@ -63,6 +63,9 @@ pub struct Options {
     /// Break a promise on purpose: the last gate reads another store
     /// prefix (it never sees a drain), to see the invariants catch it.
     pub blind_gate: bool,
+    /// Break a promise on purpose: the last gate refuses (503) all but one
+    /// new dialog a second from the callers' address.
+    pub refusing_gate: bool,
 }
 
 /// Operators changing profiles at once.
@@ -155,9 +158,12 @@ pub fn run(opts: &Options, stop: &Arc<AtomicBool>) -> Result<ChaosReport> {
     // Everything stops: the instances' and agents' logs are whole after this.
     drop(site);
     let ops = operators::resolve(&rec.ops, &audit);
+    let calls = truth::callers(&rec.loads);
+    let mut held = read_held(&layout, &logs, &rec);
+    truth::end_at_callers_bye(&mut held, &calls);
     let evidence = evidence::Evidence {
-        calls: truth::callers(&rec.loads),
-        held: read_held(&layout, &logs, &rec),
+        calls,
+        held,
         faults: rec.faults.clone(),
         status: rec.status.0.clone(),
         ops,
@@ -217,6 +223,9 @@ fn start_site(opts: &Options) -> Result<Site> {
     }
     if opts.blind_gate {
         b = b.blind_gate(opts.gates - 1);
+    }
+    if opts.refusing_gate {
+        b = b.refusing_gate(opts.gates - 1);
     }
     if let Some(bins) = &opts.bins {
         b = b.bins(bins.clone());
@@ -282,10 +291,10 @@ fn build_report(
             opts.gates,
             opts.rate,
             opts.bound_s,
-            if opts.blind_gate {
-                " --break blind-gate"
-            } else {
-                ""
+            match (opts.blind_gate, opts.refusing_gate) {
+                (true, _) => " --break blind-gate",
+                (_, true) => " --break refusing-gate",
+                _ => "",
             }
         ),
         site: crate::rehearsal::site_map::words(layout),

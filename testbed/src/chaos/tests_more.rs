@@ -231,3 +231,28 @@ fn a_refusal_while_another_instance_could_take_it_fails() {
     let v = none_refused_while_one_could_take_it(&e);
     assert!(v.pass && v.detail.starts_with("1 refusals (503)"), "{v:?}");
 }
+
+/// srv-a entered the zone at 10.1 s and the whole store was stopped at
+/// 11 s, before the change could reach every gate, until 14 s: a gate kept
+/// its last view (R-MN-2), and the bound counts from the store's return.
+/// A store stopped after the bound had lapsed excuses nothing.
+#[test]
+fn the_bound_counts_from_the_stores_return_when_it_went_away_in_time() {
+    let mut e = clean();
+    e.held.push(held("c3", "sg-a", 2, 15.5, Some(18.0)));
+    assert!(!no_new_work_past_bound(&e).pass);
+    e.faults.push(Done {
+        t: 11.0,
+        until: 14.0,
+        fault: Fault::StopStore { for_s: 3.0 },
+        error: None,
+        skipped: None,
+    });
+    assert!(no_new_work_past_bound(&e).pass);
+    e.faults.last_mut().unwrap().t = 12.5;
+    let c = no_new_work_past_bound(&e).counterexample.unwrap();
+    assert!(
+        c.starts_with("call c3 reached sg-a through gate-2 at 15.50 s"),
+        "{c}"
+    );
+}

@@ -149,6 +149,21 @@ pub fn parse_uas(
     held
 }
 
+/// Joins the two ends of each call: a call whose caller read the 200 to
+/// its BYE was over at its instance by then, whatever that instance's log
+/// says (SIPp answers a BYE its scenario did not expect, e.g. one that
+/// overtook a lost ACK's retransmitted 200, by itself and ends the call
+/// without the scenario's `ev bye`).
+pub fn end_at_callers_bye(held: &mut [Held], calls: &BTreeMap<String, CallerCall>) {
+    for h in held.iter_mut().filter(|h| h.kind == WorkKind::Call) {
+        if let Some(end) = calls.get(&h.id).and_then(|c| c.end) {
+            if end >= h.from {
+                h.to = Some(h.to.map_or(end, |to| to.min(end)));
+            }
+        }
+    }
+}
+
 /// A run of an instance started again after a kill logs an in-dialog
 /// request of a call an earlier run held (its re-INVITE, by the
 /// Record-Route token, R-SG-4) as `ev inv`: its scenario starts with an
@@ -313,6 +328,30 @@ mod tests {
         // whose first REGISTER here removes it: held for no time.
         assert_eq!(h[3].to, Some(71.0));
         assert_eq!(h[4].to, Some(12.0));
+    }
+
+    #[test]
+    fn a_call_is_over_at_its_instance_once_its_caller_has_the_200_to_its_bye() {
+        let call = |to: Option<f64>| Held {
+            id: "374@x".into(),
+            kind: WorkKind::Call,
+            instance: "sg-c".into(),
+            gate: Some(2),
+            from: 124.7,
+            ack: Some(124.71),
+            to,
+        };
+        let calls: BTreeMap<String, CallerCall> = [(
+            "374@x".to_string(),
+            CallerCall {
+                up: Some(124.72),
+                end: Some(128.9),
+            },
+        )]
+        .into();
+        let mut h = vec![call(None), call(Some(128.8))];
+        end_at_callers_bye(&mut h, &calls);
+        assert_eq!((h[0].to, h[1].to), (Some(128.9), Some(128.8)));
     }
 
     #[test]

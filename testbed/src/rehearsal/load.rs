@@ -335,8 +335,8 @@ pub(super) fn parse_events(text: &str, epoch0: f64) -> Vec<(f64, CallEvent, Stri
 }
 
 /// `ev 503 CALL-ID N REASON... TIME` lines (a failover caller's attempt N)
-/// and `ev regrefused|subrefused CALL-ID REASON... TIME` (attempt 0): each
-/// refusal's reason phrase.
+/// and `ev regrefused|subrefused CALL-ID 503 REASON... TIME` (attempt 0):
+/// each refusal's reason phrase.
 pub(super) fn parse_reasons(text: &str) -> BTreeMap<(String, u8), String> {
     text.lines()
         .filter_map(|line| {
@@ -352,6 +352,9 @@ pub(super) fn parse_reasons(text: &str) -> BTreeMap<(String, u8), String> {
             // The reason runs up to the timestamp's three fields (date,
             // time, Unix seconds).
             let why = w[from.min(w.len())..w.len().saturating_sub(3).max(from)].join(" ");
+            // The REGISTER and SUBSCRIBE callers log the status line from
+            // its code on (`503 Service Unavailable`).
+            let why = why.strip_prefix("503 ").map_or(why.clone(), str::to_owned);
             Some(((w[2].to_owned(), attempt), why))
         })
         .collect()
@@ -383,7 +386,7 @@ mod tests {
                    ev 503 2-2@x 2 No Instance Available 2026-11-30\t20:01:40.5\t1004.5\n\
                    ev retry 2-2@x 2026-11-30\t20:01:40.5\t1004.5\n\
                    ev refused 2-2@x 2026-11-30\t20:01:41.0\t1005.25\n\
-                   ev regrefused 3-2@x Service Unavailable (starting) 2026-11-30\t20:01:42.0\t1006.0\n";
+                   ev regrefused 3-2@x 503 Service Unavailable (starting) 2026-11-30\t20:01:42.0\t1006.0\n";
         let e = parse_events(log, 1000.0);
         assert_eq!(
             e,

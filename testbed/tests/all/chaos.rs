@@ -100,6 +100,18 @@ fn a_minute_of_faults_keeps_every_promise_checked_from_the_far_ends() {
         "{}",
         report["held"]
     );
+    // Registrations and subscriptions ran too (a scenario SIPp refuses to
+    // load runs none).
+    assert!(
+        report["registrations"]["registered"].as_u64().unwrap() >= 50,
+        "{}",
+        report["registrations"]
+    );
+    assert!(
+        report["subscriptions"]["ok"].as_u64().unwrap() >= 50,
+        "{}",
+        report["subscriptions"]
+    );
     assert!(
         report["operator_changes"].as_array().unwrap().len() >= 20,
         "{}",
