@@ -96,9 +96,8 @@ pub fn no_new_work_past_bound(e: &Evidence) -> Invariant {
             .faults
             .iter()
             .filter(|f| {
-                f.until <= h.from
-                    && ((f.fault.gate().is_some() && f.fault.gate() == h.gate)
-                        || (store_away(&f.fault) && f.t <= since + e.bound_s))
+                (f.fault.gate().is_some() && f.fault.gate() == h.gate && f.until <= h.from)
+                    || (store_away(&f.fault) && f.t <= since + e.bound_s && since <= f.until)
             })
             .map(|f| f.until)
             .fold(since, f64::max);

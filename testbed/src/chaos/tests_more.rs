@@ -249,6 +249,10 @@ fn the_bound_counts_from_the_stores_return_when_it_went_away_in_time() {
         skipped: None,
     });
     assert!(no_new_work_past_bound(&e).pass);
+    // Or while the store was still away.
+    e.faults.last_mut().unwrap().until = 16.0;
+    assert!(no_new_work_past_bound(&e).pass);
+    e.faults.last_mut().unwrap().until = 14.0;
     e.faults.last_mut().unwrap().t = 12.5;
     let c = no_new_work_past_bound(&e).counterexample.unwrap();
     assert!(
