@@ -119,6 +119,9 @@ impl Agent {
             if *leading {
                 service.follow(want).await;
                 *leading = false;
+                // When the member stopped leading, for whoever checks that
+                // a group never has two leaders (`testbed chaos`).
+                tracing::info!(group = %self.group, member = %self.member, leader = %want, "following");
             }
             return false;
         }
@@ -128,6 +131,8 @@ impl Agent {
                 return true;
             }
             *leading = true;
+            // When the member began to lead (its confirmation comes after).
+            tracing::info!(group = %self.group, member = %self.member, seq, "leading");
         }
         let done = state
             .confirmed

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 use testbed::chaos;
 use testbed::rehearsal::{self, Options, Scenario};
 use testbed::site::BinDir;
@@ -27,20 +27,8 @@ enum Command {
     Run {
         /// The scenario file.
         scenario: PathBuf,
-        /// Where the report, chart, site files and logs go
-        /// (default: rehearsal-<name> in the current directory).
-        #[arg(long, value_name = "DIR")]
-        out: Option<PathBuf>,
-        /// No progress line.
-        #[arg(long, short)]
-        quiet: bool,
-        /// Print the report as JSON instead of Markdown.
-        #[arg(long)]
-        json: bool,
-        /// Where sip-gate, media-ctl and ringsync are (default: next to
-        /// this program, or TESTBED_BIN_DIR).
-        #[arg(long, value_name = "DIR")]
-        bin_dir: Option<PathBuf>,
+        #[command(flatten)]
+        common: Common,
     },
     /// Random faults from a seed against a whole site under load, every
     /// promise checked against the far ends' own record.
@@ -51,9 +39,6 @@ enum Command {
         /// How long faults and load run, in minutes (0.5 to 120).
         #[arg(long, default_value_t = 10.0)]
         minutes: f64,
-        /// Where the report, site files and logs go (default: chaos-<seed>).
-        #[arg(long, value_name = "DIR")]
-        out: Option<PathBuf>,
         /// Gate nodes: 2 or 3.
         #[arg(long, default_value_t = 3)]
         gates: usize,
@@ -71,24 +56,89 @@ enum Command {
         plan: bool,
         /// Break a promise on purpose, to see the invariants catch it:
         /// `blind-gate` (the last gate reads another store prefix, so it
-        /// never sees a drain).
-        #[arg(long = "break", value_name = "WHAT", value_parser = ["blind-gate"])]
+        /// never sees a drain), `refusing-gate` (the last gate lets one new
+        /// dialog a second from a source through and refuses the rest).
+        #[arg(long = "break", value_name = "WHAT", value_parser = ["blind-gate", "refusing-gate"])]
         breaks: Option<String>,
-        /// No progress line.
-        #[arg(long, short)]
-        quiet: bool,
-        /// Print the report as JSON instead of Markdown.
-        #[arg(long)]
-        json: bool,
-        /// Where sip-gate, media-ctl and ringsync are.
-        #[arg(long, value_name = "DIR")]
-        bin_dir: Option<PathBuf>,
+        #[command(flatten)]
+        common: Common,
     },
     /// Check a scenario file and print its timeline.
     Check {
         /// The scenario file.
         scenario: PathBuf,
     },
+}
+
+/// What `run` and `chaos` share: where the report goes, how it prints,
+/// where the binaries are.
+#[derive(Args, Debug)]
+struct Common {
+    /// Where the report, site files and logs go (default: rehearsal-<name>
+    /// or chaos-<seed> in the current directory).
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// No progress line.
+    #[arg(long, short)]
+    quiet: bool,
+    /// Print the report as JSON instead of Markdown.
+    #[arg(long)]
+    json: bool,
+    /// Where sip-gate, media-ctl and ringsync are (default: next to
+    /// this program, or TESTBED_BIN_DIR).
+    #[arg(long, value_name = "DIR")]
+    bin_dir: Option<PathBuf>,
+}
+
+/// A report `run` or `chaos` prints.
+trait Printed: serde::Serialize {
+    fn markdown(&self) -> String;
+    fn passed(&self) -> bool;
+}
+
+impl Printed for rehearsal::Report {
+    fn markdown(&self) -> String {
+        rehearsal::Report::markdown(self)
+    }
+    fn passed(&self) -> bool {
+        rehearsal::Report::passed(self)
+    }
+}
+
+impl Printed for chaos::ChaosReport {
+    fn markdown(&self) -> String {
+        chaos::ChaosReport::markdown(self)
+    }
+    fn passed(&self) -> bool {
+        chaos::ChaosReport::passed(self)
+    }
+}
+
+/// Makes `out`, runs `play` with a flag SIGINT and SIGTERM set, prints
+/// its report (JSON with `json`) and says where it was written; exit 0
+/// when it passed, 1 when not.
+fn report<R: Printed>(
+    out: &std::path::Path,
+    json: bool,
+    play: impl FnOnce(&Arc<AtomicBool>) -> testbed::Result<R>,
+) -> anyhow::Result<ExitCode> {
+    std::fs::create_dir_all(out)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, stop.clone())?;
+    }
+    let report = play(&stop)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.markdown());
+    }
+    eprintln!("testbed: report in {}", out.join("report.md").display());
+    Ok(if report.passed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 fn main() -> ExitCode {
@@ -106,16 +156,13 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Chaos {
             seed,
             minutes,
-            out,
             gates,
             rate,
             bound_s,
             net,
             plan,
             breaks,
-            quiet,
-            json,
-            bin_dir,
+            common,
         } => {
             if plan {
                 let t = chaos::timeline(seed, minutes * 60.0, gates)?;
@@ -132,35 +179,19 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let opts = chaos::Options {
                 seed,
                 duration_s: minutes * 60.0,
-                out: out.unwrap_or_else(|| PathBuf::from(format!("chaos-{seed}"))),
-                quiet,
-                bins: bin_dir.map(BinDir::at),
+                out: common
+                    .out
+                    .unwrap_or_else(|| PathBuf::from(format!("chaos-{seed}"))),
+                quiet: common.quiet,
+                bins: common.bin_dir.map(BinDir::at),
                 net,
                 gates,
                 rate,
                 bound_s,
-                blind_gate: breaks.is_some(),
+                blind_gate: breaks.as_deref() == Some("blind-gate"),
+                refusing_gate: breaks.as_deref() == Some("refusing-gate"),
             };
-            std::fs::create_dir_all(&opts.out)?;
-            let stop = Arc::new(AtomicBool::new(false));
-            for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-                signal_hook::flag::register(sig, stop.clone())?;
-            }
-            let report = chaos::run(&opts, &stop)?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&report)?);
-            } else {
-                print!("{}", report.markdown());
-            }
-            eprintln!(
-                "testbed: report in {}",
-                opts.out.join("report.md").display()
-            );
-            Ok(if report.passed() {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(1)
-            })
+            report(&opts.out, common.json, |stop| chaos::run(&opts, stop))
         }
         Command::Check { scenario } => {
             let s = Scenario::load(&scenario)?;
@@ -184,38 +215,17 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Run {
-            scenario,
-            out,
-            quiet,
-            json,
-            bin_dir,
-        } => {
+        Command::Run { scenario, common } => {
             let s = Scenario::load(&scenario)?;
             let opts = Options {
-                out: out.unwrap_or_else(|| PathBuf::from(format!("rehearsal-{}", s.name))),
-                quiet,
-                bins: bin_dir.map(BinDir::at),
+                out: common
+                    .out
+                    .unwrap_or_else(|| PathBuf::from(format!("rehearsal-{}", s.name))),
+                quiet: common.quiet,
+                bins: common.bin_dir.map(BinDir::at),
             };
-            std::fs::create_dir_all(&opts.out)?;
-            let stop = Arc::new(AtomicBool::new(false));
-            for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-                signal_hook::flag::register(sig, stop.clone())?;
-            }
-            let report = rehearsal::run(&s, &opts, &stop)?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&report)?);
-            } else {
-                print!("{}", report.markdown());
-            }
-            eprintln!(
-                "testbed: report in {}",
-                opts.out.join("report.md").display()
-            );
-            Ok(if report.passed() {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(1)
+            report(&opts.out, common.json, |stop| {
+                rehearsal::run(&s, &opts, stop)
             })
         }
     }

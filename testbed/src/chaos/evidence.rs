@@ -5,9 +5,11 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use super::ap::ApEvent;
 use super::operators::{AuditEntry, OpRecord};
 use super::plan::Done;
-use super::truth::{CallerCall, Held};
+use super::truth::{CallerCall, Held, Refusal};
+use super::waits::WaitReturn;
 use super::watch::StatusSample;
 use crate::rehearsal::sampled::Sample;
 
@@ -36,6 +38,14 @@ pub struct Evidence {
     pub bound_s: f64,
     /// When the run ended (seconds after its start).
     pub end_s: f64,
+    /// Every 503 the callers were given.
+    pub refusals: Vec<Refusal>,
+    /// The Active-Passive agents' own record of leading and following.
+    pub ap: Vec<ApEvent>,
+    /// `ap_pace_s` of the site: the longest a group may be without a leader.
+    pub ap_pace_s: f64,
+    /// Every `ringsync wait drained` run for a server entering a drain.
+    pub waits: Vec<WaitReturn>,
 }
 
 /// One invariant's verdict.

@@ -1,23 +1,40 @@
 //! Injects a planned fault into the running site and records when its
-//! effect was over.
+//! effect was over (or why it was skipped).
 
 use std::time::{Duration, Instant};
 
+use super::loss::Lost;
 use super::plan::{Done, Fault, Planned};
 use crate::site::Site;
 use crate::{Error, Result};
 
 /// Injects `p` now; returns once the node it hit serves again (or the
-/// SIGCONT went). Times are seconds after `start`.
+/// SIGCONT went, or the loss rule is gone: a loss's `t` and `until` are
+/// when its rule was in place and when it was flushed). Times are seconds
+/// after `start`.
 pub fn inject(site: &mut Site, p: &Planned, start: Instant) -> Done {
     let t = start.elapsed().as_secs_f64();
-    let error = run(site, &p.fault).err().map(|e| e.to_string());
-    Done {
+    let mut done = Done {
         t,
-        until: start.elapsed().as_secs_f64(),
+        until: t,
         fault: p.fault.clone(),
-        error,
+        error: None,
+        skipped: None,
+    };
+    if let Fault::LosePackets { leg, share, for_s } = &p.fault {
+        match super::loss::lose(site.layout(), *leg, *share, *for_s, start) {
+            Ok(Lost::Dropped { on, off }) => (done.t, done.until) = (on, off),
+            Ok(Lost::Skipped(why)) => {
+                eprintln!("testbed chaos: at {t:.1} s, {why}");
+                done.skipped = Some(why);
+            }
+            Err(e) => done.error = Some(e.to_string()),
+        }
+        return done;
     }
+    done.error = run(site, &p.fault).err().map(|e| e.to_string());
+    done.until = start.elapsed().as_secs_f64();
+    done
 }
 
 fn gate<'a>(site: &'a mut Site, f: &Fault, g: usize) -> Result<&'a mut crate::site::GateNode> {
@@ -67,6 +84,7 @@ fn run(site: &mut Site, f: &Fault) -> Result<()> {
             std::thread::sleep(Duration::from_secs_f64(*for_s));
             site.start_instance(instance)
         }
+        Fault::LosePackets { .. } => Ok(()),
     }
 }
 

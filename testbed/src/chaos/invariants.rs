@@ -3,13 +3,10 @@
 //! instance, the instants). Pure functions of the run's [`Evidence`], so
 //! each is tested on synthetic timelines (`tests.rs`).
 
-use std::collections::BTreeMap;
-
 use super::evidence::verdict;
 pub use super::evidence::{Evidence, Invariant};
 use super::plan::Fault;
 use super::truth::{Held, WorkKind};
-use super::zone::Zone;
 
 /// When gate `g` was killed at or after `from` (and at or before `to`).
 fn killed(e: &Evidence, g: Option<usize>, from: f64, to: f64) -> Option<f64> {
@@ -36,11 +33,11 @@ fn instance_killed(e: &Evidence, id: &str, from: f64, to: f64) -> Option<f64> {
 
 /// Seconds the gates' health probes take to see an instance back (two
 /// probes 500 ms apart, and one more for a margin).
-const HEALTH_S: f64 = 1.5;
+pub(super) const HEALTH_S: f64 = 1.5;
 
 /// Whether instance `id` was down at some moment of `[a, b]` (killed and
 /// not yet seen back by the gates' probes).
-fn down(e: &Evidence, id: &str, a: f64, b: f64) -> bool {
+pub(super) fn down(e: &Evidence, id: &str, a: f64, b: f64) -> bool {
     e.faults.iter().any(|f| {
         matches!(&f.fault, Fault::KillInstance { instance, .. } if instance == id)
             && f.t <= b
@@ -54,7 +51,7 @@ fn call<'a>(e: &'a Evidence, id: &str) -> Option<&'a Held> {
         .find(|h| h.id == id && h.kind == WorkKind::Call)
 }
 
-fn gate_name(g: Option<usize>) -> String {
+pub(super) fn gate_name(g: Option<usize>) -> String {
     g.map_or("an unknown gate".into(), |g| format!("gate-{g}"))
 }
 
@@ -107,9 +104,66 @@ pub fn calls_survive(e: &Evidence) -> Invariant {
     )
 }
 
-/// `ringsync status` never said `drained` while the instance's far end
-/// held a call, registration or subscription that a gate carried (and
-/// still carries: its gate was not killed since).
+/// The work instance `x` held through all of `[a, b]` that a gate carried
+/// (a call once ACKed before `a`; its gate not killed since it began).
+fn holding<'a>(e: &'a Evidence, x: &str, a: f64, b: f64) -> Option<&'a Held> {
+    e.held.iter().find(|h| {
+        h.instance == x
+            && h.through(a, b)
+            && (h.kind != WorkKind::Call || h.ack.is_some_and(|t| t <= a))
+            && killed(e, h.gate, h.from, b).is_none()
+    })
+}
+
+fn held_words(h: &Held) -> String {
+    format!(
+        "{:?} {} (through {}, since {:.2} s, {})",
+        h.kind,
+        h.id,
+        gate_name(h.gate),
+        h.from,
+        h.to.map_or("never ended".into(), |t| format!("ended {t:.2} s"))
+    )
+}
+
+/// The moment a `ringsync wait drained` that returned at `t1` judged lies
+/// in its last read of the status, which took about as long as the
+/// watcher's reads around then: the longest of those that ended in the
+/// 10 s before, and at least 0.25 s.
+fn last_read_s(e: &Evidence, t1: f64) -> f64 {
+    e.status
+        .iter()
+        .filter(|s| s.t1 <= t1 && s.t1 >= t1 - 10.0)
+        .map(|s| s.t1 - s.t0)
+        .fold(0.25, f64::max)
+}
+
+/// A `ringsync wait drained` that returned 0 (drained) while an instance
+/// of its server held work through its last read.
+fn wait_said_drained_while_held(e: &Evidence) -> Option<String> {
+    e.waits.iter().filter(|w| w.code == Some(0)).find_map(|w| {
+        let a = w.t1 - last_read_s(e, w.t1);
+        e.instances
+            .iter()
+            .filter(|(_, _, srv)| *srv == w.server)
+            .find_map(|(x, _, _)| {
+                holding(e, x, a, w.t1).map(|h| {
+                    format!(
+                        "`ringsync wait drained --server {}` (started {:.2} s) returned drained at {:.2} s while {x} held {}",
+                        w.server,
+                        w.t0,
+                        w.t1,
+                        held_words(h)
+                    )
+                })
+            })
+    })
+}
+
+/// `ringsync status` never said `drained`, nor did `ringsync wait drained`
+/// return, while the instance's far end held a call, registration or
+/// subscription that a gate carried (and still carries: its gate was not
+/// killed since).
 pub fn drained_means_empty(e: &Evidence) -> Invariant {
     const NAME: &str = "drained only when the far end holds nothing";
     if e.status.is_empty() {
@@ -123,106 +177,25 @@ pub fn drained_means_empty(e: &Evidence) -> Invariant {
     for s in &e.status {
         for x in s.drained() {
             said += 1;
-            let holding = e.held.iter().find(|h| {
-                h.instance == x
-                    && h.through(s.t0, s.t1)
-                    && (h.kind != WorkKind::Call || h.ack.is_some_and(|a| a <= s.t0))
-                    && killed(e, h.gate, h.from, s.t1).is_none()
-            });
-            if let (Some(h), None) = (holding, &first) {
+            if let (Some(h), None) = (holding(e, x, s.t0, s.t1), &first) {
                 first = Some(format!(
-                    "status at {:.2}–{:.2} s said {x} drained while it held {:?} {} (through {}, since {:.2} s, {})",
+                    "status at {:.2}–{:.2} s said {x} drained while it held {}",
                     s.t0,
                     s.t1,
-                    h.kind,
-                    h.id,
-                    gate_name(h.gate),
-                    h.from,
-                    h.to.map_or("never ended".into(), |t| format!("ended {t:.2} s"))
+                    held_words(h)
                 ));
             }
         }
     }
+    let first = first.or_else(|| wait_said_drained_while_held(e));
+    let waited = e.waits.iter().filter(|w| w.code == Some(0)).count();
     verdict(
         NAME,
         first,
         format!(
-            "{} status samples, `drained` said {said} times (instance × sample)",
-            e.status.len()
-        ),
-    )
-}
-
-/// Whether `h` is not a new call but a re-INVITE of one confirmed (ACKed)
-/// before it: an instance's SIPp started again after a kill logs the first
-/// INVITE of a Call-ID it does not know as `ev inv`, even a re-INVITE (or
-/// its retransmission) of a call its killed run held. In-dialog requests
-/// reach a draining instance by design (R-SG-4). A caller's failover INVITE
-/// of a call never confirmed stays new work.
-fn reinvite(e: &Evidence, h: &Held) -> bool {
-    e.held
-        .iter()
-        .any(|g| g.kind == WorkKind::Call && g.id == h.id && g.ack.is_some_and(|a| a <= h.from))
-}
-
-/// No new call reached an instance later than the bound after its server
-/// entered the drain zone (counted from its gate's last return, when a
-/// fault froze or restarted that gate since) while another instance of
-/// its service stayed out of the zone.
-pub fn no_new_dialog_past_bound(e: &Evidence) -> Invariant {
-    const NAME: &str = "no new dialog to a draining instance past the bound";
-    let narrow = Zone::from_ops(&e.ops, e.end_s, false);
-    let wide = Zone::from_ops(&e.ops, e.end_s, true);
-    let place: BTreeMap<&str, (&str, &str)> = e
-        .instances
-        .iter()
-        .map(|(i, svc, srv)| (i.as_str(), (svc.as_str(), srv.as_str())))
-        .collect();
-    let (mut checked, mut first) = (0, None);
-    for h in e.held.iter().filter(|h| h.kind == WorkKind::Call) {
-        let Some((svc, srv)) = place.get(h.instance.as_str()) else {
-            continue;
-        };
-        if reinvite(e, h) {
-            continue;
-        }
-        let Some(since) = narrow.since(srv, h.from) else {
-            continue;
-        };
-        checked += 1;
-        let back = e
-            .faults
-            .iter()
-            .filter(|f| f.fault.gate().is_some() && f.fault.gate() == h.gate && f.until <= h.from)
-            .map(|f| f.until)
-            .fold(since, f64::max);
-        let late = h.from - back;
-        if late <= e.bound_s {
-            continue;
-        }
-        let other = e.instances.iter().find(|(i, s, srv2)| {
-            i != &h.instance
-                && s == svc
-                && !wide.touches(srv2, h.from - e.bound_s, h.from)
-                && !down(e, i, h.from - e.bound_s, h.from)
-        });
-        if let (Some((o, _, _)), None) = (other, &first) {
-            first = Some(format!(
-                "call {} reached {} through {} at {:.2} s, {late:.2} s after {srv} entered the drain zone ({since:.2} s; bound {} s), while {o} was normal",
-                h.id,
-                h.instance,
-                gate_name(h.gate),
-                h.from,
-                e.bound_s
-            ));
-        }
-    }
-    verdict(
-        NAME,
-        first,
-        format!(
-            "{checked} new calls reached an instance in the drain zone (bound {} s)",
-            e.bound_s
+            "{} status samples, `drained` said {said} times (instance × sample); `ringsync wait drained` run {} times, {waited} returned drained",
+            e.status.len(),
+            e.waits.len()
         ),
     )
 }

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use super::evidence::{verdict, Evidence, Invariant};
-use super::operators::{AuditEntry, OpOutcome, OpRecord, PROFILES};
+use super::operators::{ours, AuditEntry, OpOutcome, OpRecord};
 
 /// States in which media-ctl still gives an mg new calls (as its
 /// `/readyz` counts them: a lift that starts from weight 0 is served by
@@ -65,10 +65,7 @@ pub fn operators(e: &Evidence) -> Invariant {
     let refused = count(|o| matches!(o, OpOutcome::Refused { .. }));
     let failed = count(|o| matches!(o, OpOutcome::Failed { .. }));
     let per_audit = e.ops.iter().filter(|o| o.made_per_audit).count();
-    let ours = |p: &Option<String>| {
-        p.as_deref()
-            .is_some_and(|p| PROFILES.iter().any(|x| x.0 == p))
-    };
+    let ours = |p: &Option<String>| p.as_deref().is_some_and(ours);
     let audited: Vec<&AuditEntry> = e
         .audit
         .iter()
@@ -167,7 +164,7 @@ fn end_state_is_their_sum(e: &Evidence, made: &[&OpRecord]) -> Option<String> {
     };
     let have: BTreeMap<_, _> = have
         .iter()
-        .filter(|(n, _)| PROFILES.iter().any(|x| x.0 == n.as_str()))
+        .filter(|(n, _)| ours(n))
         .map(|(n, v)| (n.clone(), v.clone()))
         .collect();
     (have != want).then(|| format!("the store ends with {have:?}, the changes made say {want:?}"))

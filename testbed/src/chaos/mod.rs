@@ -4,17 +4,23 @@
 //! run it; the instances' SIPp logs and the callers' are the ground truth
 //! ([`truth`]); [`invariants`] judge it.
 
+pub mod ap;
 pub mod evidence;
 pub mod inject;
 pub mod invariants;
 pub mod invariants_ops;
+pub mod invariants_zone;
+pub mod loss;
 pub mod operators;
 pub mod plan;
 pub mod report;
 pub mod rng;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_more;
 pub mod truth;
+pub mod waits;
 pub mod watch;
 pub mod zone;
 
@@ -57,6 +63,9 @@ pub struct Options {
     /// Break a promise on purpose: the last gate reads another store
     /// prefix (it never sees a drain), to see the invariants catch it.
     pub blind_gate: bool,
+    /// Break a promise on purpose: the last gate refuses (503) all but one
+    /// new dialog a second from the callers' address.
+    pub refusing_gate: bool,
 }
 
 /// Operators changing profiles at once.
@@ -71,8 +80,10 @@ pub fn judge(e: &evidence::Evidence) -> Vec<evidence::Invariant> {
     vec![
         invariants::calls_survive(e),
         invariants::drained_means_empty(e),
-        invariants::no_new_dialog_past_bound(e),
+        invariants_zone::no_new_work_past_bound(e),
+        invariants_zone::none_refused_while_one_could_take_it(e),
         invariants_ops::last_mg_kept(e),
+        ap::one_leader(e),
         invariants_ops::operators(e),
     ]
 }
@@ -116,6 +127,7 @@ struct Recorded {
     loads: Vec<LoadRun>,
     samples: Vec<crate::rehearsal::sampled::Sample>,
     status: (Vec<watch::StatusSample>, usize),
+    waits: Vec<waits::WaitReturn>,
     ops: Vec<operators::OpRecord>,
     epoch0: f64,
     end_s: f64,
@@ -137,12 +149,21 @@ pub fn run(opts: &Options, stop: &Arc<AtomicBool>) -> Result<ChaosReport> {
         .filter(|i| matches!(i.svc, Svc::Sg | Svc::Esg))
         .map(|i| (i.id.clone(), site.uas_logs(&i.id)))
         .collect();
-    // Everything stops: the instances' logs are whole after this.
+    let members: Vec<String> = layout
+        .ap_groups()
+        .into_iter()
+        .flat_map(|(_, m)| m.into_iter().map(|(id, _)| id))
+        .collect();
+    let site_dir = site.dir().to_path_buf();
+    // Everything stops: the instances' and agents' logs are whole after this.
     drop(site);
     let ops = operators::resolve(&rec.ops, &audit);
+    let calls = truth::callers(&rec.loads);
+    let mut held = read_held(&layout, &logs, &rec);
+    truth::end_at_callers_bye(&mut held, &calls);
     let evidence = evidence::Evidence {
-        calls: truth::callers(&rec.loads),
-        held: read_held(&layout, &logs, &rec),
+        calls,
+        held,
         faults: rec.faults.clone(),
         status: rec.status.0.clone(),
         ops,
@@ -157,6 +178,16 @@ pub fn run(opts: &Options, stop: &Arc<AtomicBool>) -> Result<ChaosReport> {
             .collect(),
         bound_s: opts.bound_s,
         end_s: rec.end_s,
+        refusals: truth::refusals(&rec.loads, layout.gates(), |l| {
+            layout
+                .listener(l)
+                .and_then(|l| l.pool)
+                .map_or("sg", |p| p.as_str())
+                .to_owned()
+        }),
+        ap: ap::read_agents(&site_dir, &members, rec.epoch0),
+        ap_pace_s: f64::from(layout.ap_pace_s()),
+        waits: rec.waits.clone(),
     };
     let report = build_report(opts, &layout, timeline, rec, &evidence);
     write(&opts.out.join("report.md"), report.markdown())?;
@@ -193,6 +224,9 @@ fn start_site(opts: &Options) -> Result<Site> {
     if opts.blind_gate {
         b = b.blind_gate(opts.gates - 1);
     }
+    if opts.refusing_gate {
+        b = b.refusing_gate(opts.gates - 1);
+    }
     if let Some(bins) = &opts.bins {
         b = b.bins(bins.clone());
     }
@@ -215,14 +249,17 @@ fn read_held(
             .filter(|f| matches!(&f.fault, plan::Fault::KillInstance { instance, .. } if instance == id))
             .map(|f| f.t)
             .collect();
+        let mut earlier = std::collections::BTreeSet::new();
         for (k, path) in paths.iter().enumerate() {
             let text = std::fs::read_to_string(path).unwrap_or_default();
-            let mut run = truth::parse_uas(id, &text, rec.epoch0, gate_of);
+            let run = truth::parse_uas(id, &text, rec.epoch0, gate_of);
+            let mut run = truth::drop_calls_of_earlier_runs(&earlier, run);
             if let Some(t) = kills.get(k) {
                 for h in &mut run {
                     h.to = Some(h.to.map_or(*t, |to| to.min(*t)));
                 }
             }
+            earlier.extend(run.iter().map(|h| h.id.clone()));
             held.extend(run);
         }
     }
@@ -254,10 +291,10 @@ fn build_report(
             opts.gates,
             opts.rate,
             opts.bound_s,
-            if opts.blind_gate {
-                " --break blind-gate"
-            } else {
-                ""
+            match (opts.blind_gate, opts.refusing_gate) {
+                (true, _) => " --break blind-gate",
+                (_, true) => " --break refusing-gate",
+                _ => "",
             }
         ),
         site: crate::rehearsal::site_map::words(layout),
@@ -271,6 +308,9 @@ fn build_report(
         status_samples: (rec.status.0.len(), rec.status.1),
         operator_changes: e.ops.clone(),
         samples: rec.samples,
+        status_changes: report::status_changes(&e.status),
+        waits: e.waits.clone(),
+        ap: e.ap.clone(),
     }
 }
 
@@ -301,7 +341,21 @@ fn play(
         Arc::new(AtomicBool::new(false)),
     );
     let sampler = sample::spawn(rec.clone(), sampling.clone(), opts.quiet);
-    let watcher = watch::spawn(bins.clone(), file.clone(), start, watching.clone());
+    let waiters = waits::Waiters::new(bins.clone(), file.clone(), start);
+    let servers = site
+        .layout()
+        .instances()
+        .into_iter()
+        .map(|i| (i.id, i.server))
+        .collect();
+    let watcher = watch::spawn(
+        bins.clone(),
+        file.clone(),
+        start,
+        watching.clone(),
+        servers,
+        waiters.clone(),
+    );
     let ops =
         operators::Operators::start(OPERATORS, opts.seed, &bins, file, start, operating.clone());
     let callers = start_loads(site, opts, &rec)?;
@@ -312,6 +366,7 @@ fn play(
     watching.store(true, Ordering::Relaxed);
     sampling.store(true, Ordering::Relaxed);
     let status = watcher.join().unwrap_or_default();
+    let waits = waiters.finish();
     let _ = sampler.join();
     if interrupted {
         return Err(Error::Interrupted);
@@ -326,6 +381,7 @@ fn play(
         loads,
         samples,
         status,
+        waits,
         ops,
         epoch0,
         end_s: start.elapsed().as_secs_f64(),

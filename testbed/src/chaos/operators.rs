@@ -22,6 +22,17 @@ pub const PROFILES: &[(&str, &[&str])] = &[
     ("chaos-ac", &["srv-a", "srv-c"]),
 ];
 
+/// The profile a maintenance automation drains: activated, held for as
+/// long as the maintenance would take (30-60 s, so its server's whole
+/// drain can finish and `ringsync wait drained` return), lifted, and again
+/// 5-15 s later. No other operator touches it.
+pub const MAINTENANCE: (&str, &[&str]) = ("chaos-maint", &["srv-c"]);
+
+/// Whether `name` is one of the run's own profiles.
+pub fn ours(name: &str) -> bool {
+    name == MAINTENANCE.0 || PROFILES.iter().any(|p| p.0 == name)
+}
+
 /// One change an operator asked for, and what the store said.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct OpRecord {
@@ -185,7 +196,8 @@ pub struct Operators {
 
 impl Operators {
     /// Starts `n` operators on the site file `site`, with streams drawn
-    /// from `seed`; times are seconds after `start`.
+    /// from `seed`, and the maintenance automation ([`MAINTENANCE`], the
+    /// operator numbered `n`); times are seconds after `start`.
     pub fn start(
         n: usize,
         seed: u64,
@@ -194,32 +206,25 @@ impl Operators {
         start: Instant,
         stop: Arc<AtomicBool>,
     ) -> Operators {
-        let threads = (0..n)
+        let mut threads: Vec<thread::JoinHandle<Vec<OpRecord>>> = (0..n)
             .map(|k| {
-                let (bins, site, stop) = (bins.clone(), site.clone(), stop.clone());
+                let mut op = Operator::new(k, Rng::fork(seed, k as u64 + 1), bins, &site, start);
+                let stop = stop.clone();
                 thread::spawn(move || {
-                    let mut op = Operator {
-                        k,
-                        rng: Rng::fork(seed, k as u64 + 1),
-                        bins,
-                        site,
-                        start,
-                        done: Vec::new(),
-                    };
-                    while !stop.load(Ordering::Relaxed) {
-                        let wait = Duration::from_secs_f64(op.rng.range(1.0, 3.0));
-                        let until = Instant::now() + wait;
-                        while Instant::now() < until && !stop.load(Ordering::Relaxed) {
-                            thread::sleep(Duration::from_millis(50));
-                        }
-                        if !stop.load(Ordering::Relaxed) {
-                            op.one();
-                        }
+                    while nap(&stop, op.rng.range(1.0, 3.0)) {
+                        op.one();
                     }
                     op.done
                 })
             })
             .collect();
+        let mut op = Operator::new(n, Rng::fork(seed, 100), bins, &site, start);
+        threads.push(thread::spawn(move || {
+            while nap(&stop, op.rng.range(5.0, 15.0)) {
+                op.maintain(&stop);
+            }
+            op.done
+        }));
         Operators { threads }
     }
 
@@ -236,6 +241,15 @@ impl Operators {
     }
 }
 
+/// Sleeps `secs` unless `stop` is set first; whether to go on.
+fn nap(stop: &AtomicBool, secs: f64) -> bool {
+    let until = Instant::now() + Duration::from_secs_f64(secs);
+    while Instant::now() < until && !stop.load(Ordering::Relaxed) {
+        thread::sleep(Duration::from_millis(50));
+    }
+    !stop.load(Ordering::Relaxed)
+}
+
 struct Operator {
     k: usize,
     rng: Rng,
@@ -246,6 +260,17 @@ struct Operator {
 }
 
 impl Operator {
+    fn new(k: usize, rng: Rng, bins: &BinDir, site: &std::path::Path, start: Instant) -> Operator {
+        Operator {
+            k,
+            rng,
+            bins: bins.clone(),
+            site: site.to_path_buf(),
+            start,
+            done: Vec::new(),
+        }
+    }
+
     /// Reads the profiles, picks one and a change, maybe waits a moment
     /// (another operator may change it meanwhile), and asks.
     fn one(&mut self) {
@@ -273,6 +298,35 @@ impl Operator {
         // A pause between reading and changing: the window in which
         // another operator's change makes this revision stale.
         thread::sleep(Duration::from_secs_f64(self.rng.range(0.0, 0.8)));
+        self.ask(action, (name, servers), if_revision, stale);
+    }
+
+    /// The maintenance: its profile activated (created first if missing),
+    /// held 30-60 s, lifted.
+    fn maintain(&mut self, stop: &AtomicBool) {
+        let (name, servers) = MAINTENANCE;
+        let Some((rev, active)) = self.read(name).or_else(|| {
+            self.ask("create", MAINTENANCE, None, false);
+            self.read(name)
+        }) else {
+            return;
+        };
+        if !active {
+            self.ask("activate", (name, servers), Some(rev), false);
+        }
+        nap(stop, self.rng.range(30.0, 60.0));
+        let rev = self.read(name).map(|(r, _)| r);
+        self.ask("deactivate", (name, servers), rev, false);
+    }
+
+    /// Asks for `action` on the profile, records the answer.
+    fn ask(
+        &mut self,
+        action: &str,
+        (name, servers): (&str, &[&str]),
+        if_revision: Option<u64>,
+        stale: bool,
+    ) {
         let t0 = self.start.elapsed().as_secs_f64();
         let rev_text = if_revision.map(|r| r.to_string());
         let mut args: Vec<&str> = vec!["profile", action];

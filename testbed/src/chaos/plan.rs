@@ -67,6 +67,43 @@ pub enum Fault {
         /// Seconds it is down.
         for_s: f64,
     },
+    /// A random `share` of the loopback packets of one `leg` dropped for
+    /// `for_s` (`iptables -m statistic`, only in the run's own network
+    /// namespace; see [`super::loss`]).
+    LosePackets {
+        /// Which packets.
+        leg: Leg,
+        /// The share dropped (0.05 to 0.30).
+        share: f64,
+        /// Seconds it lasts.
+        for_s: f64,
+    },
+}
+
+/// The packets a loss drops: one direction, the one new requests take.
+/// The other carries the final answers, and a 200 retransmitted late,
+/// after the failover caller left that gate, would abort its SIPp (see
+/// [`Fault::PauseGate`]); requests and ACKs lost this way are recovered by
+/// their senders' retransmissions (the UAS's 200 until its ACK comes, a
+/// re-INVITE, BYE, REGISTER or SUBSCRIBE at T1, 500 ms, doubling), and a
+/// first INVITE lost sends its caller to the next gate after 2 s.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Leg {
+    /// From the callers to the gates.
+    CallerToGate,
+    /// From the gates to the sg/esg instances.
+    GateToInstance,
+}
+
+impl Leg {
+    /// The leg in the report's words.
+    pub fn label(self) -> &'static str {
+        match self {
+            Leg::CallerToGate => "caller->gate",
+            Leg::GateToInstance => "gate->instance",
+        }
+    }
 }
 
 impl Fault {
@@ -90,6 +127,11 @@ impl Fault {
             Fault::KillInstance { instance, for_s } => {
                 format!("kill -9 {instance}, start it again after {for_s:.1} s")
             }
+            Fault::LosePackets { leg, share, for_s } => format!(
+                "drop {:.0}% of the {} packets for {for_s:.1} s",
+                share * 100.0,
+                leg.label()
+            ),
         }
     }
 
@@ -127,6 +169,17 @@ pub struct Done {
     /// Why it could not be injected, if it could not.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Why it was left out on purpose (a packet loss outside a network
+    /// namespace of the run's own): not a failure, and it had no effect.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<String>,
+}
+
+impl Done {
+    /// Whether it took effect (injected, not skipped).
+    pub fn happened(&self) -> bool {
+        self.error.is_none() && self.skipped.is_none()
+    }
 }
 
 /// What the generator may choose from.
@@ -149,6 +202,8 @@ pub const QUIET_START_S: f64 = 6.0;
 pub const QUIET_END_S: f64 = 12.0;
 /// The longest pause of a gate: under the failover callers' 2 s.
 pub const PAUSE_MAX_S: f64 = 1.8;
+/// The least and the most share of packets a loss drops.
+pub const LOSS_SHARE: (f64, f64) = (0.05, 0.30);
 /// Least seconds between two faults, so each one's effect is seen alone.
 pub const MIN_GAP_S: f64 = 4.0;
 
@@ -175,6 +230,7 @@ pub fn plan(seed: u64, duration_s: f64, menu: &Menu) -> Vec<Planned> {
         etcd,
         etcd,
         u32::from(!menu.instances.is_empty()),
+        2,
     ];
     (0..n)
         .map(|i| {
@@ -199,9 +255,18 @@ pub fn plan(seed: u64, duration_s: f64, menu: &Menu) -> Vec<Planned> {
                 7 => Fault::StopStore {
                     for_s: tenths(rng.range(1.0, 4.0)),
                 },
-                _ => Fault::KillInstance {
+                8 => Fault::KillInstance {
                     instance: menu.instances[rng.below(menu.instances.len())].clone(),
                     for_s: tenths(rng.range(1.0, 4.0)),
+                },
+                _ => Fault::LosePackets {
+                    leg: if rng.below(2) == 0 {
+                        Leg::CallerToGate
+                    } else {
+                        Leg::GateToInstance
+                    },
+                    share: (rng.range(LOSS_SHARE.0, LOSS_SHARE.1) * 100.0).round() / 100.0,
+                    for_s: tenths(rng.range(2.0, 5.0)),
                 },
             };
             Planned {
@@ -266,14 +331,16 @@ mod tests {
             "etcd leader",
             "whole etcd",
             "kill -9 sg-",
+            "caller->gate packets",
+            "gate->instance packets",
         ] {
             assert!(
                 a.iter().any(|p| p.fault.label().contains(kind)),
                 "{kind} never drawn"
             );
         }
-        // A site without a planner, etcd or instances to kill: gate faults
-        // and media-ctl only.
+        // A site without a planner, etcd or instances to kill: gate faults,
+        // media-ctl and packet loss only.
         let bare = Menu {
             gates: 2,
             serve: false,
@@ -286,6 +353,7 @@ mod tests {
                 | Fault::PauseGate { .. }
                 | Fault::UpgradeGate { .. }
                 | Fault::KillMedia
+                | Fault::LosePackets { .. }
         )));
     }
 }

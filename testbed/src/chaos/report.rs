@@ -43,6 +43,13 @@ pub struct ChaosReport {
     pub operator_changes: Vec<OpRecord>,
     /// The site's own nodes once a second (the rehearsal's samples).
     pub samples: Vec<crate::rehearsal::sampled::Sample>,
+    /// Per instance, each state `ringsync status` gave it when it changed
+    /// (seconds after the start, at the read's answer).
+    pub status_changes: std::collections::BTreeMap<String, Vec<(f64, String)>>,
+    /// Every `ringsync wait drained` run, with its exit code.
+    pub waits: Vec<super::waits::WaitReturn>,
+    /// The Active-Passive agents' leading and following, from their logs.
+    pub ap: Vec<super::ap::ApEvent>,
 }
 
 impl ChaosReport {
@@ -86,10 +93,12 @@ impl ChaosReport {
             .count();
         let _ = writeln!(
             m,
-            "The instances' own logs hold {} calls, registrations and subscriptions. `ringsync status` read {} times ({} did not answer). Operators asked {} changes, {made} made.\n",
+            "The instances' own logs hold {} calls, registrations and subscriptions. `ringsync status` read {} times ({} did not answer). `ringsync wait drained` run {} times ({}). Operators asked {} changes, {made} made.\n",
             self.held,
             self.status_samples.0,
             self.status_samples.1,
+            self.waits.len(),
+            wait_codes(&self.waits),
             self.operator_changes.len()
         );
         let _ = writeln!(
@@ -103,9 +112,47 @@ impl ChaosReport {
                 f.t,
                 f.until,
                 f.fault.label(),
-                f.error.as_deref().unwrap_or("ok")
+                f.error.as_deref().or(f.skipped.as_deref()).unwrap_or("ok")
             );
         }
         m
     }
+}
+
+/// How the waits ended, in words: `3 drained, 2 not draining, ...`.
+fn wait_codes(w: &[super::waits::WaitReturn]) -> String {
+    let mut n = std::collections::BTreeMap::<&str, usize>::new();
+    for x in w {
+        let word = match x.code {
+            Some(0) => "drained",
+            Some(3) => "unknown at the timeout",
+            Some(4) => "work left at the timeout",
+            Some(5) => "not draining",
+            Some(_) => "failed",
+            None => "stopped at the end",
+        };
+        *n.entry(word).or_default() += 1;
+    }
+    let parts: Vec<String> = n.iter().map(|(w, k)| format!("{k} {w}")).collect();
+    if parts.is_empty() {
+        "none".into()
+    } else {
+        parts.join(", ")
+    }
+}
+
+/// Per instance, the states the status reads gave it, each when it changed.
+pub fn status_changes(
+    samples: &[super::watch::StatusSample],
+) -> std::collections::BTreeMap<String, Vec<(f64, String)>> {
+    let mut out: std::collections::BTreeMap<String, Vec<(f64, String)>> = Default::default();
+    for s in samples {
+        for (i, st) in &s.states {
+            let v = out.entry(i.clone()).or_default();
+            if v.last().is_none_or(|(_, last)| last != st) {
+                v.push((s.t1, st.clone()));
+            }
+        }
+    }
+    out
 }

@@ -149,6 +149,34 @@ pub fn parse_uas(
     held
 }
 
+/// Joins the two ends of each call: a call whose caller read the 200 to
+/// its BYE was over at its instance by then, whatever that instance's log
+/// says (SIPp answers a BYE its scenario did not expect, e.g. one that
+/// overtook a lost ACK's retransmitted 200, by itself and ends the call
+/// without the scenario's `ev bye`).
+pub fn end_at_callers_bye(held: &mut [Held], calls: &BTreeMap<String, CallerCall>) {
+    for h in held.iter_mut().filter(|h| h.kind == WorkKind::Call) {
+        if let Some(end) = calls.get(&h.id).and_then(|c| c.end) {
+            if end >= h.from {
+                h.to = Some(h.to.map_or(end, |to| to.min(end)));
+            }
+        }
+    }
+}
+
+/// A run of an instance started again after a kill logs an in-dialog
+/// request of a call an earlier run held (its re-INVITE, by the
+/// Record-Route token, R-SG-4) as `ev inv`: its scenario starts with an
+/// INVITE. That is no new dialog: such calls are dropped from `run`.
+pub fn drop_calls_of_earlier_runs(
+    earlier: &std::collections::BTreeSet<String>,
+    run: Vec<Held>,
+) -> Vec<Held> {
+    run.into_iter()
+        .filter(|h| h.kind != WorkKind::Call || !earlier.contains(&h.id))
+        .collect()
+}
+
 /// REGISTER is new work each time (R-SEC-4): a binding's refresh or
 /// removal may reach another instance of the pool, which shares the
 /// bindings. A binding is held where it was until its Call-ID's next
@@ -169,6 +197,64 @@ pub fn moved_bindings(held: &mut [Held]) {
             held[a].to = Some(held[a].to.map_or(next, |to| to.min(next)));
         }
     }
+}
+
+/// A 503 a gate gave a new call, registration or subscription, by its
+/// caller's own log.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Refusal {
+    /// When the caller read it (seconds after the start).
+    pub t: f64,
+    /// Call-ID.
+    pub id: String,
+    /// What was refused.
+    pub kind: WorkKind,
+    /// The gate node that refused it.
+    pub gate: Option<usize>,
+    /// The service its listener routes to (`sg`, `esg`).
+    pub svc: String,
+    /// The 503's reason phrase, when the caller logged it.
+    pub why: String,
+}
+
+/// Every 503 the callers logged: a failover caller's attempt N went to
+/// the N-1th gate after its own (wrapping round `gates`), the other
+/// callers' to their own gate. `svc_of` names the service behind a
+/// listener.
+pub fn refusals(loads: &[LoadRun], gates: usize, svc_of: impl Fn(&str) -> String) -> Vec<Refusal> {
+    let mut out = Vec::new();
+    for l in loads {
+        for (t, ev, id) in &l.events {
+            let (kind, gate, why) = match ev {
+                CallEvent::GateRefused(n) => (
+                    WorkKind::Call,
+                    (l.gate + usize::from(n.saturating_sub(1))) % gates.max(1),
+                    l.refused_why.get(&(id.clone(), *n)).cloned(),
+                ),
+                CallEvent::RegRefused => (
+                    WorkKind::Registration,
+                    l.gate,
+                    l.refused_why.get(&(id.clone(), 0)).cloned(),
+                ),
+                CallEvent::SubRefused => (
+                    WorkKind::Subscription,
+                    l.gate,
+                    l.refused_why.get(&(id.clone(), 0)).cloned(),
+                ),
+                _ => continue,
+            };
+            out.push(Refusal {
+                t: *t,
+                id: id.clone(),
+                kind,
+                gate: Some(gate),
+                svc: svc_of(&l.listener),
+                why: why.unwrap_or_default(),
+            });
+        }
+    }
+    out.sort_by(|a, b| a.t.total_cmp(&b.t));
+    out
 }
 
 /// Every call of the loads of calls, as the callers saw them.
@@ -242,6 +328,46 @@ mod tests {
         // whose first REGISTER here removes it: held for no time.
         assert_eq!(h[3].to, Some(71.0));
         assert_eq!(h[4].to, Some(12.0));
+    }
+
+    #[test]
+    fn a_call_is_over_at_its_instance_once_its_caller_has_the_200_to_its_bye() {
+        let call = |to: Option<f64>| Held {
+            id: "374@x".into(),
+            kind: WorkKind::Call,
+            instance: "sg-c".into(),
+            gate: Some(2),
+            from: 124.7,
+            ack: Some(124.71),
+            to,
+        };
+        let calls: BTreeMap<String, CallerCall> = [(
+            "374@x".to_string(),
+            CallerCall {
+                up: Some(124.72),
+                end: Some(128.9),
+            },
+        )]
+        .into();
+        let mut h = vec![call(None), call(Some(128.8))];
+        end_at_callers_bye(&mut h, &calls);
+        assert_eq!((h[0].to, h[1].to), (Some(128.9), Some(128.8)));
+    }
+
+    #[test]
+    fn a_restarted_instance_sees_an_earlier_runs_call_as_no_new_dialog() {
+        let call = |id: &str| Held {
+            id: id.into(),
+            kind: WorkKind::Call,
+            instance: "sg-c".into(),
+            gate: Some(0),
+            from: 44.7,
+            ack: None,
+            to: None,
+        };
+        let earlier = ["157@x".to_string()].into();
+        let kept = drop_calls_of_earlier_runs(&earlier, vec![call("157@x"), call("158@x")]);
+        assert_eq!(kept, vec![call("158@x")]);
     }
 
     #[test]

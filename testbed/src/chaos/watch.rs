@@ -1,6 +1,7 @@
 //! `ringsync status` as an operator would read it, every 250 ms: which
 //! instances it says are `drained`, for the checker to hold against what
-//! the far ends truly held at that moment.
+//! the far ends truly held at that moment; and a `ringsync wait drained`
+//! ([`super::waits`]) for each server whose instance enters a drain.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -11,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use super::waits::Waiters;
 use crate::site::{ringsync, BinDir};
 
 /// How often the status is read.
@@ -37,16 +39,27 @@ impl StatusSample {
     }
 }
 
+/// Whether a state is in the drain zone (`draining`, `drained`,
+/// `draining_down`): the instance's server is drained by an active
+/// profile.
+fn in_drain(state: &str) -> bool {
+    matches!(state, "draining" | "drained" | "draining_down")
+}
+
 /// Reads the status every [`EVERY`] until `stop`; the samples that
-/// answered, and how many did not.
+/// answered, and how many did not. When an instance of `servers`
+/// (instance -> server) goes from another state into the drain zone,
+/// `waiters` starts a `ringsync wait drained` for its server.
 pub fn spawn(
     bins: BinDir,
     site: PathBuf,
     start: Instant,
     stop: Arc<AtomicBool>,
+    servers: BTreeMap<String, String>,
+    waiters: Waiters,
 ) -> thread::JoinHandle<(Vec<StatusSample>, usize)> {
     thread::spawn(move || {
-        let (mut out, mut failed) = (Vec::new(), 0);
+        let (mut out, mut failed) = (Vec::<StatusSample>::new(), 0);
         let mut next = Instant::now();
         while !stop.load(Ordering::Relaxed) {
             let t0 = start.elapsed().as_secs_f64();
@@ -62,7 +75,15 @@ pub fn spawn(
                                 i["state"].as_str()?.to_owned(),
                             ))
                         })
-                        .collect();
+                        .collect::<BTreeMap<String, String>>();
+                    for (i, st) in &states {
+                        let before = out.last().and_then(|p| p.states.get(i));
+                        if in_drain(st) && !before.is_some_and(|b| in_drain(b)) {
+                            if let Some(srv) = servers.get(i) {
+                                waiters.start(srv);
+                            }
+                        }
+                    }
                     out.push(StatusSample {
                         t0,
                         t1: start.elapsed().as_secs_f64(),

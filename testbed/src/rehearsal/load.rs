@@ -58,6 +58,9 @@ pub enum CallEvent {
     OptOk,
     /// 503 to an OPTIONS.
     OptRefused,
+    /// A failover caller's attempt N (1: its own gate, 2: the next, ...)
+    /// got a 503 (`ev 503 CALL-ID N`).
+    GateRefused(u8),
 }
 
 /// One load's caller: its SIPp report and per-call events.
@@ -65,6 +68,8 @@ pub enum CallEvent {
 pub struct LoadRun {
     /// The step's label and gate.
     pub label: String,
+    /// The gate it called first (its own).
+    pub gate: usize,
     /// The gate listener it called.
     pub listener: String,
     /// The kind of esg account of its calls.
@@ -83,11 +88,14 @@ pub struct LoadRun {
     /// Per established call, the address in its answer's SDP: the sg/esg
     /// instance that took it.
     pub answered: BTreeMap<String, IpAddr>,
+    /// Per `(call, attempt)` a gate refused, the 503's reason phrase.
+    pub refused_why: BTreeMap<(String, u8), String>,
 }
 
 /// A running caller.
 pub(crate) struct Caller {
     label: String,
+    gate: usize,
     listener: String,
     account: Option<Acct>,
     kind: LoadKind,
@@ -145,6 +153,7 @@ pub(crate) fn start(
         });
         callers.push(Caller {
             label: format!("{} via gate-{k}", action.label()),
+            gate: *k,
             listener: listener.clone(),
             account: account.clone(),
             kind: *kind,
@@ -273,6 +282,7 @@ pub(crate) fn finish(callers: Vec<Caller>, epoch0: f64, interrupted: bool) -> Ve
             let text = std::fs::read_to_string(&c.log).unwrap_or_default();
             LoadRun {
                 label: c.label,
+                gate: c.gate,
                 listener: c.listener,
                 account: match &c.account {
                     Some(a) if !a.multi => AccountKind::Single,
@@ -284,12 +294,14 @@ pub(crate) fn finish(callers: Vec<Caller>, epoch0: f64, interrupted: bool) -> Ve
                 report,
                 events: parse_events(&text, epoch0),
                 answered: parse_answers(&text),
+                refused_why: parse_reasons(&text),
             }
         })
         .collect()
 }
 
-/// `ev up|end|refused|retry CALL-ID ... UNIX-SECONDS` lines of a caller's log.
+/// `ev up|end|refused|retry CALL-ID ... UNIX-SECONDS` (and `ev 503 CALL-ID
+/// N ...`) lines of a caller's log.
 pub(super) fn parse_events(text: &str, epoch0: f64) -> Vec<(f64, CallEvent, String)> {
     text.lines()
         .filter_map(|line| {
@@ -308,11 +320,42 @@ pub(super) fn parse_events(text: &str, epoch0: f64) -> Vec<(f64, CallEvent, Stri
                 "subrefused" => CallEvent::SubRefused,
                 "optok" => CallEvent::OptOk,
                 "optrefused" => CallEvent::OptRefused,
+                "503" => CallEvent::GateRefused(0),
                 _ => return None,
             };
             let call = w.next()?.to_owned();
+            let ev = match ev {
+                CallEvent::GateRefused(_) => CallEvent::GateRefused(w.next()?.parse().ok()?),
+                ev => ev,
+            };
             let at: f64 = line.split_whitespace().last()?.parse().ok()?;
             Some(((at - epoch0).max(0.0), ev, call))
+        })
+        .collect()
+}
+
+/// `ev 503 CALL-ID N REASON... TIME` lines (a failover caller's attempt N)
+/// and `ev regrefused|subrefused CALL-ID 503 REASON... TIME` (attempt 0):
+/// each refusal's reason phrase.
+pub(super) fn parse_reasons(text: &str) -> BTreeMap<(String, u8), String> {
+    text.lines()
+        .filter_map(|line| {
+            let w: Vec<&str> = line.split_whitespace().collect();
+            if w.len() < 4 || w[0] != "ev" {
+                return None;
+            }
+            let (attempt, from) = match w[1] {
+                "503" => (w.get(3)?.parse().ok()?, 4),
+                "regrefused" | "subrefused" => (0, 3),
+                _ => return None,
+            };
+            // The reason runs up to the timestamp's three fields (date,
+            // time, Unix seconds).
+            let why = w[from.min(w.len())..w.len().saturating_sub(3).max(from)].join(" ");
+            // The REGISTER and SUBSCRIBE callers log the status line from
+            // its code on (`503 Service Unavailable`).
+            let why = why.strip_prefix("503 ").map_or(why.clone(), str::to_owned);
+            Some(((w[2].to_owned(), attempt), why))
         })
         .collect()
 }
@@ -340,17 +383,35 @@ mod tests {
                    media 1-2@x answer 127.0.0.20\n\
                    media 1-2@x reanswer 127.0.0.21\n\
                    ev end 1-2@x 2026-11-30\t20:01:40.0\t1004.0\n\
+                   ev 503 2-2@x 2 No Instance Available 2026-11-30\t20:01:40.5\t1004.5\n\
                    ev retry 2-2@x 2026-11-30\t20:01:40.5\t1004.5\n\
-                   ev refused 2-2@x 2026-11-30\t20:01:41.0\t1005.25\n";
+                   ev refused 2-2@x 2026-11-30\t20:01:41.0\t1005.25\n\
+                   ev regrefused 3-2@x 503 Service Unavailable (starting) 2026-11-30\t20:01:42.0\t1006.0\n";
         let e = parse_events(log, 1000.0);
         assert_eq!(
             e,
             [
                 (0.5, CallEvent::Up, "1-2@x".to_string()),
                 (4.0, CallEvent::End, "1-2@x".to_string()),
+                (4.5, CallEvent::GateRefused(2), "2-2@x".to_string()),
                 (4.5, CallEvent::Retry, "2-2@x".to_string()),
                 (5.25, CallEvent::Refused, "2-2@x".to_string()),
+                (6.0, CallEvent::RegRefused, "3-2@x".to_string()),
             ]
+        );
+        assert_eq!(
+            parse_reasons(log),
+            [
+                (
+                    ("2-2@x".to_string(), 2),
+                    "No Instance Available".to_string()
+                ),
+                (
+                    ("3-2@x".to_string(), 0),
+                    "Service Unavailable (starting)".to_string()
+                ),
+            ]
+            .into()
         );
         let a = parse_answers(log);
         assert_eq!(a.len(), 1);

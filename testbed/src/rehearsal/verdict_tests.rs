@@ -101,6 +101,7 @@ fn calls(l: &Layout, listener: &str, account: AccountKind, up: &[(f64, &str)]) -
     };
     let mut run = LoadRun {
         label: "load".into(),
+        gate: 0,
         listener: listener.into(),
         account,
         account_name: Some(name.into()),
@@ -109,6 +110,7 @@ fn calls(l: &Layout, listener: &str, account: AccountKind, up: &[(f64, &str)]) -
         media: None,
         events: Vec::new(),
         answered: BTreeMap::new(),
+        refused_why: BTreeMap::new(),
     };
     for (k, (t, who)) in up.iter().enumerate() {
         let id = format!("{name}-{k}");

@@ -53,6 +53,7 @@ pub struct SiteBuilder {
     bins: Option<BinDir>,
     lifetime: Duration,
     blind_gate: Option<usize>,
+    refusing_gate: Option<usize>,
 }
 
 impl SiteBuilder {
@@ -141,6 +142,14 @@ impl SiteBuilder {
         self.blind_gate = Some(k);
         self
     }
+    /// Gate node `k` lets one new dialog a second from one source through
+    /// (`[overload] per_source_rate = 1`) and answers the rest 503 while
+    /// every instance could take them: a promise broken on purpose
+    /// (`testbed chaos --break refusing-gate`).
+    pub fn refusing_gate(mut self, k: usize) -> Self {
+        self.refusing_gate = Some(k);
+        self
+    }
     /// The longest the site may run: every SIPp UAS ends by itself after
     /// it (default 10 minutes).
     pub fn lifetime(mut self, t: Duration) -> Self {
@@ -192,7 +201,7 @@ impl SiteBuilder {
             uas_runs: BTreeMap::new(),
             _tmp: tmp,
         };
-        site.start_all(self.lifetime, self.blind_gate)?;
+        site.start_all(self.lifetime, self.blind_gate, self.refusing_gate)?;
         Ok(site)
     }
 }
@@ -235,10 +244,16 @@ impl Site {
             bins: None,
             lifetime: Duration::from_secs(600),
             blind_gate: None,
+            refusing_gate: None,
         }
     }
 
-    fn start_all(&mut self, lifetime: Duration, blind: Option<usize>) -> Result<()> {
+    fn start_all(
+        &mut self,
+        lifetime: Duration,
+        blind: Option<usize>,
+        refusing: Option<usize>,
+    ) -> Result<()> {
         let endpoints = if self.layout.store() == StoreKind::Etcd {
             let etcd = Etcd::cluster(&self.layout.etcd_ips())?;
             let e = etcd.endpoints();
@@ -253,6 +268,9 @@ impl Site {
             let mut text = self.layout.site_toml(k, &endpoints);
             if blind == Some(k) {
                 text = text.replace("\"/drain/rehearsal\"", "\"/drain/rehearsal-blind\"");
+            }
+            if refusing == Some(k) && !text.contains("[overload]") {
+                text.push_str("\n[overload]\nper_source_rate = 1\nper_source_burst = 1\n");
             }
             std::fs::write(&path, text).map_err(|source| Error::File {
                 path: path.clone(),

@@ -1,0 +1,202 @@
+//! The two halves of the propagation promise, against the far ends: no
+//! new call, registration or subscription reached a draining instance
+//! later than the bound, and none was refused while another instance of
+//! its service was normal and up.
+
+use std::collections::BTreeMap;
+
+use super::evidence::{verdict, Evidence, Invariant};
+use super::invariants::{down, gate_name};
+use super::plan::{Fault, Leg};
+use super::truth::{Held, WorkKind};
+use super::zone::Zone;
+
+/// T2 (RFC 3261 17.1.2.2): the longest wait between two retransmissions of
+/// a non-INVITE request.
+const T2_S: f64 = 4.0;
+/// Seconds after a gate fault's end in which its refusals are its own
+/// (a restarted or upgraded gate refuses new work until its view is
+/// loaded, R-GW-1; a resumed one sheds what waited past its deadline,
+/// R-OV-1).
+const GATE_SETTLE_S: f64 = 3.0;
+/// The failover caller's wait for an answer before it tries the next gate:
+/// its INVITE was routed at most this long before its 503.
+const CALLER_WAIT_S: f64 = 2.0;
+/// Timer F (RFC 3261 17.1.2.2): a REGISTER or SUBSCRIBE retransmitted
+/// along its first hop may be answered this long after it was routed.
+const TIMER_F_S: f64 = 32.0;
+
+fn kind_word(k: WorkKind) -> &'static str {
+    match k {
+        WorkKind::Call => "call",
+        WorkKind::Registration => "registration",
+        WorkKind::Subscription => "subscription",
+    }
+}
+
+/// Whether a REGISTER or SUBSCRIBE that reached its instance at `h.from`
+/// could have been routed by its gate before `by` and held back on its
+/// way: the gate decides at the first copy and sends every retransmission
+/// the same way (its transaction table), and the caller retransmits at
+/// most [`T2_S`] apart. Its copies were lost while a gate->instance loss
+/// ran, or while its instance was killed and not yet started again (the
+/// new run answers a retransmission). So: such a window `[a, b]` with
+/// `a <= by`, `a <= h.from` and `h.from <= b + T2`. An INVITE is never
+/// excused: the failover caller does not retransmit it (a lost one goes to
+/// the next gate, decided anew).
+fn held_back(e: &Evidence, h: &Held, by: f64) -> bool {
+    h.kind != WorkKind::Call
+        && e.faults.iter().any(|f| {
+            let lost_there = match &f.fault {
+                Fault::LosePackets {
+                    leg: Leg::GateToInstance,
+                    ..
+                } => true,
+                Fault::KillInstance { instance, .. } => *instance == h.instance,
+                _ => false,
+            };
+            f.happened() && lost_there && f.t <= by && f.t <= h.from && h.from <= f.until + T2_S
+        })
+}
+
+/// Whether a fault takes the store away from the gates for a while: the
+/// whole cluster stopped, or its leader killed (the watches wait for a new
+/// one).
+fn store_away(f: &Fault) -> bool {
+    matches!(f, Fault::StopStore { .. } | Fault::KillEtcdLeader { .. })
+}
+
+/// No new call, registration or subscription reached an instance later
+/// than the bound after its server entered the drain zone (counted from
+/// its gate's last return, when a fault froze or restarted that gate
+/// since) while another instance of its service stayed out of the zone.
+pub fn no_new_work_past_bound(e: &Evidence) -> Invariant {
+    const NAME: &str = "no new work to a draining instance past the bound";
+    let narrow = Zone::from_ops(&e.ops, e.end_s, false);
+    let wide = Zone::from_ops(&e.ops, e.end_s, true);
+    let place: BTreeMap<&str, (&str, &str)> = e
+        .instances
+        .iter()
+        .map(|(i, svc, srv)| (i.as_str(), (svc.as_str(), srv.as_str())))
+        .collect();
+    let mut checked: BTreeMap<&str, usize> = BTreeMap::new();
+    let (mut lossy, mut first) = (0, None);
+    for h in &e.held {
+        let Some((svc, srv)) = place.get(h.instance.as_str()) else {
+            continue;
+        };
+        let Some(since) = narrow.since(srv, h.from) else {
+            continue;
+        };
+        *checked.entry(kind_word(h.kind)).or_default() += 1;
+        // The bound counts from the gate's return from a fault, and from the
+        // store's return when it went away before the change could reach
+        // every gate (R-MN-2: a gate keeps its last view meanwhile).
+        let back = e
+            .faults
+            .iter()
+            .filter(|f| {
+                (f.fault.gate().is_some() && f.fault.gate() == h.gate && f.until <= h.from)
+                    || (store_away(&f.fault) && f.t <= since + e.bound_s && since <= f.until)
+            })
+            .map(|f| f.until)
+            .fold(since, f64::max);
+        let late = h.from - back;
+        if late <= e.bound_s {
+            continue;
+        }
+        if held_back(e, h, back + e.bound_s) {
+            lossy += 1;
+            continue;
+        }
+        let other = e.instances.iter().find(|(i, s, srv2)| {
+            i != &h.instance
+                && s == svc
+                && !wide.touches(srv2, h.from - e.bound_s, h.from)
+                && !down(e, i, h.from - e.bound_s, h.from)
+        });
+        if let (Some((o, _, _)), None) = (other, &first) {
+            first = Some(format!(
+                "{} {} reached {} through {} at {:.2} s, {late:.2} s after {srv} entered the drain zone ({since:.2} s; bound {} s), while {o} was normal",
+                kind_word(h.kind),
+                h.id,
+                h.instance,
+                gate_name(h.gate),
+                h.from,
+                e.bound_s
+            ));
+        }
+    }
+    let n = |k: &str| checked.get(k).copied().unwrap_or(0);
+    verdict(
+        NAME,
+        first,
+        format!(
+            "{} new calls, {} registrations and {} subscriptions reached an instance in the drain zone (bound {} s); {lossy} late behind a packet loss or their instance's restart",
+            n("call"),
+            n("registration"),
+            n("subscription"),
+            e.bound_s
+        ),
+    )
+}
+
+/// No call, registration or subscription was refused (a 503 from a gate,
+/// by the caller's own log) while an instance of its service was out of
+/// the drain zone and up all the while it may have been routed (an INVITE
+/// in the 2 s before, a REGISTER or SUBSCRIBE within Timer F) and the bound
+/// before, unless the gate that refused was being killed, frozen or
+/// upgraded then.
+pub fn none_refused_while_one_could_take_it(e: &Evidence) -> Invariant {
+    const NAME: &str = "none refused while another normal instance could take it";
+    let wide = Zone::from_ops(&e.ops, e.end_s, true);
+    let (mut own, mut nowhere, mut first) = (0, 0, None);
+    for r in &e.refusals {
+        // Routed somewhere in [r.t - span, r.t].
+        let span = if r.kind == WorkKind::Call {
+            CALLER_WAIT_S
+        } else {
+            TIMER_F_S
+        };
+        let own_fault = e.faults.iter().any(|f| {
+            f.happened()
+                && f.fault.gate().is_some()
+                && f.fault.gate() == r.gate
+                && f.t - span <= r.t
+                && r.t - span <= f.until + GATE_SETTLE_S
+        });
+        if own_fault {
+            own += 1;
+            continue;
+        }
+        let (a, b) = (r.t - span - e.bound_s, r.t);
+        let other = e
+            .instances
+            .iter()
+            .find(|(i, s, srv)| s == &r.svc && !wide.touches(srv, a, b) && !down(e, i, a, b));
+        match other {
+            Some((o, _, _)) => {
+                first.get_or_insert_with(|| {
+                    format!(
+                        "{} {} refused (503{}{}) by {} at {:.2} s while {o} was normal and up",
+                        kind_word(r.kind),
+                        r.id,
+                        if r.why.is_empty() { "" } else { " " },
+                        r.why,
+                        gate_name(r.gate),
+                        r.t
+                    )
+                });
+            }
+            None => nowhere += 1,
+        }
+    }
+    verdict(
+        NAME,
+        first,
+        format!(
+            "{} refusals (503) seen by the callers: {own} by a gate under a fault, {nowhere} with every instance of the service draining or down",
+            e.refusals.len()
+        ),
+    )
+}
