@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::ap::ApEvent;
+use super::ap_log::ApEvent;
 use super::operators::{AuditEntry, OpRecord};
 use super::plan::Done;
 use super::truth::{CallerCall, Held, Refusal};

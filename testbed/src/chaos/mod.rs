@@ -5,6 +5,7 @@
 //! ([`truth`]); [`invariants`] judge it.
 
 pub mod ap;
+pub mod ap_log;
 pub mod evidence;
 pub mod inject;
 pub mod invariants;
@@ -185,7 +186,7 @@ pub fn run(opts: &Options, stop: &Arc<AtomicBool>) -> Result<ChaosReport> {
                 .map_or("sg", |p| p.as_str())
                 .to_owned()
         }),
-        ap: ap::read_agents(&site_dir, &members, rec.epoch0),
+        ap: ap_log::read_agents(&site_dir, &members, rec.epoch0),
         ap_pace_s: f64::from(layout.ap_pace_s()),
         waits: rec.waits.clone(),
     };

@@ -49,7 +49,7 @@ pub struct ChaosReport {
     /// Every `ringsync wait drained` run, with its exit code.
     pub waits: Vec<super::waits::WaitReturn>,
     /// The Active-Passive agents' leading and following, from their logs.
-    pub ap: Vec<super::ap::ApEvent>,
+    pub ap: Vec<super::ap_log::ApEvent>,
 }
 
 impl ChaosReport {

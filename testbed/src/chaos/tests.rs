@@ -1,7 +1,7 @@
 //! Each invariant on a synthetic timeline: it passes on a clean one and
 //! fails with the right counter-example when the promise is broken.
 
-use super::ap::ApEvent;
+use super::ap_log::ApEvent;
 use super::invariants::*;
 use super::invariants_zone::*;
 use super::judge;
