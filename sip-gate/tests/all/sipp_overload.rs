@@ -238,6 +238,8 @@ fn r_ov_1_new_dialogs_that_waited_past_the_deadline_get_503_while_queued_in_dial
     // The gate stalls for 600 ms (SIGSTOP): what arrives meanwhile waits in
     // its receive queue. Three new INVITEs arrive at the start of it.
     gate.signal("STOP");
+    // Not one INVITE may reach a worker that has not stopped yet.
+    overload::wait_stopped(gate.pid().expect("running"));
     let client = std::net::UdpSocket::bind(SocketAddr::new(ip(net, 23), 0)).unwrap();
     for n in 0..3 {
         raw_invite(&client, listener, n);

@@ -112,3 +112,27 @@ pub fn udp_worker_threads(gate: &Node) -> Vec<String> {
     names.sort();
     names
 }
+
+/// Waits until every thread of `pid` is stopped (state `T`): `kill`
+/// returns once the signal is sent, a thread may still run a moment.
+pub fn wait_stopped(pid: u32) {
+    let stopped = || {
+        std::fs::read_dir(format!("/proc/{pid}/task"))
+            .unwrap()
+            .flatten()
+            .all(|t| {
+                let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+                // The state follows the command name's closing parenthesis.
+                stat.rsplit_once(") ")
+                    .is_some_and(|(_, rest)| rest.starts_with('T'))
+            })
+    };
+    let t0 = std::time::Instant::now();
+    while !stopped() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "the gate did not stop"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
