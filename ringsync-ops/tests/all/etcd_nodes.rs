@@ -67,15 +67,7 @@ async fn r_st_3_nodes_publish_work_and_are_never_silently_dropped() {
     let admin = node(&config, &eps, prefix, dir.path().join("admin.cache"))
         .await
         .unwrap();
-    admin
-        .create(NewProfile {
-            name: "drain-a".into(),
-            description: String::new(),
-            servers: vec!["srv-a".into()],
-            state: ProfileState::Active,
-        })
-        .await
-        .unwrap();
+    drain_a(&admin).await;
 
     // Three gate nodes, each with its own store connection and work.
     let mut nodes = Vec::new();
@@ -220,15 +212,7 @@ async fn r_st_3_status_asks_live_nodes_now_a_lagging_record_never_says_drained()
     let admin = node(&config, &eps, prefix, dir.path().join("admin.cache"))
         .await
         .unwrap();
-    admin
-        .create(NewProfile {
-            name: "drain-a".into(),
-            description: String::new(),
-            servers: vec!["srv-a".into()],
-            state: ProfileState::Active,
-        })
-        .await
-        .unwrap();
+    drain_a(&admin).await;
     // The gate's book now: a call on sg-a, set up after its last record.
     let (addr, served) = crate::common::stand_in(report("g1", 1)).await;
     let store: Arc<dyn Store> = Arc::new(
@@ -277,4 +261,17 @@ async fn r_st_3_status_asks_live_nodes_now_a_lagging_record_never_says_drained()
     );
     stop.cancel();
     let _ = publisher.await;
+}
+
+/// The profile `drain-a`, active: srv-a in the drain zone.
+async fn drain_a(admin: &impl Store) {
+    admin
+        .create(NewProfile {
+            name: "drain-a".into(),
+            description: String::new(),
+            servers: vec!["srv-a".into()],
+            state: ProfileState::Active,
+        })
+        .await
+        .unwrap();
 }
