@@ -65,7 +65,7 @@ pub fn read_agents(dir: &Path, members: &[String], epoch0: f64) -> Vec<ApEvent> 
 }
 
 /// `2026-12-07T17:24:37.420364Z` as Unix seconds.
-fn unix_seconds(ts: &str) -> Option<f64> {
+pub(super) fn unix_seconds(ts: &str) -> Option<f64> {
     let (date, time) = ts.strip_suffix('Z')?.split_once('T')?;
     let mut d = date.split('-').map(|x| x.parse::<i64>().ok());
     let (y, m, day) = (d.next()??, d.next()??, d.next()??);

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::ap_log::ApEvent;
+use super::health_log::SawDown;
 use super::operators::{AuditEntry, OpRecord};
 use super::plan::Done;
 use super::truth::{CallerCall, Held, Refusal};
@@ -46,6 +47,8 @@ pub struct Evidence {
     pub ap_pace_s: f64,
     /// Every `ringsync wait drained` run for a server entering a drain.
     pub waits: Vec<WaitReturn>,
+    /// When each gate held an instance down, by the gate's own log.
+    pub gate_down: Vec<SawDown>,
 }
 
 /// One invariant's verdict.

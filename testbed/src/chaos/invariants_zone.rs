@@ -59,6 +59,54 @@ fn held_back(e: &Evidence, h: &Held, by: f64) -> bool {
         })
 }
 
+/// Seconds between a gate's routing of a new dialog and its arrival at
+/// the instance, with a margin (the same machine: milliseconds).
+const ROUTED_S: f64 = 0.5;
+
+/// Whether gate `h.gate` held every one of `others` down at one instant
+/// while it routed `h` (`[h.from - ROUTED_S, h.from]`), each down begun
+/// behind a gate->instance packet loss (its probes lost, not a flaw of its
+/// own): then R-AA-4 sent the new dialog to a draining instance on
+/// purpose, since nothing normal was up in that gate's view.
+fn all_seen_down_behind_loss(e: &Evidence, h: &Held, others: &[&str]) -> bool {
+    let Some(gate) = h.gate else {
+        return false;
+    };
+    let (w0, w1) = (h.from - ROUTED_S, h.from);
+    let lossy = |at: f64| {
+        e.faults.iter().any(|f| {
+            matches!(
+                f.fault,
+                Fault::LosePackets {
+                    leg: Leg::GateToInstance,
+                    ..
+                }
+            ) && f.happened()
+                && f.t <= at
+                && at <= f.until + super::invariants::HEALTH_S
+        })
+    };
+    let seen: Vec<Vec<(f64, f64)>> = others
+        .iter()
+        .map(|o| {
+            e.gate_down
+                .iter()
+                .filter(|d| d.gate == gate && d.instance == *o && lossy(d.from))
+                .filter(|d| d.from <= w1 && d.until >= w0)
+                .map(|d| (d.from.max(w0), d.until.min(w1)))
+                .collect()
+        })
+        .collect();
+    if others.is_empty() || seen.iter().any(Vec::is_empty) {
+        return false;
+    }
+    // One instant in every other's down: some interval's start lies in all.
+    seen.iter().flatten().any(|&(t, _)| {
+        seen.iter()
+            .all(|ivs| ivs.iter().any(|&(a, b)| a <= t && t <= b))
+    })
+}
+
 /// Whether a fault takes the store away from the gates for a while: the
 /// whole cluster stopped, or its leader killed (the watches wait for a new
 /// one).
@@ -80,7 +128,7 @@ pub fn no_new_work_past_bound(e: &Evidence) -> Invariant {
         .map(|(i, svc, srv)| (i.as_str(), (svc.as_str(), srv.as_str())))
         .collect();
     let mut checked: BTreeMap<&str, usize> = BTreeMap::new();
-    let (mut lossy, mut first) = (0, None);
+    let (mut lossy, mut aa4, mut first) = (0, 0, None);
     for h in &e.held {
         let Some((svc, srv)) = place.get(h.instance.as_str()) else {
             continue;
@@ -109,13 +157,22 @@ pub fn no_new_work_past_bound(e: &Evidence) -> Invariant {
             lossy += 1;
             continue;
         }
-        let other = e.instances.iter().find(|(i, s, srv2)| {
-            i != &h.instance
-                && s == svc
-                && !wide.touches(srv2, h.from - e.bound_s, h.from)
-                && !down(e, i, h.from - e.bound_s, h.from)
-        });
-        if let (Some((o, _, _)), None) = (other, &first) {
+        let others: Vec<&str> = e
+            .instances
+            .iter()
+            .filter(|(i, s, srv2)| {
+                i != &h.instance
+                    && s == svc
+                    && !wide.touches(srv2, h.from - e.bound_s, h.from)
+                    && !down(e, i, h.from - e.bound_s, h.from)
+            })
+            .map(|(i, _, _)| i.as_str())
+            .collect();
+        if all_seen_down_behind_loss(e, h, &others) {
+            aa4 += 1;
+            continue;
+        }
+        if let (Some(o), None) = (others.first(), &first) {
             first = Some(format!(
                 "{} {} reached {} through {} at {:.2} s, {late:.2} s after {srv} entered the drain zone ({since:.2} s; bound {} s), while {o} was normal",
                 kind_word(h.kind),
@@ -132,7 +189,7 @@ pub fn no_new_work_past_bound(e: &Evidence) -> Invariant {
         NAME,
         first,
         format!(
-            "{} new calls, {} registrations and {} subscriptions reached an instance in the drain zone (bound {} s); {lossy} late behind a packet loss or their instance's restart",
+            "{} new calls, {} registrations and {} subscriptions reached an instance in the drain zone (bound {} s); {lossy} late behind a packet loss or their instance's restart; {aa4} sent there while their gate held every normal instance down behind a packet loss (R-AA-4)",
             n("call"),
             n("registration"),
             n("subscription"),

@@ -7,6 +7,7 @@
 pub mod ap;
 pub mod ap_log;
 pub mod evidence;
+pub mod health_log;
 pub mod inject;
 pub mod invariants;
 pub mod invariants_ops;
@@ -189,6 +190,7 @@ pub fn run(opts: &Options, stop: &Arc<AtomicBool>) -> Result<ChaosReport> {
         ap: ap_log::read_agents(&site_dir, &members, rec.epoch0),
         ap_pace_s: f64::from(layout.ap_pace_s()),
         waits: rec.waits.clone(),
+        gate_down: health_log::read_gates(&site_dir, layout.gates(), rec.epoch0, rec.end_s),
     };
     let report = build_report(opts, &layout, timeline, rec, &evidence);
     write(&opts.out.join("report.md"), report.markdown())?;

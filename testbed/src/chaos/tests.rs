@@ -121,6 +121,7 @@ pub(super) fn clean() -> Evidence {
         ],
         ap_pace_s: 5.0,
         waits: Vec::new(),
+        gate_down: Vec::new(),
     }
 }
 

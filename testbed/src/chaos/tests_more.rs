@@ -100,6 +100,47 @@ fn new_work_past_the_bound_is_excused_by_a_loss_only_where_retransmission_explai
     assert!(c.contains("call c2"), "{c}");
 }
 
+/// A call that reached draining sg-a 5 s into srv-a's drain fails, unless
+/// its gate held every normal instance (sg-b) down at that instant behind
+/// a gate->instance packet loss: R-AA-4 then sends it to a draining one on
+/// purpose. A down the gate logged without such a loss, at another time,
+/// or by another gate excuses nothing.
+#[test]
+fn new_work_to_a_draining_instance_is_excused_when_its_gate_saw_every_normal_one_down() {
+    use super::health_log::SawDown;
+    use super::plan::Leg;
+    let saw = |gate: usize, from: f64, until: f64| SawDown {
+        gate,
+        instance: "sg-b".into(),
+        from,
+        until,
+    };
+    let mut e = clean();
+    e.held.push(held("c3", "sg-a", 2, 15.1, Some(18.0)));
+    e.gate_down.push(saw(2, 14.8, 15.3));
+    // Down in the gate's view, but no loss explains it.
+    let c = no_new_work_past_bound(&e).counterexample.unwrap();
+    assert!(c.starts_with("call c3 reached sg-a through gate-2"), "{c}");
+    e.faults.push(loss(13.0, 15.0, Leg::GateToInstance));
+    let v = no_new_work_past_bound(&e);
+    assert!(
+        v.pass
+            && v.detail
+                .contains("1 sent there while their gate held every normal instance down"),
+        "{v:?}"
+    );
+    // Another gate's view of sg-b says nothing of gate-2's choice.
+    e.gate_down[0].gate = 1;
+    assert!(!no_new_work_past_bound(&e).pass);
+    // Up again before the call was routed.
+    e.gate_down[0] = saw(2, 14.0, 14.5);
+    assert!(!no_new_work_past_bound(&e).pass);
+    // A loss on the callers' leg loses no probe.
+    e.gate_down[0] = saw(2, 14.8, 15.3);
+    *e.faults.last_mut().unwrap() = loss(13.0, 15.0, Leg::CallerToGate);
+    assert!(!no_new_work_past_bound(&e).pass);
+}
+
 /// `ringsync wait drained --server srv-a` returned drained at 11.5 s while
 /// sg-a held c1 (until 11.9 s): the verdict names the wait and the call.
 /// One that timed out, or returned after the call ended, passes.
