@@ -77,16 +77,30 @@ pub fn parse_gate_log(gate: usize, text: &str, epoch0: f64, end_s: f64) -> Vec<S
     out
 }
 
-/// Every gate's log (`gate-<k>.stderr` in `dir`, both runs of an upgraded
-/// gate), as one list.
+/// Every gate's logs in `dir` as one list: `gate-<k>.stderr` (with the
+/// new run of an upgraded gate, which writes where the old one did) and
+/// `gate-<k>.run<n>.stderr` of each start after a kill. A killed run's
+/// downs still open end where the next run's log begins: that run starts
+/// knowing nothing down.
 pub fn read_gates(dir: &Path, gates: usize, epoch0: f64, end_s: f64) -> Vec<SawDown> {
-    (0..gates)
-        .flat_map(|g| {
-            let text =
-                std::fs::read_to_string(dir.join(format!("gate-{g}.stderr"))).unwrap_or_default();
-            parse_gate_log(g, &text, epoch0, end_s)
-        })
-        .collect()
+    let mut out = Vec::new();
+    for g in 0..gates {
+        let runs = std::iter::once(format!("gate-{g}.stderr"))
+            .chain((1..).map(|n| format!("gate-{g}.run{n}.stderr")))
+            .take_while(|f| dir.join(f).exists());
+        let texts: Vec<String> = runs
+            .map(|f| std::fs::read_to_string(dir.join(f)).unwrap_or_default())
+            .collect();
+        for (k, text) in texts.iter().enumerate() {
+            let next = texts
+                .get(k + 1)
+                .and_then(|t| t.split_whitespace().next())
+                .and_then(unix_seconds)
+                .map_or(end_s, |s| s - epoch0);
+            out.extend(parse_gate_log(g, text, epoch0, next));
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -119,5 +133,30 @@ mod tests {
                 },
             ]
         );
+    }
+
+    /// A gate killed while it held sg-a down: that down ends where its
+    /// next run's log begins; the next run's own down lasts to the end.
+    #[test]
+    fn a_killed_runs_downs_end_where_the_next_run_begins() {
+        let dir = tempfile::tempdir().unwrap();
+        let down = |t: &str, i: &str| {
+            format!("2026-12-07T17:24:{t}Z  WARN sip_gate::health: no answer to health probes: down instance=\"{i}\" unanswered=2\n")
+        };
+        std::fs::write(dir.path().join("gate-0.stderr"), down("38", "sg-a")).unwrap();
+        std::fs::write(
+            dir.path().join("gate-0.run1.stderr"),
+            format!(
+                "2026-12-07T17:24:41Z  INFO sip_gate::run: serving\n{}",
+                down("45", "sg-b")
+            ),
+        )
+        .unwrap();
+        let d = read_gates(dir.path(), 2, 1_796_664_277.0, 60.0);
+        let spans: Vec<(&str, f64, f64)> = d
+            .iter()
+            .map(|x| (x.instance.as_str(), x.from, x.until))
+            .collect();
+        assert_eq!(spans, vec![("sg-a", 1.0, 4.0), ("sg-b", 8.0, 60.0)]);
     }
 }
