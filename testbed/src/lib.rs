@@ -45,6 +45,7 @@ pub mod bgp;
 pub mod bins;
 pub mod callbench;
 pub mod chaos;
+pub mod delay;
 pub mod dnsmasq;
 mod error;
 pub mod etcd;

@@ -50,16 +50,41 @@ pub fn parse_agent_log(text: &str, epoch0: f64) -> Vec<ApEvent> {
 }
 
 /// Every agent log of the site's members (`agent-<member>.stderr` in
-/// `dir`), as one timeline.
-pub fn read_agents(dir: &Path, members: &[String], epoch0: f64) -> Vec<ApEvent> {
+/// `dir`, and `agent-<member>.run<n>.stderr` of each start after a kill),
+/// as one timeline; an agent killed at `t` (`kills`: when, which member)
+/// stops its member leading then, as nothing else logs it.
+pub fn read_agents(
+    dir: &Path,
+    members: &[String],
+    epoch0: f64,
+    kills: &[(f64, String)],
+) -> Vec<ApEvent> {
     let mut out: Vec<ApEvent> = members
         .iter()
         .flat_map(|m| {
-            let text =
-                std::fs::read_to_string(dir.join(format!("agent-{m}.stderr"))).unwrap_or_default();
-            parse_agent_log(&text, epoch0)
+            std::iter::once(format!("agent-{m}.stderr"))
+                .chain((1..).map(move |n| format!("agent-{m}.run{n}.stderr")))
+                .take_while(|f| dir.join(f).exists())
+                .flat_map(|f| {
+                    let text = std::fs::read_to_string(dir.join(f)).unwrap_or_default();
+                    parse_agent_log(&text, epoch0)
+                })
         })
         .collect();
+    for (t, member) in kills {
+        let group = out
+            .iter()
+            .find(|e| &e.member == member)
+            .map(|e| e.group.clone());
+        if let Some(group) = group {
+            out.push(ApEvent {
+                t: *t,
+                group,
+                member: member.clone(),
+                leads: false,
+            });
+        }
+    }
     out.sort_by(|a, b| a.t.total_cmp(&b.t));
     out
 }
@@ -99,5 +124,29 @@ mod tests {
         );
         assert!((e[1].t - 3.25).abs() < 1e-3 && !e[1].leads, "{e:?}");
         assert_eq!(unix_seconds("1970-01-01T00:00:00Z"), Some(0.0));
+    }
+
+    /// A leader's agent killed at 3 s and started again: it stops leading
+    /// at the kill, and its next run's log is read too.
+    #[test]
+    fn a_killed_agent_stops_leading_at_the_kill_and_its_next_run_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let line = |s: &str, what: &str| {
+            format!("2026-12-07T17:24:{s}Z  INFO ringsync_ops::handover::agent: {what} group=ap-1 member=ap1-a seq=0\n")
+        };
+        std::fs::write(dir.path().join("agent-ap1-a.stderr"), line("38", "leading")).unwrap();
+        std::fs::write(
+            dir.path().join("agent-ap1-a.run1.stderr"),
+            line("41", "leading"),
+        )
+        .unwrap();
+        let e = read_agents(
+            dir.path(),
+            &["ap1-a".into()],
+            1_796_664_277.0,
+            &[(3.0, "ap1-a".into())],
+        );
+        let seen: Vec<(f64, bool)> = e.iter().map(|x| (x.t, x.leads)).collect();
+        assert_eq!(seen, vec![(1.0, true), (3.0, false), (4.0, true)]);
     }
 }

@@ -85,6 +85,12 @@ fn run(site: &mut Site, f: &Fault) -> Result<()> {
             site.start_instance(instance)
         }
         Fault::LosePackets { .. } => Ok(()),
+        Fault::DelayGate { gate: g, ms, for_s } => {
+            site.delay_gate(*g, Duration::from_millis(u64::from(*ms)))?;
+            std::thread::sleep(Duration::from_secs_f64(*for_s));
+            site.delay_gate(*g, Duration::ZERO)
+        }
+        Fault::KillAgent { member } => site.kill_and_start_agent(member),
     }
 }
 

@@ -103,6 +103,7 @@ fn builder(gates: usize) -> crate::site::SiteBuilder {
         .store(StoreKind::Etcd)
         .gate_deadline_s(4)
         .mg_drain_window_s(4)
+        .delay_fronts()
 }
 
 /// The fault timeline `seed` draws for a run of `duration_s` on the chaos
@@ -119,6 +120,12 @@ pub fn timeline(seed: u64, duration_s: f64, gates: usize) -> Result<Vec<plan::Pl
             .filter(|i| matches!(i.svc, Svc::Sg | Svc::Esg))
             .map(|i| i.id)
             .collect(),
+        agents: layout
+            .ap_groups()
+            .into_iter()
+            .flat_map(|(_, m)| m.into_iter().map(|(id, _)| id))
+            .collect(),
+        delay: true,
     };
     Ok(plan::plan(seed, duration_s, &menu))
 }
@@ -158,6 +165,7 @@ pub fn run(opts: &Options, stop: &Arc<AtomicBool>) -> Result<ChaosReport> {
         .collect();
     let site_dir = site.dir().to_path_buf();
     // Everything stops: the instances' and agents' logs are whole after this.
+    let relayed = site.relayed();
     drop(site);
     let ops = operators::resolve(&rec.ops, &audit);
     let calls = truth::callers(&rec.loads);
@@ -187,16 +195,28 @@ pub fn run(opts: &Options, stop: &Arc<AtomicBool>) -> Result<ChaosReport> {
                 .map_or("sg", |p| p.as_str())
                 .to_owned()
         }),
-        ap: ap_log::read_agents(&site_dir, &members, rec.epoch0),
+        ap: ap_log::read_agents(&site_dir, &members, rec.epoch0, &agent_kills(&rec.faults)),
         ap_pace_s: f64::from(layout.ap_pace_s()),
         waits: rec.waits.clone(),
         gate_down: health_log::read_gates(&site_dir, layout.gates(), rec.epoch0, rec.end_s),
     };
-    let report = build_report(opts, &layout, timeline, rec, &evidence);
+    let report = build_report(opts, &layout, timeline, (rec, relayed), &evidence);
     write(&opts.out.join("report.md"), report.markdown())?;
     let json = serde_json::to_string_pretty(&report).map_err(std::io::Error::other)?;
     write(&opts.out.join("report.json"), json)?;
     Ok(report)
+}
+
+/// When each agent kill that happened struck, and whose agent.
+fn agent_kills(faults: &[plan::Done]) -> Vec<(f64, String)> {
+    faults
+        .iter()
+        .filter(|f| f.happened())
+        .filter_map(|f| match &f.fault {
+            plan::Fault::KillAgent { member } => Some((f.t, member.clone())),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Checks the options, empties the run's site directory and starts the
@@ -274,7 +294,7 @@ fn build_report(
     opts: &Options,
     layout: &crate::site::Layout,
     timeline: Vec<plan::Planned>,
-    rec: Recorded,
+    (rec, relayed): (Recorded, u64),
     e: &evidence::Evidence,
 ) -> ChaosReport {
     let played = Played {
@@ -309,6 +329,7 @@ fn build_report(
         subscriptions: r::requests(&played, LoadKind::Subscribe),
         held: e.held.len(),
         status_samples: (rec.status.0.len(), rec.status.1),
+        relayed,
         operator_changes: e.ops.clone(),
         samples: rec.samples,
         status_changes: report::status_changes(&e.status),

@@ -78,6 +78,24 @@ pub enum Fault {
         /// Seconds it lasts.
         for_s: f64,
     },
+    /// Everything between the callers and gate `gate` delayed by `ms`
+    /// each way for `for_s`, by the testbed's relay in front of the gate
+    /// (`tc netem` is not on these machines). Under the callers' 2 s
+    /// failover, so no caller leaves a gate that still answers.
+    DelayGate {
+        /// Gate number.
+        gate: usize,
+        /// Milliseconds each way.
+        ms: u32,
+        /// Seconds it lasts.
+        for_s: f64,
+    },
+    /// SIGKILL to an Active-Passive member's agent and a start again: its
+    /// member stops leading at the kill (its process is gone).
+    KillAgent {
+        /// The member.
+        member: String,
+    },
 }
 
 /// The packets a loss drops: one direction, the one new requests take.
@@ -132,6 +150,12 @@ impl Fault {
                 share * 100.0,
                 leg.label()
             ),
+            Fault::DelayGate { gate, ms, for_s } => {
+                format!("delay caller<->gate-{gate} by {ms} ms each way for {for_s:.1} s")
+            }
+            Fault::KillAgent { member } => {
+                format!("kill -9 the agent of {member}, start it again")
+            }
         }
     }
 
@@ -193,6 +217,10 @@ pub struct Menu {
     pub etcd: bool,
     /// The sg/esg instances that may be killed.
     pub instances: Vec<String>,
+    /// The Active-Passive members whose agents may be killed.
+    pub agents: Vec<String>,
+    /// Whether relays stand in front of the gates (delays possible).
+    pub delay: bool,
 }
 
 /// Seconds kept free of faults at the start (the load settles) and at the
@@ -204,6 +232,9 @@ pub const QUIET_END_S: f64 = 12.0;
 pub const PAUSE_MAX_S: f64 = 1.8;
 /// The least and the most share of packets a loss drops.
 pub const LOSS_SHARE: (f64, f64) = (0.05, 0.30);
+/// The least and the most delay each way, in ms: a round trip stays well
+/// under the callers' 2 s failover.
+pub const DELAY_MS: (f64, f64) = (50.0, 400.0);
 /// Least seconds between two faults, so each one's effect is seen alone.
 pub const MIN_GAP_S: f64 = 4.0;
 
@@ -231,6 +262,8 @@ pub fn plan(seed: u64, duration_s: f64, menu: &Menu) -> Vec<Planned> {
         etcd,
         u32::from(!menu.instances.is_empty()),
         2,
+        2 * u32::from(menu.delay),
+        u32::from(!menu.agents.is_empty()),
     ];
     (0..n)
         .map(|i| {
@@ -258,6 +291,14 @@ pub fn plan(seed: u64, duration_s: f64, menu: &Menu) -> Vec<Planned> {
                 8 => Fault::KillInstance {
                     instance: menu.instances[rng.below(menu.instances.len())].clone(),
                     for_s: tenths(rng.range(1.0, 4.0)),
+                },
+                10 => Fault::DelayGate {
+                    gate,
+                    ms: (rng.range(DELAY_MS.0, DELAY_MS.1) / 10.0).round() as u32 * 10,
+                    for_s: tenths(rng.range(2.0, 6.0)),
+                },
+                11 => Fault::KillAgent {
+                    member: menu.agents[rng.below(menu.agents.len())].clone(),
                 },
                 _ => Fault::LosePackets {
                     leg: if rng.below(2) == 0 {
@@ -300,6 +341,8 @@ mod tests {
             serve: true,
             etcd: true,
             instances: vec!["sg-a".into(), "sg-b".into()],
+            agents: vec!["ap1-a".into(), "ap1-b".into()],
+            delay: true,
         }
     }
 
@@ -315,6 +358,16 @@ mod tests {
         assert!(a[0].at_s >= QUIET_START_S);
         assert!(a.last().unwrap().at_s <= 60.0 - QUIET_END_S, "{a:?}");
         assert!(a.iter().all(|p| p.fault.gate().is_none_or(|g| g < 3)));
+        // Delays stay within their bounds, in tens of ms.
+        for p in plan(5, 3600.0, &menu()) {
+            if let Fault::DelayGate { gate, ms, for_s } = p.fault {
+                assert!(
+                    gate < 3 && (50..=400).contains(&ms) && ms % 10 == 0,
+                    "{p:?}"
+                );
+                assert!((2.0..=6.0).contains(&for_s), "{p:?}");
+            }
+        }
     }
 
     #[test]
@@ -333,19 +386,23 @@ mod tests {
             "kill -9 sg-",
             "caller->gate packets",
             "gate->instance packets",
+            "delay caller<->gate",
+            "the agent of ap1-",
         ] {
             assert!(
                 a.iter().any(|p| p.fault.label().contains(kind)),
                 "{kind} never drawn"
             );
         }
-        // A site without a planner, etcd or instances to kill: gate faults,
-        // media-ctl and packet loss only.
+        // A site without a planner, etcd, instances or agents to kill, or
+        // relays to delay: gate faults, media-ctl and packet loss only.
         let bare = Menu {
             gates: 2,
             serve: false,
             etcd: false,
             instances: Vec::new(),
+            agents: Vec::new(),
+            delay: false,
         };
         assert!(plan(3, 600.0, &bare).iter().all(|p| matches!(
             p.fault,

@@ -39,6 +39,9 @@ pub struct ChaosReport {
     pub held: usize,
     /// `ringsync status` samples read, and how many did not answer.
     pub status_samples: (usize, usize),
+    /// Datagrams the delaying relays in front of the gates carried between
+    /// the callers and the gates, both ways.
+    pub relayed: u64,
     /// Every change the operators asked for.
     pub operator_changes: Vec<OpRecord>,
     /// The site's own nodes once a second (the rehearsal's samples).
@@ -93,13 +96,14 @@ impl ChaosReport {
             .count();
         let _ = writeln!(
             m,
-            "The instances' own logs hold {} calls, registrations and subscriptions. `ringsync status` read {} times ({} did not answer). `ringsync wait drained` run {} times ({}). Operators asked {} changes, {made} made.\n",
+            "The instances' own logs hold {} calls, registrations and subscriptions. `ringsync status` read {} times ({} did not answer). `ringsync wait drained` run {} times ({}). Operators asked {} changes, {made} made. The relays in front of the gates carried {} datagrams.\n",
             self.held,
             self.status_samples.0,
             self.status_samples.1,
             self.waits.len(),
             wait_codes(&self.waits),
-            self.operator_changes.len()
+            self.operator_changes.len(),
+            self.relayed
         );
         let _ = writeln!(
             m,

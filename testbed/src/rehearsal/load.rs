@@ -192,7 +192,7 @@ fn sipp(
     };
     let l = site.layout();
     let to = |g: usize| -> Result<SocketAddr> {
-        l.gate_listener(g % l.gates(), listener)
+        site.caller_target(g % l.gates(), listener)
             .ok_or(Error::Command {
                 command: action.label(),
                 message: format!("no listener {listener}"),

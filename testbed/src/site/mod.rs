@@ -20,6 +20,7 @@
 //! rtpengines and etcd.
 
 mod counts;
+mod fronts;
 pub mod http;
 pub mod layout;
 #[cfg(test)]
@@ -54,6 +55,7 @@ pub struct SiteBuilder {
     lifetime: Duration,
     blind_gate: Option<usize>,
     refusing_gate: Option<usize>,
+    delay_fronts: bool,
 }
 
 impl SiteBuilder {
@@ -150,6 +152,12 @@ impl SiteBuilder {
         self.refusing_gate = Some(k);
         self
     }
+    /// A delaying relay in front of every UDP listener of every gate,
+    /// where the loads' callers send ([`Site::delay_gate`]).
+    pub fn delay_fronts(mut self) -> Self {
+        self.delay_fronts = true;
+        self
+    }
     /// The longest the site may run: every SIPp UAS ends by itself after
     /// it (default 10 minutes).
     pub fn lifetime(mut self, t: Duration) -> Self {
@@ -199,8 +207,12 @@ impl SiteBuilder {
             ap: None,
             lifetime: self.lifetime,
             uas_runs: BTreeMap::new(),
+            fronts: None,
             _tmp: tmp,
         };
+        if self.delay_fronts {
+            site.fronts = Some(fronts::Fronts::start(&site.layout)?);
+        }
         site.start_all(self.lifetime, self.blind_gate, self.refusing_gate)?;
         Ok(site)
     }
@@ -222,6 +234,8 @@ pub struct Site {
     lifetime: Duration,
     /// Per sg/esg, how many times its UAS was started again.
     uas_runs: BTreeMap<String, u32>,
+    /// Delaying relays in front of the gates, if asked for.
+    fronts: Option<fronts::Fronts>,
     _tmp: Option<TempDir>,
 }
 
@@ -245,6 +259,7 @@ impl Site {
             lifetime: Duration::from_secs(600),
             blind_gate: None,
             refusing_gate: None,
+            delay_fronts: false,
         }
     }
 
@@ -439,6 +454,48 @@ impl Site {
                 command: "kill ringsync serve".into(),
                 message: "the site has no Active-Passive group, so no planner runs".into(),
             }),
+        }
+    }
+
+    /// Where a caller of gate `k`'s `listener` sends: the relay in front
+    /// of it when the site has them, else the gate.
+    pub fn caller_target(&self, k: usize, listener: &str) -> Option<std::net::SocketAddr> {
+        (self.fronts.as_ref())
+            .and_then(|f| f.addr(k, listener))
+            .or_else(|| self.layout.gate_listener(k, listener))
+    }
+
+    /// Datagrams the relays in front of the gates carried so far.
+    pub fn relayed(&self) -> u64 {
+        self.fronts.as_ref().map_or(0, fronts::Fronts::relayed)
+    }
+
+    /// Delays everything between the callers and gate `k` by `d` each
+    /// way (zero: no delay); an error on a site without relays in front.
+    pub fn delay_gate(&self, k: usize, d: Duration) -> Result<()> {
+        match &self.fronts {
+            Some(f) if f.set_delay(k, d) => Ok(()),
+            _ => Err(Error::Command {
+                command: format!("delay gate-{k}"),
+                message: "the site has no delaying relay in front of that gate".into(),
+            }),
+        }
+    }
+
+    /// SIGKILL to Active-Passive member `member`'s agent and a start
+    /// again; an error for a member the site has not.
+    pub fn kill_and_start_agent(&mut self, member: &str) -> Result<()> {
+        let found = match &mut self.ap {
+            Some(ap) => ap.kill_and_start_agent(member)?,
+            None => false,
+        };
+        if found {
+            Ok(())
+        } else {
+            Err(Error::Command {
+                command: format!("kill the agent of {member}"),
+                message: "the site has no Active-Passive member of that name".into(),
+            })
         }
     }
 

@@ -286,13 +286,14 @@ impl MediaNode {
 #[derive(Debug)]
 pub(crate) struct ApNodes {
     serve: Node,
-    agents: Vec<Node>,
+    /// Each member's agent, by member.
+    agents: Vec<(String, Node)>,
 }
 
 impl ApNodes {
     /// Stops the agents, then the planner (SIGTERM, SIGKILL after `grace`).
     pub(crate) fn stop(&mut self, grace: Duration) {
-        for a in &mut self.agents {
+        for (_, a) in &mut self.agents {
             a.stop(grace);
         }
         self.serve.stop(grace);
@@ -303,6 +304,15 @@ impl ApNodes {
     pub(crate) fn kill_and_start_serve(&mut self) -> Result<()> {
         self.serve.restart()?;
         self.serve.wait_up()
+    }
+
+    /// SIGKILL to `member`'s agent and a start again (its log goes on in
+    /// `agent-<member>.run<n>.stderr`); false for no such member.
+    pub(crate) fn kill_and_start_agent(&mut self, member: &str) -> Result<bool> {
+        match self.agents.iter_mut().find(|(m, _)| m == member) {
+            Some((_, a)) => a.restart().map(|()| true),
+            None => Ok(false),
+        }
     }
 }
 
@@ -325,7 +335,7 @@ pub(crate) fn start_ap(bins: &BinDir, site: &Path, l: &super::Layout) -> Result<
                 .label(format!("agent-{member}"))
                 .own_group()
                 .start()?;
-            agents.push(agent);
+            agents.push((member, agent));
         }
     }
     Ok(ApNodes { serve, agents })
