@@ -188,8 +188,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 gates,
                 rate,
                 bound_s,
-                blind_gate: breaks.as_deref() == Some("blind-gate"),
-                refusing_gate: breaks.as_deref() == Some("refusing-gate"),
+                breaks: testbed::site::Break::ALL
+                    .iter()
+                    .find(|(n, _)| Some(*n) == breaks.as_deref())
+                    .map(|(_, b)| *b),
             };
             report(&opts.out, common.json, |stop| chaos::run(&opts, stop))
         }

@@ -62,12 +62,9 @@ pub struct Options {
     pub rate: u32,
     /// Seconds a drain may take to reach every gate.
     pub bound_s: f64,
-    /// Break a promise on purpose: the last gate reads another store
-    /// prefix (it never sees a drain), to see the invariants catch it.
-    pub blind_gate: bool,
-    /// Break a promise on purpose: the last gate refuses (503) all but one
-    /// new dialog a second from the callers' address.
-    pub refusing_gate: bool,
+    /// Break a promise on purpose: the last gate breaks it, to see the
+    /// invariants catch it.
+    pub breaks: Option<crate::site::Break>,
 }
 
 /// Operators changing profiles at once.
@@ -244,11 +241,8 @@ fn start_site(opts: &Options) -> Result<Site> {
     if let Some(n) = opts.net {
         b = b.net(n);
     }
-    if opts.blind_gate {
-        b = b.blind_gate(opts.gates - 1);
-    }
-    if opts.refusing_gate {
-        b = b.refusing_gate(opts.gates - 1);
+    if let Some(how) = opts.breaks {
+        b = b.break_gate(opts.gates - 1, how);
     }
     if let Some(bins) = &opts.bins {
         b = b.bins(bins.clone());
@@ -314,11 +308,8 @@ fn build_report(
             opts.gates,
             opts.rate,
             opts.bound_s,
-            match (opts.blind_gate, opts.refusing_gate) {
-                (true, _) => " --break blind-gate",
-                (_, true) => " --break refusing-gate",
-                _ => "",
-            }
+            opts.breaks
+                .map_or(String::new(), |b| format!(" --break {}", b.name()))
         ),
         site: crate::rehearsal::site_map::words(layout),
         timeline,

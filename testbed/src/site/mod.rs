@@ -53,9 +53,48 @@ pub struct SiteBuilder {
     dir: Option<PathBuf>,
     bins: Option<BinDir>,
     lifetime: Duration,
-    blind_gate: Option<usize>,
-    refusing_gate: Option<usize>,
+    broken: Option<(usize, Break)>,
     delay_fronts: bool,
+}
+
+/// A promise a gate breaks on purpose, to see the checks catch it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Break {
+    /// Reads the profiles under another etcd prefix, so it never sees a
+    /// drain and registers where `ringsync status` does not look (etcd
+    /// sites only).
+    BlindGate,
+    /// Lets one new dialog a second from one source through
+    /// (`[overload] per_source_rate = 1`) and answers the rest 503 while
+    /// every instance could take them.
+    RefusingGate,
+}
+
+impl Break {
+    /// Every break, by its `--break` name.
+    pub const ALL: [(&'static str, Break); 2] = [
+        ("blind-gate", Break::BlindGate),
+        ("refusing-gate", Break::RefusingGate),
+    ];
+
+    /// Its `--break` name.
+    pub fn name(self) -> &'static str {
+        Self::ALL
+            .iter()
+            .find(|(_, b)| *b == self)
+            .map_or("", |(n, _)| n)
+    }
+
+    /// The gate's site file, broken.
+    fn apply(self, text: String) -> String {
+        match self {
+            Break::BlindGate => text.replace("\"/drain/rehearsal\"", "\"/drain/rehearsal-blind\""),
+            Break::RefusingGate if !text.contains("[overload]") => {
+                text + "\n[overload]\nper_source_rate = 1\nper_source_burst = 1\n"
+            }
+            Break::RefusingGate => text,
+        }
+    }
 }
 
 impl SiteBuilder {
@@ -136,20 +175,10 @@ impl SiteBuilder {
         self.bins = Some(bins);
         self
     }
-    /// Gate node `k` reads the profiles under another etcd prefix, so it
-    /// never sees a drain and registers where `ringsync status` does not
-    /// look: a promise broken on purpose (`testbed chaos --break
-    /// blind-gate`), to see the checks catch it. Etcd sites only.
-    pub fn blind_gate(mut self, k: usize) -> Self {
-        self.blind_gate = Some(k);
-        self
-    }
-    /// Gate node `k` lets one new dialog a second from one source through
-    /// (`[overload] per_source_rate = 1`) and answers the rest 503 while
-    /// every instance could take them: a promise broken on purpose
-    /// (`testbed chaos --break refusing-gate`).
-    pub fn refusing_gate(mut self, k: usize) -> Self {
-        self.refusing_gate = Some(k);
+    /// Gate node `k` breaks a promise on purpose (`testbed chaos --break`),
+    /// to see the checks catch it.
+    pub fn break_gate(mut self, k: usize, how: Break) -> Self {
+        self.broken = Some((k, how));
         self
     }
     /// A delaying relay in front of every UDP listener of every gate,
@@ -213,7 +242,7 @@ impl SiteBuilder {
         if self.delay_fronts {
             site.fronts = Some(fronts::Fronts::start(&site.layout)?);
         }
-        site.start_all(self.lifetime, self.blind_gate, self.refusing_gate)?;
+        site.start_all(self.lifetime, self.broken)?;
         Ok(site)
     }
 }
@@ -257,18 +286,12 @@ impl Site {
             dir: None,
             bins: None,
             lifetime: Duration::from_secs(600),
-            blind_gate: None,
-            refusing_gate: None,
+            broken: None,
             delay_fronts: false,
         }
     }
 
-    fn start_all(
-        &mut self,
-        lifetime: Duration,
-        blind: Option<usize>,
-        refusing: Option<usize>,
-    ) -> Result<()> {
+    fn start_all(&mut self, lifetime: Duration, broken: Option<(usize, Break)>) -> Result<()> {
         let endpoints = if self.layout.store() == StoreKind::Etcd {
             let etcd = Etcd::cluster(&self.layout.etcd_ips())?;
             let e = etcd.endpoints();
@@ -281,11 +304,8 @@ impl Site {
         for k in 0..self.layout.gates() {
             let path = self.gate_file(k);
             let mut text = self.layout.site_toml(k, &endpoints);
-            if blind == Some(k) {
-                text = text.replace("\"/drain/rehearsal\"", "\"/drain/rehearsal-blind\"");
-            }
-            if refusing == Some(k) && !text.contains("[overload]") {
-                text.push_str("\n[overload]\nper_source_rate = 1\nper_source_burst = 1\n");
+            if let Some((_, how)) = broken.filter(|(g, _)| *g == k) {
+                text = how.apply(text);
             }
             std::fs::write(&path, text).map_err(|source| Error::File {
                 path: path.clone(),
