@@ -133,6 +133,18 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// Whether a receive error leaves the socket usable: nothing came in
+/// time, a signal interrupted the call (the testbed's children end all
+/// the time), or an ICMP error of an earlier send came back (a gate or a
+/// caller restarting): all of them happen in a chaos run.
+fn passing(e: &io::Error) -> bool {
+    use io::ErrorKind as K;
+    matches!(
+        e.kind(),
+        K::WouldBlock | K::TimedOut | K::Interrupted | K::ConnectionRefused | K::ConnectionReset
+    )
+}
+
 /// Clients to the upstream: a socket per client, and a thread per such
 /// socket carrying the upstream's answers back.
 fn clients(
@@ -161,11 +173,7 @@ fn clients(
                 }
                 queue.push(&buf[..n], client, shared.delay());
             }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) => {}
+            Err(e) if passing(&e) => {}
             Err(e) => return Err(e),
         }
         wait = queue.flush(|data, client| {
@@ -196,15 +204,11 @@ fn answers(up: &UdpSocket, to_client: &UdpSocket, client: SocketAddr, shared: &S
         }
         match up.recv_from(&mut buf) {
             Ok((n, _)) => queue.push(&buf[..n], client, shared.delay()),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) => {}
-            // An ICMP error of an earlier send (the upstream restarting):
-            // the socket goes on.
-            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {}
-            Err(_) => return,
+            Err(e) if passing(&e) => {}
+            Err(e) => {
+                eprintln!("testbed: delay relay, the answers to {client} stopped: {e}");
+                return;
+            }
         }
         wait = queue.flush(|data, to| {
             if to_client.send_to(data, to).is_ok() {
