@@ -22,6 +22,17 @@ const GATE_SETTLE_S: f64 = 3.0;
 /// The failover caller's wait for an answer before it tries the next gate:
 /// its INVITE was routed at most this long before its 503.
 const CALLER_WAIT_S: f64 = 2.0;
+/// A failover caller's four attempts, each waiting [`CALLER_WAIT_S`],
+/// with a margin: when a call no gate answered was being tried.
+const SILENT_SPAN_S: f64 = 4.0 * CALLER_WAIT_S + 0.5;
+
+/// Whether a packet loss (either leg) took effect in `[a, b]`.
+fn lost_in(e: &Evidence, a: f64, b: f64) -> bool {
+    e.faults.iter().any(|f| {
+        matches!(f.fault, Fault::LosePackets { .. }) && f.happened() && f.t <= b && a <= f.until
+    })
+}
+
 /// Timer F (RFC 3261 17.1.2.2): a REGISTER or SUBSCRIBE retransmitted
 /// along its first hop may be answered this long after it was routed.
 const TIMER_F_S: f64 = 32.0;
@@ -203,12 +214,34 @@ pub fn no_new_work_past_bound(e: &Evidence) -> Invariant {
 /// the drain zone and up all the while it may have been routed (an INVITE
 /// in the 2 s before, a REGISTER or SUBSCRIBE within Timer F) and the bound
 /// before, unless the gate that refused was being killed, frozen or
-/// upgraded then.
+/// upgraded then. And no call went unanswered by every gate its caller
+/// tried, unless packets were being dropped meanwhile.
 pub fn none_refused_while_one_could_take_it(e: &Evidence) -> Invariant {
     const NAME: &str = "none refused while another normal instance could take it";
     let wide = Zone::from_ops(&e.ops, e.end_s, true);
     let (mut own, mut nowhere, mut first) = (0, 0, None);
+    let silent = e.refusals.iter().filter(|r| r.gate.is_none()).count();
+    let silent_lossy = e
+        .refusals
+        .iter()
+        .filter(|r| r.gate.is_none() && lost_in(e, r.t - SILENT_SPAN_S, r.t))
+        .count();
     for r in &e.refusals {
+        if r.gate.is_none() {
+            // No gate answered: only lost packets explain that.
+            if lost_in(e, r.t - SILENT_SPAN_S, r.t) {
+                continue;
+            }
+            first.get_or_insert_with(|| {
+                format!(
+                    "call {} got no answer from any gate (its attempts from {:.2} s to {:.2} s) while no packet was being dropped",
+                    r.id,
+                    r.t - SILENT_SPAN_S,
+                    r.t
+                )
+            });
+            continue;
+        }
         // Routed somewhere in [r.t - span, r.t].
         let span = if r.kind == WorkKind::Call {
             CALLER_WAIT_S
@@ -252,8 +285,8 @@ pub fn none_refused_while_one_could_take_it(e: &Evidence) -> Invariant {
         NAME,
         first,
         format!(
-            "{} refusals (503) seen by the callers: {own} by a gate under a fault, {nowhere} with every instance of the service draining or down",
-            e.refusals.len()
+            "{} refusals (503) seen by the callers: {own} by a gate under a fault, {nowhere} with every instance of the service draining or down; {silent} calls no gate answered ({silent_lossy} while packets were dropped)",
+            e.refusals.len() - silent
         ),
     )
 }

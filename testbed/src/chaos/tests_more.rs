@@ -301,3 +301,41 @@ fn the_bound_counts_from_the_stores_return_when_it_went_away_in_time() {
         "{c}"
     );
 }
+
+/// A call its caller gave up with no answer from any gate (every attempt
+/// silent) fails the refusal invariant, naming the call, unless packets
+/// were being dropped while it was tried: a relay or gate that swallows
+/// calls cannot pass for a healthy edge.
+#[test]
+fn a_call_no_gate_answered_fails_unless_packets_were_dropped() {
+    use super::plan::Leg;
+    use super::truth::{Refusal, NO_ANSWER};
+    let mut e = clean();
+    e.refusals.push(Refusal {
+        t: 30.0,
+        id: "c9".into(),
+        kind: WorkKind::Call,
+        gate: None,
+        svc: "sg".into(),
+        why: NO_ANSWER.into(),
+    });
+    let c = failed_one(&judge(&e), "none refused")
+        .counterexample
+        .unwrap();
+    assert_eq!(
+        c,
+        "call c9 got no answer from any gate (its attempts from 21.50 s to 30.00 s) while no packet was being dropped"
+    );
+    // A loss on either leg while it was tried explains it.
+    e.faults.push(loss(24.0, 26.0, Leg::CallerToGate));
+    let v = none_refused_while_one_could_take_it(&e);
+    assert!(
+        v.pass
+            && v.detail
+                .ends_with("1 calls no gate answered (1 while packets were dropped)"),
+        "{v:?}"
+    );
+    // One that ended before the attempts began does not.
+    *e.faults.last_mut().unwrap() = loss(18.0, 21.0, Leg::GateToInstance);
+    assert!(!none_refused_while_one_could_take_it(&e).pass);
+}

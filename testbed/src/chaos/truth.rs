@@ -217,14 +217,35 @@ pub struct Refusal {
     pub why: String,
 }
 
+/// The reason of a call no gate answered at all ([`refusals`]).
+pub const NO_ANSWER: &str = "no answer from any gate";
+
 /// Every 503 the callers logged: a failover caller's attempt N went to
 /// the N-1th gate after its own (wrapping round `gates`), the other
-/// callers' to their own gate. `svc_of` names the service behind a
-/// listener.
+/// callers' to their own gate. And every call a caller gave up without
+/// any 503, every gate it tried silent: a refusal by no gate
+/// ([`NO_ANSWER`]). `svc_of` names the service behind a listener.
 pub fn refusals(loads: &[LoadRun], gates: usize, svc_of: impl Fn(&str) -> String) -> Vec<Refusal> {
     let mut out = Vec::new();
     for l in loads {
+        let answered_503: std::collections::BTreeSet<&String> = l
+            .events
+            .iter()
+            .filter(|(_, ev, _)| matches!(ev, CallEvent::GateRefused(_)))
+            .map(|(_, _, id)| id)
+            .collect();
         for (t, ev, id) in &l.events {
+            if *ev == CallEvent::Refused && l.is_call() && !answered_503.contains(id) {
+                out.push(Refusal {
+                    t: *t,
+                    id: id.clone(),
+                    kind: WorkKind::Call,
+                    gate: None,
+                    svc: svc_of(&l.listener),
+                    why: NO_ANSWER.into(),
+                });
+                continue;
+            }
             let (kind, gate, why) = match ev {
                 CallEvent::GateRefused(n) => (
                     WorkKind::Call,
