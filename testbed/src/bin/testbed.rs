@@ -57,8 +57,10 @@ enum Command {
         /// Break a promise on purpose, to see the invariants catch it:
         /// `blind-gate` (the last gate reads another store prefix, so it
         /// never sees a drain), `refusing-gate` (the last gate lets one new
-        /// dialog a second from a source through and refuses the rest).
-        #[arg(long = "break", value_name = "WHAT", value_parser = ["blind-gate", "refusing-gate"])]
+        /// dialog a second from a source through and refuses the rest),
+        /// `forgetful-gates` (every gate forgets a call a second after its
+        /// last request; the run has no registrations or subscriptions).
+        #[arg(long = "break", value_name = "WHAT", value_parser = ["blind-gate", "refusing-gate", "forgetful-gates"])]
         breaks: Option<String>,
         #[command(flatten)]
         common: Common,

@@ -410,11 +410,18 @@ fn start_loads(site: &Site, opts: &Options, rec: &Mutex<Recorder>) -> Result<Vec
     let mut callers = Vec::new();
     let out = site.dir().to_path_buf();
     let load_s = (opts.duration_s - HOLD_S - 8.0).max(5.0);
+    // Forgetful gates are seen on `drained` only where calls are all an sg
+    // holds: registrations keep it draining to their expiry.
+    let forgetful = opts.breaks == Some(crate::site::Break::ForgetfulGates);
+    let others = if forgetful { 0 } else { 2 };
     for (kind, rate) in [
         (LoadKind::Call, opts.rate),
-        (LoadKind::Register, 2),
-        (LoadKind::Subscribe, 2),
+        (LoadKind::Register, others),
+        (LoadKind::Subscribe, others),
     ] {
+        if rate == 0 {
+            continue;
+        }
         let a = Action::Load {
             rate,
             duration_s: load_s,

@@ -19,8 +19,11 @@
 //! `run` fails half-way): gates first, then the instances, media-ctl, the
 //! rtpengines and etcd.
 
+mod breaks;
 mod counts;
 mod fronts;
+
+pub use breaks::Break;
 pub mod http;
 pub mod layout;
 #[cfg(test)]
@@ -55,46 +58,6 @@ pub struct SiteBuilder {
     lifetime: Duration,
     broken: Option<(usize, Break)>,
     delay_fronts: bool,
-}
-
-/// A promise a gate breaks on purpose, to see the checks catch it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Break {
-    /// Reads the profiles under another etcd prefix, so it never sees a
-    /// drain and registers where `ringsync status` does not look (etcd
-    /// sites only).
-    BlindGate,
-    /// Lets one new dialog a second from one source through
-    /// (`[overload] per_source_rate = 1`) and answers the rest 503 while
-    /// every instance could take them.
-    RefusingGate,
-}
-
-impl Break {
-    /// Every break, by its `--break` name.
-    pub const ALL: [(&'static str, Break); 2] = [
-        ("blind-gate", Break::BlindGate),
-        ("refusing-gate", Break::RefusingGate),
-    ];
-
-    /// Its `--break` name.
-    pub fn name(self) -> &'static str {
-        Self::ALL
-            .iter()
-            .find(|(_, b)| *b == self)
-            .map_or("", |(n, _)| n)
-    }
-
-    /// The gate's site file, broken.
-    fn apply(self, text: String) -> String {
-        match self {
-            Break::BlindGate => text.replace("\"/drain/rehearsal\"", "\"/drain/rehearsal-blind\""),
-            Break::RefusingGate if !text.contains("[overload]") => {
-                text + "\n[overload]\nper_source_rate = 1\nper_source_burst = 1\n"
-            }
-            Break::RefusingGate => text,
-        }
-    }
 }
 
 impl SiteBuilder {
@@ -304,7 +267,9 @@ impl Site {
         for k in 0..self.layout.gates() {
             let path = self.gate_file(k);
             let mut text = self.layout.site_toml(k, &endpoints);
-            if let Some((_, how)) = broken.filter(|(g, _)| *g == k) {
+            if let Some((_, how)) =
+                broken.filter(|(g, how)| *g == k || *how == Break::ForgetfulGates)
+            {
                 text = how.apply(text);
             }
             std::fs::write(&path, text).map_err(|source| Error::File {
