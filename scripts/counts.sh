@@ -53,7 +53,11 @@ echo "# counts of issue 42 in $PWD ($(git rev-parse --short HEAD 2>/dev/null || 
 # --prefix none`, each `name version` once (sip-gate itself included).
 crates() { cargo tree -q -e normal -p sip-gate --prefix none "$@" | awk '{print $1, $2}' | sort -u | wc -l; }
 row "crates linked by sip-gate (default features)" "$(crates)"
-row "crates linked by sip-gate (--no-default-features)" "$(crates --no-default-features)"
+row "crates linked by sip-gate (no etcd: --no-default-features)" "$(crates --no-default-features)"
+# The same with the build dependencies (`-e normal,build`: prost-build and
+# the protoc it needs come with etcd at build time).
+row "crates built for sip-gate, build deps too (default)" "$(crates -e build)"
+row "crates built for sip-gate, build deps too (no etcd)" "$(crates -e build --no-default-features)"
 
 # 2. Lines of each daemon's main.rs: `wc -l */src/main.rs` (xtask is no daemon).
 for m in */src/main.rs; do
