@@ -1,4 +1,5 @@
-//! One node runtime for the daemons (sip-gate, media-ctl): what each does
+//! One node runtime for the daemons (sip-gate, media-ctl, `ringsync serve`
+//! through [`Runtime::within`]): what each does
 //! the same way before and around its own work. The site file loaded with
 //! the exit code an operator's tooling expects ([`site_or_exit`]), then
 //! [`Runtime::start`]: the process's metrics recorder, the signals watched
@@ -72,20 +73,68 @@ impl Runtime {
     pub fn start(phase: &str, which: &[Signal]) -> Result<Runtime, RuntimeError> {
         let prometheus = crate::daemon::install_metrics()?;
         let signals = watch(which)?;
-        let shutdown = CancellationToken::new();
+        Ok(Runtime::assemble(
+            phase,
+            prometheus,
+            signals,
+            CancellationToken::new(),
+        ))
+    }
+
+    /// [`Runtime::start`] for a node that is one command of a process
+    /// whose `main` watches the stop signals for every command and hands
+    /// it `stop` (`ringsync serve`): no signal of its own, and
+    /// [`Runtime::shutdown`] a child of `stop` (cancelled with it; its own
+    /// cancel, as [`Runtime::finish`]'s, leaves `stop` alone). The
+    /// process's recorder is installed unless one is already (an earlier
+    /// serve of the same process, as in tests): then the node counts into
+    /// that one, and [`Runtime::prometheus`] is the installed handle, or
+    /// one of its own that nothing records into if the recorder is not
+    /// [`crate::daemon::install_metrics`]'s.
+    pub fn within(phase: &str, stop: &CancellationToken) -> Result<Runtime, RuntimeError> {
+        let prometheus = match crate::daemon::install_metrics() {
+            Ok(handle) => handle,
+            Err(e) => {
+                tracing::debug!(error = %e, "metrics recorder already installed");
+                crate::daemon::process_metrics()
+                    .cloned()
+                    .unwrap_or_else(|| {
+                        metrics_exporter_prometheus::PrometheusBuilder::new()
+                            .build_recorder()
+                            .handle()
+                    })
+            }
+        };
+        let signals = watch(&[])?;
+        Ok(Runtime::assemble(
+            phase,
+            prometheus,
+            signals,
+            stop.child_token(),
+        ))
+    }
+
+    /// Tells systemd `phase`, starts the watchdog's pings until
+    /// [`Runtime::notify_stop`] (a child of `shutdown`).
+    fn assemble(
+        phase: &str,
+        prometheus: PrometheusHandle,
+        signals: Signals,
+        shutdown: CancellationToken,
+    ) -> Runtime {
         let notify_stop = shutdown.child_token();
         let notify = Notifier::new();
         // The first word to systemd is the phase, then the watchdog's pings.
         notify.phase(phase);
         notify.watchdog(notify_stop.clone());
-        Ok(Runtime {
+        Runtime {
             prometheus,
             notify,
             notify_stop,
             shutdown,
             tasks: TaskTracker::new(),
             signals,
-        })
+        }
     }
 
     /// Stops the node's tasks ([`Runtime::shutdown`]) and waits for every
@@ -156,5 +205,17 @@ mod tests {
             "the watchdog ends with the node"
         );
         done_rx.await.expect("the task ran to its end");
+
+        // A node inside a process that holds the recorder already and
+        // watches the signals itself (`ringsync serve`): it starts, stops
+        // with the caller's token, and its own finish leaves that alone.
+        let stop = CancellationToken::new();
+        let inner = Runtime::within("starting: within", &stop).unwrap();
+        assert!(inner.notify.status_line().starts_with("starting: within"));
+        inner.finish().await;
+        assert!(!stop.is_cancelled(), "the node's finish is its own");
+        let inner = Runtime::within("starting: within again", &stop).unwrap();
+        stop.cancel();
+        assert!(inner.shutdown.is_cancelled() && inner.notify_stop.is_cancelled());
     }
 }

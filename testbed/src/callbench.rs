@@ -387,20 +387,12 @@ pub fn percentile(sorted: &[u64], q: f64) -> f64 {
 /// (`sipgate_overload_refusals_total{action=..,limit="source",rule=..} N`).
 pub fn refusals(metrics: &str) -> BTreeMap<String, u64> {
     let mut by = BTreeMap::new();
-    for line in metrics.lines() {
-        let Some(rest) = line.strip_prefix("sipgate_overload_refusals_total{") else {
+    for (series, value) in crate::metrics::series(metrics) {
+        if crate::metrics::name(series) != "sipgate_overload_refusals_total" {
             continue;
-        };
-        let Some((labels, value)) = rest.split_once("} ") else {
-            continue;
-        };
-        let limit = labels
-            .split(',')
-            .find_map(|l| l.strip_prefix("limit=\""))
-            .and_then(|l| l.strip_suffix('"'))
-            .unwrap_or("?");
-        let n = value.trim().parse::<f64>().unwrap_or(0.0) as u64;
-        *by.entry(limit.to_string()).or_insert(0) += n;
+        }
+        let limit = crate::metrics::label(series, "limit").unwrap_or("?");
+        *by.entry(limit.to_string()).or_insert(0) += value as u64;
     }
     by
 }
@@ -423,17 +415,16 @@ pub fn by_limit(m: &BTreeMap<String, u64>) -> String {
 /// counters: the upper bound of the bucket that holds it (infinite for the
 /// last); NaN when none was counted.
 pub fn queue_wait_p99_ms(metrics: &str, class: &str) -> f64 {
-    let prefix = format!("sipgate_udp_intake_wait_total{{class=\"{class}\",upto_ms=\"");
-    let mut buckets: Vec<(f64, u64)> = metrics
-        .lines()
-        .filter_map(|l| {
-            let (upto, count) = l.strip_prefix(&prefix)?.split_once("\"} ")?;
-            let upto = if upto == "+Inf" {
-                f64::INFINITY
-            } else {
-                upto.parse().ok()?
+    use crate::metrics::label;
+    let mut buckets: Vec<(f64, u64)> = crate::metrics::series(metrics)
+        .filter(|(s, _)| crate::metrics::name(s) == "sipgate_udp_intake_wait_total")
+        .filter(|(s, _)| label(s, "class") == Some(class))
+        .filter_map(|(s, count)| {
+            let upto = match label(s, "upto_ms")? {
+                "+Inf" => f64::INFINITY,
+                upto => upto.parse().ok()?,
             };
-            Some((upto, count.trim().parse::<f64>().ok()? as u64))
+            Some((upto, count as u64))
         })
         .collect();
     buckets.sort_by(|a, b| a.0.total_cmp(&b.0));

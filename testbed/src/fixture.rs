@@ -119,6 +119,17 @@ impl SiteFile {
         self
     }
 
+    /// Adds `lines` to the `[site]` section [`SiteFile::new`] wrote
+    /// (`server_header`, ...); nothing when they are blank.
+    pub fn site_lines(mut self, lines: &str) -> SiteFile {
+        if !lines.trim().is_empty() {
+            self.text =
+                self.text
+                    .replacen("[site]\n", &format!("[site]\n{}\n", lines.trim_end()), 1);
+        }
+        self
+    }
+
     /// `[NAME]` with `body` (TOML lines) under it.
     pub fn section(mut self, name: &str, body: &str) -> SiteFile {
         let _ = write!(self.text, "\n[{name}]\n{}\n", body.trim_end());

@@ -21,13 +21,7 @@ impl Metrics {
     /// Every sample line: the series (name and labels as printed) and its
     /// value; comments and lines whose value is not a number are skipped.
     pub fn series(&self) -> impl Iterator<Item = (&str, f64)> {
-        self.text.lines().filter_map(|l| {
-            if l.starts_with('#') {
-                return None;
-            }
-            let (series, value) = l.rsplit_once(' ')?;
-            Some((series.trim(), value.trim().parse().ok()?))
-        })
+        series(&self.text)
     }
 
     /// The value of the series printed exactly as `series`
@@ -59,10 +53,38 @@ impl Metrics {
     /// when it has none: a metric that is not exported at all.
     pub fn total(&self, name: &str) -> Option<f64> {
         self.series()
-            .filter(|(s, _)| s.split_once('{').map_or(*s, |(n, _)| n) == name)
+            .filter(|(s, _)| self::name(s) == name)
             .map(|(_, v)| v)
             .reduce(|a, b| a + b)
     }
+}
+
+/// [`Metrics::series`] of a text the caller holds: its results borrow
+/// from `text`.
+pub fn series(text: &str) -> impl Iterator<Item = (&str, f64)> {
+    text.lines().filter_map(|l| {
+        if l.starts_with('#') {
+            return None;
+        }
+        let (series, value) = l.rsplit_once(' ')?;
+        Some((series.trim(), value.trim().parse().ok()?))
+    })
+}
+
+/// The metric name of a series as printed (`name{...}` or `name`).
+pub fn name(series: &str) -> &str {
+    series.split_once('{').map_or(series, |(n, _)| n)
+}
+
+/// The value of label `key` in a series as printed
+/// (`name{key="value",...}`), quotes off; `None` when it has none.
+pub fn label<'a>(series: &'a str, key: &str) -> Option<&'a str> {
+    let (_, labels) = series.split_once('{')?;
+    labels
+        .trim_end_matches('}')
+        .split(',')
+        .find_map(|kv| kv.trim().strip_prefix(key)?.strip_prefix('='))
+        .map(|v| v.trim_matches('"'))
 }
 
 #[cfg(test)]
@@ -91,6 +113,17 @@ mod tests {
         assert_eq!(m.sum("sipgate_requests_total", &[]), 10.0);
         assert_eq!(m.sum("sipgate_requests_total", &["method=\"INVITE\""]), 7.0);
         assert_eq!(m.sum("sipgate_tcp_connections", &[]), 0.0);
+    }
+
+    #[test]
+    fn a_label_is_read_by_its_whole_key_and_a_name_without_its_labels() {
+        let s = "sipgate_requests_total{method=\"INVITE\",outcome=\"forwarded\"}";
+        assert_eq!(name(s), "sipgate_requests_total");
+        assert_eq!(name("sipgate_tcp_connections"), "sipgate_tcp_connections");
+        assert_eq!(label(s, "method"), Some("INVITE"));
+        assert_eq!(label(s, "outcome"), Some("forwarded"));
+        assert_eq!(label(s, "out"), None);
+        assert_eq!(label("sipgate_tcp_connections", "method"), None);
     }
 
     #[test]

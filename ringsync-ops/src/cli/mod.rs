@@ -282,6 +282,9 @@ pub enum CliError {
         #[source]
         source: std::io::Error,
     },
+    /// `serve`'s node runtime could not start (its signals or recorder).
+    #[error(transparent)]
+    Runtime(#[from] ringsync::runtime::RuntimeError),
     /// Writing output or serving failed.
     #[error(transparent)]
     Io(#[from] std::io::Error),

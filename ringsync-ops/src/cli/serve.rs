@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use ringsync::notify::Notifier;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -21,6 +20,7 @@ use crate::status::{self, NodeBoard};
 use ringsync::config::SiteConfig;
 use ringsync::daemon::Attached;
 use ringsync::node::{NodeIdentity, NodeRole};
+use ringsync::runtime::Runtime;
 use ringsync::state::DrainState;
 use ringsync::store;
 
@@ -146,6 +146,10 @@ fn check_exposure(
     )))
 }
 
+/// `ringsync serve` on the node runtime ([`Runtime::within`], as sip-gate
+/// and media-ctl run on [`Runtime::start`]): the stop is `shutdown`, which
+/// the CLI's `main` cancels on SIGTERM or SIGINT; every task the serve
+/// started has ended when this returns, whether it served or failed.
 pub(super) async fn serve(
     config: Arc<SiteConfig>,
     args: ServeArgs,
@@ -163,9 +167,20 @@ pub(super) async fn serve(
     // The process's recorder first, so what is counted from here on (token
     // reloads, store errors, the drain state's gauges) is exported. Tests
     // that serve twice in one process keep the first.
-    if let Err(e) = ringsync::daemon::install_metrics() {
-        tracing::debug!(error = %e, "metrics recorder already installed");
-    }
+    let rt = Runtime::within("starting: loading the drain view from the store", &shutdown)?;
+    let result = serve_on(&rt, config, &args, addr, out).await;
+    rt.finish().await;
+    result
+}
+
+/// The API served on `addr` with `rt`'s notifier, tasks and stop.
+async fn serve_on(
+    rt: &Runtime,
+    config: Arc<SiteConfig>,
+    args: &ServeArgs,
+    addr: SocketAddr,
+    out: &mut (dyn Write + Send),
+) -> Result<(), CliError> {
     for name in [
         "ringsync_tokens_reload_errors_total",
         "ringsync_profile_updates_applied_total",
@@ -175,11 +190,8 @@ pub(super) async fn serve(
     for status in ["401", "403"] {
         metrics::counter!("ringsync_api_refused_total", "status" => status).increment(0);
     }
-    // Every task this serve starts; the stop waits for them all.
-    let tasks = TaskTracker::new();
-    let (access, certs) = protection(&config, (&tasks, &shutdown))?;
-    let notify = Notifier::new();
-    notify.phase("starting: loading the drain view from the store");
+    let (tasks, shutdown) = (&rt.tasks, &rt.shutdown);
+    let (access, certs) = protection(&config, (tasks, shutdown))?;
     let state = DrainState::new(config.clone());
     // What the store opened with (R-MN-2: possibly the view cache), before
     // anything is served or published; followed until `shutdown`.
@@ -191,16 +203,16 @@ pub(super) async fn serve(
     let local = listener.local_addr()?;
     announce(&config, local, &access, certs.is_some(), out)?;
     // READY=1 once the API reads the store, as /readyz does.
-    notify.watchdog(shutdown.clone());
+    let notify = rt.notify.clone();
     notify.follow_view(&state, shutdown.clone());
     notify.stopping_on(shutdown.clone(), "stopping: the admin API closes".into());
 
-    let (board, every) = node_board(&config, &args, &store);
+    let (board, every) = node_board(&config, args, &store);
     tasks.spawn(board.clone().run(every, shutdown.clone()));
     attached.publish(serve_identity(local), || None);
     // The Active-Passive planner: one per site acts (R-MN-3).
     let node = local.to_string();
-    let on = (&tasks, &shutdown);
+    let on = (tasks, shutdown);
     let planner = super::handover::start_planner(&config, store.as_ref(), &state, &node, on);
     // The engine drivers act under the planner's election (R-EX-1, R-MN-3).
     let engines = planner
@@ -218,14 +230,12 @@ pub(super) async fn serve(
     }
     api.notify_ready(notify, format!("serving the admin API on {local}"));
     // The status page at `/`, its chart sampled meanwhile (issue 28).
-    let page = crate::page::start(&api, &tasks, &shutdown);
+    let page = crate::page::start(&api, tasks, shutdown);
     let tls = certs.map(|c| c.server_config()).transpose()?;
     let result = crate::api::serve_with(listener, api, page, tls, shutdown.clone()).await;
     shutdown.cancel();
     // The record withdrawn, then the follower ended (by `shutdown`).
     attached.close().await;
-    tasks.close();
-    tasks.wait().await;
     result.map_err(CliError::Io)
 }
 

@@ -111,14 +111,11 @@ impl GateProc {
     }
 
     fn new_work(&self, instance: &str) -> f64 {
-        let m = self.metrics().unwrap_or_default();
-        m.lines()
-            .filter(|l| {
-                l.starts_with("sipgate_new_work_total{")
-                    && l.contains(&format!("instance=\"{instance}\""))
-            })
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
+        let m = Metrics::new(self.metrics().unwrap_or_default());
+        m.sum(
+            "sipgate_new_work_total",
+            &[&format!("instance=\"{instance}\"")],
+        )
     }
 
     fn log(&self) -> String {

@@ -12,6 +12,7 @@ use crate::common::*;
 use ringsync::config::Service;
 use ringsync::view::{Health, InstanceState};
 use sip_gate::Gate;
+use testbed::fixture::SiteFile;
 use testbed::{Scenario, SippHandle, SippReport, Transport};
 
 const UDP: Transport = Transport::Udp;
@@ -23,25 +24,21 @@ const TCP: Transport = Transport::Tcp;
 /// [`server_addr`], with the TOML `exceptions` given for it (may be empty),
 /// plus `extra` (listeners, accounts, `[drain]`).
 fn site_of(net: (u8, u8), instances: &[(&str, &str)], extra: &str) -> String {
-    let mut t = format!(
-        "[site]\nname = \"d{a}-{b}\"\nsecret = \"drain-test-secret-{a}-{b}\"\n\n[health]\ninterval_ms = 0\n\n[timers]\nretry_after_s = 30\nretry_after_jitter_s = 0\n\n",
-        a = net.0,
-        b = net.1
-    );
-    for i in 0..instances.len() {
-        t.push_str(&format!("[[server]]\nname = \"srv-{i}\"\n"));
-    }
+    let (a, b) = net;
+    let servers: Vec<String> = (0..instances.len()).map(|i| format!("srv-{i}")).collect();
+    let servers: Vec<&str> = servers.iter().map(String::as_str).collect();
+    let mut site = SiteFile::new(&format!("d{a}-{b}"))
+        .secret(&format!("drain-test-secret-{a}-{b}"))
+        .section("timers", "retry_after_s = 30\nretry_after_jitter_s = 0")
+        .servers(&servers);
     for (i, (service, exceptions)) in instances.iter().enumerate() {
-        t.push_str(&format!(
-            "[[instance]]\nid = \"{service}-{i}\"\nservice = \"{service}\"\nserver = \"srv-{i}\"\nsip = \"{}\"\n",
-            server_addr(net, i as u8)
-        ));
+        let mut lines = format!("sip = \"{}\"", server_addr(net, i as u8));
         if !exceptions.is_empty() {
-            t.push_str(&format!("exceptions = {exceptions}\n"));
+            lines.push_str(&format!("\nexceptions = {exceptions}"));
         }
+        site = site.instance_with(&format!("{service}-{i}"), service, servers[i], &lines);
     }
-    t.push_str(extra);
-    t
+    site.raw(extra).text().to_owned()
 }
 
 /// A guard listener in front of `instance` on `127.a.b.host:0`.

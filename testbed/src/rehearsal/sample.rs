@@ -18,6 +18,7 @@ use ringsync::work::{WorkReport, WORK_PATH};
 
 use std::path::PathBuf;
 
+use crate::metrics;
 use crate::site::{http, ringsync, BinDir};
 
 pub use super::sampled::Sample;
@@ -199,19 +200,17 @@ const REFUSALS: &str = "sipgate_drain_refusals_total";
 /// rehearsal reads: `sipgate_new_work_total{instance="sg-a"} 12`,
 /// `sipgate_new_work_draining_total{instance="esg-a",reason="exception"} 3`.
 fn series(text: &str) -> impl Iterator<Item = (&'static str, String, u64)> + '_ {
-    text.lines().filter_map(|line| {
-        let (name, rest) = line.split_once('{')?;
+    metrics::series(text).filter_map(|(series, v)| {
+        let (name, labels) = series.split_once('{')?;
         let name = [NEW_WORK, NEW_WORK_DRAINING, REFUSALS]
             .into_iter()
             .find(|n| *n == name)?;
-        let (labels, value) = rest.rsplit_once("} ")?;
         let label = labels
             .split('"')
             .skip(1)
             .step_by(2)
             .collect::<Vec<_>>()
             .join(" ");
-        let v = value.trim().parse::<f64>().ok()?;
         Some((name, label, v as u64))
     })
 }
@@ -221,21 +220,11 @@ fn series(text: &str) -> impl Iterator<Item = (&'static str, String, u64)> + '_ 
 /// from the gate's start until its first publication).
 fn states_published(text: &str) -> bool {
     let mut seen: BTreeMap<&str, bool> = BTreeMap::new();
-    for line in text.lines() {
-        let Some(rest) = line.strip_prefix("sipgate_instance_state{") else {
+    for (series, value) in instance_states(text) {
+        let Some(id) = metrics::label(series, "instance") else {
             continue;
         };
-        let Some((labels, value)) = rest.rsplit_once("} ") else {
-            continue;
-        };
-        let Some(id) = labels
-            .split(',')
-            .find_map(|kv| kv.trim().strip_prefix("instance="))
-        else {
-            continue;
-        };
-        let on = value.trim().parse::<f64>().is_ok_and(|v| v == 1.0);
-        *seen.entry(id.trim_matches('"')).or_default() |= on;
+        *seen.entry(id).or_default() |= value == 1.0;
     }
     !seen.is_empty() && seen.values().all(|on| *on)
 }
@@ -243,25 +232,15 @@ fn states_published(text: &str) -> bool {
 /// The instances a gate's `/metrics` shows in a drain state (draining,
 /// drained, draining while down).
 fn draining(text: &str) -> impl Iterator<Item = &str> {
-    text.lines().filter_map(|line| {
-        let rest = line.strip_prefix("sipgate_instance_state{")?;
-        let (labels, value) = rest.rsplit_once("} ")?;
-        if value.trim().parse::<f64>().ok()? != 1.0 {
-            return None;
-        }
-        let mut id = None;
-        let mut drain = false;
-        for kv in labels.split(',') {
-            let (k, v) = kv.split_once('=')?;
-            let v = v.trim_matches('"');
-            match k.trim() {
-                "instance" => id = Some(v),
-                "state" => drain = v.starts_with("drain"),
-                _ => {}
-            }
-        }
-        id.filter(|_| drain)
+    instance_states(text).filter_map(|(series, value)| {
+        let drain = metrics::label(series, "state")?.starts_with("drain");
+        (value == 1.0 && drain).then(|| metrics::label(series, "instance"))?
     })
+}
+
+/// The `sipgate_instance_state` series of a gate's `/metrics`.
+fn instance_states(text: &str) -> impl Iterator<Item = (&str, f64)> {
+    metrics::series(text).filter(|(s, _)| metrics::name(s) == "sipgate_instance_state")
 }
 
 /// The progress line of the newest of `samples`: time, calls up, new calls

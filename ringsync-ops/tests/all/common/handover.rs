@@ -15,39 +15,36 @@ use ringsync::SiteConfig;
 use ringsync_ops::handover::agent::{Agent, Member};
 use ringsync_ops::handover::record::{Desired, HandoverState};
 use testbed::bins::{BinDir, Node};
+use testbed::fixture::SiteFile;
 use tokio_util::sync::CancellationToken;
 
 /// A site with servers srv-a..srv-c, `groups` groups `g1..gN` with a member
 /// on every server (`g1-a`, `g1-b`, `g1-c`; home on srv-a), plus `blocked`
 /// groups `h1..` with members on srv-a and srv-b only. `[timers]` text as given.
 pub fn ap_site(groups: usize, two_server_groups: usize, timers: &str) -> String {
-    let mut t = format!(
-        "[site]\nname = \"t1\"\n[store]\nkind = \"embedded\"\npath = \"t1.profiles.json\"\n\
-         [admin]\nbind = \"127.0.0.1:0\"\ngate_bind = \"127.0.0.1:9\"\nmedia_bind = \"127.0.0.1:7\"\n\
-         [timers]\n{timers}\n"
-    );
-    for s in ["a", "b", "c"] {
-        t.push_str(&format!("[[server]]\nname = \"srv-{s}\"\n"));
-    }
-    let mut group = |name: String, servers: &[&str]| {
-        for s in servers {
-            t.push_str(&format!(
-                "[[instance]]\nid = \"{name}-{s}\"\nservice = \"billing\"\nserver = \"srv-{s}\"\n"
-            ));
+    let local = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));
+    let mut site = SiteFile::new("t1")
+        .store_path("t1.profiles.json")
+        .admin(local(9), local(7))
+        .admin_lines("bind = \"127.0.0.1:0\"")
+        .section("timers", timers)
+        .servers(&["srv-a", "srv-b", "srv-c"]);
+    let mut all: Vec<(String, &[&str])> = (1..=groups)
+        .map(|g| (format!("g{g}"), &["a", "b", "c"][..]))
+        .collect();
+    all.extend((1..=two_server_groups).map(|h| (format!("h{h}"), &["a", "b"][..])));
+    for (name, servers) in &all {
+        for s in *servers {
+            let (id, server) = (format!("{name}-{s}"), format!("srv-{s}"));
+            site = site.instance_with(&id, "billing", &server, "");
         }
         let members: Vec<String> = servers.iter().map(|s| format!("\"{name}-{s}\"")).collect();
-        t.push_str(&format!(
+        site = site.raw(&format!(
             "[[ap_group]]\nname = \"{name}\"\nmembers = [{}]\nhome = \"{name}-a\"\n",
             members.join(", ")
         ));
-    };
-    for g in 1..=groups {
-        group(format!("g{g}"), &["a", "b", "c"]);
     }
-    for h in 1..=two_server_groups {
-        group(format!("h{h}"), &["a", "b"]);
-    }
-    t
+    site.text().to_owned()
 }
 
 /// Every (group, member) of the site.

@@ -12,6 +12,7 @@ use ringsync::config::SiteConfig;
 use ringsync::profile::{Profile, ProfileSet, ProfileState};
 use ringsync::state::DrainState;
 use sip_gate::Gate;
+use testbed::fixture::SiteFile;
 use testbed::{Scenario, Sipp, SippHandle, SippReport, Transport};
 use tokio_util::sync::CancellationToken;
 
@@ -27,41 +28,40 @@ pub fn server_addr(net: (u8, u8), i: u8) -> SocketAddr {
     SocketAddr::new(ip(net, 11 + i), 5060)
 }
 
-/// A site with `n` sg instances `sg-0..` on servers `srv-0..`, each on its
-/// own address, plus whatever `extra` TOML adds (listeners, esg...). Health
-/// probing is off unless `extra` turns it on.
+/// The site of these tests as a [`SiteFile`]: `n` sg instances `sg-0..`
+/// on servers `srv-0..`, each on its own address, the embedded store,
+/// health probing off, and a `Retry-After` of 30 s without jitter.
+pub fn site_file(net: (u8, u8), n: u8) -> SiteFile {
+    let (a, b) = net;
+    let names: Vec<String> = (0..n).map(|i| i.to_string()).collect();
+    let sgs: Vec<(&str, SocketAddr)> = names
+        .iter()
+        .zip(0..n)
+        .map(|(x, i)| (x.as_str(), server_addr(net, i)))
+        .collect();
+    SiteFile::new(&format!("t{a}-{b}"))
+        .secret(&format!("integration-test-secret-{a}-{b}"))
+        .section("timers", "retry_after_s = 30\nretry_after_jitter_s = 0")
+        .sgs(&sgs)
+}
+
+/// [`site_file`]'s text with whatever `extra` TOML adds (listeners,
+/// esg...). Health probing is off unless `extra` turns it on.
 pub fn site(net: (u8, u8), n: u8, extra: &str) -> String {
-    let mut t = format!(
-        "[site]\nname = \"t{a}-{b}\"\nsecret = \"integration-test-secret-{a}-{b}\"\n\n[health]\ninterval_ms = 0\n\n[timers]\nretry_after_s = 30\nretry_after_jitter_s = 0\n\n",
-        a = net.0,
-        b = net.1
-    );
-    for i in 0..n {
-        t.push_str(&format!("[[server]]\nname = \"srv-{i}\"\n"));
-    }
-    for i in 0..n {
-        t.push_str(&format!(
-            "[[instance]]\nid = \"sg-{i}\"\nservice = \"sg\"\nserver = \"srv-{i}\"\nsip = \"{}\"\n",
-            server_addr(net, i)
-        ));
-    }
-    t.push_str(extra);
-    t
+    site_file(net, n).raw(extra).text().to_owned()
 }
 
 /// A site file in a new temp dir: one sg (`sg-0`) behind a balance
-/// listener on `127.a.b.1:5060`, its profiles in an embedded store next to
-/// it (for the gate binary). The dir, the file, the listener's address and
+/// listener on `127.a.b.1:5060`, its profiles in the embedded store next
+/// to it (for the gate binary). The dir, the file, the listener's address and
 /// the gate's admin address (`.1:9091`).
 pub fn one_sg_site(net: (u8, u8)) -> (tempfile::TempDir, PathBuf, SocketAddr, SocketAddr) {
     let dir = tempfile::tempdir().unwrap();
     let listener = SocketAddr::new(ip(net, 1), 5060);
     let admin = SocketAddr::new(ip(net, 1), 9091);
-    let extra = format!(
-        "[[listener]]\nname = \"subs\"\nbind = \"{listener}\"\nmode = \"balance\"\npool = \"sg\"\nleg = \"subscriber\"\n\n[store]\nkind = \"embedded\"\npath = \"profiles.json\"\n"
-    );
-    let path = dir.path().join("site.toml");
-    std::fs::write(&path, site(net, 1, &extra)).unwrap();
+    let path = site_file(net, 1)
+        .subscribers("subs", listener, &[])
+        .write(dir.path());
     (dir, path, listener, admin)
 }
 

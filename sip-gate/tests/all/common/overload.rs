@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use testbed::bins::Node;
+use testbed::fixture::Mode;
 use testbed::{Scenario, Sipp, SippHandle, SippReport, Transport};
 
 use super::{ip, server_addr};
@@ -26,11 +27,16 @@ pub fn site(
     let dir = tempfile::tempdir().unwrap();
     let listener = SocketAddr::new(ip(net, 1), 5060);
     let admin = SocketAddr::new(ip(net, 1), 9091);
-    let extra = format!(
-        "[[listener]]\nname = \"subs\"\nbind = \"{listener}\"\nmode = \"balance\"\npool = \"sg\"\nleg = \"subscriber\"\n{listener_lines}\n[store]\nkind = \"embedded\"\npath = \"profiles.json\"\n\n[overload]\n{overload}"
-    );
-    let path = dir.path().join("site.toml");
-    std::fs::write(&path, super::site(net, 1, &extra)).unwrap();
+    let path = super::site_file(net, 1)
+        .listener(
+            "subs",
+            listener,
+            Mode::Balance("sg"),
+            "subscriber",
+            listener_lines,
+        )
+        .section("overload", overload)
+        .write(dir.path());
     (dir, path, listener, admin)
 }
 

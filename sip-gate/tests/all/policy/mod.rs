@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use testbed::bins::Node;
+use testbed::fixture::{Mode, SiteFile};
 use testbed::{Scenario, Sipp, SippHandle, SippReport};
 
 pub fn ip(net: u8, host: u8) -> IpAddr {
@@ -16,19 +17,14 @@ pub fn ip(net: u8, host: u8) -> IpAddr {
 /// A site with one sg on `.11` and a guard listener on `.1:5060`, plus `site`
 /// lines under `[site]` and `extra` at the end.
 pub fn write_site(dir: &Path, net: u8, site: &str, extra: &str) -> PathBuf {
-    let text = format!(
-        "[site]\nname = \"policy-{net}\"\nsecret = \"policy-test-secret-0123456789\"\n{site}\n\
-         [store]\nkind = \"embedded\"\npath = \"profiles.json\"\n\n[health]\ninterval_ms = 0\n\n\
-         [[server]]\nname = \"srv-0\"\n[[instance]]\nid = \"sg-0\"\nservice = \"sg\"\n\
-         server = \"srv-0\"\nsip = \"{sg}:5060\"\n{extra}\n\
-         [[listener]]\nname = \"g\"\nbind = \"{g}:5060\"\nmode = \"guard\"\ninstance = \"sg-0\"\n\
-         leg = \"subscriber\"\n",
-        sg = ip(net, 11),
-        g = ip(net, 1),
-    );
-    let path = dir.join("site.toml");
-    std::fs::write(&path, text).unwrap();
-    path
+    let guard = SocketAddr::new(ip(net, 1), 5060);
+    SiteFile::new(&format!("policy-{net}"))
+        .secret("policy-test-secret-0123456789")
+        .site_lines(site)
+        .sgs(&[("0", SocketAddr::new(ip(net, 11), 5060))])
+        .listener("g", guard, Mode::Guard("sg-0"), "subscriber", "")
+        .raw(extra)
+        .write(dir)
 }
 
 pub fn start_gate(site: &Path, net: u8) -> Node {

@@ -22,6 +22,7 @@ use bytes::Bytes;
 use sip_gate::frame::{self, Frame};
 use sip_gate::SipMessage;
 use testbed::bins::Node;
+use testbed::fixture::{Mode, SiteFile};
 
 /// What the gate does with one message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -198,15 +199,11 @@ fn gate(net: u8) -> (tempfile::TempDir, Node, SocketAddr, Sg) {
     let dir = tempfile::tempdir().unwrap();
     let listener = SocketAddr::new(net_ip(net, 1), 5060);
     let sg = SocketAddr::new(net_ip(net, 11), 5060);
-    let text = format!(
-        "[site]\nname = \"torture-{net}\"\nsecret = \"torture-wire-secret-{net}-0123456789\"\n\n\
-         [health]\ninterval_ms = 0\n\n[store]\nkind = \"embedded\"\npath = \"profiles.json\"\n\n\
-         [[server]]\nname = \"srv-0\"\n\n\
-         [[instance]]\nid = \"sg-0\"\nservice = \"sg\"\nserver = \"srv-0\"\nsip = \"{sg}\"\n\n\
-         [[listener]]\nname = \"g\"\nbind = \"{listener}\"\nmode = \"guard\"\ninstance = \"sg-0\"\nleg = \"subscriber\"\n"
-    );
-    let path = dir.path().join("site.toml");
-    std::fs::write(&path, text).unwrap();
+    let path = SiteFile::new(&format!("torture-{net}"))
+        .secret(&format!("torture-wire-secret-{net}-0123456789"))
+        .sgs(&[("0", sg)])
+        .listener("g", listener, Mode::Guard("sg-0"), "subscriber", "")
+        .write(dir.path());
     let sg_sock = Sg::bind(sg);
     let mut node = Node::gate(&path)
         .admin(SocketAddr::new(net_ip(net, 1), 9091))
