@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -79,67 +79,126 @@ impl Pending {
     }
 }
 
-/// The two steps of a hand-over's stop of the plain TCP connections, and
-/// the connections they stop.
+/// A hand-over's stop of the plain TCP and WebSocket connections, and the
+/// connections it stops: each has its own token, so that the busy ones can
+/// be stopped first without waking the thousands of idle ones.
 #[derive(Debug, Default)]
 pub(crate) struct Moving {
-    /// Stops the readers of the busy ones.
-    read: CancellationToken,
-    /// Then the idle ones' (`stream.rs` `give_way`).
-    later: CancellationToken,
-    /// Then their writers, which give the connections up.
-    write: CancellationToken,
-    /// The plain connections served now: id, listener, peer.
+    /// The parent of every connection's token: stops them all.
+    all: CancellationToken,
+    /// The plain connections served now.
     members: Members,
 }
 
 /// The connections of one [`Moving`], each leaving when it ends.
-pub(super) type Members = Arc<DashMap<ConnId, (usize, SocketAddr)>>;
+pub(super) type Members = Arc<DashMap<ConnId, Arc<Member>>>;
+
+/// One plain connection's part in a hand-over.
+#[derive(Debug)]
+pub(super) struct Member {
+    /// The listener it belongs to.
+    listener: usize,
+    /// The other end.
+    peer: SocketAddr,
+    /// Stops its reader between two messages and its writer once what was
+    /// queued is written; then the connection is given up.
+    go: CancellationToken,
+    /// When it last read or wrote, in ms ([`clock_ms`]); 0: never.
+    active: AtomicU64,
+}
+
+impl Member {
+    /// It read or wrote just now.
+    pub(super) fn touch(&self) {
+        self.active.store(clock_ms(), Ordering::Relaxed);
+    }
+
+    /// Whether a hand-over stopped it.
+    pub(super) fn stopped(&self) -> bool {
+        self.go.is_cancelled()
+    }
+
+    /// Whether it read or wrote within [`IDLE_FOR`] of `now` ([`clock_ms`]).
+    fn busy(&self, now: u64) -> bool {
+        let at = self.active.load(Ordering::Relaxed);
+        at != 0 && now.saturating_sub(at) < IDLE_FOR.as_millis() as u64
+    }
+}
+
+/// Resolves once a hand-over stops the connection of `member`; never for
+/// one that does not move (`None`).
+pub(super) async fn handed(member: Option<&Member>) {
+    match member {
+        Some(m) => m.go.cancelled().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// A hand-over gives up first the connections that read or wrote within
+/// this (their peers are waiting for something), the idle ones after them
+/// (R-GW-3).
+const IDLE_FOR: Duration = Duration::from_millis(500);
+
+/// Milliseconds since the first call, never 0: a [`Member`]'s clock.
+fn clock_ms() -> u64 {
+    static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    START.get_or_init(Instant::now).elapsed().as_millis() as u64 + 1
+}
 
 impl Moving {
-    /// (readers', writers') tokens for a connection starting now, and
-    /// for a plain one (`member`) the table it is a member of until it
-    /// ends.
+    /// The part in a hand-over of a plain connection starting now, and the
+    /// table it is a member of until it ends. It counts as idle until it
+    /// reads or writes.
     pub(super) fn join(
         &self,
-        member: Option<(ConnId, usize, SocketAddr)>,
-    ) -> (
-        (CancellationToken, CancellationToken),
-        CancellationToken,
-        Option<Members>,
-    ) {
-        let members = member.map(|(id, listener, peer)| {
-            self.members.insert(id, (listener, peer));
-            self.members.clone()
+        id: ConnId,
+        listener: usize,
+        peer: SocketAddr,
+    ) -> (Arc<Member>, Members) {
+        let member = Arc::new(Member {
+            listener,
+            peer,
+            go: self.all.child_token(),
+            active: AtomicU64::new(0),
         });
-        let read = (self.read.clone(), self.later.clone());
-        (read, self.write.clone(), members)
+        self.members.insert(id, member.clone());
+        (member, self.members.clone())
     }
 }
 
 /// The second step of a hand-over's stop ([`NetHandle::pause`] the
 /// first): the plain connections' readers stop between two messages and
 /// their writers write what was queued for them; then each connection is
-/// given up ([`NetHandle::take_moved`]). Apart from the pause, so that the
-/// thousands of tasks waking for it do not delay the state on a busy
-/// machine.
+/// given up ([`NetHandle::take_moved`]). The busy ones first, each woken
+/// alone; then the rest.
 #[derive(Debug)]
 pub(crate) struct GiveUp {
-    read: CancellationToken,
-    later: CancellationToken,
-    write: CancellationToken,
+    all: CancellationToken,
+    members: Members,
 }
 
 impl GiveUp {
-    /// The busy connections now.
-    pub(crate) fn now(&self) {
-        self.read.cancel();
-        self.write.cancel();
+    /// The busy connections now (those that read or wrote within
+    /// [`IDLE_FOR`]): how many.
+    pub(crate) fn busy(&self) -> usize {
+        let now = clock_ms();
+        // Collected first: a connection stopped leaves the table, which
+        // must not be locked by this walk meanwhile.
+        let busy: Vec<CancellationToken> = self
+            .members
+            .iter()
+            .filter(|m| m.busy(now))
+            .map(|m| m.go.clone())
+            .collect();
+        for go in &busy {
+            go.cancel();
+        }
+        busy.len()
     }
 
-    /// Then the idle ones.
+    /// Then every other one.
     pub(crate) fn idle(&self) {
-        self.later.cancel();
+        self.all.cancel();
     }
 }
 
@@ -147,8 +206,7 @@ impl Drop for GiveUp {
     /// Every connection, whatever came before (a failed hand-over must not
     /// leave one waiting).
     fn drop(&mut self) {
-        self.now();
-        self.idle();
+        self.all.cancel();
     }
 }
 
@@ -244,7 +302,7 @@ impl NetHandle {
         members
             .iter()
             .map(|e| {
-                let (id, (listener, peer)) = (*e.key(), *e.value());
+                let (id, listener, peer) = (*e.key(), e.listener, e.peer);
                 let flow = self.0.core.flow_state(id, now);
                 Stopped {
                     id,
@@ -259,21 +317,17 @@ impl NetHandle {
 
     /// The pause: no message is handled here from now on (waiting, at most
     /// until `until`, for those being handled and for the UDP workers to
-    /// end), so the state is still; every plain TCP connection's reader
-    /// stops between two messages (in the background). The plain
-    /// connections, with their flows, and their writers' stop. A
-    /// connection opened from now on is served here.
+    /// end), so the state is still; a plain connection's reader that
+    /// reads a message from now on keeps it unread. The plain connections,
+    /// with their flows, and their stop ([`GiveUp`]: the caller says when).
+    /// A connection opened from now on is served here.
     pub(crate) async fn pause(&self, until: Instant) -> (Vec<Stopped>, GiveUp) {
-        let Moving {
-            read,
-            later,
-            write,
-            members,
-        } = std::mem::take(&mut *self.0.moving.lock().unwrap_or_else(|e| e.into_inner()));
+        let Moving { all, members } =
+            std::mem::take(&mut *self.0.moving.lock().unwrap_or_else(|e| e.into_inner()));
         self.0.pause.pause();
         settle(self.0.pause.handling(), until).await;
         settle(&self.0.udp_running, until).await;
-        (self.table(&members), GiveUp { read, later, write })
+        (self.table(&members), GiveUp { all, members })
     }
 
     /// The connections given up since the last call, and whether more may

@@ -27,8 +27,8 @@ use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
 
+use super::handover::{handed, Member};
 use super::read_timer::{Expired, ReadTimer};
 use super::{Moved, Net, MAX_MESSAGE, STREAM_TURN};
 use crate::frame::{self, Frame};
@@ -184,20 +184,23 @@ where
     let writer_stop = stop.clone();
     let capture_net = net.clone();
     // A plain connection is a member of the hand-over that may come.
-    let (reader_moving, moving, members) = net
-        .moving
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .join(movable.then_some((id, listener, peer)));
+    let (member, members) = if movable {
+        let moving = net.moving.lock().unwrap_or_else(|e| e.into_inner());
+        let (member, members) = moving.join(id, listener, peer);
+        (Some(member), Some(members))
+    } else {
+        (None, None)
+    };
+    let writer_member = member.clone();
     let writer = async move {
         let capture = capture_net.core.capture();
         loop {
             let msg = tokio::select! {
                 _ = writer_stop.cancelled() => break,
-                _ = moving.cancelled(), if movable => {
-                    // Every reader of this run has stopped: what the core
-                    // queued goes out from this run, the next one sends
-                    // the rest.
+                _ = handed(writer_member.as_deref()) => {
+                    // This run handles no message any more (the pause):
+                    // what the core queued goes out from this run, the
+                    // next one sends the rest.
                     while let Ok(m) = rx.try_recv() {
                         if wr.write_all(&m).await.is_err() {
                             writer_stop.cancel();
@@ -216,6 +219,9 @@ where
             if wr.write_all(&msg).await.is_err() || wr.flush().await.is_err() {
                 break;
             }
+            if let Some(m) = &writer_member {
+                m.touch();
+            }
         }
         writer_stop.cancel();
         // TLS: the close_notify before the TCP close (a keeper ending at
@@ -223,10 +229,9 @@ where
         let _ = tokio::time::timeout(Duration::from_secs(1), wr.shutdown()).await;
         None
     };
-    let reader_moving = movable.then_some(reader_moving);
     let reader = async {
         let at = (listener, id, local, peer);
-        reader(net.clone(), at, rd, (buf, reader_moving), stop).await
+        reader(net.clone(), at, rd, (buf, member.as_deref()), stop).await
     };
     let ended = tokio::join!(writer, reader);
     if let Some(members) = members {
@@ -249,16 +254,14 @@ async fn reader<R: AsyncRead + Unpin>(
     net: Arc<Net>,
     (listener, id, local, peer): (usize, ConnId, SocketAddr, SocketAddr),
     mut rd: R,
-    (mut buf, moving): (BytesMut, Option<(CancellationToken, CancellationToken)>),
+    (mut buf, member): (BytesMut, Option<&Member>),
     stop: tokio_util::sync::CancellationToken,
 ) -> Option<(R, BytesMut)> {
-    let movable = moving.is_some();
-    let (moving, later) = moving.unwrap_or_default();
+    let movable = member.is_some();
     let tcp = net.core.tcp_config();
     let mut timer = ReadTimer::new(tcp.idle(), tcp.frame());
     // A message was taken off in an earlier turn of this framing.
     let mut earlier = false;
-    let mut last_read = Instant::now();
     loop {
         // Frame everything already buffered before reading more, a turn at
         // a time.
@@ -282,9 +285,8 @@ async fn reader<R: AsyncRead + Unpin>(
             // taken off it keep their own share of it).
             buf = BytesMut::new();
         }
-        if movable && moving.is_cancelled() {
+        if member.is_some_and(Member::stopped) {
             // A hand-over: between two messages, the rest unread.
-            give_way(last_read, &later).await;
             return Some((rd, buf));
         }
         timer.framed(!buf.is_empty(), consumed, Instant::now());
@@ -292,10 +294,7 @@ async fn reader<R: AsyncRead + Unpin>(
         let read = tokio::select! {
             _ = stop.cancelled() => return None,
             // Only between messages: what is buffered is a partial one.
-            _ = moving.cancelled(), if movable => {
-                give_way(last_read, &later).await;
-                return Some((rd, buf));
-            }
+            _ = handed(member) => return Some((rd, buf)),
             r = tokio::time::timeout(wait, read_some(&mut rd, &mut buf)) => r,
         };
         match read {
@@ -312,23 +311,14 @@ async fn reader<R: AsyncRead + Unpin>(
                 stop.cancel();
                 return None;
             }
-            Ok(Ok(_)) => last_read = Instant::now(),
+            Ok(Ok(_)) => {
+                if let Some(m) = member {
+                    m.touch();
+                }
+            }
         }
     }
 }
-
-/// A hand-over gives the busy connections up first (R-GW-3): one that
-/// read nothing for [`IDLE_FOR`] stops only once `later` says (after the
-/// first sockets were passed), so the first sockets passed are those
-/// whose peers wait, not thousands of idle ones.
-pub(super) async fn give_way(last_read: Instant, later: &CancellationToken) {
-    if last_read.elapsed() >= IDLE_FOR {
-        later.cancelled().await;
-    }
-}
-
-/// See [`give_way`].
-const IDLE_FOR: Duration = Duration::from_millis(500);
 
 /// A connection's local address, for the capture (the peer's family's
 /// wildcard if the kernel does not say).

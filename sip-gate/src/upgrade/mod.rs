@@ -27,10 +27,11 @@
 //!    It sends what changed in the table since (`Table`, `Gone`), the
 //!    connections it keeps (`Kept`), the work book, the bans and the
 //!    transactions (`State`); the new run takes them in and reads the
-//!    listeners (what came meanwhile waited in the kernel's queues). Then
-//!    the old run stops each plain TCP and plain WebSocket connection
-//!    between two messages, the busy ones first, and passes its socket as
-//!    its writer gives it up (`Conns`: its id, the bytes read but not yet
+//!    listeners (what came meanwhile waited in the kernel's queues). The
+//!    old run stops each plain TCP and plain WebSocket connection between
+//!    two messages, the busy ones (read or wrote within 500 ms) while the
+//!    state goes and the idle ones once those were passed, and passes its
+//!    socket as its writer gives it up (`Conns`: its id, the bytes read but not yet
 //!    framed, and a WebSocket message begun in fragments), then
 //!    `Passed`; the new run reads each connection from then on and says
 //!    `Done`; only then does the old run stop serving its admin endpoint

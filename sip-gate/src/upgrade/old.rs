@@ -22,8 +22,9 @@ use crate::{Core, Gate};
 /// How long the new run may take from its start to `Ready` (it opens the
 /// store), and each later step.
 const NEW_RUN_WAIT: Duration = Duration::from_secs(30);
-/// How many 1 ms turns the busy connections get to be given up alone.
-const BUSY_TURNS: u32 = 3;
+/// How many 1 ms turns the busy connections get to be given up alone: the
+/// others are asked once as many sockets were passed, or after these.
+const BUSY_TURNS: u32 = 10;
 /// How long plain TCP and WebSocket connections get to stop between two
 /// messages.
 const MOVE_WAIT: Duration = Duration::from_secs(2);
@@ -273,6 +274,10 @@ impl Upgrader {
             .collect();
         let txns = (ids, self.core.txns_now(now));
         let state = Msg::State { work, bans, txns };
+        // The state is taken: the busy connections stop while it goes (a
+        // connection given up leaves this run's tables), so that their
+        // sockets are ready to follow it at once.
+        let busy = give_up.busy();
         call(link, move |l| {
             wire::send(l, &Msg::Table { conns: changed }, &[])?;
             wire::send(l, &Msg::Gone { conns: gone }, &[])?;
@@ -281,10 +286,10 @@ impl Upgrader {
         })
         .await?;
         let state_sent = paused.elapsed();
-        // The new run reads the listeners: now the connections' sockets.
-        give_up.now();
-        tokio::time::sleep(Duration::from_millis(1)).await;
-        let passed = self.pass_sockets(link, &give_up, until).await?;
+        // The new run reads the listeners: now the connections' sockets,
+        // the busy ones first.
+        let (passed, busy_sent) = self.pass_sockets(link, &give_up, busy, until).await?;
+        let busy_sent = busy_sent.saturating_duration_since(paused);
         let sockets_sent = paused.elapsed();
         call(link, |l| wire::send(l, &Msg::Passed, &[])).await?;
         match call(link, wire::recv::<Msg>).await?.0 {
@@ -299,6 +304,8 @@ impl Upgrader {
             kept = n_kept,
             paused_ms = ms(stopped),
             state_ms = ms(state_sent),
+            busy,
+            busy_ms = ms(busy_sent),
             sockets_ms = ms(sockets_sent),
             done_ms = ms(paused.elapsed()),
             "upgrade: handed over; keeping the TLS and WSS connections until they close, their messages relayed to the new run"
@@ -308,23 +315,22 @@ impl Upgrader {
 
     /// The sockets of the connections that move, in frames of at most
     /// [`wire::MAX_FDS`], as their writers give them up; until none is
-    /// left or `until`. How many were passed.
+    /// left or `until`. The `busy` ones were asked first: the others are
+    /// once as many were passed, or after [`BUSY_TURNS`]. How many were
+    /// passed, and when the others were asked.
     async fn pass_sockets(
         &self,
         link: &Arc<UnixStream>,
         give_up: &GiveUp,
+        busy: usize,
         until: Instant,
-    ) -> Result<usize, UpgradeError> {
+    ) -> Result<(usize, Instant), UpgradeError> {
         let mut passed = 0;
-        // The busy connections' sockets first: the idle ones are given up
-        // after a few turns.
         let mut turns = 0;
+        let mut idle_asked = None;
         loop {
             let (moved, more) = self.net.take_moved();
             turns += 1;
-            if turns == BUSY_TURNS {
-                give_up.idle();
-            }
             let mut moved = moved.into_iter().peekable();
             while moved.peek().is_some() {
                 let chunk = moved.by_ref().take(wire::MAX_FDS);
@@ -344,8 +350,12 @@ impl Upgrader {
                 })
                 .await?;
             }
+            if idle_asked.is_none() && (passed >= busy || turns >= BUSY_TURNS) {
+                give_up.idle();
+                idle_asked = Some(Instant::now());
+            }
             if !more || Instant::now() >= until {
-                return Ok(passed);
+                return Ok((passed, idle_asked.unwrap_or_else(Instant::now)));
             }
             tokio::time::sleep(Duration::from_millis(1)).await;
         }

@@ -2,27 +2,28 @@
 //! SIPp load over UDP and over TCP, `sip-gate upgrade` starts the binary
 //! at the gate's path, which takes the listening sockets, the open TCP
 //! connections (SIPp's, both sides) and the work book; no call fails, no
-//! connection is closed, and the old run exits by itself. A subscriber
-//! registered over a raw TCP connection (Kamailio the registrar behind)
-//! keeps that connection and its flow: a MESSAGE the registrar routes into
-//! it after the upgrade arrives on the same socket. A new run of another
-//! hand-over version refuses (SIGUSR2 the trigger here), and one killed as
-//! it starts leaves the old run serving; both old runs upgrade afterwards.
-//! Twenty upgrades in a row under load fail no call; a ban stays in force.
-//! TLS clients: `upgrade_tls.rs`.
+//! connection is closed, and the old run exits by itself. Twenty upgrades
+//! in a row under load fail no call; a ban stays in force; a ringing
+//! INVITE is the new run's transaction. Here too the helpers the other
+//! upgrade tests share. A subscriber registered over a raw TCP connection
+//! keeps it and its flow: `upgrade/subscriber.rs`; a new run of another
+//! hand-over version refuses, and one killed mid-way leaves the old run
+//! serving: `upgrade/refusal.rs`; TLS clients: `upgrade_tls.rs`.
 //!
 //! Each test has its own `127.139.N.0/24`: the gate's listener and admin
 //! on `.1`, the sg (SIPp or Kamailio) on `.11`, callers on `.21`, the
 //! subscriber on `.100`.
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::common::{ip, server_addr};
 use testbed::bins::Node;
-use testbed::{wait_for, Kamailio, Scenario, Sipp, Transport};
+use testbed::{wait_for, Scenario, Sipp, Transport};
+
+mod refusal;
+mod subscriber;
 
 /// A site with one sg behind a subscriber balance listener on
 /// `127.139.N.1:5060` (UDP and TCP), its profiles in an embedded store;
@@ -248,110 +249,6 @@ fn r_gw_3_calls_over_tcp_keep_their_connections_across_an_upgrade() {
     calls_across_an_upgrade((139, 2), Transport::Tcp);
 }
 
-/// Reads one SIP message (headers only: these have no body) from `r`.
-fn read_message(r: &mut BufReader<TcpStream>) -> String {
-    let mut msg = String::new();
-    loop {
-        let mut line = String::new();
-        let n = r.read_line(&mut line).unwrap();
-        assert!(n > 0, "the connection closed; read so far: {msg}");
-        if line == "\r\n" && !msg.trim().is_empty() {
-            return msg;
-        }
-        if line != "\r\n" {
-            msg.push_str(&line);
-        }
-    }
-}
-
-/// The 200 to `req`: its Via, From, To (tagged), Call-ID and CSeq.
-fn ok_to(req: &str) -> String {
-    let mut resp = String::from("SIP/2.0 200 OK\r\n");
-    for line in req.lines().skip(1) {
-        let name = line.split(':').next().unwrap_or("").to_ascii_lowercase();
-        match name.as_str() {
-            "via" | "v" | "from" | "f" | "call-id" | "i" | "cseq" => {
-                resp.push_str(line);
-                resp.push_str("\r\n");
-            }
-            "to" | "t" => resp.push_str(&format!("{line};tag=sub-1\r\n")),
-            _ => {}
-        }
-    }
-    resp.push_str("Content-Length: 0\r\n\r\n");
-    resp
-}
-
-/// R-GW-3: a subscriber's TCP connection and its flow survive an upgrade:
-/// the MESSAGE the registrar sends into the flow afterwards arrives on the
-/// same socket, and its 200 goes back the same way to the caller.
-#[test]
-fn r_gw_3_a_tcp_subscriber_keeps_its_connection_and_its_flow() {
-    let net = (139, 3);
-    let (_dir, site, listener, admin) = site(net, true);
-    let kam = Kamailio::new()
-        .config(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/kamailio/registrar.cfg"))
-        .listen(server_addr(net, 0))
-        .start()
-        .unwrap();
-    let mut old = gate(&site, admin, None);
-
-    // The subscriber: one TCP connection from .100, a Contact nobody
-    // listens on (as behind a NAT).
-    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    s.bind(&SocketAddr::new(ip(net, 100), 0).into()).unwrap();
-    s.connect_timeout(&listener.into(), Duration::from_secs(3))
-        .unwrap();
-    let sock: TcpStream = s.into();
-    sock.set_read_timeout(Some(Duration::from_secs(15)))
-        .unwrap();
-    let local = sock.local_addr().unwrap();
-    let register = format!(
-        "REGISTER sip:{listener} SIP/2.0\r\nVia: SIP/2.0/TCP {local};branch=z9hG4bK-up-reg1\r\n\
-         From: <sip:alice@{ip}>;tag=reg-1\r\nTo: <sip:alice@{ip}>\r\nCall-ID: up-reg-1@test\r\n\
-         CSeq: 1 REGISTER\r\nContact: <sip:alice@192.168.1.20:5060;transport=tcp>\r\n\
-         Expires: 600\r\nMax-Forwards: 70\r\nContent-Length: 0\r\n\r\n",
-        ip = listener.ip()
-    );
-    (&sock).write_all(register.as_bytes()).unwrap();
-    let mut reader = BufReader::new(sock.try_clone().unwrap());
-    let reply = read_message(&mut reader);
-    assert!(reply.starts_with("SIP/2.0 200"), "{reply}");
-
-    let _new = upgrade(&site, admin);
-    let status = old.wait_exit(Duration::from_secs(10));
-    assert!(
-        status.is_some_and(|s| s.success()),
-        "{status:?}\n{}",
-        old.log()
-    );
-    // The subscriber's connection and the gate's to the registrar (the
-    // REGISTER came over TCP, so it went on over TCP).
-    assert_eq!(took_over(&old, "connections"), Some(2), "{}", old.log());
-
-    // A MESSAGE to alice, through the registrar, into her flow.
-    let started = Instant::now();
-    let caller = Sipp::new(Scenario::repo("uac_message"))
-        .local_ip(ip(net, 21))
-        .remote(kam.addr())
-        .service("alice")
-        .calls(1)
-        .timeout(Duration::from_secs(30))
-        .spawn()
-        .unwrap();
-    let msg = read_message(&mut reader);
-    assert!(msg.starts_with("MESSAGE sip:alice@"), "{msg}");
-    (&sock).write_all(ok_to(&msg).as_bytes()).unwrap();
-    let r = caller.wait(Duration::from_secs(30)).unwrap();
-    assert!(
-        r.all_ok() && r.successful == 1,
-        "{r:?} after {:?}\n{}",
-        started.elapsed(),
-        kam.log_tail(3000)
-    );
-    kam.stop();
-}
-
 /// Calls through the gate now, all answered.
 pub(crate) fn calls_pass(net: (u8, u8), listener: SocketAddr, n: u64) {
     let uas = Sipp::new(Scenario::repo("uas_call"))
@@ -370,86 +267,6 @@ pub(crate) fn calls_pass(net: (u8, u8), listener: SocketAddr, n: u64) {
     let r = uac.wait(Duration::from_secs(60)).unwrap();
     assert!(r.all_ok() && r.successful == n, "{r:?}");
     let _ = uas.stop();
-}
-
-/// R-GW-3: a new run that cannot read the old run's hand-over (another
-/// version) refuses it; the old run logs why and serves on. SIGUSR2 is
-/// the trigger.
-#[test]
-fn r_gw_3_a_new_run_of_another_version_is_refused_and_the_old_serves_on() {
-    let net = (139, 4);
-    let (_dir, site, listener, admin) = site(net, false);
-    // The new run inherits the old one's environment: it speaks version 99.
-    let mut old = gate(&site, admin, Some(("SIP_GATE_UPGRADE_VERSION", "99")));
-    old.signal("USR2");
-    let why = wait_for("the refusal in the log", Duration::from_secs(15), || {
-        let log = old.log();
-        let line = log.lines().find(|l| l.contains("refused the hand-over"))?;
-        Some(line.to_owned())
-    })
-    .unwrap();
-    assert!(
-        why.contains(&format!(
-            "hands over at version {}, this run reads version 99",
-            sip_gate::upgrade::VERSION
-        )),
-        "{why}"
-    );
-    assert!(old.running(), "{}", old.log());
-    assert_eq!(old.readyz().map(|r| r.0), Some(200));
-    calls_pass(net, listener, 10);
-    // Through the CLI too: it says why, non-zero.
-    let out = upgrade_cli(&site, admin);
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("refused the hand-over"), "{err}");
-    assert!(old.running());
-}
-
-/// R-GW-3: a new run killed after it said it was ready, while the old run
-/// hands over (the new run holds there: `SIP_GATE_UPGRADE_HOLD_MS`), leaves
-/// the old run serving: it reads the listeners again. The next upgrade
-/// goes through.
-#[test]
-fn r_gw_3_a_new_run_killed_mid_hand_over_leaves_the_old_serving() {
-    let net = (139, 5);
-    let (_dir, site, listener, admin) = site(net, false);
-    let mut old = gate(&site, admin, Some(("SIP_GATE_UPGRADE_HOLD_MS", "2000")));
-    old.signal("USR2");
-    let pid = old
-        .wait_for("the new run ready", Duration::from_secs(10), |g| {
-            let log = g.log();
-            log.contains("the new run is ready")
-                .then(|| logged(&log, "upgrade: new run started", "pid"))
-                .flatten()
-        })
-        .unwrap();
-    drop(NewRun(pid as u32));
-    let why = old
-        .wait_for("the failure in the log", Duration::from_secs(10), |g| {
-            let log = g.log();
-            let line = log.lines().find(|l| l.contains("upgrade not done"))?;
-            Some(line.to_owned())
-        })
-        .unwrap();
-    assert!(why.contains("this run serves on"), "{why}");
-    assert!(
-        old.log().contains("reading the listeners again"),
-        "{}",
-        old.log()
-    );
-    assert!(old.running(), "{}", old.log());
-    assert_eq!(old.readyz().map(|r| r.0), Some(200));
-    calls_pass(net, listener, 10);
-    // The next upgrade goes through, and the new run serves calls.
-    let _new = upgrade(&site, admin);
-    let status = old.wait_exit(Duration::from_secs(10));
-    assert!(
-        status.is_some_and(|s| s.success()),
-        "{status:?}\n{}",
-        old.log()
-    );
-    calls_pass(net, listener, 10);
 }
 
 /// Whether process `pid` has ended (gone, or a zombie nobody reaped yet).

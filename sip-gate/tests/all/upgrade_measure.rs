@@ -4,12 +4,16 @@
 //! flow over UDP and over TCP through it (answered by SIPp behind),
 //! `sip-gate upgrade` runs. In the suite a bounded load (200 connections,
 //! one OPTIONS every 10 ms each); the benchmark's figures are taken with
-//! `UPGRADE_CONNS=2000 UPGRADE_EVERY_MS=2` (a run whose pause outlasted the
-//! overload deadline once refused UDP OPTIONS with 503s; counted). Printed, not
-//! asserted (timing on a shared machine): the time from the trigger to the
-//! CLI saying the new run serves, and the longest gap between two answers
-//! each flow saw. Asserted: every connection moved and stays open, and
-//! every OPTIONS of both flows was answered.
+//! `UPGRADE_CONNS=10000 UPGRADE_EVERY_MS=10` on the release build (a run
+//! whose pause outlasted the overload deadline once refused UDP OPTIONS
+//! with 503s; counted). Printed, not asserted (timing on a shared
+//! machine): the hand-over's steps as times from the trigger, read from
+//! the log's timestamps (among them the instant the new run reads the
+//! listeners, and the old run's done, when the last connection moved), the
+//! first answer each flow got after the pause began, the longest gap
+//! between two answers each flow saw and when it ended, and when the CLI
+//! returned. Asserted: every connection moved and stays open, and every
+//! OPTIONS of both flows was answered.
 //!
 //! Addresses: `127.139.13.0/24`: the gate's listener and admin on `.1`,
 //! the sg (SIPp over UDP and over TCP) on `.11`, the flows from `.21`, the
@@ -20,12 +24,12 @@ use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use testbed::{Scenario, Sipp, Transport};
 
 use crate::common::{ip, server_addr};
-use crate::upgrade::{gate, took_over, upgrade};
+use crate::upgrade::{gate, logged, took_over, upgrade};
 
 const NET: (u8, u8) = (139, 13);
 /// Idle plain TCP connections open across the upgrade (`UPGRADE_CONNS`,
@@ -56,13 +60,43 @@ fn options(to: SocketAddr, from: SocketAddr, transport: &str, n: u64) -> String 
 }
 
 /// What a flow saw: OPTIONS sent, answered (200), refused (a 5xx: the
-/// gate's overload deadline, R-OV-1), the longest gap between two answers.
+/// gate's overload deadline, R-OV-1), the longest gap between two answers,
+/// and when each answer came (to find the first the new run gave).
 #[derive(Debug)]
 struct Flow {
     sent: u64,
     answered: u64,
     refused: u64,
     longest_gap: Duration,
+    answers: Vec<SystemTime>,
+}
+
+impl Flow {
+    /// The counts and the longest gap (not every answer's time).
+    fn summary(&self) -> String {
+        format!(
+            "sent {}, answered {}, refused {}, longest gap {:?}",
+            self.sent, self.answered, self.refused, self.longest_gap
+        )
+    }
+
+    /// The longest gap between two answers and when it ended, from `t0`.
+    fn longest_after(&self, t0: SystemTime) -> Option<(Duration, Duration)> {
+        self.answers
+            .windows(2)
+            .filter_map(|w| {
+                Some((
+                    w[1].duration_since(w[0]).ok()?,
+                    w[1].duration_since(t0).ok()?,
+                ))
+            })
+            .max()
+    }
+
+    /// The first answer at or after `at`.
+    fn first_after(&self, at: SystemTime) -> Option<SystemTime> {
+        self.answers.iter().copied().find(|a| *a >= at)
+    }
 }
 
 /// A flow over UDP until `stop`.
@@ -76,6 +110,7 @@ fn udp_flow(to: SocketAddr, stop: Arc<AtomicBool>) -> JoinHandle<Flow> {
             answered: 0,
             refused: 0,
             longest_gap: Duration::ZERO,
+            answers: Vec::new(),
         };
         let mut last = Instant::now();
         let mut buf = [0u8; 4096];
@@ -95,6 +130,7 @@ fn udp_flow(to: SocketAddr, stop: Arc<AtomicBool>) -> JoinHandle<Flow> {
                 Ok(n) if buf[..n].starts_with(b"SIP/2.0 200") => {
                     f.answered += 1;
                     f.longest_gap = f.longest_gap.max(last.elapsed());
+                    f.answers.push(SystemTime::now());
                     last = Instant::now();
                 }
                 Ok(n) if buf[..n].starts_with(b"SIP/2.0 5") => f.refused += 1,
@@ -137,6 +173,7 @@ fn tcp_flow(to: SocketAddr, stop: Arc<AtomicBool>) -> JoinHandle<Flow> {
             .unwrap();
         let mut r = BufReader::new(sock);
         let (mut answered, mut longest_gap, mut last) = (0u64, Duration::ZERO, Instant::now());
+        let mut answers = Vec::new();
         // Once stopped: the sender's count, then the answers still on
         // their way (2 s at most).
         let mut sent: Option<(u64, Instant)> = None;
@@ -148,6 +185,7 @@ fn tcp_flow(to: SocketAddr, stop: Arc<AtomicBool>) -> JoinHandle<Flow> {
                 Ok(_) if line.starts_with("SIP/2.0 200") => {
                     answered += 1;
                     longest_gap = longest_gap.max(last.elapsed());
+                    answers.push(SystemTime::now());
                     last = Instant::now();
                 }
                 Ok(_) => {}
@@ -165,6 +203,7 @@ fn tcp_flow(to: SocketAddr, stop: Arc<AtomicBool>) -> JoinHandle<Flow> {
                         answered,
                         refused: 0,
                         longest_gap,
+                        answers,
                     };
                 }
             }
@@ -207,21 +246,34 @@ fn upgrade_hand_over_time_with_open_connections_and_the_longest_gap() {
         tcp_flow(listener, stop.clone()),
     ];
     std::thread::sleep(Duration::from_secs(1));
+    let trigger = SystemTime::now();
     let t0 = Instant::now();
     let _new = upgrade(&site, admin);
-    let serving = t0.elapsed();
+    let returned = t0.elapsed();
     std::thread::sleep(Duration::from_secs(1));
     stop.store(true, Ordering::Relaxed);
     let [udp, tcp] = flows.map(|f| f.join().unwrap());
     let moved = took_over(&old, "connections");
     // The old run's phases: the pause, the state sent, the sockets, done.
-    for l in old
-        .log()
-        .lines()
-        .filter(|l| l.contains("upgrade: handed over"))
-    {
+    let log = old.log();
+    for l in log.lines().filter(|l| l.contains("upgrade: handed over")) {
         println!("{l}");
     }
+    let timeline = Timeline::read(&log, trigger);
+    let pause = timeline.at(READY);
+    let first = |f: &Flow| {
+        pause
+            .and_then(|p| f.first_after(trigger + p))
+            .and_then(|a| a.duration_since(trigger).ok())
+    };
+    println!(
+        "from the trigger: {timeline}; first answer after the pause began: UDP {:?}, TCP {:?}; \
+         longest gap (and its end): UDP {:?}, TCP {:?}; sip-gate upgrade returned {returned:?}",
+        first(&udp),
+        first(&tcp),
+        udp.longest_after(trigger),
+        tcp.longest_after(trigger),
+    );
     // Every idle connection is still open: a read finds nothing, not EOF.
     let mut buf = [0u8; 1];
     for s in &idle {
@@ -233,16 +285,109 @@ fn upgrade_hand_over_time_with_open_connections_and_the_longest_gap() {
         );
     }
     println!(
-        "upgrade with {} idle TCP connections (+1 flow, +1 to the sg): trigger to serving {serving:?} \
-         (sip-gate upgrade returned); moved {moved:?}; \
-         UDP flow: {udp:?}; TCP flow: {tcp:?} (one OPTIONS each every {:?})",
+        "upgrade with {} idle TCP connections (+1 flow, +1 to the sg): moved {moved:?}; \
+         UDP flow: {}; TCP flow: {} (one OPTIONS each every {:?})",
         conns(),
+        udp.summary(),
+        tcp.summary(),
         every()
     );
     assert!(
         moved.is_some_and(|m| m >= conns() as u64),
         "moved {moved:?}"
     );
-    assert_eq!((udp.answered, udp.refused), (udp.sent, 0), "{udp:?}");
-    assert_eq!(tcp.answered, tcp.sent, "{tcp:?}");
+    // Given up first: the two connections that read and wrote within the
+    // last 500 ms (the TCP flow's and the gate's to the sg), none of the
+    // idle ones (opened a second before, silent since).
+    assert_eq!(
+        logged(&log, "upgrade: handed over", "busy"),
+        Some(2),
+        "{log}"
+    );
+    assert_eq!(
+        (udp.answered, udp.refused),
+        (udp.sent, 0),
+        "{}",
+        udp.summary()
+    );
+    assert_eq!(tcp.answered, tcp.sent, "{}", tcp.summary());
+}
+
+/// The old run's line after which it pauses.
+const READY: &str = "upgrade: the new run is ready";
+
+/// The hand-over's steps as the two runs logged them (both write to the
+/// old run's log), as times from the trigger: the log's timestamps are the
+/// wall clock, as the trigger's is.
+struct Timeline(Vec<(&'static str, Option<Duration>)>);
+
+impl Timeline {
+    /// The steps, each the first line that contains it.
+    const STEPS: [(&'static str, &'static str); 7] = [
+        ("asked", "upgrade asked by"),
+        ("new run started", "upgrade: new run started"),
+        ("new run asks", "upgrade: the new run asks to take over"),
+        ("ready, paused", READY),
+        (
+            "new run reads the listeners",
+            "upgrade: reading the listeners",
+        ),
+        ("every socket passed, done", "upgrade: handed over"),
+        ("new run took over", "took over from the running gate"),
+    ];
+
+    fn read(log: &str, trigger: SystemTime) -> Timeline {
+        let at = |what: &str| {
+            let line = log.lines().find(|l| l.contains(what))?;
+            stamp(line)?.duration_since(trigger).ok()
+        };
+        Timeline(
+            Self::STEPS
+                .iter()
+                .map(|(name, what)| (*name, at(what)))
+                .collect(),
+        )
+    }
+
+    /// The time of the step whose line contains `what`.
+    fn at(&self, what: &str) -> Option<Duration> {
+        let i = Self::STEPS.iter().position(|(_, w)| *w == what)?;
+        self.0[i].1
+    }
+}
+
+impl std::fmt::Display for Timeline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let steps: Vec<String> = self
+            .0
+            .iter()
+            .map(|(name, at)| match at {
+                Some(d) => format!("{name} +{:.1} ms", d.as_secs_f64() * 1000.0),
+                None => format!("{name} (not logged)"),
+            })
+            .collect();
+        f.write_str(&steps.join(", "))
+    }
+}
+
+/// The time a log line starts with (`2026-12-07T20:39:04.123456Z`, the
+/// gate's text log in UTC).
+fn stamp(line: &str) -> Option<SystemTime> {
+    let t = line.split_whitespace().next()?.strip_suffix('Z')?;
+    let (date, time) = t.split_once('T')?;
+    let mut d = date.split('-').map(|p| p.parse::<i64>().ok());
+    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
+    let (hms, frac) = time.split_once('.').unwrap_or((time, "0"));
+    let mut h = hms.split(':').map(|p| p.parse::<u64>().ok());
+    let (hh, mm, ss) = (h.next()??, h.next()??, h.next()??);
+    // Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (m + if m > 2 { -3 } else { 9 }) + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = u64::try_from(era * 146_097 + doe - 719_468).ok()?;
+    let nanos: u32 = format!("{frac:0<9}").get(..9)?.parse().ok()?;
+    let secs = days * 86_400 + hh * 3600 + mm * 60 + ss;
+    Some(SystemTime::UNIX_EPOCH + Duration::new(secs, nanos))
 }

@@ -23,8 +23,9 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, Notify};
 use tokio_util::sync::CancellationToken;
 
+use super::super::handover::{handed, Member};
 use super::super::read_timer::{Expired, ReadTimer};
-use super::super::stream::{give_way, read_some};
+use super::super::stream::read_some;
 use super::super::Net;
 use super::frame::{self, Event, Kind, Violation};
 use super::CLOSE_WRITE;
@@ -86,21 +87,23 @@ where
     let stop = net.shutdown.child_token();
     let owed = Owed::default();
     // A plain connection is a member of the hand-over that may come.
-    let (reading, writing, members) = net
-        .moving
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .join(movable.then_some((id, listener, peer)));
+    let (member, members) = if movable {
+        let moving = net.moving.lock().unwrap_or_else(|e| e.into_inner());
+        let (member, members) = moving.join(id, listener, peer);
+        (Some(member), Some(members))
+    } else {
+        (None, None)
+    };
     let writer = write_loop(
         (&net, listener, (local, peer)),
         wr,
         rx,
         &owed,
-        (&stop, movable.then_some(writing)),
+        (&stop, member.as_deref()),
     );
     let reader = async {
         let at = (listener, id, local, peer);
-        let moving = movable.then_some(reading);
+        let moving = member.as_deref();
         let end = read_loop(&net, at, rd, (buf, frames), (&stop, &owed), moving).await;
         match end {
             End::Gone => {
@@ -127,20 +130,18 @@ where
 /// The reader (see the module doc): until the peer closes, the framing
 /// breaks, a bound ends it (`[tcp] idle_s` without a byte unless a
 /// registration holds the connection, RFC 5626 5.3; `[tcp] frame_s` for a
-/// message begun), the connection's `stop`, or a hand-over (`moving`).
+/// message begun), the connection's `stop`, or a hand-over (`member`).
 async fn read_loop<R: AsyncRead + Unpin>(
     net: &Arc<Net>,
     (listener, id, local, peer): (usize, ConnId, SocketAddr, SocketAddr),
     mut rd: R,
     (mut buf, mut frames): (BytesMut, frame::Reader),
     (stop, owed): (&CancellationToken, &Owed),
-    moving: Option<(CancellationToken, CancellationToken)>,
+    member: Option<&Member>,
 ) -> End<R> {
-    let movable = moving.is_some();
-    let (moving, later) = moving.unwrap_or_default();
+    let movable = member.is_some();
     let tcp = net.core.tcp_config();
     let mut timer = ReadTimer::new(tcp.idle(), tcp.frame());
-    let mut last_read = Instant::now();
     let at = (listener, id, local, peer);
     loop {
         let consumed = match take_frames(net, at, &mut buf, (&mut frames, owed), movable) {
@@ -157,8 +158,7 @@ async fn read_loop<R: AsyncRead + Unpin>(
             // taken off it keep their own share of it).
             buf = BytesMut::new();
         }
-        if movable && moving.is_cancelled() {
-            give_way(last_read, &later).await;
+        if member.is_some_and(Member::stopped) {
             return End::Moved(rd, buf, frames);
         }
         let partial = !buf.is_empty() || frames.pending();
@@ -167,10 +167,7 @@ async fn read_loop<R: AsyncRead + Unpin>(
         let read = tokio::select! {
             _ = stop.cancelled() => return End::Gone,
             // Only between messages: what is buffered is a partial one.
-            _ = moving.cancelled(), if movable => {
-                give_way(last_read, &later).await;
-                return End::Moved(rd, buf, frames);
-            }
+            _ = handed(member) => return End::Moved(rd, buf, frames),
             r = tokio::time::timeout(wait, read_some(&mut rd, &mut buf)) => r,
         };
         match read {
@@ -201,7 +198,11 @@ async fn read_loop<R: AsyncRead + Unpin>(
                 m::ws_peer_close(how);
                 return End::Gone;
             }
-            Ok(Ok(_)) => last_read = Instant::now(),
+            Ok(Ok(_)) => {
+                if let Some(m) = member {
+                    m.touch();
+                }
+            }
         }
     }
 }
@@ -290,17 +291,15 @@ fn take_frames(
 /// The writer: each queued SIP message as one WebSocket message, the pongs
 /// owed, until the connection's `stop`; the Close the reader asks for, or
 /// 1001 when the gate stops (R-GW-1), each written within [`CLOSE_WRITE`].
-/// A hand-over (`moving`, a plain connection) stops it once what was
+/// A hand-over (`member`, a plain connection) stops it once what was
 /// queued is written, and it gives its half back.
 async fn write_loop<W: AsyncWrite + Unpin>(
     (net, listener, ends): (&Arc<Net>, usize, (SocketAddr, SocketAddr)),
     mut wr: W,
     mut rx: mpsc::Receiver<Bytes>,
     owed: &Owed,
-    (stop, moving): (&CancellationToken, Option<CancellationToken>),
+    (stop, member): (&CancellationToken, Option<&Member>),
 ) -> Option<W> {
-    let movable = moving.is_some();
-    let moving = moving.unwrap_or_default();
     let capture = net.core.capture();
     loop {
         let written = tokio::select! {
@@ -315,9 +314,10 @@ async fn write_loop<W: AsyncWrite + Unpin>(
                 }
                 break;
             }
-            _ = moving.cancelled(), if movable => {
-                // Every reader of this run has stopped: what the core
-                // queued goes out from this run, the next one sends the rest.
+            _ = handed(member) => {
+                // This run handles no message any more (the pause): what
+                // the core queued goes out from this run, the next one
+                // sends the rest.
                 while let Ok(msg) = rx.try_recv() {
                     if write_message(&mut wr, &msg).await.is_err() {
                         stop.cancel();
@@ -349,6 +349,9 @@ async fn write_loop<W: AsyncWrite + Unpin>(
         };
         if written.is_err() {
             break;
+        }
+        if let Some(m) = member {
+            m.touch();
         }
     }
     stop.cancel();
