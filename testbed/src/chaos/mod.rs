@@ -258,6 +258,7 @@ fn read_held(
 ) -> Vec<truth::Held> {
     let gate_of = |ip| (0..layout.gates()).find(|k| layout.gate_ip(*k) == ip);
     let mut held: Vec<truth::Held> = Vec::new();
+    let mut later = Vec::new();
     for (id, paths) in logs {
         // A run of the instance that was killed held nothing past its kill.
         let kills: Vec<f64> = rec
@@ -269,6 +270,7 @@ fn read_held(
         let mut earlier = std::collections::BTreeSet::new();
         for (k, path) in paths.iter().enumerate() {
             let text = std::fs::read_to_string(path).unwrap_or_default();
+            later.extend(truth::later_registers(id, &text, rec.epoch0));
             let run = truth::parse_uas(id, &text, rec.epoch0, gate_of);
             let mut run = truth::drop_calls_of_earlier_runs(&earlier, run);
             if let Some(t) = kills.get(k) {
@@ -280,7 +282,7 @@ fn read_held(
             held.extend(run);
         }
     }
-    truth::moved_bindings(&mut held);
+    truth::moved_bindings(&mut held, &later);
     held
 }
 

@@ -177,24 +177,44 @@ pub fn drop_calls_of_earlier_runs(
         .collect()
 }
 
+/// Every REGISTER an instance's log shows after a binding's first one
+/// (`ev rereg|unreg ID ... UNIX`): (instance, Call-ID, seconds after the
+/// start), for [`moved_bindings`].
+pub fn later_registers(instance: &str, text: &str, epoch0: f64) -> Vec<(String, String, f64)> {
+    text.lines()
+        .filter_map(|line| {
+            let w: Vec<&str> = line.split_whitespace().collect();
+            if w.len() < 4 || w[0] != "ev" || !matches!(w[1], "rereg" | "unreg") {
+                return None;
+            }
+            let t = w.last()?.parse::<f64>().ok()?;
+            Some((instance.to_owned(), w[2].to_owned(), (t - epoch0).max(0.0)))
+        })
+        .collect()
+}
+
 /// REGISTER is new work each time (R-SEC-4): a binding's refresh or
 /// removal may reach another instance of the pool, which shares the
 /// bindings. A binding is held where it was until its Call-ID's next
-/// REGISTER reaches another instance.
-pub fn moved_bindings(held: &mut [Held]) {
-    let mut regs: Vec<usize> = (0..held.len())
-        .filter(|i| held[*i].kind == WorkKind::Registration)
+/// REGISTER reaches another instance: a first one there (another held
+/// binding) or a refresh or removal there (`later`, from
+/// [`later_registers`]: a de-REGISTER at the instance that held the
+/// binding before removes it from the shared pool).
+pub fn moved_bindings(held: &mut [Held], later: &[(String, String, f64)]) {
+    let starts: Vec<(String, String, f64)> = held
+        .iter()
+        .filter(|h| h.kind == WorkKind::Registration)
+        .map(|h| (h.instance.clone(), h.id.clone(), h.from))
         .collect();
-    regs.sort_by(|a, b| {
-        (held[*a].id.as_str(), held[*a].from)
-            .partial_cmp(&(held[*b].id.as_str(), held[*b].from))
-            .unwrap_or(std::cmp::Ordering::Equal)
-    });
-    for pair in regs.windows(2) {
-        let (a, b) = (pair[0], pair[1]);
-        if held[a].id == held[b].id {
-            let next = held[b].from;
-            held[a].to = Some(held[a].to.map_or(next, |to| to.min(next)));
+    for h in held.iter_mut().filter(|h| h.kind == WorkKind::Registration) {
+        let next = starts
+            .iter()
+            .chain(later)
+            .filter(|(inst, id, t)| *id == h.id && *t > h.from && *inst != h.instance)
+            .map(|(_, _, t)| *t)
+            .fold(None, |m: Option<f64>, t| Some(m.map_or(t, |m| m.min(t))));
+        if let Some(next) = next {
+            h.to = Some(h.to.map_or(next, |to| to.min(next)));
         }
     }
 }
@@ -403,7 +423,16 @@ mod tests {
             to,
         };
         let mut h = vec![reg("sg-c", 4.0, Some(4.0)), reg("sg-b", 0.5, Some(60.5))];
-        moved_bindings(&mut h);
+        moved_bindings(&mut h, &[]);
         assert_eq!((h[0].to, h[1].to), (Some(4.0), Some(4.0)));
+        // The hour's case: registered at sg-b, refreshed at sg-c (a first
+        // REGISTER there, 60 s asked), removed at sg-b 7 ms later: the
+        // pool's binding is gone, so sg-c holds it no longer either.
+        let log = "ev rereg r@x exp=0 2026-12-07\t14:00:04\t4.007\n";
+        let later = later_registers("sg-b", log, 0.0);
+        assert_eq!(later, vec![("sg-b".to_string(), "r@x".to_string(), 4.007)]);
+        let mut h = vec![reg("sg-b", 0.5, Some(4.007)), reg("sg-c", 4.0, Some(64.0))];
+        moved_bindings(&mut h, &later);
+        assert_eq!((h[0].to, h[1].to), (Some(4.0), Some(4.007)));
     }
 }

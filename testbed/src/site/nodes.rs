@@ -146,11 +146,18 @@ impl GateNode {
         }
     }
 
-    /// The adopted run (if any) killed and forgotten.
+    /// The adopted run (if any) killed and forgotten, once it is dead: it
+    /// is no child of ours to wait for, and SIGKILL takes a moment, during
+    /// which its sockets are still bound (a start at once then found the
+    /// admin address in use, once in an hour of chaos). Up to 5 s.
     fn kill_adopted(&mut self) {
         if let Some(pid) = self.adopted.take() {
             crate::process::signal_pid(pid, "CONT");
             crate::process::signal_pid(pid, "KILL");
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < deadline && alive(pid) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
         }
     }
 
@@ -339,4 +346,38 @@ pub(crate) fn start_ap(bins: &BinDir, site: &Path, l: &super::Layout) -> Result<
         }
     }
     Ok(ApNodes { serve, agents })
+}
+
+/// Whether `pid` runs: it exists and is no zombie (a dead process whose
+/// parent has not reaped it has closed its sockets already).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        // `pid (comm) S ...`: the state follows the last ')'.
+        s.rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn alive_is_true_for_a_running_process_and_false_for_a_reaped_or_dead_one() {
+        assert!(super::alive(std::process::id()));
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        assert!(super::alive(pid));
+        child.kill().unwrap();
+        // Killed, not yet reaped: a zombie, no longer alive.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while super::alive(pid) && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(!super::alive(pid));
+        child.wait().unwrap();
+        assert!(!super::alive(pid));
+    }
 }
