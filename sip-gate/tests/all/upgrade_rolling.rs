@@ -18,7 +18,7 @@ use serde_json::Value;
 use testbed::bins::{BinDir, Node};
 use testbed::{wait_for, Etcd, Scenario, Sipp, Transport};
 
-use crate::common::{ip, server_addr, site};
+use crate::common::{ip, server_addr};
 use crate::upgrade::{took_over, upgrade, NewRun};
 
 const GATES: u8 = 3;
@@ -33,20 +33,14 @@ fn gate_admin(net: (u8, u8), k: u8) -> SocketAddr {
 
 /// Gate k's site file (its own listener; the one etcd for all).
 fn site_file(dir: &Path, net: (u8, u8), k: u8, endpoints: &[String]) -> PathBuf {
-    let eps = endpoints
-        .iter()
-        .map(|e| format!("\"{e}\""))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let text = site(
-        net,
-        1,
-        &format!(
-            "[[listener]]\nname = \"subs\"\nbind = \"{}\"\nmode = \"balance\"\npool = \"sg\"\nleg = \"subscriber\"\n\n\
-             [store]\nkind = \"etcd\"\nendpoints = [{eps}]\nprefix = \"/drain/rolling\"\n",
+    let text = crate::common::site_file(net, 1)
+        .etcd(endpoints, "/drain/rolling")
+        .raw(&format!(
+            "[[listener]]\nname = \"subs\"\nbind = \"{}\"\nmode = \"balance\"\npool = \"sg\"\nleg = \"subscriber\"\n",
             gate_sip(net, k)
-        ),
-    );
+        ))
+        .text()
+        .to_owned();
     let home = dir.join(format!("g{k}"));
     std::fs::create_dir_all(&home).unwrap();
     let path = home.join("site.toml");
