@@ -360,21 +360,23 @@ pub fn reload_site(reloader: &Reloader, notify: &Notifier, core: &Core) {
     notify.reloading("reloading the site file");
     let result = reloader.reload();
     let status = match &result {
+        // Logged before counted: whoever sees the count go up finds the
+        // line that says why (the reload tests read the log on the count).
         Ok(r) => {
             let label = if r.changed { "applied" } else { "unchanged" };
-            metrics::counter!(RELOADS, "result" => label).increment(1);
-            metrics::gauge!("sipgate_config_reload_seconds").set(r.took.as_secs_f64());
             tracing::info!(
                 hash = %r.hash,
                 changed = r.changed,
                 took_us = r.took.as_micros() as u64,
                 "site file reloaded"
             );
+            metrics::gauge!("sipgate_config_reload_seconds").set(r.took.as_secs_f64());
+            metrics::counter!(RELOADS, "result" => label).increment(1);
             format!("serving; site file {} reloaded", r.hash)
         }
         Err(e) => {
-            metrics::counter!(RELOADS, "result" => e.label()).increment(1);
             tracing::warn!(error = %e, "site file not reloaded: the config in force stays, whole");
+            metrics::counter!(RELOADS, "result" => e.label()).increment(1);
             format!("serving; site file reload refused: {e}")
         }
     };
