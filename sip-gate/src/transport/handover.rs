@@ -15,16 +15,16 @@ use std::collections::HashMap;
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use dashmap::DashMap;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::member::{clock_ms, Member, Members};
 use super::stream::plain;
 use super::ws::plain as plain_ws;
 use super::Net;
@@ -90,61 +90,6 @@ pub(crate) struct Moving {
     members: Members,
 }
 
-/// The connections of one [`Moving`], each leaving when it ends.
-pub(super) type Members = Arc<DashMap<ConnId, Arc<Member>>>;
-
-/// One plain connection's part in a hand-over.
-#[derive(Debug)]
-pub(super) struct Member {
-    /// The listener it belongs to.
-    listener: usize,
-    /// The other end.
-    peer: SocketAddr,
-    /// Stops its reader between two messages and its writer once what was
-    /// queued is written; then the connection is given up.
-    go: CancellationToken,
-    /// When it last read or wrote, in ms ([`clock_ms`]); 0: never.
-    active: AtomicU64,
-}
-
-impl Member {
-    /// It read or wrote just now.
-    pub(super) fn touch(&self) {
-        self.active.store(clock_ms(), Ordering::Relaxed);
-    }
-
-    /// Whether a hand-over stopped it.
-    pub(super) fn stopped(&self) -> bool {
-        self.go.is_cancelled()
-    }
-
-    /// Whether it read or wrote within [`IDLE_FOR`] of `now` ([`clock_ms`]).
-    fn busy(&self, now: u64) -> bool {
-        let at = self.active.load(Ordering::Relaxed);
-        at != 0 && now.saturating_sub(at) < IDLE_FOR.as_millis() as u64
-    }
-}
-
-/// Resolves once a hand-over stops the connection of `member`; never for
-/// one that does not move (`None`).
-pub(super) async fn handed(member: Option<&Member>) {
-    match member {
-        Some(m) => m.go.cancelled().await,
-        None => std::future::pending().await,
-    }
-}
-
-/// A hand-over gives up first the connections that read or wrote within
-/// this (their peers are waiting for something), the idle ones after them
-/// (R-GW-3).
-const IDLE_FOR: Duration = Duration::from_millis(500);
-
-/// Milliseconds since the first call, never 0: a [`Member`]'s clock.
-fn clock_ms() -> u64 {
-    static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
-    START.get_or_init(Instant::now).elapsed().as_millis() as u64 + 1
-}
-
 impl Moving {
     /// The part in a hand-over of a plain connection starting now, and the
     /// table it is a member of until it ends. It counts as idle until it
@@ -155,12 +100,7 @@ impl Moving {
         listener: usize,
         peer: SocketAddr,
     ) -> (Arc<Member>, Members) {
-        let member = Arc::new(Member {
-            listener,
-            peer,
-            go: self.all.child_token(),
-            active: AtomicU64::new(0),
-        });
+        let member = Arc::new(Member::new(listener, peer, self.all.child_token()));
         self.members.insert(id, member.clone());
         (member, self.members.clone())
     }
@@ -179,7 +119,7 @@ pub(crate) struct GiveUp {
 
 impl GiveUp {
     /// The busy connections now (those that read or wrote within
-    /// [`IDLE_FOR`]): how many.
+    /// [`super::member::IDLE_FOR`], 500 ms): how many.
     pub(crate) fn busy(&self) -> usize {
         let now = clock_ms();
         // Collected first: a connection stopped leaves the table, which
@@ -188,7 +128,7 @@ impl GiveUp {
             .members
             .iter()
             .filter(|m| m.busy(now))
-            .map(|m| m.go.clone())
+            .map(|m| m.go().clone())
             .collect();
         for go in &busy {
             go.cancel();
@@ -302,7 +242,7 @@ impl NetHandle {
         members
             .iter()
             .map(|e| {
-                let (id, listener, peer) = (*e.key(), e.listener, e.peer);
+                let (id, listener, peer) = (*e.key(), e.listener(), e.peer());
                 let flow = self.0.core.flow_state(id, now);
                 Stopped {
                     id,

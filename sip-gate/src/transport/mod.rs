@@ -46,6 +46,7 @@ mod bind;
 mod fd_limit;
 mod handover;
 mod listen;
+mod member;
 mod pause;
 mod read_timer;
 mod relay;

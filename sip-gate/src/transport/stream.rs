@@ -28,7 +28,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
-use super::handover::{handed, Member};
+use super::member::{handed, Member};
 use super::read_timer::{Expired, ReadTimer};
 use super::{Moved, Net, MAX_MESSAGE, STREAM_TURN};
 use crate::frame::{self, Frame};

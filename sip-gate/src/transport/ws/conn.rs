@@ -23,7 +23,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, Notify};
 use tokio_util::sync::CancellationToken;
 
-use super::super::handover::{handed, Member};
+use super::super::member::{handed, Member};
 use super::super::read_timer::{Expired, ReadTimer};
 use super::super::stream::read_some;
 use super::super::Net;
