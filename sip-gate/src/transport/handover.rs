@@ -90,6 +90,26 @@ pub(crate) struct Moving {
     members: Members,
 }
 
+impl Net {
+    /// A plain connection's part in the hand-over that may come, and the
+    /// table it is a member of until it ends; none for one that does not
+    /// move (TLS, WSS).
+    pub(super) fn join_moving(
+        &self,
+        movable: bool,
+        id: ConnId,
+        listener: usize,
+        peer: SocketAddr,
+    ) -> (Option<Arc<Member>>, Option<Members>) {
+        if !movable {
+            return (None, None);
+        }
+        let moving = self.moving.lock().unwrap_or_else(|e| e.into_inner());
+        let (member, members) = moving.join(id, listener, peer);
+        (Some(member), Some(members))
+    }
+}
+
 impl Moving {
     /// The part in a hand-over of a plain connection starting now, and the
     /// table it is a member of until it ends. It counts as idle until it

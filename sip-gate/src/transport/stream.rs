@@ -184,13 +184,7 @@ where
     let writer_stop = stop.clone();
     let capture_net = net.clone();
     // A plain connection is a member of the hand-over that may come.
-    let (member, members) = if movable {
-        let moving = net.moving.lock().unwrap_or_else(|e| e.into_inner());
-        let (member, members) = moving.join(id, listener, peer);
-        (Some(member), Some(members))
-    } else {
-        (None, None)
-    };
+    let (member, members) = net.join_moving(movable, id, listener, peer);
     let writer_member = member.clone();
     let writer = async move {
         let capture = capture_net.core.capture();

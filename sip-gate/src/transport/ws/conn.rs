@@ -87,13 +87,7 @@ where
     let stop = net.shutdown.child_token();
     let owed = Owed::default();
     // A plain connection is a member of the hand-over that may come.
-    let (member, members) = if movable {
-        let moving = net.moving.lock().unwrap_or_else(|e| e.into_inner());
-        let (member, members) = moving.join(id, listener, peer);
-        (Some(member), Some(members))
-    } else {
-        (None, None)
-    };
+    let (member, members) = net.join_moving(movable, id, listener, peer);
     let writer = write_loop(
         (&net, listener, (local, peer)),
         wr,
