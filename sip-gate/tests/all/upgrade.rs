@@ -120,6 +120,17 @@ pub(crate) fn upgrade(site: &Path, admin: SocketAddr) -> NewRun {
     NewRun(pid)
 }
 
+/// Once the old run `old` logged its new run ready: the new run's pid.
+pub(crate) fn new_run_ready(old: &Node) -> u64 {
+    old.wait_for("the new run ready", Duration::from_secs(10), |g| {
+        let log = g.log();
+        log.contains("the new run is ready")
+            .then(|| logged(&log, "upgrade: new run started", "pid"))
+            .flatten()
+    })
+    .unwrap()
+}
+
 /// The value of `key=N` on the last log line that contains `what`.
 pub(crate) fn logged(log: &str, what: &str, key: &str) -> Option<u64> {
     let line = log.lines().rev().find(|l| l.contains(what))?;

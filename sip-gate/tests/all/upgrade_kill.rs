@@ -13,7 +13,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
 use crate::common::ip;
-use crate::upgrade::{calls_pass, gate, logged, site, NewRun};
+use crate::upgrade::{calls_pass, gate, new_run_ready, site, NewRun};
 
 #[test]
 fn r_gw_3_the_old_run_killed_between_ready_and_done_leaves_the_new_serving() {
@@ -26,14 +26,7 @@ fn r_gw_3_the_old_run_killed_between_ready_and_done_leaves_the_new_serving() {
     s.connect(&listener.into()).unwrap();
     let client = TcpStream::from(s);
     old.signal("USR2");
-    let pid = old
-        .wait_for("the new run ready", Duration::from_secs(10), |g| {
-            let log = g.log();
-            log.contains("the new run is ready")
-                .then(|| logged(&log, "upgrade: new run started", "pid"))
-                .flatten()
-        })
-        .unwrap();
+    let pid = new_run_ready(&old);
     let _new = NewRun(pid as u32);
     // The old run passes the state and the sockets within milliseconds of
     // the `Ready`, then waits for the `Done`; the new run holds 1.5 s

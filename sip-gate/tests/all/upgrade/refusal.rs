@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use testbed::wait_for;
 
-use super::{calls_pass, gate, logged, site, upgrade, upgrade_cli, NewRun};
+use super::{calls_pass, gate, new_run_ready, site, upgrade, upgrade_cli, NewRun};
 
 /// R-GW-3: a new run that cannot read the old run's hand-over (another
 /// version) refuses it; the old run logs why and serves on. SIGUSR2 is
@@ -53,14 +53,7 @@ fn r_gw_3_a_new_run_killed_mid_hand_over_leaves_the_old_serving() {
     let (_dir, site, listener, admin) = site(net, false);
     let mut old = gate(&site, admin, Some(("SIP_GATE_UPGRADE_HOLD_MS", "2000")));
     old.signal("USR2");
-    let pid = old
-        .wait_for("the new run ready", Duration::from_secs(10), |g| {
-            let log = g.log();
-            log.contains("the new run is ready")
-                .then(|| logged(&log, "upgrade: new run started", "pid"))
-                .flatten()
-        })
-        .unwrap();
+    let pid = new_run_ready(&old);
     drop(NewRun(pid as u32));
     let why = old
         .wait_for("the failure in the log", Duration::from_secs(10), |g| {
